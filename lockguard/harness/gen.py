@@ -1,0 +1,163 @@
+"""The shared pure-Python generator of scenario data and initial weights.
+
+Every harness module (torch_, jax_, tf_, numpy_) takes its inputs from here, never from numpy's or
+the framework's RNG, so that:
+  * the same maths gives the same first loss in every framework and every version, and
+  * a numpy upgrade cannot masquerade as a framework drift.
+
+Values are produced by SplitMix64 and rounded to float32 in pure Python (struct), so they are
+bit-for-bit the same on every machine. Tensors are flat row-major lists with a shape; weight
+matrices use the (out_features, in_features) layout of torch.nn.Linear. Frameworks with the
+other convention (jax, keras) transpose on load.
+
+Stdlib only: this file runs inside target environments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from typing import Dict, List, Tuple
+
+_MASK = (1 << 64) - 1
+
+Tensor = Tuple[Tuple[int, ...], List[float]]  # (shape, flat row-major values)
+
+
+def f32(x: float) -> float:
+    """Round a Python float to the nearest float32, exactly as IEEE does."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+class SplitMix64:
+    """A tiny, well-known 64-bit generator (Steele et al.), seeded per named stream."""
+
+    def __init__(self, seed: int, stream: str) -> None:
+        digest = hashlib.sha256(f"{seed}/{stream}".encode()).digest()
+        self.state = int.from_bytes(digest[:8], "little")
+
+    def next_u64(self) -> int:
+        self.state = (self.state + 0x9E3779B97F4A7C15) & _MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        return z ^ (z >> 31)
+
+    def unit(self) -> float:
+        """Uniform in [-1, 1) with 24 significant bits: exact in float32."""
+        return ((self.next_u64() >> 40) / float(1 << 23)) - 1.0
+
+    def below(self, n: int) -> int:
+        return self.next_u64() % n
+
+
+def uniform(seed: int, stream: str, shape: Tuple[int, ...], scale: float) -> Tensor:
+    """Uniform(-scale, scale) values, rounded to float32."""
+    rng = SplitMix64(seed, stream)
+    n = math.prod(shape)
+    return tuple(shape), [f32(rng.unit() * scale) for _ in range(n)]
+
+
+def constant(shape: Tuple[int, ...], value: float) -> Tensor:
+    return tuple(shape), [f32(value)] * math.prod(shape)
+
+
+def integers(seed: int, stream: str, n: int, high: int) -> List[int]:
+    rng = SplitMix64(seed, stream)
+    return [rng.below(high) for _ in range(n)]
+
+
+# --------------------------------------------------------------------------- mlp family
+# A two-layer perceptron classifier: x -> Linear(16, 32) -> tanh -> Linear(32, 4) -> logits;
+# loss = mean cross-entropy; optimiser Adam(lr=1e-2, betas=(0.9, 0.999), eps=1e-8), full batch.
+
+MLP = {"in": 16, "hidden": 32, "classes": 4, "batch": 64, "probe": 8, "lr": 1e-2, "steps": 30}
+
+
+def mlp_params(seed: int) -> Dict[str, Tensor]:
+    i, h, c = MLP["in"], MLP["hidden"], MLP["classes"]
+    return {
+        "w1": uniform(seed, "mlp/w1", (h, i), 1.0 / math.sqrt(i)),
+        "b1": uniform(seed, "mlp/b1", (h,), 1.0 / math.sqrt(i)),
+        "w2": uniform(seed, "mlp/w2", (c, h), 1.0 / math.sqrt(h)),
+        "b2": uniform(seed, "mlp/b2", (c,), 1.0 / math.sqrt(h)),
+    }
+
+
+def mlp_data(seed: int) -> Tuple[Tensor, List[int], Tensor]:
+    """(inputs, integer labels, probe inputs). Labels follow a fixed rule so the task is learnable."""
+    i, c, b = MLP["in"], MLP["classes"], MLP["batch"]
+    shape, x = uniform(seed, "mlp/x", (b, i), 1.0)
+    labels = []
+    for r in range(b):
+        row = x[r * i : (r + 1) * i]
+        labels.append(int((row[0] + row[1] > 0)) * 2 + int(row[2] * row[3] > 0))
+    assert max(labels) < c
+    probe = uniform(seed, "mlp/probe", (MLP["probe"], i), 1.0)
+    return (shape, x), labels, probe
+
+
+# --------------------------------------------------------------------------- lm family
+# A tiny causal transformer language model (GPT-style, pre-LayerNorm):
+#   h = tok_emb[tokens] + pos_emb[:T]
+#   per layer l: a = LN(h; ln1_w, ln1_b, eps=1e-5)
+#                q, k, v = split(a @ qkv_w.T + qkv_b, 3)          (qkv_w: (3d, d), q first)
+#                heads: reshape (B, T, H, d/H); scores = q k^T / sqrt(d/H); causal mask (-inf
+#                above the diagonal); softmax; @ v; merge heads; @ proj_w.T + proj_b
+#                h = h + attn
+#                m = LN(h; ln2_w, ln2_b); m = gelu_erf(m @ fc1_w.T + fc1_b) @ fc2_w.T + fc2_b
+#                h = h + m
+#   logits = LN(h; lnf_w, lnf_b) @ head_w.T   (no bias, not tied)
+# GELU is the exact erf form (jax.nn.gelu(approximate=False), keras approximate=False).
+# loss = mean cross-entropy of next-token prediction over all B*T positions.
+# Optimiser AdamW(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01), decoupled decay on
+# every parameter (torch.optim.AdamW's default behaviour), full batch, the same batch each step.
+
+LM = {
+    "vocab": 64, "d": 32, "heads": 2, "layers": 2, "seq": 16, "batch": 8,
+    "lr": 3e-3, "weight_decay": 0.01, "steps": 20, "probe_batch": 2,
+}
+
+
+def lm_params(seed: int) -> Dict[str, Tensor]:
+    """All parameters in a fixed order (the order of the parameter digest)."""
+    v, d, t = LM["vocab"], LM["d"], LM["seq"]
+    s = 1.0 / math.sqrt(d)
+    params: Dict[str, Tensor] = {
+        "tok_emb": uniform(seed, "lm/tok_emb", (v, d), 0.5),
+        "pos_emb": uniform(seed, "lm/pos_emb", (t, d), 0.5),
+    }
+    for layer in range(LM["layers"]):
+        p = f"l{layer}."
+        params[p + "ln1_w"] = constant((d,), 1.0)
+        params[p + "ln1_b"] = constant((d,), 0.0)
+        params[p + "qkv_w"] = uniform(seed, f"lm/{p}qkv_w", (3 * d, d), s)
+        params[p + "qkv_b"] = constant((3 * d,), 0.0)
+        params[p + "proj_w"] = uniform(seed, f"lm/{p}proj_w", (d, d), s)
+        params[p + "proj_b"] = constant((d,), 0.0)
+        params[p + "ln2_w"] = constant((d,), 1.0)
+        params[p + "ln2_b"] = constant((d,), 0.0)
+        params[p + "fc1_w"] = uniform(seed, f"lm/{p}fc1_w", (4 * d, d), s)
+        params[p + "fc1_b"] = constant((4 * d,), 0.0)
+        params[p + "fc2_w"] = uniform(seed, f"lm/{p}fc2_w", (d, 4 * d), 1.0 / math.sqrt(4 * d))
+        params[p + "fc2_b"] = constant((d,), 0.0)
+    params["lnf_w"] = constant((d,), 1.0)
+    params["lnf_b"] = constant((d,), 0.0)
+    params["head_w"] = uniform(seed, "lm/head_w", (v, d), s)
+    return params
+
+
+def lm_data(seed: int) -> Tuple[List[List[int]], List[List[int]], List[List[int]]]:
+    """(inputs, targets, probe inputs) as lists of token rows.
+
+    The token stream is a noisy repeating pattern, so there is something to learn in 20 steps.
+    """
+    v, t, b = LM["vocab"], LM["seq"], LM["batch"]
+    noise = integers(seed, "lm/noise", b * (t + 1) + 64, 8)
+    stream = [(3 * n + noise[n] // 6) % v for n in range(len(noise))]
+    inputs = [stream[r * (t + 1) : r * (t + 1) + t] for r in range(b)]
+    targets = [stream[r * (t + 1) + 1 : r * (t + 1) + t + 1] for r in range(b)]
+    probe_tokens = integers(seed, "lm/probe", LM["probe_batch"] * t, v)
+    probe = [probe_tokens[r * t : (r + 1) * t] for r in range(LM["probe_batch"])]
+    return inputs, targets, probe

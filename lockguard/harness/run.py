@@ -1,0 +1,105 @@
+"""Entry point of a harness run inside a target environment.
+
+    python run.py --scenario torch.mlp --steps 30 --out result.json [--seed 0] [--device cpu]
+                  [--threads 1] [--script user.py --framework torch]
+
+Imports only the stdlib here; the framework module for the scenario imports its one framework.
+A framework module exposes:
+    NAME                     the framework's name in results ("torch", "jax", "tensorflow", "numpy")
+    setup(ctx)               determinism, threads, device; fills framework_version, device, fingerprint
+    SCENARIOS                {scenario id: function(ctx)} for the bundled scenarios
+    run_user(ctx, module)    runs a user script's run(steps, seed) with the framework's diagnostics
+Always writes a result file, also when the scenario crashes (status "crashed" with the traceback's
+last lines); lockguard treats a missing file as a crash of the harness itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from common import Context, error_tail, write_result  # noqa: E402
+
+MODULE_OF_FRAMEWORK = {"torch": "torch_", "jax": "jax_", "tensorflow": "tf_", "numpy": "numpy_"}
+FRAMEWORK_OF_PREFIX = {"torch": "torch", "jax": "jax", "tf": "tensorflow", "numpy": "numpy"}
+
+
+def parse_args(argv: list) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="lockguard harness: run one golden scenario")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "tpu"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--script", help="a user scenario script exposing run(steps, seed)")
+    p.add_argument("--framework", choices=sorted(MODULE_OF_FRAMEWORK))
+    return p.parse_args(argv)
+
+
+def framework_of(args: argparse.Namespace) -> str:
+    if args.script:
+        if not args.framework:
+            raise SystemExit("--script needs --framework")
+        return args.framework
+    prefix = args.scenario.split(".", 1)[0]
+    if prefix not in FRAMEWORK_OF_PREFIX:
+        raise SystemExit(f"unknown scenario {args.scenario!r}")
+    return FRAMEWORK_OF_PREFIX[prefix]
+
+
+def pin_threads(threads: int) -> None:
+    # Must happen before the framework is imported: BLAS pools read these once.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def load_script(path: str):
+    spec = importlib.util.spec_from_file_location("lockguard_user_scenario", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "run", None)):
+        raise AttributeError(f"{path} defines no run(steps, seed) function")
+    return module
+
+
+def main(argv: list) -> int:
+    args = parse_args(argv)
+    framework = framework_of(args)
+    pin_threads(args.threads)
+    ctx = Context(args.scenario, framework, args.steps, args.seed, args.device, args.threads,
+                  args.script)
+    try:
+        start = time.perf_counter()
+        module = importlib.import_module(MODULE_OF_FRAMEWORK[framework])
+        ctx.result["timings"]["import_s"] = time.perf_counter() - start
+        module.setup(ctx)
+        if args.script:
+            module.run_user(ctx, load_script(args.script))
+        else:
+            if args.scenario not in module.SCENARIOS:
+                raise KeyError(f"unknown scenario {args.scenario!r} for {framework}")
+            module.SCENARIOS[args.scenario](ctx)
+    except BaseException as exc:  # noqa: BLE001 - every failure must end up in the result
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        ctx.result["status"] = "crashed"
+        ctx.result["error"] = error_tail(traceback.format_exc())
+    write_result(args.out, ctx.finish())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
