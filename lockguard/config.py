@@ -1,0 +1,158 @@
+"""[tool.lockguard] in pyproject.toml (or a lockguard.toml) as pydantic models.
+
+Unknown keys are errors, because a misspelt `tolerence` silently ignored would make a gate
+looser than its owner believes. Paths in the config are relative to the file that holds it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+Device = Literal["cpu", "cuda", "tpu"]
+EnvKind = Literal["venv", "docker", "local"]
+Framework = Literal["torch", "jax", "tensorflow", "numpy"]
+VERDICT_NAMES = (
+    "identical", "within_tolerance", "drift", "compile_fallback", "device_fallback", "slower",
+    "broken", "new", "incomparable", "skipped",
+)
+
+
+class ConfigError(ValueError):
+    """Bad configuration; the message is one line naming the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToleranceConfig(_Strict):
+    rtol: float = Field(ge=0)
+    atol: float = Field(ge=0)
+
+
+# `tolerance = "exact"` or `tolerance = {rtol = 1e-5, atol = 1e-6}`
+ToleranceSetting = Union[Literal["exact"], ToleranceConfig]
+
+
+class LockEntry(_Strict):
+    path: str
+    device: Device | None = None  # the device this lock's environment is expected to use
+
+
+class ScenarioConfig(_Strict):
+    script: str
+    framework: Framework
+    steps: int | None = Field(default=None, gt=0)
+    tolerance: ToleranceSetting | None = None
+    device: Device | None = None
+    description: str = ""
+
+
+class Config(_Strict):
+    lock: str | None = None
+    locks: list[Union[str, LockEntry]] | None = None
+    golden_dir: str = "golden"
+    env: EnvKind = "venv"
+    device: Device = "cpu"
+    steps: int | None = Field(default=None, gt=0)  # overrides every scenario's default
+    timeout: float = Field(default=600.0, gt=0)  # seconds per training run
+    threads: int = Field(default=1, gt=0)  # fixed, recorded in the fingerprint
+    seed: int = 0
+    tolerance: ToleranceSetting | None = None  # default: per dtype, like torch.testing
+    fail_on: list[str] | None = None
+    fail_on_improvement: bool = False
+    slower_ratio: float = Field(default=1.3, gt=1.0)
+    scenarios: list[str] | None = None  # default selection; None = all that apply
+    installer: Literal["pip", "uv"] = "pip"
+    python: str | None = None  # interpreter for venvs; default: the one running lockguard
+    scenario: dict[str, ScenarioConfig] = Field(default_factory=dict)
+
+    # Where the config came from; relative paths resolve against it.
+    root: Path = Field(default_factory=Path.cwd, exclude=True)
+    source: str = Field(default="(defaults)", exclude=True)
+
+    @model_validator(mode="after")
+    def _one_lock_key(self) -> "Config":
+        if self.lock is not None and self.locks is not None:
+            raise ValueError("use either 'lock' or 'locks', not both")
+        return self
+
+    @field_validator("fail_on")
+    @classmethod
+    def _known_verdicts(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            if name not in VERDICT_NAMES:
+                raise ValueError(f"unknown verdict {name!r} (known: {', '.join(VERDICT_NAMES)})")
+        return value
+
+    def lock_entries(self) -> list[LockEntry]:
+        if self.lock is not None:
+            return [LockEntry(path=self.lock)]
+        return [e if isinstance(e, LockEntry) else LockEntry(path=e) for e in self.locks or []]
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self.root / p
+
+
+def _describe(error: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in error["loc"] if not str(p).startswith(("function-after",)))
+    if error["type"] == "extra_forbidden":
+        return f"unknown key '{loc}'"
+    msg = error["msg"].removeprefix("Value error, ")
+    return f"key '{loc}': {msg}" if loc else msg
+
+
+def parse_config(data: dict[str, Any], source: str, root: Path) -> Config:
+    try:
+        return Config.model_validate({**data, "root": root, "source": source})
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc.errors()[0])}") from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def load_config(path: Path | None = None, start: Path | None = None) -> Config:
+    """Load an explicit config file, or find pyproject.toml / lockguard.toml upwards from start."""
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        return _load_file(path.resolve())
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        for name in ("lockguard.toml", "pyproject.toml"):
+            candidate = directory / name
+            if candidate.is_file():
+                data = _read_toml(candidate)
+                if name == "lockguard.toml" or "lockguard" in data.get("tool", {}):
+                    return _load_file(candidate, data)
+        if (directory / ".git").exists():
+            break  # don't wander out of the project
+    return Config(root=here)
+
+
+def _load_file(path: Path, data: dict[str, Any] | None = None) -> Config:
+    data = _read_toml(path) if data is None else data
+    if path.name == "pyproject.toml":
+        section = data.get("tool", {}).get("lockguard", {})
+        source = f"{path} [tool.lockguard]"
+    else:
+        section = data
+        source = str(path)
+    if not isinstance(section, dict):
+        raise ConfigError(f"{source}: expected a table")
+    return parse_config(section, source, path.parent)

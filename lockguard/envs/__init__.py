@@ -1,0 +1,1 @@
+"""Environment backends behind one small interface: prepare(lock) -> Env; Env.run(request)."""

@@ -1,0 +1,102 @@
+"""What every environment backend shares: the run request and running the harness in a process.
+
+A backend (venv, docker, local) only decides *which* command runs the harness and where; turning a
+process into a RunResult — timeouts, crashes without a result file, unreadable output — happens
+here once, so all backends report failures the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
+from lockguard.scenarios import Scenario
+
+
+class EnvError(RuntimeError):
+    """The environment could not be prepared (bad lock for pip, no docker daemon, ...)."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    scenario: Scenario
+    steps: int
+    seed: int
+    device: str  # expected device class
+    threads: int
+    timeout: float
+
+
+class Env(Protocol):
+    label: str  # for reports: "venv 3f2a9c…", "docker lockguard/torch-cpu:…", "local /usr/bin/python"
+    lock_hash: str
+
+    def run(self, request: RunRequest, out_dir: Path) -> RunResult: ...
+
+
+def harness_args(request: RunRequest, harness_dir: str, out_path: str,
+                 script_path: str | None) -> list[str]:
+    """The harness command line after the interpreter (paths as the interpreter will see them)."""
+    args = [f"{harness_dir}/run.py", "--scenario", request.scenario.id,
+            "--steps", str(request.steps), "--seed", str(request.seed),
+            "--device", request.device, "--threads", str(request.threads), "--out", out_path]
+    if script_path is not None:
+        args += ["--script", script_path, "--framework", request.scenario.framework]
+    return args
+
+
+def harness_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The process environment for a harness run: inherited, minus what breaks isolation."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
+    env.update({"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.update(extra or {})
+    return env
+
+
+def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
+    return RunResult(schema_version=SCHEMA_VERSION, scenario=request.scenario.id,
+                     framework=request.scenario.framework, steps=request.steps,
+                     seed=request.seed, dtype=request.scenario.dtype, status=status, error=error)
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def execute(argv: list[str], request: RunRequest, result_path: Path,
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> RunResult:
+    """Run a harness command; always return a RunResult, never raise for a failing training."""
+    result_path.unlink(missing_ok=True)
+    start = time.perf_counter()
+    # A new session, so a timeout kills the whole process group (torch.compile spawns workers).
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            cwd=cwd, start_new_session=True, text=True, errors="replace")
+    try:
+        output, _ = proc.communicate(timeout=request.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return failed_result(request, Status.timeout,
+                             f"no result after {request.timeout:g} s (killed)\n{_tail(output)}")
+    wall = time.perf_counter() - start
+    if not result_path.is_file():
+        return failed_result(request, Status.crashed,
+                             f"harness exited with code {proc.returncode} and wrote no result\n"
+                             f"{_tail(output)}")
+    try:
+        result = parse_result(json.loads(result_path.read_text(encoding="utf-8")),
+                              str(result_path))
+    except (ValueError, ResultError) as exc:
+        return failed_result(request, Status.crashed, f"unreadable harness result: {exc}")
+    if result.timings.total_s is None:
+        result.timings.total_s = wall
+    return result

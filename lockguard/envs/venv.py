@@ -1,0 +1,142 @@
+"""The default backend: one cached virtualenv per lock, installed with --require-hashes.
+
+Cache layout: $LOCKGUARD_CACHE/venvs/<key>/ where key hashes the lock's canonical hash and the
+interpreter, so a second record/check on the same lock reinstalls nothing. A build happens under
+a file lock and is only marked ready (`lockguard-ready.json`) once pip succeeded: a killed build
+is detected and redone by the next run, and two concurrent checks never install into one venv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lockguard.cache import cache_dir, file_lock
+from lockguard.envs.base import EnvError, RunRequest, execute, harness_args, harness_env
+from lockguard.locks import Lock
+from lockguard.progress import QUIET, Progress
+from lockguard.results import RunResult
+from lockguard.scenarios import HARNESS_DIR
+
+READY = "lockguard-ready.json"
+
+
+def interpreter_tag(python: str) -> str:
+    if python == sys.executable:  # spare a subprocess in the common case
+        import platform
+
+        return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
+    out = subprocess.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
+                          "platform.python_version(),platform.machine())"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def venv_key(lock: Lock, python: str, installer: str) -> str:
+    tag = interpreter_tag(python)
+    return hashlib.sha256(f"{lock.lock_hash}\0{tag}\0{installer}".encode()).hexdigest()[:20]
+
+
+class VenvEnv:
+    def __init__(self, path: Path, lock_hash: str, inductor_cache: Path) -> None:
+        self.path = path
+        self.lock_hash = lock_hash
+        self.python = path / "bin" / "python"
+        self.label = f"venv {path.name}"
+        self.inductor_cache = inductor_cache
+
+    def run(self, request: RunRequest, out_dir: Path) -> RunResult:
+        out = out_dir / f"{request.scenario.id}.json"
+        script = str(request.scenario.script) if request.scenario.script else None
+        argv = [str(self.python), *harness_args(request, str(HARNESS_DIR), str(out), script)]
+        # Compiler caches live beside the env, so a re-check compiles warm.
+        env = harness_env({"TORCHINDUCTOR_CACHE_DIR": str(self.inductor_cache / "inductor"),
+                           "TRITON_CACHE_DIR": str(self.inductor_cache / "triton")})
+        return execute(argv, request, out, env=env)
+
+
+def ready_venv(lock: Lock, *, python: str | None = None, installer: str = "pip") -> Path | None:
+    """The cached venv for this lock if it is complete, without building anything."""
+    python = python or sys.executable
+    path = cache_dir() / "venvs" / venv_key(lock, python, installer)
+    return path if (path / READY).is_file() else None
+
+
+def prepare(lock: Lock, *, python: str | None = None, installer: str = "pip",
+            progress: Progress = QUIET) -> VenvEnv:
+    """Return the env for `lock`, building it first if the cache has none."""
+    python = python or sys.executable
+    if installer == "uv" and shutil.which("uv") is None:
+        raise EnvError("installer 'uv' was asked for but `uv` is not on PATH (pip install uv)")
+    key = venv_key(lock, python, installer)
+    root = cache_dir() / "venvs"
+    path = root / key
+    with file_lock(root / f"{key}.lock"):
+        if not (path / READY).is_file():
+            _build(path, lock, python, installer, progress)
+    return VenvEnv(path, lock.lock_hash, root / f"{key}.compile-cache")
+
+
+def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progress) -> None:
+    if path.exists():
+        shutil.rmtree(path)  # an earlier build was interrupted
+    lock_file = Path(lock.source)
+    started = time.perf_counter()
+    with progress.step(f"Building venv for {lock_file.name} ({len(lock.pins)} pins, "
+                       f"{installer})") as step:
+        if installer == "uv":
+            _run_logged(["uv", "venv", "--python", python, str(path)], path.parent / "uv.log", step)
+            cmd = ["uv", "pip", "install", "--python", str(path / "bin" / "python")]
+        else:
+            subprocess.run([python, "-m", "venv", str(path)], check=True, capture_output=True)
+            cmd = [str(path / "bin" / "python"), "-m", "pip", "install", "--no-input",
+                   "--disable-pip-version-check", "--progress-bar", "off"]
+        if lock.has_hashes:
+            cmd.append("--require-hashes")
+        cmd += ["-r", str(lock_file)]
+        log = path / "install.log"
+        code, tail = _run_logged(cmd, log, step)
+        if code != 0:
+            reason = _pip_reason(tail) or f"exit code {code}"
+            shutil.rmtree(path, ignore_errors=True)
+            raise EnvError(f"{lock_file}: {installer} could not install the lock: {reason}")
+    ready = {"lock_hash": lock.lock_hash, "lock": str(lock_file), "python": python,
+             "installer": installer, "built_s": round(time.perf_counter() - started, 1),
+             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    tmp = path / (READY + ".tmp")
+    tmp.write_text(json.dumps(ready, indent=1))
+    os.replace(tmp, path / READY)
+
+
+def _run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
+    """Run an installer, streaming its lines to a log file and the spinner."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tail: list[str] = []
+    with open(log, "w", encoding="utf-8") as f:
+        f.write(" ".join(cmd) + "\n")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", env=harness_env())
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            tail = (tail + [line.rstrip()])[-40:]
+            if line.strip():
+                step.update(line.strip())
+        code = proc.wait()
+    return code, tail
+
+
+def _pip_reason(lines: list[str]) -> str:
+    """The line of pip's output that says why, not the whole wall of text."""
+    errors = [ln.removeprefix("ERROR: ").strip() for ln in lines if ln.startswith("ERROR:")]
+    errors = [e for e in errors if e and not e.startswith("(from versions")]
+    if errors:
+        return " ".join(errors[:2])
+    meaningful = [ln.strip() for ln in lines if ln.strip()]
+    return meaningful[-1] if meaningful else ""

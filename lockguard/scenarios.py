@@ -1,0 +1,120 @@
+"""The scenarios lockguard knows: bundled golden mini-trainings and the user's own scripts."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockguard.config import Config, ConfigError, ToleranceSetting
+
+HARNESS_DIR = Path(__file__).parent / "harness"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    framework: str  # torch | jax | tensorflow | numpy
+    description: str
+    steps: int
+    dtype: str = "float32"
+    family: str | None = None  # mlp | lm: scenarios of one family share data and initial weights
+    script: Path | None = None  # user scenarios only
+    tolerance: ToleranceSetting | None = None
+    device: str | None = None  # overrides the lock's / config's expected device
+
+    @property
+    def source(self) -> str:
+        return "user" if self.script else "bundled"
+
+
+def _b(id: str, framework: str, description: str, steps: int, family: str | None,
+       dtype: str = "float32") -> Scenario:
+    return Scenario(id=id, framework=framework, description=description, steps=steps,
+                    dtype=dtype, family=family)
+
+
+BUNDLED: tuple[Scenario, ...] = (
+    _b("torch.mlp", "torch", "MLP classifier, eager, Adam", 30, "mlp"),
+    _b("torch.lm", "torch", "tiny causal transformer LM, AdamW", 20, "lm"),
+    _b("torch.lm.bf16", "torch", "tiny LM under bf16 autocast", 20, "lm", "bfloat16"),
+    _b("torch.rng", "torch", "MLP initialised by torch's own RNG", 30, None),
+    _b("numpy.mlp", "numpy", "MLP with hand-written backprop and Adam in numpy", 30, "mlp"),
+    _b("jax.mlp", "jax", "MLP, jitted train step, Adam", 30, "mlp"),
+    _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm"),
+    _b("jax.lm.bf16", "jax", "tiny LM with bf16 matmuls", 20, "lm", "bfloat16"),
+    _b("jax.rng", "jax", "MLP initialised by jax.random", 30, None),
+    _b("tf.mlp", "tensorflow", "MLP in tf.function, Adam", 30, "mlp"),
+    _b("tf.mlp.xla", "tensorflow", "MLP in tf.function(jit_compile=True)", 30, "mlp"),
+    _b("tf.keras", "tensorflow", "Keras model and Keras Adam in a custom loop", 30, "mlp"),
+    _b("tf.lm", "tensorflow", "tiny causal transformer LM in tf.function, AdamW", 20, "lm"),
+    _b("tf.rng", "tensorflow", "MLP initialised by TensorFlow's RNG", 30, None),
+)
+
+# Ids the harness implements; a bundled scenario whose module is not there yet is not offered.
+_HARNESS_MODULE = {"torch": "torch_.py", "jax": "jax_.py", "tensorflow": "tf_.py",
+                   "numpy": "numpy_.py"}
+
+
+def bundled() -> list[Scenario]:
+    return [s for s in BUNDLED if (HARNESS_DIR / _HARNESS_MODULE[s.framework]).is_file()]
+
+
+def user_scenarios(config: Config) -> list[Scenario]:
+    out = []
+    for name, sc in config.scenario.items():
+        script = config.resolve(sc.script)
+        if not script.is_file():
+            raise ConfigError(f"{config.source}: scenario.{name}.script: {script} not found")
+        out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
+                            f"user script {sc.script}", steps=sc.steps or 20, script=script,
+                            tolerance=sc.tolerance, device=sc.device))
+    return out
+
+
+def all_scenarios(config: Config) -> list[Scenario]:
+    scenarios = bundled() + user_scenarios(config)
+    ids = [s.id for s in bundled()]
+    for s in user_scenarios(config):
+        if s.id in ids:
+            raise ConfigError(f"{config.source}: scenario.{s.id}: name taken by a bundled scenario")
+    return scenarios
+
+
+def select(config: Config, requested: list[str]) -> list[Scenario]:
+    """The scenarios asked for on the command line, or in config, or all of them."""
+    known = {s.id: s for s in all_scenarios(config)}
+    wanted = requested or config.scenarios or []
+    if not wanted:
+        return list(known.values())
+    out = []
+    for name in wanted:
+        if name in known:
+            out.append(known[name])
+            continue
+        # A prefix such as "torch" or "jax.lm" selects every scenario below it.
+        matches = [s for sid, s in known.items() if sid.startswith(name + ".")]
+        if not matches:
+            raise ConfigError(f"unknown scenario {name!r} (see `lockguard scenarios`)")
+        out.extend(matches)
+    return list({s.id: s for s in out}.values())
+
+
+def harness_digest() -> str:
+    """A hash of the harness code: a golden recorded by other harness code is not a shortcut."""
+    h = hashlib.sha256()
+    for path in sorted(HARNESS_DIR.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, device: str,
+                  threads: int, harness: str) -> str:
+    """Everything that determines a run's result besides the machine: equal digests, equal runs."""
+    h = hashlib.sha256()
+    parts = [lock_hash, harness, scenario.id, scenario.framework, str(steps), str(seed), device,
+             str(threads)]
+    h.update("\0".join(parts).encode())
+    if scenario.script:
+        h.update(scenario.script.read_bytes())
+    return h.hexdigest()
