@@ -1,0 +1,3 @@
+from lockguard.cli import main
+
+main()

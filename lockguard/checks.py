@@ -1,0 +1,267 @@
+"""The record, check and diff flows: plan → run → compare → Report.
+
+Each flow validates all of its input (locks, config, goldens) before it builds or runs anything,
+so bad input fails in a second with nothing written. Goldens are written only at the end of a
+record, each atomically.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockguard.compare import (
+    DEFAULT_FAIL_ON, Policy, ScenarioVerdict, Tolerance, Verdict, compare_runs, gate_passes,
+    skipped,
+)
+from lockguard.config import Config, ToleranceSetting
+from lockguard.envs.base import RunRequest
+from lockguard.golden import Golden, GoldenError, golden_path
+from lockguard.locks import diff_locks, framework_version
+from lockguard.progress import QUIET, Progress
+from lockguard.report import LockInfo, ParityRow, Report
+from lockguard.results import RunResult, Status
+from lockguard.runner import Environments, LockRef, Planned, lock_for, plan, run_requests
+from lockguard.scenarios import Scenario, harness_digest, inputs_digest
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line adds to the config for one invocation."""
+
+    scenarios: list[str]
+    device: str | None = None
+    steps: int | None = None
+    env: str | None = None
+    repeat: int = 1
+    rerun: bool = False  # run even when the inputs are unchanged since the golden
+    allow_new: bool = False  # a scenario without a golden is `new`, not an error
+    exact: bool = False
+
+
+# ------------------------------------------------------------------------------------ policy
+
+def _tolerance(setting: ToleranceSetting | None) -> Tolerance | None:
+    if setting is None:
+        return None
+    if setting == "exact":
+        return Tolerance(rtol=0.0, atol=0.0, exact=True)
+    return Tolerance(rtol=setting.rtol, atol=setting.atol)
+
+
+def policy_for(config: Config, exact: bool = False) -> Policy:
+    fail_on = (frozenset(Verdict(v) for v in config.fail_on) if config.fail_on is not None
+               else DEFAULT_FAIL_ON)
+    return Policy(exact=exact or config.tolerance == "exact", tolerance=_tolerance(config.tolerance),
+                  fail_on=fail_on, slower_ratio=config.slower_ratio,
+                  fail_on_improvement=config.fail_on_improvement)
+
+
+# ----------------------------------------------------------------------------- report parts
+
+def lock_info(ref: LockRef, role: str) -> LockInfo:
+    frameworks = sorted(ref.lock.frameworks())
+    versions = {f: v for f in frameworks if (v := framework_version(ref.lock, f))}
+    return LockInfo(path=str(ref.path), lock_hash=ref.lock.lock_hash, role=role,
+                    frameworks=frameworks, versions=versions)
+
+
+def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> list[ParityRow]:
+    """Step-0 loss per family across frameworks, from the candidate runs of this check."""
+    rows = []
+    for family in ("mlp", "lm"):
+        step0 = {sid: r.losses[0] for sid, r in results.items()
+                 if scenarios[sid].family == family and r.status == Status.ok and r.losses}
+        if len({scenarios[s].framework for s in step0}) < 2:
+            continue
+        values = list(step0.values())
+        ref = abs(values[0]) or 1.0
+        rows.append(ParityRow(family=family, step0=step0,
+                              max_rel_spread=(max(values) - min(values)) / ref))
+    return rows
+
+
+# ------------------------------------------------------------------------------------ flows
+
+def _request(p: Planned, config: Config) -> RunRequest:
+    return RunRequest(scenario=p.scenario, steps=p.steps, seed=config.seed, device=p.device,
+                      threads=config.threads, timeout=config.timeout)
+
+
+def _digest(p: Planned, config: Config, harness: str) -> str:
+    return inputs_digest(p.scenario, lock_hash=p.lock.lock.lock_hash if p.lock else "local",
+                         steps=p.steps, seed=config.seed, device=p.device,
+                         threads=config.threads, harness=harness)
+
+
+def _golden_dir(config: Config) -> Path:
+    return config.resolve(config.golden_dir)
+
+
+def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
+           progress: Progress = QUIET) -> Report:
+    from lockguard import golden
+
+    start = time.perf_counter()
+    kind = opts.env or config.env
+    planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
+                   local=kind == "local")
+    gdir = _golden_dir(config)
+    previous: dict[str, Golden | None] = {
+        p.scenario.id: golden.load(golden_path(gdir, p.device, p.scenario.id))
+        for p in planned if not p.skip_reason}
+    runnable = [p for p in planned if not p.skip_reason]
+    envs = Environments(config, kind, progress)
+    jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
+            for p in runnable]
+    results = run_requests(jobs, progress)
+    harness = harness_digest()
+    policy = policy_for(config, opts.exact)
+    verdicts: list[ScenarioVerdict] = []
+    to_write: list[tuple[Path, RunResult, dict]] = []
+    for p, result in zip(runnable, results):
+        old = previous[p.scenario.id]
+        v = compare_runs([old.result] if old else [], [result], policy=policy,
+                         baseline_kind="golden", expected_device=p.device, timed_together=False,
+                         tolerance=_tolerance(p.scenario.tolerance))
+        verdicts.append(v)
+        if result.status != Status.ok or v.verdict == Verdict.device_fallback:
+            continue  # a reference must be a healthy run on the intended device
+        provenance = {"lock": str(p.lock.path) if p.lock else None,
+                      "lock_hash": p.lock.lock.lock_hash if p.lock else "local",
+                      "inputs_digest": _digest(p, config, harness),
+                      "framework_version": result.framework_version,
+                      "env": jobs[runnable.index(p)][0].label,
+                      "git_commit": golden.git_commit(config.root),
+                      "fingerprint": result.fingerprint}
+        to_write.append((golden_path(gdir, p.device, p.scenario.id), result, provenance))
+    for path, result, provenance in to_write:
+        golden.write(path, result, provenance)
+    verdicts += [skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
+                 for p in planned if p.skip_reason]
+    broken = [v for v in verdicts if v.verdict in (Verdict.broken, Verdict.device_fallback)]
+    return Report(command="record", mode="record", device=opts.device or config.device,
+                  locks=[lock_info(r, "candidate") for r in locks], verdicts=verdicts,
+                  parity=parity({p.scenario.id: p.scenario for p in runnable},
+                                {p.scenario.id: r for p, r in zip(runnable, results)}),
+                  written=[str(path) for path, _, _ in to_write], passed=not broken,
+                  duration_s=time.perf_counter() - start)
+
+
+def check(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
+          baseline: list[LockRef] | None = None, progress: Progress = QUIET) -> Report:
+    if baseline:
+        return _check_ab(config, locks, baseline, scenarios, opts, progress)
+    return _check_golden(config, locks, scenarios, opts, progress)
+
+
+def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario],
+                  opts: Options, progress: Progress) -> Report:
+    from lockguard import golden
+
+    start = time.perf_counter()
+    kind = opts.env or config.env
+    planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
+                   local=kind == "local")
+    gdir = _golden_dir(config)
+    harness = harness_digest()
+    verdicts: dict[str, ScenarioVerdict] = {}
+    to_run: list[tuple[Planned, Golden | None]] = []
+    for p in planned:
+        if p.skip_reason:
+            verdicts[p.scenario.id] = skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
+            continue
+        path = golden_path(gdir, p.device, p.scenario.id)
+        raw = golden.read_raw(path)  # corrupt → GoldenError before anything runs
+        if raw is None and not opts.allow_new:
+            raise GoldenError(f"{path}: no golden recorded for scenario {p.scenario.id} "
+                              f"(run `lockguard record --scenario {p.scenario.id}` first)")
+        if raw is not None and not opts.rerun and opts.repeat == 1 \
+                and raw["provenance"].get("inputs_digest") == _digest(p, config, harness):
+            # Same lock, harness, scenario and settings as when recorded: the answer is known
+            # without importing a framework or building an environment.
+            verdicts[p.scenario.id] = ScenarioVerdict(
+                scenario=p.scenario.id, framework=p.scenario.framework,
+                verdict=Verdict.identical, baseline_kind="golden",
+                reasons=["lock and scenario unchanged since the golden was recorded (not re-run;"
+                         " --rerun runs it)"])
+            continue
+        to_run.append((p, golden.load(path) if raw is not None else None))
+
+    results: dict[str, RunResult] = {}
+    if to_run:
+        envs = Environments(config, kind, progress)
+        jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
+                for p, _ in to_run for _ in range(opts.repeat)]
+        runs = run_requests(jobs, progress)
+        policy = policy_for(config, opts.exact)
+        for i, (p, gold) in enumerate(to_run):
+            mine = runs[i * opts.repeat:(i + 1) * opts.repeat]
+            results[p.scenario.id] = mine[0]
+            verdicts[p.scenario.id] = compare_runs(
+                [gold.result] if gold else [], mine, policy=policy, baseline_kind="golden",
+                expected_device=p.device, timed_together=False,
+                tolerance=_tolerance(p.scenario.tolerance))
+    ordered = [verdicts[p.scenario.id] for p in planned]
+    policy = policy_for(config, opts.exact)
+    return Report(command="check", mode="golden", device=opts.device or config.device,
+                  locks=[lock_info(r, "candidate") for r in locks], verdicts=ordered,
+                  parity=parity({p.scenario.id: p.scenario for p in planned}, results),
+                  passed=gate_passes(ordered, policy), duration_s=time.perf_counter() - start)
+
+
+def _check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
+              scenarios: list[Scenario], opts: Options, progress: Progress) -> Report:
+    start = time.perf_counter()
+    kind = opts.env or config.env
+    planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
+                   local=kind == "local")
+    envs = Environments(config, kind, progress)
+    verdicts: dict[str, ScenarioVerdict] = {}
+    pairs: list[tuple[Planned, LockRef]] = []
+    for p in planned:
+        old = lock_for(p.scenario, baseline)
+        if p.skip_reason:
+            verdicts[p.scenario.id] = skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
+        elif old is None:
+            verdicts[p.scenario.id] = ScenarioVerdict(
+                scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.new,
+                reasons=[f"the baseline locks do not pin {p.scenario.framework}"])
+        else:
+            pairs.append((p, old))
+    # Baseline and candidate of one scenario run side by side, alternating, so that both see
+    # the same machine load: their timing ratio is meaningful, absolute times are not.
+    jobs = []
+    for p, old in pairs:
+        for _ in range(opts.repeat):
+            jobs.append((envs.get(old, p.scenario.framework, p.device), _request(p, config)))
+            jobs.append((envs.get(p.lock, p.scenario.framework, p.device), _request(p, config)))
+    runs = run_requests(jobs, progress) if jobs else []
+    policy = policy_for(config, opts.exact)
+    results: dict[str, RunResult] = {}
+    for i, (p, _) in enumerate(pairs):
+        mine = runs[i * 2 * opts.repeat:(i + 1) * 2 * opts.repeat]
+        base, cand = mine[0::2], mine[1::2]
+        results[p.scenario.id] = cand[0]
+        verdicts[p.scenario.id] = compare_runs(
+            base, cand, policy=policy, baseline_kind="lock", expected_device=p.device,
+            timed_together=True, tolerance=_tolerance(p.scenario.tolerance))
+    ordered = [verdicts[p.scenario.id] for p in planned]
+    diffs = []
+    for new in locks:
+        old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
+        if old is not None:
+            diffs.append(diff_locks(old.lock, new.lock).model_dump(mode="json"))
+    return Report(command="check", mode="ab", device=opts.device or config.device,
+                  locks=[lock_info(r, "baseline") for r in baseline]
+                  + [lock_info(r, "candidate") for r in locks],
+                  lock_diffs=diffs, verdicts=ordered,
+                  parity=parity({p.scenario.id: p.scenario for p in planned}, results),
+                  passed=gate_passes(ordered, policy), duration_s=time.perf_counter() - start)
+
+
+def diff(old: LockRef, new: LockRef) -> Report:
+    return Report(command="diff", mode="diff",
+                  locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
+                  lock_diffs=[diff_locks(old.lock, new.lock).model_dump(mode="json")])

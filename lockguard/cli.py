@@ -1,0 +1,210 @@
+"""The command line. Thin: parse options, call the modules, render, choose the exit code.
+
+Exit codes: 0 the gate passes, 1 the gate fails, 2 bad input or broken infrastructure (one line
+on stderr saying what and where; nothing written).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockguard import __version__
+
+FORMATS = ("text", "json", "markdown")
+
+
+class UserError(Exception):
+    """Raised for input the user must fix; rendered as one line, exit 2."""
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    # Imported lazily so `lockguard --help` stays instant.
+    from lockguard.config import ConfigError
+    from lockguard.envs.base import EnvError
+    from lockguard.golden import GoldenError
+    from lockguard.locks import LockError
+    from lockguard.results import ResultError
+
+    errors: list[type[BaseException]] = [UserError, ConfigError, EnvError, GoldenError,
+                                         LockError, ResultError]
+    for module, name in (("lockguard.resolve", "ResolveError"), ("lockguard.gitref", "GitRefError")):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except KeyboardInterrupt:
+            click.echo("lockguard: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            if isinstance(exc, _input_errors()):
+                click.echo(f"lockguard: error: {exc}", err=True)
+                sys.exit(2)
+            raise
+    return wrapper
+
+
+def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--lock", "locks", multiple=True, metavar="PATH",
+                     help="Lock file (repeatable); overrides [tool.lockguard] lock/locks."),
+        click.option("--scenario", "scenarios", multiple=True, metavar="ID",
+                     help="Scenario id or prefix such as 'torch' (repeatable). Default: all."),
+        click.option("--env", type=click.Choice(["venv", "docker", "local"]),
+                     help="Where scenarios run (default from config: venv)."),
+        click.option("--device", type=click.Choice(["cpu", "cuda", "tpu"]),
+                     help="Expected device class."),
+        click.option("--steps", type=click.IntRange(min=1), help="Override training steps."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="text",
+                     show_default=True),
+        click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Write the report here instead of stdout."),
+        click.option("--config", "config_path", type=click.Path(path_type=Path),
+                     help="Config file (default: pyproject.toml or lockguard.toml, searched "
+                          "upwards)."),
+        click.option("-v", "--verbose", is_flag=True, help="Show more progress detail."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def emit(report: Any, fmt: str, output: Path | None) -> None:
+    from lockguard.report import render
+
+    if output is None:
+        if fmt == "text":
+            from lockguard.report import text
+
+            click.echo(text.render(report, color=sys.stdout.isatty()), nl=False)
+        else:
+            click.echo(render(report, fmt), nl=False)
+        return
+    _write_atomic(output, render(report, fmt))
+    click.echo(f"report written to {output}", err=True)
+
+
+def _write_atomic(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(content)
+    os.replace(tmp, path)
+
+
+def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[str, ...],
+           fmt: str, verbose: bool):
+    from lockguard.config import load_config
+    from lockguard.progress import Progress
+    from lockguard.runner import load_locks
+    from lockguard.scenarios import select
+
+    config = load_config(config_path)
+    chosen = select(config, list(scenarios))
+    lock_refs = load_locks(config, list(locks))
+    progress = Progress(quiet=fmt == "json", verbose=verbose)
+    return config, chosen, lock_refs, progress
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lockguard")
+def main() -> None:
+    """Catch silent training drift when an ML stack's lock changes."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@handles_errors
+def scenarios(config_path: Path | None, fmt: str) -> None:
+    """List bundled and user scenarios."""
+    import json
+
+    from lockguard.config import load_config
+    from lockguard.scenarios import all_scenarios
+
+    config = load_config(config_path)
+    items = all_scenarios(config)
+    if fmt == "json":
+        click.echo(json.dumps([{"id": s.id, "framework": s.framework, "source": s.source,
+                                "steps": s.steps, "dtype": s.dtype,
+                                "description": s.description} for s in items], indent=2))
+        return
+    width = max(len(s.id) for s in items)
+    for s in items:
+        click.echo(f"{s.id:<{width}}  {s.framework:<10}  {s.source:<7}  {s.steps:>3} steps  "
+                   f"{s.description}")
+
+
+@main.command()
+@common_options
+@handles_errors
+def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbose) -> None:
+    """Run scenarios and write golden/<device-class>/<scenario>.json."""
+    from lockguard import checks
+
+    config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+    opts = checks.Options(scenarios=list(scenarios), device=device, steps=steps, env=env)
+    report = checks.record(config, lock_refs, chosen, opts, progress)
+    emit(report, fmt, output)
+    sys.exit(0 if report.passed else 1)
+
+
+@main.command()
+@common_options
+@click.option("--baseline-lock", "baseline_locks", multiple=True, metavar="OLD",
+              help="Also build OLD's environment and compare side by side (A/B).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run each scenario K times (detects nondeterminism, steadier timings).")
+@click.option("--rerun", is_flag=True, help="Run even when nothing changed since the golden.")
+@click.option("--allow-new", is_flag=True,
+              help="A scenario without a golden is reported `new` instead of an error.")
+@click.option("--exact", is_flag=True, help="Require bitwise-identical results.")
+@handles_errors
+def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbose,
+          baseline_locks, repeat, rerun, allow_new, exact) -> None:
+    """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
+    from lockguard import checks
+    from lockguard.runner import LockRef, read_lock
+
+    config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+    baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
+    opts = checks.Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
+                          repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact)
+    report = checks.check(config, lock_refs, chosen, opts, baseline, progress)
+    emit(report, fmt, output)
+    sys.exit(0 if report.passed else 1)
+
+
+@main.command()
+@click.argument("old", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@handles_errors
+def diff(old: Path, new: Path, fmt: str, output: Path | None) -> None:
+    """Show what changed between two locks: versions, bump kinds, frameworks touched."""
+    from lockguard import checks
+    from lockguard.runner import LockRef, read_lock
+
+    report = checks.diff(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)))
+    emit(report, fmt, output)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,60 @@
+"""The one Report model every renderer draws; no computation happens in the renderers.
+
+A Report is built by the record/check flows (lockguard/checks.py) from pure comparison results;
+`render(report, fmt)` turns it into text, json or markdown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from lockguard.compare import ScenarioVerdict
+
+FORMATS = ("text", "json", "markdown")
+
+
+class LockInfo(BaseModel):
+    path: str
+    lock_hash: str
+    role: Literal["candidate", "baseline"] = "candidate"
+    frameworks: list[str] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)  # framework -> pinned version
+    env: str | None = None  # the environment it ran in, when one was prepared
+
+
+class ParityRow(BaseModel):
+    """Step-0 loss of one scenario family across frameworks: a harness bug shows here first."""
+
+    family: str
+    step0: dict[str, float]  # scenario id -> loss at step 0
+    max_rel_spread: float
+
+
+class Report(BaseModel):
+    command: Literal["check", "record", "diff", "propose"]
+    mode: Literal["golden", "ab", "record", "diff"]
+    device: str | None = None
+    locks: list[LockInfo] = Field(default_factory=list)
+    lock_diffs: list[dict[str, Any]] = Field(default_factory=list)  # LockDiff.model_dump(mode="json")
+    verdicts: list[ScenarioVerdict] = Field(default_factory=list)
+    parity: list[ParityRow] = Field(default_factory=list)
+    written: list[str] = Field(default_factory=list)  # golden files written by record
+    notes: list[str] = Field(default_factory=list)
+    passed: bool = True
+    duration_s: float | None = None
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt == "json":
+        from lockguard.report import json_
+
+        return json_.render(report)
+    if fmt == "markdown":
+        from lockguard.report import markdown
+
+        return markdown.render(report)
+    from lockguard.report import text
+
+    return text.render(report)

@@ -1,0 +1,52 @@
+"""The Report as GitHub-flavoured markdown, for PR comments and job summaries."""
+
+from __future__ import annotations
+
+from lockguard.compare import Verdict
+from lockguard.report import Report
+from lockguard.report._common import SYMBOL, change_line, final_loss, fmt_float, summary_line, timing
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(report: Report) -> str:
+    lines: list[str] = []
+    title = {"check": "lockguard check", "record": "lockguard record", "diff": "lockguard diff",
+             "propose": "lockguard propose"}[report.command]
+    if report.command != "diff":
+        title += ": **PASS**" if report.passed else ": **FAIL**"
+    lines += [f"### {title}", ""]
+    for lock in report.locks:
+        versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
+        lines.append(f"- {lock.role} lock `{lock.path}` (`{lock.lock_hash[:12]}`)"
+                     + (f": {versions}" if versions else ""))
+    for diff in report.lock_diffs:
+        changes = [c for c in diff.get("changes", []) if c.get("kind") != "unchanged"]
+        lines += ["", f"**Lock changes** ({len(changes)})", "", "```diff"]
+        lines += [change_line(c) for c in changes] or ["(none)"]
+        lines.append("```")
+    if report.verdicts:
+        lines += ["", "| | scenario | verdict | final loss | step time | evidence |",
+                  "|---|---|---|---|---|---|"]
+        for v in report.verdicts:
+            lines.append(f"| {SYMBOL[v.verdict]} | `{v.scenario}` | {v.verdict.value} | "
+                         f"{_cell(final_loss(v))} | {timing(v)} | {_cell(summary_line(v))} |")
+    details = [v for v in report.verdicts
+               if v.verdict not in (Verdict.identical, Verdict.skipped) and v.reasons]
+    for v in details:
+        lines += ["", f"<details><summary><code>{v.scenario}</code>: {v.verdict.value}</summary>",
+                  "", "```"]
+        lines += v.reasons
+        if v.compile_diff is not None:
+            lines += v.compile_diff.regressions + v.compile_diff.improvements
+        lines += ["```", "</details>"]
+    if report.parity:
+        lines += ["", "Step-0 parity across frameworks:", ""]
+        for row in report.parity:
+            cells = ", ".join(f"`{k}` {fmt_float(v)}" for k, v in row.step0.items())
+            lines.append(f"- {row.family}: {cells} (spread {row.max_rel_spread:.1e})")
+    for note in report.notes:
+        lines += ["", f"> {note}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,149 @@
+"""Plan and run scenarios: which lock and environment each scenario runs in, and running them.
+
+This is the orchestration between the CLI and the pure pieces: it reads locks, prepares
+environments (the only place that decides venv / docker / local), and runs harness processes in
+parallel, bounded by the machine's cores.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockguard.config import Config, ConfigError
+from lockguard.envs.base import Env, RunRequest
+from lockguard.locks import Lock, parse_lock
+from lockguard.progress import QUIET, Progress
+from lockguard.results import RunResult
+from lockguard.scenarios import Scenario
+
+
+@dataclass(frozen=True)
+class LockRef:
+    path: Path
+    lock: Lock
+    device: str | None = None  # expected device of this lock's environment, from config
+
+
+@dataclass(frozen=True)
+class Planned:
+    scenario: Scenario
+    lock: LockRef | None
+    device: str  # expected device class
+    steps: int
+    skip_reason: str | None = None
+
+
+def load_locks(config: Config, cli_locks: list[str]) -> list[LockRef]:
+    """The locks to check: --lock options (relative to cwd) or the config's (relative to it)."""
+    if cli_locks:
+        refs = [(Path(p), None) for p in cli_locks]
+    else:
+        refs = [(config.resolve(e.path), e.device) for e in config.lock_entries()]
+    if not refs:
+        raise ConfigError("no lock given: pass --lock PATH or set `lock` in [tool.lockguard]")
+    return [LockRef(path=path, lock=read_lock(path), device=device) for path, device in refs]
+
+
+def read_lock(path: Path) -> Lock:
+    if not path.is_file():
+        raise ConfigError(f"{path}: lock file not found")
+    return parse_lock(path)
+
+
+def lock_for(scenario: Scenario, locks: list[LockRef]) -> LockRef | None:
+    """The first lock that pins the scenario's framework: frameworks never share an env."""
+    for ref in locks:
+        if scenario.framework in ref.lock.frameworks():
+            return ref
+    return None
+
+
+def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
+         device: str | None = None, steps: int | None = None,
+         local: bool = False) -> list[Planned]:
+    """Decide lock, device and steps per scenario; unrunnable ones carry a skip reason."""
+    planned = []
+    for sc in scenarios:
+        ref = lock_for(sc, locks)
+        expected = device or sc.device or (ref.device if ref else None) or config.device
+        n = steps or config.steps or sc.steps
+        reason = None
+        if ref is None and not local:
+            pinned = sorted({f for r in locks for f in r.lock.frameworks()})
+            reason = (f"no lock pins {sc.framework} (locks pin: "
+                      f"{', '.join(pinned) or 'no framework'})")
+        planned.append(Planned(sc, ref, expected, n, reason))
+    return planned
+
+
+class Environments:
+    """Prepares each lock's environment once per check, for the configured backend."""
+
+    def __init__(self, config: Config, kind: str, progress: Progress = QUIET) -> None:
+        self.config = config
+        self.kind = kind
+        self.progress = progress
+        self._envs: dict[tuple[str, str], Env] = {}
+
+    def get(self, ref: LockRef | None, framework: str, device: str) -> Env:
+        key = (ref.lock.lock_hash if ref else "local", f"{framework}/{device}")
+        if self.kind != "docker":
+            key = (key[0], "")  # one venv per lock serves every framework and device in it
+        if key not in self._envs:
+            self._envs[key] = self._prepare(ref, framework, device)
+        return self._envs[key]
+
+    def _prepare(self, ref: LockRef | None, framework: str, device: str) -> Env:
+        if self.kind == "local":
+            from lockguard.envs import local
+
+            return local.prepare(self.config.python, ref.lock.lock_hash if ref else "local")
+        assert ref is not None
+        if self.kind == "docker":
+            from lockguard.envs import docker
+
+            return docker.prepare(ref.lock, framework=framework, accelerator=device,
+                                  config=self.config, progress=self.progress)
+        from lockguard.envs import venv
+
+        return venv.prepare(ref.lock, python=self.config.python,
+                            installer=self.config.installer, progress=self.progress)
+
+
+def workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
+                 on_done: Callable[[RunRequest, RunResult], None] | None = None
+                 ) -> list[RunResult]:
+    """Run harness processes in parallel (one thread waits on each process); results in order.
+
+    Each harness is pinned to its own thread count, so running as many processes as there are
+    cores keeps the machine busy without changing any run's numerics.
+    """
+    results: list[RunResult | None] = [None] * len(jobs)
+    with tempfile.TemporaryDirectory(prefix="lockguard-run-") as tmp:
+        def one(index: int) -> None:
+            env, request = jobs[index]
+            out_dir = Path(tmp) / str(index)
+            out_dir.mkdir()
+            result = env.run(request, out_dir)
+            results[index] = result
+            label = f"{request.scenario.id} [{env.label}]"
+            progress.info(f"  {label}: {result.status.value}"
+                          + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
+                             else ""))
+            if on_done:
+                on_done(request, result)
+
+        with progress.step(f"Running {len(jobs)} training run(s) on {workers()} worker(s)"):
+            with ThreadPoolExecutor(max_workers=workers()) as pool:
+                for future in [pool.submit(one, i) for i in range(len(jobs))]:
+                    future.result()
+    return [r for r in results if r is not None]
