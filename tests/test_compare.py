@@ -1,0 +1,683 @@
+"""compare.py: verdicts, their precedence, and the figures behind them.
+
+Every test builds RunResult objects directly; nothing runs a framework.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lockguard.compare import (
+    DEFAULT_FAIL_ON,
+    PRECEDENCE,
+    CompileDiff,
+    Policy,
+    ScenarioVerdict,
+    SeriesDiff,
+    Tolerance,
+    Verdict,
+    bitwise_equal,
+    compare_compile,
+    compare_runs,
+    compare_series,
+    default_tolerance,
+    first_difference,
+    gate_passes,
+    is_failure,
+    skipped,
+    ulp_distance,
+)
+from lockguard.results import SCHEMA_VERSION, CompileDiagnostics, RunResult, Status, Timings
+
+LOSSES = [2.0, 1.5, 1.25, 1.0, 0.875, 0.75]
+F32 = default_tolerance("float32")
+
+
+def run(**fields: object) -> RunResult:
+    """A healthy CPU torch run of scenario "mlp"; `fields` override what a test is about."""
+    data: dict[str, object] = {
+        "schema_version": SCHEMA_VERSION,
+        "scenario": "mlp",
+        "framework": "torch",
+        "device": "cpu",
+        "losses": list(LOSSES),
+        "grad_norms": [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625],
+        "outputs": [0.1, -0.2, 0.3, -0.4],
+        "param_digest": "sha256:aaaa",
+    }
+    data.update(fields)
+    data.setdefault("steps", len(data["losses"]))  # type: ignore[arg-type]
+    return RunResult.model_validate(data)
+
+
+def with_loss(index: int, value: float, **fields: object) -> RunResult:
+    """A run whose loss at `index` is `value` (and whose parameters therefore differ)."""
+    losses = list(LOSSES)
+    losses[index] = value
+    return run(losses=losses, param_digest="sha256:bbbb", **fields)
+
+
+def compare(
+    baselines: list[RunResult],
+    candidates: list[RunResult],
+    *,
+    policy: Policy | None = None,
+    expected_device: str | None = None,
+    timed_together: bool = False,
+    tolerance: Tolerance | None = None,
+) -> ScenarioVerdict:
+    return compare_runs(
+        baselines,
+        candidates,
+        policy=policy or Policy(),
+        baseline_kind="golden",
+        expected_device=expected_device,
+        timed_together=timed_together,
+        tolerance=tolerance,
+    )
+
+
+def f32_above(x: float, ulps: int = 1) -> float:
+    """The float32 value `ulps` representable steps above the positive float32 `x`."""
+    import struct
+
+    bits = struct.unpack("<I", struct.pack("<f", x))[0] + ulps
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Tolerances
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rtol", "atol"),
+    [
+        ("float32", 1.3e-6, 1e-5),
+        ("float64", 1e-7, 1e-7),
+        ("float16", 1e-3, 1e-5),
+        ("bfloat16", 1.6e-2, 1e-5),
+        ("torch.bfloat16", 1.6e-2, 1e-5),
+        ("half", 1e-3, 1e-5),
+        ("double", 1e-7, 1e-7),
+        ("int8", 1.3e-6, 1e-5),  # unknown: float32's
+    ],
+)
+def test_default_tolerance_follows_torch_testing(dtype: str, rtol: float, atol: float) -> None:
+    tol = default_tolerance(dtype)
+    assert (tol.rtol, tol.atol, tol.exact) == (rtol, atol, False)
+
+
+def test_tolerance_is_relative_to_the_baseline() -> None:
+    tol = Tolerance(rtol=0.5, atol=0.0)
+    # |3.01 - 2| = 1.01 exceeds 0.5 * |2| but not 0.5 * |3.01|: only the baseline scales.
+    assert compare_series("x", [2.0], [3.01], tol).mismatched == 1
+    assert compare_series("x", [3.01], [2.0], tol).mismatched == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Values: bitwise equality, ULPs, first difference
+
+
+def test_bitwise_equal_tells_zeros_apart_and_matches_nans() -> None:
+    assert bitwise_equal(1.5, 1.5)
+    assert not bitwise_equal(0.0, -0.0)
+    assert bitwise_equal(math.nan, math.nan)
+    assert not bitwise_equal(math.nan, 1.0)
+    assert not bitwise_equal(1.0, math.nan)
+
+
+def test_ulp_distance_float32() -> None:
+    assert ulp_distance(1.0, f32_above(1.0), "float32") == 1
+    assert ulp_distance(f32_above(1.0, 5), 1.0, "float32") == 5
+    assert ulp_distance(1.0, 1.5, "float32") == 2**22
+    assert ulp_distance(0.0, -0.0, "float32") == 0
+    smallest = f32_above(0.0)  # the smallest positive subnormal
+    assert ulp_distance(smallest, -smallest, "float32") == 2  # across zero
+    assert ulp_distance(3.4028234663852886e38, math.inf, "float32") == 1
+
+
+def test_ulp_distance_bfloat16_counts_in_the_top_16_bits() -> None:
+    step = 2.0**-7  # bfloat16 keeps 7 mantissa bits
+    assert ulp_distance(1.0, 1.0 + step, "bfloat16") == 1
+    assert ulp_distance(1.0, 1.0 + step, "float32") == 2**16
+    assert ulp_distance(-1.0, -1.0 - 3 * step, "bfloat16") == 3
+
+
+def test_ulp_distance_float64_and_float16() -> None:
+    assert ulp_distance(1.0, math.nextafter(1.0, 2.0), "float64") == 1
+    assert ulp_distance(1.0, math.nextafter(1.0, 2.0), "float32") == 0  # same float32
+    assert ulp_distance(1.0, 1.0 + 2.0**-10, "float16") == 1
+
+
+def test_ulp_distance_rejects_nan_and_out_of_range() -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        ulp_distance(math.nan, 1.0, "float32")
+    with pytest.raises(ValueError, match="out of range"):
+        ulp_distance(1e300, 1.0, "float32")
+
+
+def test_first_difference() -> None:
+    assert first_difference([1.0, 2.0], [1.0, 2.0]) is None
+    assert first_difference([1.0, 2.0, 3.0], [1.0, 2.5, 3.5]) == 1
+    assert first_difference([0.0], [-0.0]) == 0
+    assert first_difference([math.nan], [math.nan]) is None
+    assert first_difference([1.0, 2.0], [1.0]) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# One series
+
+
+def test_compare_series_figures_and_message_like_torch_testing() -> None:
+    old = [1.0] * 20
+    new = list(old)
+    new[7], new[9], new[12] = 1.5, 1.25, 1.125
+    diff = compare_series("losses", old, new, F32)
+    assert (diff.size, diff.mismatched, diff.first_index) == (20, 3, 7)
+    assert (diff.max_abs, diff.max_abs_index) == (0.5, 7)
+    assert (diff.max_rel, diff.max_rel_index) == (0.5, 7)
+    assert diff.max_ulp == 2**22
+    assert diff.message == (
+        "Mismatched elements: 3 / 20 (15.0%)\n"
+        "Greatest absolute difference: 0.5 at index 7 (up to 1e-05 allowed)\n"
+        "Greatest relative difference: 0.5 at index 7 (up to 1.3e-06 allowed)\n"
+        "Greatest ULP difference: 4194304 at index 7 (float32)"
+    )
+
+
+def test_compare_series_greatest_abs_and_rel_can_sit_at_different_indexes() -> None:
+    diff = compare_series("x", [100.0, 1.0], [101.0, 1.5], F32)
+    assert (diff.max_abs, diff.max_abs_index) == (1.0, 0)
+    assert (diff.max_rel, diff.max_rel_index) == (0.5, 1)
+
+
+def test_compare_series_within_tolerance_still_reports_figures() -> None:
+    diff = compare_series("losses", [1.0, 1.0], [1.0, f32_above(1.0)], F32)
+    assert diff.mismatched == 0 and diff.first_index is None
+    assert diff.max_abs_index == 1 and diff.max_ulp == 1
+    assert diff.message.startswith("All 2 values within tolerance; 1 differ bitwise.")
+
+
+def test_compare_series_identical() -> None:
+    diff = compare_series("losses", LOSSES, list(LOSSES), F32)
+    assert diff.mismatched == 0 and diff.max_abs == 0.0 and diff.max_abs_index is None
+    assert diff.max_ulp == 0
+    assert diff.message == "All 6 values are bitwise equal."
+
+
+def test_compare_series_exact_counts_every_bitwise_difference() -> None:
+    exact = Tolerance(rtol=1.0, atol=1.0, exact=True)
+    diff = compare_series("losses", [1.0, 0.0], [f32_above(1.0), -0.0], exact)
+    assert diff.mismatched == 2 and diff.first_index == 0
+    assert "exact equality required" in diff.message
+
+
+def test_compare_series_negative_zero_is_within_tolerance_but_not_equal() -> None:
+    diff = compare_series("x", [0.0], [-0.0], F32)
+    assert diff.mismatched == 0
+    assert diff.max_abs == 0.0 and diff.max_abs_index is None and diff.max_ulp == 0
+    assert "sign of zero" in diff.message
+
+
+def test_compare_series_nan() -> None:
+    assert compare_series("x", [math.nan], [math.nan], F32).mismatched == 0
+    diff = compare_series("x", [1.0, 0.5], [1.0, math.nan], Tolerance(rtol=10.0, atol=10.0))
+    assert diff.mismatched == 1 and diff.first_index == 1
+    assert diff.max_abs == math.inf and diff.max_abs_index == 1
+    assert diff.max_ulp == 0  # only the finite pair could be measured
+    assert "NaN against a number at index 1: baseline 0.5, candidate nan" in diff.message
+
+
+def test_compare_series_infinity_must_match_exactly() -> None:
+    huge = Tolerance(rtol=1e9, atol=1e9)
+    assert compare_series("x", [math.inf], [math.inf], huge).mismatched == 0
+    assert compare_series("x", [1e30], [math.inf], huge).mismatched == 1
+    assert compare_series("x", [math.inf], [1e30], huge).mismatched == 1
+
+
+def test_compare_series_rejects_different_lengths() -> None:
+    with pytest.raises(ValueError, match="2 baseline values against 1"):
+        compare_series("x", [1.0, 2.0], [1.0], F32)
+
+
+def test_series_diff_serialises_to_strict_json() -> None:
+    diff = compare_series("x", [0.0, 1.0], [1.0, math.nan], F32)
+    data = diff.model_dump(mode="json")
+    assert data["max_abs"] == "inf" and data["max_rel"] == "inf"
+    json.dumps(data, allow_nan=False)  # raises on a bare inf/nan
+    assert SeriesDiff.model_validate(data).max_abs == math.inf
+
+
+# --------------------------------------------------------------------------------------------
+# compare_runs: each verdict
+
+
+def test_no_baseline_is_new() -> None:
+    v = compare([], [run()])
+    assert v.verdict == Verdict.new
+    assert "no baseline" in v.reasons[0]
+    assert v.final_loss_new == 0.75 and v.final_loss_old is None
+
+
+def test_identical() -> None:
+    v = compare([run()], [run()])
+    assert v.verdict == Verdict.identical
+    assert v.first_divergent_step is None
+    assert v.param_digest_equal is True
+    assert v.losses is not None and v.grad_norms is not None and v.outputs is not None
+    assert v.reasons == [
+        "bitwise identical over 6 steps: losses, grad norms, outputs, parameter digest"
+    ]
+
+
+def test_identical_without_digests() -> None:
+    v = compare([run(param_digest=None)], [run(param_digest=None)])
+    assert v.verdict == Verdict.identical and v.param_digest_equal is None
+
+
+def test_within_tolerance_reports_the_first_bitwise_difference() -> None:
+    candidate = with_loss(3, f32_above(1.0, 2))
+    v = compare([run()], [candidate])
+    assert v.verdict == Verdict.within_tolerance
+    assert v.first_divergent_step == 3
+    assert v.losses is not None and v.losses.mismatched == 0
+    assert v.reasons[0].startswith("losses first differ at step 3, within tolerance;")
+    assert "up to 2 ULP" in v.reasons[0]
+
+
+def test_digest_differs_with_equal_series_is_within_tolerance_not_identical() -> None:
+    v = compare([run()], [run(param_digest="sha256:bbbb")])
+    assert v.verdict == Verdict.within_tolerance
+    assert v.param_digest_equal is False
+    assert v.reasons == ["the trained parameters differ bitwise (parameter digest)"]
+
+
+def test_drift_names_first_divergent_and_first_beyond_tolerance_steps() -> None:
+    losses = list(LOSSES)
+    losses[1] = f32_above(1.5)  # differs, within tolerance
+    losses[4] = 0.9  # beyond
+    v = compare([run()], [run(losses=losses)])
+    assert v.verdict == Verdict.drift
+    assert v.first_divergent_step == 1
+    assert v.losses is not None and v.losses.first_index == 4
+    assert v.reasons[0].startswith(
+        "losses beyond tolerance from step 4 (first bitwise difference at step 1):"
+        " 1 / 6 mismatched; greatest absolute difference"
+    )
+    assert "(up to 1e-05 allowed)" in v.reasons[0]
+
+
+def test_drift_in_grad_norms_alone() -> None:
+    v = compare([run()], [run(grad_norms=[0.5, 0.25, 0.125, 0.0625, 0.03125, 0.5])])
+    assert v.verdict == Verdict.drift
+    assert v.first_divergent_step is None  # the losses themselves did not move
+    assert v.reasons[0].startswith("grad norms beyond tolerance from step 5")
+
+
+def test_drift_in_outputs_uses_indexes() -> None:
+    v = compare([run()], [run(outputs=[0.1, -0.2, 0.3, 0.4])])
+    assert v.verdict == Verdict.drift
+    assert v.reasons[0].startswith("outputs beyond tolerance from index 3")
+
+
+def test_candidate_crash_is_broken_with_the_error_tail() -> None:
+    error = "\n".join(f"frame {i}" for i in range(30)) + "\nRuntimeError: boom"
+    v = compare([run()], [run(status=Status.crashed, error=error, losses=[], steps=6)])
+    assert v.verdict == Verdict.broken
+    assert v.reasons == ["the candidate run crashed: RuntimeError: boom"]
+    assert v.error is not None
+    assert v.error.endswith("RuntimeError: boom") and "frame 10" not in v.error
+
+
+@pytest.mark.parametrize(("status", "words"), [("nan", "produced NaN"), ("timeout", "timed out")])
+def test_nan_and_timeout_are_broken(status: str, words: str) -> None:
+    v = compare([run()], [run(status=status)])
+    assert v.verdict == Verdict.broken
+    assert words in v.reasons[0]
+
+
+def test_broken_without_baseline_is_broken_not_new() -> None:
+    assert compare([], [run(status="crashed")]).verdict == Verdict.broken
+
+
+def test_one_broken_repeat_breaks_the_scenario() -> None:
+    v = compare([run()], [run(), run(status="timeout")])
+    assert v.verdict == Verdict.broken
+    assert v.reasons[0] == "candidate run 2 of 2 timed out"
+
+
+def test_broken_baseline_is_incomparable() -> None:
+    v = compare([run(status="crashed", error="OSError: gone")], [run()])
+    assert v.verdict == Verdict.incomparable
+    assert v.reasons[0].startswith("the baseline run crashed: OSError: gone")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reason"),
+    [
+        (run(losses=LOSSES[:4]), "the baseline ran 6 steps, the candidate 4"),
+        (run(dtype="bfloat16"), "the baseline ran in float32, the candidate in bfloat16"),
+        (run(losses=[], steps=6), "the candidate recorded no losses"),
+        (run(outputs=[0.1, 0.2]), "the baseline has 4 outputs, the candidate 2"),
+        (run(device="tpu"), "the baseline ran on cpu, the candidate on tpu"),
+        (run(framework="jax"), "the baseline ran torch, the candidate jax"),
+    ],
+)
+def test_incomparable(candidate: RunResult, reason: str) -> None:
+    v = compare([run()], [candidate])
+    assert v.verdict == Verdict.incomparable
+    assert reason in v.reasons
+    assert v.losses is None  # nothing compared
+
+
+def test_expected_device_missed_is_device_fallback() -> None:
+    v = compare([run()], [run()], expected_device="cuda")
+    assert v.verdict == Verdict.device_fallback
+    assert v.reasons[0] == "expected cuda, ran on cpu"
+    assert (v.expected_device, v.found_device) == ("cuda", "cpu")
+    assert v.reasons[1].startswith("bitwise identical")  # numerics still compared (cpu vs cpu)
+
+
+def test_expected_device_met() -> None:
+    v = compare([run(device="cuda")], [run(device="cuda")], expected_device="cuda")
+    assert v.verdict == Verdict.identical
+
+
+def test_baseline_on_accelerator_candidate_on_cpu_is_device_fallback() -> None:
+    v = compare([run(device="cuda")], [run(losses=[9.0] * 6)])
+    assert v.verdict == Verdict.device_fallback
+    assert v.reasons == ["the baseline ran on cuda, the candidate on cpu"]
+    assert v.losses is None  # cuda numbers against cpu numbers say nothing about the lock
+
+
+def test_device_fallback_is_said_once() -> None:
+    v = compare([run(device="cuda")], [run()], expected_device="cuda")
+    assert v.reasons == ["expected cuda, ran on cpu"]
+
+
+def test_skipped() -> None:
+    v = skipped("mlp", "jax", "jax is not in the lock")
+    assert (v.verdict, v.reasons, v.scenario, v.framework) == (
+        Verdict.skipped,
+        ["jax is not in the lock"],
+        "mlp",
+        "jax",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Exact mode and tolerance overrides
+
+
+def test_exact_policy_turns_a_one_ulp_change_into_drift() -> None:
+    candidate = with_loss(2, f32_above(1.25))
+    assert compare([run()], [candidate]).verdict == Verdict.within_tolerance
+    v = compare([run()], [candidate], policy=Policy(exact=True))
+    assert v.verdict == Verdict.drift
+    assert v.losses is not None and "exact equality required" in v.losses.message
+
+
+def test_exact_policy_drifts_on_a_digest_difference_alone() -> None:
+    v = compare([run()], [run(param_digest="sha256:bbbb")], policy=Policy(exact=True))
+    assert v.verdict == Verdict.drift
+
+
+def test_exact_policy_drifts_on_negative_zero() -> None:
+    base = run(losses=[1.0, 0.0])
+    assert compare([base], [run(losses=[1.0, -0.0])]).verdict == Verdict.within_tolerance
+    v = compare([base], [run(losses=[1.0, -0.0])], policy=Policy(exact=True))
+    assert v.verdict == Verdict.drift and v.first_divergent_step == 1
+
+
+def test_nan_in_both_losses_is_identical() -> None:
+    losses = [1.0, math.nan]
+    assert compare([run(losses=losses)], [run(losses=list(losses))]).verdict == Verdict.identical
+
+
+def test_tolerance_per_dtype() -> None:
+    base = run(losses=[1.0, 1.0], dtype="bfloat16")
+    candidate = run(losses=[1.0, 1.0078125], dtype="bfloat16", param_digest="sha256:b")
+    assert compare([base], [candidate]).verdict == Verdict.within_tolerance
+    as_float32 = {"dtype": "float32"}
+    base32 = base.model_copy(update=as_float32)
+    candidate32 = candidate.model_copy(update=as_float32)
+    assert compare([base32], [candidate32]).verdict == Verdict.drift
+
+
+def test_scenario_tolerance_beats_policy_tolerance_beats_default() -> None:
+    candidate = with_loss(0, 2.1)  # 5% off
+    loose, tight = Tolerance(rtol=0.1, atol=0.0), Tolerance(rtol=0.01, atol=0.0)
+    assert compare([run()], [candidate]).verdict == Verdict.drift
+    assert compare([run()], [candidate], policy=Policy(tolerance=loose)).verdict == (
+        Verdict.within_tolerance
+    )
+    v = compare([run()], [candidate], policy=Policy(tolerance=loose), tolerance=tight)
+    assert v.verdict == Verdict.drift
+
+
+# --------------------------------------------------------------------------------------------
+# Compile diagnostics
+
+
+def test_graph_break_is_compile_fallback_and_outranks_drift() -> None:
+    old = CompileDiagnostics(graph_breaks=0, break_reasons=[])
+    new = CompileDiagnostics(graph_breaks=1, break_reasons=["Data-dependent branching"])
+    v = compare([run(compile=old)], [with_loss(5, 0.5, compile=new)])
+    assert v.verdict == Verdict.compile_fallback
+    assert v.compile_diff is not None and v.compile_diff.regressed
+    assert v.compile_diff.lines == ["graph breaks 0 → 1", "+ break: Data-dependent branching"]
+    assert v.reasons[0] == (
+        "compiled path regressed: graph breaks 0 → 1; + break: Data-dependent branching"
+    )
+    assert v.reasons[1].startswith("losses beyond tolerance")  # drift still listed
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        (dict(recompiles=1), dict(recompiles=3), "recompiles 1 → 3"),
+        (dict(eager_fallbacks=None), dict(eager_fallbacks=2), "eager fallbacks 0 → 2"),
+        (dict(traces={"step": 1}), dict(traces={"step": 2}), "traces of step 1 → 2"),
+        (dict(compilations={}), dict(compilations={"loss": 1}), "compilations of loss 0 → 1"),
+        (dict(xla=True), dict(xla=False), "XLA on → off"),
+        (dict(backend="inductor"), dict(backend="eager"), "backend inductor → eager"),
+        (dict(break_reasons=["a"]), dict(break_reasons=["a", "b"]), "+ break: b"),
+    ],
+)
+def test_compile_regressions(old: dict, new: dict, line: str) -> None:
+    diff = compare_compile(CompileDiagnostics(**old), CompileDiagnostics(**new))
+    assert diff.regressed and not diff.improvement
+    assert diff.lines == [line]
+    v = compare([run(compile=old)], [run(compile=new)])
+    assert v.verdict == Verdict.compile_fallback
+
+
+def test_xla_lost_flag() -> None:
+    assert compare_compile(CompileDiagnostics(xla=True), CompileDiagnostics(xla=False)).xla_lost
+    assert not compare_compile(CompileDiagnostics(xla=True), CompileDiagnostics(xla=None)).xla_lost
+
+
+def test_unreported_counts_are_not_compared() -> None:
+    diff = compare_compile(CompileDiagnostics(graph_breaks=2), CompileDiagnostics())
+    assert diff.lines == [] and not diff.regressed and not diff.improvement
+
+
+def test_compile_improvement_keeps_the_numeric_verdict() -> None:
+    old = CompileDiagnostics(graph_breaks=2, break_reasons=["print()", "item()"])
+    new = CompileDiagnostics(graph_breaks=1, break_reasons=["item()"])
+    v = compare([run(compile=old)], [run(compile=new)])
+    assert v.verdict == Verdict.identical
+    assert v.improvement is True
+    assert v.reasons[1] == "improved: graph breaks 2 → 1; - break: print(); re-record the golden"
+    assert not is_failure(v, Policy())
+    assert is_failure(v, Policy(fail_on_improvement=True))
+    assert gate_passes([v], Policy())
+    assert not gate_passes([v], Policy(fail_on_improvement=True))
+
+
+def test_regression_and_improvement_together() -> None:
+    diff = compare_compile(
+        CompileDiagnostics(graph_breaks=1, break_reasons=["x"]),
+        CompileDiagnostics(graph_breaks=1, break_reasons=["y"]),
+    )
+    assert diff.regressed and diff.improvement
+    assert diff.lines == ["+ break: y", "- break: x"]
+
+
+def test_compile_diff_dumps_its_summary() -> None:
+    diff = compare_compile(CompileDiagnostics(xla=False), CompileDiagnostics(xla=True))
+    data = diff.model_dump(mode="json")
+    assert data["improvement"] is True and data["lines"] == ["XLA off → on"]
+    assert CompileDiff.model_validate(data).improvements == ["XLA off → on"]
+
+
+# --------------------------------------------------------------------------------------------
+# Repeats
+
+
+def test_nondeterministic_candidates() -> None:
+    v = compare([run()], [run(), run(), with_loss(4, 0.8751)])
+    assert v.nondeterministic is True
+    assert v.verdict == Verdict.identical  # numerics use the first run
+    assert v.reasons[1].startswith(
+        "the 3 candidate runs are not bitwise reproducible: run 3 differs from run 1"
+        " (losses from step 4)"
+    )
+
+
+def test_nondeterministic_baselines() -> None:
+    v = compare([run(), run(param_digest="sha256:cccc")], [run()])
+    assert v.nondeterministic is True
+    assert any("baseline runs are not bitwise reproducible" in r for r in v.reasons)
+
+
+def test_reproducible_repeats_are_deterministic() -> None:
+    assert compare([run(), run()], [run(), run()]).nondeterministic is False
+
+
+# --------------------------------------------------------------------------------------------
+# Timings
+
+
+def timed(step: float, first: float = 1.0, **fields: object) -> RunResult:
+    return run(timings=Timings(step_median_s=step, first_step_s=first), **fields)
+
+
+def test_timings_are_ignored_unless_timed_together() -> None:
+    v = compare([timed(1.0)], [timed(10.0, first=10.0)])
+    assert v.step_time_ratio is None and v.first_step_ratio is None
+    assert v.verdict == Verdict.identical
+
+
+def test_slower_uses_medians_over_repeats() -> None:
+    v = compare(
+        [timed(1.0), timed(2.0), timed(9.0)],  # one noisy run must not decide
+        [timed(2.0), timed(3.0), timed(3.5)],
+        timed_together=True,
+    )
+    assert v.step_time_ratio == 1.5
+    assert v.verdict == Verdict.slower
+    assert v.reasons[0] == "steady-state steps take 1.50× the baseline's (limit 1.30×)"
+
+
+def test_not_slower_within_the_ratio() -> None:
+    v = compare([timed(1.0)], [timed(1.25)], timed_together=True)
+    assert v.step_time_ratio == 1.25 and v.verdict == Verdict.identical
+    v = compare([timed(1.0)], [timed(1.25)], timed_together=True, policy=Policy(slower_ratio=1.2))
+    assert v.verdict == Verdict.slower
+
+
+def test_drift_outranks_slower_and_both_are_said() -> None:
+    v = compare([timed(1.0)], [timed(2.0, losses=[9.0] * 6)], timed_together=True)
+    assert v.verdict == Verdict.drift
+    assert any(r.startswith("steady-state steps take 2.00×") for r in v.reasons)
+
+
+def test_slow_first_step_is_a_reason_not_a_verdict() -> None:
+    v = compare([timed(1.0, first=2.0)], [timed(1.0, first=5.0)], timed_together=True)
+    assert v.first_step_ratio == 2.5
+    assert v.verdict == Verdict.identical
+    assert v.reasons[1] == (
+        "the first step (including compilation) takes 2.50× the baseline's:"
+        " compile time regressed"
+    )
+
+
+def test_missing_timings_give_no_ratio() -> None:
+    v = compare([run()], [timed(5.0)], timed_together=True)
+    assert v.step_time_ratio is None and v.verdict == Verdict.identical
+
+
+# --------------------------------------------------------------------------------------------
+# Precedence and the gate
+
+
+def test_precedence_order() -> None:
+    assert PRECEDENCE[:3] == (Verdict.broken, Verdict.device_fallback, Verdict.incomparable)
+    assert PRECEDENCE.index(Verdict.compile_fallback) < PRECEDENCE.index(Verdict.drift)
+    assert PRECEDENCE.index(Verdict.drift) < PRECEDENCE.index(Verdict.slower)
+    assert PRECEDENCE.index(Verdict.slower) < PRECEDENCE.index(Verdict.within_tolerance)
+    assert PRECEDENCE.index(Verdict.within_tolerance) < PRECEDENCE.index(Verdict.identical)
+    assert set(PRECEDENCE) == set(Verdict)
+
+
+def test_broken_outranks_device_fallback() -> None:
+    v = compare([run(device="cuda")], [run(status="crashed", error="x")], expected_device="cuda")
+    assert v.verdict == Verdict.broken
+    assert v.reasons == ["the candidate run crashed: x", "expected cuda, ran on cpu"]
+
+
+def test_broken_without_a_device_adds_no_device_reason() -> None:
+    v = compare([run()], [run(status="crashed", device=None)], expected_device="cuda")
+    assert v.reasons == ["the candidate run crashed"]
+
+
+def test_device_fallback_outranks_incomparable() -> None:
+    v = compare([run()], [run(losses=LOSSES[:3])], expected_device="cuda")
+    assert v.verdict == Verdict.device_fallback
+    assert v.reasons[1] == "the baseline ran 6 steps, the candidate 3"
+
+
+def test_incomparable_outranks_compile_fallback() -> None:
+    v = compare(
+        [run(compile=CompileDiagnostics(graph_breaks=0))],
+        [run(dtype="float16", compile=CompileDiagnostics(graph_breaks=3))],
+    )
+    assert v.verdict == Verdict.incomparable
+
+
+def test_gate() -> None:
+    ok = compare([run()], [run()])
+    drift = compare([run()], [run(losses=[9.0] * 6)])
+    slow = compare([timed(1.0)], [timed(2.0)], timed_together=True)
+    assert gate_passes([ok, slow], Policy())
+    assert not gate_passes([ok, drift], Policy())
+    assert is_failure(drift, Policy()) and not is_failure(ok, Policy())
+    assert not gate_passes([slow], Policy(fail_on=DEFAULT_FAIL_ON | {Verdict.slower}))
+    assert gate_passes([drift], Policy(fail_on=frozenset()))
+    assert gate_passes([], Policy())
+
+
+def test_default_fail_on() -> None:
+    assert DEFAULT_FAIL_ON == {
+        Verdict.drift,
+        Verdict.compile_fallback,
+        Verdict.device_fallback,
+        Verdict.broken,
+    }
+
+
+def test_policy_reads_verdict_names_and_dumps_them_in_a_stable_order() -> None:
+    policy = Policy.model_validate({"fail_on": ["slower", "drift", "broken"]})
+    assert policy.fail_on == {Verdict.slower, Verdict.drift, Verdict.broken}
+    assert policy.model_dump(mode="json")["fail_on"] == ["broken", "drift", "slower"]
+
+
+def test_scenario_verdict_dumps_to_strict_json() -> None:
+    v = compare([run()], [run(losses=[1.0, 2.0, 3.0, 4.0, 5.0, math.nan])])
+    text = json.dumps(v.model_dump(mode="json"), allow_nan=False)
+    assert json.loads(text)["final_loss_new"] == "nan"
+    assert ScenarioVerdict.model_validate_json(v.model_dump_json()).verdict == Verdict.drift
