@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
+
 from lockguard.config import Config, ConfigError
 from lockguard.envs.base import Env, RunRequest
 from lockguard.locks import Lock, parse_lock
@@ -135,7 +137,7 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
             out_dir.mkdir()
             result = env.run(request, out_dir)
             results[index] = result
-            label = f"{request.scenario.id} [{env.label}]"
+            label = escape(f"{request.scenario.id} [{env.label}]")
             progress.info(f"  {label}: {result.status.value}"
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
                              else ""))
