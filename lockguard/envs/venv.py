@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,7 +136,9 @@ def _run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
 def _pip_reason(lines: list[str]) -> str:
     """The line of pip's output that says why, not the whole wall of text."""
     errors = [ln.removeprefix("ERROR: ").strip() for ln in lines if ln.startswith("ERROR:")]
-    errors = [e for e in errors if e and not e.startswith("(from versions")]
+    # pip's noise around the reason: Python-version skips and the list of every version.
+    errors = [re.sub(r" \(from versions: [^)]*\)", "", e) for e in errors
+              if e and not e.startswith("Ignored the following versions")]
     if errors:
         return " ".join(errors[:2])
     meaningful = [ln.strip() for ln in lines if ln.strip()]

@@ -1,0 +1,243 @@
+"""The spine end to end: lock → venv → harness → RunResult → compare → report → exit code.
+
+Everything here runs the real CLI in a subprocess against real virtualenvs built by lockguard.
+The numpy locks are cheap (one wheel); the torch lock is the quickstart example's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import QUICKSTART, make_project, run_cli, snapshot
+
+pytestmark = pytest.mark.slow
+
+EMA_SCRIPT = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def expected_nep50_divergence(steps: int, seed: int = 0) -> int:
+    """First step where legacy promotion (float64 EMA) and NEP 50 (float32 EMA) part ways,
+    computed independently of numpy in plain IEEE arithmetic."""
+    import math
+
+    legacy, nep50 = 0.0, 0.0
+    for step in range(steps):
+        raw = _f32(2.0 * math.exp(-0.05 * step) + 0.01 * math.sin(step + seed))
+        # numpy 1.x: float32 * float32 stays float32 only while ema is float32 (step 0), then
+        # `0.1 * raw` is float64 and so is everything after it.
+        legacy = (_f32(legacy * _f32(0.9)) if step == 0 else legacy * _f32(0.9)) + 0.1 * raw
+        nep50 = _f32(_f32(nep50 * _f32(0.9)) + _f32(_f32(0.1) * raw))
+        if legacy != nep50:
+            return step
+    raise AssertionError("no divergence")
+
+
+def ema_project(root: Path, locks: dict[str, Path], extra: str = "") -> Path:
+    return make_project(root, f"""
+        lock = "new.txt"
+        scenarios = ["loss_ema"]
+        {extra}
+        [scenario.loss_ema]
+        script = "loss_ema.py"
+        framework = "numpy"
+        """, files={"loss_ema.py": EMA_SCRIPT}, locks={"new.txt": locks["new"],
+                                                        "old.txt": locks["old"]})
+
+
+def test_numpy_nep50_upgrade_is_drift_in_ab(tmp_path, numpy_locks):
+    project = ema_project(tmp_path / "p", numpy_locks)
+    proc = run_cli("check", "--baseline-lock", "old.txt", "--format", "json", cwd=project)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    [verdict] = report["verdicts"]
+    assert verdict["verdict"] == "drift"
+    assert verdict["first_divergent_step"] == expected_nep50_divergence(20)
+    assert verdict["losses"]["max_abs"] > 0
+    [change] = [c for c in report["lock_diffs"][0]["changes"] if c["kind"] != "unchanged"]
+    assert (change["name"], change["old_version"], change["new_version"], change["bump"]) == (
+        "numpy", "1.26.4", "2.0.2", "major")
+    assert report["passed"] is False
+
+
+def test_same_lock_on_both_sides_is_identical(tmp_path, numpy_locks):
+    project = ema_project(tmp_path / "p", numpy_locks)
+    proc = run_cli("check", "--baseline-lock", "new.txt", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [verdict] = json.loads(proc.stdout)["verdicts"]
+    assert verdict["verdict"] == "identical"
+    assert verdict["step_time_ratio"] is not None  # A/B timings are compared as ratios
+
+
+def test_text_and_markdown_reports_name_the_evidence(tmp_path, numpy_locks):
+    project = ema_project(tmp_path / "p", numpy_locks)
+    text = run_cli("check", "--baseline-lock", "old.txt", cwd=project)
+    assert text.returncode == 1
+    step = expected_nep50_divergence(20)
+    assert f"from step {step}" in text.stdout
+    assert "numpy 1.26.4 → 2.0.2 (upgraded, major)" in text.stdout
+    assert "FAIL check" in text.stdout
+    md = run_cli("check", "--baseline-lock", "old.txt", "--format", "markdown", cwd=project)
+    assert "| ✗ | `loss_ema` | drift |" in md.stdout
+
+
+def test_record_then_check_with_golden(tmp_path, numpy_locks):
+    project = ema_project(tmp_path / "p", numpy_locks)
+    rec = run_cli("record", cwd=project)
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    golden = project / "golden" / "cpu" / "loss_ema.json"
+    document = json.loads(golden.read_text())
+    assert document["provenance"]["lock_hash"] and document["result"]["status"] == "ok"
+
+    fast = run_cli("check", "--format", "json", cwd=project)
+    assert fast.returncode == 0
+    assert "not re-run" in json.loads(fast.stdout)["verdicts"][0]["reasons"][0]
+
+    rerun = run_cli("check", "--rerun", "--format", "json", cwd=project)
+    assert rerun.returncode == 0
+    assert json.loads(rerun.stdout)["verdicts"][0]["verdict"] == "identical"
+
+    # The golden was recorded with numpy 2.0.2; checking the old lock against it is drift.
+    old = run_cli("check", "--lock", "old.txt", "--format", "json", cwd=project)
+    assert old.returncode == 1
+    assert json.loads(old.stdout)["verdicts"][0]["verdict"] == "drift"
+
+
+def test_torch_record_check_identical_then_corrupt_golden(tmp_path):
+    project = make_project(tmp_path / "t", """
+        lock = "requirements.txt"
+        steps = 6
+        scenarios = ["torch.mlp", "torch.lm", "torch.lm.bf16"]
+        """, locks={"requirements.txt": QUICKSTART / "requirements.txt"})
+    rec = run_cli("record", cwd=project)
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    for sid in ("torch.mlp", "torch.lm", "torch.lm.bf16"):
+        result = json.loads((project / "golden" / "cpu" / f"{sid}.json").read_text())["result"]
+        assert result["framework_version"].startswith("2.13.0")
+        assert len(result["losses"]) == 6 and result["param_digest"]
+    check = run_cli("check", "--rerun", "--format", "json", cwd=project)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert {v["verdict"] for v in json.loads(check.stdout)["verdicts"]} == {"identical"}
+
+    golden = project / "golden" / "cpu" / "torch.lm.json"
+    golden.write_text(golden.read_text()[:200])
+    before = snapshot(project)
+    bad = run_cli("check", cwd=project)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0
+    assert "torch.lm.json" in bad.stderr and "corrupt golden" in bad.stderr
+    assert snapshot(project) == before
+
+
+def test_expected_cuda_on_a_cpu_machine_is_device_fallback(tmp_path):
+    project = make_project(tmp_path / "d", """
+        lock = "requirements.txt"
+        steps = 3
+        """, locks={"requirements.txt": QUICKSTART / "requirements.txt"})
+    proc = run_cli("check", "--scenario", "torch.mlp", "--device", "cuda", "--allow-new",
+                   "--format", "json", cwd=project)
+    assert proc.returncode == 1, proc.stderr
+    [verdict] = json.loads(proc.stdout)["verdicts"]
+    assert verdict["verdict"] == "device_fallback"
+    assert (verdict["expected_device"], verdict["found_device"]) == ("cuda", "cpu")
+
+
+@pytest.mark.parametrize("body, status_text", [
+    ("def run(steps, seed):\n    raise RuntimeError('boom in user code')\n", "boom in user code"),
+    ("def run(steps, seed):\n    return [1.0, float('nan')] + [0.5] * (steps - 2)\n", "nan"),
+    ("import time\ndef run(steps, seed):\n    time.sleep(120)\n", "no result after 5 s"),
+])
+def test_broken_runs_are_reported_not_raised(tmp_path, numpy_locks, body, status_text):
+    project = make_project(tmp_path / "b", """
+        lock = "new.txt"
+        timeout = 5
+        [scenario.bad]
+        script = "bad.py"
+        framework = "numpy"
+        """, files={"bad.py": body}, locks={"new.txt": numpy_locks["new"]})
+    start = time.monotonic()
+    proc = run_cli("check", "--scenario", "bad", "--allow-new", "--format", "json", cwd=project)
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 1, proc.stderr
+    [verdict] = json.loads(proc.stdout)["verdicts"]
+    assert verdict["verdict"] == "broken"
+    assert status_text in (verdict["error"] or "") + " ".join(verdict["reasons"])
+
+
+def test_killed_record_leaves_previous_goldens_intact(tmp_path, numpy_locks):
+    project = make_project(tmp_path / "k", """
+        lock = "new.txt"
+        [scenario.ema]
+        script = "ema.py"
+        framework = "numpy"
+        [scenario.slow]
+        script = "slow.py"
+        framework = "numpy"
+        """, files={"ema.py": EMA_SCRIPT,
+                    "slow.py": "import os, time\n"
+                               "def run(steps, seed):\n"
+                               "    if os.environ.get('LG_TEST_SLOW'):\n"
+                               "        time.sleep(300)\n"
+                               "    return [1.0 / (s + 1) for s in range(steps)]\n"},
+        locks={"new.txt": numpy_locks["new"]})
+    assert run_cli("record", cwd=project).returncode == 0
+    before = snapshot(project / "golden")
+    assert set(before) == {"cpu/ema.json", "cpu/slow.json"}
+
+    env = {**os.environ, "LG_TEST_SLOW": "1"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.Popen([sys.executable, "-m", "lockguard", "record", "--format", "json"],
+                            cwd=project, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    # Wait until the fast scenario has finished and the slow one is training, then kill -9.
+    while time.monotonic() < deadline:
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        if "slow.py" in ps and "ema.py" not in ps:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the slow scenario never started")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert snapshot(project / "golden") == before
+
+
+def test_second_record_reinstalls_nothing(tmp_path, numpy_locks):
+    project = ema_project(tmp_path / "c", numpy_locks)
+    assert run_cli("record", cwd=project).returncode == 0
+    from lockguard.cache import cache_dir
+
+    logs = {p: p.stat().st_mtime_ns for p in (cache_dir() / "venvs").glob("*/install.log")}
+    again = run_cli("record", "-v", cwd=project)
+    assert again.returncode == 0
+    assert "Building venv" not in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in logs} == logs
+
+
+def test_two_concurrent_checks_share_one_cache(tmp_path, numpy_locks):
+    project = ema_project(tmp_path / "cc", numpy_locks)
+    env = {**os.environ, "LOCKGUARD_CACHE": str(tmp_path / "cache")}
+    env.pop("PYTHONPATH", None)
+    cmd = [sys.executable, "-m", "lockguard", "check", "--baseline-lock", "new.txt",
+           "--format", "json"]
+    procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    venvs = [p for p in (tmp_path / "cache" / "venvs").iterdir() if p.is_dir()
+             and not p.name.endswith("compile-cache")]
+    assert len(venvs) == 1
+    assert (venvs[0] / "lockguard-ready.json").is_file()
