@@ -1,0 +1,730 @@
+"""Resolving locks: pip-tools (default) or uv, proposals of upgrades, and newer releases.
+
+All resolver I/O lives here and runs as subprocesses: pip-tools has no supported Python API, and
+uv is a binary. Every public function raises `ResolveError`, whose `str()` is one line the CLI
+prints before exiting with 2.
+
+Which pip-tools, which pip
+--------------------------
+pip-compile's output depends on the pip it drives (the resolver, the hash and marker handling,
+how the header is written), and pip-tools supports only a window of pip versions. A lock must not
+change because the machine that made it had another pip installed. So lockguard runs one known
+pair, `PIP_TOOLS_VERSION` with `PIP_VERSION` (and the rest of pip-tools' dependencies pinned,
+`TOOL_REQUIREMENTS`), in a tool virtualenv of its own:
+
+    ${LOCKGUARD_CACHE:-~/.cache/lockguard}/tools/pip-tools-<ver>-pip-<ver>-py<X.Y>-<interp>/
+
+It is created once with the interpreter running lockguard (so markers such as python_version
+evaluate as they do for the user), installed with the user's own pip configuration (indexes,
+proxies, certificates), and then reused. A `.complete` marker is written last, so an interrupted
+bootstrap is rebuilt rather than used; an flock serialises two lockguards bootstrapping at once.
+The current interpreter is used instead when it already has exactly that pair, and
+LOCKGUARD_PIP_TOOLS_PYTHON names an interpreter to use as is (pre-provisioned or offline images).
+
+The lock format
+---------------
+Both resolvers write the same file: pip-compile's header (the `#    pip-compile ...` command line
+that Renovate and Dependabot read and re-run, followed by a line naming the lockguard command
+that wrote it), the index options from the pip configuration, then `name==version` pins with
+`--hash` lines and `# via` annotations. The resolvers run with `--no-header` and lockguard writes
+the header itself, so it names the real output path even though the resolver wrote a temp file.
+
+uv does not read pip's configuration. With `use_pip_config` (the default) lockguard passes pip's
+index urls, find-links and constraint files to uv, with pip's best-version-across-indexes
+strategy, so both resolvers see the same packages (this machine's pip caps torch through a
+constraint file, for example).
+
+Atomicity
+---------
+The resolver writes into a temporary directory, seeded with the existing lock (that is how
+pip-compile keeps unrelated pins). Only a successful resolve is moved over the output, with
+os.replace from the same directory: a failed or interrupted resolve leaves the old lock as it was,
+byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+PIP_TOOLS_VERSION = "7.5.2"
+PIP_VERSION = "25.2"
+# The whole closure, so the tool env is the same everywhere (click releases have broken
+# pip-tools before). Markers cover the Pythons lockguard supports (>=3.10).
+TOOL_REQUIREMENTS: tuple[str, ...] = (
+    f"pip=={PIP_VERSION}",
+    f"pip-tools=={PIP_TOOLS_VERSION}",
+    "click==8.1.8",
+    "build==1.2.2.post1",
+    "pyproject_hooks==1.2.0",
+    "packaging==25.0",
+    "wheel==0.45.1",
+    "setuptools==80.9.0",
+    'tomli==2.2.1; python_version < "3.11"',
+)
+
+Resolver = Literal["pip-tools", "uv"]
+Progress = Callable[[str], None]
+
+RESOLVE_TIMEOUT_S = 1800.0  # a torch+jax+tf resolve from a cold cache takes minutes, not hours
+BOOTSTRAP_TIMEOUT_S = 600.0
+INDEX_TIMEOUT_S = 120.0
+
+_PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+class ResolveError(Exception):
+    """A lock could not be resolved or written; `str()` is one line saying why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+
+def compile_lock(
+    requirements_in: Path,
+    output: Path,
+    *,
+    upgrade_packages: Sequence[str] = (),
+    resolver: Resolver = "pip-tools",
+    extra_args: Sequence[str] = (),
+    progress: Progress | None = None,
+    use_pip_config: bool = True,
+    timeout: float = RESOLVE_TIMEOUT_S,
+) -> Path:
+    """Resolve `requirements_in` into a fully pinned, hashed lock at `output`; returns `output`.
+
+    Pins already in `output` are kept unless named in `upgrade_packages` (`P` or `P==V`, any
+    specifier), as pip-compile does. `extra_args` go to the resolver unchanged. On any failure
+    `output` is left untouched and ResolveError says why.
+    """
+    output = Path(output)
+    return _compile(
+        Path(requirements_in),
+        output,
+        seed=output if output.is_file() else None,
+        header_as=output,
+        upgrade_packages=upgrade_packages,
+        resolver=resolver,
+        extra_args=extra_args,
+        progress=progress,
+        use_pip_config=use_pip_config,
+        timeout=timeout,
+        invocation=_lock_invocation(Path(requirements_in), output, resolver),
+    )
+
+
+def propose_lock(
+    current_inputs: Path,
+    current_lock: Path,
+    upgrades: Sequence[str],
+    cache_dir: Path,
+    resolver: Resolver = "pip-tools",
+    *,
+    progress: Progress | None = None,
+    use_pip_config: bool = True,
+    timeout: float = RESOLVE_TIMEOUT_S,
+) -> Path:
+    """Resolve a candidate lock: `current_inputs` with `upgrades` applied, other pins kept.
+
+    The candidate is written under `cache_dir/proposals/<key>/<lock name>`, the key being a hash
+    of everything that decides it (inputs, current lock, upgrades, resolver and its version), so
+    asking twice costs nothing. The user's inputs and lock are only read.
+    """
+    current_inputs, current_lock = Path(current_inputs), Path(current_lock)
+    for path, what in ((current_inputs, "requirements input"), (current_lock, "lock")):
+        if not path.is_file():
+            raise ResolveError(f"{path}: the {what} does not exist")
+    if not upgrades:
+        raise ResolveError("nothing to propose: name at least one upgrade, e.g. torch==2.14.1")
+    lock_text = current_lock.read_text(encoding="utf-8")
+    pinned = _pinned_names(lock_text)
+    names = []
+    for spec in upgrades:
+        name = _requirement_name(spec)
+        if name not in pinned:
+            raise ResolveError(
+                f"{spec}: {name} is not pinned in {current_lock}; add it to {current_inputs} first"
+            )
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise ResolveError(f"each package can be named once: {' '.join(upgrades)}")
+
+    key = hashlib.sha256()
+    for part in (
+        current_inputs.read_bytes(),
+        lock_text.encode(),
+        "\n".join(sorted(upgrades)).encode(),
+        resolver.encode(),
+        _resolver_identity(resolver).encode(),
+        str(use_pip_config).encode(),
+        f"{sys.version_info[:2]}".encode(),
+    ):
+        key.update(hashlib.sha256(part).digest())
+    target_dir = Path(cache_dir) / "proposals" / key.hexdigest()[:24]
+    target = target_dir / current_lock.name
+
+    from lockguard.cache import file_lock  # cheap; deferred to keep `import resolve` minimal
+
+    with file_lock(target_dir.parent / f"{target_dir.name}.lock"):
+        if target.is_file():
+            return target  # written atomically, so a file that exists is complete
+        return _compile(
+            current_inputs,
+            target,
+            seed=current_lock,
+            header_as=current_lock,  # the header reads right if the user adopts the candidate
+            upgrade_packages=upgrades,
+            resolver=resolver,
+            extra_args=(),
+            progress=progress,
+            use_pip_config=use_pip_config,
+            timeout=timeout,
+            invocation="lockguard propose " + " ".join(shlex.quote(u) for u in upgrades),
+        )
+
+
+class PinLike(Protocol):
+    """What `outdated` needs of a pin: lockguard.locks.Pin fits."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    prerelease: bool  # alpha, beta, rc or dev release
+
+
+@dataclass(frozen=True)
+class OutdatedRow:
+    """Newer releases of one pinned package, from the configured index."""
+
+    name: str
+    current: str
+    families: tuple[str, ...]
+    newer: tuple[Release, ...] = ()  # newer than `current`, newest first, pre-releases marked
+    latest_stable: str | None = None  # newest final release on the index (may equal current)
+    latest_in_series: str | None = None  # newest final release with current's major.minor
+    latest_prerelease: str | None = None  # only when newer than latest_stable
+    error: str | None = None  # this package could not be looked up (the others still were)
+
+    @property
+    def is_outdated(self) -> bool:
+        return any(not release.prerelease for release in self.newer)
+
+
+def outdated(
+    lock: object,
+    families: Iterable[str] = ("torch", "jax", "tensorflow", "numpy"),
+    index: str | None = None,
+    *,
+    include_nvidia: bool = False,
+    timeout: float = INDEX_TIMEOUT_S,
+) -> list[OutdatedRow]:
+    """Newer releases of the framework-family packages pinned in `lock`, sorted by name.
+
+    `lock` is a lockguard.locks.Lock or any iterable of pins (objects with `.name` and
+    `.version`). Releases come from `pip index versions` so pip's own configuration (indexes,
+    find-links, proxies, certificates) applies, or from `index` alone when given. Only versions
+    installable on this interpreter and platform are listed, as pip would install them. nvidia-*
+    wheels follow their framework and are skipped unless `include_nvidia`.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    from lockguard.locks import package_families
+
+    wanted = set(families)
+    pins = list(getattr(lock, "pins", lock))  # type: ignore[call-overload]
+    chosen: dict[str, tuple[PinLike, tuple[str, ...]]] = {}
+    for pin in pins:
+        fams = tuple(f for f in package_families(pin.name) if f in wanted)
+        if not fams or (pin.name.startswith("nvidia-") and not include_nvidia):
+            continue
+        if pin.name in chosen:  # several pins under markers: report the oldest
+            try:
+                if Version(pin.version) >= Version(chosen[pin.name][0].version):
+                    continue
+            except InvalidVersion:
+                continue
+        chosen[pin.name] = (pin, fams)
+    if not chosen:
+        return []
+
+    names = sorted(chosen)
+    # Threads, not processes: each lookup waits on a pip subprocess and the network.
+    with ThreadPoolExecutor(max_workers=min(4, len(names))) as pool:
+        found = dict(zip(names, pool.map(lambda n: _index_versions(n, index, timeout), names)))
+
+    rows = [_outdated_row(chosen[n][0], chosen[n][1], *found[n]) for n in names]
+    if all(row.error for row in rows):
+        raise ResolveError(f"could not look up any release on the index: {rows[0].error}")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling
+# ---------------------------------------------------------------------------------------------
+
+
+def _compile(
+    src: Path,
+    output: Path,
+    *,
+    seed: Path | None,
+    header_as: Path,
+    upgrade_packages: Sequence[str],
+    resolver: Resolver,
+    extra_args: Sequence[str],
+    progress: Progress | None,
+    use_pip_config: bool,
+    timeout: float,
+    invocation: str,
+) -> Path:
+    say = progress or (lambda _msg: None)
+    if not src.is_file():
+        raise ResolveError(f"{src}: the requirements input does not exist")
+    for spec in upgrade_packages:
+        _requirement_name(spec)  # a bad spec fails here, not as a resolver traceback
+    # The resolver runs where the lock will live, so `# via -r requirements.in` annotations and
+    # the header's paths are relative to the lock, as they are when pip-compile runs beside it.
+    workdir = header_as.resolve().parent
+    src_arg = _relpath(src.resolve(), workdir)
+    out_arg = _relpath(header_as.resolve(), workdir)
+
+    if resolver == "pip-tools":
+        python = _pip_tools_python(say)
+        tool = f"pip-tools {PIP_TOOLS_VERSION}, pip {PIP_VERSION}"
+    elif resolver == "uv":
+        uv = _uv_binary()
+        tool = _uv_version(uv)
+    else:
+        raise ResolveError(f"unknown resolver {resolver!r}: use pip-tools or uv")
+
+    with tempfile.TemporaryDirectory(prefix="lockguard-resolve-") as tmp:
+        scratch = Path(tmp) / output.name
+        if seed is not None:
+            shutil.copyfile(seed, scratch)  # existing pins are the resolver's preferences
+        if resolver == "pip-tools":
+            cmd = [python, "-m", "piptools", "compile", "--quiet", "--no-header",
+                   "--generate-hashes", "--allow-unsafe", "--resolver=backtracking",
+                   "--strip-extras", "--output-file", str(scratch)]
+            cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
+            cmd += [*extra_args, src_arg]
+        else:
+            cmd = [uv, "pip", "compile", "--quiet", "--no-header", "--generate-hashes",
+                   "--emit-index-url", "--emit-find-links", "--python", sys.executable,
+                   "--output-file", str(scratch)]
+            if use_pip_config:
+                cmd += _pip_config_as_uv_args()
+            cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
+            cmd += [*extra_args, src_arg]
+        say(f"resolving {src_arg} with {tool}")
+        proc = _run(cmd, cwd=workdir, timeout=timeout, what=resolver)
+        if proc.returncode != 0:
+            reason = _trim_resolver_error(proc.stderr + "\n" + proc.stdout)
+            # pip applies upgrade requests as hidden constraints and then reports only the
+            # bare name ("Cannot install six"): say which request that was.
+            involved = [p for p in upgrade_packages
+                        if re.search(rf"(?<![\w.-]){re.escape(_requirement_name(p))}(?![\w.-])",
+                                     reason.lower().replace("_", "-"))]
+            if involved:
+                reason += f" (requested upgrade: {', '.join(involved)})"
+            raise ResolveError(f"{resolver} could not resolve {src}: {reason}")
+        body = scratch.read_text(encoding="utf-8")
+        if resolver == "uv":
+            body = _normalise_uv_body(body)
+        header = _header(out_arg, src_arg, extra_args, tool, invocation)
+        _write_atomically(output, header + body.lstrip("\n"))
+    say(f"wrote {output}")
+    return output
+
+
+def _header(out_arg: str, src_arg: str, extra_args: Sequence[str], tool: str,
+            invocation: str) -> str:
+    # pip-compile's own header, word for word: Renovate takes the first "#    " line as the
+    # command to re-run and Dependabot reads the options from it. pip-compile sorts its options
+    # and leaves out one-off ones (--upgrade-package, --verbose...); so do we.
+    args = ["--allow-unsafe", "--generate-hashes", f"--output-file={out_arg}", "--strip-extras"]
+    args += [a for a in extra_args if not _one_off_option(a)]
+    command = " ".join(["pip-compile", *(shlex.quote(a) for a in args), shlex.quote(src_arg)])
+    from lockguard import __version__
+
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (
+        "#\n"
+        f"# This file is autogenerated by pip-compile with Python {python}\n"
+        "# by the following command:\n"
+        "#\n"
+        f"#    {command}\n"
+        "#\n"
+        f"# Written by lockguard {__version__} ({tool}) via:\n"
+        f"#   {invocation}\n"
+        "#\n"
+    )
+
+
+def _one_off_option(arg: str) -> bool:
+    name = arg.split("=", 1)[0]
+    return name in {"-v", "--verbose", "-q", "--quiet", "-U", "--upgrade", "-P",
+                    "--upgrade-package", "--rebuild", "--dry-run", "--cache-dir", "-n",
+                    "--no-cache", "--refresh"}
+
+
+def _lock_invocation(src: Path, output: Path, resolver: Resolver) -> str:
+    parts = ["lockguard", "lock", str(src), "-o", str(output)]
+    if resolver != "pip-tools":
+        parts += ["--resolver", resolver]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _normalise_uv_body(body: str) -> str:
+    # uv always emits the default index; pip-compile emits only a non-default one. Dropping it
+    # makes the two resolvers' locks carry the same options (and the same lock hash).
+    lines = [ln for ln in body.splitlines(keepends=True) if ln.strip() != f"--index-url {_PYPI_SIMPLE}"]
+    return "".join(lines)
+
+
+def _write_atomically(output: Path, text: str) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if output.exists():
+            shutil.copymode(output, tmp)  # keep the lock's permissions, not mkstemp's 0600
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _relpath(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(path, start)).as_posix()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pinned pip-tools and uv
+# ---------------------------------------------------------------------------------------------
+
+
+def _pip_tools_python(say: Progress) -> str:
+    """The interpreter that runs pip-compile: the pinned tool env, created on first use."""
+    override = os.environ.get("LOCKGUARD_PIP_TOOLS_PYTHON")
+    if override:
+        return override
+    if _has_pinned_pair():
+        return sys.executable
+    from lockguard.cache import cache_dir, file_lock
+
+    interp = hashlib.sha256(f"{os.path.realpath(sys.executable)}|{sys.version}".encode()).hexdigest()
+    name = (f"pip-tools-{PIP_TOOLS_VERSION}-pip-{PIP_VERSION}"
+            f"-py{sys.version_info.major}.{sys.version_info.minor}-{interp[:8]}")
+    venv = cache_dir() / "tools" / name
+    python = venv / "bin" / "python"
+    marker = venv / ".complete"
+    if marker.is_file():
+        return str(python)
+    with file_lock(venv.parent / f"{venv.name}.lock"):
+        if marker.is_file():  # another lockguard finished it while we waited
+            return str(python)
+        say(f"installing pip-tools {PIP_TOOLS_VERSION} with pip {PIP_VERSION} (once) in {venv}")
+        shutil.rmtree(venv, ignore_errors=True)  # a half-built env from an interrupted run
+        proc = _run([sys.executable, "-m", "venv", str(venv)], timeout=BOOTSTRAP_TIMEOUT_S,
+                    what="python -m venv")
+        if proc.returncode != 0:
+            raise ResolveError(f"cannot create the pip-tools env {venv}: {_last_line(proc.stderr)}")
+        proc = _run([str(python), "-m", "pip", "install", "--quiet", *TOOL_REQUIREMENTS],
+                    timeout=BOOTSTRAP_TIMEOUT_S, what="pip install pip-tools")
+        if proc.returncode != 0:
+            reason = _trim_resolver_error(proc.stderr + "\n" + proc.stdout)
+            raise ResolveError(f"cannot install pip-tools {PIP_TOOLS_VERSION} into {venv}: {reason}")
+        marker.write_text(" ".join(TOOL_REQUIREMENTS) + "\n")
+    return str(python)
+
+
+def _has_pinned_pair() -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pip") == PIP_VERSION and version("pip-tools") == PIP_TOOLS_VERSION
+    except PackageNotFoundError:
+        return False
+
+
+def _uv_binary() -> str:
+    uv = shutil.which("uv")
+    if uv is None:
+        raise ResolveError("--resolver uv needs the uv command on PATH (pip install uv)")
+    return uv
+
+
+def _uv_version(uv: str) -> str:
+    proc = _run([uv, "--version"], timeout=60, what="uv --version")
+    words = proc.stdout.split()  # "uv 0.13.9 (x86_64-unknown-linux-gnu)"
+    return " ".join(words[:2]) if len(words) >= 2 else "uv"
+
+
+def _resolver_identity(resolver: Resolver) -> str:
+    if resolver == "uv":
+        uv = shutil.which("uv")
+        return _uv_version(uv) if uv else "uv (missing)"
+    return f"pip-tools {PIP_TOOLS_VERSION} pip {PIP_VERSION}"
+
+
+def _pip_config_as_uv_args() -> list[str]:
+    """pip's index options, as uv arguments (uv reads none of pip's configuration)."""
+    values = pip_config()
+    args: list[str] = []
+    if values.get("no-index", "").lower() in {"1", "true", "yes", "on"}:
+        args.append("--no-index")
+    if values.get("index-url"):
+        args += ["--index-url", values["index-url"].split()[0]]
+    for url in values.get("extra-index-url", "").split():
+        args += ["--extra-index-url", url]
+    for link in values.get("find-links", "").split():
+        args += ["--find-links", link]
+    for constraint in values.get("constraint", "").split():
+        args += ["--constraint", constraint]
+    if args:
+        # pip picks the best version across all indexes; uv's default stops at the first index
+        # that has the package, which could hide a newer version elsewhere.
+        args += ["--index-strategy", "unsafe-best-match"]
+    return args
+
+
+def pip_config() -> dict[str, str]:
+    """pip's effective settings for `pip install`: env vars over [install] over [global]."""
+    import ast
+
+    proc = _run([sys.executable, "-m", "pip", "config", "list"], timeout=60, what="pip config")
+    if proc.returncode != 0:
+        return {}
+    layers: dict[str, dict[str, str]] = {"global": {}, "install": {}, ":env:": {}}
+    for line in proc.stdout.splitlines():
+        key, sep, raw = line.partition("=")
+        section, _, option = key.rpartition(".")
+        if not sep or section not in layers:
+            continue
+        try:
+            value = ast.literal_eval(raw)  # pip prints values with repr()
+        except (ValueError, SyntaxError):
+            value = raw
+        layers[section][option] = str(value)
+    merged: dict[str, str] = {}
+    for section in ("global", "install", ":env:"):
+        merged.update(layers[section])
+    return merged
+
+
+def _run(cmd: Sequence[str], *, timeout: float, what: str,
+         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    # Never wait on a credentials prompt or print upgrade nags into the captured output.
+    env.setdefault("PIP_NO_INPUT", "1")
+    env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    try:
+        return subprocess.run(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ResolveError(f"{what} did not finish within {timeout:.0f} s") from None
+    except OSError as exc:
+        raise ResolveError(f"cannot run {what} ({cmd[0]}): {exc.strerror or exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolver errors, trimmed to what matters
+# ---------------------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+_SPEC_REQ = re.compile(r"SpecifierRequirement\('((?:[^'\\]|\\.)*)'\), parent=(None|\w+\('([^']*)')")
+_DIST_FILE = re.compile(r"/([A-Za-z0-9_.]+?)-(\d[A-Za-z0-9_.!+]*?)(?:-[^/#]*)?\.(?:whl|tar\.gz|zip)")
+
+
+def _trim_resolver_error(text: str) -> str:
+    """The resolver's own reason in one line, without tracebacks, warnings or version walls."""
+    text = _ANSI.sub("", text)
+    lines = [ln.rstrip() for ln in text.splitlines()]
+
+    # uv: "error: No solution found ..." then "  cause: Because ..." (older) or "  ╰─▶ Because".
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith(("cause:", "╰─▶", "Caused by:")):
+            cause = [stripped.split(":", 1)[1] if stripped.startswith(("cause:", "Caused by:"))
+                     else stripped.removeprefix("╰─▶")]
+            cause += [ln.strip() for ln in lines[i + 1:] if ln.startswith("  ") and ln.strip()]
+            return _one_line(" ".join(c.strip() for c in cause))
+    uv_errors = [ln.strip()[len("error:"):].strip() for ln in lines if ln.strip().startswith("error:")]
+
+    # pip: "ERROR: ..." lines carry the reason; the traceback below them only repeats it.
+    pip_errors = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("ERROR: "):
+            pip_errors.append(_short_versions(stripped[len("ERROR: "):]))
+    causes = []
+    for line in lines:  # pip-tools swallows pip's "The conflict is caused by:" block; rebuild it
+        if "ResolutionImpossible: [" in line:
+            for req, parent, parent_text in _SPEC_REQ.findall(line):
+                if parent == "None":
+                    causes.append(f"you asked for {req}")
+                else:
+                    dist = _DIST_FILE.search(parent_text or "")
+                    who = f"{dist.group(1)} {dist.group(2)}" if dist else "a dependency"
+                    causes.append(f"{who} requires {req}")
+            break
+    if pip_errors:
+        reason = "; ".join(dict.fromkeys(pip_errors))
+        if causes:
+            reason = reason.rstrip(".") + ": " + "; ".join(dict.fromkeys(causes))
+        return _one_line(reason)
+    if uv_errors:
+        return _one_line("; ".join(uv_errors))
+    for pattern in ("No matching distribution", "Could not find a version", "conflict",
+                    "Error:", "error:"):
+        for line in lines:
+            if pattern in line:
+                return _one_line(_short_versions(line.strip()))
+    return _one_line(_last_line(text) or "the resolver failed without saying why")
+
+
+def _short_versions(line: str) -> str:
+    def shorten(match: re.Match[str]) -> str:
+        versions = [v.strip() for v in match.group(1).split(",") if v.strip()]
+        if len(versions) <= 5:
+            return match.group(0)
+        return f"(from {len(versions)} versions: {versions[0]} ... {', '.join(versions[-4:])})"
+
+    if "(from versions: none)" in line:
+        return line
+    return _FROM_VERSIONS.sub(shorten, line)
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if line.strip() and not line.startswith(" "):
+            return line.strip()
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Requirements and index lookups
+# ---------------------------------------------------------------------------------------------
+
+
+def _requirement_name(spec: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        return canonicalize_name(Requirement(spec).name)
+    except InvalidRequirement:
+        raise ResolveError(f"{spec!r} is not a requirement (expected e.g. torch==2.14.1 or jax>=0.10)") from None
+
+
+_PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==", re.MULTILINE)
+
+
+def _pinned_names(lock_text: str) -> set[str]:
+    from packaging.utils import canonicalize_name
+
+    return {canonicalize_name(m.group(1)) for m in _PIN_LINE.finditer(lock_text)}
+
+
+def _index_versions(name: str, index: str | None, timeout: float) -> tuple[list[str], str | None]:
+    """All versions pip can see for `name` (pre-releases included), or an error line."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", name, "--pre"]
+    if index:
+        cmd += ["--index-url", index]
+    try:
+        proc = _run(cmd, timeout=timeout, what=f"pip index versions {name}")
+    except ResolveError as exc:
+        return [], str(exc)
+    for line in proc.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            versions = [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+            return versions, None
+    reason = _trim_resolver_error(proc.stderr + "\n" + proc.stdout)
+    return [], f"{name}: {reason}"
+
+
+def _outdated_row(pin: PinLike, fams: tuple[str, ...], versions: list[str],
+                  error: str | None) -> OutdatedRow:
+    from packaging.version import InvalidVersion, Version
+
+    if error is not None:
+        return OutdatedRow(name=pin.name, current=pin.version, families=fams, error=error)
+    try:
+        current = Version(Version(pin.version).public)  # 2.13.0+cpu compares as 2.13.0
+    except InvalidVersion:
+        return OutdatedRow(name=pin.name, current=pin.version, families=fams,
+                           error=f"{pin.name}: cannot compare version {pin.version!r}")
+    parsed = []
+    for text in versions:
+        try:
+            parsed.append(Version(text))
+        except InvalidVersion:
+            continue  # legacy versions on old releases; never newer than a valid pin
+    parsed.sort(reverse=True)
+    stable = [v for v in parsed if not v.is_prerelease]
+    series = [v for v in stable if (v.major, v.minor) == (current.major, current.minor)]
+    pre = [v for v in parsed if v.is_prerelease and (not stable or v > stable[0])]
+    newer = tuple(Release(str(v), v.is_prerelease) for v in parsed if v > current)
+    return OutdatedRow(
+        name=pin.name,
+        current=pin.version,
+        families=fams,
+        newer=newer,
+        latest_stable=str(stable[0]) if stable else None,
+        latest_in_series=str(series[0]) if series else None,
+        latest_prerelease=str(pre[0]) if pre else None,
+    )
+
+
+__all__ = [
+    "BOOTSTRAP_TIMEOUT_S",
+    "OutdatedRow",
+    "PIP_TOOLS_VERSION",
+    "PIP_VERSION",
+    "PinLike",
+    "Release",
+    "ResolveError",
+    "Resolver",
+    "TOOL_REQUIREMENTS",
+    "compile_lock",
+    "outdated",
+    "pip_config",
+    "propose_lock",
+]
