@@ -6,6 +6,7 @@ import io
 import shutil
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lockguard.compare import Verdict
@@ -28,40 +29,41 @@ def render(report: Report, color: bool = False) -> str:
     for lock in report.locks:
         versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
         console.print(f"{lock.role} lock {lock.path} ({lock.lock_hash[:12]})"
-                      + (f": {versions}" if versions else ""))
+                      + (f": {versions}" if versions else ""), markup=False)
     for diff in report.lock_diffs:
         changes = [c for c in diff.get("changes", []) if c.get("kind") != "unchanged"]
         console.print(f"lock changes: {len(changes) or 'none'}")
         for change in changes:
-            console.print(f"  {change_line(change)}")
+            console.print(f"  {change_line(change)}", markup=False)
     if report.verdicts:
         table = Table(show_edge=False, pad_edge=False, box=None)
         for column in ("", "scenario", "verdict", "final loss", "step time", "evidence"):
             table.add_column(column, overflow="fold")
         for v in report.verdicts:
             style = STYLE.get(v.verdict, "")
-            table.add_row(SYMBOL[v.verdict], v.scenario, f"[{style}]{v.verdict.value}[/]",
-                          final_loss(v), timing(v), summary_line(v))
+            table.add_row(SYMBOL[v.verdict], escape(v.scenario), f"[{style}]{v.verdict.value}[/]",
+                          final_loss(v), timing(v), escape(summary_line(v)))
         console.print(table)
     for v in report.verdicts:
         if v.verdict in (Verdict.identical, Verdict.skipped) or not v.reasons:
             continue
-        console.print(f"\n[bold]{v.scenario}[/bold]: {v.verdict.value}")
+        console.print(f"\n[bold]{escape(v.scenario)}[/bold]: {v.verdict.value}")
         for reason in v.reasons:
             for i, line in enumerate(reason.splitlines()):
-                console.print(("  • " if i == 0 else "    ") + line)
+                console.print(("  • " if i == 0 else "    ") + line, markup=False)
         if v.compile_diff is not None:
             for line in v.compile_diff.regressions + v.compile_diff.improvements:
-                console.print(f"    {line}")
+                console.print(f"    {line}", markup=False)
     if report.parity:
         console.print("\nstep-0 parity across frameworks (same data and weights):")
         for row in report.parity:
             cells = ", ".join(f"{k} {fmt_float(v)}" for k, v in row.step0.items())
-            console.print(f"  {row.family}: {cells} (spread {row.max_rel_spread:.1e})")
+            console.print(f"  {row.family}: {cells} (spread {row.max_rel_spread:.1e})",
+                          markup=False)
     for path in report.written:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False)
     for note in report.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     if report.command != "diff":
         outcome = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
         counts: dict[str, int] = {}
