@@ -118,6 +118,10 @@ class Environments:
 
 
 def workers() -> int:
+    """Parallel harness processes: LOCKGUARD_JOBS, else one per core (at most 8)."""
+    configured = os.environ.get("LOCKGUARD_JOBS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
     return max(1, min(os.cpu_count() or 1, 8))
 
 

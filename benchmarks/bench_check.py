@@ -1,0 +1,124 @@
+"""How fast `lockguard check` answers, and what lockguard adds around a training run.
+
+    python benchmarks/bench_check.py [--repeat 5] [--only fastpath,overhead,parallel]
+
+Measures, on this machine, with real environments built by lockguard (cached after the first run):
+  fastpath  `lockguard check` when the lock equals the goldens' and nothing changed: wall time
+            (target < 0.5 s, no framework imported, nothing built).
+  overhead  a warm `lockguard check --rerun` of one torch scenario vs running the same harness
+            command by hand in the same venv (target: lockguard adds <= 15 %).
+  parallel  a three-framework check (torch, jax, tensorflow locks) run in parallel processes vs
+            the same check with LOCKGUARD_JOBS=1 (the sum of its parts, one after another).
+Writes benchmarks/results/check.json and prints a table. Medians of --repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def lockguard_cmd() -> list[str]:
+    """The console script next to this interpreter (what a user runs), else `python -m`."""
+    script = Path(sys.executable).parent / "lockguard"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lockguard"]
+
+
+def timed(cmd: list[str], cwd: Path, check_codes=(0,)) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode not in check_codes:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return elapsed
+
+
+def project(root: Path, config: str, locks: dict[str, Path]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text(f"[tool.lockguard]\n{config}\n")
+    for name, src in locks.items():
+        shutil.copy(src, root / name)
+    return root
+
+
+def bench_fastpath(tmp: Path, repeat: int) -> dict:
+    p = project(tmp / "fast", 'lock = "requirements.txt"\nsteps = 5\n'
+                'scenarios = ["torch.mlp", "torch.lm"]', {"requirements.txt": TORCH_LOCK})
+    timed([*lockguard_cmd(), "record"], p)
+    times = [timed([*lockguard_cmd(), "check"], p) for _ in range(repeat)]
+    return {"median_s": statistics.median(times), "runs_s": times, "target_s": 0.5}
+
+
+def bench_overhead(tmp: Path, repeat: int) -> dict:
+    p = project(tmp / "over", 'lock = "requirements.txt"\nscenarios = ["torch.mlp"]',
+                {"requirements.txt": TORCH_LOCK})
+    timed([*lockguard_cmd(), "record"], p)
+    sys.path.insert(0, str(REPO))
+    from lockguard.envs.venv import prepare
+    from lockguard.locks import parse_lock
+    from lockguard.scenarios import HARNESS_DIR
+
+    env = prepare(parse_lock(p / "requirements.txt"))
+    by_hand = [str(env.python), str(HARNESS_DIR / "run.py"), "--scenario", "torch.mlp",
+               "--steps", "30", "--out", str(tmp / "hand.json")]
+    hand, guarded = [], []
+    for _ in range(repeat):  # interleaved, so both see the same machine load
+        hand.append(timed(by_hand, p))
+        guarded.append(timed([*lockguard_cmd(), "check", "--rerun"], p))
+    h, g = statistics.median(hand), statistics.median(guarded)
+    return {"by_hand_median_s": h, "lockguard_median_s": g, "overhead_ratio": g / h,
+            "target_ratio": 1.15, "by_hand_s": hand, "lockguard_s": guarded}
+
+
+def bench_parallel(tmp: Path, repeat: int) -> dict:
+    locks = {"torch.txt": TORCH_LOCK, "jax.txt": DATA / "jax-0.10.2.txt",
+             "tf.txt": DATA / "tf-2.21.0.txt"}
+    p = project(tmp / "par", 'locks = ["torch.txt", "jax.txt", "tf.txt"]', locks)
+    timed([*lockguard_cmd(), "record", "--format", "json"], p)
+    ids = json.loads(subprocess.run([*lockguard_cmd(), "scenarios", "--format", "json"], cwd=p,
+                                    capture_output=True, text=True, check=True).stdout)
+    walls, sums = [], []
+    check = [*lockguard_cmd(), "check", "--rerun"]
+    for _ in range(repeat):
+        walls.append(timed(check, p))
+        os.environ["LOCKGUARD_JOBS"] = "1"  # the same check, one process at a time
+        try:
+            sums.append(timed(check, p))
+        finally:
+            del os.environ["LOCKGUARD_JOBS"]
+    w, s = statistics.median(walls), statistics.median(sums)
+    return {"scenarios": len(ids), "parallel_wall_s": w, "sum_of_parts_s": s,
+            "speedup": s / w, "cores": os.cpu_count(), "target_warm_suite_s": 60}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default="fastpath,overhead,parallel")
+    args = parser.parse_args()
+    out: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only.split(","):
+            out[name] = globals()[f"bench_{name}"](Path(tmp), args.repeat)
+            print(name, json.dumps(out[name], indent=1))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "check.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**previous, **out}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
