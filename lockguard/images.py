@@ -204,7 +204,10 @@ class ImageRecipe:
 
     @property
     def content_hash(self) -> str:
+        # framework/accelerator/module too: numpy on cpu and on tpu may render the same text.
         document = {"format": RECIPE_FORMAT, "lock_hash": self.lock_hash,
+                    "framework": self.framework, "accelerator": self.accelerator,
+                    "module": self.module,
                     "dockerfile": self.dockerfile, "base_digest": self.base.digest,
                     "lockguard": lockguard.__version__}
         text = json.dumps(document, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,588 @@
+"""The docker backend: templates, pins, tags and conformance (no engine needed), then real
+builds and runs on a real Docker engine (marked `docker`).
+
+The engine tests need dockerd; the session fixture starts it with .ci/docker-setup.sh when it is
+not answering (root only), and makes the base image the templates are pointed at (through
+LOCKGUARD_BASE_IMAGE, never by editing images/) with debootstrap: Debian bookworm, python3.11,
+imported as lockguard-test/python:3.11-bookworm and reused while it exists. There is no registry
+here, so nothing is pulled. Without an engine they skip, saying why — except under CI, where an
+engine is part of the contract and its absence fails the run.
+
+Images, wheelhouses and venvs live in the normal cache (LOCKGUARD_CACHE or ~/.cache/lockguard),
+so a second run reuses them; the numpy image is removed and rebuilt once per session so that a
+real build is always tested.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from lockguard import images
+from lockguard.envs import docker as dk
+from lockguard.envs.base import EnvError, RunRequest
+from lockguard.locks import parse_lock, parse_lock_text
+from lockguard.results import Status
+from lockguard.scenarios import Scenario, bundled
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+NUMPY_LOCK = DATA / "docker-numpy.lock"
+TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
+USER_SCRIPT = DATA / "docker_numpy_scenario.py"
+PROBE_SCRIPT = DATA / "docker_probe_scenario.py"
+TEST_BASE = "lockguard-test/python:3.11-bookworm"
+
+
+def fake_base(**changes) -> images.Base:
+    fields = dict(name="cpu", image="docker.io/library/python:3.11-slim-bookworm",
+                  digest="sha256:" + "a" * 64, python="3.11", glibc="2.36")
+    fields.update(changes)
+    return images.Base(**fields)
+
+
+def numpy_lock():
+    return parse_lock(NUMPY_LOCK)
+
+
+# ---------------------------------------------------------------------------------------------
+# Templates, pins and tags: no engine
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", images.FRAMEWORKS)
+@pytest.mark.parametrize("accelerator", images.ACCELERATORS)
+def test_every_framework_and_accelerator_renders_from_one_template(framework, accelerator):
+    recipe = images.recipe(framework, accelerator, numpy_lock())
+    text = recipe.dockerfile
+    assert "{{" not in text and "}}" not in text
+    base = images.base_for(accelerator)
+    assert f"FROM {base.ref} AS base" in text
+    assert "@sha256:" in base.ref  # pinned bases are always used by digest
+    assert "--no-index" in text and "--require-hashes" in text
+    assert recipe.tag.startswith(f"lockguard/{framework}-{accelerator}:")
+    assert len(recipe.tag.rsplit(":", 1)[1]) == 20
+    if accelerator == "cuda":
+        assert "NVIDIA_VISIBLE_DEVICES" in text and "apt-get install" in text
+        assert recipe.network is None  # the one step that needs the network: Python itself
+        assert recipe.base.cuda
+    else:
+        assert "apt-get" not in text and recipe.network == "none"
+    if (framework, accelerator) == ("torch", "tpu"):
+        assert 'PJRT_DEVICE="TPU"' in text
+    assert len(list((REPO / "images").glob("Dockerfile*"))) == 1  # one template, not nine
+
+
+def test_pin_file_pins_every_base_by_digest():
+    bases = images.load_bases()
+    assert set(bases) >= {"cpu", "cuda", "tpu"}
+    for base in bases.values():
+        assert base.digest.startswith("sha256:") and len(base.digest) == 71
+        assert base.ref.endswith(base.digest) and ":" not in base.ref.split("/")[-1].split("@")[0]
+    assert "cudnn" in bases["cuda"].image and bases["cuda"].cuda
+    assert "slim" in bases["cpu"].image and "slim" in bases["tpu"].image
+
+
+def test_tag_is_content_addressed():
+    lock = numpy_lock()
+    a = images.recipe("numpy", "cpu", lock, fake_base())
+    assert images.recipe("numpy", "cpu", lock, fake_base()).tag == a.tag
+    # lock, base digest, framework, accelerator and lockguard's version each move the tag
+    other_lock = parse_lock_text("numpy==2.3.4\n", "other.lock")
+    assert images.recipe("numpy", "cpu", other_lock, fake_base()).tag != a.tag
+    assert images.recipe("numpy", "cpu", lock, fake_base(digest="sha256:" + "b" * 64)).tag != a.tag
+    assert images.recipe("numpy", "tpu", lock, fake_base()).content_hash != a.content_hash
+    labels = a.labels(str(NUMPY_LOCK))
+    assert labels["lockguard.lock-hash"] == lock.lock_hash
+    assert labels["lockguard.base-digest"] == "sha256:" + "a" * 64
+    assert labels["org.opencontainers.image.base.digest"] == "sha256:" + "a" * 64
+    assert {"org.opencontainers.image.title", "org.opencontainers.image.created",
+            "lockguard.version"} <= set(labels)
+
+
+def test_template_placeholder_without_value_is_an_error():
+    with pytest.raises(EnvError, match="unknown placeholder"):
+        images.render("FROM {{base}}\nRUN {{nope}}\n", {"base": "x"})
+
+
+def test_images_dir_can_be_pointed_elsewhere(tmp_path, monkeypatch):
+    for name in ("Dockerfile.in", "matrix.toml", "bases.toml"):
+        shutil.copy(REPO / "images" / name, tmp_path / name)
+    (tmp_path / "Dockerfile.in").write_text(
+        (tmp_path / "Dockerfile.in").read_text() + "# custom\n")
+    monkeypatch.setenv(images.IMAGES_DIR_ENV, str(tmp_path))
+    custom = images.recipe("numpy", "cpu", numpy_lock())
+    monkeypatch.delenv(images.IMAGES_DIR_ENV)
+    assert custom.dockerfile.endswith("# custom\n")
+    assert custom.tag != images.recipe("numpy", "cpu", numpy_lock()).tag
+    monkeypatch.setenv(images.IMAGES_DIR_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(EnvError, match="Dockerfile.in"):
+        images.images_dir()
+
+
+def test_pin_rewrites_digests_and_keeps_the_file(tmp_path):
+    pins = tmp_path / "bases.toml"
+    shutil.copy(REPO / "images" / "bases.toml", pins)
+    before = pins.read_text()
+    new = "sha256:" + "c" * 64
+    changes = images.pin_bases(lambda image: new, pins)
+    assert set(changes) == {"cpu", "cuda", "tpu"} and all(c[1] == new for c in changes.values())
+    after = pins.read_text()
+    assert all(b.digest == new for b in images.load_bases(pins).values())
+    # comments and every other key kept: only the digest lines differ
+    changed = [(x, y) for x, y in zip(before.splitlines(), after.splitlines()) if x != y]
+    assert len(before.splitlines()) == len(after.splitlines())
+    assert changed and all(x.startswith("digest =") for x, _ in changed)
+
+
+def test_pin_without_registry_changes_nothing(tmp_path):
+    pins = tmp_path / "bases.toml"
+    shutil.copy(REPO / "images" / "bases.toml", pins)
+    before = pins.read_text()
+
+    def unreachable(image):
+        raise EnvError(f"cannot reach the registry for {image} (no such host): the pins in "
+                       f"{pins} are unchanged")
+
+    with pytest.raises(EnvError, match="cannot reach the registry"):
+        images.pin_bases(unreachable, pins)
+    assert pins.read_text() == before
+
+
+def test_bad_pin_file_is_one_clear_line(tmp_path):
+    pins = tmp_path / "bases.toml"
+    pins.write_text('[cpu]\nimage = "python:3.11"\ndigest = "latest"\npython = "3.11"\n'
+                    'glibc = "2.36"\n')
+    with pytest.raises(EnvError, match=r"\[cpu\]: digest 'latest' is not sha256"):
+        images.load_bases(pins)
+
+
+def test_target_platforms_and_markers():
+    target = images.Target.declared(fake_base(python="3.12", glibc="2.39"))
+    assert target.abi == "cp312"
+    tags = target.platforms()
+    assert tags[0] == "manylinux_2_39_x86_64" and "manylinux_2_17_x86_64" in tags
+    assert "manylinux2014_x86_64" in tags and "manylinux_2_16_x86_64" not in tags
+    lock = parse_lock_text('numpy==2.3.5\ntomli==2.0.1 ; python_version < "3.11"\n', "m.lock")
+    assert [p.name for p in images.expected_pins(lock, target)] == ["numpy"]
+    old = images.Target.declared(fake_base(python="3.10"))
+    assert [p.name for p in images.expected_pins(lock, old)] == ["numpy", "tomli"]
+
+
+def test_conformance_lists_every_difference():
+    lock = parse_lock_text("numpy==2.3.5\nsix==1.17.0\nFoo-Bar==1.0\n", "x.lock")
+    pins = list(lock.pins)
+    assert images.conformance_problems(
+        pins, {"numpy": "2.3.5", "six": "1.17.0", "foo-bar": "1.0.0", "pip": "24.0",
+               "setuptools": "65.5.0"}) == []
+    problems = images.conformance_problems(pins, {"numpy": "2.3.4", "foo-bar": "1.0",
+                                                  "evil": "9", "pip": "24.0"})
+    assert problems == ["numpy: lock 2.3.5, image 2.3.4", "missing six==1.17.0",
+                        "extra evil==9"]
+
+
+def test_driver_cuda_check():
+    smi = "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2     |"
+    assert dk.driver_cuda(smi) == (12, 2)
+    assert dk.driver_cuda("no gpu here") is None
+    recipe = images.recipe("torch", "cuda", parse_lock_text("torch==2.14.1+cu128\n", "t.lock"))
+    need, source = dk.required_cuda(recipe, parse_lock_text("torch==2.14.1+cu128\n", "t.lock"))
+    assert need == (12, int(recipe.base.cuda.split(".")[1])) and "base image CUDA" in source
+    with pytest.raises(EnvError, match=r"driver supports CUDA 12\.2, but .* needs CUDA 12\.6"):
+        dk.check_driver((12, 2), (12, 6), "base image CUDA 12.6", recipe.tag)
+    dk.check_driver((12, 8), (12, 6), "base image CUDA 12.6", recipe.tag)
+    cu13 = parse_lock_text("torch==2.14.1+cu130\n", "t.lock")
+    need, source = dk.required_cuda(recipe, cu13)
+    assert need == (13, 0) and "torch==2.14.1+cu130" in source
+    with pytest.raises(EnvError, match="upgrade the driver"):
+        dk.check_driver((12, 9), need, source, recipe.tag)
+
+
+def _env_for(accelerator: str) -> dk.DockerEnv:
+    recipe = images.recipe("numpy", accelerator, numpy_lock(), fake_base())
+    built = dk.BuiltImage(tag=recipe.tag, id="sha256:" + "d" * 64, recipe=recipe, reused=True,
+                          seconds=0.0, size=0, log=Path("/dev/null"))
+    return dk.DockerEnv(built, recipe.lock_hash, accelerator, "docker")
+
+
+def test_run_command_is_isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCKGUARD_TEST_SECRET", "s3cret")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    env = _env_for("cpu")
+    scenario = Scenario(id="user.np", framework="numpy", description="", steps=3,
+                        script=USER_SCRIPT)
+    request = RunRequest(scenario=scenario, steps=3, seed=0, device="cpu", threads=1, timeout=9)
+    argv = env.docker_argv(request, tmp_path, "lockguard-x")
+    text = " ".join(argv)
+    assert argv[:2] == ["docker", "run"] and "--rm" in argv
+    assert argv[argv.index("--network") + 1] == "none" and "--read-only" in argv
+    assert f"{dk.HARNESS_DIR.resolve()}:{dk.HARNESS_MOUNT}:ro" in argv
+    assert f"{tmp_path.resolve()}:{dk.OUT_MOUNT}:rw" in argv
+    assert f"{USER_SCRIPT.parent}:{dk.USER_MOUNT}:ro" in argv
+    assert f"{dk.USER_MOUNT}/{USER_SCRIPT.name}" in argv
+    assert f"{dk.OUT_MOUNT}/user.np.json" in argv
+    assert "s3cret" not in text and "LOCKGUARD_TEST_SECRET" not in text
+    assert "XLA_FLAGS=--xla_cpu_enable_fast_math=false" in argv  # numerics variables do travel
+    assert "PYTHONHASHSEED=0" in argv
+    assert "--gpus" not in argv and env.device_args() == []
+    assert argv[argv.index(env.tag) + 1] == images.VENV_PYTHON
+
+
+def test_run_command_asks_for_accelerators(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert _env_for("cuda").device_args() == ["--gpus", "all"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2")
+    assert _env_for("cuda").device_args() == ["--gpus", '"device=0,2"']
+    monkeypatch.setattr(dk, "tpu_devices", lambda: ["/dev/accel0", "/dev/vfio/0"])
+    assert _env_for("tpu").device_args() == ["--device", "/dev/accel0", "--device",
+                                             "/dev/vfio/0", "--ulimit", "memlock=-1:-1"]
+
+
+def test_no_engine_says_where_and_how(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/docker.sock")
+    with pytest.raises(EnvError) as missing:
+        dk.connect()
+    message = str(missing.value)
+    assert f"DOCKER_HOST=unix://{tmp_path}/docker.sock" in message
+    assert "no socket there" in message and "dockerd" in message and "\n" not in message
+    # a socket file nobody listens on: a dead daemon
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(tmp_path / "dead.sock"))
+    dead.close()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
+    with pytest.raises(EnvError, match="connection refused. Start one"):
+        dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
+    monkeypatch.delenv("DOCKER_HOST")
+    assert "(DOCKER_HOST is not set)" in dk.no_engine_message(FileNotFoundError(2, "x"))
+
+
+def test_disk_full_while_downloading_is_clear(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(images, "_download", full)
+    target = images.Target.declared(fake_base())
+    with pytest.raises(EnvError, match=r"disk full while downloading the wheels of .*LOCKGUARD_CACHE"):
+        images.wheelhouse(numpy_lock(), target)
+
+
+def _fake_wheel(directory: Path, name: str) -> None:
+    import zipfile
+
+    info = "tinypkg-1.0.dist-info"
+    with zipfile.ZipFile(directory / name, "w") as z:
+        z.writestr("tinypkg/__init__.py", "")
+        z.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
+                                    "true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+
+
+def test_wheel_missing_for_the_image_platform(tmp_path, monkeypatch):
+    """pip download's reason, with the image's platform: here the only wheel is for macOS."""
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    links = tmp_path / "links"
+    links.mkdir()
+    _fake_wheel(links, "tinypkg-1.0-cp311-cp311-macosx_11_0_arm64.whl")
+    lock_file = tmp_path / "tiny.lock"
+    lock_file.write_text(f"--no-index\n--find-links {links}\ntinypkg==1.0\n")
+    target = images.Target.declared(fake_base())
+    with pytest.raises(EnvError) as err:
+        images.wheelhouse(parse_lock(lock_file), target)
+    message = str(err.value)
+    assert "no wheel for the image's platform (cp311, manylinux_2_36_x86_64)" in message
+    assert "tinypkg==1.0" in message and "\n" not in message
+    # nothing half-made is left to be mistaken for a wheelhouse
+    assert not any(p.is_dir() for p in (tmp_path / "cache" / "wheelhouses").iterdir())
+
+
+def test_wheelhouse_for_a_hashless_lock_records_hashes(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    links = tmp_path / "links"
+    links.mkdir()
+    _fake_wheel(links, "tinypkg-1.0-py3-none-any.whl")
+    lock_file = tmp_path / "tiny.lock"
+    lock_file.write_text(f"--no-index\n--find-links {links}\ntinypkg==1.0\n")
+    house = images.wheelhouse(parse_lock(lock_file), images.Target.declared(fake_base()))
+    digest = images._sha256(links / "tinypkg-1.0-py3-none-any.whl")
+    assert (house / "requirements.txt").read_text() == f"tinypkg==1.0 --hash=sha256:{digest}\n"
+    assert [p.name for p in (house / "wheels").iterdir()] == ["tinypkg-1.0-py3-none-any.whl"]
+    # a second call is the cache
+    again = images.wheelhouse(parse_lock(lock_file), images.Target.declared(fake_base()))
+    assert again == house
+
+
+# ---------------------------------------------------------------------------------------------
+# A real engine
+# ---------------------------------------------------------------------------------------------
+
+
+def _engine_or_reason() -> str | None:
+    try:
+        dk.connect()
+        return None
+    except EnvError as exc:
+        first = str(exc)
+    setup = REPO / ".ci" / "docker-setup.sh"
+    if os.geteuid() != 0:
+        return f"{first} (and not root, so .ci/docker-setup.sh cannot start one)"
+    proc = subprocess.run(["bash", str(setup)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return f".ci/docker-setup.sh could not start an engine: {proc.stderr.strip()[-300:]}"
+    try:
+        dk.connect()
+        return None
+    except EnvError as exc:
+        return str(exc)
+
+
+def _make_test_base(client) -> None:
+    """Debian bookworm (python3.11 + venv) by debootstrap, imported as TEST_BASE (~1-2 min)."""
+    if shutil.which("debootstrap") is None:
+        pytest.fail("debootstrap is not installed (.ci/docker-setup.sh installs it)")
+    with tempfile.TemporaryDirectory(prefix="lockguard-debootstrap-") as tmp:
+        root = Path(tmp) / "root"
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase",
+             "--include=python3,python3-venv,ca-certificates", "bookworm", str(root)],
+            capture_output=True, text=True, timeout=1200)
+        if proc.returncode != 0:
+            pytest.fail(f"debootstrap failed: {(proc.stdout + proc.stderr)[-1000:]}")
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (root / junk).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run(
+            ["docker", "import",
+             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "--change", "ENV LANG=C.UTF-8", "-", TEST_BASE],
+            stdin=tar.stdout, capture_output=True, text=True, timeout=600)
+        tar.wait()
+        if imported.returncode != 0:
+            pytest.fail(f"docker import failed: {imported.stderr}")
+
+
+@pytest.fixture(scope="session")
+def engine():
+    reason = _engine_or_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the docker tests, but: {reason}")
+        pytest.skip(f"no Docker engine: {reason}")
+    client = dk.connect()
+    try:
+        client.images.get(TEST_BASE)
+    except Exception:  # noqa: BLE001 - not there yet: make it
+        _make_test_base(client)
+    old = os.environ.get(images.BASE_IMAGE_ENV)
+    os.environ[images.BASE_IMAGE_ENV] = TEST_BASE
+    yield client
+    if old is None:
+        os.environ.pop(images.BASE_IMAGE_ENV, None)
+    else:
+        os.environ[images.BASE_IMAGE_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def numpy_image(engine):
+    """The numpy image, built for real once per session (an old one is removed first)."""
+    lock = numpy_lock()
+    recipe = images.recipe("numpy", "cpu", lock, dk.resolve_base(engine, "cpu"))
+    try:
+        engine.images.remove(recipe.tag)
+    except Exception:  # noqa: BLE001 - not there
+        pass
+    built = dk.build_image(lock, "numpy", "cpu", client=engine)
+    assert not built.reused
+    return built
+
+
+def _request(scenario: Scenario, steps: int | None = None, timeout: float = 300) -> RunRequest:
+    return RunRequest(scenario=scenario, steps=steps or scenario.steps, seed=0, device="cpu",
+                      threads=1, timeout=timeout)
+
+
+def _user(script: Path, framework: str = "numpy", steps: int = 12) -> Scenario:
+    return Scenario(id=f"user.{script.stem}", framework=framework, description="", steps=steps,
+                    script=script)
+
+
+@pytest.mark.docker
+def test_built_image_holds_the_lock_and_its_labels(engine, numpy_image):
+    image = engine.images.get(numpy_image.tag)
+    assert image.id == numpy_image.id
+    labels = image.labels
+    lock = numpy_lock()
+    assert labels["lockguard.lock-hash"] == lock.lock_hash
+    assert labels["lockguard.base-digest"] == engine.images.get(TEST_BASE).id
+    assert labels["lockguard.version"] and labels["org.opencontainers.image.created"]
+    assert labels["lockguard.python"] == "3.11"
+    report = dk.installed_in(engine, numpy_image.tag, "numpy")
+    assert report["dists"]["numpy"] == "2.3.5" and report["import_error"] is None
+    assert set(report["dists"]) - {"numpy"} <= images.INSTALLER_DISTS
+    # the wheels' layer went with the install stage: no .whl anywhere in the image
+    found = engine.containers.run(numpy_image.tag, ["sh", "-c", "find / -xdev -name '*.whl' "
+                                                    "-path '*lockguard*' | wc -l"],
+                                  remove=True, network_mode="none")
+    assert found.decode().strip() == "0"
+    log = numpy_image.log.read_text()
+    assert "Successfully tagged" in log and "network none" in log
+
+
+@pytest.mark.docker
+def test_second_build_is_a_cache_hit(engine, numpy_image):
+    start = time.perf_counter()
+    again = dk.build_image(numpy_lock(), "numpy", "cpu")
+    wall = time.perf_counter() - start
+    assert again.reused and again.id == numpy_image.id and again.tag == numpy_image.tag
+    assert wall < 2.0, f"cache hit took {wall:.2f} s"
+
+
+@pytest.mark.docker
+def test_container_results_equal_the_venv(engine, numpy_image, tmp_path):
+    """Same lock, same harness: bitwise-equal losses, gradients, outputs and parameters.
+
+    Only the fingerprint's interpreter differs (the image's Debian python3.11 is 3.11.2, the
+    venv's is the host's), and the image id is recorded.
+    """
+    from lockguard.envs import venv
+
+    lock = numpy_lock()
+    in_docker = dk.prepare(lock, framework="numpy", accelerator="cpu")
+    in_venv = venv.prepare(lock)
+    scenarios = [_user(USER_SCRIPT)] + [s for s in bundled() if s.id == "numpy.mlp"]
+    assert len(scenarios) == 2
+    (tmp_path / "d").mkdir()
+    (tmp_path / "v").mkdir()
+    for scenario in scenarios:
+        a = in_docker.run(_request(scenario), tmp_path / "d")
+        b = in_venv.run(_request(scenario), tmp_path / "v")
+        assert a.status == Status.ok, a.error
+        assert b.status == Status.ok, b.error
+        assert a.losses and a.losses == b.losses
+        assert a.grad_norms == b.grad_norms and a.outputs == b.outputs
+        assert a.param_digest == b.param_digest and a.framework_version == b.framework_version
+        assert a.fingerprint["image"]["id"] == numpy_image.id
+        assert a.fingerprint["image"]["tag"] == numpy_image.tag
+        assert a.fingerprint["cpu"] == b.fingerprint["cpu"]
+
+
+@pytest.mark.docker
+def test_runs_are_sandboxed(engine, numpy_image, tmp_path):
+    env = dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
+    result = env.run(_request(_user(PROBE_SCRIPT, steps=2)), tmp_path)
+    assert result.status == Status.ok, result.error
+    m = result.metrics
+    assert m["network"] == 0.0 and m["interfaces"] == 1.0  # only lo
+    assert m["harness_writable"] == 0.0 and m["root_writable"] == 0.0
+    assert m["uid"] == float(os.getuid())
+    assert (tmp_path / f"user.{PROBE_SCRIPT.stem}.json").is_file()  # written through the mount
+
+
+@pytest.mark.docker
+def test_timeout_stops_the_container(engine, numpy_image, tmp_path):
+    env = dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
+    result = env.run(_request(_user(PROBE_SCRIPT, steps=600), timeout=8), tmp_path)
+    assert result.status == Status.timeout
+    assert result.fingerprint["image"]["id"] == numpy_image.id
+    deadline = time.time() + 20
+    while engine.containers.list(filters={"label": "lockguard.run=1", "ancestor": env.tag}):
+        assert time.time() < deadline, "the container outlived its timeout"
+        time.sleep(0.5)
+
+
+@pytest.mark.docker
+def test_conformance_fails_on_a_tampered_lock(engine, numpy_image, tmp_path):
+    tampered = tmp_path / "tampered.lock"
+    tampered.write_text("numpy==2.3.4\nsix==1.17.0\n")
+    with pytest.raises(EnvError) as err:
+        dk.check_conformance(engine, numpy_image.tag, parse_lock(tampered), "numpy",
+                             numpy_image.log)
+    message = str(err.value)
+    assert "numpy: lock 2.3.4, image 2.3.5" in message and "missing six==1.17.0" in message
+    assert str(numpy_image.log) in message
+
+
+@pytest.mark.docker
+def test_tampered_image_under_the_tag_is_refused(engine, numpy_image, tmp_path):
+    """An image moved under lockguard's tag (here: one extra distribution) is checked again
+    rather than trusted, and the difference is listed."""
+    repo, tag = numpy_image.tag.rsplit(":", 1)
+    site = "/opt/lockguard/venv/lib/python3.11/site-packages/evil-1.0.dist-info"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {numpy_image.tag}\n"
+        f"RUN mkdir -p {site} && printf 'Metadata-Version: 2.1\\nName: evil\\nVersion: 1.0\\n' "
+        f"> {site}/METADATA\n")
+    evil, _ = engine.images.build(path=str(tmp_path), tag=numpy_image.tag, network_mode="none",
+                                  rm=True)
+    try:
+        with pytest.raises(EnvError, match=r"does not match .*extra evil==1\.0"):
+            dk.build_image(numpy_lock(), "numpy", "cpu")
+    finally:
+        engine.images.get(numpy_image.id).tag(repo, tag)  # put the real one back
+        engine.images.remove(evil.id, force=True)
+    assert dk.build_image(numpy_lock(), "numpy", "cpu").id == numpy_image.id
+
+
+@pytest.mark.docker
+def test_missing_base_is_a_clear_error(engine, monkeypatch):
+    monkeypatch.setenv(images.BASE_IMAGE_ENV, "lockguard-test/absent:0")
+    with pytest.raises(EnvError, match=r"base image lockguard-test/absent:0 .* is not present"):
+        dk.build_image(numpy_lock(), "numpy", "cpu")
+    # the pinned base, which this engine does not have and cannot pull (no registry here)
+    monkeypatch.delenv(images.BASE_IMAGE_ENV)
+    base = images.base_for("cpu")
+    try:
+        engine.images.get(base.ref)
+        pytest.skip(f"{base.ref} is present on this engine")
+    except Exception:  # noqa: BLE001
+        pass
+    with pytest.raises(EnvError) as err:
+        dk.build_image(parse_lock_text("numpy==2.3.5\n", str(NUMPY_LOCK)), "numpy", "cpu")
+    message = str(err.value)
+    assert f"base image {base.ref} is not present" in message and "could not be pulled" in message
+    assert images.BASE_IMAGE_ENV in message and "\n" not in message
+
+
+@pytest.mark.docker
+def test_images_pin_without_registry(engine, tmp_path):
+    pins = tmp_path / "bases.toml"
+    shutil.copy(REPO / "images" / "bases.toml", pins)
+    before = pins.read_text()
+    with pytest.raises(EnvError, match=r"cannot reach the registry for docker\.io/"):
+        dk.pin_images(path=pins)
+    assert pins.read_text() == before
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_torch_image_equals_the_venv(engine, tmp_path):
+    """torch 2.13.0+cpu (the quickstart lock, from /opt/wheels): torch.mlp bitwise equal."""
+    from lockguard.envs import venv
+
+    lock = parse_lock(TORCH_LOCK)
+    in_docker = dk.prepare(lock, framework="torch", accelerator="cpu")
+    in_venv = venv.prepare(lock)
+    scenario = [s for s in bundled() if s.id == "torch.mlp"][0]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "v").mkdir()
+    a = in_docker.run(_request(scenario, steps=10), tmp_path / "d")
+    b = in_venv.run(_request(scenario, steps=10), tmp_path / "v")
+    assert a.status == Status.ok, a.error
+    assert b.status == Status.ok, b.error
+    assert a.framework_version == b.framework_version == "2.13.0+cpu"
+    assert a.losses == b.losses and a.param_digest == b.param_digest
