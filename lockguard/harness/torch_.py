@@ -1,0 +1,611 @@
+"""The PyTorch harness module: determinism, fingerprint, bundled scenarios and user scripts.
+
+Runs inside the target environment: imports the stdlib, torch, the shared generator and, only if
+it is installed, numpy. See run.py for the interface (NAME, setup, SCENARIOS, run_user).
+
+Bundled scenarios (sizes and hyper-parameters from gen.py):
+    torch.mlp       gen.MLP with nn.Linear + torch.optim.Adam, initial weights from gen
+    torch.lm        gen.LM (pre-LN GPT) with nn.LayerNorm, exact GELU, AdamW; the attention uses
+                    F.scaled_dot_product_attention(is_causal=True) where torch has it (what users
+                    call, and what upgrades change), else the explicit matmul + mask + softmax;
+                    fingerprint["torch"]["attention"] says which
+    torch.lm.bf16   torch.lm under torch.autocast(<device>, dtype=torch.bfloat16); dtype "bfloat16"
+    torch.rng       the mlp initialised by torch's own RNG (manual_seed + nn.Linear's default
+                    init), to catch RNG stream changes; data still from gen
+Every scenario is a model builder plus a loss function handed to one training loop (`train`).
+A compiled variant is one more SCENARIOS entry passing `wrap` (e.g. "torch.mlp.compile":
+_mlp(ctx, "gen", wrap=torch.compile)): the wrapped model runs, the optimiser and the digest keep
+the original parameters; it then fills ctx.result["compile"] (graph breaks, recompiles, ...).
+
+User scripts: run(steps, seed) returns either a list of per-step losses, or a dict
+    {"losses": [...], "outputs": optional, "grad_norms": optional,
+     "metrics": optional {str: number}, "params": optional {name: tensor},
+     "step_times": optional [seconds per step]}
+Tensors, numpy arrays and numbers are all accepted; outputs may be nested lists, tensors or
+arrays (flattened, their shape recorded); params are digested in the dict's order.
+Timing of user scripts: the harness cannot see steps inside run(), so it records the wall time
+of the whole run() call in metrics["run_s"]; per-step timings (first_step_s, step_median_s) are
+left None unless the script returns "step_times". An averaged per-step time would be invented
+data (it would smear a compile step across all steps), so none is made up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import random
+import re
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import gen
+
+try:  # only to accept numpy arrays from user scripts; never required
+    import numpy
+except ImportError:  # pragma: no cover - depends on the target environment
+    numpy = None
+
+NAME = "torch"
+
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+# --------------------------------------------------------------------------- setup
+
+def _try(fn: Callable[[], Any], default: Any = None) -> Any:
+    """Feature detection across torch 2.0 .. 2.14: missing APIs and deprecations give None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+    except Exception:  # noqa: BLE001
+        return default
+
+
+def _choose_device(ctx) -> Tuple[str, Optional[str]]:
+    """(device class to use, why the expected one is not used or None)."""
+    if ctx.device == "cuda":
+        if _try(torch.cuda.is_available, False):
+            return "cuda", None
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            return "cpu", "torch is a CPU-only build (torch.version.cuda is None)"
+        return "cpu", "torch.cuda.is_available() is False (no visible GPU or driver)"
+    if ctx.device == "tpu":
+        return "cpu", "the torch harness does not drive TPUs (no torch_xla support)"
+    return "cpu", None
+
+
+def _build_info() -> Dict[str, Any]:
+    info: Dict[str, Any] = {}
+    parallel = _try(torch.__config__.parallel_info, "") or ""
+    # The library-identifying lines (backend, OpenMP, MKL, oneDNN); thread counts are recorded
+    # separately, and the environment-variable lines duplicate fingerprint["env"].
+    lines = []
+    for line in parallel.splitlines():
+        if not line.strip() or line.startswith((" ", "\t")) or line.endswith(":"):
+            continue
+        if "hardware_concurrency" in line:
+            continue
+        lines.append(line.strip())
+    info["parallel"] = lines
+    show = _try(torch.__config__.show, "") or ""
+    match = re.search(r"Build settings: (.*)", show)
+    if match:
+        settings = dict(re.findall(r"(\w+)=([^,]*)", match.group(1)))
+        wanted = ("BLAS_INFO", "LAPACK_INFO", "BUILD_TYPE", "CUDA_VERSION", "CUDNN_VERSION",
+                  "USE_CUDA", "USE_CUDNN", "USE_MKL", "USE_MKLDNN", "USE_OPENMP", "USE_ROCM",
+                  "COMMIT_SHA")
+        info["build"] = {k: settings[k].strip() for k in wanted if k in settings}
+    return info
+
+
+def _determinism_flags() -> Dict[str, Any]:
+    cuda_matmul = torch.backends.cuda.matmul
+    cudnn = torch.backends.cudnn
+    return {
+        "deterministic_algorithms": _try(torch.are_deterministic_algorithms_enabled),
+        "deterministic_warn_only": _try(torch.is_deterministic_algorithms_warn_only_enabled),
+        "fill_uninitialized_memory": _try(
+            lambda: torch.utils.deterministic.fill_uninitialized_memory),
+        "cudnn_deterministic": _try(lambda: cudnn.deterministic),
+        "cudnn_benchmark": _try(lambda: cudnn.benchmark),
+        "cudnn_allow_tf32": _try(lambda: cudnn.allow_tf32),
+        "cuda_matmul_allow_tf32": _try(lambda: cuda_matmul.allow_tf32),
+        "cuda_matmul_fp32_precision": _try(lambda: cuda_matmul.fp32_precision),
+        "cuda_matmul_allow_fp16_reduced_precision_reduction": _try(
+            lambda: cuda_matmul.allow_fp16_reduced_precision_reduction),
+        "cuda_matmul_allow_bf16_reduced_precision_reduction": _try(
+            lambda: cuda_matmul.allow_bf16_reduced_precision_reduction),
+        "float32_matmul_precision": _try(torch.get_float32_matmul_precision),
+        "num_threads": _try(torch.get_num_threads),
+        "num_interop_threads": _try(torch.get_num_interop_threads),
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
+
+
+def setup(ctx) -> None:
+    device, fallback = _choose_device(ctx)
+    if device == "cuda":
+        # cuBLAS reads this when its first handle is made: before any CUDA work.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.manual_seed(ctx.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.set_num_threads(ctx.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or inter-op parallel work has already started
+        pass
+
+    result = ctx.result
+    result["framework_version"] = torch.__version__
+    result["device"] = device
+    if device == "cuda":
+        index = torch.cuda.current_device()
+        result["device_name"] = f"cuda:{index} {torch.cuda.get_device_name(index)}"
+    else:
+        result["device_name"] = "cpu"
+
+    fp = result["fingerprint"]
+    if "CUBLAS_WORKSPACE_CONFIG" in os.environ:
+        fp["env"]["CUBLAS_WORKSPACE_CONFIG"] = os.environ["CUBLAS_WORKSPACE_CONFIG"]
+    fp["device_requested"] = ctx.device
+    if fallback:
+        fp["device_fallback"] = fallback
+    info: Dict[str, Any] = {
+        "version": torch.__version__,
+        "git_version": _try(lambda: torch.version.git_version),
+        "debug": _try(lambda: torch.version.debug),
+        "cuda": _try(lambda: torch.version.cuda),
+        "hip": _try(lambda: torch.version.hip),
+        "cudnn": _try(torch.backends.cudnn.version) if device == "cuda" else None,
+        "mkldnn": _try(torch.backends.mkldnn.is_available),
+        "mkl": _try(torch.backends.mkl.is_available),
+        "openmp": _try(torch.backends.openmp.is_available),
+        "cpu_capability": _try(torch.backends.cpu.get_cpu_capability),
+        "attention": "scaled_dot_product_attention" if HAS_SDPA else "explicit",
+    }
+    info.update(_build_info())
+    if device == "cuda":
+        index = torch.cuda.current_device()
+        info["gpu"] = {
+            "name": _try(lambda: torch.cuda.get_device_name(index)),
+            "capability": _try(lambda: list(torch.cuda.get_device_capability(index))),
+            "count": _try(torch.cuda.device_count),
+            "nccl": _try(lambda: ".".join(map(str, torch.cuda.nccl.version()))),
+        }
+    fp["torch"] = info
+    fp["determinism"] = dict(_determinism_flags(), seed=ctx.seed)
+
+
+def _device(ctx) -> torch.device:
+    return torch.device(ctx.result["device"] or "cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------- models
+
+def _tensor(t: gen.Tensor, device: torch.device) -> torch.Tensor:
+    shape, values = t
+    return torch.tensor(values, dtype=torch.float32).reshape(shape).to(device)
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(gen.MLP["in"], gen.MLP["hidden"])
+        self.fc2 = nn.Linear(gen.MLP["hidden"], gen.MLP["classes"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+    def gen_names(self) -> Dict[str, nn.Parameter]:
+        return {"w1": self.fc1.weight, "b1": self.fc1.bias,
+                "w2": self.fc2.weight, "b2": self.fc2.bias}
+
+
+def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    if HAS_SDPA:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d, eps=1e-5)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d, eps=1e-5)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, t, d = h.shape
+        q, k, v = self.qkv(self.ln1(h)).split(d, dim=-1)
+        q, k, v = (x.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for x in (q, k, v))
+        a = _causal_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        h = h + self.proj(a)
+        return h + self.fc2(F.gelu(self.fc1(self.ln2(h))))
+
+
+class GPT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        c = gen.LM
+        self.tok_emb = nn.Embedding(c["vocab"], c["d"])
+        self.pos_emb = nn.Embedding(c["seq"], c["d"])
+        self.blocks = nn.ModuleList(Block(c["d"], c["heads"]) for _ in range(c["layers"]))
+        self.lnf = nn.LayerNorm(c["d"], eps=1e-5)
+        self.head = nn.Linear(c["d"], c["vocab"], bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        h = self.tok_emb(tokens) + self.pos_emb(pos)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.lnf(h))
+
+    def gen_names(self) -> Dict[str, nn.Parameter]:
+        names: Dict[str, nn.Parameter] = {"tok_emb": self.tok_emb.weight,
+                                          "pos_emb": self.pos_emb.weight}
+        for i, blk in enumerate(self.blocks):
+            p = f"l{i}."
+            for short, mod in (("ln1", blk.ln1), ("qkv", blk.qkv), ("proj", blk.proj),
+                               ("ln2", blk.ln2), ("fc1", blk.fc1), ("fc2", blk.fc2)):
+                names[p + short + "_w"] = mod.weight
+                names[p + short + "_b"] = mod.bias
+        names["lnf_w"] = self.lnf.weight
+        names["lnf_b"] = self.lnf.bias
+        names["head_w"] = self.head.weight
+        return names
+
+
+def _load_gen(named: Dict[str, nn.Parameter], values: Dict[str, gen.Tensor]) -> None:
+    """Copy gen's initial weights into the parameters, in gen's order; names must match."""
+    if list(named) != list(values):
+        raise RuntimeError(f"parameter names differ from gen's: {list(named)} vs {list(values)}")
+    with torch.no_grad():
+        for name, param in named.items():
+            shape, flat = values[name]
+            if tuple(param.shape) != tuple(shape):
+                raise RuntimeError(f"{name}: shape {tuple(param.shape)} vs gen {shape}")
+            param.copy_(torch.tensor(flat, dtype=torch.float32).reshape(shape))
+
+
+# --------------------------------------------------------------------------- training loop
+
+def _raw_bytes(t: torch.Tensor) -> bytes:
+    """The tensor's bytes in native (little-endian) order, without numpy."""
+    t = t.detach().cpu().contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
+def _norm64(t: torch.Tensor) -> float:
+    return float(t.detach().double().pow(2).sum().sqrt().item())
+
+
+def _grad_norm(params: Sequence[nn.Parameter]) -> Optional[float]:
+    """Total L2 norm of all gradients, summed in float64, before the optimiser step."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return None
+    total = torch.stack([g.detach().double().pow(2).sum() for g in grads]).sum()
+    return float(total.sqrt().item())
+
+
+def _record_params(ctx, named: Dict[str, torch.Tensor]) -> None:
+    ctx.set_params([(name, _raw_bytes(t)) for name, t in named.items()],
+                   {name: _norm64(t) for name, t in named.items()})
+
+
+def _set_outputs(ctx, out: torch.Tensor) -> None:
+    out = out.detach().float().cpu()
+    ctx.set_outputs(out.reshape(-1).tolist(), list(out.shape))
+
+
+def _autocast(device: torch.device, dtype: Optional[torch.dtype]):
+    if dtype is None:
+        return _NullContext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+def train(ctx, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor],
+          probe_fn: Callable[[nn.Module], torch.Tensor], optimizer: torch.optim.Optimizer,
+          named_params: Dict[str, torch.Tensor], amp_dtype: Optional[torch.dtype] = None) -> None:
+    """The one training loop of every bundled torch scenario.
+
+    `model` is what runs (a compiled wrapper may be passed here); `named_params` are the
+    parameters in digest order. Per step: loss (the float32 value as a Python float), total
+    gradient norm, wall time of the whole step (synchronised on cuda).
+    """
+    device = _device(ctx)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(ctx.steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(device, amp_dtype):
+            loss = loss_fn(model)
+        loss.backward()
+        norm = _grad_norm(params)
+        optimizer.step()
+        value = loss.detach().float().item()
+        _sync(device)
+        ctx.record_step(value, norm, time.perf_counter() - start)
+    with torch.no_grad(), _autocast(device, amp_dtype):
+        out = probe_fn(model)
+    _set_outputs(ctx, out)
+    _record_params(ctx, named_params)
+    if amp_dtype is not None:
+        ctx.result["dtype"] = str(amp_dtype).replace("torch.", "")
+    if device.type == "cuda":
+        ctx.result["metrics"]["cuda_max_memory_allocated_bytes"] = float(
+            torch.cuda.max_memory_allocated())
+
+
+# --------------------------------------------------------------------------- scenarios
+
+def _mlp_setup(ctx, init: str) -> Tuple[MLP, Callable, Callable, Dict[str, torch.Tensor]]:
+    device = _device(ctx)
+    if init == "torch":
+        torch.manual_seed(ctx.seed)  # the stream is the point: nothing may consume it first
+        model = MLP()
+        named = dict(model.named_parameters())
+    else:
+        model = MLP()
+        _load_gen(model.gen_names(), gen.mlp_params(ctx.seed))
+        named = model.gen_names()
+    model.to(device)
+    (x_shape, x_flat), labels, probe = gen.mlp_data(ctx.seed)
+    x = torch.tensor(x_flat, dtype=torch.float32).reshape(x_shape).to(device)
+    y = torch.tensor(labels, dtype=torch.long, device=device)
+    p = _tensor(probe, device)
+    return model, (lambda m: F.cross_entropy(m(x), y)), (lambda m: m(p)), named
+
+
+Wrap = Optional[Callable[[nn.Module], nn.Module]]
+
+
+def _mlp(ctx, init: str = "gen", wrap: Wrap = None) -> None:
+    """`wrap` turns the built model into what runs, e.g. torch.compile for a compiled variant."""
+    model, loss_fn, probe_fn, named = _mlp_setup(ctx, init)
+    optimizer = torch.optim.Adam(model.parameters(), lr=gen.MLP["lr"], betas=(0.9, 0.999),
+                                 eps=1e-8)
+    train(ctx, wrap(model) if wrap else model, loss_fn, probe_fn, optimizer, named)
+
+
+def _lm(ctx, amp_dtype: Optional[torch.dtype] = None, wrap: Wrap = None) -> None:
+    device = _device(ctx)
+    model = GPT()
+    _load_gen(model.gen_names(), gen.lm_params(ctx.seed))
+    model.to(device)
+    named = model.gen_names()
+    inputs, targets, probe = gen.lm_data(ctx.seed)
+    x = torch.tensor(inputs, dtype=torch.long, device=device)
+    y = torch.tensor(targets, dtype=torch.long, device=device)
+    p = torch.tensor(probe, dtype=torch.long, device=device)
+    vocab = gen.LM["vocab"]
+
+    def loss_fn(m: nn.Module) -> torch.Tensor:
+        logits = m(x)
+        return F.cross_entropy(logits.reshape(-1, vocab).float(), y.reshape(-1))
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=gen.LM["lr"], betas=(0.9, 0.999),
+                                  eps=1e-8, weight_decay=gen.LM["weight_decay"])
+    train(ctx, wrap(model) if wrap else model, loss_fn, lambda m: m(p), optimizer, named,
+          amp_dtype)
+
+
+SCENARIOS: Dict[str, Callable[[Any], None]] = {
+    "torch.mlp": lambda ctx: _mlp(ctx, "gen"),
+    "torch.lm": lambda ctx: _lm(ctx),
+    "torch.lm.bf16": lambda ctx: _lm(ctx, torch.bfloat16),
+    "torch.rng": lambda ctx: _mlp(ctx, "torch"),
+}
+
+
+# --------------------------------------------------------------------------- user scripts
+
+class UserResultError(TypeError):
+    """What a user script's run() returned does not follow the contract."""
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _is_array(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    return numpy is not None and isinstance(value, numpy.ndarray)
+
+
+def _number(value: Any, what: str) -> float:
+    if _is_array(value):
+        flat, shape = _flatten(value, what)
+        if len(flat) != 1:
+            raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
+        return flat[0]
+    if isinstance(value, bool) or not _is_real(value):
+        raise UserResultError(f"{what} must be a number, got {_describe(value)}")
+    return float(value)
+
+
+def _is_real(value: Any) -> bool:
+    if isinstance(value, (int, float)):
+        return True
+    if numpy is not None and isinstance(value, numpy.generic):
+        return bool(numpy.issubdtype(type(value), numpy.number)) and not numpy.iscomplexobj(value)
+    return False
+
+
+def _flatten(value: Any, what: str) -> Tuple[List[float], List[int]]:
+    """Nested lists / tuples / tensors / arrays -> (flat floats, shape); must be rectangular."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        if t.is_complex():
+            raise UserResultError(f"{what} is a complex tensor")
+        t = t.to("cpu", torch.float64)  # float32/bf16/fp16 -> float64 is exact
+        return t.reshape(-1).tolist(), list(t.shape)
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        if not numpy.issubdtype(value.dtype, numpy.number) or numpy.iscomplexobj(value):
+            raise UserResultError(f"{what} has dtype {value.dtype}, expected real numbers")
+        a = value.astype(numpy.float64)
+        return a.reshape(-1).tolist(), list(a.shape)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return [], [0]
+        parts = [_flatten(v, f"{what}[{i}]") for i, v in enumerate(value)]
+        inner = parts[0][1]
+        for i, (_, shape) in enumerate(parts):
+            if shape != inner:
+                raise UserResultError(f"{what} is ragged: element 0 has shape {inner}, "
+                                      f"element {i} has shape {shape}")
+        return [x for flat, _ in parts for x in flat], [len(value)] + inner
+    return [_number(value, what)], []
+
+
+def _losses(value: Any) -> List[float]:
+    if _is_array(value):
+        flat, shape = _flatten(value, "losses")
+        if len(shape) != 1:
+            raise UserResultError(f"losses must be one-dimensional, got shape {shape}")
+        values = flat
+    elif isinstance(value, (list, tuple)):
+        values = [_number(v, f"losses[{i}]") for i, v in enumerate(value)]
+    else:
+        raise UserResultError(f"losses must be a sequence of numbers, got {_describe(value)}")
+    if not values:
+        raise UserResultError("losses is empty: run() must return at least one step's loss")
+    return values
+
+
+USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
+
+
+def apply_user_result(ctx, returned: Any, run_seconds: float,
+                      raw_bytes: Callable[[Any], bytes], norm: Callable[[Any], float]) -> None:
+    """Validate what run() returned and fill the result; UserResultError says what is wrong."""
+    if isinstance(returned, dict):
+        if "losses" not in returned:
+            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
+                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
+        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
+        if unknown:
+            raise UserResultError(f"run() returned unknown keys {unknown}; "
+                                  f"allowed: {list(USER_KEYS)}")
+        spec = returned
+    elif isinstance(returned, (list, tuple)) or _is_array(returned):
+        spec = {"losses": returned}
+    else:
+        raise UserResultError(
+            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
+            f"it returned {_describe(returned)}")
+    losses = _losses(spec["losses"])
+    grad_norms = None
+    if spec.get("grad_norms") is not None:
+        grad_norms = [_number(v, f"grad_norms[{i}]")
+                      for i, v in enumerate(_seq(spec["grad_norms"], "grad_norms"))]
+    step_times = None
+    if spec.get("step_times") is not None:
+        step_times = [_number(v, f"step_times[{i}]")
+                      for i, v in enumerate(_seq(spec["step_times"], "step_times"))]
+        if len(step_times) != len(losses):
+            raise UserResultError(f"step_times has {len(step_times)} entries for "
+                                  f"{len(losses)} losses")
+    metrics = {}
+    if spec.get("metrics") is not None:
+        if not isinstance(spec["metrics"], dict):
+            raise UserResultError(f"metrics must be a dict of numbers, got "
+                                  f"{_describe(spec['metrics'])}")
+        metrics = {str(k): _number(v, f"metrics[{k!r}]") for k, v in spec["metrics"].items()}
+    if spec.get("outputs") is not None:
+        flat, shape = _flatten(spec["outputs"], "outputs")
+        ctx.set_outputs(flat, shape)
+    if spec.get("params") is not None:
+        if not isinstance(spec["params"], dict):
+            raise UserResultError(f"params must be a dict name -> tensor, got "
+                                  f"{_describe(spec['params'])}")
+        ctx.set_params([(str(k), raw_bytes(v)) for k, v in spec["params"].items()],
+                       {str(k): norm(v) for k, v in spec["params"].items()})
+
+    if step_times is not None:
+        for i, loss in enumerate(losses):
+            ctx.record_step(loss, None, step_times[i])
+    else:
+        ctx.result["losses"].extend(float(v) for v in losses)
+    if grad_norms is not None:
+        ctx.result["grad_norms"] = grad_norms
+    ctx.result["metrics"].update(metrics)
+    ctx.result["metrics"]["run_s"] = run_seconds
+
+
+def _seq(value: Any, what: str) -> Sequence[Any]:
+    if _is_array(value):
+        flat, shape = _flatten(value, what)
+        if len(shape) != 1:
+            raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
+        return flat
+    if not isinstance(value, (list, tuple)):
+        raise UserResultError(f"{what} must be a sequence of numbers, got {_describe(value)}")
+    return value
+
+
+def _user_tensor(value: Any, what: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    try:
+        return torch.as_tensor(value)
+    except Exception as exc:  # noqa: BLE001
+        raise UserResultError(f"{what} is not a tensor: {_describe(value)}") from exc
+
+
+def run_user(ctx, module) -> None:
+    """Run a user script's run(steps, seed) under the determinism set by setup()."""
+    # The script was imported after setup(): re-seed so its import cannot shift the streams.
+    torch.manual_seed(ctx.seed)
+    random.seed(ctx.seed)
+    if numpy is not None:
+        numpy.random.seed(ctx.seed)
+    device = _device(ctx)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    returned = module.run(ctx.steps, ctx.seed)
+    _sync(device)
+    seconds = time.perf_counter() - start
+    apply_user_result(ctx, returned, seconds,
+                      lambda v: _raw_bytes(_user_tensor(v, "params")),
+                      lambda v: _norm64(_user_tensor(v, "params")))
+    if device.type == "cuda":
+        ctx.result["metrics"]["cuda_max_memory_allocated_bytes"] = float(
+            torch.cuda.max_memory_allocated())

@@ -1,0 +1,337 @@
+"""The torch and numpy harness modules, run for real in a real virtualenv.
+
+A session fixture makes the venv with `python -m venv` + `pip install torch==2.13.0 numpy==2.0.2`
+under $LOCKGUARD_CACHE/dev-venvs/ (default ~/.cache/lockguard), and reuses it on later runs (a
+marker file says it is complete; a file lock keeps two test sessions from building it at once).
+Each harness run is a subprocess of `<venv>/bin/python lockguard/harness/run.py`, and its JSON is
+validated against lockguard.results.RunResult before anything else is asserted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import pytest
+
+from lockguard.results import parse_result
+
+REPO = Path(__file__).resolve().parent.parent
+HARNESS = REPO / "lockguard" / "harness"
+sys.path.insert(0, str(HARNESS))
+import gen  # noqa: E402  (stdlib-only shared generator: the scenario sizes)
+
+sys.path.remove(str(HARNESS))
+
+pytestmark = pytest.mark.slow
+
+TORCH = "2.13.0"
+NUMPY = "2.0.2"
+RUN_TIMEOUT = 300
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("LOCKGUARD_CACHE") or Path.home() / ".cache" / "lockguard")
+
+
+@pytest.fixture(scope="session")
+def venv_python() -> Path:
+    """A venv with torch and numpy, made once per machine and reused."""
+    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    root = _cache_dir() / "dev-venvs"
+    venv = root / f"torch-{TORCH}_numpy-{NUMPY}_{py}"
+    marker = venv / ".lockguard-ready"
+    python = venv / "bin" / "python"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (marker.exists() and python.exists()):
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+            pip = subprocess.run(
+                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                 f"torch=={TORCH}", f"numpy=={NUMPY}"],
+                capture_output=True, text=True, timeout=1800)
+            if pip.returncode != 0:
+                shutil.rmtree(venv, ignore_errors=True)
+                pytest.fail(f"could not install torch=={TORCH} numpy=={NUMPY} into {venv}:\n"
+                            + pip.stderr[-3000:])
+            marker.write_text(f"torch=={TORCH}\nnumpy=={NUMPY}\n")
+    return python
+
+
+def harness(python: Path, out_dir: Path, scenario: str, steps: int, *extra: str,
+            env: Dict[str, str] | None = None) -> Dict[str, Any]:
+    """One harness run; returns the decoded result after checking it against the contract."""
+    out = out_dir / f"{scenario}-{len(list(out_dir.iterdir()))}.json"
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run(
+        [str(python), str(HARNESS / "run.py"), "--scenario", scenario, "--steps", str(steps),
+         "--out", str(out), *extra],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT, env=full_env, cwd=out_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.exists(), f"no result file; stderr:\n{proc.stderr[-3000:]}"
+    data = json.loads(out.read_text())
+    parse_result(data, str(out))  # the RunResult contract, field for field
+    return data
+
+
+class Runs:
+    """Memoised harness runs for the session: each distinct run happens once."""
+
+    def __init__(self, python: Path, out_dir: Path) -> None:
+        self.python, self.out_dir = python, out_dir
+        self._cache: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
+
+    def get(self, scenario: str, steps: int, *extra: str, again: int = 0) -> Dict[str, Any]:
+        key = (scenario, steps, extra, again)
+        if key not in self._cache:
+            self._cache[key] = harness(self.python, self.out_dir, scenario, steps, *extra)
+        return self._cache[key]
+
+
+@pytest.fixture(scope="session")
+def runs(venv_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(venv_python, tmp_path_factory.mktemp("harness-runs"))
+
+
+STEPS = {"torch.mlp": gen.MLP["steps"], "torch.rng": gen.MLP["steps"],
+         "numpy.mlp": gen.MLP["steps"], "torch.lm": gen.LM["steps"],
+         "torch.lm.bf16": gen.LM["steps"]}
+SHAPES = {"torch.mlp": [gen.MLP["probe"], gen.MLP["classes"]],
+          "torch.rng": [gen.MLP["probe"], gen.MLP["classes"]],
+          "numpy.mlp": [gen.MLP["probe"], gen.MLP["classes"]],
+          "torch.lm": [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]],
+          "torch.lm.bf16": [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]]}
+
+
+def assert_ok(r: Dict[str, Any]) -> None:
+    assert r["status"] == "ok", r["error"]
+    assert r["error"] is None
+
+
+@pytest.mark.parametrize("scenario", sorted(STEPS))
+def test_bundled_scenario_trains(runs: Runs, scenario: str) -> None:
+    steps = STEPS[scenario]
+    r = runs.get(scenario, steps)
+    assert_ok(r)
+    framework = scenario.split(".")[0]
+    assert r["framework"] == framework
+    assert r["framework_version"] == (NUMPY if framework == "numpy" else TORCH + "+cpu")
+    assert r["device"] == "cpu" and r["device_name"] == "cpu"
+    assert r["dtype"] == ("bfloat16" if scenario.endswith("bf16") else "float32")
+
+    losses = r["losses"]
+    assert len(losses) == steps
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < 0.6 * losses[0], losses  # it learns
+    assert sum(losses[-3:]) < sum(losses[:3])
+
+    assert len(r["grad_norms"]) == steps
+    assert all(math.isfinite(g) and g > 0 for g in r["grad_norms"])
+
+    assert r["output_shape"] == SHAPES[scenario]
+    assert len(r["outputs"]) == math.prod(SHAPES[scenario])
+    assert all(math.isfinite(v) for v in r["outputs"])
+
+    digest = r["param_digest"]
+    assert isinstance(digest, str) and len(digest) == 64 and int(digest, 16) >= 0
+    expected_names = (["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+                      if scenario == "torch.rng" else
+                      list(gen.mlp_params(0)) if "mlp" in scenario else list(gen.lm_params(0)))
+    assert sorted(r["param_norms"]) == sorted(expected_names)  # (JSON keys are sorted)
+    assert all(v > 0 for k, v in r["param_norms"].items() if not k.endswith(("_b", "b1", "b2")))
+
+    t = r["timings"]
+    assert t["import_s"] > 0 and t["first_step_s"] > 0 and t["step_median_s"] > 0
+    assert t["total_s"] >= t["import_s"]
+    assert r["peak_memory_bytes"] > 0
+
+    fp = r["fingerprint"]
+    for key in ("python", "cpu", "threads", "env", "determinism", "device_requested"):
+        assert key in fp, key
+    assert fp["determinism"]["seed"] == 0
+    if framework == "torch":
+        det = fp["determinism"]
+        assert det["deterministic_algorithms"] is True
+        assert det["cudnn_deterministic"] is True and det["cudnn_benchmark"] is False
+        assert det["num_threads"] == 1 and det["num_interop_threads"] == 1
+        info = fp["torch"]
+        assert info["version"] == TORCH + "+cpu" and info["cuda"] is None
+        assert info["mkldnn"] in (True, False)
+        assert info["attention"] == "scaled_dot_product_attention"
+        assert info["parallel"] and "BLAS_INFO" in info["build"]
+    else:
+        assert fp["numpy_build"]["version"] == NUMPY
+        assert fp["numpy_build"]["blas"]
+
+
+@pytest.mark.parametrize("scenario", ["torch.mlp", "torch.lm"])
+def test_two_runs_are_bit_identical(runs: Runs, scenario: str) -> None:
+    first = runs.get(scenario, STEPS[scenario])
+    second = runs.get(scenario, STEPS[scenario], again=1)
+    assert_ok(first)
+    assert_ok(second)
+    for field in ("losses", "grad_norms", "outputs", "param_digest", "param_norms"):
+        assert first[field] == second[field], field
+
+
+def test_torch_rng_differs_from_gen_init(runs: Runs) -> None:
+    gen_init = runs.get("torch.mlp", STEPS["torch.mlp"])
+    torch_init = runs.get("torch.rng", STEPS["torch.rng"])
+    assert torch_init["losses"][0] != gen_init["losses"][0]
+    assert torch_init["param_digest"] != gen_init["param_digest"]
+
+
+def test_numpy_mlp_matches_torch_mlp_at_step_zero(runs: Runs) -> None:
+    t = runs.get("torch.mlp", STEPS["torch.mlp"])["losses"]
+    n = runs.get("numpy.mlp", STEPS["numpy.mlp"])["losses"]
+    assert n[0] == pytest.approx(t[0], rel=1e-6)
+    # Same maths, same optimiser: the curves stay close, not only the first point.
+    assert n[-1] == pytest.approx(t[-1], rel=1e-4)
+
+
+def test_bf16_autocast_changes_the_numbers_a_little(runs: Runs) -> None:
+    fp32 = runs.get("torch.lm", STEPS["torch.lm"])
+    bf16 = runs.get("torch.lm.bf16", STEPS["torch.lm.bf16"])
+    assert bf16["losses"][0] == pytest.approx(fp32["losses"][0], rel=1e-2)
+    assert bf16["losses"] != fp32["losses"]
+    assert bf16["outputs"] != fp32["outputs"]
+
+
+def test_expected_cuda_falls_back_to_cpu_without_crashing(runs: Runs) -> None:
+    r = runs.get("torch.mlp", 3, "--device", "cuda")
+    assert_ok(r)
+    assert r["device"] == "cpu"
+    assert r["fingerprint"]["device_requested"] == "cuda"
+    assert "CPU-only build" in r["fingerprint"]["device_fallback"]
+    # No CUDA work happens, so the cuBLAS switch is left alone (it is set only on a real GPU).
+    assert "CUBLAS_WORKSPACE_CONFIG" not in r["fingerprint"]["env"]
+    # Same numbers as on the cpu: the fallback changed nothing but the device.
+    assert r["losses"] == runs.get("torch.mlp", STEPS["torch.mlp"])["losses"][:3]
+
+
+def test_torch_harness_runs_without_numpy(runs: Runs, tmp_path: Path) -> None:
+    blocker = tmp_path / "no-numpy" / "numpy"
+    blocker.mkdir(parents=True)
+    # What an environment without numpy raises (torch itself only catches this subclass).
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    r = harness(runs.python, runs.out_dir, "torch.mlp", 3,
+                env={"PYTHONPATH": str(blocker.parent)})
+    assert_ok(r)
+    assert r["losses"] == runs.get("torch.mlp", STEPS["torch.mlp"])["losses"][:3]
+
+
+# --------------------------------------------------------------------------- user scripts
+
+def user_run(runs: Runs, tmp_path: Path, framework: str, body: str,
+             steps: int = 5) -> Dict[str, Any]:
+    script = tmp_path / "user_scenario.py"
+    script.write_text(textwrap.dedent(body))
+    return harness(runs.python, runs.out_dir, f"user.{framework}", steps,
+                   "--script", str(script), "--framework", framework)
+
+
+TORCH_USER_OK = """
+    import torch
+
+    def run(steps, seed):
+        model = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.linspace(-1, 1, 12).reshape(4, 3)
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss)                     # tensors: converted by the harness
+        return {"losses": losses, "outputs": model(x).detach(),
+                "grad_norms": [1.0] * steps, "metrics": {"final": losses[-1]},
+                "params": dict(model.named_parameters())}
+"""
+
+
+def test_user_script_dict_with_tensors(runs: Runs, tmp_path: Path) -> None:
+    r = user_run(runs, tmp_path, "torch", TORCH_USER_OK)
+    assert_ok(r)
+    assert len(r["losses"]) == 5 and all(isinstance(v, float) for v in r["losses"])
+    assert r["losses"][-1] < r["losses"][0]
+    assert r["output_shape"] == [4, 2] and len(r["outputs"]) == 8
+    assert r["grad_norms"] == [1.0] * 5
+    assert r["metrics"]["final"] == r["losses"][-1]
+    assert r["metrics"]["run_s"] > 0
+    assert r["timings"]["first_step_s"] is None and r["timings"]["step_median_s"] is None
+    assert len(r["param_digest"]) == 64 and sorted(r["param_norms"]) == ["bias", "weight"]
+
+
+def test_user_script_returning_garbage_is_a_clear_crash(runs: Runs, tmp_path: Path) -> None:
+    r = user_run(runs, tmp_path, "torch", """
+        def run(steps, seed):
+            return "all good"
+    """)
+    assert r["status"] == "crashed"
+    last = r["error"].splitlines()[-1]
+    assert "must return a list of per-step losses or a dict with 'losses'" in last
+    assert "str 'all good'" in last
+
+
+def test_user_script_raising_keeps_the_traceback(runs: Runs, tmp_path: Path) -> None:
+    r = user_run(runs, tmp_path, "torch", """
+        def helper():
+            raise ValueError("boom from the user script")
+
+        def run(steps, seed):
+            helper()
+    """)
+    assert r["status"] == "crashed"
+    assert r["error"].splitlines()[-1] == "ValueError: boom from the user script"
+    assert "user_scenario.py" in r["error"] and "helper()" in r["error"]
+
+
+@pytest.mark.parametrize("returned, message", [
+    ("[]", "losses is empty"),
+    ("[0.5, 'x']", "losses[1] must be a number, got str 'x'"),
+    ("{'loss': [1.0]}", "a dict without 'losses'"),
+    ("{'losses': [1.0], 'extra': 1}", "unknown keys ['extra']"),
+    ("{'losses': [1.0], 'metrics': {'m': 'high'}}", "metrics['m'] must be a number"),
+    ("{'losses': [1.0], 'outputs': [[1.0, 2.0], [3.0]]}", "outputs is ragged"),
+    ("None", "it returned NoneType None"),
+])
+def test_numpy_user_script_validation(runs: Runs, tmp_path: Path, returned: str,
+                                      message: str) -> None:
+    r = user_run(runs, tmp_path, "numpy", f"""
+        def run(steps, seed):
+            return {returned}
+    """)
+    assert r["status"] == "crashed"
+    assert message in r["error"].splitlines()[-1]
+
+
+def test_numpy_user_script_ok(runs: Runs, tmp_path: Path) -> None:
+    r = user_run(runs, tmp_path, "numpy", """
+        import numpy as np
+
+        def run(steps, seed):
+            w = np.random.standard_normal(3).astype(np.float32)   # seeded by the harness
+            losses = []
+            for _ in range(steps):
+                losses.append(np.float32((w ** 2).sum()))
+                w = w * np.float32(0.5)
+            return {"losses": np.array(losses), "outputs": [[1, 2], [3, 4]],
+                    "params": {"w": w}, "step_times": [0.01] * steps}
+    """)
+    assert_ok(r)
+    assert len(r["losses"]) == 5 and r["losses"][-1] < r["losses"][0]
+    assert r["output_shape"] == [2, 2] and r["outputs"] == [1.0, 2.0, 3.0, 4.0]
+    assert r["timings"]["step_median_s"] == pytest.approx(0.01)
+    assert r["framework"] == "numpy" and r["framework_version"] == NUMPY
