@@ -45,7 +45,8 @@ def expected_nep50_divergence(steps: int, seed: int = 0) -> int:
     raise AssertionError("no divergence")
 
 
-def ema_project(root: Path, locks: dict[str, Path], extra: str = "") -> Path:
+def ema_project(root: Path, locks: dict[str, Path], extra: str = "",
+                tolerance: str = 'tolerance = "exact"') -> Path:
     return make_project(root, f"""
         lock = "new.txt"
         scenarios = ["loss_ema"]
@@ -53,6 +54,7 @@ def ema_project(root: Path, locks: dict[str, Path], extra: str = "") -> Path:
         [scenario.loss_ema]
         script = "loss_ema.py"
         framework = "numpy"
+        {tolerance}
         """, files={"loss_ema.py": EMA_SCRIPT}, locks={"new.txt": locks["new"],
                                                         "old.txt": locks["old"]})
 
@@ -70,6 +72,18 @@ def test_numpy_nep50_upgrade_is_drift_in_ab(tmp_path, numpy_locks):
     assert (change["name"], change["old_version"], change["new_version"], change["bump"]) == (
         "numpy", "1.26.4", "2.0.2", "major")
     assert report["passed"] is False
+
+
+def test_nep50_is_within_default_float32_tolerance(tmp_path, numpy_locks):
+    """The promotion change moves the EMA by a few ULP: inside torch.testing's float32
+    tolerance, so without `exact` it passes, still naming the first divergent step."""
+    project = ema_project(tmp_path / "p", numpy_locks, tolerance="")
+    proc = run_cli("check", "--baseline-lock", "old.txt", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    [verdict] = json.loads(proc.stdout)["verdicts"]
+    assert verdict["verdict"] == "within_tolerance"
+    assert verdict["first_divergent_step"] == expected_nep50_divergence(20)
+    assert 0 < verdict["losses"]["max_ulp"] <= 4
 
 
 def test_same_lock_on_both_sides_is_identical(tmp_path, numpy_locks):
