@@ -1,0 +1,108 @@
+"""Docker images: cold build time, image size and the cache-hit time, per framework (CPU images).
+
+    python benchmarks/bench_docker.py [--frameworks numpy,torch,jax,tensorflow] [--repeat 5]
+                                      [--base IMAGE]
+
+Needs a Docker engine (bash .ci/docker-setup.sh) and a base image with python3 + venv: by
+default the tests' lockguard-test/python:3.11-bookworm (made by tests/test_docker.py's fixture,
+or by hand: see .ci/docker-setup.sh and tests/test_docker.py::_make_test_base).
+
+Per framework, with the repository's real locks:
+  download   the lock's wheels fetched on the host into a fresh wheelhouse (hashes checked)
+  build      `build_image` with that wheelhouse warm and no image under the tag: the classic
+             build, the install stage's removal and the conformance check. The empty-venv layer
+             of the base stage is shared by every lock on a base, so it is built once, not per lock
+  size       the image as the engine reports it, and what it adds over the base
+  hit        `build_image` again: the tag exists and its conformance is recorded (median)
+Writes benchmarks/results/docker.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from lockguard import images  # noqa: E402
+from lockguard.envs import docker as dk  # noqa: E402
+from lockguard.locks import parse_lock  # noqa: E402
+
+DATA = REPO / "tests" / "data"
+LOCKS = {
+    "numpy": DATA / "docker-numpy.lock",
+    "torch": REPO / "examples" / "quickstart" / "requirements.txt",
+    "jax": DATA / "jax-0.10.2.txt",
+    "tensorflow": DATA / "tf-2.21.0.txt",
+}
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def bench(framework: str, client, repeat: int) -> dict:
+    lock = parse_lock(LOCKS[framework])
+    base = dk.resolve_base(client, "cpu")
+    recipe = images.recipe(framework, "cpu", lock, base)
+    try:
+        client.images.remove(recipe.tag)
+    except Exception:  # noqa: BLE001 - not there
+        pass
+    target = dk.target_of(client, base)
+    start = time.perf_counter()
+    house = images.wheelhouse(lock, target)
+    download = time.perf_counter() - start
+    info = json.loads((house / images.READY).read_text())
+    built = dk.build_image(lock, framework, "cpu", client=client)
+    assert not built.reused
+    hits = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        again = dk.build_image(lock, framework, "cpu")
+        hits.append(time.perf_counter() - start)
+        assert again.reused and again.id == built.id
+    base_size = int(client.images.get(base.ref).attrs.get("Size") or 0)
+    return {"framework": framework, "lock": str(LOCKS[framework].relative_to(REPO)),
+            "pins": len(lock.pins), "wheels_mb": round(info["bytes"] / 1e6, 1),
+            "download_s": round(download, 1), "build_s": round(built.seconds, 1),
+            "image_mb": round(built.size / 1e6), "added_mb": round((built.size - base_size) / 1e6),
+            "hit_s": round(statistics.median(hits), 3), "hit_max_s": round(max(hits), 3),
+            "tag": built.tag}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frameworks", default="numpy,torch,jax,tensorflow")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--base", default="lockguard-test/python:3.11-bookworm",
+                        help="local base image (LOCKGUARD_BASE_IMAGE)")
+    args = parser.parse_args()
+    os.environ[images.BASE_IMAGE_ENV] = args.base
+    client = dk.connect()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lockguard-bench-docker-") as tmp:
+        # A fresh cache: cold wheelhouses and no conformance records (images are rebuilt anyway).
+        os.environ["LOCKGUARD_CACHE"] = tmp
+        for framework in args.frameworks.split(","):
+            print(f"{framework}: building …", file=sys.stderr, flush=True)
+            rows.append(bench(framework, client, args.repeat))
+    cores = os.cpu_count()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {"base": args.base, "cores": cores, "repeat": args.repeat, "results": rows,
+           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (RESULTS / "docker.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(f"base {args.base}, {cores} cores")
+    print(f"{'framework':<11}{'pins':>5}{'wheels MB':>10}{'download s':>11}{'build s':>9}"
+          f"{'image MB':>9}{'added MB':>9}{'hit s':>8}")
+    for r in rows:
+        print(f"{r['framework']:<11}{r['pins']:>5}{r['wheels_mb']:>10}{r['download_s']:>11}"
+              f"{r['build_s']:>9}{r['image_mb']:>9}{r['added_mb']:>9}{r['hit_s']:>8}")
+
+
+if __name__ == "__main__":
+    main()
