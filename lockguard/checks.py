@@ -18,7 +18,7 @@ from lockguard.compare import (
 from lockguard.config import Config, ToleranceSetting
 from lockguard.envs.base import RunRequest
 from lockguard.golden import Golden, GoldenError, golden_path
-from lockguard.locks import diff_locks, framework_version
+from lockguard.locks import check_family_rules, diff_locks, framework_version
 from lockguard.progress import QUIET, Progress
 from lockguard.report import LockInfo, ParityRow, Report
 from lockguard.results import RunResult, Status
@@ -60,10 +60,18 @@ def policy_for(config: Config, exact: bool = False) -> Policy:
 
 # ----------------------------------------------------------------------------- report parts
 
+def display_path(path: Path) -> str:
+    """Relative to the working directory when below it: what the user typed, not /abs/paths."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def lock_info(ref: LockRef, role: str) -> LockInfo:
     frameworks = sorted(ref.lock.frameworks())
     versions = {f: v for f in frameworks if (v := framework_version(ref.lock, f))}
-    return LockInfo(path=str(ref.path), lock_hash=ref.lock.lock_hash, role=role,
+    return LockInfo(path=display_path(ref.path), lock_hash=ref.lock.lock_hash, role=role,
                     frameworks=frameworks, versions=versions)
 
 
@@ -83,6 +91,17 @@ def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> lis
 
 
 # ------------------------------------------------------------------------------------ flows
+
+def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
+    """A failing report when a lock breaks a framework family rule, before anything is built:
+    a mismatched torch/torchvision pair is known in a second, not after a 20-minute build."""
+    broken = [f"{ref.path}: {v.rule}: {v.message}" for ref in locks
+              for v in check_family_rules(ref.lock)]
+    if not broken:
+        return None
+    return Report(command=command, mode="golden" if command == "check" else "record",
+                  locks=[lock_info(r, "candidate") for r in locks], notes=broken, passed=False)
+
 
 def _request(p: Planned, config: Config) -> RunRequest:
     return RunRequest(scenario=p.scenario, steps=p.steps, seed=config.seed, device=p.device,
@@ -104,6 +123,8 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     from lockguard import golden
 
     start = time.perf_counter()
+    if (failed := family_rule_report("record", locks)) is not None:
+        return failed
     kind = opts.env or config.env
     planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
                    local=kind == "local")
@@ -151,6 +172,8 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
 
 def check(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
           baseline: list[LockRef] | None = None, progress: Progress = QUIET) -> Report:
+    if (failed := family_rule_report("check", [*locks, *(baseline or [])])) is not None:
+        return failed
     if baseline:
         return _check_ab(config, locks, baseline, scenarios, opts, progress)
     return _check_golden(config, locks, scenarios, opts, progress)

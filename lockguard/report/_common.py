@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockguard.compare import ScenarioVerdict, Verdict
+from lockguard.compare import CompileDiff, ScenarioVerdict, Verdict
 
 SYMBOL = {
     Verdict.identical: "=", Verdict.within_tolerance: "≈", Verdict.drift: "✗",
@@ -24,6 +24,9 @@ def final_loss(v: ScenarioVerdict) -> str:
         return "—"
     if v.final_loss_old is None:
         return fmt_float(v.final_loss_new)
+    if v.final_loss_new is not None and v.final_loss_old != v.final_loss_new:
+        # Differences often hide in the last digits: show enough to round-trip a float32.
+        return f"{v.final_loss_old:.9g} → {v.final_loss_new:.9g}"
     return f"{fmt_float(v.final_loss_old)} → {fmt_float(v.final_loss_new)}"
 
 
@@ -67,3 +70,57 @@ def change_line(change: dict[str, Any]) -> str:
     if change.get("families"):
         text += f" [{', '.join(change['families'])}]"
     return text
+
+
+def compile_rows(diff: CompileDiff) -> list[tuple[str, str, str]]:
+    """The compiled path old and new side by side: (what, baseline, candidate) rows.
+
+    Counts appear when they changed; break reasons are paired: a reason on both sides shares a
+    row, a reworded one sits beside its old wording, a removed one has "—" on the right and an
+    added one "—" on the left. Empty when nothing about the compiled path changed.
+    """
+    if not (diff.regressions or diff.improvements or diff.reworded_break_reasons):
+        return []
+    rows: list[tuple[str, str, str]] = []
+
+    def count(label: str, old: object, new: object) -> None:
+        if old != new:
+            rows.append((label, _show(old), _show(new)))
+
+    count("graph breaks", diff.graph_breaks_old, diff.graph_breaks_new)
+    count("recompiles", diff.recompiles_old, diff.recompiles_new)
+    count("eager fallbacks", diff.eager_fallbacks_old, diff.eager_fallbacks_new)
+    count("backend", diff.backend_old, diff.backend_new)
+    if diff.xla_old != diff.xla_new:
+        rows.append(("XLA", _on_off(diff.xla_old), _on_off(diff.xla_new)))
+    for what, changes in (("traces", diff.traces), ("compilations", diff.compilations)):
+        for function, change in changes.items():
+            rows.append((f"{what} of {function}", str(change.old), str(change.new)))
+    rows += reason_pairs("break", diff.break_reasons_old, diff.break_reasons_new,
+                         diff.reworded_break_reasons)
+    rows += reason_pairs("recompile", diff.recompile_reasons_old, diff.recompile_reasons_new, [])
+    if diff.compile_s_old is not None and diff.compile_s_new is not None:
+        rows.append(("compile time", f"{diff.compile_s_old:.2f} s", f"{diff.compile_s_new:.2f} s"))
+    return rows
+
+
+def reason_pairs(label: str, old: list[str], new: list[str],
+                 reworded: list[list[str]]) -> list[tuple[str, str, str]]:
+    """Rows of reasons: common ones first, then reworded pairs, removed and added ones."""
+    if old == new:
+        return []
+    pairs = {o: n for o, n in reworded}
+    paired_new = set(pairs.values())
+    rows = [(label, r, r) for r in old if r in new]
+    rows += [(label + " (reworded)", o, n) for o, n in pairs.items()]
+    rows += [("- " + label, r, "—") for r in old if r not in new and r not in pairs]
+    rows += [("+ " + label, "—", r) for r in new if r not in old and r not in paired_new]
+    return rows
+
+
+def _show(value: object) -> str:
+    return "—" if value is None else str(value)
+
+
+def _on_off(value: bool | None) -> str:
+    return "—" if value is None else ("on" if value else "off")
