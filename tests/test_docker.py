@@ -586,3 +586,10 @@ def test_torch_image_equals_the_venv(engine, tmp_path):
     assert b.status == Status.ok, b.error
     assert a.framework_version == b.framework_version == "2.13.0+cpu"
     assert a.losses == b.losses and a.param_digest == b.param_digest
+
+
+def test_numpy_scenarios_share_their_lock_framework_image():
+    torch_lock = parse_lock(TORCH_LOCK)
+    assert dk.image_framework(torch_lock, "numpy") == "torch"
+    assert dk.image_framework(torch_lock, "torch") == "torch"
+    assert dk.image_framework(numpy_lock(), "numpy") == "numpy"

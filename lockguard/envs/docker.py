@@ -598,6 +598,17 @@ class DockerEnv:
             pass
 
 
+def image_framework(lock: Lock, framework: str) -> str:
+    """Whose image a scenario runs in. numpy scenarios (bundled or user scripts) run in the
+    image of the framework their lock is for: a torch lock's numpy is in the torch image, and
+    a second image of the same lock would only cost a build."""
+    if framework == "numpy":
+        others = sorted(lock.frameworks() - {"numpy"})
+        if others:
+            return others[0]
+    return framework
+
+
 def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu", config=None,
             progress: Progress = QUIET, base_image: str | None = None) -> DockerEnv:
     """The env for `lock`'s `framework` on `accelerator`: its image built or reused, the
@@ -607,8 +618,8 @@ def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu", config=None
         raise EnvError("the docker backend runs containers with the `docker` command, which is "
                        "not on PATH (install the Docker CLI, e.g. apt-get install docker.io)")
     client = connect()
-    image = build_image(lock, framework, accelerator, base_image=base_image, client=client,
-                        progress=progress)
+    image = build_image(lock, image_framework(lock, framework), accelerator,
+                        base_image=base_image, client=client, progress=progress)
     if accelerator == "cuda":
         check_gpu(client, image.recipe, lock)
     elif accelerator == "tpu" and not tpu_devices():
