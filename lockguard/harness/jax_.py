@@ -1,0 +1,572 @@
+"""The JAX harness module: determinism, fingerprint, bundled scenarios and user scripts.
+
+Runs inside the target environment: imports the stdlib, jax (with jaxlib), numpy and the shared
+generator. See run.py for the interface (NAME, setup, SCENARIOS, run_user).
+
+jax is imported by setup(), not at the top of this module: XLA reads XLA_FLAGS and jax reads
+JAX_PLATFORMS when the backend starts, so setup() sets them from the run's arguments first and
+only then imports jax. setup() records the framework's import time in timings.import_s (run.py
+only sees this module's import, which is stdlib only).
+
+Bundled scenarios (sizes and hyper-parameters from gen.py; weights kept in gen's (out, in) layout,
+so a linear layer is x @ W.T + b and the parameter digest is over gen's layout and order):
+    jax.mlp      gen.MLP, one jax.jit'ed step (loss, grad and Adam update together)
+    jax.lm       gen.LM (pre-LN GPT, exact erf GELU, explicit causal mask + softmax), AdamW
+    jax.lm.bf16  jax.lm with torch.autocast(bfloat16)'s casting policy written out by hand: the
+                 inputs, weights and biases of every matmul / linear are cast to bfloat16 and its
+                 result stays bfloat16 (qkv, q@k^T, probs@v, proj, fc1, fc2, head); GELU is
+                 computed in float32 from the bfloat16 value and rounded back to bfloat16 (what
+                 torch does for a bf16 tensor); layer norms, the attention softmax, the residual
+                 stream and the loss are float32; parameters and Adam state are float32 masters.
+                 dtype "bfloat16"; probe logits are the bf16 values widened to float32.
+    jax.rng      the mlp initialised by jax.random from the seed (PRNGKey(seed), split in four,
+                 uniform(+-1/sqrt(fan_in)) like nn.Linear): jax's own RNG stream; data from gen
+Adam / AdamW are written out to match torch.optim's single-tensor implementation operation by
+operation: m = m + (1-b1)(g-m); v = v*b2 + (1-b2)*g*g; bias corrections computed on the host in
+float64 each step (step_size = lr/(1-b1^t), sqrt(1-b2^t)) and passed in as float32 scalars (so the
+step traces once); denom = sqrt(v)/sqrt(bc2) + eps; p = p + (-step_size*m)/denom; AdamW first
+decays p = p*(1 - lr*wd).
+
+Determinism (recorded in fingerprint["determinism"]):
+  * cuda: XLA_FLAGS += --xla_gpu_deterministic_ops=true (deterministic reductions/scatters and
+    autotuning); XLA_PYTHON_CLIENT_PREALLOCATE=false.
+  * --threads 1: XLA_FLAGS += --xla_cpu_multi_thread_eigen=false. Two runs are bitwise identical
+    with or without it, but XLA's default runs Eigen on a thread pool sized by the machine's
+    cores, and its results differ from single-threaded Eigen (measured on jax.lm: with jaxlib
+    0.9.2 the gradient norms from step 0 and the losses from step 6, with 0.10.2 the probe
+    outputs), so without the flag a golden could depend on the
+    machine's core count. Nothing else is forced: an XLA flag that a jaxlib does not know aborts
+    the process, so every flag set here must exist in every supported jaxlib (this one does in
+    0.9.2 and 0.10.2; the pseudo-flag "intra_op_parallelism_threads=1" is silently ignored by
+    XLA's parser and so is not used). With --threads N > 1, XLA's default threading is kept.
+  * bundled scenarios set jax_default_matmul_precision="highest": float32 matmuls are true
+    float32 everywhere (on CUDA jax's default would allow TF32, which torch's default does not);
+    on CPU it changes nothing. User scripts keep the precision they ask for (it is recorded).
+Per step: loss (the float32 value as an exact Python float), the global gradient norm before the
+update (exact: math.fsum of float64 squares of the float32 gradients, then sqrt), the wall time
+of the step after block_until_ready. compile: traces of the train step (a counter in the traced
+Python function), backend compilations and compile seconds per jitted function (jax.monitoring).
+
+User scripts: run(steps, seed) returns a list of per-step losses or a dict
+    {"losses", optional "outputs", "grad_norms", "metrics" {str: number}, "params" {name: array},
+     "step_times"}
+(the contract of torch_.py). setup() wraps jax.jit before the script is imported, so the traces
+(and compilations) of every function the script jits are counted, by function name.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import random
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import gen
+from common import RECORDED_ENV
+
+NAME = "jax"
+
+# Filled by setup(): the framework is imported only after its environment variables are set.
+jax: Any = None
+jnp: Any = None
+np: Any = None
+
+_STATE: Dict[str, Any] = {
+    "device": None,            # the jax.Device used
+    "compiles": {},            # fun_name -> backend compilations (from jax.monitoring)
+    "compile_s": {},           # fun_name -> seconds in backend compilation
+    "user_traces": {},         # user function name -> traces
+}
+
+
+# --------------------------------------------------------------------------- setup
+
+def _try(fn: Callable[[], Any], default: Any = None) -> Any:
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - fingerprint details are best effort
+        return default
+
+
+def _env_before_import(ctx) -> Dict[str, Any]:
+    """Set the variables jax/XLA read at backend start; returns what was decided."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    wanted: List[str] = []
+    if ctx.threads == 1:
+        # XLA's CPU backend otherwise runs Eigen on a pool sized by the machine's cores; its
+        # results differ from single-threaded Eigen (measured on jax.lm), so a pool whose size
+        # depends on the machine could make goldens machine-dependent.
+        wanted.append("--xla_cpu_multi_thread_eigen=false")
+    if ctx.device == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    else:
+        # Let jax pick the accelerator; without one it falls back to cpu (a device_fallback).
+        os.environ.pop("JAX_PLATFORMS", None)
+        if ctx.device == "cuda":
+            wanted.append("--xla_gpu_deterministic_ops=true")
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    for flag in wanted:
+        name = flag.split("=", 1)[0]
+        if not any(f.split("=", 1)[0] == name for f in flags):
+            flags.append(flag)
+    if flags:
+        os.environ["XLA_FLAGS"] = " ".join(flags)
+    return {"xla_flags_added": wanted}
+
+
+def _on_compile(name: str, seconds: float, **kwargs: Any) -> None:
+    if name == "/jax/core/compile/backend_compile_duration":
+        fun = str(kwargs.get("fun_name", "?"))
+        if fun.startswith("jit(") and fun.endswith(")"):
+            fun = fun[4:-1]
+        _STATE["compiles"][fun] = _STATE["compiles"].get(fun, 0) + 1
+        _STATE["compile_s"][fun] = _STATE["compile_s"].get(fun, 0.0) + seconds
+
+
+def _device_class(device: Any) -> str:
+    platform = str(device.platform).lower()
+    if platform in ("gpu", "cuda"):
+        version = str(_try(lambda: device.client.platform_version, "")).lower()
+        return "rocm" if "rocm" in version else "cuda"
+    return platform  # cpu | tpu
+
+
+def _plugins() -> Dict[str, str]:
+    from importlib import metadata
+    out = {}
+    for dist in _try(lambda: list(metadata.distributions()), []):
+        name = str(_try(lambda: dist.metadata["Name"], "") or "")
+        norm = name.lower().replace("_", "-")
+        if norm.startswith(("jax-cuda", "jax-rocm", "libtpu", "jax-tpu")):
+            out[norm] = dist.version
+    return out
+
+
+def setup(ctx) -> None:
+    global jax, jnp, np
+    decided = _env_before_import(ctx)
+    start = time.perf_counter()
+    import numpy
+    import jax as jax_module
+    import jax.numpy as jnp_module
+    jax, jnp, np = jax_module, jnp_module, numpy
+    imported = time.perf_counter() - start
+    timings = ctx.result["timings"]
+    timings["import_s"] = (timings.get("import_s") or 0.0) + imported
+
+    if not ctx.script:
+        jax.config.update("jax_default_matmul_precision", "highest")
+    _try(lambda: jax.monitoring.register_event_duration_secs_listener(_on_compile))
+
+    device = jax.devices()[0]  # starts the backend
+    _STATE["device"] = device
+    cls = _device_class(device)
+    ctx.result["device"] = cls
+    ctx.result["device_name"] = f"{cls}:{device.id} {device.device_kind}" if cls != "cpu" else "cpu"
+    ctx.result["framework_version"] = jax.__version__
+
+    fp = ctx.result["fingerprint"]
+    fp["env"] = {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}
+    fp["device_expected"] = ctx.device
+    fp["jax"] = jax.__version__
+    fp["jaxlib"] = _try(lambda: __import__("jaxlib").__version__)
+    fp["ml_dtypes"] = _try(lambda: __import__("ml_dtypes").__version__)
+    fp["numpy"] = numpy.__version__
+    fp["jax_plugins"] = _plugins()
+    fp["backend"] = {
+        "default_backend": _try(jax.default_backend),
+        "platform": device.platform,
+        "platform_version": _try(lambda: device.client.platform_version),
+        "device_kind": device.device_kind,
+        "device_count": _try(jax.device_count),
+    }
+    fp["prng"] = {
+        "default_prng_impl": _try(lambda: str(jax.config.jax_default_prng_impl)),
+        "threefry_partitionable": _try(lambda: bool(jax.config.jax_threefry_partitionable)),
+    }
+    fp["x64"] = _try(lambda: bool(jax.config.jax_enable_x64))
+    fp["determinism"] = {
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "xla_flags_added": decided["xla_flags_added"],
+        "gpu_deterministic_ops": "--xla_gpu_deterministic_ops=true" in
+                                 os.environ.get("XLA_FLAGS", "").split(),
+        "jax_default_matmul_precision": _try(
+            lambda: str(jax.config.jax_default_matmul_precision)),
+        "cpu_eigen_single_threaded": "--xla_cpu_multi_thread_eigen=false" in
+                                     os.environ.get("XLA_FLAGS", "").split(),
+    }
+    if ctx.script:
+        _install_jit_counter()
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _to_jax(t: gen.Tensor) -> Any:
+    shape, flat = t
+    return jax.device_put(np.array(flat, dtype=np.float32).reshape(shape), _STATE["device"])
+
+
+def _host(x: Any) -> Any:
+    return np.asarray(jax.device_get(x))
+
+
+def _sum_squares(arr: Any) -> float:
+    # float32 (or bf16) squared in float64 is exact; fsum rounds the total once.
+    flat = np.asarray(arr, dtype=np.float64).ravel().tolist()
+    return math.fsum(v * v for v in flat)
+
+
+def _global_norm(arrays: Sequence[Any]) -> float:
+    return math.sqrt(math.fsum(_sum_squares(a) for a in arrays))
+
+
+def _raw_bytes(arr: Any) -> bytes:
+    a = np.ascontiguousarray(arr)
+    if a.dtype.byteorder == ">":
+        a = a.byteswap().view(a.dtype.newbyteorder("<"))
+    return a.tobytes()
+
+
+def _record_params(ctx, params: Dict[str, Any]) -> None:
+    host = {name: _host(p) for name, p in params.items()}
+    ctx.set_params([(name, _raw_bytes(a.astype(np.float32))) for name, a in host.items()],
+                   {name: math.sqrt(_sum_squares(a)) for name, a in host.items()})
+
+
+def _set_outputs(ctx, out: Any) -> None:
+    a = _host(out).astype(np.float64)  # float32 / bf16 -> float64 is exact
+    ctx.set_outputs(a.ravel().tolist(), list(a.shape))
+
+
+def _cross_entropy(logits: Any, labels: Any) -> Any:
+    """Mean cross-entropy of integer labels, in float32 (torch's log_softmax + nll mean)."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+    return -jnp.mean(picked)
+
+
+# --------------------------------------------------------------------------- optimiser
+
+BETAS = (0.9, 0.999)
+EPS = 1e-8
+
+
+def _adam_scalars(step: int, lr: float) -> Tuple[Any, Any]:
+    """torch.optim.Adam's host-side bias corrections for 1-based `step`, as float32 scalars."""
+    bias_correction1 = 1 - BETAS[0] ** step
+    bias_correction2 = 1 - BETAS[1] ** step
+    step_size = lr / bias_correction1
+    return np.float32(step_size), np.float32(bias_correction2 ** 0.5)
+
+
+def _adam_update(params: Dict[str, Any], grads: Dict[str, Any], m: Dict[str, Any],
+                 v: Dict[str, Any], step_size: Any, bc2_sqrt: Any,
+                 decay: Optional[float]) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    b1, b2 = BETAS
+    new_p, new_m, new_v = {}, {}, {}
+    for name, p in params.items():
+        g = grads[name]
+        if decay is not None:
+            p = p * decay  # AdamW: decoupled decay before the Adam step
+        mn = m[name] + (1 - b1) * (g - m[name])          # exp_avg.lerp_(g, 1 - b1)
+        vn = v[name] * b2 + (1 - b2) * g * g             # mul_(b2).addcmul_(g, g, 1 - b2)
+        denom = jnp.sqrt(vn) / bc2_sqrt + EPS
+        new_p[name] = p + (-step_size * mn) / denom      # addcdiv_(m, denom, -step_size)
+        new_m[name], new_v[name] = mn, vn
+    return new_p, new_m, new_v
+
+
+def train(ctx, params: Dict[str, Any], loss_fn: Callable[[Dict[str, Any]], Any],
+          probe_fn: Callable[[Dict[str, Any]], Any], lr: float,
+          weight_decay: Optional[float] = None) -> None:
+    """The one training loop of every bundled jax scenario: a single jitted step."""
+    traces = [0]
+    order = list(params)  # gen's order: jit returns dicts with sorted keys
+    decay = None if weight_decay is None else 1 - lr * weight_decay
+
+    def train_step(params, m, v, step_size, bc2_sqrt):
+        traces[0] += 1  # runs only while jax traces the function
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        new_p, new_m, new_v = _adam_update(params, grads, m, v, step_size, bc2_sqrt, decay)
+        return new_p, new_m, new_v, loss, grads
+
+    step_fn = jax.jit(train_step)
+    m = {k: jnp.zeros_like(p) for k, p in params.items()}
+    v = {k: jnp.zeros_like(p) for k, p in params.items()}
+    for step in range(1, ctx.steps + 1):
+        step_size, bc2_sqrt = _adam_scalars(step, lr)
+        start = time.perf_counter()
+        params, m, v, loss, grads = step_fn(params, m, v, step_size, bc2_sqrt)
+        jax.block_until_ready((params, m, v, loss, grads))
+        seconds = time.perf_counter() - start
+        ctx.record_step(float(_host(loss)), _global_norm(list(grads.values())), seconds)
+    _set_outputs(ctx, jax.jit(probe_fn)(params))
+    _record_params(ctx, {name: params[name] for name in order})
+    compile_info: Dict[str, Any] = {"traces": {"train_step": traces[0]}}
+    if "train_step" in _STATE["compiles"]:
+        compile_info["compilations"] = {"train_step": _STATE["compiles"]["train_step"]}
+        compile_info["compile_s"] = _STATE["compile_s"]["train_step"]
+    ctx.result["compile"] = compile_info
+
+
+# --------------------------------------------------------------------------- models
+
+def _mlp_forward(p: Dict[str, Any], x: Any) -> Any:
+    h = jnp.tanh(x @ p["w1"].T + p["b1"])
+    return h @ p["w2"].T + p["b2"]
+
+
+def _mlp(ctx, init: str = "gen") -> None:
+    c = gen.MLP
+    if init == "jax":
+        key = jax.random.PRNGKey(ctx.seed)
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        s1, s2 = 1.0 / math.sqrt(c["in"]), 1.0 / math.sqrt(c["hidden"])
+        u = jax.random.uniform
+        params = {
+            "w1": u(k1, (c["hidden"], c["in"]), jnp.float32, -s1, s1),
+            "b1": u(k2, (c["hidden"],), jnp.float32, -s1, s1),
+            "w2": u(k3, (c["classes"], c["hidden"]), jnp.float32, -s2, s2),
+            "b2": u(k4, (c["classes"],), jnp.float32, -s2, s2),
+        }
+        params = {k: jax.device_put(p, _STATE["device"]) for k, p in params.items()}
+    else:
+        params = {k: _to_jax(t) for k, t in gen.mlp_params(ctx.seed).items()}
+    x_t, labels, probe_t = gen.mlp_data(ctx.seed)
+    x, probe = _to_jax(x_t), _to_jax(probe_t)
+    y = jax.device_put(np.array(labels, dtype=np.int32), _STATE["device"])
+    train(ctx, params, lambda p: _cross_entropy(_mlp_forward(p, x), y),
+          lambda p: _mlp_forward(p, probe), c["lr"])
+
+
+def _layer_norm(x: Any, w: Any, b: Any, eps: float = 1e-5) -> Any:
+    x = x.astype(jnp.float32)
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * w + b
+
+
+def _gpt_forward(p: Dict[str, Any], tokens: Any, bf16: bool) -> Any:
+    c = gen.LM
+    d, heads = c["d"], c["heads"]
+    hd = d // heads
+    cdt = jnp.bfloat16 if bf16 else jnp.float32
+
+    def linear(a: Any, w: Any, b: Any = None) -> Any:
+        out = a.astype(cdt) @ w.astype(cdt).T
+        return out if b is None else out + b.astype(cdt)
+
+    bsz, t = tokens.shape
+    h = p["tok_emb"][tokens] + p["pos_emb"][:t]
+    causal = jnp.tril(jnp.ones((t, t), dtype=bool))
+    for layer in range(c["layers"]):
+        pre = f"l{layer}."
+        a = _layer_norm(h, p[pre + "ln1_w"], p[pre + "ln1_b"])
+        qkv = linear(a, p[pre + "qkv_w"], p[pre + "qkv_b"])
+        q, k, v = jnp.split(qkv, 3, axis=-1)
+        q, k, v = (z.reshape(bsz, t, heads, hd).transpose(0, 2, 1, 3) for z in (q, k, v))
+        scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(hd)
+        scores = jnp.where(causal, scores.astype(jnp.float32), -jnp.inf)
+        probs = jax.nn.softmax(scores, axis=-1)
+        att = (probs.astype(cdt) @ v).transpose(0, 2, 1, 3).reshape(bsz, t, d)
+        h = h + linear(att, p[pre + "proj_w"], p[pre + "proj_b"]).astype(jnp.float32)
+        m = _layer_norm(h, p[pre + "ln2_w"], p[pre + "ln2_b"])
+        m = linear(m, p[pre + "fc1_w"], p[pre + "fc1_b"])
+        m = jax.nn.gelu(m.astype(jnp.float32), approximate=False).astype(cdt)
+        h = h + linear(m, p[pre + "fc2_w"], p[pre + "fc2_b"]).astype(jnp.float32)
+    return linear(_layer_norm(h, p["lnf_w"], p["lnf_b"]), p["head_w"])
+
+
+def _lm(ctx, bf16: bool = False) -> None:
+    c = gen.LM
+    params = {k: _to_jax(t) for k, t in gen.lm_params(ctx.seed).items()}
+    inputs, targets, probe = gen.lm_data(ctx.seed)
+    x, y, pr = (jax.device_put(np.array(rows, dtype=np.int32), _STATE["device"])
+                for rows in (inputs, targets, probe))
+    train(ctx, params, lambda p: _cross_entropy(_gpt_forward(p, x, bf16), y),
+          lambda p: _gpt_forward(p, pr, bf16), c["lr"], c["weight_decay"])
+    if bf16:
+        ctx.result["dtype"] = "bfloat16"
+
+
+SCENARIOS: Dict[str, Callable[[Any], None]] = {
+    "jax.mlp": lambda ctx: _mlp(ctx, "gen"),
+    "jax.lm": lambda ctx: _lm(ctx),
+    "jax.lm.bf16": lambda ctx: _lm(ctx, bf16=True),
+    "jax.rng": lambda ctx: _mlp(ctx, "jax"),
+}
+
+
+# --------------------------------------------------------------------------- user scripts
+
+def _install_jit_counter() -> None:
+    """Wrap jax.jit so that every function a user script jits counts its traces by name."""
+    original = jax.jit
+    if getattr(original, "_lockguard_counting", False):
+        return
+    wrapped: Dict[int, Tuple[Any, Any]] = {}
+    traces = _STATE["user_traces"]
+
+    def counting(fun: Any, name: str) -> Any:
+        hit = wrapped.get(id(fun))
+        if hit is not None and hit[0] is fun:
+            return hit[1]
+
+        @functools.wraps(fun)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            traces[name] = traces.get(name, 0) + 1
+            return fun(*args, **kwargs)
+
+        wrapped[id(fun)] = (fun, traced)
+        return traced
+
+    def jit(fun: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if fun is None:  # @jax.jit(static_argnums=...) as a decorator factory
+            return lambda f: jit(f, *args, **kwargs)
+        if not callable(fun):
+            return original(fun, *args, **kwargs)
+        name = getattr(fun, "__name__", None) or type(fun).__name__
+        return original(counting(fun, name), *args, **kwargs)
+
+    jit._lockguard_counting = True  # type: ignore[attr-defined]
+    functools.update_wrapper(jit, original, updated=())
+    jax.jit = jit
+
+
+class UserResultError(TypeError):
+    """What a user script's run() returned does not follow the contract."""
+
+
+USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic)) or isinstance(value, jax.Array)
+
+
+def _array(value: Any, what: str) -> Any:
+    try:
+        a = np.asarray(jax.device_get(value) if isinstance(value, jax.Array) else value)
+    except Exception as exc:  # noqa: BLE001
+        raise UserResultError(f"{what} is not an array: {_describe(value)}") from exc
+    if a.dtype.kind in "iuf":
+        return a
+    if a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
+        return a.astype(np.float32)  # ml_dtypes: widening is exact
+    raise UserResultError(f"{what} has dtype {a.dtype}, expected real numbers "
+                          f"(got {_describe(value)})")
+
+
+def _flatten(value: Any, what: str) -> Tuple[List[float], List[int]]:
+    a = _array(value, what).astype(np.float64)
+    return a.ravel().tolist(), list(a.shape)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool):
+        raise UserResultError(f"{what} must be a number, got {_describe(value)}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if _is_array(value):
+        flat, shape = _flatten(value, what)
+        if len(flat) != 1:
+            raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
+        return flat[0]
+    raise UserResultError(f"{what} must be a number, got {_describe(value)}")
+
+
+def _seq(value: Any, what: str) -> List[float]:
+    if _is_array(value):
+        flat, shape = _flatten(value, what)
+        if len(shape) != 1:
+            raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
+        return flat
+    if not isinstance(value, (list, tuple)):
+        raise UserResultError(f"{what} must be a sequence of numbers, got {_describe(value)}")
+    return [_number(v, f"{what}[{i}]") for i, v in enumerate(value)]
+
+
+def apply_user_result(ctx, returned: Any, run_seconds: float) -> None:
+    """Validate what run() returned and fill the result; UserResultError says what is wrong."""
+    if isinstance(returned, dict):
+        if "losses" not in returned:
+            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
+                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
+        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
+        if unknown:
+            raise UserResultError(f"run() returned unknown keys {unknown}; "
+                                  f"allowed: {list(USER_KEYS)}")
+        spec = returned
+    elif isinstance(returned, (list, tuple)) or _is_array(returned):
+        spec = {"losses": returned}
+    else:
+        raise UserResultError(
+            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
+            f"it returned {_describe(returned)}")
+    losses = _seq(spec["losses"], "losses")
+    if not losses:
+        raise UserResultError("losses is empty: run() must return at least one step's loss")
+    grad_norms = None
+    if spec.get("grad_norms") is not None:
+        grad_norms = _seq(spec["grad_norms"], "grad_norms")
+    step_times = None
+    if spec.get("step_times") is not None:
+        step_times = _seq(spec["step_times"], "step_times")
+        if len(step_times) != len(losses):
+            raise UserResultError(f"step_times has {len(step_times)} entries for "
+                                  f"{len(losses)} losses")
+    metrics = {}
+    if spec.get("metrics") is not None:
+        if not isinstance(spec["metrics"], dict):
+            raise UserResultError(f"metrics must be a dict of numbers, got "
+                                  f"{_describe(spec['metrics'])}")
+        metrics = {str(k): _number(v, f"metrics[{k!r}]") for k, v in spec["metrics"].items()}
+    if spec.get("outputs") is not None:
+        ctx.set_outputs(*_flatten(spec["outputs"], "outputs"))
+    if spec.get("params") is not None:
+        if not isinstance(spec["params"], dict):
+            raise UserResultError(f"params must be a dict name -> array, got "
+                                  f"{_describe(spec['params'])}")
+        arrays = {str(k): _array(v, f"params[{k!r}]") for k, v in spec["params"].items()}
+        ctx.set_params([(k, _raw_bytes(a)) for k, a in arrays.items()],
+                       {k: math.sqrt(_sum_squares(a)) for k, a in arrays.items()})
+    if step_times is not None:
+        for loss, seconds in zip(losses, step_times):
+            ctx.record_step(loss, None, seconds)
+    else:
+        ctx.result["losses"].extend(losses)
+    if grad_norms is not None:
+        ctx.result["grad_norms"] = grad_norms
+    ctx.result["metrics"].update(metrics)
+    ctx.result["metrics"]["run_s"] = run_seconds
+
+
+def run_user(ctx, module) -> None:
+    """Run a user script's run(steps, seed) with jit traces and compilations counted."""
+    # The script was imported after setup(): re-seed the host RNGs it may use (jax's RNG is
+    # explicit and needs no seeding).
+    random.seed(ctx.seed)
+    np.random.seed(ctx.seed)
+    _STATE["compiles"].clear()
+    _STATE["compile_s"].clear()
+    start = time.perf_counter()
+    returned = module.run(ctx.steps, ctx.seed)
+    _try(lambda: jax.effects_barrier())
+    seconds = time.perf_counter() - start
+    apply_user_result(ctx, returned, seconds)
+    traces = dict(_STATE["user_traces"])
+    compile_info: Dict[str, Any] = {"traces": traces}
+    compiles = {k: n for k, n in _STATE["compiles"].items() if k in traces}
+    if compiles:
+        compile_info["compilations"] = compiles
+        compile_info["compile_s"] = math.fsum(_STATE["compile_s"][k] for k in compiles)
+    ctx.result["compile"] = compile_info

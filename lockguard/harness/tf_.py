@@ -1,0 +1,588 @@
+"""The TensorFlow harness module: determinism, fingerprint, bundled scenarios and user scripts.
+
+Runs inside the target environment: imports the stdlib, tensorflow (and the keras it resolves
+tf.keras to), numpy and the shared generator. See run.py for the interface (NAME, setup,
+SCENARIOS, run_user).
+
+tensorflow is imported by setup(), not at the top of this module, so that the variables TF reads
+at import (TF_DETERMINISTIC_OPS) are set from the run's arguments first. setup() records the
+import time in timings.import_s (run.py only sees this module's stdlib-only import).
+
+Bundled scenarios (sizes and hyper-parameters from gen.py; plain-TF weights are tf.Variables in
+gen's (out, in) layout, a linear layer is matmul(x, W, transpose_b=True) + b):
+    tf.mlp      gen.MLP, loss + gradient + hand-written Adam in one tf.function
+    tf.mlp.xla  tf.mlp in tf.function(jit_compile=True) (XLA; TF raises rather than falls back)
+    tf.keras    gen.MLP as a keras functional model (Input -> Dense(tanh) -> Dense), gen weights
+                set into the Dense kernels (transposed), keras SparseCategoricalCrossentropy
+                (from_logits) and keras.optimizers.Adam(1e-2, 0.9, 0.999, epsilon=1e-8) in a
+                custom GradientTape loop inside tf.function: Keras' own optimizer and layers, so
+                Keras upgrades show up here (Keras' Adam is not torch's: epsilon is added to
+                sqrt(v) before bias correction; only the first loss is comparable across
+                frameworks)
+    tf.lm       gen.LM in plain TF ops (explicit causal mask + softmax, exact GELU, sparse softmax
+                cross-entropy) with hand-written AdamW, in tf.function
+    tf.rng      the mlp initialised by TensorFlow's RNGs: w1, b1 by tf.random.uniform under
+                tf.random.set_seed(seed); w2, b2 by keras.initializers.RandomUniform under
+                keras.utils.set_random_seed(seed) (nn.Linear's +-1/sqrt(fan_in) bounds); data
+                from gen; trained like tf.mlp
+Adam / AdamW are written out like torch.optim's single-tensor implementation (see jax_.py): bias
+corrections in float64 on the host each step, passed in as float32 scalar tensors, so the step
+traces once.
+
+Determinism (recorded in fingerprint["determinism"]): TF_DETERMINISTIC_OPS=1 before import,
+tf.config.experimental.enable_op_determinism(), intra-op threads = --threads, inter-op threads =
+1, tf.random.set_seed(seed). Bundled scenarios turn TensorFloat-32 off (TF enables it by default
+on Ampere+ GPUs; torch's default matmul does not use it); user scripts keep TF's default. oneDNN is
+left as the environment has it (TF_ENABLE_ONEDNN_OPTS) and recorded: it is part of what users run.
+Device: --device cpu hides the GPUs; cuda uses /GPU:0 when TF sees one, else runs on the CPU and
+records "cpu" (a device_fallback for lockguard); TF has no TPU path here (runs on the CPU). The
+device recorded is read back from where a tensor actually landed.
+
+Per step: loss (the float32 value as an exact Python float), global gradient norm before the
+update (math.fsum of float64 squares, exact), step wall time (synchronised by reading the loss).
+compile: {"traces": {"train_step": tracing count}, "xla": jit_compile}.
+
+User scripts: the contract of torch_.py (run(steps, seed) returns losses or a dict with "losses",
+"outputs", "grad_norms", "metrics", "params", "step_times"). setup() wraps tf.function before the
+script is imported, so every tf.function the script (or keras' model.fit) creates counts its
+traces by name, and "xla" says whether any traced function asked for jit_compile.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import random
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import gen
+from common import RECORDED_ENV, installed_version
+
+NAME = "tensorflow"
+
+# Filled by setup(): the framework is imported only after its environment variables are set.
+tf: Any = None
+np: Any = None
+
+_STATE: Dict[str, Any] = {
+    "device": "/CPU:0",      # where the bundled scenarios place their tensors
+    "user_traces": {},       # user tf.function name -> traces
+    "user_jit": set(),       # user tf.function names traced with jit_compile=True
+}
+
+
+# --------------------------------------------------------------------------- setup
+
+def _try(fn: Callable[[], Any], default: Any = None) -> Any:
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - fingerprint details are best effort
+        return default
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def _device_class(device_string: str) -> str:
+    kind = device_string.rsplit("/device:", 1)[-1].split(":", 1)[0].upper()
+    return {"GPU": "cuda", "TPU": "tpu"}.get(kind, "cpu")
+
+
+def setup(ctx) -> None:
+    global tf, np
+    os.environ["TF_DETERMINISTIC_OPS"] = "1"
+    start = time.perf_counter()
+    import numpy
+    import tensorflow
+    tf, np = tensorflow, numpy
+    timings = ctx.result["timings"]
+    timings["import_s"] = (timings.get("import_s") or 0.0) + time.perf_counter() - start
+
+    # Threads and visible devices must be set before TF initialises its runtime (first op).
+    tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    gpus = _try(lambda: tf.config.list_physical_devices("GPU"), []) or []
+    if ctx.device != "cuda" and gpus:
+        tf.config.set_visible_devices([], "GPU")
+        gpus = []
+    for gpu in gpus:
+        _try(lambda: tf.config.experimental.set_memory_growth(gpu, True))
+    op_determinism = False
+    if hasattr(tf.config.experimental, "enable_op_determinism"):
+        tf.config.experimental.enable_op_determinism()
+        op_determinism = True
+    if not ctx.script:
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+    tf.random.set_seed(ctx.seed)
+
+    wanted = "/GPU:0" if (ctx.device == "cuda" and gpus) else "/CPU:0"
+    with tf.device(wanted):
+        landed = tf.identity(tf.constant(0.0)).device
+    _STATE["device"] = wanted
+    cls = _device_class(landed)
+    ctx.result["device"] = cls
+    ctx.result["framework_version"] = tf.__version__
+    name = "cpu"
+    if cls == "cuda":
+        details = _try(lambda: tf.config.experimental.get_device_details(gpus[0]), {}) or {}
+        name = f"cuda:0 {details.get('device_name', 'GPU')}"
+    ctx.result["device_name"] = name
+
+    fp = ctx.result["fingerprint"]
+    fp["env"] = {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}
+    fp["device_expected"] = ctx.device
+    fp["device_placed"] = landed
+    fp["tensorflow"] = tf.__version__
+    fp["tf_build"] = {str(k): _plain(v) for k, v in
+                      dict(_try(tf.sysconfig.get_build_info, {}) or {}).items()}
+    fp["tf_git_version"] = _try(lambda: tf.version.GIT_VERSION)
+    fp["keras"] = installed_version("keras")
+    fp["tf_keras"] = installed_version("tf-keras") or installed_version("tf_keras")
+    fp["ml_dtypes"] = installed_version("ml_dtypes") or installed_version("ml-dtypes")
+    fp["numpy"] = numpy.__version__
+    fp["physical_gpus"] = len(gpus)
+    port = _try(lambda: __import__("tensorflow.python.util._pywrap_util_port",
+                                   fromlist=["_"]))
+    fp["onednn"] = {
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "enabled": _try(lambda: bool(port.IsMklEnabled())),
+    }
+    fp["xla_built"] = _try(lambda: bool(port.IsBuiltWithXLA()))
+    fp["determinism"] = {
+        "TF_DETERMINISTIC_OPS": os.environ.get("TF_DETERMINISTIC_OPS"),
+        "op_determinism": op_determinism,
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "tensor_float_32": _try(lambda: bool(
+            tf.config.experimental.tensor_float_32_execution_enabled())),
+        "global_seed": ctx.seed,
+    }
+    if ctx.script:
+        _install_function_counter()
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _const(t: gen.Tensor) -> Any:
+    shape, flat = t
+    return tf.constant(np.array(flat, dtype=np.float32).reshape(shape))
+
+
+def _sum_squares(arr: Any) -> float:
+    # float32 squared in float64 is exact; fsum rounds the total once.
+    flat = np.asarray(arr, dtype=np.float64).ravel().tolist()
+    return math.fsum(v * v for v in flat)
+
+
+def _global_norm(arrays: Sequence[Any]) -> float:
+    return math.sqrt(math.fsum(_sum_squares(a) for a in arrays))
+
+
+def _raw_bytes(arr: Any) -> bytes:
+    a = np.ascontiguousarray(arr)
+    if a.dtype.byteorder == ">":
+        a = a.byteswap().view(a.dtype.newbyteorder("<"))
+    return a.tobytes()
+
+
+def _record_params(ctx, host: Dict[str, Any]) -> None:
+    """host: {gen name: numpy array in gen's layout}, in gen's order."""
+    ctx.set_params([(name, _raw_bytes(a.astype(np.float32))) for name, a in host.items()],
+                   {name: math.sqrt(_sum_squares(a)) for name, a in host.items()})
+
+
+def _set_outputs(ctx, out: Any) -> None:
+    a = np.asarray(out).astype(np.float64)
+    ctx.set_outputs(a.ravel().tolist(), list(a.shape))
+
+
+def _dense_grad(g: Any) -> Any:
+    # tf.gather's gradient is IndexedSlices; the optimiser maths wants the dense tensor.
+    return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+
+
+def _cross_entropy(logits: Any, labels: Any) -> Any:
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits))
+
+
+def _linear(a: Any, w: Any, b: Any = None) -> Any:
+    """a (..., in) @ w.T (w: (out, in)) + b, over the flattened leading dimensions."""
+    lead = tf.shape(a)[:-1]
+    out = tf.matmul(tf.reshape(a, [-1, a.shape[-1]]), w, transpose_b=True)
+    if b is not None:
+        out = out + b
+    return tf.reshape(out, tf.concat([lead, [w.shape[0]]], axis=0))
+
+
+# --------------------------------------------------------------------------- optimiser
+
+BETAS = (0.9, 0.999)
+EPS = 1e-8
+
+
+def _adam_scalars(step: int, lr: float) -> Tuple[Any, Any]:
+    """torch.optim.Adam's host-side bias corrections for 1-based `step`, as float32 tensors."""
+    bias_correction1 = 1 - BETAS[0] ** step
+    bias_correction2 = 1 - BETAS[1] ** step
+    step_size = lr / bias_correction1
+    return (tf.constant(np.float32(step_size)), tf.constant(np.float32(bias_correction2 ** 0.5)))
+
+
+def train(ctx, params: Dict[str, Any], loss_fn: Callable[[], Any],
+          probe_fn: Callable[[], Any], lr: float, weight_decay: Optional[float] = None,
+          jit_compile: bool = False) -> None:
+    """The training loop of the plain-TF scenarios: one tf.function for loss, grads and Adam.
+
+    params: {gen name: tf.Variable in gen's layout}, in gen's order; loss_fn/probe_fn close
+    over them.
+    """
+    b1, b2 = BETAS
+    decay = None if weight_decay is None else 1 - lr * weight_decay
+    names = list(params)
+    variables = [params[n] for n in names]
+    m = [tf.Variable(tf.zeros_like(v)) for v in variables]
+    v2 = [tf.Variable(tf.zeros_like(v)) for v in variables]
+
+    def train_step(step_size, bc2_sqrt):
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        grads = [_dense_grad(g) for g in tape.gradient(loss, variables)]
+        for p, mv, vv, g in zip(variables, m, v2, grads):
+            if decay is not None:
+                p.assign(p * decay)  # AdamW: decoupled decay before the Adam step
+            mn = mv + (1 - b1) * (g - mv)              # exp_avg.lerp_(g, 1 - b1)
+            vn = vv * b2 + (1 - b2) * g * g            # mul_(b2).addcmul_(g, g, 1 - b2)
+            denom = tf.sqrt(vn) / bc2_sqrt + EPS
+            p.assign(p + (-step_size * mn) / denom)    # addcdiv_(m, denom, -step_size)
+            mv.assign(mn)
+            vv.assign(vn)
+        return loss, grads
+
+    step_fn = tf.function(train_step, jit_compile=jit_compile)
+    for step in range(1, ctx.steps + 1):
+        step_size, bc2_sqrt = _adam_scalars(step, lr)
+        start = time.perf_counter()
+        loss, grads = step_fn(step_size, bc2_sqrt)
+        value = float(loss.numpy())  # waits for the step
+        seconds = time.perf_counter() - start
+        ctx.record_step(value, _global_norm([g.numpy() for g in grads]), seconds)
+    _set_outputs(ctx, probe_fn())
+    _record_params(ctx, {n: p.numpy() for n, p in params.items()})
+    ctx.result["compile"] = {"traces": {"train_step": _tracing_count(step_fn)},
+                             "xla": bool(jit_compile)}
+
+
+def _tracing_count(fn: Any) -> int:
+    """Traces of a tf.function (its experimental_get_tracing_count()); -1 when TF cannot say."""
+    return int(_try(fn.experimental_get_tracing_count, -1))
+
+
+# --------------------------------------------------------------------------- scenarios
+
+def _mlp_data(seed: int) -> Tuple[Any, Any, Any]:
+    x_t, labels, probe_t = gen.mlp_data(seed)
+    return _const(x_t), tf.constant(np.array(labels, dtype=np.int32)), _const(probe_t)
+
+
+def _mlp_forward(p: Dict[str, Any], x: Any) -> Any:
+    return _linear(tf.tanh(_linear(x, p["w1"], p["b1"])), p["w2"], p["b2"])
+
+
+def _rng_mlp_params(seed: int) -> Dict[str, Any]:
+    c = gen.MLP
+    keras = tf.keras
+    keras.utils.set_random_seed(seed)  # python, numpy, tf.random and keras' own seed generator
+    tf.random.set_seed(seed)
+    s1, s2 = 1.0 / math.sqrt(c["in"]), 1.0 / math.sqrt(c["hidden"])
+    w1 = tf.random.uniform((c["hidden"], c["in"]), -s1, s1, dtype=tf.float32)
+    b1 = tf.random.uniform((c["hidden"],), -s1, s1, dtype=tf.float32)
+    init = keras.initializers.RandomUniform(minval=-s2, maxval=s2)
+    w2 = tf.convert_to_tensor(init((c["classes"], c["hidden"]), dtype="float32"))
+    b2 = tf.convert_to_tensor(init((c["classes"],), dtype="float32"))
+    return {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
+
+
+def _mlp(ctx, init: str = "gen", jit_compile: bool = False) -> None:
+    with tf.device(_STATE["device"]):
+        if init == "tf":
+            values = _rng_mlp_params(ctx.seed)
+        else:
+            values = {k: _const(t) for k, t in gen.mlp_params(ctx.seed).items()}
+        params = {k: tf.Variable(v, name=k) for k, v in values.items()}
+        x, y, probe = _mlp_data(ctx.seed)
+        train(ctx, params, lambda: _cross_entropy(_mlp_forward(params, x), y),
+              lambda: _mlp_forward(params, probe), gen.MLP["lr"], jit_compile=jit_compile)
+
+
+def _keras(ctx) -> None:
+    keras = tf.keras
+    c = gen.MLP
+    with tf.device(_STATE["device"]):
+        inputs = keras.Input(shape=(c["in"],), dtype="float32")
+        dense1 = keras.layers.Dense(c["hidden"], activation="tanh", name="dense1")
+        dense2 = keras.layers.Dense(c["classes"], name="dense2")
+        model = keras.Model(inputs, dense2(dense1(inputs)))
+        g = gen.mlp_params(ctx.seed)
+        host = {k: np.array(t[1], dtype=np.float32).reshape(t[0]) for k, t in g.items()}
+        dense1.set_weights([host["w1"].T, host["b1"]])
+        dense2.set_weights([host["w2"].T, host["b2"]])
+        loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        optimizer = keras.optimizers.Adam(learning_rate=c["lr"], beta_1=BETAS[0],
+                                          beta_2=BETAS[1], epsilon=EPS)
+        variables = model.trainable_variables
+        if hasattr(optimizer, "build"):
+            optimizer.build(variables)
+        x, y, probe = _mlp_data(ctx.seed)
+
+        @tf.function
+        def train_step():
+            with tf.GradientTape() as tape:
+                loss = loss_obj(y, model(x, training=True))
+            grads = tape.gradient(loss, variables)
+            optimizer.apply_gradients(zip(grads, variables))
+            return loss, grads
+
+        for _ in range(ctx.steps):
+            start = time.perf_counter()
+            loss, grads = train_step()
+            value = float(loss.numpy())  # waits for the step
+            seconds = time.perf_counter() - start
+            ctx.record_step(value, _global_norm([gr.numpy() for gr in grads]), seconds)
+        _set_outputs(ctx, model(probe, training=False))
+        k1, bias1 = dense1.get_weights()
+        k2, bias2 = dense2.get_weights()
+        _record_params(ctx, {"w1": k1.T, "b1": bias1, "w2": k2.T, "b2": bias2})
+    ctx.result["compile"] = {"traces": {"train_step": _tracing_count(train_step)}, "xla": False}
+    ctx.result["fingerprint"]["keras_runtime"] = {
+        "module": getattr(keras, "__name__", None),
+        "version": getattr(keras, "__version__", None),
+        "backend": _try(lambda: keras.backend.backend()),
+    }
+
+
+def _layer_norm(x: Any, w: Any, b: Any, eps: float = 1e-5) -> Any:
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    var = tf.reduce_mean(tf.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + eps) * w + b
+
+
+def _gpt_forward(p: Dict[str, Any], tokens: Any) -> Any:
+    c = gen.LM
+    d, heads = c["d"], c["heads"]
+    hd = d // heads
+    bsz, t = tokens.shape
+    h = tf.gather(p["tok_emb"], tokens) + p["pos_emb"][:t]
+    causal = tf.cast(tf.linalg.band_part(tf.ones((t, t)), -1, 0), tf.bool)
+    neg_inf = tf.fill((t, t), float("-inf"))
+    for layer in range(c["layers"]):
+        pre = f"l{layer}."
+        a = _layer_norm(h, p[pre + "ln1_w"], p[pre + "ln1_b"])
+        q, k, v = tf.split(_linear(a, p[pre + "qkv_w"], p[pre + "qkv_b"]), 3, axis=-1)
+        q, k, v = (tf.transpose(tf.reshape(z, (bsz, t, heads, hd)), (0, 2, 1, 3))
+                   for z in (q, k, v))
+        scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(hd)
+        probs = tf.nn.softmax(tf.where(causal, scores, neg_inf), axis=-1)
+        att = tf.reshape(tf.transpose(tf.matmul(probs, v), (0, 2, 1, 3)), (bsz, t, d))
+        h = h + _linear(att, p[pre + "proj_w"], p[pre + "proj_b"])
+        m = _layer_norm(h, p[pre + "ln2_w"], p[pre + "ln2_b"])
+        m = tf.nn.gelu(_linear(m, p[pre + "fc1_w"], p[pre + "fc1_b"]), approximate=False)
+        h = h + _linear(m, p[pre + "fc2_w"], p[pre + "fc2_b"])
+    return _linear(_layer_norm(h, p["lnf_w"], p["lnf_b"]), p["head_w"])
+
+
+def _lm(ctx) -> None:
+    c = gen.LM
+    with tf.device(_STATE["device"]):
+        params = {k: tf.Variable(_const(t), name=k.replace(".", "_"))
+                  for k, t in gen.lm_params(ctx.seed).items()}
+        inputs, targets, probe = gen.lm_data(ctx.seed)
+        x = tf.constant(np.array(inputs, dtype=np.int32))
+        y = tf.constant(np.array(targets, dtype=np.int32).reshape(-1))
+        pr = tf.constant(np.array(probe, dtype=np.int32))
+        train(ctx, params,
+              lambda: _cross_entropy(tf.reshape(_gpt_forward(params, x), (-1, c["vocab"])), y),
+              lambda: _gpt_forward(params, pr), c["lr"], c["weight_decay"])
+
+
+SCENARIOS: Dict[str, Callable[[Any], None]] = {
+    "tf.mlp": lambda ctx: _mlp(ctx, "gen"),
+    "tf.mlp.xla": lambda ctx: _mlp(ctx, "gen", jit_compile=True),
+    "tf.keras": _keras,
+    "tf.lm": _lm,
+    "tf.rng": lambda ctx: _mlp(ctx, "tf"),
+}
+
+
+# --------------------------------------------------------------------------- user scripts
+
+def _install_function_counter() -> None:
+    """Wrap tf.function so that every function created afterwards counts its traces by name.
+
+    The count is kept by a wrapper around the Python function (TF runs the Python body only
+    while tracing), not read from experimental_get_tracing_count(): a tf.function defined in a
+    class body is traced through per-instance copies that die with their instance, often
+    before run() returns. (Under tf.config.run_functions_eagerly(True) every call runs the
+    body, and so counts: an eager fallback shows as many traces.)
+    """
+    original = tf.function
+    if getattr(original, "_lockguard_counting", False):
+        return
+    traces: Dict[str, int] = _STATE["user_traces"]
+    jitted: set = _STATE["user_jit"]
+
+    def function(func: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if func is None:  # @tf.function(jit_compile=True) as a decorator factory
+            return lambda f: function(f, *args, **kwargs)
+        if not callable(func):
+            return original(func, *args, **kwargs)
+        name = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+                   or type(func).__name__)
+        jit = kwargs.get("jit_compile", args[2] if len(args) > 2 else None)
+        if jit is None:
+            jit = kwargs.get("experimental_compile")
+
+        @functools.wraps(func)
+        def traced(*a: Any, **k: Any) -> Any:
+            traces[name] = traces.get(name, 0) + 1
+            if jit:
+                jitted.add(name)
+            return func(*a, **k)
+
+        return original(traced, *args, **kwargs)
+
+    function._lockguard_counting = True  # type: ignore[attr-defined]
+    functools.update_wrapper(function, original, updated=())
+    tf.function = function
+
+
+class UserResultError(TypeError):
+    """What a user script's run() returned does not follow the contract."""
+
+
+USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic, tf.Tensor, tf.Variable))
+
+
+def _array(value: Any, what: str) -> Any:
+    try:
+        a = np.asarray(value.numpy() if isinstance(value, (tf.Tensor, tf.Variable)) else value)
+    except Exception as exc:  # noqa: BLE001
+        raise UserResultError(f"{what} is not an array: {_describe(value)}") from exc
+    if a.dtype.kind in "iuf":
+        return a
+    if a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
+        return a.astype(np.float32)  # ml_dtypes: widening is exact
+    raise UserResultError(f"{what} has dtype {a.dtype}, expected real numbers "
+                          f"(got {_describe(value)})")
+
+
+def _flatten(value: Any, what: str) -> Tuple[List[float], List[int]]:
+    a = _array(value, what).astype(np.float64)
+    return a.ravel().tolist(), list(a.shape)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool):
+        raise UserResultError(f"{what} must be a number, got {_describe(value)}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if _is_array(value):
+        flat, shape = _flatten(value, what)
+        if len(flat) != 1:
+            raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
+        return flat[0]
+    raise UserResultError(f"{what} must be a number, got {_describe(value)}")
+
+
+def _seq(value: Any, what: str) -> List[float]:
+    if _is_array(value):
+        flat, shape = _flatten(value, what)
+        if len(shape) != 1:
+            raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
+        return flat
+    if not isinstance(value, (list, tuple)):
+        raise UserResultError(f"{what} must be a sequence of numbers, got {_describe(value)}")
+    return [_number(v, f"{what}[{i}]") for i, v in enumerate(value)]
+
+
+def apply_user_result(ctx, returned: Any, run_seconds: float) -> None:
+    """Validate what run() returned and fill the result; UserResultError says what is wrong."""
+    if isinstance(returned, dict):
+        if "losses" not in returned:
+            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
+                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
+        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
+        if unknown:
+            raise UserResultError(f"run() returned unknown keys {unknown}; "
+                                  f"allowed: {list(USER_KEYS)}")
+        spec = returned
+    elif isinstance(returned, (list, tuple)) or _is_array(returned):
+        spec = {"losses": returned}
+    else:
+        raise UserResultError(
+            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
+            f"it returned {_describe(returned)}")
+    losses = _seq(spec["losses"], "losses")
+    if not losses:
+        raise UserResultError("losses is empty: run() must return at least one step's loss")
+    grad_norms = None
+    if spec.get("grad_norms") is not None:
+        grad_norms = _seq(spec["grad_norms"], "grad_norms")
+    step_times = None
+    if spec.get("step_times") is not None:
+        step_times = _seq(spec["step_times"], "step_times")
+        if len(step_times) != len(losses):
+            raise UserResultError(f"step_times has {len(step_times)} entries for "
+                                  f"{len(losses)} losses")
+    metrics = {}
+    if spec.get("metrics") is not None:
+        if not isinstance(spec["metrics"], dict):
+            raise UserResultError(f"metrics must be a dict of numbers, got "
+                                  f"{_describe(spec['metrics'])}")
+        metrics = {str(k): _number(v, f"metrics[{k!r}]") for k, v in spec["metrics"].items()}
+    if spec.get("outputs") is not None:
+        ctx.set_outputs(*_flatten(spec["outputs"], "outputs"))
+    if spec.get("params") is not None:
+        if not isinstance(spec["params"], dict):
+            raise UserResultError(f"params must be a dict name -> array, got "
+                                  f"{_describe(spec['params'])}")
+        arrays = {str(k): _array(v, f"params[{k!r}]") for k, v in spec["params"].items()}
+        ctx.set_params([(k, _raw_bytes(a)) for k, a in arrays.items()],
+                       {k: math.sqrt(_sum_squares(a)) for k, a in arrays.items()})
+    if step_times is not None:
+        for loss, seconds in zip(losses, step_times):
+            ctx.record_step(loss, None, seconds)
+    else:
+        ctx.result["losses"].extend(losses)
+    if grad_norms is not None:
+        ctx.result["grad_norms"] = grad_norms
+    ctx.result["metrics"].update(metrics)
+    ctx.result["metrics"]["run_s"] = run_seconds
+
+
+def run_user(ctx, module) -> None:
+    """Run a user script's run(steps, seed) with its tf.functions' tracing counted."""
+    # The script was imported after setup(): re-seed so its import cannot shift the streams.
+    tf.random.set_seed(ctx.seed)
+    random.seed(ctx.seed)
+    np.random.seed(ctx.seed)
+    start = time.perf_counter()
+    returned = module.run(ctx.steps, ctx.seed)
+    seconds = time.perf_counter() - start
+    apply_user_result(ctx, returned, seconds)
+    ctx.result["compile"] = {"traces": dict(_STATE["user_traces"]),
+                             "xla": bool(_STATE["user_jit"])}

@@ -1,0 +1,338 @@
+"""The jax and tensorflow harness modules, run for real in real virtualenvs.
+
+A session fixture per framework makes a venv with `python -m venv` + `pip install
+jax==0.10.2 jaxlib==0.10.2` / `pip install tensorflow-cpu==2.21.0` under
+$LOCKGUARD_CACHE/dev-venvs/ (default ~/.cache/lockguard) and reuses it on later runs (a marker file
+says it is complete; a file lock keeps two test sessions from building it at once). Each harness
+run is a subprocess of `<venv>/bin/python lockguard/harness/run.py`; its JSON is validated against
+lockguard.results.RunResult before anything else is asserted. Runs are shared between tests
+(memoised per session), so every scenario runs exactly twice (the reproducibility pair).
+
+The first loss of the gen-initialised scenarios is checked against a float64 numpy forward pass
+written here from gen's data and weights (not against any harness module).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import pytest
+
+from lockguard.results import parse_result
+
+np = pytest.importorskip("numpy")
+
+REPO = Path(__file__).resolve().parent.parent
+HARNESS = REPO / "lockguard" / "harness"
+sys.path.insert(0, str(HARNESS))
+import gen  # noqa: E402  (stdlib-only shared generator)
+
+sys.path.remove(str(HARNESS))
+
+pytestmark = pytest.mark.slow
+
+RUN_TIMEOUT = 300
+PY = f"py{sys.version_info.major}.{sys.version_info.minor}"
+VENVS = {
+    "jax": (f"jax-0.10.2_{PY}", ["jax==0.10.2", "jaxlib==0.10.2"]),
+    "tensorflow": (f"tensorflow-cpu-2.21.0_{PY}", ["tensorflow-cpu==2.21.0"]),
+}
+STEPS = {"mlp": 8, "lm": 5}
+SCENARIOS = {  # id: (framework, family, output shape, dtype)
+    "jax.mlp": ("jax", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
+    "jax.rng": ("jax", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
+    "jax.lm": ("jax", "lm", [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]], "float32"),
+    "jax.lm.bf16": ("jax", "lm", [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]],
+                    "bfloat16"),
+    "tf.mlp": ("tensorflow", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
+    "tf.mlp.xla": ("tensorflow", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
+    "tf.keras": ("tensorflow", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
+    "tf.lm": ("tensorflow", "lm", [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]],
+              "float32"),
+    "tf.rng": ("tensorflow", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
+}
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("LOCKGUARD_CACHE") or Path.home() / ".cache" / "lockguard")
+
+
+def _venv(framework: str) -> Path:
+    name, requirements = VENVS[framework]
+    root = _cache_dir() / "dev-venvs"
+    venv = root / name
+    marker = venv / ".lockguard-ready"
+    python = venv / "bin" / "python"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (marker.exists() and python.exists()):
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+            pip = subprocess.run(
+                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                 *requirements], capture_output=True, text=True, timeout=1800)
+            if pip.returncode != 0:
+                shutil.rmtree(venv, ignore_errors=True)
+                pytest.fail(f"could not install {requirements} into {venv}:\n"
+                            + pip.stderr[-3000:])
+            marker.write_text("\n".join(requirements) + "\n")
+    return python
+
+
+@pytest.fixture(scope="session")
+def pythons() -> Dict[str, Path]:
+    return {}
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("harness-jax-tf")
+
+
+@pytest.fixture(scope="session")
+def runs(pythons: Dict[str, Path], run_dir: Path):
+    """harness(scenario, repeat=0, device="cpu", script=None, framework=None) -> result dict."""
+    memo: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
+
+    def harness(scenario: str, repeat: int = 0, device: str = "cpu", script: Path | None = None,
+                framework: str | None = None, steps: int | None = None) -> Dict[str, Any]:
+        fw = framework or SCENARIOS[scenario][0]
+        if steps is None:
+            steps = STEPS[SCENARIOS[scenario][1]] if scenario in SCENARIOS else 4
+        key = (scenario, repeat, device, str(script), fw, steps)
+        if key in memo:
+            return memo[key]
+        if fw not in pythons:
+            pythons[fw] = _venv(fw)
+        out = run_dir / f"{scenario}-{repeat}-{device}-{len(memo)}.json"
+        extra = ["--device", device]
+        if script is not None:
+            extra += ["--script", str(script), "--framework", fw]
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "PYTHONPATH", "TF_ENABLE_ONEDNN_OPTS")}
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        proc = subprocess.run(
+            [str(pythons[fw]), str(HARNESS / "run.py"), "--scenario", scenario,
+             "--steps", str(steps), "--out", str(out), *extra],
+            capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env, cwd=run_dir)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        data = json.loads(out.read_text())
+        parse_result(data, str(out))  # the RunResult contract
+        memo[key] = data
+        return data
+
+    return harness
+
+
+def _ok(result: Dict[str, Any]) -> Dict[str, Any]:
+    assert result["status"] == "ok", result["error"]
+    return result
+
+
+# --------------------------------------------------------------------------- numpy references
+
+def _np(t: gen.Tensor) -> Any:
+    shape, flat = t
+    return np.array(flat, dtype=np.float64).reshape(shape)
+
+
+def _xent(logits: Any, labels: Any) -> float:
+    shift = logits - logits.max(axis=-1, keepdims=True)
+    logz = np.log(np.exp(shift).sum(axis=-1))
+    return float(np.mean(logz - shift[np.arange(len(labels)), labels]))
+
+
+def mlp_first_loss(seed: int) -> float:
+    p = {k: _np(t) for k, t in gen.mlp_params(seed).items()}
+    x_t, labels, _ = gen.mlp_data(seed)
+    h = np.tanh(_np(x_t) @ p["w1"].T + p["b1"])
+    return _xent(h @ p["w2"].T + p["b2"], np.array(labels))
+
+
+def lm_first_loss(seed: int) -> float:
+    c = gen.LM
+    p = {k: _np(t) for k, t in gen.lm_params(seed).items()}
+    inputs, targets, _ = gen.lm_data(seed)
+    tokens = np.array(inputs)
+    b, t = tokens.shape
+    d, heads = c["d"], c["heads"]
+    hd = d // heads
+    erf = np.vectorize(math.erf)
+
+    def ln(x: Any, w: Any, bias: Any) -> Any:
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * w + bias
+
+    h = p["tok_emb"][tokens] + p["pos_emb"][:t]
+    mask = np.triu(np.ones((t, t), dtype=bool), 1)
+    for layer in range(c["layers"]):
+        q_ = f"l{layer}."
+        qkv = ln(h, p[q_ + "ln1_w"], p[q_ + "ln1_b"]) @ p[q_ + "qkv_w"].T + p[q_ + "qkv_b"]
+        q, k, v = (z.reshape(b, t, heads, hd).transpose(0, 2, 1, 3)
+                   for z in np.split(qkv, 3, axis=-1))
+        s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd)
+        s = np.where(mask, -np.inf, s)
+        s = np.exp(s - s.max(-1, keepdims=True))
+        att = ((s / s.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
+        h = h + att @ p[q_ + "proj_w"].T + p[q_ + "proj_b"]
+        m = ln(h, p[q_ + "ln2_w"], p[q_ + "ln2_b"]) @ p[q_ + "fc1_w"].T + p[q_ + "fc1_b"]
+        m = 0.5 * m * (1 + erf(m / math.sqrt(2)))
+        h = h + m @ p[q_ + "fc2_w"].T + p[q_ + "fc2_b"]
+    logits = ln(h, p["lnf_w"], p["lnf_b"]) @ p["head_w"].T
+    return _xent(logits.reshape(b * t, -1), np.array(targets).reshape(-1))
+
+
+# --------------------------------------------------------------------------- bundled scenarios
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_scenario_runs_and_learns(runs, scenario: str) -> None:
+    framework, family, shape, dtype = SCENARIOS[scenario]
+    r = _ok(runs(scenario))
+    steps = STEPS[family]
+    assert r["framework"] == framework and r["device"] == "cpu" and r["dtype"] == dtype
+    assert r["framework_version"] == ("0.10.2" if framework == "jax" else "2.21.0")
+    assert len(r["losses"]) == steps and len(r["grad_norms"]) == steps
+    assert all(math.isfinite(v) for v in r["losses"] + r["grad_norms"])
+    assert all(g > 0 for g in r["grad_norms"])
+    assert r["losses"][-1] < r["losses"][0] - 0.05, r["losses"]
+    assert r["output_shape"] == shape and len(r["outputs"]) == math.prod(shape)
+    assert all(math.isfinite(v) for v in r["outputs"])
+    assert len(r["param_digest"]) == 64
+    names = list(gen.mlp_params(0) if family == "mlp" else gen.lm_params(0))
+    assert sorted(r["param_norms"]) == sorted(names)  # JSON keys are sorted
+    assert r["compile"]["traces"] == {"train_step": 1}
+    if framework == "tensorflow":
+        assert r["compile"]["xla"] is (scenario == "tf.mlp.xla")
+        det = r["fingerprint"]["determinism"]
+        assert det["op_determinism"] is True and det["TF_DETERMINISTIC_OPS"] == "1"
+        assert det["intra_op_threads"] == 1 and det["inter_op_threads"] == 1
+        assert r["fingerprint"]["tf_build"]["is_cuda_build"] is False
+    else:
+        assert r["compile"]["compilations"] == {"train_step": 1}
+        assert r["fingerprint"]["jaxlib"] == "0.10.2"
+        det = r["fingerprint"]["determinism"]
+        assert det["jax_default_matmul_precision"] == "highest"
+        assert det["cpu_eigen_single_threaded"] is True and not det["gpu_deterministic_ops"]
+        assert r["fingerprint"]["env"]["JAX_PLATFORMS"] == "cpu"
+    t = r["timings"]
+    assert t["import_s"] > 0.1 and t["first_step_s"] > 0 and t["step_median_s"] > 0
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_two_runs_are_bitwise_identical(runs, scenario: str) -> None:
+    a, b = _ok(runs(scenario, 0)), _ok(runs(scenario, 1))
+    for field in ("losses", "grad_norms", "outputs", "param_digest", "param_norms"):
+        assert a[field] == b[field], f"{scenario}: {field} differs between two runs"
+
+
+@pytest.mark.parametrize("scenario", ["jax.mlp", "tf.mlp", "tf.mlp.xla", "tf.keras"])
+def test_first_mlp_loss_matches_numpy(runs, scenario: str) -> None:
+    expected = mlp_first_loss(0)
+    got = _ok(runs(scenario))["losses"][0]
+    assert abs(got - expected) <= 1e-6 * abs(expected), (got, expected)
+
+
+@pytest.mark.parametrize("scenario", ["jax.lm", "tf.lm"])
+def test_first_lm_loss_matches_numpy(runs, scenario: str) -> None:
+    expected = lm_first_loss(0)
+    got = _ok(runs(scenario))["losses"][0]
+    assert abs(got - expected) <= 1e-6 * abs(expected), (got, expected)
+
+
+def test_bf16_is_close_to_float32_but_not_equal(runs) -> None:
+    f32, bf16 = _ok(runs("jax.lm"))["losses"][0], _ok(runs("jax.lm.bf16"))["losses"][0]
+    assert f32 != bf16 and abs(f32 - bf16) <= 1e-2 * f32
+
+
+@pytest.mark.parametrize("scenario", ["jax.rng", "tf.rng"])
+def test_framework_rng_gives_other_weights(runs, scenario: str) -> None:
+    r, ref = _ok(runs(scenario)), _ok(runs("jax.mlp"))
+    assert r["losses"][0] != ref["losses"][0]
+    assert r["param_digest"] != ref["param_digest"]
+
+
+@pytest.mark.parametrize("scenario", ["jax.mlp", "tf.mlp"])
+def test_cuda_requested_without_gpu_runs_on_cpu(runs, scenario: str) -> None:
+    r = _ok(runs(scenario, device="cuda"))
+    assert r["device"] == "cpu" and r["fingerprint"]["device_expected"] == "cuda"
+    assert r["losses"] == runs(scenario)["losses"]  # same CPU numerics
+
+
+# --------------------------------------------------------------------------- user scripts
+
+JAX_SCRIPT = """
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def step(w, x):
+        loss, g = jax.value_and_grad(lambda w: jnp.mean((x @ w - 1.0) ** 2))(w)
+        return w - 0.1 * g, loss
+
+    def run(steps, seed):
+        w = jax.random.normal(jax.random.PRNGKey(seed), (4, 1))
+        x = jnp.linspace(-1.0, 1.0, 32).reshape(8, 4)
+        losses = []
+        for _ in range(steps):
+            w, loss = step(w, x)
+            losses.append(loss)
+        return {"losses": losses, "outputs": x @ w, "params": {"w": w},
+                "metrics": {"final": losses[-1]}}
+"""
+
+TF_SCRIPT = """
+    import tensorflow as tf
+
+    x = tf.reshape(tf.linspace(-1.0, 1.0, 32), (8, 4))
+
+    class Fit:
+        def __init__(self):
+            self.w = tf.Variable(tf.ones((4, 1)))
+
+        @tf.function  # a method: TF traces it through a per-instance copy
+        def step(self):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((x @ self.w - 1.0) ** 2)
+            self.w.assign_sub(0.1 * tape.gradient(loss, self.w))
+            return loss
+
+    def run(steps, seed):
+        fit = Fit()
+        losses = [fit.step() for _ in range(steps)]
+        return {"losses": losses, "outputs": x @ fit.w, "params": {"w": fit.w}}
+"""
+
+
+@pytest.mark.parametrize("framework,source", [("jax", JAX_SCRIPT), ("tensorflow", TF_SCRIPT)])
+def test_user_script(runs, run_dir: Path, framework: str, source: str) -> None:
+    script = run_dir / f"user_{framework}.py"
+    script.write_text(textwrap.dedent(source))
+    r = _ok(runs("user.fit", script=script, framework=framework, steps=6))
+    assert len(r["losses"]) == 6 and r["losses"][-1] < r["losses"][0]
+    assert r["output_shape"] == [8, 1] and len(r["param_digest"]) == 64
+    assert r["compile"]["traces"] == {"step" if framework == "jax" else "Fit.step": 1}
+    assert r["metrics"]["run_s"] > 0
+    if framework == "jax":
+        assert r["compile"]["compilations"] == {"step": 1}
+        assert r["metrics"]["final"] == r["losses"][-1]
+    else:
+        assert r["compile"]["xla"] is False
+
+
+def test_user_script_returning_garbage_is_a_clear_crash(runs, run_dir: Path) -> None:
+    script = run_dir / "user_garbage.py"
+    script.write_text("def run(steps, seed):\n    return {'losses': ['high', 'low']}\n")
+    r = runs("user.garbage", script=script, framework="jax", steps=2)
+    assert r["status"] == "crashed"
+    assert "losses[0] must be a number, got str 'high'" in r["error"]
