@@ -441,6 +441,8 @@ def test_built_image_holds_the_lock_and_its_labels(engine, numpy_image):
     assert found.decode().strip() == "0"
     log = numpy_image.log.read_text()
     assert "Successfully tagged" in log and "network none" in log
+    # ... and the install stage itself is gone from the engine
+    assert not engine.images.list(all=True, filters={"label": "lockguard.stage=install"})
 
 
 @pytest.mark.docker
