@@ -16,12 +16,10 @@ real build is always tested.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -275,7 +273,7 @@ def test_disk_full_while_downloading_is_clear(tmp_path, monkeypatch):
 
     monkeypatch.setattr(images, "_download", full)
     target = images.Target.declared(fake_base())
-    with pytest.raises(EnvError, match=r"disk full while downloading the wheels of .*LOCKGUARD_CACHE"):
+    with pytest.raises(EnvError, match=r"disk full while downloading the wheels .*LOCKGUARD_CACHE"):
         images.wheelhouse(numpy_lock(), target)
 
 

@@ -407,7 +407,8 @@ try:
     importlib.import_module(sys.argv[1])
     report["import_error"] = None
 except BaseException as exc:
-    report["import_error"] = "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:200])
+    first = (str(exc).splitlines() or [""])[0][:200]
+    report["import_error"] = "%s: %s" % (type(exc).__name__, first)
 print(json.dumps(report))
 """
 
