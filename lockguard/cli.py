@@ -206,5 +206,54 @@ def diff(old: Path, new: Path, fmt: str, output: Path | None) -> None:
     emit(report, fmt, output)
 
 
+@main.command()
+@click.option("--framework", type=click.Choice(["torch", "jax", "tensorflow", "numpy"]),
+              help="Default: every framework the lock pins.")
+@click.option("--accelerator", type=click.Choice(["cpu", "cuda", "tpu"]), default="cpu",
+              show_default=True)
+@click.option("--lock", "locks", multiple=True, metavar="PATH",
+              help="Lock file (repeatable); default: the config's.")
+@click.option("--base-image", metavar="IMAGE",
+              help="Build on this local image instead of the pinned base (air gaps, tests).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path))
+@handles_errors
+def build(framework, accelerator, locks, base_image, config_path) -> None:
+    """Build (or reuse) the pinned container image of a lock for one framework."""
+    from lockguard.config import load_config
+    from lockguard.envs import docker
+    from lockguard.progress import Progress
+    from lockguard.runner import load_locks
+
+    config = load_config(config_path)
+    progress = Progress()
+    for ref in load_locks(config, list(locks)):
+        pinned = sorted(ref.lock.frameworks() - {"numpy"}) or sorted(ref.lock.frameworks())
+        for fw in [framework] if framework else pinned:
+            if fw not in ref.lock.frameworks():
+                raise UserError(f"{ref.path}: the lock does not pin {fw}")
+            image = docker.build_image(ref.lock, fw, accelerator, base_image=base_image,
+                                       progress=progress)
+            how = "reused" if image.reused else f"built in {image.seconds:.0f} s"
+            click.echo(f"{image.tag}  {image.id[:19]}  {image.size / 1e6:.0f} MB  {how}  "
+                       f"(log: {image.log})")
+
+
+@main.group()
+def images() -> None:
+    """Container image templates and their pinned bases."""
+
+
+@images.command("pin")
+@handles_errors
+def images_pin() -> None:
+    """Refresh the base image digests in images/bases.toml from the registry."""
+    from lockguard.envs import docker
+    from lockguard.progress import Progress
+
+    changes = docker.pin_images(Progress())
+    for base, (old, new) in changes.items():
+        click.echo(f"{base}: {old} → {new}" if old != new else f"{base}: {new} (unchanged)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
