@@ -12,6 +12,7 @@ then the building blocks (ULP distance, one series, compile diagnostics) and fin
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import struct
 from collections.abc import Iterable, Sequence
@@ -169,8 +170,16 @@ class CompileDiff(BaseModel):
 
     graph_breaks_old: int | None = None
     graph_breaks_new: int | None = None
+    # Every reason of each side, for the side-by-side view; the two lists below are the diff.
+    break_reasons_old: list[str] = Field(default_factory=list)
+    break_reasons_new: list[str] = Field(default_factory=list)
     added_break_reasons: list[str] = Field(default_factory=list)
     removed_break_reasons: list[str] = Field(default_factory=list)
+    # [old, new] pairs: one break site whose message changed wording (a framework upgrade
+    # rephrasing the same graph break), with no more breaks than before; not a regression.
+    reworded_break_reasons: list[list[str]] = Field(default_factory=list)
+    recompile_reasons_old: list[str] = Field(default_factory=list)
+    recompile_reasons_new: list[str] = Field(default_factory=list)
     recompiles_old: int | None = None
     recompiles_new: int | None = None
     eager_fallbacks_old: int | None = None
@@ -180,7 +189,11 @@ class CompileDiff(BaseModel):
     compilations: dict[str, CountChange] = Field(default_factory=dict)
     backend_old: str | None = None
     backend_new: str | None = None
+    xla_old: bool | None = None
+    xla_new: bool | None = None
     xla_lost: bool = False  # tf: XLA compiled the function before, not any more
+    compile_s_old: float | None = None  # time spent compiling (see CompileDiagnostics)
+    compile_s_new: float | None = None
     regressions: list[str] = Field(default_factory=list)  # "graph breaks 0 → 1", "+ break: ..."
     improvements: list[str] = Field(default_factory=list)  # "- break: ...", "traces of f 2 → 1"
 
@@ -217,6 +230,7 @@ class ScenarioVerdict(BaseModel):
     step_time_ratio: float | None = None  # only when timed_together
     first_step_ratio: float | None = None  # only when timed_together; includes compilation
     compile_diff: CompileDiff | None = None
+    compile_time_ratio: float | None = None  # only when timed_together: compile_s new / old
     expected_device: str | None = None
     found_device: str | None = None
     improvement: bool = False
@@ -427,6 +441,12 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
     count("graph breaks", old.graph_breaks, new.graph_breaks)
     added = _unique([r for r in new.break_reasons if r not in old.break_reasons])
     removed = _unique([r for r in old.break_reasons if r not in new.break_reasons])
+    reworded: list[list[str]] = []
+    if (old.graph_breaks is None or new.graph_breaks is None
+            or new.graph_breaks <= old.graph_breaks):
+        reworded = _reworded(removed, added)
+        added = [r for r in added if r not in {new for _, new in reworded}]
+        removed = [r for r in removed if r not in {old for old, _ in reworded}]
     worse += [f"+ break: {reason}" for reason in added]
     better += [f"- break: {reason}" for reason in removed]
     count("recompiles", old.recompiles, new.recompiles)
@@ -453,8 +473,13 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
     return CompileDiff(
         graph_breaks_old=old.graph_breaks,
         graph_breaks_new=new.graph_breaks,
+        break_reasons_old=_unique(old.break_reasons),
+        break_reasons_new=_unique(new.break_reasons),
         added_break_reasons=added,
         removed_break_reasons=removed,
+        reworded_break_reasons=reworded,
+        recompile_reasons_old=_unique(old.recompile_reasons),
+        recompile_reasons_new=_unique(new.recompile_reasons),
         recompiles_old=old.recompiles,
         recompiles_new=new.recompiles,
         eager_fallbacks_old=old.eager_fallbacks,
@@ -463,7 +488,11 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
         compilations=compilations,
         backend_old=old.backend,
         backend_new=new.backend,
+        xla_old=old.xla,
+        xla_new=new.xla,
         xla_lost=xla_lost,
+        compile_s_old=old.compile_s,
+        compile_s_new=new.compile_s,
         regressions=worse,
         improvements=better,
     )
@@ -471,6 +500,66 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
 
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+# The harness writes a torch break reason as "<file>:<function>: <message>" (compile_torch.py);
+# the site is what identifies a break across framework versions, the message is prose.
+_BREAK_SITE = re.compile(r"^([\w./<>-]+\.py(?::[\w<>.]+)?): ")
+
+
+def break_site(reason: str) -> str | None:
+    match = _BREAK_SITE.match(reason)
+    return match.group(1) if match else None
+
+
+def _reworded(removed: list[str], added: list[str]) -> list[list[str]]:
+    """Pair each removed reason with an added one at the same break site, first come first."""
+    pairs: list[list[str]] = []
+    free = list(added)
+    for old in removed:
+        where = break_site(old)
+        if where is None:
+            continue
+        new = next((r for r in free if break_site(r) == where), None)
+        if new is not None:
+            free.remove(new)
+            pairs.append([old, new])
+    return pairs
+
+
+def accuracy_failure(diagnostics: CompileDiagnostics | None) -> str | None:
+    """Why the compiled path is numerically wrong (miscompile), from the harness's check of
+    compiled against eager and fp64 runs in the same environment; None when it passed or was
+    not checked.
+
+    The harness stores compile.accuracy = {"rule", "k", "floor", "ok", "series": {name:
+    {"compiled_vs_fp64", "eager_vs_fp64", "limit", "ok", ...}}}: PyTorch CI's rule, the
+    compiled result may be at most k times farther (rmse) from fp64 than the eager one is.
+    """
+    if diagnostics is None:
+        return None
+    acc = (diagnostics.model_extra or {}).get("accuracy")
+    if not isinstance(acc, dict) or acc.get("ok") is not False:
+        return None
+    series = acc.get("series") if isinstance(acc.get("series"), dict) else {}
+    failed = [
+        f"{name} {_fmt_err(s.get('compiled_vs_fp64'))} from fp64 where eager is"
+        f" {_fmt_err(s.get('eager_vs_fp64'))} (limit {_fmt_err(s.get('limit'))})"
+        for name, s in series.items()
+        if isinstance(s, dict) and s.get("ok") is False
+    ]
+    rule = acc.get("rule") or "compiled at most k× farther from fp64 than eager"
+    return (
+        "miscompile: the compiled run is farther from the fp64 reference than eager allows: "
+        + ("; ".join(failed) or "accuracy check failed")
+        + f" [{rule}]"
+    )
+
+
+def _fmt_err(value: object) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.3g}"
+    return str(value)
 
 
 def _per_function_changes(old: dict[str, int], new: dict[str, int]) -> dict[str, CountChange]:
@@ -552,6 +641,9 @@ def compare_runs(
         findings.add(Verdict.broken, _broken_reason(broken, "candidate", candidates))
         result.error = _tail(broken.error)
     _check_expected_device(candidates, expected_device, findings)
+    miscompile = accuracy_failure(candidate.compile) if broken is None else None
+    if miscompile is not None:
+        findings.add(Verdict.compile_fallback, miscompile)
     if broken is None and not baselines:
         findings.add(Verdict.new, "no baseline to compare with: `lockguard record` stores one")
     if broken is not None or not baselines:
@@ -704,6 +796,8 @@ def _compile_findings(diff: CompileDiff, findings: _Findings) -> None:
         )
     if diff.improvements:
         findings.note("improved: " + "; ".join(diff.improvements) + "; re-record the golden")
+    for old, new in diff.reworded_break_reasons:
+        findings.note(f"graph break reworded at the same site (not counted): {old} → {new}")
 
 
 def _effective_tolerance(policy: Policy, tolerance: Tolerance | None, dtype: str) -> Tolerance:
@@ -829,6 +923,10 @@ def _compare_timings(
         [run.timings.first_step_s for run in baselines],
         [run.timings.first_step_s for run in candidates],
     )
+    result.compile_time_ratio = _median_ratio(
+        [run.compile.compile_s if run.compile else None for run in baselines],
+        [run.compile.compile_s if run.compile else None for run in candidates],
+    )
     limit = policy.slower_ratio
     if result.step_time_ratio is not None and result.step_time_ratio > limit:
         findings.add(
@@ -841,6 +939,11 @@ def _compare_timings(
         findings.note(
             f"the first step (including compilation) takes {result.first_step_ratio:.2f}×"
             " the baseline's: compile time regressed"
+        )
+    if result.compile_time_ratio is not None and result.compile_time_ratio > limit:
+        findings.note(
+            f"compilation takes {result.compile_time_ratio:.2f}× the baseline's"
+            " (time in the compiler backend; a cold compiler cache on one side also shows here)"
         )
 
 

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from lockguard.compare import Verdict
 from lockguard.report import Report
-from lockguard.report._common import SYMBOL, change_line, final_loss, fmt_float, summary_line, timing
+from lockguard.report._common import (
+    SYMBOL, change_line, compile_rows, final_loss, fmt_float, summary_line, timing,
+)
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """A table cell in code font (reasons hold backticks, underscores, asterisks)."""
+    if text == "—":
+        return text
+    return "<code>" + _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(
+        ">", "&gt;").replace("`", "&#96;") + "</code>"
 
 
 def render(report: Report) -> str:
@@ -39,9 +49,12 @@ def render(report: Report) -> str:
         lines += ["", f"<details><summary><code>{v.scenario}</code>: {v.verdict.value}</summary>",
                   "", "```"]
         lines += v.reasons
-        if v.compile_diff is not None:
-            lines += v.compile_diff.regressions + v.compile_diff.improvements
-        lines += ["```", "</details>"]
+        lines.append("```")
+        rows = compile_rows(v.compile_diff) if v.compile_diff is not None else []
+        if rows:
+            lines += ["", "| compiled path | baseline | candidate |", "|---|---|---|"]
+            lines += [f"| {_cell(what)} | {_code(old)} | {_code(new)} |" for what, old, new in rows]
+        lines += ["", "</details>"]
     if report.parity:
         lines += ["", "Step-0 parity across frameworks:", ""]
         for row in report.parity:

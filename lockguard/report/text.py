@@ -11,7 +11,9 @@ from rich.table import Table
 
 from lockguard.compare import Verdict
 from lockguard.report import Report
-from lockguard.report._common import SYMBOL, change_line, final_loss, fmt_float, summary_line, timing
+from lockguard.report._common import (
+    SYMBOL, change_line, compile_rows, final_loss, fmt_float, summary_line, timing,
+)
 
 STYLE = {
     Verdict.identical: "green", Verdict.within_tolerance: "green", Verdict.drift: "red",
@@ -51,9 +53,14 @@ def render(report: Report, color: bool = False) -> str:
         for reason in v.reasons:
             for i, line in enumerate(reason.splitlines()):
                 console.print(("  • " if i == 0 else "    ") + line, markup=False)
-        if v.compile_diff is not None:
-            for line in v.compile_diff.regressions + v.compile_diff.improvements:
-                console.print(f"    {line}", markup=False)
+        rows = compile_rows(v.compile_diff) if v.compile_diff is not None else []
+        if rows:
+            side = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 2, 0, 0))
+            for column in ("  compiled path", "baseline", "candidate"):
+                side.add_column(column, overflow="fold")
+            for what, old, new in rows:
+                side.add_row("  " + escape(what), escape(old), escape(new))
+            console.print(side)
     if report.parity:
         console.print("\nstep-0 parity across frameworks (same data and weights):")
         for row in report.parity:

@@ -1,0 +1,250 @@
+"""Compile diagnostics without a framework: the harness's text normalisation and accuracy rule
+(lockguard/harness/compile_torch.py, stdlib only until it patches torch), compare's compile
+rules (reworded breaks, miscompile evidence, compile-time ratio) and the side-by-side report.
+
+The log texts below are what torch 2.13's dynamo wrote in real runs (paths from this machine).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lockguard.compare import (
+    Policy, Verdict, accuracy_failure, break_site, compare_compile, compare_runs, is_failure,
+)
+from lockguard.report import Report, render
+from lockguard.report._common import compile_rows
+from lockguard.results import SCHEMA_VERSION, CompileDiagnostics, RunResult
+
+HARNESS = Path(__file__).resolve().parent.parent / "lockguard" / "harness"
+sys.path.insert(0, str(HARNESS))
+import compile_torch as ct  # noqa: E402
+
+sys.path.remove(str(HARNESS))
+
+SITE_PACKAGES = "/root/.cache/lockguard/venvs/6dbca48bb7eea5753d72/lib/python3.11/site-packages"
+
+BREAK_RECORD = f"""Graph break in user code at {SITE_PACKAGES}/lg_testlayer/__init__.py:14
+Graph Break Reason: Encountered graph break when attempting to trace CALL: a function call, e.g. f(x, y):
+
+Unsupported Tensor.item() call with capture_scalar_outputs=False
+  Explanation: Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.
+  Hint: Set `torch._dynamo.config.capture_scalar_outputs = True` or `export TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1` to include these operations in the captured graph.
+
+  Developer debug context: call_method TensorVariable() item () {{}}
+
+ For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0124.html
+
+User code traceback:
+  File "/tmp/pytest-of-root/pytest-7/p0/train_layer.py", line 21, in run
+    loss = ((step(x) - y) ** 2).mean()
+  File "{SITE_PACKAGES}/torch/nn/modules/module.py", line 1789, in _call_impl
+    return forward_call(*args, **kwargs)
+  File "{SITE_PACKAGES}/lg_testlayer/__init__.py", line 14, in forward
+    if (h.abs() > 1e4).sum().item() > 0:
+"""
+
+COUNTER_KEY = (
+    "Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: Dynamo does"
+    " not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.\n\n"
+    "  Developer debug context: call_method TensorVariable() item () {}\n"
+)
+
+RECOMPILE_RECORD = """Recompiling function torch_dynamo_resume_in_forward_at_10 in /tmp/cx/exp1.py:10
+    triggered by the following guard failure(s):
+    - 1/1: tensor 'h' size mismatch at index 0. expected 2, actual 3
+    - 1/0: ___stack0 == -0.6985620260238647                         # if h.sum().item() > 0:  # mp/cx/exp1.py:10 in torch_dynamo_resume_in_forward_at_10
+    - User stack trace:
+    -   File "/tmp/cx/exp1.py", line 10, in torch_dynamo_resume_in_forward_at_10
+    -     if h.sum().item() > 0:"""
+
+LIMIT_RECORD = """torch._dynamo hit config.recompile_limit (3)
+   function: 'f' (/tmp/cx/u/user_lim.py:5)
+   last reason: 0/2: tag == 'ttt'                                  # return (x * len(tag)).sum()
+User stack trace:
+  File "/tmp/cx/u/user_lim.py", line 7, in f"""
+
+
+# --------------------------------------------------------------------------------------------
+# Harness text normalisation
+
+
+def test_paths_lose_the_machine_but_keep_the_package() -> None:
+    assert ct.short_path(f"{SITE_PACKAGES}/lg_testlayer/layer.py") == "lg_testlayer/layer.py"
+    assert ct.short_path("/home/a/project/mypkg/__init__.py") == "mypkg/__init__.py"
+    assert ct.short_path("/tmp/pytest-of-root/pytest-7/p0/train_layer.py") == "train_layer.py"
+    text = ct.normalise('bad at 0x7f3a9c01 in "/home/u/x/model.py", line 12 and /opt/y/z.py:40')
+    assert text == 'bad at 0x… in "model.py" and z.py'
+
+
+def test_graph_break_record_gives_site_and_short_reason() -> None:
+    recorder = ct.Recorder()
+    recorder.capture.breaks.append(BREAK_RECORD)
+    reasons = recorder._break_reasons({COUNTER_KEY: 1})
+    assert reasons == ["lg_testlayer/__init__.py:forward: "
+                       "Unsupported Tensor.item() call with capture_scalar_outputs=False"]
+    # The same break on another machine, moved down by unrelated edits: the same reason.
+    moved = BREAK_RECORD.replace("line 14", "line 40").replace(":14", ":40").replace(
+        SITE_PACKAGES, "/opt/venv/lib/python3.12/site-packages")
+    other = ct.Recorder()
+    other.capture.breaks.append(moved)
+    assert other._break_reasons({COUNTER_KEY: 1}) == reasons
+
+
+def test_counted_breaks_without_a_log_record_still_have_a_reason() -> None:
+    # torch 2.0 has the counters but not the graph_breaks log artifact.
+    assert ct.Recorder()._break_reasons({"generic_jump TensorVariable()": 2}) == [
+        "generic_jump TensorVariable()"]
+
+
+def test_recompile_reasons_drop_ids_comments_and_data_values() -> None:
+    assert ct._recompile_reasons(RECOMPILE_RECORD) == [
+        "exp1.py:forward: tensor 'h' size mismatch at index 0. expected 2, actual 3",
+        "exp1.py:forward: ___stack0 == <float>",
+    ]
+
+
+def test_recompile_limit_is_an_eager_fallback_reason() -> None:
+    assert ct._limit_reason(LIMIT_RECORD) == (
+        "user_lim.py:f: hit the recompile_limit (3): runs eagerly from then on")
+
+
+def test_enclosing_function_from_source(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("def outer(x):\n    def inner(y):\n        return y\n    return inner(x)\n")
+    assert ct.enclosing_function(str(src), 3) == "inner"
+    assert ct.enclosing_function(str(src), 4) == "outer"
+    assert ct.site(str(src), 3, "<lambda>") == "m.py:inner"
+
+
+def test_accuracy_rule_is_pytorch_ci_s() -> None:
+    fp64 = {"losses": [1.0, 0.5], "outputs": [0.25]}
+    eager = {"losses": [1.0 + 1e-6, 0.5], "outputs": [0.25]}
+    close = {"losses": [1.0 + 2e-6, 0.5], "outputs": [0.25]}
+    far = {"losses": [1.0 + 1e-3, 0.5], "outputs": [0.25]}
+    good = ct.accuracy(close, eager, fp64)
+    assert good["ok"] and good["k"] == 2.0
+    bad = ct.accuracy(far, eager, fp64)
+    assert not bad["ok"] and not bad["series"]["losses"]["ok"] and bad["series"]["outputs"]["ok"]
+    nan = ct.accuracy({"losses": [float("nan"), 0.5], "outputs": [0.25]}, eager, fp64)
+    assert not nan["ok"] and nan["series"]["losses"]["compiled_vs_fp64"] == "inf"
+
+
+# --------------------------------------------------------------------------------------------
+# compare
+
+
+def result(compile: CompileDiagnostics | dict | None = None, **fields: object) -> RunResult:
+    data: dict[str, object] = {
+        "schema_version": SCHEMA_VERSION, "scenario": "layer", "framework": "torch",
+        "device": "cpu", "steps": 3, "losses": [1.0, 0.9, 0.8], "compile": compile,
+    }
+    data.update(fields)
+    return RunResult.model_validate(data)
+
+
+def verdict(old: RunResult, new: RunResult, timed: bool = False):
+    return compare_runs([old], [new], policy=Policy(), baseline_kind="lock",
+                        expected_device="cpu", timed_together=timed)
+
+
+ITEM = "lg_testlayer/__init__.py:forward: Unsupported Tensor.item() call"
+
+
+def test_a_new_break_names_its_site_and_reason() -> None:
+    v = verdict(result(CompileDiagnostics(graph_breaks=0, graphs=1)),
+                result(CompileDiagnostics(graph_breaks=1, graphs=2, break_reasons=[ITEM])))
+    assert v.verdict == Verdict.compile_fallback
+    assert v.compile_diff.added_break_reasons == [ITEM]
+    assert break_site(ITEM) == "lg_testlayer/__init__.py:forward"
+    assert ITEM in v.reasons[0]
+
+
+def test_a_reworded_break_at_the_same_site_is_not_a_regression() -> None:
+    old = CompileDiagnostics(graph_breaks=1, break_reasons=["m.py:forward: Tensor.item"])
+    new = CompileDiagnostics(graph_breaks=1, break_reasons=[
+        "m.py:forward: Unsupported Tensor.item() call with capture_scalar_outputs=False"])
+    diff = compare_compile(old, new)
+    assert not diff.regressed and not diff.improvement
+    assert diff.reworded_break_reasons == [[old.break_reasons[0], new.break_reasons[0]]]
+    v = verdict(result(old), result(new))
+    assert v.verdict == Verdict.identical
+    assert any("reworded" in r for r in v.reasons)
+    # More breaks than before: the new wording is a new break after all.
+    more = new.model_copy(update={"graph_breaks": 2})
+    assert compare_compile(old, more).added_break_reasons == new.break_reasons
+
+
+def test_fewer_breaks_is_an_improvement_that_fails_only_on_request() -> None:
+    v = verdict(result(CompileDiagnostics(graph_breaks=1, break_reasons=[ITEM])),
+                result(CompileDiagnostics(graph_breaks=0)))
+    assert v.verdict == Verdict.identical and v.improvement
+    assert not is_failure(v, Policy()) and is_failure(v, Policy(fail_on_improvement=True))
+
+
+MISCOMPILED = {
+    "graph_breaks": 0,
+    "accuracy": {"rule": "rmse(compiled, fp64) <= 2 * rmse(eager, fp64) + 1e-05", "k": 2.0,
+                 "ok": False, "series": {
+                     "losses": {"compiled_vs_fp64": 0.01, "eager_vs_fp64": 1e-7,
+                                "limit": 1.02e-5, "ok": False},
+                     "outputs": {"compiled_vs_fp64": 1e-7, "eager_vs_fp64": 1e-7,
+                                 "limit": 1.02e-5, "ok": True}}},
+}
+
+
+def test_miscompile_is_compile_fallback_evidence_of_its_own() -> None:
+    same = result(MISCOMPILED)
+    v = verdict(result(CompileDiagnostics(graph_breaks=0)), same)
+    assert v.verdict == Verdict.compile_fallback
+    assert v.reasons[0].startswith("miscompile: ")
+    assert "losses 0.01 from fp64 where eager is 1e-07 (limit 1.02e-05)" in v.reasons[0]
+    assert "outputs" not in v.reasons[0]
+    passed = dict(MISCOMPILED, accuracy=dict(MISCOMPILED["accuracy"], ok=True))
+    assert accuracy_failure(CompileDiagnostics(**passed)) is None
+    assert accuracy_failure(CompileDiagnostics(graph_breaks=0)) is None
+
+
+def test_compile_time_ratio_only_when_timed_together() -> None:
+    old = result(CompileDiagnostics(compile_s=2.0))
+    new = result(CompileDiagnostics(compile_s=5.0))
+    assert verdict(old, new).compile_time_ratio is None
+    v = verdict(old, new, timed=True)
+    assert v.compile_time_ratio == 2.5
+    assert any(r.startswith("compilation takes 2.50×") for r in v.reasons)
+    assert v.verdict == Verdict.identical  # a note, not a verdict
+
+
+# --------------------------------------------------------------------------------------------
+# The report: old and new side by side
+
+
+def test_side_by_side_rows_pair_reasons() -> None:
+    diff = compare_compile(
+        CompileDiagnostics(graph_breaks=1, recompiles=0, break_reasons=["a.py:f: x", "a.py:g: y"]),
+        CompileDiagnostics(graph_breaks=2, recompiles=0, break_reasons=["a.py:f: x", ITEM]))
+    assert compile_rows(diff) == [
+        ("graph breaks", "1", "2"),
+        ("break", "a.py:f: x", "a.py:f: x"),
+        ("- break", "a.py:g: y", "—"),
+        ("+ break", "—", ITEM),
+    ]
+    assert compile_rows(compare_compile(CompileDiagnostics(), CompileDiagnostics())) == []
+
+
+def test_text_and_markdown_show_old_and_new_side_by_side() -> None:
+    v = verdict(result(CompileDiagnostics(graph_breaks=0, backend="inductor", compile_s=1.0)),
+                result(CompileDiagnostics(graph_breaks=1, break_reasons=[ITEM],
+                                          backend="inductor", compile_s=1.5)))
+    report = Report(command="check", mode="ab", verdicts=[v], passed=False)
+    text = render(report, "text")
+    rows = [line.split() for line in text.split("compiled path  baseline  candidate")[1]
+            .splitlines()]
+    assert ["+", "break", "—", *ITEM.split()] in rows
+    assert ["graph", "breaks", "0", "1"] in rows
+    assert ["compile", "time", "1.00", "s", "1.50", "s"] in rows
+    md = render(report, "markdown")
+    assert "| compiled path | baseline | candidate |" in md
+    assert "| + break | — | <code>lg_testlayer/__init__.py:forward: Unsupported Tensor.item()" \
+        " call</code> |" in md
