@@ -39,6 +39,10 @@ BUNDLED: tuple[Scenario, ...] = (
     _b("torch.lm", "torch", "tiny causal transformer LM, AdamW", 20, "lm"),
     _b("torch.lm.bf16", "torch", "tiny LM under bf16 autocast", 20, "lm", "bfloat16"),
     _b("torch.rng", "torch", "MLP initialised by torch's own RNG", 30, None),
+    # Compiled twins: torch.compile (default inductor backend) with graph/break/recompile
+    # diagnostics, and compiled-vs-eager accuracy against an fp64 run in the same environment.
+    _b("torch.mlp.compile", "torch", "torch.mlp through torch.compile (inductor)", 30, "mlp"),
+    _b("torch.lm.compile", "torch", "torch.lm through torch.compile (inductor)", 20, "lm"),
     _b("numpy.mlp", "numpy", "MLP with hand-written backprop and Adam in numpy", 30, "mlp"),
     _b("jax.mlp", "jax", "MLP, jitted train step, Adam", 30, "mlp"),
     _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm"),

@@ -12,10 +12,22 @@ Bundled scenarios (sizes and hyper-parameters from gen.py):
     torch.lm.bf16   torch.lm under torch.autocast(<device>, dtype=torch.bfloat16); dtype "bfloat16"
     torch.rng       the mlp initialised by torch's own RNG (manual_seed + nn.Linear's default
                     init), to catch RNG stream changes; data still from gen
+    torch.mlp.compile, torch.lm.compile
+                    the twins above trained through torch.compile(model) (default backend,
+                    inductor): the compiled module runs every training step, the optimiser and
+                    the digest keep the original parameters, and the probe batch goes through
+                    the eager module (one compiled graph pair per scenario, no extra inference
+                    compile). After the compiled run the same process trains the eager twin and
+                    an fp64 eager twin and stores PyTorch CI's accuracy verdict in
+                    compile["accuracy"] (compile_torch.accuracy): the miscompile evidence.
 Every scenario is a model builder plus a loss function handed to one training loop (`train`).
-A compiled variant is one more SCENARIOS entry passing `wrap` (e.g. "torch.mlp.compile":
-_mlp(ctx, "gen", wrap=torch.compile)): the wrapped model runs, the optimiser and the digest keep
-the original parameters; it then fills ctx.result["compile"] (graph breaks, recompiles, ...).
+A compiled variant is one more SCENARIOS entry passing `wrap`: the wrapped model runs.
+
+Compile diagnostics (every run, bundled or user script): compile_torch.RECORDER replaces
+torch.compile in this process in setup(), before a user script is imported, so the script's own
+torch.compile calls are counted too; result["compile"] holds what it saw (None for a run that
+compiled nothing): graphs, unique graphs, graph breaks with normalised reasons, recompiles and
+their guard failures, eager fallbacks, the backend used and the compile time.
 
 User scripts: run(steps, seed) returns either a list of per-step losses, or a dict
     {"losses": [...], "outputs": optional, "grad_norms": optional,
@@ -45,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gen
+from compile_torch import RECORDER, accuracy
 
 try:  # only to accept numpy arrays from user scripts; never required
     import numpy
@@ -134,6 +147,7 @@ def setup(ctx) -> None:
     if device == "cuda":
         # cuBLAS reads this when its first handle is made: before any CUDA work.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    RECORDER.install()
     torch.manual_seed(ctx.seed)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
@@ -336,12 +350,14 @@ class _NullContext:
 
 def train(ctx, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor],
           probe_fn: Callable[[nn.Module], torch.Tensor], optimizer: torch.optim.Optimizer,
-          named_params: Dict[str, torch.Tensor], amp_dtype: Optional[torch.dtype] = None) -> None:
+          named_params: Dict[str, torch.Tensor], amp_dtype: Optional[torch.dtype] = None,
+          probe_model: Optional[nn.Module] = None) -> None:
     """The one training loop of every bundled torch scenario.
 
-    `model` is what runs (a compiled wrapper may be passed here); `named_params` are the
-    parameters in digest order. Per step: loss (the float32 value as a Python float), total
-    gradient norm, wall time of the whole step (synchronised on cuda).
+    `model` is what runs (a compiled wrapper may be passed here); `probe_model` (default:
+    `model`) computes the probe outputs; `named_params` are the parameters in digest order.
+    Per step: loss (the float32 value as a Python float), total gradient norm, wall time of
+    the whole step (synchronised on cuda).
     """
     device = _device(ctx)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -359,7 +375,7 @@ def train(ctx, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor],
         _sync(device)
         ctx.record_step(value, norm, time.perf_counter() - start)
     with torch.no_grad(), _autocast(device, amp_dtype):
-        out = probe_fn(model)
+        out = probe_fn(model if probe_model is None else probe_model)
     _set_outputs(ctx, out)
     _record_params(ctx, named_params)
     if amp_dtype is not None:
@@ -371,7 +387,8 @@ def train(ctx, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor],
 
 # --------------------------------------------------------------------------- scenarios
 
-def _mlp_setup(ctx, init: str) -> Tuple[MLP, Callable, Callable, Dict[str, torch.Tensor]]:
+def _mlp_setup(ctx, init: str, dtype: torch.dtype = torch.float32
+               ) -> Tuple[MLP, Callable, Callable, Dict[str, torch.Tensor]]:
     device = _device(ctx)
     if init == "torch":
         torch.manual_seed(ctx.seed)  # the stream is the point: nothing may consume it first
@@ -381,53 +398,95 @@ def _mlp_setup(ctx, init: str) -> Tuple[MLP, Callable, Callable, Dict[str, torch
         model = MLP()
         _load_gen(model.gen_names(), gen.mlp_params(ctx.seed))
         named = model.gen_names()
-    model.to(device)
+    model.to(device, dtype)
     (x_shape, x_flat), labels, probe = gen.mlp_data(ctx.seed)
-    x = torch.tensor(x_flat, dtype=torch.float32).reshape(x_shape).to(device)
+    x = torch.tensor(x_flat, dtype=torch.float32).reshape(x_shape).to(device, dtype)
     y = torch.tensor(labels, dtype=torch.long, device=device)
-    p = _tensor(probe, device)
+    p = _tensor(probe, device).to(dtype)
     return model, (lambda m: F.cross_entropy(m(x), y)), (lambda m: m(p)), named
 
 
 Wrap = Optional[Callable[[nn.Module], nn.Module]]
 
 
-def _mlp(ctx, init: str = "gen", wrap: Wrap = None) -> None:
+def _mlp(ctx, init: str = "gen", wrap: Wrap = None, dtype: torch.dtype = torch.float32) -> None:
     """`wrap` turns the built model into what runs, e.g. torch.compile for a compiled variant."""
-    model, loss_fn, probe_fn, named = _mlp_setup(ctx, init)
+    model, loss_fn, probe_fn, named = _mlp_setup(ctx, init, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=gen.MLP["lr"], betas=(0.9, 0.999),
                                  eps=1e-8)
-    train(ctx, wrap(model) if wrap else model, loss_fn, probe_fn, optimizer, named)
+    train(ctx, wrap(model) if wrap else model, loss_fn, probe_fn, optimizer, named,
+          probe_model=model)
 
 
-def _lm(ctx, amp_dtype: Optional[torch.dtype] = None, wrap: Wrap = None) -> None:
+def _lm(ctx, amp_dtype: Optional[torch.dtype] = None, wrap: Wrap = None,
+        dtype: torch.dtype = torch.float32) -> None:
     device = _device(ctx)
     model = GPT()
     _load_gen(model.gen_names(), gen.lm_params(ctx.seed))
-    model.to(device)
+    model.to(device, dtype)
     named = model.gen_names()
     inputs, targets, probe = gen.lm_data(ctx.seed)
     x = torch.tensor(inputs, dtype=torch.long, device=device)
     y = torch.tensor(targets, dtype=torch.long, device=device)
     p = torch.tensor(probe, dtype=torch.long, device=device)
     vocab = gen.LM["vocab"]
+    loss_dtype = torch.float64 if dtype == torch.float64 else torch.float32
 
     def loss_fn(m: nn.Module) -> torch.Tensor:
         logits = m(x)
-        return F.cross_entropy(logits.reshape(-1, vocab).float(), y.reshape(-1))
+        # float32 under autocast (as users write it); fp64 stays fp64 for the reference run
+        return F.cross_entropy(logits.reshape(-1, vocab).to(loss_dtype), y.reshape(-1))
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=gen.LM["lr"], betas=(0.9, 0.999),
                                   eps=1e-8, weight_decay=gen.LM["weight_decay"])
     train(ctx, wrap(model) if wrap else model, loss_fn, lambda m: m(p), optimizer, named,
-          amp_dtype)
+          amp_dtype, probe_model=model)
 
 
-SCENARIOS: Dict[str, Callable[[Any], None]] = {
+def _compiled(ctx, family: str) -> None:
+    """The compiled twin of torch.<family>, then its eager and fp64 twins for the accuracy rule."""
+    build = {"mlp": lambda c, **kw: _mlp(c, "gen", **kw), "lm": lambda c, **kw: _lm(c, **kw)}[
+        family]
+    build(ctx, wrap=lambda m: torch.compile(m))
+    diagnostics = RECORDER.diagnostics() or {}
+    if ctx.result["status"] == "ok":
+        twins = {}
+        for name, dtype in (("eager", torch.float32), ("fp64", torch.float64)):
+            shadow = _shadow_context(ctx)
+            build(shadow, dtype=dtype)
+            twins[name] = {"losses": shadow.result["losses"], "outputs": shadow.result["outputs"]}
+        mine = {"losses": ctx.result["losses"], "outputs": ctx.result["outputs"]}
+        diagnostics["accuracy"] = accuracy(mine, twins["eager"], twins["fp64"], "float32")
+    ctx.result["compile"] = diagnostics
+
+
+def _shadow_context(ctx):
+    """A scratch context for a twin run in this process: same settings, its own result."""
+    shadow = type(ctx)(ctx.scenario, ctx.framework, ctx.steps, ctx.seed, ctx.device,
+                       ctx.threads)
+    shadow.result["device"] = ctx.result["device"]
+    return shadow
+
+
+def _with_diagnostics(scenario: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Fill result["compile"] from the recorder after a scenario, also when it raised."""
+    def run(ctx) -> None:
+        try:
+            scenario(ctx)
+        finally:
+            if ctx.result.get("compile") is None:
+                ctx.result["compile"] = RECORDER.diagnostics()
+    return run
+
+
+SCENARIOS: Dict[str, Callable[[Any], None]] = {sid: _with_diagnostics(fn) for sid, fn in {
     "torch.mlp": lambda ctx: _mlp(ctx, "gen"),
     "torch.lm": lambda ctx: _lm(ctx),
     "torch.lm.bf16": lambda ctx: _lm(ctx, torch.bfloat16),
     "torch.rng": lambda ctx: _mlp(ctx, "torch"),
-}
+    "torch.mlp.compile": lambda ctx: _compiled(ctx, "mlp"),
+    "torch.lm.compile": lambda ctx: _compiled(ctx, "lm"),
+}.items()}
 
 
 # --------------------------------------------------------------------------- user scripts
@@ -590,7 +649,15 @@ def _user_tensor(value: Any, what: str) -> torch.Tensor:
 
 
 def run_user(ctx, module) -> None:
-    """Run a user script's run(steps, seed) under the determinism set by setup()."""
+    """Run a user script's run(steps, seed) under the determinism set by setup(); the script's
+    torch.compile calls are observed by RECORDER (installed in setup, before the import)."""
+    try:
+        _run_user(ctx, module)
+    finally:
+        ctx.result["compile"] = RECORDER.diagnostics()
+
+
+def _run_user(ctx, module) -> None:
     # The script was imported after setup(): re-seed so its import cannot shift the streams.
     torch.manual_seed(ctx.seed)
     random.seed(ctx.seed)

@@ -1,0 +1,464 @@
+"""Compile fallbacks end to end: a real dependency upgrade that makes the compiled path worse.
+
+The tests build two versions of a tiny local package as real wheels (`pip wheel` of a source
+tree made here, with SOURCE_DATE_EPOCH so that the bytes, hence the pinned hashes and the cached
+environments, are the same from one test run to the next), serve them from a find-links folder
+beside the locks, and pin them with --hash in locks that also hold a real framework lock. Version
+1.0 of the package is pure tensor math; version 2.0 adds what the compiler cannot trace. A user
+scenario that compiles a model using the package must come out `compile_fallback` in A/B, naming
+the new break (or retrace), with the lock diff showing that package as the only change; the
+same lock on both sides must be clean.
+
+The harness-level tests run the bundled compiled scenario and cheap user scripts directly in the
+torch dev venv of test_harness_torch.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import QUICKSTART, make_project, run_cli
+from lockguard.report import Report, render
+from test_harness_torch import _cache_dir, harness, venv_python  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.slow
+
+PACKAGE = "lg-testlayer"
+MODULE = "lg_testlayer"
+
+
+# --------------------------------------------------------------------------------------------
+# Local package wheels and locks
+
+
+def build_wheel(root: Path, version: str, source: str, wheels: Path) -> Path:
+    """A real wheel of `lg-testlayer==version` whose __init__.py is `source`."""
+    tree = root / f"src-{version}"
+    (tree / MODULE).mkdir(parents=True, exist_ok=True)
+    (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{PACKAGE}"
+        version = "{version}"
+        """))
+    (tree / MODULE / "__init__.py").write_text(textwrap.dedent(source))
+    wheels.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}  # reproducible zip timestamps
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "-q", "-w", str(wheels), f"./{tree.name}"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [wheel] = wheels.glob(f"{MODULE}-{version}-*.whl")
+    return wheel
+
+
+def lock_with_package(base: str, wheel: Path, version: str) -> str:
+    """`base` (a real hashed framework lock) plus the local package, pinned by hash."""
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return (base.rstrip() + "\n\n# the local package under test, from the folder beside the lock\n"
+            f"--find-links wheels\n{PACKAGE}=={version} \\\n    --hash=sha256:{digest}\n")
+
+
+def package_project(root: Path, base_lock: str, v1: str, v2: str, config: str,
+                    files: dict[str, str]) -> Path:
+    """A project with locks v1.txt / v2.txt (the base lock + lg-testlayer 1.0 / 2.0)."""
+    root.mkdir(parents=True, exist_ok=True)
+    locks = {}
+    for version, source in (("1.0", v1), ("2.0", v2)):
+        wheel = build_wheel(root / "build", version, source, root / "wheels")
+        locks[version] = lock_with_package(base_lock, wheel, version)
+    project = make_project(root, config, files=files)
+    (project / "v1.txt").write_text(locks["1.0"])
+    (project / "v2.txt").write_text(locks["2.0"])
+    return project
+
+
+def only_change(report: dict) -> dict:
+    [diff] = report["lock_diffs"]
+    changes = [c for c in diff["changes"] if c["kind"] != "unchanged"]
+    assert len(changes) == 1, changes
+    return changes[0]
+
+
+# --------------------------------------------------------------------------------------------
+# torch: a graph break arrives with an upgrade of a layer package
+
+TORCH_V1 = """\
+    import torch
+    from torch import nn
+
+
+    class ScaledTanh(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return torch.tanh(h) * 1.5
+    """
+
+TORCH_V2 = """\
+    import torch
+    from torch import nn
+
+
+    class ScaledTanh(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x):
+            h = self.lin(x)
+            # 2.0: clip outliers first; counting them is a data-dependent .item()
+            if (h.abs() > 1e4).sum().item() > 0:
+                h = h.clamp(-1e4, 1e4)
+            return torch.tanh(h) * 1.5
+    """
+
+TORCH_SCRIPT = """\
+    import time
+
+    import torch
+    from torch import nn
+
+    from lg_testlayer import ScaledTanh
+
+
+    def run(steps, seed):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(8, 16), ScaledTanh(16), nn.Linear(16, 2))
+        compiled = torch.compile(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(32, 8), torch.randn(32, 2)
+        losses, times = [], []
+        for _ in range(steps):
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = ((compiled(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            times.append(time.perf_counter() - start)
+        return {"losses": losses, "step_times": times, "params": dict(model.named_parameters())}
+    """
+
+
+@pytest.fixture(scope="module")
+def torch_project(tmp_path_factory) -> Path:
+    return package_project(
+        tmp_path_factory.mktemp("torch-compile") / "p",
+        (QUICKSTART / "requirements.txt").read_text(), TORCH_V1, TORCH_V2,
+        """
+        lock = "v2.txt"
+        [scenario.layer]
+        script = "train_layer.py"
+        framework = "torch"
+        steps = 4
+        """, {"train_layer.py": TORCH_SCRIPT})
+
+
+def test_torch_graph_break_from_an_upgrade_is_compile_fallback(torch_project: Path) -> None:
+    proc = run_cli("check", "--baseline-lock", "v1.txt", "--lock", "v2.txt", "--scenario",
+                   "layer", "--format", "json", cwd=torch_project)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    [v] = report["verdicts"]
+    assert v["verdict"] == "compile_fallback", v["reasons"]
+    diff = v["compile_diff"]
+    assert (diff["graph_breaks_old"], diff["backend_old"], diff["backend_new"]) == (
+        0, "inductor", "inductor")
+    assert diff["graph_breaks_new"] >= 1
+    [added] = diff["added_break_reasons"]
+    assert added.startswith("lg_testlayer/__init__.py:forward: ") and "item()" in added, added
+    assert diff["break_reasons_old"] == [] and diff["break_reasons_new"] == [added]
+    assert v["reasons"][0].startswith("compiled path regressed: graph breaks 0 → ")
+    assert added in v["reasons"][0]
+    change = only_change(report)
+    assert (change["name"], change["old_version"], change["new_version"]) == (
+        PACKAGE, "1.0", "2.0")
+    # Compile time is measured on both sides, and the first step apart from the steady state.
+    assert diff["compile_s_old"] > 0 and diff["compile_s_new"] > 0
+    assert v["first_step_ratio"] is not None and v["compile_time_ratio"] is not None
+    # The human report puts the break-reason diff old | new side by side.
+    text = render(Report.model_validate(report), "text")
+    side_by_side = " ".join(text.split("compiled path  baseline  candidate")[1].split())
+    assert f"+ break — {added}" in side_by_side
+
+
+def test_torch_same_lock_on_both_sides_is_clean(torch_project: Path) -> None:
+    proc = run_cli("check", "--baseline-lock", "v2.txt", "--lock", "v2.txt", "--scenario",
+                   "layer", "--format", "json", cwd=torch_project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [v] = json.loads(proc.stdout)["verdicts"]
+    assert v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
+    assert v["compile_diff"]["regressions"] == []
+    assert v["compile_diff"]["graph_breaks_new"] >= 1  # the break is there, on both sides
+
+
+# --------------------------------------------------------------------------------------------
+# The harness: bundled compiled scenario and user scripts, in the torch dev venv
+
+
+def _inductor_env() -> dict[str, str]:
+    # Warm across test runs, like lockguard's per-environment cache.
+    root = _cache_dir() / "dev-venvs" / "compile-cache"
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "TRITON_CACHE_DIR": str(root / "triton")}
+
+
+def test_mlp_compile_diagnostics_and_accuracy(venv_python: Path, tmp_path: Path) -> None:
+    compiled = harness(venv_python, tmp_path, "torch.mlp.compile", 8, env=_inductor_env())
+    eager = harness(venv_python, tmp_path, "torch.mlp", 8)
+    c = compiled["compile"]
+    assert eager["compile"] is None
+    assert (c["backend"], c["graphs"], c["unique_graphs"], c["graph_breaks"], c["recompiles"],
+            c["eager_fallbacks"], c["counted_by"]) == ("inductor", 1, 1, 0, 0, 0, "backend")
+    assert c["break_reasons"] == c["recompile_reasons"] == c["fallback_reasons"] == []
+    assert c["dynamo"]["unique_graphs"] == 1  # dynamo's own counter agrees
+    assert c["compile_s"] > 0
+    t = compiled["timings"]
+    assert t["first_step_s"] > 10 * t["step_median_s"]  # compilation is in the first step only
+    acc = c["accuracy"]
+    assert acc["ok"] and acc["k"] == 2.0 and set(acc["series"]) == {"losses", "outputs"}
+    # The eager twin trained in the compiled run's process is the eager scenario, bit for bit:
+    # compiled vs eager there is compiled vs torch.mlp here.
+    worst = max(abs(a - b) for a, b in zip(compiled["losses"], eager["losses"]))
+    assert acc["series"]["losses"]["compiled_vs_eager_max_abs"] == worst
+    assert worst < 1e-5
+
+
+RECOMPILE_SCRIPT = """\
+    import torch
+    from torch import nn
+
+
+    def exploding_backend(gm, example_inputs):
+        raise RuntimeError("backend exploded")
+
+
+    def run(steps, seed):
+        torch._dynamo.config.suppress_errors = True  # errors become silent eager fallbacks
+        torch._dynamo.config.recompile_limit = 3
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+        net = torch.compile(model, backend="eager")
+        broken = torch.compile(lambda t: (t * 2).sum(), backend=exploding_backend)
+
+        @torch.compile(backend="eager")
+        def scale(x, tag):  # a new string every step: a recompile every step, up to the limit
+            return x * len(tag)
+
+        losses = []
+        for step in range(steps):
+            x = torch.randn(4 + step, 8)  # a new batch size: one recompile, then dynamic
+            loss = scale(net(x), "t" * (step + 1)).pow(2).mean() + broken(x) * 0
+            losses.append(loss.item())
+        return losses
+    """
+
+
+def test_user_script_recompiles_and_silent_fallbacks(venv_python: Path, tmp_path: Path) -> None:
+    script = tmp_path / "recompiling.py"
+    script.write_text(textwrap.dedent(RECOMPILE_SCRIPT))
+    r = harness(venv_python, tmp_path, "recompiling", 6, "--script", str(script),
+                "--framework", "torch")
+    c = r["compile"]
+    assert r["status"] == "ok" and c["compile_calls"] == 3
+    assert c["recompiles"] >= 3
+    assert "recompiling.py:scale: tag == 'tt'" in c["recompile_reasons"]
+    assert any("size mismatch at index 0. expected 4, actual 5" in reason
+               for reason in c["recompile_reasons"])
+    assert c["eager_fallbacks"] == 2  # the exploding backend, and scale past the limit
+    assert set(c["fallback_reasons"]) == {
+        "backend exploding_backend failed: RuntimeError: backend exploded",
+        "recompiling.py:scale: hit the recompile_limit (3): runs eagerly from then on"}
+    assert c["backend"] == "eager"  # the backend that compiled graphs: "eager" was asked for
+
+
+# --------------------------------------------------------------------------------------------
+# JAX: an upgrade makes a jitted step retrace every call
+
+DATA = Path(__file__).resolve().parent / "data"
+
+JAX_V1 = """\
+    import jax
+    import jax.numpy as jnp
+
+
+    def lr_at(step):
+        return 0.1 / (1.0 + 0.5 * step)
+
+
+    def _loss(params, x, y):
+        w, b = params
+        return jnp.mean((jnp.tanh(x @ w + b) - y) ** 2)
+
+
+    @jax.jit
+    def sgd_step(params, x, y, lr):
+        loss, grads = jax.value_and_grad(_loss)(params, x, y)
+        return loss, tuple(p - lr * g for p, g in zip(params, grads))
+
+
+    def train_step(params, x, y, step):
+        return sgd_step(params, x, y, lr_at(step))
+    """
+
+# 2.0 makes the learning rate a static argument: a new Python float every step, a new trace
+# (and compilation) every step.
+JAX_V2 = JAX_V1.replace("""    @jax.jit
+    def sgd_step""", """    @functools.partial(jax.jit, static_argnames=("lr",))
+    def sgd_step""").replace("    import jax\n", "    import functools\n\n    import jax\n", 1)
+
+JAX_SCRIPT = """\
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lg_testlayer import train_step
+
+
+    def run(steps, seed):
+        rng = np.random.default_rng(seed)
+        x = jnp.asarray(rng.standard_normal((16, 4)), dtype=jnp.float32)
+        y = jnp.asarray(rng.standard_normal((16, 2)), dtype=jnp.float32)
+        params = (jnp.asarray(rng.standard_normal((4, 2)) * 0.5, dtype=jnp.float32),
+                  jnp.zeros((2,), jnp.float32))
+        losses = []
+        for step in range(steps):
+            loss, params = train_step(params, x, y, step)
+            losses.append(float(loss))
+        return losses
+    """
+
+
+@pytest.fixture(scope="module")
+def jax_project(tmp_path_factory) -> Path:
+    return package_project(
+        tmp_path_factory.mktemp("jax-retrace") / "p", (DATA / "jax-0.10.2.txt").read_text(),
+        JAX_V1, JAX_V2,
+        """
+        lock = "v2.txt"
+        [scenario.jaxstep]
+        script = "train_jax.py"
+        framework = "jax"
+        steps = 4
+        """, {"train_jax.py": JAX_SCRIPT})
+
+
+def test_jax_retrace_from_an_upgrade_is_compile_fallback(jax_project: Path) -> None:
+    proc = run_cli("check", "--baseline-lock", "v1.txt", "--lock", "v2.txt", "--scenario",
+                   "jaxstep", "--format", "json", cwd=jax_project)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    [v] = report["verdicts"]
+    assert v["verdict"] == "compile_fallback", v["reasons"]
+    assert v["compile_diff"]["traces"]["sgd_step"] == {"old": 1, "new": 4}
+    assert "traces of sgd_step 1 → 4" in v["reasons"][0]
+    change = only_change(report)
+    assert (change["name"], change["old_version"], change["new_version"]) == (
+        PACKAGE, "1.0", "2.0")
+    text = render(Report.model_validate(report), "text")
+    side_by_side = " ".join(text.split("compiled path  baseline  candidate")[1].split())
+    assert "traces of sgd_step 1 4" in side_by_side
+
+
+def test_jax_same_lock_on_both_sides_is_clean(jax_project: Path) -> None:
+    proc = run_cli("check", "--baseline-lock", "v2.txt", "--lock", "v2.txt", "--scenario",
+                   "jaxstep", "--format", "json", cwd=jax_project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [v] = json.loads(proc.stdout)["verdicts"]
+    assert v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
+    assert v["compile_diff"]["regressions"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# TensorFlow: an upgrade makes a tf.function retrace every call
+
+TF_V1 = """\
+    import tensorflow as tf
+
+
+    def lr_at(step):
+        return 0.1 / (1.0 + 0.5 * step)
+
+
+    @tf.function
+    def sgd_step(w, x, y, lr):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((tf.tanh(tf.matmul(x, w)) - y) ** 2)
+        w.assign_sub(lr * tape.gradient(loss, w))
+        return loss
+
+
+    def train_step(w, x, y, step):
+        return sgd_step(w, x, y, tf.constant(lr_at(step), tf.float32))
+    """
+
+# 2.0 passes the learning rate as a Python float: tf.function traces once per new value.
+TF_V2 = TF_V1.replace("sgd_step(w, x, y, tf.constant(lr_at(step), tf.float32))",
+                      "sgd_step(w, x, y, lr_at(step))")
+
+TF_SCRIPT = """\
+    import numpy as np
+    import tensorflow as tf
+
+    from lg_testlayer import train_step
+
+
+    def run(steps, seed):
+        rng = np.random.default_rng(seed)
+        x = tf.constant(rng.standard_normal((16, 4)), tf.float32)
+        y = tf.constant(rng.standard_normal((16, 2)), tf.float32)
+        w = tf.Variable(tf.constant(rng.standard_normal((4, 2)) * 0.5, tf.float32))
+        return [float(train_step(w, x, y, step)) for step in range(steps)]
+    """
+
+
+@pytest.fixture(scope="module")
+def tf_project(tmp_path_factory) -> Path:
+    return package_project(
+        tmp_path_factory.mktemp("tf-retrace") / "p", (DATA / "tf-2.21.0.txt").read_text(),
+        TF_V1, TF_V2,
+        """
+        lock = "v2.txt"
+        [scenario.tfstep]
+        script = "train_tf.py"
+        framework = "tensorflow"
+        steps = 4
+        """, {"train_tf.py": TF_SCRIPT})
+
+
+def test_tf_retrace_from_an_upgrade_is_compile_fallback(tf_project: Path) -> None:
+    proc = run_cli("check", "--baseline-lock", "v1.txt", "--lock", "v2.txt", "--scenario",
+                   "tfstep", "--format", "json", cwd=tf_project)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    [v] = report["verdicts"]
+    assert v["verdict"] == "compile_fallback", v["reasons"]
+    assert v["compile_diff"]["traces"]["sgd_step"] == {"old": 1, "new": 4}
+    assert "traces of sgd_step 1 → 4" in v["reasons"][0]
+    change = only_change(report)
+    assert (change["name"], change["old_version"], change["new_version"]) == (
+        PACKAGE, "1.0", "2.0")
+
+
+def test_tf_same_lock_on_both_sides_is_clean(tf_project: Path) -> None:
+    proc = run_cli("check", "--baseline-lock", "v2.txt", "--lock", "v2.txt", "--scenario",
+                   "tfstep", "--format", "json", cwd=tf_project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [v] = json.loads(proc.stdout)["verdicts"]
+    assert v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
+    assert v["compile_diff"]["regressions"] == []
