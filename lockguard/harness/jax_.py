@@ -28,14 +28,13 @@ step traces once); denom = sqrt(v)/sqrt(bc2) + eps; p = p + (-step_size*m)/denom
 decays p = p*(1 - lr*wd).
 
 Determinism (recorded in fingerprint["determinism"]):
-  * cuda: XLA_FLAGS += --xla_gpu_deterministic_ops=true (deterministic reductions/scatters and
-    autotuning); XLA_PYTHON_CLIENT_PREALLOCATE=false.
+  * cuda: XLA_FLAGS += --xla_gpu_deterministic_ops=true (XLA's deterministic GPU reductions and
+    scatters); XLA_PYTHON_CLIENT_PREALLOCATE=false. Not yet run on a GPU.
   * --threads 1: XLA_FLAGS += --xla_cpu_multi_thread_eigen=false. Two runs are bitwise identical
     with or without it, but XLA's default runs Eigen on a thread pool sized by the machine's
     cores, and its results differ from single-threaded Eigen (measured on jax.lm: with jaxlib
     0.9.2 the gradient norms from step 0 and the losses from step 6, with 0.10.2 the probe
-    outputs), so without the flag a golden could depend on the
-    machine's core count. Nothing else is forced: an XLA flag that a jaxlib does not know aborts
+    outputs), so without the flag a golden could depend on the machine's core count. Nothing else is forced: an XLA flag that a jaxlib does not know aborts
     the process, so every flag set here must exist in every supported jaxlib (this one does in
     0.9.2 and 0.10.2; the pseudo-flag "intra_op_parallelism_threads=1" is silently ignored by
     XLA's parser and so is not used). With --threads N > 1, XLA's default threading is kept.
