@@ -1,0 +1,176 @@
+"""One check across torch, jax and tensorflow, each in its own environment; real upgrades.
+
+The upgrade tests measure the truth independently — running the harness by hand in both
+environments and comparing the numbers in plain Python — and assert that lockguard's report says
+exactly that: what changed, from which step, and nothing that did not.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, QUICKSTART, make_project, run_cli
+
+pytestmark = pytest.mark.slow
+
+TORCH = QUICKSTART / "requirements.txt"
+# Scenarios of issue 3's suite (the compiled ones have tests of their own).
+SUITE = ["torch.mlp", "torch.lm", "torch.lm.bf16", "torch.rng", "numpy.mlp",
+         "jax.mlp", "jax.lm", "jax.lm.bf16", "jax.rng",
+         "tf.mlp", "tf.mlp.xla", "tf.keras", "tf.lm", "tf.rng"]
+# Timings on a shared 2-core CI machine are noise; these tests are about numerics.
+NO_TIMING = "slower_ratio = 1000.0"
+
+
+def by_hand(lock: Path, scenario: str, out: Path, steps: int) -> dict:
+    """Run the harness directly in lockguard's cached venv for `lock`, no lockguard in between."""
+    from lockguard.envs.venv import prepare
+    from lockguard.locks import parse_lock
+    from lockguard.scenarios import HARNESS_DIR
+
+    env = prepare(parse_lock(lock))
+    subprocess.run([str(env.python), str(HARNESS_DIR / "run.py"), "--scenario", scenario,
+                    "--steps", str(steps), "--out", str(out)], check=True, timeout=600)
+    return json.loads(out.read_text())
+
+
+def first_bitwise_difference(old: list[float], new: list[float]) -> int | None:
+    return next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), None)
+
+
+def beyond(old: list[float], new: list[float], rtol: float, atol: float) -> bool:
+    return any(abs(a - b) > atol + rtol * abs(b) for a, b in zip(new, old))
+
+
+TOL = {"float32": (1.3e-6, 1e-5), "bfloat16": (1.6e-2, 1e-5)}
+
+
+def assert_report_tells_the_truth(report: dict, tmp: Path, old_lock: Path, new_lock: Path,
+                                  steps: dict[str, int]) -> None:
+    verdicts = {v["scenario"]: v for v in report["verdicts"]}
+    for sid, n in steps.items():
+        old = by_hand(old_lock, sid, tmp / f"{sid}-old.json", n)
+        new = by_hand(new_lock, sid, tmp / f"{sid}-new.json", n)
+        v = verdicts[sid]
+        assert v["first_divergent_step"] == first_bitwise_difference(old["losses"],
+                                                                    new["losses"]), sid
+        rtol, atol = TOL[old["dtype"]]
+        moved = any(beyond(old[k], new[k], rtol, atol)
+                    for k in ("losses", "grad_norms", "outputs"))
+        same = all(old[k] == new[k] for k in ("losses", "grad_norms", "outputs",
+                                               "param_digest"))
+        expected = "drift" if moved else "identical" if same else "within_tolerance"
+        assert v["verdict"] == expected, (sid, v["verdict"], v["reasons"])
+
+
+def test_three_frameworks_in_one_check(tmp_path):
+    project = make_project(tmp_path / "p", f"""
+        locks = ["torch.txt", "jax.txt", "tf.txt"]
+        scenarios = {json.dumps(SUITE)}
+        {NO_TIMING}
+        """, locks={"torch.txt": TORCH, "jax.txt": DATA / "jax-0.10.2.txt",
+                    "tf.txt": DATA / "tf-2.21.0.txt"})
+    rec = run_cli("record", "--format", "json", cwd=project)
+    assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr
+    recorded = json.loads(rec.stdout)
+    assert len(recorded["written"]) == len(SUITE)
+    # Each framework ran in the environment of the lock that pins it, never together.
+    for sid in SUITE:
+        result = json.loads((project / "golden" / "cpu" / f"{sid}.json").read_text())
+        lock = result["provenance"]["lock"]
+        framework = result["result"]["framework"]
+        assert Path(lock).name == {"torch": "torch.txt", "jax": "jax.txt",
+                                   "tensorflow": "tf.txt", "numpy": "torch.txt"}[framework]
+    parity = {row["family"]: row for row in recorded["parity"]}
+    assert set(parity["mlp"]["step0"]) == {"torch.mlp", "numpy.mlp", "jax.mlp", "tf.mlp",
+                                           "tf.mlp.xla", "tf.keras"}
+    assert parity["mlp"]["max_rel_spread"] < 1e-6
+    assert set(parity["lm"]["step0"]) == {"torch.lm", "jax.lm", "tf.lm"}
+    assert parity["lm"]["max_rel_spread"] < 1e-5
+
+    # Run-to-run: every scenario reproduces its golden bit for bit.
+    check = run_cli("check", "--rerun", "--format", "json", cwd=project)
+    assert check.returncode == 0, check.stdout[-3000:]
+    verdicts = {v["scenario"]: v["verdict"] for v in json.loads(check.stdout)["verdicts"]}
+    assert verdicts == {sid: "identical" for sid in SUITE}
+
+
+def test_same_lock_ab_is_identical_for_each_framework(tmp_path):
+    project = make_project(tmp_path / "p", f"""
+        locks = ["torch.txt", "jax.txt", "tf.txt"]
+        {NO_TIMING}
+        """, locks={"torch.txt": TORCH, "jax.txt": DATA / "jax-0.10.2.txt",
+                    "tf.txt": DATA / "tf-2.21.0.txt"})
+    chosen = ["torch.lm", "jax.lm", "tf.keras", "tf.lm"]
+    args = [a for sid in chosen for a in ("--scenario", sid)]
+    proc = run_cli("check", *args, "--baseline-lock", "torch.txt", "--baseline-lock", "jax.txt",
+                   "--baseline-lock", "tf.txt", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    report = json.loads(proc.stdout)
+    assert {v["scenario"]: v["verdict"] for v in report["verdicts"]} == {
+        sid: "identical" for sid in chosen}
+    assert all(v["step_time_ratio"] is not None for v in report["verdicts"])
+
+
+def test_jax_0_9_2_to_0_10_2(tmp_path):
+    project = make_project(tmp_path / "p", f"""
+        lock = "jax.txt"
+        {NO_TIMING}
+        """, locks={"jax.txt": DATA / "jax-0.10.2.txt", "old.txt": DATA / "jax-0.9.2.txt"})
+    proc = run_cli("check", "--scenario", "jax", "--baseline-lock", "old.txt", "--format", "json",
+                   cwd=project)
+    report = json.loads(proc.stdout)
+    changed = [(c["name"], c["old_version"], c["new_version"])
+               for c in report["lock_diffs"][0]["changes"] if c["kind"] != "unchanged"]
+    assert changed == [("jax", "0.9.2", "0.10.2"), ("jaxlib", "0.9.2", "0.10.2")]
+    assert_report_tells_the_truth(report, tmp_path, project / "old.txt", project / "jax.txt",
+                                  {"jax.mlp": 30, "jax.lm": 20, "jax.lm.bf16": 20,
+                                   "jax.rng": 30})
+    assert proc.returncode == (1 if any(v["verdict"] == "drift" for v in report["verdicts"])
+                               else 0)
+
+
+def test_tensorflow_2_20_to_2_21(tmp_path):
+    project = make_project(tmp_path / "p", f"""
+        lock = "tf.txt"
+        {NO_TIMING}
+        """, locks={"tf.txt": DATA / "tf-2.21.0.txt", "old.txt": DATA / "tf-2.20.0.txt"})
+    proc = run_cli("check", "--scenario", "tf", "--baseline-lock", "old.txt", "--format", "json",
+                   cwd=project)
+    report = json.loads(proc.stdout)
+    changes = {c["name"]: c["kind"] for c in report["lock_diffs"][0]["changes"]
+               if c["kind"] != "unchanged"}
+    assert changes == {"tensorflow-cpu": "upgraded", "tensorboard": "removed",
+                       "tensorboard-data-server": "removed", "markdown": "removed",
+                       "markupsafe": "removed", "pillow": "removed", "werkzeug": "removed"}
+    assert_report_tells_the_truth(report, tmp_path, project / "old.txt", project / "tf.txt",
+                                  {"tf.mlp": 30, "tf.mlp.xla": 30, "tf.keras": 30, "tf.lm": 20,
+                                   "tf.rng": 30})
+
+
+@pytest.mark.parametrize("scenario, lock", [("jax.mlp", "jax-0.10.2.txt"),
+                                            ("tf.mlp", "tf-2.21.0.txt")])
+def test_expected_cuda_on_cpu_is_device_fallback(tmp_path, scenario, lock):
+    project = make_project(tmp_path / "p", 'lock = "l.txt"\ndevice = "cuda"\nsteps = 3',
+                           locks={"l.txt": DATA / lock})
+    proc = run_cli("check", "--scenario", scenario, "--allow-new", "--format", "json",
+                   cwd=project)
+    assert proc.returncode == 1, proc.stderr
+    [v] = json.loads(proc.stdout)["verdicts"]
+    assert (v["verdict"], v["expected_device"], v["found_device"]) == (
+        "device_fallback", "cuda", "cpu")
+
+
+def test_scenarios_of_unpinned_frameworks_are_skipped(tmp_path):
+    project = make_project(tmp_path / "p", 'lock = "l.txt"', locks={"l.txt": TORCH})
+    proc = run_cli("check", "--scenario", "jax.mlp", "--scenario", "tf.mlp", "--format", "json",
+                   cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    verdicts = json.loads(proc.stdout)["verdicts"]
+    assert [v["verdict"] for v in verdicts] == ["skipped", "skipped"]
+    assert "no lock pins jax" in verdicts[0]["reasons"][0]
+    assert "no lock pins tensorflow" in verdicts[1]["reasons"][0]
