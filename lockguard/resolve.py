@@ -29,10 +29,13 @@ that wrote it), the index options from the pip configuration, then `name==versio
 `--hash` lines and `# via` annotations. The resolvers run with `--no-header` and lockguard writes
 the header itself, so it names the real output path even though the resolver wrote a temp file.
 
-uv does not read pip's configuration. With `use_pip_config` (the default) lockguard passes pip's
-index urls, find-links and constraint files to uv, with pip's best-version-across-indexes
-strategy, so both resolvers see the same packages (this machine's pip caps torch through a
-constraint file, for example).
+pip's configuration (pip.conf, PIP_* variables) decides where packages come from, and
+`pip install` applies its constraint files. pip-compile reads the indexes from it but ignores the
+constraint files; uv reads none of it. With `use_pip_config` (the default) lockguard passes the
+constraint files to pip-compile, and the index urls, find-links and constraint files to uv (with
+pip's best-version-across-indexes strategy), so both resolvers see the same packages and the
+lock installs with the same pip. (This machine's pip caps torch through a constraint file:
+without this, pip-compile pins a torch that `pip install` here then refuses.)
 
 Atomicity
 ---------
@@ -44,6 +47,7 @@ byte for byte.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -136,12 +140,15 @@ def propose_lock(
     progress: Progress | None = None,
     use_pip_config: bool = True,
     timeout: float = RESOLVE_TIMEOUT_S,
+    refresh: bool = False,
 ) -> Path:
     """Resolve a candidate lock: `current_inputs` with `upgrades` applied, other pins kept.
 
     The candidate is written under `cache_dir/proposals/<key>/<lock name>`, the key being a hash
-    of everything that decides it (inputs, current lock, upgrades, resolver and its version), so
-    asking twice costs nothing. The user's inputs and lock are only read.
+    of everything that decides it (inputs, current lock, upgrades, resolver and its version, pip's
+    index configuration), so asking twice costs nothing. The index is not part of the key: an
+    open request such as `jax>=0.10` keeps its first answer until `refresh`. The user's inputs
+    and lock are only read.
     """
     current_inputs, current_lock = Path(current_inputs), Path(current_lock)
     for path, what in ((current_inputs, "requirements input"), (current_lock, "lock")):
@@ -169,7 +176,7 @@ def propose_lock(
         "\n".join(sorted(upgrades)).encode(),
         resolver.encode(),
         _resolver_identity(resolver).encode(),
-        str(use_pip_config).encode(),
+        repr(sorted(pip_config().items()) if use_pip_config else None).encode(),
         f"{sys.version_info[:2]}".encode(),
     ):
         key.update(hashlib.sha256(part).digest())
@@ -179,7 +186,7 @@ def propose_lock(
     from lockguard.cache import file_lock  # cheap; deferred to keep `import resolve` minimal
 
     with file_lock(target_dir.parent / f"{target_dir.name}.lock"):
-        if target.is_file():
+        if target.is_file() and not refresh:
             return target  # written atomically, so a file that exists is complete
         return _compile(
             current_inputs,
@@ -248,22 +255,25 @@ def outdated(
     """
     from packaging.version import InvalidVersion, Version
 
+    from packaging.utils import canonicalize_name
+
     from lockguard.locks import package_families
 
     wanted = set(families)
     pins = list(getattr(lock, "pins", lock))  # type: ignore[call-overload]
     chosen: dict[str, tuple[PinLike, tuple[str, ...]]] = {}
     for pin in pins:
-        fams = tuple(f for f in package_families(pin.name) if f in wanted)
-        if not fams or (pin.name.startswith("nvidia-") and not include_nvidia):
+        name = canonicalize_name(pin.name)
+        fams = tuple(f for f in package_families(name) if f in wanted)
+        if not fams or (name.startswith("nvidia-") and not include_nvidia):
             continue
-        if pin.name in chosen:  # several pins under markers: report the oldest
+        if name in chosen:  # several pins under markers: report the oldest
             try:
-                if Version(pin.version) >= Version(chosen[pin.name][0].version):
+                if Version(pin.version) >= Version(chosen[name][0].version):
                     continue
             except InvalidVersion:
                 continue
-        chosen[pin.name] = (pin, fams)
+        chosen[name] = (pin, fams)
     if not chosen:
         return []
 
@@ -272,7 +282,7 @@ def outdated(
     with ThreadPoolExecutor(max_workers=min(4, len(names))) as pool:
         found = dict(zip(names, pool.map(lambda n: _index_versions(n, index, timeout), names)))
 
-    rows = [_outdated_row(chosen[n][0], chosen[n][1], *found[n]) for n in names]
+    rows = [_outdated_row(n, chosen[n][0], chosen[n][1], *found[n]) for n in names]
     if all(row.error for row in rows):
         raise ResolveError(f"could not look up any release on the index: {rows[0].error}")
     return rows
@@ -325,6 +335,11 @@ def _compile(
             cmd = [python, "-m", "piptools", "compile", "--quiet", "--no-header",
                    "--generate-hashes", "--allow-unsafe", "--resolver=backtracking",
                    "--strip-extras", "--output-file", str(scratch)]
+            if use_pip_config:
+                # pip-compile reads pip's indexes from its configuration but not its constraint
+                # files; `pip install` of the lock would apply them, so the resolve must too.
+                for constraint in _split(pip_config().get("constraint", "")):
+                    cmd += ["--constraint", constraint]
             cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
             cmd += [*extra_args, src_arg]
         else:
@@ -362,7 +377,7 @@ def _header(out_arg: str, src_arg: str, extra_args: Sequence[str], tool: str,
     # command to re-run and Dependabot reads the options from it. pip-compile sorts its options
     # and leaves out one-off ones (--upgrade-package, --verbose...); so do we.
     args = ["--allow-unsafe", "--generate-hashes", f"--output-file={out_arg}", "--strip-extras"]
-    args += [a for a in extra_args if not _one_off_option(a)]
+    args = sorted(args + _header_options(extra_args))
     command = " ".join(["pip-compile", *(shlex.quote(a) for a in args), shlex.quote(src_arg)])
     from lockguard import __version__
 
@@ -380,11 +395,33 @@ def _header(out_arg: str, src_arg: str, extra_args: Sequence[str], tool: str,
     )
 
 
-def _one_off_option(arg: str) -> bool:
-    name = arg.split("=", 1)[0]
-    return name in {"-v", "--verbose", "-q", "--quiet", "-U", "--upgrade", "-P",
-                    "--upgrade-package", "--rebuild", "--dry-run", "--cache-dir", "-n",
-                    "--no-cache", "--refresh"}
+_ONE_OFF = {"-v", "--verbose", "-q", "--quiet", "-U", "--upgrade", "-P", "--upgrade-package",
+            "--rebuild", "--dry-run", "--cache-dir", "-n", "--no-cache", "--refresh"}
+_TAKES_VALUE = {"-P", "--upgrade-package", "--cache-dir", "-c", "--constraint", "-i",
+                "--index-url", "--extra-index-url", "-f", "--find-links", "--extra", "--resolver",
+                "--pip-args", "-o", "--output-file"}
+_LONG = {"-c": "--constraint", "-i": "--index-url", "-f": "--find-links"}
+
+
+def _header_options(extra_args: Sequence[str]) -> list[str]:
+    """extra_args as pip-compile's header spells them: long names, `--opt=value`, no one-offs.
+
+    Renovate refuses a header whose option values are not joined with `=`.
+    """
+    out: list[str] = []
+    args = list(extra_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        i += 1
+        if not eq and name in _TAKES_VALUE and i < len(args):
+            value, eq = args[i], "="
+            i += 1
+        if name in _ONE_OFF or not name.startswith("-"):
+            continue
+        out.append(f"{_LONG.get(name, name)}{eq}{value}")
+    return out
 
 
 def _lock_invocation(src: Path, output: Path, resolver: Resolver) -> str:
@@ -504,13 +541,13 @@ def _pip_config_as_uv_args() -> list[str]:
     args: list[str] = []
     if values.get("no-index", "").lower() in {"1", "true", "yes", "on"}:
         args.append("--no-index")
-    if values.get("index-url"):
-        args += ["--index-url", values["index-url"].split()[0]]
-    for url in values.get("extra-index-url", "").split():
+    for url in _split(values.get("index-url", ""))[:1]:
+        args += ["--index-url", url]
+    for url in _split(values.get("extra-index-url", "")):
         args += ["--extra-index-url", url]
-    for link in values.get("find-links", "").split():
+    for link in _split(values.get("find-links", "")):
         args += ["--find-links", link]
-    for constraint in values.get("constraint", "").split():
+    for constraint in _split(values.get("constraint", "")):
         args += ["--constraint", constraint]
     if args:
         # pip picks the best version across all indexes; uv's default stops at the first index
@@ -519,6 +556,11 @@ def _pip_config_as_uv_args() -> list[str]:
     return args
 
 
+def _split(value: str) -> list[str]:
+    return value.split()  # pip takes several values of one option whitespace-separated
+
+
+@functools.cache
 def pip_config() -> dict[str, str]:
     """pip's effective settings for `pip install`: env vars over [install] over [global]."""
     import ast
@@ -680,17 +722,17 @@ def _index_versions(name: str, index: str | None, timeout: float) -> tuple[list[
     return [], f"{name}: {reason}"
 
 
-def _outdated_row(pin: PinLike, fams: tuple[str, ...], versions: list[str],
+def _outdated_row(name: str, pin: PinLike, fams: tuple[str, ...], versions: list[str],
                   error: str | None) -> OutdatedRow:
     from packaging.version import InvalidVersion, Version
 
     if error is not None:
-        return OutdatedRow(name=pin.name, current=pin.version, families=fams, error=error)
+        return OutdatedRow(name=name, current=pin.version, families=fams, error=error)
     try:
         current = Version(Version(pin.version).public)  # 2.13.0+cpu compares as 2.13.0
     except InvalidVersion:
-        return OutdatedRow(name=pin.name, current=pin.version, families=fams,
-                           error=f"{pin.name}: cannot compare version {pin.version!r}")
+        return OutdatedRow(name=name, current=pin.version, families=fams,
+                           error=f"{name}: cannot compare version {pin.version!r}")
     parsed = []
     for text in versions:
         try:
@@ -703,7 +745,7 @@ def _outdated_row(pin: PinLike, fams: tuple[str, ...], versions: list[str],
     pre = [v for v in parsed if v.is_prerelease and (not stable or v > stable[0])]
     newer = tuple(Release(str(v), v.is_prerelease) for v in parsed if v > current)
     return OutdatedRow(
-        name=pin.name,
+        name=name,
         current=pin.version,
         families=fams,
         newer=newer,

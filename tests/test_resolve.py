@@ -85,13 +85,15 @@ def test_trim_uv_messages():
 
 
 def test_header_is_pip_compiles_and_renovate_can_read_it():
-    header = resolve._header("requirements.txt", "requirements.in", ["--no-emit-index-url", "-v"],
+    extra = ["--no-emit-index-url", "-v", "-c", "c.txt", "--cache-dir", "/tmp/x", "-P", "six"]
+    header = resolve._header("requirements.txt", "requirements.in", extra,
                              "pip-tools 7.5.2, pip 25.2", "lockguard lock requirements.in")
     match = RENOVATE_HEADER.match(header)
     assert match and match["command"] == "pip-compile"
     args = match["arguments"].split()
-    assert args == ["--allow-unsafe", "--generate-hashes", "--output-file=requirements.txt",
-                    "--strip-extras", "--no-emit-index-url", "requirements.in"]
+    assert args == ["--allow-unsafe", "--constraint=c.txt", "--generate-hashes",
+                    "--no-emit-index-url", "--output-file=requirements.txt", "--strip-extras",
+                    "requirements.in"]
     assert all(a.split("=")[0] in RENOVATE_OPTIONS for a in args if a.startswith("-"))
     assert "#   lockguard lock requirements.in\n" in header
 
@@ -161,14 +163,16 @@ def test_outdated_reports_lookup_failures(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def tool_cache(tmp_path_factory):
-    """One lockguard cache per session, so the pinned pip-tools env is built once."""
-    cache = tmp_path_factory.mktemp("lockguard-cache")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LOCKGUARD_CACHE", str(cache))
-    mp.delenv("LOCKGUARD_PIP_TOOLS_PYTHON", raising=False)
-    yield cache
-    mp.undo()
+def _session_cache(tmp_path_factory):
+    # One lockguard cache per session, so the pinned pip-tools env is built once.
+    return tmp_path_factory.mktemp("lockguard-cache")
+
+
+@pytest.fixture()
+def tool_cache(_session_cache, monkeypatch):
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(_session_cache))
+    monkeypatch.delenv("LOCKGUARD_PIP_TOOLS_PYTHON", raising=False)
+    return _session_cache
 
 
 @pytest.fixture()
@@ -280,6 +284,27 @@ def test_uv_writes_the_same_lock_format(project):
     with pytest.raises(ResolveError, match="six==99.0"):
         compile_lock(project / "requirements.in", uv_lock, resolver="uv")
     assert digest(uv_lock) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
+def test_pips_constraint_files_apply_to_both_resolvers(project, monkeypatch, resolver):
+    if resolver == "uv" and shutil.which("uv") is None:
+        pytest.skip("uv is not installed (pip install uv)")
+    cap = project / "cap.txt"
+    cap.write_text("six<1.17\n")
+    monkeypatch.setenv("PIP_CONSTRAINT", str(cap))  # as pip.conf's `constraint =` would
+    resolve.pip_config.cache_clear()
+    try:
+        lock = compile_lock(project / "requirements.in", project / "requirements.txt",
+                            resolver=resolver)
+        assert pins(lock)["six"] == "1.16.0"
+        lock = compile_lock(project / "requirements.in", project / "free.txt", resolver=resolver,
+                            use_pip_config=False)
+        assert pins(lock)["six"] != "1.16.0"
+    finally:
+        monkeypatch.delenv("PIP_CONSTRAINT")
+        resolve.pip_config.cache_clear()
 
 
 @pytest.mark.slow
