@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -39,29 +40,34 @@ MODULE = "lg_testlayer"
 # Local package wheels and locks
 
 
-def build_wheel(root: Path, version: str, source: str, wheels: Path) -> Path:
-    """A real wheel of `lg-testlayer==version` whose __init__.py is `source`."""
-    tree = root / f"src-{version}"
-    (tree / MODULE).mkdir(parents=True, exist_ok=True)
-    (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
+def build_wheels(root: Path, sources: dict[str, str], wheels: Path) -> dict[str, Path]:
+    """Real wheels of `lg-testlayer`, version -> wheel; each version's lg_testlayer/__init__.py
+    is its source. (One `pip wheel` per version: pip resolves its arguments together, and two
+    versions of one project conflict.)"""
+    trees = []
+    for version, source in sources.items():
+        tree = root / f"src-{version}"
+        (tree / MODULE).mkdir(parents=True, exist_ok=True)
+        (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
+            [build-system]
+            requires = ["setuptools>=61"]
+            build-backend = "setuptools.build_meta"
 
-        [project]
-        name = "{PACKAGE}"
-        version = "{version}"
-        """))
-    (tree / MODULE / "__init__.py").write_text(textwrap.dedent(source))
+            [project]
+            name = "{PACKAGE}"
+            version = "{version}"
+            """))
+        (tree / MODULE / "__init__.py").write_text(textwrap.dedent(source))
+        trees.append(f"./{tree.name}")
     wheels.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}  # reproducible zip timestamps
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "-q", "-w", str(wheels), f"./{tree.name}"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    [wheel] = wheels.glob(f"{MODULE}-{version}-*.whl")
-    return wheel
+    for tree in trees:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+             "--no-index", "--disable-pip-version-check", "-q", "-w", str(wheels), tree],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {version: next(wheels.glob(f"{MODULE}-{version}-*.whl")) for version in sources}
 
 
 def lock_with_package(base: str, wheel: Path, version: str) -> str:
@@ -74,11 +80,10 @@ def lock_with_package(base: str, wheel: Path, version: str) -> str:
 def package_project(root: Path, base_lock: str, v1: str, v2: str, config: str,
                     files: dict[str, str]) -> Path:
     """A project with locks v1.txt / v2.txt (the base lock + lg-testlayer 1.0 / 2.0)."""
-    root.mkdir(parents=True, exist_ok=True)
-    locks = {}
-    for version, source in (("1.0", v1), ("2.0", v2)):
-        wheel = build_wheel(root / "build", version, source, root / "wheels")
-        locks[version] = lock_with_package(base_lock, wheel, version)
+    (root / "build").mkdir(parents=True, exist_ok=True)
+    wheels = build_wheels(root / "build", {"1.0": v1, "2.0": v2}, root / "wheels")
+    locks = {version: lock_with_package(base_lock, wheel, version)
+             for version, wheel in wheels.items()}
     project = make_project(root, config, files=files)
     (project / "v1.txt").write_text(locks["1.0"])
     (project / "v2.txt").write_text(locks["2.0"])
@@ -194,7 +199,7 @@ def test_torch_graph_break_from_an_upgrade_is_compile_fallback(torch_project: Pa
     assert v["first_step_ratio"] is not None and v["compile_time_ratio"] is not None
     # The human report puts the break-reason diff old | new side by side.
     text = render(Report.model_validate(report), "text")
-    side_by_side = " ".join(text.split("compiled path  baseline  candidate")[1].split())
+    side_by_side = " ".join(re.split(r"compiled path +baseline +candidate", text)[1].split())
     assert f"+ break — {added}" in side_by_side
 
 
@@ -219,9 +224,12 @@ def _inductor_env() -> dict[str, str]:
             "TRITON_CACHE_DIR": str(root / "triton")}
 
 
-def test_mlp_compile_diagnostics_and_accuracy(venv_python: Path, tmp_path: Path) -> None:
-    compiled = harness(venv_python, tmp_path, "torch.mlp.compile", 8, env=_inductor_env())
-    eager = harness(venv_python, tmp_path, "torch.mlp", 8)
+@pytest.mark.parametrize("family, steps", [("mlp", 8), ("lm", 4)])
+def test_bundled_compile_diagnostics_and_accuracy(venv_python: Path, tmp_path: Path,
+                                                  family: str, steps: int) -> None:
+    compiled = harness(venv_python, tmp_path, f"torch.{family}.compile", steps,
+                       env=_inductor_env())
+    eager = harness(venv_python, tmp_path, f"torch.{family}", steps)
     c = compiled["compile"]
     assert eager["compile"] is None
     assert (c["backend"], c["graphs"], c["unique_graphs"], c["graph_breaks"], c["recompiles"],
@@ -371,7 +379,7 @@ def test_jax_retrace_from_an_upgrade_is_compile_fallback(jax_project: Path) -> N
     assert (change["name"], change["old_version"], change["new_version"]) == (
         PACKAGE, "1.0", "2.0")
     text = render(Report.model_validate(report), "text")
-    side_by_side = " ".join(text.split("compiled path  baseline  candidate")[1].split())
+    side_by_side = " ".join(re.split(r"compiled path +baseline +candidate", text)[1].split())
     assert "traces of sgd_step 1 4" in side_by_side
 
 

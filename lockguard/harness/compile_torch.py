@@ -355,10 +355,12 @@ class Recorder:
         breaks = _delta(now, self._counters_before, "graph_break")
         stats = _delta(now, self._counters_before, "stats")
         frames = _delta(now, self._counters_before, "frames")
-        counted = bool(self.graphs) or not self.passthrough_calls
-        graphs = len(self.graphs) if counted else stats.get("unique_graphs", 0)
-        unique = len({g["graph"] for g in self.graphs}) if counted else \
-            stats.get("unique_graphs", 0)
+        # The counting backend saw every graph only if every compile went through it; else
+        # (mode/options passed to inductor, or torch._dynamo.optimize called directly) dynamo's
+        # own counter of compiled graphs is the count, and unique = graphs.
+        counted = self.compile_calls > 0 and not self.passthrough_calls
+        graphs = len(self.graphs) if counted else stats.get("unique_graphs", len(self.graphs))
+        unique = len({g["graph"] for g in self.graphs}) if counted else graphs
         # ------------------------------------------------------------ graph breaks
         break_reasons = self._break_reasons(breaks)
         break_events = sum(breaks.values())
