@@ -18,11 +18,13 @@ from lockguard.compare import (
 from lockguard.config import Config, ToleranceSetting
 from lockguard.envs.base import RunRequest
 from lockguard.golden import Golden, GoldenError, golden_path
-from lockguard.locks import check_family_rules, diff_locks, framework_version
+from lockguard.locks import check_family_rules, diff_locks, framework_version, parse_lock_text
 from lockguard.progress import QUIET, Progress
 from lockguard.report import LockInfo, ParityRow, Report
 from lockguard.results import RunResult, Status
-from lockguard.runner import Environments, LockRef, Planned, lock_for, plan, run_requests
+from lockguard.runner import (
+    Environments, LockRef, Planned, lock_for, plan, read_lock, run_requests,
+)
 from lockguard.scenarios import Scenario, harness_digest, inputs_digest
 
 
@@ -180,7 +182,8 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
 
 def check(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
           baseline: list[LockRef] | None = None, progress: Progress = QUIET) -> Report:
-    if (failed := family_rule_report("check", [*locks, *(baseline or [])])) is not None:
+    # Only the locks under check: a baseline that broke a rule is what is being replaced.
+    if (failed := family_rule_report("check", locks)) is not None:
         return failed
     if baseline:
         return _check_ab(config, locks, baseline, scenarios, opts, progress)
@@ -296,3 +299,114 @@ def diff(old: LockRef, new: LockRef) -> Report:
     return Report(command="diff", mode="diff",
                   locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
                   lock_diffs=[diff_locks(old.lock, new.lock).model_dump(mode="json")])
+
+
+# ------------------------------------------------------------------------- git and proposals
+
+def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario],
+               opts: Options, base_ref: str, progress: Progress = QUIET) -> Report:
+    """A/B between the locks at the merge base with `base_ref` and the locks on disk.
+
+    When no lock changed, the answer comes from git alone: nothing is parsed, built or run.
+    """
+    from lockguard import gitref
+
+    start = time.perf_counter()
+    changes = gitref.changed_locks(config.root, base_ref, lock_paths)
+    base_sha = changes[0].base_commit[:12] if changes else "?"
+    notes = []
+    dirty = gitref.dirty_paths(config.root, lock_paths)
+    if dirty:
+        notes.append("checking what is on disk: uncommitted changes in "
+                     + ", ".join(display_path(p) for p in dirty))
+    moved = [c for c in changes if c.status != "unchanged"]
+    if not moved:
+        notes.append(f"no lock changed since {base_ref} (merge base {base_sha}): nothing to check")
+        return Report(command="check", mode="ab", notes=notes, passed=True,
+                      duration_s=time.perf_counter() - start)
+    candidates, baseline = [], []
+    for change in moved:
+        where = f"{base_ref}:{display_path(change.path)}"
+        if change.status == "removed":
+            notes.append(f"{display_path(change.path)} was removed since {base_ref}")
+            continue
+        new = LockRef(change.path, read_lock(change.path))
+        if change.status == "added":
+            notes.append(f"{display_path(change.path)} was added since {base_ref}: "
+                         "its scenarios have no baseline")
+            candidates.append(new)
+            continue
+        old_lock = parse_lock_text(change.base_text or "", where)  # errors name the ref
+        if old_lock.lock_hash == new.lock.lock_hash:
+            notes.append(f"{display_path(change.path)}: only comments or layout changed since "
+                         f"{base_ref}")
+            continue
+        candidates.append(new)
+        baseline.append(LockRef(materialise(change.base_text or "", change.path.name),
+                                old_lock))
+    if not candidates:
+        return Report(command="check", mode="ab", notes=notes, passed=True,
+                      duration_s=time.perf_counter() - start)
+    # Only scenarios whose framework a changed lock pins: the rest cannot have moved.
+    mine = [s for s in scenarios if lock_for(s, candidates) is not None]
+    # Always A/B, also when only added locks remain: their scenarios are `new`, not errors.
+    report = (family_rule_report("check", candidates)
+              or _check_ab(config, candidates, baseline, mine, opts, progress))
+    report.notes = notes + report.notes
+    return report
+
+
+def materialise(text: str, name: str) -> Path:
+    """A lock read from git, written into the cache so that pip can install from a file."""
+    import hashlib
+
+    from lockguard.cache import cache_dir
+
+    path = cache_dir() / "base-locks" / hashlib.sha256(text.encode()).hexdigest()[:16] / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+
+def propose(config: Config, locks: list[LockRef], upgrades: list[str],
+            scenarios: list[Scenario], opts: Options, *, resolver: str = "pip-tools",
+            inputs: Path | None = None, progress: Progress = QUIET) -> Report:
+    """Resolve the locks with `upgrades` into the cache and A/B-check them against the current
+    locks. The user's files are only read."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from lockguard import resolve
+    from lockguard.cache import cache_dir
+    from lockguard.config import ConfigError
+
+    wanted: dict[str, str] = {}
+    for spec in upgrades:
+        try:
+            wanted[spec] = canonicalize_name(Requirement(spec).name)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"upgrade {spec!r}: {exc}") from None
+    candidates, baseline, notes = [], [], []
+    for ref in locks:
+        mine = [spec for spec, name in wanted.items() if name in ref.lock.by_name]
+        if not mine:
+            continue
+        source = inputs or ref.inputs or ref.path.with_suffix(".in")
+        if not source.is_file():
+            raise ConfigError(f"{source}: requirements input of {display_path(ref.path)} not "
+                              "found (pass --inputs, or set `inputs` on the lock in config)")
+        proposal = resolve.propose_lock(source, ref.path, mine, cache_dir(), resolver,
+                                        progress=progress.info)
+        notes.append(f"proposed lock for {display_path(ref.path)}: {proposal}")
+        candidates.append(LockRef(proposal, read_lock(proposal), ref.device))
+        baseline.append(ref)
+    unpinned = [spec for spec, name in wanted.items()
+                if not any(name in ref.lock.by_name for ref in locks)]
+    if unpinned:
+        raise ConfigError(f"no lock pins {', '.join(unpinned)}: propose upgrades what a lock pins")
+    mine = [s for s in scenarios if lock_for(s, candidates) is not None]
+    report = check(config, candidates, mine, opts, baseline, progress)
+    return report.model_copy(update={"command": "propose", "notes": notes + report.notes})

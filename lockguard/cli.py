@@ -175,20 +175,120 @@ def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbo
 @click.option("--allow-new", is_flag=True,
               help="A scenario without a golden is reported `new` instead of an error.")
 @click.option("--exact", is_flag=True, help="Require bitwise-identical results.")
+@click.option("--base", "base_ref", metavar="GITREF",
+              help="A/B against the locks at the merge base with GITREF (e.g. origin/main); "
+                   "exits 0 at once when no lock changed.")
 @handles_errors
 def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbose,
-          baseline_locks, repeat, rerun, allow_new, exact) -> None:
+          baseline_locks, repeat, rerun, allow_new, exact, base_ref) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
     from lockguard import checks
     from lockguard.runner import LockRef, read_lock
 
-    config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
-    baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
     opts = checks.Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
                           repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact)
-    report = checks.check(config, lock_refs, chosen, opts, baseline, progress)
+    if base_ref:
+        if baseline_locks:
+            raise UserError("--base and --baseline-lock are two ways to pick a baseline: "
+                            "use one")
+        from lockguard.config import load_config
+        from lockguard.progress import Progress
+        from lockguard.runner import lock_paths
+        from lockguard.scenarios import select
+
+        config = load_config(config_path)
+        paths = [p for p, _, _ in lock_paths(config, list(locks))]
+        report = checks.check_base(config, paths, select(config, list(scenarios)), opts,
+                                   base_ref, Progress(quiet=fmt == "json", verbose=verbose))
+    else:
+        config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+        baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
+        report = checks.check(config, lock_refs, chosen, opts, baseline, progress)
     emit(report, fmt, output)
     sys.exit(0 if report.passed else 1)
+
+
+@main.command()
+@click.argument("upgrades", nargs=-1, required=True)
+@common_options
+@click.option("--inputs", type=click.Path(path_type=Path),
+              help="The requirements.in the lock is compiled from (default: <lock>.in).")
+@click.option("--resolver", type=click.Choice(["pip-tools", "uv"]), default="pip-tools",
+              show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
+@handles_errors
+def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, config_path, verbose,
+            inputs, resolver, repeat) -> None:
+    """Resolve a candidate lock with UPGRADES (e.g. torch==2.14.1 'jax>=0.10') into the cache
+    and A/B-check it against the current lock. Your files are not touched."""
+    from lockguard import checks
+
+    config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+    opts = checks.Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
+                          repeat=repeat)
+    report = checks.propose(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
+                            inputs=inputs, progress=progress)
+    emit(report, fmt, output)
+    sys.exit(0 if report.passed else 1)
+
+
+@main.command("lock")
+@click.argument("requirements_in", required=False, default="requirements.in",
+                type=click.Path(path_type=Path))
+@click.option("-o", "--output-file", "output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Default: the input with a .txt suffix.")
+@click.option("-P", "--upgrade-package", "upgrade_packages", multiple=True, metavar="P[==V]",
+              help="Upgrade one package (to a version), keeping every other pin.")
+@click.option("--resolver", type=click.Choice(["pip-tools", "uv"]), default="pip-tools",
+              show_default=True)
+@handles_errors
+def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, resolver) -> None:
+    """Write a fully pinned, hashed lock (pip-compile format) from REQUIREMENTS_IN."""
+    from lockguard import resolve
+    from lockguard.progress import Progress
+
+    if not requirements_in.is_file():
+        raise UserError(f"{requirements_in}: requirements input not found")
+    target = output or requirements_in.with_suffix(".txt")
+    progress = Progress()
+    with progress.step(f"Resolving {requirements_in} with {resolver}"):
+        resolve.compile_lock(requirements_in, target, upgrade_packages=list(upgrade_packages),
+                             resolver=resolver, progress=progress.detail)
+    click.echo(f"wrote {target}", err=True)
+
+
+@main.command()
+@click.option("--lock", "locks", multiple=True, metavar="PATH")
+@click.option("--config", "config_path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--index-url", metavar="URL", help="Default: the index pip is configured with.")
+@handles_errors
+def outdated(locks, config_path, fmt, index_url) -> None:
+    """Newer releases of the framework families pinned in the lock(s)."""
+    import dataclasses
+    import json
+
+    from lockguard import resolve
+    from lockguard.config import load_config
+    from lockguard.runner import load_locks
+
+    config = load_config(config_path)
+    rows = [(ref, row) for ref in load_locks(config, list(locks))
+            for row in resolve.outdated(ref.lock, index=index_url)]
+    if fmt == "json":
+        click.echo(json.dumps([{"lock": str(ref.path), **dataclasses.asdict(row)}
+                               for ref, row in rows], indent=2, default=str))
+        return
+    for ref, row in rows:
+        if row.error:
+            click.echo(f"{row.name:<22} {row.current:<14} (index error: {row.error})")
+            continue
+        latest = row.latest_stable or "—"
+        series = row.latest_in_series or "—"
+        pre = row.latest_prerelease or ""
+        flag = "" if row.is_outdated else "  up to date"
+        click.echo(f"{row.name:<22} {row.current:<14} latest {latest:<12} same series "
+                   f"{series:<12}{(' pre ' + pre) if pre else ''}{flag}")
 
 
 @main.command()

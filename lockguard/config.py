@@ -46,6 +46,7 @@ ToleranceSetting = Union[Literal["exact"], ToleranceConfig]
 class LockEntry(_Strict):
     path: str
     device: Device | None = None  # the device this lock's environment is expected to use
+    inputs: str | None = None  # its requirements.in (propose); default: <lock stem>.in beside it
 
 
 class ScenarioConfig(_Strict):

@@ -29,6 +29,7 @@ class LockRef:
     path: Path
     lock: Lock
     device: str | None = None  # expected device of this lock's environment, from config
+    inputs: Path | None = None  # the requirements.in it is compiled from, when configured
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,21 @@ class Planned:
 
 def load_locks(config: Config, cli_locks: list[str]) -> list[LockRef]:
     """The locks to check: --lock options (relative to cwd) or the config's (relative to it)."""
+    return [LockRef(path=path, lock=read_lock(path), device=device, inputs=inputs)
+            for path, device, inputs in lock_paths(config, cli_locks)]
+
+
+def lock_paths(config: Config, cli_locks: list[str]
+               ) -> list[tuple[Path, str | None, Path | None]]:
+    """(path, expected device, requirements.in) of each lock, without reading the locks."""
     if cli_locks:
-        refs = [(Path(p), None) for p in cli_locks]
+        refs = [(Path(p), None, None) for p in cli_locks]
     else:
-        refs = [(config.resolve(e.path), e.device) for e in config.lock_entries()]
+        refs = [(config.resolve(e.path), e.device, config.resolve(e.inputs) if e.inputs else None)
+                for e in config.lock_entries()]
     if not refs:
         raise ConfigError("no lock given: pass --lock PATH or set `lock` in [tool.lockguard]")
-    return [LockRef(path=path, lock=read_lock(path), device=device) for path, device in refs]
+    return refs
 
 
 def read_lock(path: Path) -> Lock:
