@@ -57,6 +57,7 @@ def policy_for(config: Config, exact: bool = False) -> Policy:
                else DEFAULT_FAIL_ON)
     return Policy(exact=exact or config.tolerance == "exact", tolerance=_tolerance(config.tolerance),
                   fail_on=fail_on, slower_ratio=config.slower_ratio,
+                  slower_min_step_s=config.slower_min_step_s,
                   fail_on_improvement=config.fail_on_improvement)
 
 

@@ -72,6 +72,7 @@ class Config(_Strict):
     fail_on: list[str] | None = None
     fail_on_improvement: bool = False
     slower_ratio: float = Field(default=1.3, gt=1.0)
+    slower_min_step_s: float = Field(default=0.002, ge=0)  # shorter steps are too noisy to time
     scenarios: list[str] | None = None  # default selection; None = all that apply
     installer: Literal["pip", "uv"] = "pip"
     python: str | None = None  # interpreter for venvs; default: the one running lockguard

@@ -590,6 +590,15 @@ def test_not_slower_within_the_ratio() -> None:
     assert v.verdict == Verdict.slower
 
 
+def test_steps_too_short_to_time_are_never_slower() -> None:
+    v = compare([timed(0.0005)], [timed(0.003)], timed_together=True)
+    assert v.step_time_ratio == pytest.approx(6.0)
+    assert v.verdict == Verdict.identical
+    v = compare([timed(0.0005)], [timed(0.003)], timed_together=True,
+                policy=Policy(slower_min_step_s=0.0))
+    assert v.verdict == Verdict.slower
+
+
 def test_drift_outranks_slower_and_both_are_said() -> None:
     v = compare([timed(1.0)], [timed(2.0, losses=[9.0] * 6)], timed_together=True)
     assert v.verdict == Verdict.drift
