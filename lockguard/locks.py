@@ -532,7 +532,7 @@ BumpKind = Literal["major", "minor", "patch", "pre", "local"]
 class Change(BaseModel):
     """What happened to one package (one pin, when markers split a package) between locks."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str  # canonical
     display_name: str  # as written in the new lock (the old one when removed)
@@ -549,7 +549,7 @@ class Change(BaseModel):
 class OptionChange(BaseModel):
     """An installer option that differs between locks; single values are 0- or 1-tuples."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     option: str  # "index-url", "extra-index-url", "find-links" or "other"
     old: tuple[str, ...]
@@ -557,7 +557,7 @@ class OptionChange(BaseModel):
 
 
 class LockDiff(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     old_source: str
     new_source: str
@@ -674,7 +674,7 @@ def _option_changes(old: LockOptions, new: LockOptions) -> tuple[OptionChange, .
 
 
 class RuleViolation(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     rule: str  # one of RULES
     message: str  # one sentence naming the packages, their versions and lock lines

@@ -25,7 +25,7 @@ class Status(str, Enum):
 
 
 class Timings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     import_s: float | None = None  # importing the framework
     first_step_s: float | None = None  # includes compilation / tracing
@@ -36,7 +36,7 @@ class Timings(BaseModel):
 class CompileDiagnostics(BaseModel):
     """Compile behaviour of one run. Every field is optional: each framework fills what it has."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     backend: str | None = None  # torch: backend actually used ("inductor", "eager", ...)
     graphs: int | None = None  # torch: graphs compiled
@@ -54,7 +54,7 @@ class CompileDiagnostics(BaseModel):
 
 
 class RunResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     schema_version: int
     scenario: str
