@@ -9,8 +9,6 @@ then the building blocks (ULP distance, one series, compile diagnostics) and fin
 ``compare_runs``, which puts them together, and the gate.
 """
 
-from __future__ import annotations
-
 import math
 import re
 import statistics

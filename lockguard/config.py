@@ -4,8 +4,6 @@ Unknown keys are errors, because a misspelt `tolerence` silently ignored would m
 looser than its owner believes. Paths in the config are relative to the file that holds it.
 """
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Any, Literal, Union

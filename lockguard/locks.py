@@ -25,8 +25,6 @@ After the data model (`Pin`, `LockOptions`, `Lock`) come four parts, in this ord
 Everything is pure: the only I/O is `parse_lock` reading the file it is given.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 import re

@@ -5,8 +5,6 @@ JSON with exactly these fields; this module is the only place that reads it back
 written with Python's repr, which round-trips exactly, so losses are never rounded.
 """
 
-from __future__ import annotations
-
 import json
 from enum import Enum
 from pathlib import Path

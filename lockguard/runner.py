@@ -14,8 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.markup import escape
-
 from lockguard.config import Config, ConfigError
 from lockguard.envs.base import Env, RunRequest
 from lockguard.locks import Lock, parse_lock
@@ -142,6 +140,8 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
     Each harness is pinned to its own thread count, so running as many processes as there are
     cores keeps the machine busy without changing any run's numerics.
     """
+    from rich.markup import escape
+
     results: list[RunResult | None] = [None] * len(jobs)
     with tempfile.TemporaryDirectory(prefix="lockguard-run-") as tmp:
         def one(index: int) -> None:

@@ -4,8 +4,6 @@ A Report is built by the record/check flows (lockguard/checks.py) from pure comp
 `render(report, fmt)` turns it into text, json or markdown.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
