@@ -16,6 +16,7 @@ real build is always tested.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
@@ -593,3 +594,28 @@ def test_numpy_scenarios_share_their_lock_framework_image():
     assert dk.image_framework(torch_lock, "numpy") == "torch"
     assert dk.image_framework(torch_lock, "torch") == "torch"
     assert dk.image_framework(numpy_lock(), "numpy") == "numpy"
+
+
+@pytest.mark.docker
+def test_cli_build_reuses_and_check_runs_in_the_image(engine, numpy_image, tmp_path):
+    """The user's path: `lockguard build`, then record/check with --env docker."""
+    from conftest import make_project, run_cli
+
+    project = make_project(tmp_path / "p", """
+        lock = "numpy.lock"
+        env = "docker"
+        scenarios = ["numpy.mlp"]
+        steps = 8
+        """, locks={"numpy.lock": NUMPY_LOCK})
+    built = run_cli("build", "--framework", "numpy", cwd=project)
+    assert built.returncode == 0, built.stderr
+    assert numpy_image.tag in built.stdout and "reused" in built.stdout
+    assert run_cli("record", cwd=project).returncode == 0
+    golden = json.loads((project / "golden" / "cpu" / "numpy.mlp.json").read_text())
+    assert golden["result"]["fingerprint"]["image"]["tag"] == numpy_image.tag
+    check = run_cli("check", "--rerun", "--format", "json", cwd=project)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert [v["verdict"] for v in json.loads(check.stdout)["verdicts"]] == ["identical"]
+    dead = run_cli("check", "--rerun", cwd=project,
+                   env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
+    assert dead.returncode == 2 and "no-such.sock" in dead.stderr
