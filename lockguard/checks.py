@@ -7,25 +7,38 @@ record, each atomically.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lockguard.compare import (
-    DEFAULT_FAIL_ON, Policy, ScenarioVerdict, Tolerance, Verdict, compare_runs, gate_passes,
-    skipped,
-)
 from lockguard.config import Config, ToleranceSetting
 from lockguard.envs.base import RunRequest
 from lockguard.golden import Golden, GoldenError, golden_path
 from lockguard.locks import check_family_rules, diff_locks, framework_version, parse_lock_text
 from lockguard.progress import QUIET, Progress
-from lockguard.report import LockInfo, ParityRow, Report
 from lockguard.results import RunResult, Status
 from lockguard.runner import (
     Environments, LockRef, Planned, lock_for, plan, read_lock, run_requests,
 )
 from lockguard.scenarios import Scenario, harness_digest, inputs_digest
+
+if TYPE_CHECKING:
+    from lockguard.compare import Policy, ScenarioVerdict, Tolerance
+    from lockguard.report import LockInfo, ParityRow, Report
+
+# compare and report (pydantic models, rich) are imported where used, and warmed up in the
+# background while training runs: lockguard's own start-up must not sit in front of the runs.
+
+
+def _prewarm() -> None:
+    """Import what comparing and reporting need while the harness processes train."""
+    def work() -> None:
+        import lockguard.report.text  # noqa: F401 - pulls in compare and rich
+
+        RunResult.model_rebuild()
+    threading.Thread(target=work, daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,8 @@ class Options:
 # ------------------------------------------------------------------------------------ policy
 
 def _tolerance(setting: ToleranceSetting | None) -> Tolerance | None:
+    from lockguard.compare import Tolerance
+
     if setting is None:
         return None
     if setting == "exact":
@@ -53,6 +68,8 @@ def _tolerance(setting: ToleranceSetting | None) -> Tolerance | None:
 
 
 def policy_for(config: Config, exact: bool = False) -> Policy:
+    from lockguard.compare import DEFAULT_FAIL_ON, Policy, Verdict
+
     fail_on = (frozenset(Verdict(v) for v in config.fail_on) if config.fail_on is not None
                else DEFAULT_FAIL_ON)
     return Policy(exact=exact or config.tolerance == "exact", tolerance=_tolerance(config.tolerance),
@@ -72,6 +89,8 @@ def display_path(path: Path) -> str:
 
 
 def lock_info(ref: LockRef, role: str) -> LockInfo:
+    from lockguard.report import LockInfo
+
     frameworks = sorted(ref.lock.frameworks())
     versions = {f: v for f in frameworks if (v := framework_version(ref.lock, f))}
     return LockInfo(path=display_path(ref.path), lock_hash=ref.lock.lock_hash, role=role,
@@ -85,6 +104,8 @@ def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> lis
     agree to float rounding in every framework: a harness bug shows up here first. Optimisers
     differ by design only from step 1 on, so only step 0 is compared.
     """
+    from lockguard.report import ParityRow
+
     groups: dict[tuple[str, str], dict[str, float]] = {}
     for sid, r in results.items():
         sc = scenarios[sid]
@@ -110,6 +131,8 @@ def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
               for v in check_family_rules(ref.lock)]
     if not broken:
         return None
+    from lockguard.report import Report
+
     return Report(command=command, mode="golden" if command == "check" else "record",
                   locks=[lock_info(r, "candidate") for r in locks], notes=broken, passed=False)
 
@@ -147,7 +170,11 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     envs = Environments(config, kind, progress)
     jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
             for p in runnable]
+    _prewarm()
     results = run_requests(jobs, progress)
+    from lockguard.compare import Verdict, compare_runs, skipped
+    from lockguard.report import Report
+
     harness = harness_digest()
     policy = policy_for(config, opts.exact)
     verdicts: list[ScenarioVerdict] = []
@@ -201,11 +228,10 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                    local=kind == "local")
     gdir = _golden_dir(config)
     harness = harness_digest()
-    verdicts: dict[str, ScenarioVerdict] = {}
+    unchanged: set[str] = set()
     to_run: list[tuple[Planned, Golden | None]] = []
     for p in planned:
         if p.skip_reason:
-            verdicts[p.scenario.id] = skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
             continue
         path = golden_path(gdir, p.device, p.scenario.id)
         raw = golden.read_raw(path)  # corrupt → GoldenError before anything runs
@@ -216,20 +242,32 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                 and raw["provenance"].get("inputs_digest") == _digest(p, config, harness):
             # Same lock, harness, scenario and settings as when recorded: the answer is known
             # without importing a framework or building an environment.
+            unchanged.add(p.scenario.id)
+            continue
+        to_run.append((p, golden.load(path) if raw is not None else None))
+
+    runs: list[RunResult] = []
+    if to_run:
+        envs = Environments(config, kind, progress)
+        jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
+                for p, _ in to_run for _ in range(opts.repeat)]
+        _prewarm()
+        runs = run_requests(jobs, progress)
+    from lockguard.compare import ScenarioVerdict, Verdict, compare_runs, gate_passes, skipped
+    from lockguard.report import Report
+
+    verdicts: dict[str, ScenarioVerdict] = {}
+    for p in planned:
+        if p.skip_reason:
+            verdicts[p.scenario.id] = skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
+        elif p.scenario.id in unchanged:
             verdicts[p.scenario.id] = ScenarioVerdict(
                 scenario=p.scenario.id, framework=p.scenario.framework,
                 verdict=Verdict.identical, baseline_kind="golden",
                 reasons=["lock and scenario unchanged since the golden was recorded (not re-run;"
                          " --rerun runs it)"])
-            continue
-        to_run.append((p, golden.load(path) if raw is not None else None))
-
     results: dict[str, RunResult] = {}
     if to_run:
-        envs = Environments(config, kind, progress)
-        jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
-                for p, _ in to_run for _ in range(opts.repeat)]
-        runs = run_requests(jobs, progress)
         policy = policy_for(config, opts.exact)
         for i, (p, gold) in enumerate(to_run):
             mine = runs[i * opts.repeat:(i + 1) * opts.repeat]
@@ -253,18 +291,8 @@ def _check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
                    local=kind == "local")
     envs = Environments(config, kind, progress)
-    verdicts: dict[str, ScenarioVerdict] = {}
-    pairs: list[tuple[Planned, LockRef]] = []
-    for p in planned:
-        old = lock_for(p.scenario, baseline)
-        if p.skip_reason:
-            verdicts[p.scenario.id] = skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
-        elif old is None:
-            verdicts[p.scenario.id] = ScenarioVerdict(
-                scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.new,
-                reasons=[f"the baseline locks do not pin {p.scenario.framework}"])
-        else:
-            pairs.append((p, old))
+    pairs = [(p, old) for p in planned if not p.skip_reason
+             and (old := lock_for(p.scenario, baseline)) is not None]
     # Baseline and candidate of one scenario run side by side, alternating, so that both see
     # the same machine load: their timing ratio is meaningful, absolute times are not.
     jobs = []
@@ -272,7 +300,20 @@ def _check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
         for _ in range(opts.repeat):
             jobs.append((envs.get(old, p.scenario.framework, p.device), _request(p, config)))
             jobs.append((envs.get(p.lock, p.scenario.framework, p.device), _request(p, config)))
+    if jobs:
+        _prewarm()
     runs = run_requests(jobs, progress) if jobs else []
+    from lockguard.compare import ScenarioVerdict, Verdict, compare_runs, gate_passes, skipped
+    from lockguard.report import Report
+
+    verdicts: dict[str, ScenarioVerdict] = {}
+    for p in planned:
+        if p.skip_reason:
+            verdicts[p.scenario.id] = skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
+        elif lock_for(p.scenario, baseline) is None:
+            verdicts[p.scenario.id] = ScenarioVerdict(
+                scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.new,
+                reasons=[f"the baseline locks do not pin {p.scenario.framework}"])
     policy = policy_for(config, opts.exact)
     results: dict[str, RunResult] = {}
     for i, (p, _) in enumerate(pairs):
@@ -297,6 +338,8 @@ def _check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
 
 
 def diff(old: LockRef, new: LockRef) -> Report:
+    from lockguard.report import Report
+
     return Report(command="diff", mode="diff",
                   locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
                   lock_diffs=[diff_locks(old.lock, new.lock).model_dump(mode="json")])
@@ -311,6 +354,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
     When no lock changed, the answer comes from git alone: nothing is parsed, built or run.
     """
     from lockguard import gitref
+    from lockguard.report import Report
 
     start = time.perf_counter()
     changes = gitref.changed_locks(config.root, base_ref, lock_paths)
