@@ -1,6 +1,8 @@
-"""What every harness module shares: the run context, timings, fingerprint, result writing.
+"""What every harness module shares: the run context, timings, fingerprint, result writing,
+seeding, best-effort probes, and the exact maths on numpy host arrays.
 
-Stdlib only (this runs inside target environments). The JSON written here must match
+Stdlib only (this runs inside target environments). The host-array helpers take numpy arrays that
+a framework module made; numpy itself is never imported here. The JSON written here must match
 lockguard/results.py's RunResult (schema_version 1) field for field.
 """
 
@@ -11,11 +13,13 @@ import json
 import math
 import os
 import platform
+import random
 import resource
 import statistics
 import sys
 import time
-from typing import Any, Dict, List, Optional
+import warnings
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 SCHEMA_VERSION = 1
 
@@ -147,8 +151,56 @@ def base_fingerprint(threads: int) -> Dict[str, Any]:
         "cpu": cpu_info(),
         "threads": threads,
         "numpy": installed_version("numpy"),
-        "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
+        "env": recorded_env(),
     }
+
+
+def recorded_env() -> Dict[str, str]:
+    """The RECORDED_ENV variables set now (a module re-reads them after its framework import)."""
+    return {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}
+
+
+def attempt(fn: Callable[[], Any], default: Any = None) -> Any:
+    """fn(), or `default` when it raises: feature detection and fingerprint details across
+    framework versions (missing APIs give the default; deprecation warnings are silenced)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+    except Exception:  # noqa: BLE001 - best effort by design
+        return default
+
+
+def seed_host_rngs(seed: int, numpy: Any = None) -> None:
+    """Seed Python's `random` and, given the numpy module, numpy's legacy global RNG."""
+    random.seed(seed)
+    if numpy is not None:
+        numpy.random.seed(seed)
+
+
+# --------------------------------------------------------------------------- numpy host arrays
+
+def host_floats(a: Any) -> Tuple[List[float], List[int]]:
+    """A numpy array's values as Python floats, row-major, and its shape. float64 holds every
+    float32 / float16 / bfloat16 value exactly."""
+    f = a.astype("float64")
+    return f.ravel().tolist(), list(f.shape)
+
+
+def le_bytes(a: Any) -> bytes:
+    """A numpy array's bytes, C order, little-endian, in its own dtype: what digests hash."""
+    return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def sum_squares(a: Any) -> float:
+    """Exact sum of squares of a numpy array: float64 squares of float32 values are exact and
+    math.fsum rounds the total once."""
+    return math.fsum(v * v for v in a.astype("float64").ravel().tolist())
+
+
+def global_norm(arrays: Iterable[Any]) -> float:
+    """The L2 norm over several numpy arrays (each array's sum of squares rounded once)."""
+    return math.sqrt(math.fsum(sum_squares(a) for a in arrays))
 
 
 def error_tail(text: str, lines: int = 15) -> str:

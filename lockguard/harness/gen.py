@@ -68,6 +68,22 @@ def integers(seed: int, stream: str, n: int, high: int) -> List[int]:
     return [rng.below(high) for _ in range(n)]
 
 
+# --------------------------------------------------------------------------- optimiser
+# Adam / AdamW as torch.optim's single-tensor implementation computes them; the modules that write
+# the update out by hand (numpy_, jax_, tf_) take the constants and the host-side scalars here.
+
+BETAS = (0.9, 0.999)
+EPS = 1e-8
+
+
+def adam_host_scalars(step: int, lr: float, betas: Tuple[float, float] = BETAS
+                      ) -> Tuple[float, float]:
+    """torch.optim.Adam's bias corrections for 1-based `step`, on the host in float64:
+    (step_size = lr / (1 - beta1**step), sqrt(1 - beta2**step))."""
+    step_size = lr / (1 - betas[0] ** step)
+    return step_size, (1 - betas[1] ** step) ** 0.5
+
+
 # --------------------------------------------------------------------------- mlp family
 # A two-layer perceptron classifier: x -> Linear(16, 32) -> tanh -> Linear(32, 4) -> logits;
 # loss = mean cross-entropy; optimiser Adam(lr=1e-2, betas=(0.9, 0.999), eps=1e-8), full batch.

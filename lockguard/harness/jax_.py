@@ -46,11 +46,12 @@ update (exact: math.fsum of float64 squares of the float32 gradients, then sqrt)
 of the step after block_until_ready. compile: traces of the train step (a counter in the traced
 Python function), backend compilations and compile seconds per jitted function (jax.monitoring).
 
-User scripts: run(steps, seed) returns a list of per-step losses or a dict
-    {"losses", optional "outputs", "grad_norms", "metrics" {str: number}, "params" {name: array},
-     "step_times"}
-(the contract of torch_.py). setup() wraps jax.jit before the script is imported, so the traces
-(and compilations) of every function the script jits are counted, by function name.
+User scripts: the contract of userscript.py (run(steps, seed) returns losses or a dict with
+"losses", "outputs", "grad_norms", "metrics", "params", "step_times"); arrays are jax arrays,
+numpy arrays and numpy scalars, params become numpy arrays on the host (np.asarray of anything
+else) and are digested in their own dtype (bfloat16 widened to float32). setup() wraps jax.jit
+before the script is imported, so the traces (and compilations) of every function the script jits
+are counted, by function name.
 """
 
 from __future__ import annotations
@@ -58,12 +59,13 @@ from __future__ import annotations
 import functools
 import math
 import os
-import random
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gen
-from common import RECORDED_ENV
+from common import attempt as _try
+from common import global_norm, host_floats, le_bytes, recorded_env, seed_host_rngs, sum_squares
+from userscript import host_array_adapter, run_script
 
 NAME = "jax"
 
@@ -81,13 +83,6 @@ _STATE: Dict[str, Any] = {
 
 
 # --------------------------------------------------------------------------- setup
-
-def _try(fn: Callable[[], Any], default: Any = None) -> Any:
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001 - fingerprint details are best effort
-        return default
-
 
 def _env_before_import(ctx) -> Dict[str, Any]:
     """Set the variables jax/XLA read at backend start; returns what was decided."""
@@ -167,7 +162,7 @@ def setup(ctx) -> None:
     ctx.result["framework_version"] = jax.__version__
 
     fp = ctx.result["fingerprint"]
-    fp["env"] = {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}
+    fp["env"] = recorded_env()
     fp["device_expected"] = ctx.device
     fp["jax"] = jax.__version__
     fp["jaxlib"] = _try(lambda: __import__("jaxlib").__version__)
@@ -211,32 +206,10 @@ def _host(x: Any) -> Any:
     return np.asarray(jax.device_get(x))
 
 
-def _sum_squares(arr: Any) -> float:
-    # float32 (or bf16) squared in float64 is exact; fsum rounds the total once.
-    flat = np.asarray(arr, dtype=np.float64).ravel().tolist()
-    return math.fsum(v * v for v in flat)
-
-
-def _global_norm(arrays: Sequence[Any]) -> float:
-    return math.sqrt(math.fsum(_sum_squares(a) for a in arrays))
-
-
-def _raw_bytes(arr: Any) -> bytes:
-    a = np.ascontiguousarray(arr)
-    if a.dtype.byteorder == ">":
-        a = a.byteswap().view(a.dtype.newbyteorder("<"))
-    return a.tobytes()
-
-
 def _record_params(ctx, params: Dict[str, Any]) -> None:
     host = {name: _host(p) for name, p in params.items()}
-    ctx.set_params([(name, _raw_bytes(a.astype(np.float32))) for name, a in host.items()],
-                   {name: math.sqrt(_sum_squares(a)) for name, a in host.items()})
-
-
-def _set_outputs(ctx, out: Any) -> None:
-    a = _host(out).astype(np.float64)  # float32 / bf16 -> float64 is exact
-    ctx.set_outputs(a.ravel().tolist(), list(a.shape))
+    ctx.set_params([(name, le_bytes(a.astype(np.float32))) for name, a in host.items()],
+                   {name: math.sqrt(sum_squares(a)) for name, a in host.items()})
 
 
 def _cross_entropy(logits: Any, labels: Any) -> Any:
@@ -248,16 +221,7 @@ def _cross_entropy(logits: Any, labels: Any) -> Any:
 
 # --------------------------------------------------------------------------- optimiser
 
-BETAS = (0.9, 0.999)
-EPS = 1e-8
-
-
-def _adam_scalars(step: int, lr: float) -> Tuple[Any, Any]:
-    """torch.optim.Adam's host-side bias corrections for 1-based `step`, as float32 scalars."""
-    bias_correction1 = 1 - BETAS[0] ** step
-    bias_correction2 = 1 - BETAS[1] ** step
-    step_size = lr / bias_correction1
-    return np.float32(step_size), np.float32(bias_correction2 ** 0.5)
+BETAS, EPS = gen.BETAS, gen.EPS
 
 
 def _adam_update(params: Dict[str, Any], grads: Dict[str, Any], m: Dict[str, Any],
@@ -295,13 +259,13 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[[Dict[str, Any]], Any],
     m = {k: jnp.zeros_like(p) for k, p in params.items()}
     v = {k: jnp.zeros_like(p) for k, p in params.items()}
     for step in range(1, ctx.steps + 1):
-        step_size, bc2_sqrt = _adam_scalars(step, lr)
+        step_size, bc2_sqrt = (np.float32(v) for v in gen.adam_host_scalars(step, lr))
         start = time.perf_counter()
         params, m, v, loss, grads = step_fn(params, m, v, step_size, bc2_sqrt)
         jax.block_until_ready((params, m, v, loss, grads))
         seconds = time.perf_counter() - start
-        ctx.record_step(float(_host(loss)), _global_norm(list(grads.values())), seconds)
-    _set_outputs(ctx, jax.jit(probe_fn)(params))
+        ctx.record_step(float(_host(loss)), global_norm(_host(g) for g in grads.values()), seconds)
+    ctx.set_outputs(*host_floats(_host(jax.jit(probe_fn)(params))))
     _record_params(ctx, {name: params[name] for name in order})
     compile_info: Dict[str, Any] = {"traces": {"train_step": traces[0]}}
     if "train_step" in _STATE["compiles"]:
@@ -434,134 +398,23 @@ def _install_jit_counter() -> None:
     jax.jit = jit
 
 
-class UserResultError(TypeError):
-    """What a user script's run() returned does not follow the contract."""
-
-
-USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return f"{type(value).__name__} {text}"
-
-
 def _is_array(value: Any) -> bool:
     return isinstance(value, (np.ndarray, np.generic)) or isinstance(value, jax.Array)
 
 
-def _array(value: Any, what: str) -> Any:
-    try:
-        a = np.asarray(jax.device_get(value) if isinstance(value, jax.Array) else value)
-    except Exception as exc:  # noqa: BLE001
-        raise UserResultError(f"{what} is not an array: {_describe(value)}") from exc
-    if a.dtype.kind in "iuf":
-        return a
-    if a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
-        return a.astype(np.float32)  # ml_dtypes: widening is exact
-    raise UserResultError(f"{what} has dtype {a.dtype}, expected real numbers "
-                          f"(got {_describe(value)})")
-
-
-def _flatten(value: Any, what: str) -> Tuple[List[float], List[int]]:
-    a = _array(value, what).astype(np.float64)
-    return a.ravel().tolist(), list(a.shape)
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool):
-        raise UserResultError(f"{what} must be a number, got {_describe(value)}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if _is_array(value):
-        flat, shape = _flatten(value, what)
-        if len(flat) != 1:
-            raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
-        return flat[0]
-    raise UserResultError(f"{what} must be a number, got {_describe(value)}")
-
-
-def _seq(value: Any, what: str) -> List[float]:
-    if _is_array(value):
-        flat, shape = _flatten(value, what)
-        if len(shape) != 1:
-            raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
-        return flat
-    if not isinstance(value, (list, tuple)):
-        raise UserResultError(f"{what} must be a sequence of numbers, got {_describe(value)}")
-    return [_number(v, f"{what}[{i}]") for i, v in enumerate(value)]
-
-
-def apply_user_result(ctx, returned: Any, run_seconds: float) -> None:
-    """Validate what run() returned and fill the result; UserResultError says what is wrong."""
-    if isinstance(returned, dict):
-        if "losses" not in returned:
-            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
-                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
-        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
-        if unknown:
-            raise UserResultError(f"run() returned unknown keys {unknown}; "
-                                  f"allowed: {list(USER_KEYS)}")
-        spec = returned
-    elif isinstance(returned, (list, tuple)) or _is_array(returned):
-        spec = {"losses": returned}
-    else:
-        raise UserResultError(
-            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
-            f"it returned {_describe(returned)}")
-    losses = _seq(spec["losses"], "losses")
-    if not losses:
-        raise UserResultError("losses is empty: run() must return at least one step's loss")
-    grad_norms = None
-    if spec.get("grad_norms") is not None:
-        grad_norms = _seq(spec["grad_norms"], "grad_norms")
-    step_times = None
-    if spec.get("step_times") is not None:
-        step_times = _seq(spec["step_times"], "step_times")
-        if len(step_times) != len(losses):
-            raise UserResultError(f"step_times has {len(step_times)} entries for "
-                                  f"{len(losses)} losses")
-    metrics = {}
-    if spec.get("metrics") is not None:
-        if not isinstance(spec["metrics"], dict):
-            raise UserResultError(f"metrics must be a dict of numbers, got "
-                                  f"{_describe(spec['metrics'])}")
-        metrics = {str(k): _number(v, f"metrics[{k!r}]") for k, v in spec["metrics"].items()}
-    if spec.get("outputs") is not None:
-        ctx.set_outputs(*_flatten(spec["outputs"], "outputs"))
-    if spec.get("params") is not None:
-        if not isinstance(spec["params"], dict):
-            raise UserResultError(f"params must be a dict name -> array, got "
-                                  f"{_describe(spec['params'])}")
-        arrays = {str(k): _array(v, f"params[{k!r}]") for k, v in spec["params"].items()}
-        ctx.set_params([(k, _raw_bytes(a)) for k, a in arrays.items()],
-                       {k: math.sqrt(_sum_squares(a)) for k, a in arrays.items()})
-    if step_times is not None:
-        for loss, seconds in zip(losses, step_times):
-            ctx.record_step(loss, None, seconds)
-    else:
-        ctx.result["losses"].extend(losses)
-    if grad_norms is not None:
-        ctx.result["grad_norms"] = grad_norms
-    ctx.result["metrics"].update(metrics)
-    ctx.result["metrics"]["run_s"] = run_seconds
+def _to_host(value: Any) -> Any:
+    return np.asarray(jax.device_get(value) if isinstance(value, jax.Array) else value)
 
 
 def run_user(ctx, module) -> None:
     """Run a user script's run(steps, seed) with jit traces and compilations counted."""
     # The script was imported after setup(): re-seed the host RNGs it may use (jax's RNG is
     # explicit and needs no seeding).
-    random.seed(ctx.seed)
-    np.random.seed(ctx.seed)
+    seed_host_rngs(ctx.seed, np)
     _STATE["compiles"].clear()
     _STATE["compile_s"].clear()
-    start = time.perf_counter()
-    returned = module.run(ctx.steps, ctx.seed)
-    _try(lambda: jax.effects_barrier())
-    seconds = time.perf_counter() - start
-    apply_user_result(ctx, returned, seconds)
+    run_script(ctx, module, host_array_adapter(_is_array, _to_host),
+               sync=lambda: _try(jax.effects_barrier))
     traces = dict(_STATE["user_traces"])
     compile_info: Dict[str, Any] = {"traces": traces}
     compiles = {k: n for k, n in _STATE["compiles"].items() if k in traces}

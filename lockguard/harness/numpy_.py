@@ -9,22 +9,23 @@ Bundled scenario:
                 bias-corrected square root), so its step-0 loss matches torch.mlp's and jax's.
 numpy runs on the CPU only: an expected cuda/tpu device is recorded as a fallback to "cpu".
 
-User scripts: as for torch_ (see torch_.py): run(steps, seed) returns a list of losses or a dict
-{"losses", "outputs", "grad_norms", "metrics", "params", "step_times"} with numpy arrays,
-numpy scalars, Python numbers or nested lists. The wall time of run() goes to metrics["run_s"];
-per-step timings stay None unless the script returns "step_times".
+User scripts: the contract of userscript.py (run(steps, seed) returns losses or a dict with
+"losses", "outputs", "grad_norms", "metrics", "params", "step_times"). Arrays are numpy arrays,
+numpy scalars, and any other object exposing __array__ (a tensor of another library the script
+happens to use); params become numpy arrays (np.asarray) and are digested in their own dtype.
 """
 
 from __future__ import annotations
 
-import random
 import time
-import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 
 import gen
+from common import attempt as _try
+from common import host_floats, le_bytes, seed_host_rngs
+from userscript import host_array_adapter, run_script
 
 NAME = "numpy"
 
@@ -32,15 +33,6 @@ F32 = np.float32
 
 
 # --------------------------------------------------------------------------- setup
-
-def _try(fn: Callable[[], Any], default: Any = None) -> Any:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn()
-    except Exception:  # noqa: BLE001
-        return default
-
 
 def _multiarray():
     """numpy's C core module (numpy._core since 2.0, numpy.core before)."""
@@ -77,8 +69,7 @@ def _build_info() -> Dict[str, Any]:
 
 
 def setup(ctx) -> None:
-    np.random.seed(ctx.seed)
-    random.seed(ctx.seed)
+    seed_host_rngs(ctx.seed, np)
     result = ctx.result
     result["framework_version"] = np.__version__
     result["device"] = "cpu"
@@ -103,8 +94,8 @@ def _array(t: gen.Tensor) -> np.ndarray:
 class Adam:
     """torch.optim.Adam (single-tensor path, no weight decay, no amsgrad), in float32."""
 
-    def __init__(self, params: Dict[str, np.ndarray], lr: float, betas=(0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(self, params: Dict[str, np.ndarray], lr: float, betas=gen.BETAS,
+                 eps: float = gen.EPS) -> None:
         self.params = params
         self.lr, (self.beta1, self.beta2), self.eps = lr, betas, eps
         self.m = {k: np.zeros_like(v) for k, v in params.items()}
@@ -114,9 +105,7 @@ class Adam:
     def step(self, grads: Dict[str, np.ndarray]) -> None:
         self.t += 1
         # Scalars are Python floats (float64), as in torch; they apply to float32 arrays.
-        bias1 = 1 - self.beta1 ** self.t
-        bias2_sqrt = (1 - self.beta2 ** self.t) ** 0.5
-        step_size = self.lr / bias1
+        step_size, bias2_sqrt = gen.adam_host_scalars(self.t, self.lr, (self.beta1, self.beta2))
         for k, p in self.params.items():
             g = grads[k]
             m, v = self.m[k], self.v[k]
@@ -160,14 +149,13 @@ def _grad_norm(grads: Dict[str, np.ndarray]) -> float:
     return float(np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values())))
 
 
+def _norm(a: np.ndarray) -> float:
+    return float(np.sqrt((a.astype(np.float64) ** 2).sum()))
+
+
 def _record_params(ctx, params: Dict[str, np.ndarray]) -> None:
-    norms = {k: float(np.sqrt((v.astype(np.float64) ** 2).sum())) for k, v in params.items()}
-    ctx.set_params([(k, _raw_bytes(v)) for k, v in params.items()], norms)
-
-
-def _raw_bytes(value: Any) -> bytes:
-    a = np.asarray(value)
-    return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False)).tobytes()
+    ctx.set_params([(k, le_bytes(v)) for k, v in params.items()],
+                   {k: _norm(v) for k, v in params.items()})
 
 
 def _mlp(ctx) -> None:
@@ -175,7 +163,7 @@ def _mlp(ctx) -> None:
     x_t, labels, probe_t = gen.mlp_data(ctx.seed)
     x, probe = _array(x_t), _array(probe_t)
     y = np.array(labels, dtype=np.int64)
-    opt = Adam(params, lr=gen.MLP["lr"], betas=(0.9, 0.999), eps=1e-8)
+    opt = Adam(params, lr=gen.MLP["lr"], betas=gen.BETAS, eps=gen.EPS)
     for _ in range(ctx.steps):
         start = time.perf_counter()
         loss, grads = mlp_loss_and_grads(params, x, y)
@@ -183,7 +171,7 @@ def _mlp(ctx) -> None:
         opt.step(grads)
         ctx.record_step(loss, norm, time.perf_counter() - start)
     _, logits = mlp_forward(params, probe)
-    ctx.set_outputs(logits.astype(np.float64).reshape(-1).tolist(), list(logits.shape))
+    ctx.set_outputs(*host_floats(logits))
     _record_params(ctx, params)
 
 
@@ -192,140 +180,14 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {"numpy.mlp": _mlp}
 
 # --------------------------------------------------------------------------- user scripts
 
-class UserResultError(TypeError):
-    """What a user script's run() returned does not follow the contract."""
-
-
-USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return f"{type(value).__name__} {text}"
-
-
-def _as_array(value: Any) -> Optional[np.ndarray]:
-    """Array-likes that are not plain Python containers: ndarrays, and objects exposing
-    __array__ (e.g. tensors of another library the script happens to use)."""
-    if isinstance(value, np.ndarray):
-        return value
-    if not isinstance(value, (list, tuple, dict, str, bytes)) and hasattr(value, "__array__"):
-        return _try(lambda: np.asarray(value))
-    return None
-
-
-def _flatten(value: Any, what: str) -> Tuple[List[float], List[int]]:
-    a = _as_array(value)
-    if a is None:
-        if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes, dict)):
-            raise UserResultError(f"{what} must be numbers, got {_describe(value)}")
-        if isinstance(value, (list, tuple)):
-            if not value:
-                return [], [0]
-            parts = [_flatten(v, f"{what}[{i}]") for i, v in enumerate(value)]
-            inner = parts[0][1]
-            for i, (_, shape) in enumerate(parts):
-                if shape != inner:
-                    raise UserResultError(f"{what} is ragged: element 0 has shape {inner}, "
-                                          f"element {i} has shape {shape}")
-            return [x for flat, _ in parts for x in flat], [len(value)] + inner
-        a = _try(lambda: np.asarray(value))
-        if a is None:
-            raise UserResultError(f"{what} must be numbers, got {_describe(value)}")
-    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a):
-        raise UserResultError(f"{what} must be real numbers, got {_describe(value)}")
-    f = a.astype(np.float64)  # exact for every float32/float16 value
-    return f.reshape(-1).tolist(), list(f.shape)
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, (bool, np.bool_, str, bytes, dict, list, tuple)) or value is None:
-        raise UserResultError(f"{what} must be a number, got {_describe(value)}")
-    flat, shape = _flatten(value, what)
-    if len(flat) != 1:
-        raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
-    return flat[0]
-
-
-def _seq(value: Any, what: str) -> List[float]:
-    if not isinstance(value, (list, tuple)) and _as_array(value) is None:
-        raise UserResultError(f"{what} must be a sequence of numbers, got {_describe(value)}")
-    if isinstance(value, (list, tuple)):
-        return [_number(v, f"{what}[{i}]") for i, v in enumerate(value)]
-    flat, shape = _flatten(value, what)
-    if len(shape) != 1:
-        raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
-    return flat
-
-
-def apply_user_result(ctx, returned: Any, run_seconds: float) -> None:
-    """Validate what run() returned and fill the result; UserResultError says what is wrong."""
-    if isinstance(returned, dict):
-        if "losses" not in returned:
-            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
-                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
-        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
-        if unknown:
-            raise UserResultError(f"run() returned unknown keys {unknown}; "
-                                  f"allowed: {list(USER_KEYS)}")
-        spec = returned
-    elif isinstance(returned, (list, tuple)) or _as_array(returned) is not None:
-        spec = {"losses": returned}
-    else:
-        raise UserResultError(
-            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
-            f"it returned {_describe(returned)}")
-    losses = _seq(spec["losses"], "losses")
-    if not losses:
-        raise UserResultError("losses is empty: run() must return at least one step's loss")
-    grad_norms = _seq(spec["grad_norms"], "grad_norms") if spec.get("grad_norms") is not None \
-        else None
-    step_times = None
-    if spec.get("step_times") is not None:
-        step_times = _seq(spec["step_times"], "step_times")
-        if len(step_times) != len(losses):
-            raise UserResultError(f"step_times has {len(step_times)} entries for "
-                                  f"{len(losses)} losses")
-    metrics = {}
-    if spec.get("metrics") is not None:
-        if not isinstance(spec["metrics"], dict):
-            raise UserResultError(f"metrics must be a dict of numbers, got "
-                                  f"{_describe(spec['metrics'])}")
-        metrics = {str(k): _number(v, f"metrics[{k!r}]") for k, v in spec["metrics"].items()}
-    if spec.get("outputs") is not None:
-        ctx.set_outputs(*_flatten(spec["outputs"], "outputs"))
-    if spec.get("params") is not None:
-        if not isinstance(spec["params"], dict):
-            raise UserResultError(f"params must be a dict name -> array, got "
-                                  f"{_describe(spec['params'])}")
-        arrays = {}
-        for k, v in spec["params"].items():
-            a = _as_array(v)
-            if a is None:
-                a = _try(lambda v=v: np.asarray(v))
-            if a is None or not np.issubdtype(a.dtype, np.number):
-                raise UserResultError(f"params[{k!r}] is not a numeric array: {_describe(v)}")
-            arrays[str(k)] = a
-        _record_params(ctx, arrays)
-
-    if step_times is not None:
-        for loss, seconds in zip(losses, step_times):
-            ctx.record_step(loss, None, seconds)
-    else:
-        ctx.result["losses"].extend(losses)
-    if grad_norms is not None:
-        ctx.result["grad_norms"] = grad_norms
-    ctx.result["metrics"].update(metrics)
-    ctx.result["metrics"]["run_s"] = run_seconds
+def _is_array(value: Any) -> bool:
+    """numpy arrays and scalars, and objects exposing __array__ that are not plain containers."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return True
+    return not isinstance(value, (list, tuple, dict, str, bytes)) and hasattr(value, "__array__")
 
 
 def run_user(ctx, module) -> None:
     """Run a user script's run(steps, seed) with the global RNGs seeded."""
-    np.random.seed(ctx.seed)  # the script was imported after setup(): seed again
-    random.seed(ctx.seed)
-    start = time.perf_counter()
-    returned = module.run(ctx.steps, ctx.seed)
-    apply_user_result(ctx, returned, time.perf_counter() - start)
-
+    seed_host_rngs(ctx.seed, np)  # the script was imported after setup(): seed again
+    run_script(ctx, module, host_array_adapter(_is_array, np.asarray, norm=_norm))

@@ -42,10 +42,13 @@ Per step: loss (the float32 value as an exact Python float), global gradient nor
 update (math.fsum of float64 squares, exact), step wall time (synchronised by reading the loss).
 compile: {"traces": {"train_step": tracing count}, "xla": jit_compile}.
 
-User scripts: the contract of torch_.py (run(steps, seed) returns losses or a dict with "losses",
-"outputs", "grad_norms", "metrics", "params", "step_times"). setup() wraps tf.function before the
-script is imported, so every tf.function the script (or keras' model.fit) creates counts its
-traces by name, and "xla" says whether any traced function asked for jit_compile.
+User scripts: the contract of userscript.py (run(steps, seed) returns losses or a dict with
+"losses", "outputs", "grad_norms", "metrics", "params", "step_times"); arrays are tf.Tensors,
+tf.Variables, numpy arrays and numpy scalars, params become numpy arrays on the host (np.asarray
+of anything else) and are digested in their own dtype (bfloat16 widened to float32). setup()
+wraps tf.function before the script is imported, so every tf.function the script (or keras'
+model.fit) creates counts its traces by name, and "xla" says whether any traced function asked
+for jit_compile.
 """
 
 from __future__ import annotations
@@ -53,12 +56,14 @@ from __future__ import annotations
 import functools
 import math
 import os
-import random
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import gen
-from common import RECORDED_ENV, installed_version
+from common import attempt as _try
+from common import (global_norm, host_floats, installed_version, le_bytes, recorded_env,
+                    seed_host_rngs, sum_squares)
+from userscript import host_array_adapter, run_script
 
 NAME = "tensorflow"
 
@@ -74,13 +79,6 @@ _STATE: Dict[str, Any] = {
 
 
 # --------------------------------------------------------------------------- setup
-
-def _try(fn: Callable[[], Any], default: Any = None) -> Any:
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001 - fingerprint details are best effort
-        return default
-
 
 def _plain(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
@@ -132,7 +130,7 @@ def setup(ctx) -> None:
     ctx.result["device_name"] = name
 
     fp = ctx.result["fingerprint"]
-    fp["env"] = {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}
+    fp["env"] = recorded_env()
     fp["device_expected"] = ctx.device
     fp["device_placed"] = landed
     fp["tensorflow"] = tf.__version__
@@ -171,32 +169,14 @@ def _const(t: gen.Tensor) -> Any:
     return tf.constant(np.array(flat, dtype=np.float32).reshape(shape))
 
 
-def _sum_squares(arr: Any) -> float:
-    # float32 squared in float64 is exact; fsum rounds the total once.
-    flat = np.asarray(arr, dtype=np.float64).ravel().tolist()
-    return math.fsum(v * v for v in flat)
-
-
-def _global_norm(arrays: Sequence[Any]) -> float:
-    return math.sqrt(math.fsum(_sum_squares(a) for a in arrays))
-
-
-def _raw_bytes(arr: Any) -> bytes:
-    a = np.ascontiguousarray(arr)
-    if a.dtype.byteorder == ">":
-        a = a.byteswap().view(a.dtype.newbyteorder("<"))
-    return a.tobytes()
-
-
 def _record_params(ctx, host: Dict[str, Any]) -> None:
     """host: {gen name: numpy array in gen's layout}, in gen's order."""
-    ctx.set_params([(name, _raw_bytes(a.astype(np.float32))) for name, a in host.items()],
-                   {name: math.sqrt(_sum_squares(a)) for name, a in host.items()})
+    ctx.set_params([(name, le_bytes(a.astype(np.float32))) for name, a in host.items()],
+                   {name: math.sqrt(sum_squares(a)) for name, a in host.items()})
 
 
 def _set_outputs(ctx, out: Any) -> None:
-    a = np.asarray(out).astype(np.float64)
-    ctx.set_outputs(a.ravel().tolist(), list(a.shape))
+    ctx.set_outputs(*host_floats(np.asarray(out)))
 
 
 def _dense_grad(g: Any) -> Any:
@@ -220,16 +200,7 @@ def _linear(a: Any, w: Any, b: Any = None) -> Any:
 
 # --------------------------------------------------------------------------- optimiser
 
-BETAS = (0.9, 0.999)
-EPS = 1e-8
-
-
-def _adam_scalars(step: int, lr: float) -> Tuple[Any, Any]:
-    """torch.optim.Adam's host-side bias corrections for 1-based `step`, as float32 tensors."""
-    bias_correction1 = 1 - BETAS[0] ** step
-    bias_correction2 = 1 - BETAS[1] ** step
-    step_size = lr / bias_correction1
-    return (tf.constant(np.float32(step_size)), tf.constant(np.float32(bias_correction2 ** 0.5)))
+BETAS, EPS = gen.BETAS, gen.EPS
 
 
 def train(ctx, params: Dict[str, Any], loss_fn: Callable[[], Any],
@@ -264,12 +235,13 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[[], Any],
 
     step_fn = tf.function(train_step, jit_compile=jit_compile)
     for step in range(1, ctx.steps + 1):
-        step_size, bc2_sqrt = _adam_scalars(step, lr)
+        step_size, bc2_sqrt = (tf.constant(np.float32(v))
+                               for v in gen.adam_host_scalars(step, lr))
         start = time.perf_counter()
         loss, grads = step_fn(step_size, bc2_sqrt)
         value = float(loss.numpy())  # waits for the step
         seconds = time.perf_counter() - start
-        ctx.record_step(value, _global_norm([g.numpy() for g in grads]), seconds)
+        ctx.record_step(value, global_norm([g.numpy() for g in grads]), seconds)
     _set_outputs(ctx, probe_fn())
     _record_params(ctx, {n: p.numpy() for n, p in params.items()})
     ctx.result["compile"] = {"traces": {"train_step": _tracing_count(step_fn)},
@@ -351,7 +323,7 @@ def _keras(ctx) -> None:
             loss, grads = train_step()
             value = float(loss.numpy())  # waits for the step
             seconds = time.perf_counter() - start
-            ctx.record_step(value, _global_norm([gr.numpy() for gr in grads]), seconds)
+            ctx.record_step(value, global_norm([gr.numpy() for gr in grads]), seconds)
         _set_outputs(ctx, model(probe, training=False))
         k1, bias1 = dense1.get_weights()
         k2, bias2 = dense2.get_weights()
@@ -459,130 +431,19 @@ def _install_function_counter() -> None:
     tf.function = function
 
 
-class UserResultError(TypeError):
-    """What a user script's run() returned does not follow the contract."""
-
-
-USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return f"{type(value).__name__} {text}"
-
-
 def _is_array(value: Any) -> bool:
     return isinstance(value, (np.ndarray, np.generic, tf.Tensor, tf.Variable))
 
 
-def _array(value: Any, what: str) -> Any:
-    try:
-        a = np.asarray(value.numpy() if isinstance(value, (tf.Tensor, tf.Variable)) else value)
-    except Exception as exc:  # noqa: BLE001
-        raise UserResultError(f"{what} is not an array: {_describe(value)}") from exc
-    if a.dtype.kind in "iuf":
-        return a
-    if a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
-        return a.astype(np.float32)  # ml_dtypes: widening is exact
-    raise UserResultError(f"{what} has dtype {a.dtype}, expected real numbers "
-                          f"(got {_describe(value)})")
-
-
-def _flatten(value: Any, what: str) -> Tuple[List[float], List[int]]:
-    a = _array(value, what).astype(np.float64)
-    return a.ravel().tolist(), list(a.shape)
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool):
-        raise UserResultError(f"{what} must be a number, got {_describe(value)}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if _is_array(value):
-        flat, shape = _flatten(value, what)
-        if len(flat) != 1:
-            raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
-        return flat[0]
-    raise UserResultError(f"{what} must be a number, got {_describe(value)}")
-
-
-def _seq(value: Any, what: str) -> List[float]:
-    if _is_array(value):
-        flat, shape = _flatten(value, what)
-        if len(shape) != 1:
-            raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
-        return flat
-    if not isinstance(value, (list, tuple)):
-        raise UserResultError(f"{what} must be a sequence of numbers, got {_describe(value)}")
-    return [_number(v, f"{what}[{i}]") for i, v in enumerate(value)]
-
-
-def apply_user_result(ctx, returned: Any, run_seconds: float) -> None:
-    """Validate what run() returned and fill the result; UserResultError says what is wrong."""
-    if isinstance(returned, dict):
-        if "losses" not in returned:
-            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
-                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
-        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
-        if unknown:
-            raise UserResultError(f"run() returned unknown keys {unknown}; "
-                                  f"allowed: {list(USER_KEYS)}")
-        spec = returned
-    elif isinstance(returned, (list, tuple)) or _is_array(returned):
-        spec = {"losses": returned}
-    else:
-        raise UserResultError(
-            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
-            f"it returned {_describe(returned)}")
-    losses = _seq(spec["losses"], "losses")
-    if not losses:
-        raise UserResultError("losses is empty: run() must return at least one step's loss")
-    grad_norms = None
-    if spec.get("grad_norms") is not None:
-        grad_norms = _seq(spec["grad_norms"], "grad_norms")
-    step_times = None
-    if spec.get("step_times") is not None:
-        step_times = _seq(spec["step_times"], "step_times")
-        if len(step_times) != len(losses):
-            raise UserResultError(f"step_times has {len(step_times)} entries for "
-                                  f"{len(losses)} losses")
-    metrics = {}
-    if spec.get("metrics") is not None:
-        if not isinstance(spec["metrics"], dict):
-            raise UserResultError(f"metrics must be a dict of numbers, got "
-                                  f"{_describe(spec['metrics'])}")
-        metrics = {str(k): _number(v, f"metrics[{k!r}]") for k, v in spec["metrics"].items()}
-    if spec.get("outputs") is not None:
-        ctx.set_outputs(*_flatten(spec["outputs"], "outputs"))
-    if spec.get("params") is not None:
-        if not isinstance(spec["params"], dict):
-            raise UserResultError(f"params must be a dict name -> array, got "
-                                  f"{_describe(spec['params'])}")
-        arrays = {str(k): _array(v, f"params[{k!r}]") for k, v in spec["params"].items()}
-        ctx.set_params([(k, _raw_bytes(a)) for k, a in arrays.items()],
-                       {k: math.sqrt(_sum_squares(a)) for k, a in arrays.items()})
-    if step_times is not None:
-        for loss, seconds in zip(losses, step_times):
-            ctx.record_step(loss, None, seconds)
-    else:
-        ctx.result["losses"].extend(losses)
-    if grad_norms is not None:
-        ctx.result["grad_norms"] = grad_norms
-    ctx.result["metrics"].update(metrics)
-    ctx.result["metrics"]["run_s"] = run_seconds
+def _to_host(value: Any) -> Any:
+    return np.asarray(value.numpy() if isinstance(value, (tf.Tensor, tf.Variable)) else value)
 
 
 def run_user(ctx, module) -> None:
     """Run a user script's run(steps, seed) with its tf.functions' tracing counted."""
     # The script was imported after setup(): re-seed so its import cannot shift the streams.
     tf.random.set_seed(ctx.seed)
-    random.seed(ctx.seed)
-    np.random.seed(ctx.seed)
-    start = time.perf_counter()
-    returned = module.run(ctx.steps, ctx.seed)
-    seconds = time.perf_counter() - start
-    apply_user_result(ctx, returned, seconds)
+    seed_host_rngs(ctx.seed, np)
+    run_script(ctx, module, host_array_adapter(_is_array, _to_host))
     ctx.result["compile"] = {"traces": dict(_STATE["user_traces"]),
                              "xla": bool(_STATE["user_jit"])}

@@ -29,16 +29,10 @@ torch.compile calls are counted too; result["compile"] holds what it saw (None f
 compiled nothing): graphs, unique graphs, graph breaks with normalised reasons, recompiles and
 their guard failures, eager fallbacks, the backend used and the compile time.
 
-User scripts: run(steps, seed) returns either a list of per-step losses, or a dict
-    {"losses": [...], "outputs": optional, "grad_norms": optional,
-     "metrics": optional {str: number}, "params": optional {name: tensor},
-     "step_times": optional [seconds per step]}
-Tensors, numpy arrays and numbers are all accepted; outputs may be nested lists, tensors or
-arrays (flattened, their shape recorded); params are digested in the dict's order.
-Timing of user scripts: the harness cannot see steps inside run(), so it records the wall time
-of the whole run() call in metrics["run_s"]; per-step timings (first_step_s, step_median_s) are
-left None unless the script returns "step_times". An averaged per-step time would be invented
-data (it would smear a compile step across all steps), so none is made up.
+User scripts: run(steps, seed) returns losses or a dict of losses, outputs, grad_norms, metrics,
+params, step_times (the contract and its checks: userscript.py); tensors, numpy arrays and
+numbers are accepted, and params are digested as torch tensors (other values through
+torch.as_tensor), in the tensor's own dtype.
 """
 
 from __future__ import annotations
@@ -46,10 +40,8 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import random
 import re
 import time
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -57,7 +49,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import gen
+from common import attempt as _try
+from common import seed_host_rngs
 from compile_torch import RECORDER, accuracy
+from userscript import Adapter, UserResultError, describe, host_array_adapter, run_script
 
 try:  # only to accept numpy arrays from user scripts; never required
     import numpy
@@ -70,16 +65,6 @@ HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
 # --------------------------------------------------------------------------- setup
-
-def _try(fn: Callable[[], Any], default: Any = None) -> Any:
-    """Feature detection across torch 2.0 .. 2.14: missing APIs and deprecations give None."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn()
-    except Exception:  # noqa: BLE001
-        return default
-
 
 def _choose_device(ctx) -> Tuple[str, Optional[str]]:
     """(device class to use, why the expected one is not used or None)."""
@@ -491,188 +476,58 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {sid: _with_diagnostics(fn) for si
 
 # --------------------------------------------------------------------------- user scripts
 
-class UserResultError(TypeError):
-    """What a user script's run() returned does not follow the contract."""
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return f"{type(value).__name__} {text}"
-
-
 def _is_array(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return True
-    return numpy is not None and isinstance(value, numpy.ndarray)
+    return numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic))
 
 
-def _number(value: Any, what: str) -> float:
-    if _is_array(value):
-        flat, shape = _flatten(value, what)
-        if len(flat) != 1:
-            raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
-        return flat[0]
-    if isinstance(value, bool) or not _is_real(value):
-        raise UserResultError(f"{what} must be a number, got {_describe(value)}")
-    return float(value)
+# numpy arrays and scalars are read exactly as the numpy, jax and tensorflow modules read them
+_NUMPY = host_array_adapter(_is_array, numpy.asarray) if numpy is not None else None
 
 
-def _is_real(value: Any) -> bool:
-    if isinstance(value, (int, float)):
-        return True
-    if numpy is not None and isinstance(value, numpy.generic):
-        return bool(numpy.issubdtype(type(value), numpy.number)) and not numpy.iscomplexobj(value)
-    return False
+def _real_tensor(t: torch.Tensor, what: str, value: Any) -> torch.Tensor:
+    if t.is_complex() or t.dtype == torch.bool:
+        raise UserResultError(f"{what} has dtype {t.dtype}, expected real numbers "
+                              f"(got {describe(value)})")
+    return t
 
 
-def _flatten(value: Any, what: str) -> Tuple[List[float], List[int]]:
-    """Nested lists / tuples / tensors / arrays -> (flat floats, shape); must be rectangular."""
+def _to_floats(value: Any, what: str) -> Tuple[List[float], List[int]]:
+    if not isinstance(value, torch.Tensor):
+        return _NUMPY.to_floats(value, what)
+    t = _real_tensor(value.detach(), what, value).to("cpu", torch.float64)  # exact widening
+    return t.reshape(-1).tolist(), list(t.shape)
+
+
+def _param_bytes(value: Any, what: str) -> Tuple[bytes, float]:
     if isinstance(value, torch.Tensor):
         t = value.detach()
-        if t.is_complex():
-            raise UserResultError(f"{what} is a complex tensor")
-        t = t.to("cpu", torch.float64)  # float32/bf16/fp16 -> float64 is exact
-        return t.reshape(-1).tolist(), list(t.shape)
-    if numpy is not None and isinstance(value, numpy.ndarray):
-        if not numpy.issubdtype(value.dtype, numpy.number) or numpy.iscomplexobj(value):
-            raise UserResultError(f"{what} has dtype {value.dtype}, expected real numbers")
-        a = value.astype(numpy.float64)
-        return a.reshape(-1).tolist(), list(a.shape)
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return [], [0]
-        parts = [_flatten(v, f"{what}[{i}]") for i, v in enumerate(value)]
-        inner = parts[0][1]
-        for i, (_, shape) in enumerate(parts):
-            if shape != inner:
-                raise UserResultError(f"{what} is ragged: element 0 has shape {inner}, "
-                                      f"element {i} has shape {shape}")
-        return [x for flat, _ in parts for x in flat], [len(value)] + inner
-    return [_number(value, what)], []
-
-
-def _losses(value: Any) -> List[float]:
-    if _is_array(value):
-        flat, shape = _flatten(value, "losses")
-        if len(shape) != 1:
-            raise UserResultError(f"losses must be one-dimensional, got shape {shape}")
-        values = flat
-    elif isinstance(value, (list, tuple)):
-        values = [_number(v, f"losses[{i}]") for i, v in enumerate(value)]
     else:
-        raise UserResultError(f"losses must be a sequence of numbers, got {_describe(value)}")
-    if not values:
-        raise UserResultError("losses is empty: run() must return at least one step's loss")
-    return values
+        try:
+            t = torch.as_tensor(value)
+        except Exception as exc:  # noqa: BLE001
+            raise UserResultError(f"{what} is not a tensor: {describe(value)}") from exc
+    t = _real_tensor(t, what, value)
+    return _raw_bytes(t), _norm64(t)
 
 
-USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
-
-
-def apply_user_result(ctx, returned: Any, run_seconds: float,
-                      raw_bytes: Callable[[Any], bytes], norm: Callable[[Any], float]) -> None:
-    """Validate what run() returned and fill the result; UserResultError says what is wrong."""
-    if isinstance(returned, dict):
-        if "losses" not in returned:
-            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
-                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
-        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
-        if unknown:
-            raise UserResultError(f"run() returned unknown keys {unknown}; "
-                                  f"allowed: {list(USER_KEYS)}")
-        spec = returned
-    elif isinstance(returned, (list, tuple)) or _is_array(returned):
-        spec = {"losses": returned}
-    else:
-        raise UserResultError(
-            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
-            f"it returned {_describe(returned)}")
-    losses = _losses(spec["losses"])
-    grad_norms = None
-    if spec.get("grad_norms") is not None:
-        grad_norms = [_number(v, f"grad_norms[{i}]")
-                      for i, v in enumerate(_seq(spec["grad_norms"], "grad_norms"))]
-    step_times = None
-    if spec.get("step_times") is not None:
-        step_times = [_number(v, f"step_times[{i}]")
-                      for i, v in enumerate(_seq(spec["step_times"], "step_times"))]
-        if len(step_times) != len(losses):
-            raise UserResultError(f"step_times has {len(step_times)} entries for "
-                                  f"{len(losses)} losses")
-    metrics = {}
-    if spec.get("metrics") is not None:
-        if not isinstance(spec["metrics"], dict):
-            raise UserResultError(f"metrics must be a dict of numbers, got "
-                                  f"{_describe(spec['metrics'])}")
-        metrics = {str(k): _number(v, f"metrics[{k!r}]") for k, v in spec["metrics"].items()}
-    if spec.get("outputs") is not None:
-        flat, shape = _flatten(spec["outputs"], "outputs")
-        ctx.set_outputs(flat, shape)
-    if spec.get("params") is not None:
-        if not isinstance(spec["params"], dict):
-            raise UserResultError(f"params must be a dict name -> tensor, got "
-                                  f"{_describe(spec['params'])}")
-        ctx.set_params([(str(k), raw_bytes(v)) for k, v in spec["params"].items()],
-                       {str(k): norm(v) for k, v in spec["params"].items()})
-
-    if step_times is not None:
-        for i, loss in enumerate(losses):
-            ctx.record_step(loss, None, step_times[i])
-    else:
-        ctx.result["losses"].extend(float(v) for v in losses)
-    if grad_norms is not None:
-        ctx.result["grad_norms"] = grad_norms
-    ctx.result["metrics"].update(metrics)
-    ctx.result["metrics"]["run_s"] = run_seconds
-
-
-def _seq(value: Any, what: str) -> Sequence[Any]:
-    if _is_array(value):
-        flat, shape = _flatten(value, what)
-        if len(shape) != 1:
-            raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
-        return flat
-    if not isinstance(value, (list, tuple)):
-        raise UserResultError(f"{what} must be a sequence of numbers, got {_describe(value)}")
-    return value
-
-
-def _user_tensor(value: Any, what: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    try:
-        return torch.as_tensor(value)
-    except Exception as exc:  # noqa: BLE001
-        raise UserResultError(f"{what} is not a tensor: {_describe(value)}") from exc
+_USER = Adapter(_is_array, _to_floats, _param_bytes, kind="tensor")
 
 
 def run_user(ctx, module) -> None:
     """Run a user script's run(steps, seed) under the determinism set by setup(); the script's
     torch.compile calls are observed by RECORDER (installed in setup, before the import)."""
     try:
-        _run_user(ctx, module)
+        # The script was imported after setup(): re-seed so its import cannot shift the streams.
+        torch.manual_seed(ctx.seed)
+        seed_host_rngs(ctx.seed, numpy)
+        device = _device(ctx)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        run_script(ctx, module, _USER, sync=lambda: _sync(device))
+        if device.type == "cuda":
+            ctx.result["metrics"]["cuda_max_memory_allocated_bytes"] = float(
+                torch.cuda.max_memory_allocated())
     finally:
         ctx.result["compile"] = RECORDER.diagnostics()
-
-
-def _run_user(ctx, module) -> None:
-    # The script was imported after setup(): re-seed so its import cannot shift the streams.
-    torch.manual_seed(ctx.seed)
-    random.seed(ctx.seed)
-    if numpy is not None:
-        numpy.random.seed(ctx.seed)
-    device = _device(ctx)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    returned = module.run(ctx.steps, ctx.seed)
-    _sync(device)
-    seconds = time.perf_counter() - start
-    apply_user_result(ctx, returned, seconds,
-                      lambda v: _raw_bytes(_user_tensor(v, "params")),
-                      lambda v: _norm64(_user_tensor(v, "params")))
-    if device.type == "cuda":
-        ctx.result["metrics"]["cuda_max_memory_allocated_bytes"] = float(
-            torch.cuda.max_memory_allocated())

@@ -1,0 +1,228 @@
+"""What a user scenario script's run(steps, seed) may return: checked and recorded once, for every
+framework module.
+
+Stdlib only, and framework-free: it imports neither numpy nor any framework. A framework module
+hands in what only it knows as an `Adapter` (is this value one of my arrays, its values as floats,
+its bytes and norm for the parameter digest) and keeps its own run_user for its setup and
+diagnostics (seeding, device sync, compile/trace counting).
+
+The contract: run(steps, seed) returns either a list of per-step losses, or a dict
+    {"losses": [...], "outputs": optional, "grad_norms": optional,
+     "metrics": optional {str: number}, "params": optional {name: tensor},
+     "step_times": optional [seconds per step]}
+A number is a Python int or float (never a bool) or a one-element array of the framework (its
+tensors, numpy arrays, numpy scalars) of a real dtype: integers or floats, bfloat16 and float8
+widened exactly; bool and complex are refused everywhere. losses, grad_norms and step_times are
+lists/tuples of numbers or one-dimensional arrays. outputs may be a number, an array, or nested
+lists/tuples of them that are rectangular (flattened, their shape recorded); params are digested
+in the dict's order, each value converted by the framework (lists become its arrays).
+Anything else raises UserResultError, which names the offending entry ("losses[1] must be a
+number, got str 'x'"): the run is "crashed" with that line.
+
+Timing: the harness cannot see steps inside run(), so it records the wall time of the whole run()
+call in metrics["run_s"]; per-step timings (first_step_s, step_median_s) are left None unless the
+script returns "step_times". An averaged per-step time would be invented data (it would smear a
+compile step across all steps), so none is made up.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from common import host_floats, le_bytes, sum_squares
+
+USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
+
+Floats = Tuple[List[float], List[int]]  # (flat row-major values, shape)
+
+
+class UserResultError(TypeError):
+    """What a user script's run() returned does not follow the contract."""
+
+
+class Adapter(NamedTuple):
+    """The framework-specific part of reading what run() returned.
+
+    is_array(value)            whether value is one of the framework's arrays (tensors, numpy
+                               arrays and numpy scalars): flattened by to_floats, not walked
+    to_floats(value, what)     (flat float values, shape) of such an array; raises
+                               UserResultError naming `what` for a non-real dtype
+    param_bytes(value, what)   (raw little-endian bytes, L2 norm) of one params entry, converting
+                               non-arrays the framework's way; raises UserResultError
+    kind                       what params hold, for messages: "tensor" or "array"
+    """
+    is_array: Callable[[Any], bool]
+    to_floats: Callable[[Any, str], Floats]
+    param_bytes: Callable[[Any, str], Tuple[bytes, float]]
+    kind: str = "array"
+
+
+def describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+# --------------------------------------------------------------------------- numpy host arrays
+
+def real_array(a: Any, what: str, value: Any) -> Any:
+    """`a` (a numpy array made from `value`) if its dtype is real numbers; ml_dtypes' bfloat16
+    and float8 are widened to float32 (exact); anything else raises UserResultError."""
+    if a.dtype.kind in "iuf":
+        return a
+    if a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
+        return a.astype("float32")
+    raise UserResultError(f"{what} has dtype {a.dtype}, expected real numbers "
+                          f"(got {describe(value)})")
+
+
+def host_array_adapter(is_array: Callable[[Any], bool], to_host: Callable[[Any], Any],
+                       norm: Optional[Callable[[Any], float]] = None) -> Adapter:
+    """An Adapter for values that become numpy arrays on the host (numpy, jax, tensorflow).
+
+    to_host(value) -> numpy array (it may raise: "is not an array"); norm(array) defaults to the
+    exact one (float64 squares, math.fsum). Parameter bytes are the array's own dtype.
+    """
+    def array(value: Any, what: str) -> Any:
+        try:
+            a = to_host(value)
+        except Exception as exc:  # noqa: BLE001 - any conversion failure is the script's
+            raise UserResultError(f"{what} is not an array: {describe(value)}") from exc
+        return real_array(a, what, value)
+
+    def param_bytes(value: Any, what: str) -> Tuple[bytes, float]:
+        a = array(value, what)
+        return le_bytes(a), (norm(a) if norm is not None else math.sqrt(sum_squares(a)))
+
+    return Adapter(is_array, lambda value, what: host_floats(array(value, what)), param_bytes)
+
+
+# --------------------------------------------------------------------------- the contract
+
+def _number(value: Any, what: str, adapter: Adapter) -> float:
+    if isinstance(value, bool):
+        raise UserResultError(f"{what} must be a number, got {describe(value)}")
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            raise UserResultError(f"{what} is too large for a float: {describe(value)}") from None
+    if adapter.is_array(value):
+        flat, shape = adapter.to_floats(value, what)
+        if len(flat) != 1:
+            raise UserResultError(f"{what} must be a number, got an array of shape {shape}")
+        return flat[0]
+    raise UserResultError(f"{what} must be a number, got {describe(value)}")
+
+
+def _flatten(value: Any, what: str, adapter: Adapter) -> Floats:
+    """A number, an array, or nested lists / tuples of them -> (flat floats, shape); rectangular."""
+    if adapter.is_array(value):
+        return adapter.to_floats(value, what)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return [], [0]
+        parts = [_flatten(v, f"{what}[{i}]", adapter) for i, v in enumerate(value)]
+        inner = parts[0][1]
+        for i, (_, shape) in enumerate(parts):
+            if shape != inner:
+                raise UserResultError(f"{what} is ragged: element 0 has shape {inner}, "
+                                      f"element {i} has shape {shape}")
+        return [x for flat, _ in parts for x in flat], [len(value)] + inner
+    return [_number(value, what, adapter)], []
+
+
+def _seq(value: Any, what: str, adapter: Adapter) -> List[float]:
+    """A list / tuple of numbers or a one-dimensional array -> floats."""
+    if adapter.is_array(value):
+        flat, shape = adapter.to_floats(value, what)
+        if len(shape) != 1:
+            raise UserResultError(f"{what} must be one-dimensional, got shape {shape}")
+        return flat
+    if not isinstance(value, (list, tuple)):
+        raise UserResultError(f"{what} must be a sequence of numbers, got {describe(value)}")
+    return [_number(v, f"{what}[{i}]", adapter) for i, v in enumerate(value)]
+
+
+def _params(params: Dict[Any, Any], adapter: Adapter) -> Tuple[List[Tuple[str, bytes]],
+                                                               Dict[str, float]]:
+    named: List[Tuple[str, bytes]] = []
+    norms: Dict[str, float] = {}
+    for key, value in params.items():
+        name = str(key)
+        if name in norms:
+            raise UserResultError(f"params has two entries named {name!r}")
+        raw, norms[name] = adapter.param_bytes(value, f"params[{key!r}]")
+        named.append((name, raw))
+    return named, norms
+
+
+def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adapter) -> None:
+    """Validate what run() returned and fill ctx's result; UserResultError says what is wrong.
+
+    Everything is checked before anything but outputs is recorded."""
+    if isinstance(returned, dict):
+        if "losses" not in returned:
+            raise UserResultError(f"run() returned a dict without 'losses' (keys: "
+                                  f"{sorted(map(str, returned))}); expected {list(USER_KEYS)}")
+        unknown = sorted(str(k) for k in returned if k not in USER_KEYS)
+        if unknown:
+            raise UserResultError(f"run() returned unknown keys {unknown}; "
+                                  f"allowed: {list(USER_KEYS)}")
+        spec = returned
+    elif isinstance(returned, (list, tuple)) or adapter.is_array(returned):
+        spec = {"losses": returned}
+    else:
+        raise UserResultError(
+            "run(steps, seed) must return a list of per-step losses or a dict with 'losses'; "
+            f"it returned {describe(returned)}")
+    losses = _seq(spec["losses"], "losses", adapter)
+    if not losses:
+        raise UserResultError("losses is empty: run() must return at least one step's loss")
+    grad_norms = None
+    if spec.get("grad_norms") is not None:
+        grad_norms = _seq(spec["grad_norms"], "grad_norms", adapter)
+    step_times: Optional[Sequence[float]] = None
+    if spec.get("step_times") is not None:
+        step_times = _seq(spec["step_times"], "step_times", adapter)
+        if len(step_times) != len(losses):
+            raise UserResultError(f"step_times has {len(step_times)} entries for "
+                                  f"{len(losses)} losses")
+    metrics = {}
+    if spec.get("metrics") is not None:
+        if not isinstance(spec["metrics"], dict):
+            raise UserResultError(f"metrics must be a dict of numbers, got "
+                                  f"{describe(spec['metrics'])}")
+        metrics = {str(k): _number(v, f"metrics[{k!r}]", adapter)
+                   for k, v in spec["metrics"].items()}
+    if spec.get("outputs") is not None:
+        ctx.set_outputs(*_flatten(spec["outputs"], "outputs", adapter))
+    if spec.get("params") is not None:
+        if not isinstance(spec["params"], dict):
+            raise UserResultError(f"params must be a dict name -> {adapter.kind}, got "
+                                  f"{describe(spec['params'])}")
+        ctx.set_params(*_params(spec["params"], adapter))
+
+    if step_times is not None:
+        for loss, seconds in zip(losses, step_times):
+            ctx.record_step(loss, None, seconds)
+    else:
+        ctx.result["losses"].extend(losses)
+    if grad_norms is not None:
+        ctx.result["grad_norms"] = grad_norms
+    ctx.result["metrics"].update(metrics)
+    ctx.result["metrics"]["run_s"] = run_seconds
+
+
+def run_script(ctx: Any, module: Any, adapter: Adapter,
+               sync: Optional[Callable[[], Any]] = None) -> None:
+    """Call the script's run(ctx.steps, ctx.seed), time it (up to `sync()`, which waits for the
+    device's queued work), and record what it returned."""
+    start = time.perf_counter()
+    returned = module.run(ctx.steps, ctx.seed)
+    if sync is not None:
+        sync()
+    apply_user_result(ctx, returned, time.perf_counter() - start, adapter)
