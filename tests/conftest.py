@@ -62,3 +62,20 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 @pytest.fixture
 def numpy_locks() -> dict[str, Path]:
     return {"old": DATA / "numpy-1.26.4.txt", "new": DATA / "numpy-2.0.2.txt"}
+
+
+def lockguard_python(lock: Path) -> Path:
+    """The interpreter of the venv lockguard itself builds (or reuses) for `lock`."""
+    from lockguard.envs.venv import prepare
+    from lockguard.locks import parse_lock
+
+    return prepare(parse_lock(lock)).python
+
+
+# The environments harness tests run in: the same locks the integration tests use, so a test
+# session builds each framework's venv once, with lockguard's own builder.
+FRAMEWORK_LOCKS = {
+    "torch": QUICKSTART / "requirements.txt",  # torch 2.13.0+cpu, numpy 2.0.2
+    "jax": DATA / "jax-0.10.2.txt",
+    "tensorflow": DATA / "tf-2.21.0.txt",
+}

@@ -1,9 +1,8 @@
 """The jax and tensorflow harness modules, run for real in real virtualenvs.
 
-A session fixture per framework makes a venv with `python -m venv` + `pip install
-jax==0.10.2 jaxlib==0.10.2` / `pip install tensorflow-cpu==2.21.0` under
-$LOCKGUARD_CACHE/dev-venvs/ (default ~/.cache/lockguard) and reuses it on later runs (a marker file
-says it is complete; a file lock keeps two test sessions from building it at once). Each harness
+Each framework runs in the venv lockguard itself builds for the test lock of that framework
+(tests/data/jax-0.10.2.txt, tests/data/tf-2.21.0.txt), cached and shared with the integration
+tests. Each harness
 run is a subprocess of `<venv>/bin/python lockguard/harness/run.py`; its JSON is validated against
 lockguard.results.RunResult before anything else is asserted. Runs are shared between tests
 (memoised per session), so every scenario runs exactly twice (the reproducibility pair).
@@ -14,11 +13,9 @@ written here from gen's data and weights (not against any harness module).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -27,6 +24,7 @@ from typing import Any, Dict, Tuple
 
 import pytest
 
+from conftest import FRAMEWORK_LOCKS, lockguard_python
 from lockguard.results import parse_result
 
 np = pytest.importorskip("numpy")
@@ -41,11 +39,6 @@ sys.path.remove(str(HARNESS))
 pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT = 300
-PY = f"py{sys.version_info.major}.{sys.version_info.minor}"
-VENVS = {
-    "jax": (f"jax-0.10.2_{PY}", ["jax==0.10.2", "jaxlib==0.10.2"]),
-    "tensorflow": (f"tensorflow-cpu-2.21.0_{PY}", ["tensorflow-cpu==2.21.0"]),
-}
 STEPS = {"mlp": 8, "lm": 5}
 SCENARIOS = {  # id: (framework, family, output shape, dtype)
     "jax.mlp": ("jax", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
@@ -62,31 +55,8 @@ SCENARIOS = {  # id: (framework, family, output shape, dtype)
 }
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("LOCKGUARD_CACHE") or Path.home() / ".cache" / "lockguard")
-
-
 def _venv(framework: str) -> Path:
-    name, requirements = VENVS[framework]
-    root = _cache_dir() / "dev-venvs"
-    venv = root / name
-    marker = venv / ".lockguard-ready"
-    python = venv / "bin" / "python"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (marker.exists() and python.exists()):
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            pip = subprocess.run(
-                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                 *requirements], capture_output=True, text=True, timeout=1800)
-            if pip.returncode != 0:
-                shutil.rmtree(venv, ignore_errors=True)
-                pytest.fail(f"could not install {requirements} into {venv}:\n"
-                            + pip.stderr[-3000:])
-            marker.write_text("\n".join(requirements) + "\n")
-    return python
+    return lockguard_python(FRAMEWORK_LOCKS[framework])
 
 
 @pytest.fixture(scope="session")

@@ -1,19 +1,15 @@
 """The torch and numpy harness modules, run for real in a real virtualenv.
 
-A session fixture makes the venv with `python -m venv` + `pip install torch==2.13.0 numpy==2.0.2`
-under $LOCKGUARD_CACHE/dev-venvs/ (default ~/.cache/lockguard), and reuses it on later runs (a
-marker file says it is complete; a file lock keeps two test sessions from building it at once).
-Each harness run is a subprocess of `<venv>/bin/python lockguard/harness/run.py`, and its JSON is
+The venv is the one lockguard itself builds for the quickstart lock (torch 2.13.0+cpu, numpy
+2.0.2), cached and shared with the integration tests. Each harness run is a subprocess of `<venv>/bin/python lockguard/harness/run.py`, and its JSON is
 validated against lockguard.results.RunResult before anything else is asserted.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +18,7 @@ from typing import Any, Dict, Tuple
 
 import pytest
 
+from conftest import FRAMEWORK_LOCKS, lockguard_python
 from lockguard.results import parse_result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,34 +35,10 @@ NUMPY = "2.0.2"
 RUN_TIMEOUT = 300
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("LOCKGUARD_CACHE") or Path.home() / ".cache" / "lockguard")
-
-
 @pytest.fixture(scope="session")
 def venv_python() -> Path:
-    """A venv with torch and numpy, made once per machine and reused."""
-    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
-    root = _cache_dir() / "dev-venvs"
-    venv = root / f"torch-{TORCH}_numpy-{NUMPY}_{py}"
-    marker = venv / ".lockguard-ready"
-    python = venv / "bin" / "python"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (marker.exists() and python.exists()):
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            pip = subprocess.run(
-                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                 f"torch=={TORCH}", f"numpy=={NUMPY}"],
-                capture_output=True, text=True, timeout=1800)
-            if pip.returncode != 0:
-                shutil.rmtree(venv, ignore_errors=True)
-                pytest.fail(f"could not install torch=={TORCH} numpy=={NUMPY} into {venv}:\n"
-                            + pip.stderr[-3000:])
-            marker.write_text(f"torch=={TORCH}\nnumpy=={NUMPY}\n")
-    return python
+    """lockguard's own venv for the quickstart lock: torch 2.13.0+cpu with numpy 2.0.2."""
+    return lockguard_python(FRAMEWORK_LOCKS["torch"])
 
 
 def harness(python: Path, out_dir: Path, scenario: str, steps: int, *extra: str,
