@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard.config import Config, ToleranceSetting
+from lockguard.config import Config, Options, ToleranceSetting, display_path
 from lockguard.envs.base import RunRequest
 from lockguard.golden import Golden, GoldenError, golden_path
 from lockguard.locks import check_family_rules, diff_locks, framework_version, parse_lock_text
@@ -41,20 +40,6 @@ def _prewarm() -> None:
     threading.Thread(target=work, daemon=True).start()
 
 
-@dataclass(frozen=True)
-class Options:
-    """What the command line adds to the config for one invocation."""
-
-    scenarios: list[str]
-    device: str | None = None
-    steps: int | None = None
-    env: str | None = None
-    repeat: int = 1
-    rerun: bool = False  # run even when the inputs are unchanged since the golden
-    allow_new: bool = False  # a scenario without a golden is `new`, not an error
-    exact: bool = False
-
-
 # ------------------------------------------------------------------------------------ policy
 
 def _tolerance(setting: ToleranceSetting | None) -> Tolerance | None:
@@ -79,14 +64,6 @@ def policy_for(config: Config, exact: bool = False) -> Policy:
 
 
 # ----------------------------------------------------------------------------- report parts
-
-def display_path(path: Path) -> str:
-    """Relative to the working directory when below it: what the user typed, not /abs/paths."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
 
 def lock_info(ref: LockRef, role: str) -> LockInfo:
     from lockguard.report import LockInfo
@@ -346,60 +323,6 @@ def diff(old: LockRef, new: LockRef) -> Report:
 
 
 # ------------------------------------------------------------------------- git and proposals
-
-def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario],
-               opts: Options, base_ref: str, progress: Progress = QUIET) -> Report:
-    """A/B between the locks at the merge base with `base_ref` and the locks on disk.
-
-    When no lock changed, the answer comes from git alone: nothing is parsed, built or run.
-    """
-    from lockguard import gitref
-    from lockguard.report import Report
-
-    start = time.perf_counter()
-    changes = gitref.changed_locks(config.root, base_ref, lock_paths)
-    base_sha = changes[0].base_commit[:12] if changes else "?"
-    notes = []
-    dirty = gitref.dirty_paths(config.root, lock_paths)
-    if dirty:
-        notes.append("checking what is on disk: uncommitted changes in "
-                     + ", ".join(display_path(p) for p in dirty))
-    moved = [c for c in changes if c.status != "unchanged"]
-    if not moved:
-        notes.append(f"no lock changed since {base_ref} (merge base {base_sha}): nothing to check")
-        return Report(command="check", mode="ab", notes=notes, passed=True,
-                      duration_s=time.perf_counter() - start)
-    candidates, baseline = [], []
-    for change in moved:
-        where = f"{base_ref}:{display_path(change.path)}"
-        if change.status == "removed":
-            notes.append(f"{display_path(change.path)} was removed since {base_ref}")
-            continue
-        new = LockRef(change.path, read_lock(change.path))
-        if change.status == "added":
-            notes.append(f"{display_path(change.path)} was added since {base_ref}: "
-                         "its scenarios have no baseline")
-            candidates.append(new)
-            continue
-        old_lock = parse_lock_text(change.base_text or "", where)  # errors name the ref
-        if old_lock.lock_hash == new.lock.lock_hash:
-            notes.append(f"{display_path(change.path)}: only comments or layout changed since "
-                         f"{base_ref}")
-            continue
-        candidates.append(new)
-        baseline.append(LockRef(materialise(change.base_text or "", change.path.name),
-                                old_lock))
-    if not candidates:
-        return Report(command="check", mode="ab", notes=notes, passed=True,
-                      duration_s=time.perf_counter() - start)
-    # Only scenarios whose framework a changed lock pins: the rest cannot have moved.
-    mine = [s for s in scenarios if lock_for(s, candidates) is not None]
-    # Always A/B, also when only added locks remain: their scenarios are `new`, not errors.
-    report = (family_rule_report("check", candidates)
-              or _check_ab(config, candidates, baseline, mine, opts, progress))
-    report.notes = notes + report.notes
-    return report
-
 
 def materialise(text: str, name: str) -> Path:
     """A lock read from git, written into the cache so that pip can install from a file."""

@@ -161,9 +161,10 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
 def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbose) -> None:
     """Run scenarios and write golden/<device-class>/<scenario>.json."""
     from lockguard import checks
+    from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
-    opts = checks.Options(scenarios=list(scenarios), device=device, steps=steps, env=env)
+    opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env)
     report = checks.record(config, lock_refs, chosen, opts, progress)
     emit(report, fmt, output)
     sys.exit(0 if report.passed else 1)
@@ -186,25 +187,27 @@ def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbo
 def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbose,
           baseline_locks, repeat, rerun, allow_new, exact, base_ref) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
-    from lockguard import checks
-    from lockguard.runner import LockRef, read_lock
+    from lockguard.config import Options
 
-    opts = checks.Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
+    opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
                           repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact)
     if base_ref:
         if baseline_locks:
             raise UserError("--base and --baseline-lock are two ways to pick a baseline: "
                             "use one")
-        from lockguard.config import load_config
+        from lockguard.config import load_config, lock_paths
+        from lockguard.gate import check_base
         from lockguard.progress import Progress
-        from lockguard.runner import lock_paths
         from lockguard.scenarios import select
 
         config = load_config(config_path)
         paths = [p for p, _, _ in lock_paths(config, list(locks))]
-        report = checks.check_base(config, paths, select(config, list(scenarios)), opts,
-                                   base_ref, Progress(quiet=fmt == "json", verbose=verbose))
+        report = check_base(config, paths, select(config, list(scenarios)), opts, base_ref,
+                            Progress(quiet=fmt == "json", verbose=verbose))
     else:
+        from lockguard import checks
+        from lockguard.runner import LockRef, read_lock
+
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
         report = checks.check(config, lock_refs, chosen, opts, baseline, progress)
@@ -226,9 +229,10 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, config_
     """Resolve a candidate lock with UPGRADES (e.g. torch==2.14.1 'jax>=0.10') into the cache
     and A/B-check it against the current lock. Your files are not touched."""
     from lockguard import checks
+    from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
-    opts = checks.Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
+    opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
                           repeat=repeat)
     report = checks.propose(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
                             inputs=inputs, progress=progress)

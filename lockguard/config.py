@@ -5,6 +5,7 @@ looser than its owner believes. Paths in the config are relative to the file tha
 """
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -102,6 +103,42 @@ class Config(_Strict):
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
         return p if p.is_absolute() else self.root / p
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line adds to the config for one invocation."""
+
+    scenarios: list[str]
+    device: str | None = None
+    steps: int | None = None
+    env: str | None = None
+    repeat: int = 1
+    rerun: bool = False  # run even when the inputs are unchanged since the golden
+    allow_new: bool = False  # a scenario without a golden is `new`, not an error
+    exact: bool = False
+
+
+def display_path(path: Path) -> str:
+    """Relative to the working directory when below it: what the user typed, not /abs/paths."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def lock_paths(config: Config, cli_locks: list[str]
+               ) -> list[tuple[Path, str | None, Path | None]]:
+    """(path, expected device, requirements.in) of each lock, without reading the locks:
+    --lock options (relative to the working directory) or the config's (relative to it)."""
+    if cli_locks:
+        refs = [(Path(p), None, None) for p in cli_locks]
+    else:
+        refs = [(config.resolve(e.path), e.device, config.resolve(e.inputs) if e.inputs else None)
+                for e in config.lock_entries()]
+    if not refs:
+        raise ConfigError("no lock given: pass --lock PATH or set `lock` in [tool.lockguard]")
+    return refs
 
 
 def _describe(error: dict[str, Any]) -> str:

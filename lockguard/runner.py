@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockguard.config import Config, ConfigError
+from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
 from lockguard.locks import Lock, parse_lock
 from lockguard.progress import QUIET, Progress
@@ -40,22 +40,9 @@ class Planned:
 
 
 def load_locks(config: Config, cli_locks: list[str]) -> list[LockRef]:
-    """The locks to check: --lock options (relative to cwd) or the config's (relative to it)."""
+    """The locks to check, read and parsed (see config.lock_paths for where they come from)."""
     return [LockRef(path=path, lock=read_lock(path), device=device, inputs=inputs)
             for path, device, inputs in lock_paths(config, cli_locks)]
-
-
-def lock_paths(config: Config, cli_locks: list[str]
-               ) -> list[tuple[Path, str | None, Path | None]]:
-    """(path, expected device, requirements.in) of each lock, without reading the locks."""
-    if cli_locks:
-        refs = [(Path(p), None, None) for p in cli_locks]
-    else:
-        refs = [(config.resolve(e.path), e.device, config.resolve(e.inputs) if e.inputs else None)
-                for e in config.lock_entries()]
-    if not refs:
-        raise ConfigError("no lock given: pass --lock PATH or set `lock` in [tool.lockguard]")
-    return refs
 
 
 def read_lock(path: Path) -> Lock:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, make_project, run_cli
+from conftest import FRAMEWORK_LOCKS, QUICKSTART, make_project, run_cli
 from lockguard.report import Report, render
-from test_harness_torch import _cache_dir, harness, venv_python  # noqa: F401 - fixture
+from test_harness_torch import harness, venv_python  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -214,12 +214,15 @@ def test_torch_same_lock_on_both_sides_is_clean(torch_project: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The harness: bundled compiled scenario and user scripts, in the torch dev venv
+# The harness: bundled compiled scenario and user scripts, in lockguard's torch venv
 
 
 def _inductor_env() -> dict[str, str]:
-    # Warm across test runs, like lockguard's per-environment cache.
-    root = _cache_dir() / "dev-venvs" / "compile-cache"
+    # The compile cache lockguard keeps beside that venv: warm across test runs, as re-checks are.
+    from lockguard.envs.venv import prepare
+    from lockguard.locks import parse_lock
+
+    root = prepare(parse_lock(FRAMEWORK_LOCKS["torch"])).inductor_cache
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
             "TRITON_CACHE_DIR": str(root / "triton")}
 

@@ -1,0 +1,77 @@
+"""The git gate: `check --base REF`, A/B between the locks at the merge base and on disk.
+
+Kept apart from checks.py so that the common answer — no lock changed — needs only the config
+and git: nothing is parsed, built, imported or run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lockguard import gitref
+from lockguard.config import Config, display_path
+from lockguard.progress import QUIET, Progress
+
+if TYPE_CHECKING:
+    from lockguard.config import Options
+    from lockguard.report import Report
+    from lockguard.scenarios import Scenario
+
+
+def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario],
+               opts: Options, base_ref: str, progress: Progress = QUIET) -> Report:
+    """A/B between the locks at the merge base with `base_ref` and the locks on disk.
+
+    When no lock changed, the answer comes from git alone: nothing is parsed, built or run.
+    """
+    from lockguard.report import Report
+
+    start = time.perf_counter()
+    changes = gitref.changed_locks(config.root, base_ref, lock_paths)
+    base_sha = changes[0].base_commit[:12] if changes else "?"
+    notes = []
+    dirty = gitref.dirty_paths(config.root, lock_paths)
+    if dirty:
+        notes.append("checking what is on disk: uncommitted changes in "
+                     + ", ".join(display_path(p) for p in dirty))
+    moved = [c for c in changes if c.status != "unchanged"]
+    if not moved:
+        notes.append(f"no lock changed since {base_ref} (merge base {base_sha}): nothing to check")
+        return Report(command="check", mode="ab", notes=notes, passed=True,
+                      duration_s=time.perf_counter() - start)
+    from lockguard.checks import _check_ab, family_rule_report, materialise
+    from lockguard.locks import parse_lock_text
+    from lockguard.runner import LockRef, lock_for, read_lock
+
+    candidates, baseline = [], []
+    for change in moved:
+        where = f"{base_ref}:{display_path(change.path)}"
+        if change.status == "removed":
+            notes.append(f"{display_path(change.path)} was removed since {base_ref}")
+            continue
+        new = LockRef(change.path, read_lock(change.path))
+        if change.status == "added":
+            notes.append(f"{display_path(change.path)} was added since {base_ref}: "
+                         "its scenarios have no baseline")
+            candidates.append(new)
+            continue
+        old_lock = parse_lock_text(change.base_text or "", where)  # errors name the ref
+        if old_lock.lock_hash == new.lock.lock_hash:
+            notes.append(f"{display_path(change.path)}: only comments or layout changed since "
+                         f"{base_ref}")
+            continue
+        candidates.append(new)
+        baseline.append(LockRef(materialise(change.base_text or "", change.path.name),
+                                old_lock))
+    if not candidates:
+        return Report(command="check", mode="ab", notes=notes, passed=True,
+                      duration_s=time.perf_counter() - start)
+    # Only scenarios whose framework a changed lock pins: the rest cannot have moved.
+    mine = [s for s in scenarios if lock_for(s, candidates) is not None]
+    # Always A/B, also when only added locks remain: their scenarios are `new`, not errors.
+    report = (family_rule_report("check", candidates)
+              or _check_ab(config, candidates, baseline, mine, opts, progress))
+    report.notes = notes + report.notes
+    return report
