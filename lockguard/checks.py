@@ -164,7 +164,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
         verdicts.append(v)
         if result.status != Status.ok or v.verdict == Verdict.device_fallback:
             continue  # a reference must be a healthy run on the intended device
-        provenance = {"lock": str(p.lock.path) if p.lock else None,
+        provenance = {"lock": display_path(p.lock.path) if p.lock else None,
                       "lock_hash": p.lock.lock.lock_hash if p.lock else "local",
                       "inputs_digest": _digest(p, config, harness),
                       "framework_version": result.framework_version,
