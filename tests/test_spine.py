@@ -266,3 +266,14 @@ def test_two_concurrent_checks_share_one_cache(tmp_path, numpy_locks):
              and not p.name.endswith("compile-cache")]
     assert len(venvs) == 1
     assert (venvs[0] / "lockguard-ready.json").is_file()
+
+
+def test_the_projects_own_goldens_reproduce():
+    """golden/cpu/ was recorded on this machine kind; re-running reproduces it bit for bit."""
+    from conftest import REPO
+
+    proc = run_cli("check", "--rerun", "--scenario", "torch.mlp", "--scenario", "numpy.mlp",
+                   "--scenario", "jax.mlp", "--scenario", "tf.keras", "--format", "json",
+                   cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert {v["verdict"] for v in json.loads(proc.stdout)["verdicts"]} == {"identical"}
