@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from lockguard.config import Config, Options, ToleranceSetting, display_path
 from lockguard.envs.base import RunRequest
+from lockguard import golden
 from lockguard.golden import Golden, GoldenError, golden_path
-from lockguard.locks import check_family_rules, diff_locks, framework_version, parse_lock_text
+from lockguard.locks import check_family_rules, diff_locks, framework_version
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
 from lockguard.runner import (
@@ -131,8 +132,6 @@ def _golden_dir(config: Config) -> Path:
 
 def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
            progress: Progress = QUIET) -> Report:
-    from lockguard import golden
-
     start = time.perf_counter()
     if (failed := family_rule_report("record", locks)) is not None:
         return failed
@@ -153,10 +152,11 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     from lockguard.report import Report
 
     harness = harness_digest()
+    commit = golden.git_commit(config.root)
     policy = policy_for(config, opts.exact)
     verdicts: list[ScenarioVerdict] = []
     to_write: list[tuple[Path, RunResult, dict]] = []
-    for p, result in zip(runnable, results):
+    for p, (env, _), result in zip(runnable, jobs, results):
         old = previous[p.scenario.id]
         v = compare_runs([old.result] if old else [], [result], policy=policy,
                          baseline_kind="golden", expected_device=p.device, timed_together=False,
@@ -168,8 +168,8 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                       "lock_hash": p.lock.lock.lock_hash if p.lock else "local",
                       "inputs_digest": _digest(p, config, harness),
                       "framework_version": result.framework_version,
-                      "env": jobs[runnable.index(p)][0].label,
-                      "git_commit": golden.git_commit(config.root),
+                      "env": env.label,
+                      "git_commit": commit,
                       "fingerprint": result.fingerprint}
         to_write.append((golden_path(gdir, p.device, p.scenario.id), result, provenance))
     for path, result, provenance in to_write:
@@ -191,14 +191,12 @@ def check(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts:
     if (failed := family_rule_report("check", locks)) is not None:
         return failed
     if baseline:
-        return _check_ab(config, locks, baseline, scenarios, opts, progress)
+        return check_ab(config, locks, baseline, scenarios, opts, progress)
     return _check_golden(config, locks, scenarios, opts, progress)
 
 
 def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario],
                   opts: Options, progress: Progress) -> Report:
-    from lockguard import golden
-
     start = time.perf_counter()
     kind = opts.env or config.env
     planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
@@ -261,7 +259,7 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                   passed=gate_passes(ordered, policy), duration_s=time.perf_counter() - start)
 
 
-def _check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
+def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
               scenarios: list[Scenario], opts: Options, progress: Progress) -> Report:
     start = time.perf_counter()
     kind = opts.env or config.env
@@ -322,22 +320,7 @@ def diff(old: LockRef, new: LockRef) -> Report:
                   lock_diffs=[diff_locks(old.lock, new.lock).model_dump(mode="json")])
 
 
-# ------------------------------------------------------------------------- git and proposals
-
-def materialise(text: str, name: str) -> Path:
-    """A lock read from git, written into the cache so that pip can install from a file."""
-    import hashlib
-
-    from lockguard.cache import cache_dir
-
-    path = cache_dir() / "base-locks" / hashlib.sha256(text.encode()).hexdigest()[:16] / name
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    return path
-
+# ------------------------------------------------------------------------------ proposals
 
 def propose(config: Config, locks: list[LockRef], upgrades: list[str],
             scenarios: list[Scenario], opts: Options, *, resolver: str = "pip-tools",

@@ -41,7 +41,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
         notes.append(f"no lock changed since {base_ref} (merge base {base_sha}): nothing to check")
         return Report(command="check", mode="ab", notes=notes, passed=True,
                       duration_s=time.perf_counter() - start)
-    from lockguard.checks import _check_ab, family_rule_report, materialise
+    from lockguard.checks import check_ab, family_rule_report
     from lockguard.locks import parse_lock_text
     from lockguard.runner import LockRef, lock_for, read_lock
 
@@ -72,6 +72,21 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
     mine = [s for s in scenarios if lock_for(s, candidates) is not None]
     # Always A/B, also when only added locks remain: their scenarios are `new`, not errors.
     report = (family_rule_report("check", candidates)
-              or _check_ab(config, candidates, baseline, mine, opts, progress))
+              or check_ab(config, candidates, baseline, mine, opts, progress))
     report.notes = notes + report.notes
     return report
+
+
+def materialise(text: str, name: str) -> Path:
+    """A lock read from git, written into the cache so that pip can install from a file."""
+    import hashlib
+
+    from lockguard.cache import cache_dir
+
+    path = cache_dir() / "base-locks" / hashlib.sha256(text.encode()).hexdigest()[:16] / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return path

@@ -7,7 +7,6 @@ and is switched off entirely with quiet=True.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterator
 
@@ -61,7 +60,3 @@ class StepHandle:
 
 
 QUIET = Progress(quiet=True)
-
-
-def stderr_is_terminal() -> bool:
-    return sys.stderr.isatty()

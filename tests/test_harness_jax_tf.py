@@ -22,12 +22,12 @@ import textwrap
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
+import numpy as np
 import pytest
 
 from conftest import FRAMEWORK_LOCKS, lockguard_python
 from lockguard.results import parse_result
 
-np = pytest.importorskip("numpy")
 
 REPO = Path(__file__).resolve().parent.parent
 HARNESS = REPO / "lockguard" / "harness"

@@ -64,13 +64,6 @@ class VenvEnv:
         return execute(argv, request, out, env=env)
 
 
-def ready_venv(lock: Lock, *, python: str | None = None, installer: str = "pip") -> Path | None:
-    """The cached venv for this lock if it is complete, without building anything."""
-    python = python or sys.executable
-    path = cache_dir() / "venvs" / venv_key(lock, python, installer)
-    return path if (path / READY).is_file() else None
-
-
 def prepare(lock: Lock, *, python: str | None = None, installer: str = "pip",
             progress: Progress = QUIET) -> VenvEnv:
     """Return the env for `lock`, building it first if the cache has none."""
