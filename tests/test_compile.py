@@ -355,46 +355,6 @@ JAX_SCRIPT = """\
     """
 
 
-@pytest.fixture(scope="module")
-def jax_project(tmp_path_factory) -> Path:
-    return package_project(
-        tmp_path_factory.mktemp("jax-retrace") / "p", (DATA / "jax-0.10.2.txt").read_text(),
-        JAX_V1, JAX_V2,
-        """
-        lock = "v2.txt"
-        [scenario.jaxstep]
-        script = "train_jax.py"
-        framework = "jax"
-        steps = 4
-        """, {"train_jax.py": JAX_SCRIPT})
-
-
-def test_jax_retrace_from_an_upgrade_is_compile_fallback(jax_project: Path) -> None:
-    proc = run_cli("check", "--baseline-lock", "v1.txt", "--lock", "v2.txt", "--scenario",
-                   "jaxstep", "--format", "json", cwd=jax_project)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout)
-    [v] = report["verdicts"]
-    assert v["verdict"] == "compile_fallback", v["reasons"]
-    assert v["compile_diff"]["traces"]["sgd_step"] == {"old": 1, "new": 4}
-    assert "traces of sgd_step 1 → 4" in v["reasons"][0]
-    change = only_change(report)
-    assert (change["name"], change["old_version"], change["new_version"]) == (
-        PACKAGE, "1.0", "2.0")
-    text = render(Report.model_validate(report), "text")
-    side_by_side = " ".join(re.split(r"compiled path +baseline +candidate", text)[1].split())
-    assert "traces of sgd_step 1 4" in side_by_side
-
-
-def test_jax_same_lock_on_both_sides_is_clean(jax_project: Path) -> None:
-    proc = run_cli("check", "--baseline-lock", "v2.txt", "--lock", "v2.txt", "--scenario",
-                   "jaxstep", "--format", "json", cwd=jax_project)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    [v] = json.loads(proc.stdout)["verdicts"]
-    assert v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
-    assert v["compile_diff"]["regressions"] == []
-
-
 # --------------------------------------------------------------------------------------------
 # TensorFlow: an upgrade makes a tf.function retrace every call
 
@@ -438,23 +398,35 @@ TF_SCRIPT = """\
     """
 
 
-@pytest.fixture(scope="module")
-def tf_project(tmp_path_factory) -> Path:
-    return package_project(
-        tmp_path_factory.mktemp("tf-retrace") / "p", (DATA / "tf-2.21.0.txt").read_text(),
-        TF_V1, TF_V2,
-        """
+# --------------------------------------------------------------------------------------------
+# The JAX and TF retrace upgrades: one test shape, two frameworks
+
+RETRACE = {  # framework: (test lock, v1 source, v2 source, scenario id, script)
+    "jax": ("jax-0.10.2.txt", JAX_V1, JAX_V2, "jaxstep", JAX_SCRIPT),
+    "tensorflow": ("tf-2.21.0.txt", TF_V1, TF_V2, "tfstep", TF_SCRIPT),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(RETRACE))
+def retrace_project(request, tmp_path_factory) -> tuple[Path, str]:
+    framework = request.param
+    lock, v1, v2, scenario, script = RETRACE[framework]
+    project = package_project(
+        tmp_path_factory.mktemp(f"{framework}-retrace") / "p", (DATA / lock).read_text(), v1, v2,
+        f"""
         lock = "v2.txt"
-        [scenario.tfstep]
-        script = "train_tf.py"
-        framework = "tensorflow"
+        [scenario.{scenario}]
+        script = "train.py"
+        framework = "{framework}"
         steps = 4
-        """, {"train_tf.py": TF_SCRIPT})
+        """, {"train.py": script})
+    return project, scenario
 
 
-def test_tf_retrace_from_an_upgrade_is_compile_fallback(tf_project: Path) -> None:
+def test_retrace_from_an_upgrade_is_compile_fallback(retrace_project: tuple[Path, str]) -> None:
+    project, scenario = retrace_project
     proc = run_cli("check", "--baseline-lock", "v1.txt", "--lock", "v2.txt", "--scenario",
-                   "tfstep", "--format", "json", cwd=tf_project)
+                   scenario, "--format", "json", cwd=project)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     [v] = report["verdicts"]
@@ -464,11 +436,15 @@ def test_tf_retrace_from_an_upgrade_is_compile_fallback(tf_project: Path) -> Non
     change = only_change(report)
     assert (change["name"], change["old_version"], change["new_version"]) == (
         PACKAGE, "1.0", "2.0")
+    text = render(Report.model_validate(report), "text")
+    side_by_side = " ".join(re.split(r"compiled path +baseline +candidate", text)[1].split())
+    assert "traces of sgd_step 1 4" in side_by_side
 
 
-def test_tf_same_lock_on_both_sides_is_clean(tf_project: Path) -> None:
+def test_retrace_same_lock_on_both_sides_is_clean(retrace_project: tuple[Path, str]) -> None:
+    project, scenario = retrace_project
     proc = run_cli("check", "--baseline-lock", "v2.txt", "--lock", "v2.txt", "--scenario",
-                   "tfstep", "--format", "json", cwd=tf_project)
+                   scenario, "--format", "json", cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [v] = json.loads(proc.stdout)["verdicts"]
     assert v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
