@@ -63,8 +63,9 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
                          f"{base_ref}")
             continue
         candidates.append(new)
-        baseline.append(LockRef(materialise(change.base_text or "", change.path.name),
-                                old_lock))
+        # pip installs from a file: the lock as read from git, written into the cache.
+        path = materialise(change.base_text or "", change.path.name)
+        baseline.append(LockRef(path, old_lock.model_copy(update={"source": str(path)})))
     if not candidates:
         return Report(command="check", mode="ab", notes=notes, passed=True,
                       duration_s=time.perf_counter() - start)

@@ -53,7 +53,9 @@ def test_base_with_unchanged_lock_answers_from_git_alone(tmp_path):
 def test_base_with_changed_lock_runs_ab(tmp_path):
     project = repo_with_lock(tmp_path / "r", DATA / "numpy-1.26.4.txt")
     (project / "requirements.txt").write_text((DATA / "numpy-2.0.2.txt").read_text())
-    proc = run_cli("check", "--base", "main", "--format", "json", cwd=project)
+    # A cache of its own: the baseline env must really be built from the lock read from git.
+    proc = run_cli("check", "--base", "main", "--format", "json", cwd=project,
+                   env={"LOCKGUARD_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert [v["verdict"] for v in report["verdicts"]] == ["drift"]
