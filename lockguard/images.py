@@ -412,7 +412,7 @@ def wheelhouse(lock: Lock, target: Target, progress: Progress = QUIET) -> Path:
 def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> None:
     # Shared with the venv backend: streaming pip's lines to a log and the spinner, and
     # picking the line of pip's output that says why it failed.
-    from lockguard.envs.venv import _pip_reason, _run_logged
+    from lockguard.envs.venv import pip_reason, run_logged
 
     if path.exists():
         shutil.rmtree(path)  # an earlier download was interrupted
@@ -434,12 +434,12 @@ def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> Non
         cmd += _index_args(lock) + ["-r", str(request)]
         with progress.step(f"Downloading {len(pins)} wheel(s) of {Path(lock.source).name} "
                            f"for {target.describe()}") as step:
-            code, tail = _run_logged(cmd, tmp / "download.log", step)
+            code, tail = run_logged(cmd, tmp / "download.log", step)
         if code != 0:
             text = "\n".join(tail)
             if "No space left on device" in text:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            reason = _pip_reason(tail) or f"exit code {code}"
+            reason = pip_reason(tail) or f"exit code {code}"
             if "No matching distribution" in text or "Could not find a version" in text:
                 raise EnvError(f"{lock.source}: no wheel for the image's platform "
                                f"({target.describe()}): {reason}")

@@ -37,7 +37,9 @@ from typing import Any
 
 from lockguard import images
 from lockguard.cache import cache_dir, file_lock
-from lockguard.envs.base import EnvError, RunRequest, execute, harness_args, harness_env
+from lockguard.envs.base import (
+    EnvError, RunRequest, compile_cache_env, execute, harness_args, harness_env,
+)
 from lockguard.images import VENV_PYTHON, Base, ImageRecipe, Target
 from lockguard.locks import Lock
 from lockguard.progress import QUIET, Progress
@@ -558,12 +560,10 @@ class DockerEnv:
     def container_env(self) -> dict[str, str]:
         # What harness_env sets for every backend, plus the host's numerics variables; never the
         # host's whole environment (paths and tokens have no business in the container).
-        env = harness_env({"TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/inductor",
-                           "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
-                           "HOME": "/tmp", "USER": "lockguard", "LOGNAME": "lockguard"})
+        caches = compile_cache_env(CACHE_MOUNT)
+        env = harness_env({**caches, "HOME": "/tmp", "USER": "lockguard", "LOGNAME": "lockguard"})
         keep = ("PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE",
-                "TF_CPP_MIN_LOG_LEVEL", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "HOME",
-                "USER", "LOGNAME", *FORWARDED_ENV)
+                "TF_CPP_MIN_LOG_LEVEL", *caches, "HOME", "USER", "LOGNAME", *FORWARDED_ENV)
         return {k: env[k] for k in keep if k in env}
 
     def device_args(self) -> list[str]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lockguard.envs.base import RunRequest, execute, harness_args, harness_env
+from lockguard.envs.base import RunRequest, harness_env, run_with
 from lockguard.results import RunResult
-from lockguard.scenarios import HARNESS_DIR
 
 
 class LocalEnv:
@@ -21,10 +20,7 @@ class LocalEnv:
         self.label = f"local {self.python}"
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
-        out = out_dir / f"{request.scenario.id}.json"
-        script = str(request.scenario.script) if request.scenario.script else None
-        argv = [self.python, *harness_args(request, str(HARNESS_DIR), str(out), script)]
-        return execute(argv, request, out, env=harness_env())
+        return run_with(self.python, request, out_dir, harness_env())
 
 
 def prepare(python: str | None = None, lock_hash: str = "local") -> LocalEnv:

@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 
 from lockguard.cache import cache_dir, file_lock
-from lockguard.envs.base import EnvError, RunRequest, execute, harness_args, harness_env
+from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
 from lockguard.locks import Lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult
-from lockguard.scenarios import HARNESS_DIR
 
 READY = "lockguard-ready.json"
 
@@ -53,15 +52,8 @@ class VenvEnv:
         self.inductor_cache = inductor_cache
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
-        out = out_dir / f"{request.scenario.id}.json"
-        script = str(request.scenario.script) if request.scenario.script else None
-        argv = [str(self.python), *harness_args(request, str(HARNESS_DIR), str(out), script)]
-        # Compiler caches live beside the env, so a re-check compiles warm (a warm jax cache
-        # took jax.lm's first step from 9.3 s to 1.3 s, with bit-identical results).
-        env = harness_env({"TORCHINDUCTOR_CACHE_DIR": str(self.inductor_cache / "inductor"),
-                           "TRITON_CACHE_DIR": str(self.inductor_cache / "triton"),
-                           "JAX_COMPILATION_CACHE_DIR": str(self.inductor_cache / "jax")})
-        return execute(argv, request, out, env=env)
+        env = harness_env(compile_cache_env(str(self.inductor_cache)))
+        return run_with(str(self.python), request, out_dir, env)
 
 
 def prepare(lock: Lock, *, python: str | None = None, installer: str = "pip",
@@ -87,7 +79,11 @@ def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progre
     with progress.step(f"Building venv for {lock_file.name} ({len(lock.pins)} pins, "
                        f"{installer})") as step:
         if installer == "uv":
-            _run_logged(["uv", "venv", "--python", python, str(path)], path.parent / "uv.log", step)
+            code, tail = run_logged(["uv", "venv", "--python", python, str(path)],
+                                    path.parent / "uv.log", step)
+            if code != 0:
+                raise EnvError(f"uv could not create a venv with {python}: "
+                               f"{tail[-1] if tail else f'exit code {code}'}")
             cmd = ["uv", "pip", "install", "--python", str(path / "bin" / "python")]
         else:
             subprocess.run([python, "-m", "venv", str(path)], check=True, capture_output=True)
@@ -97,9 +93,9 @@ def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progre
             cmd.append("--require-hashes")
         cmd += ["-r", str(lock_file)]
         log = path / "install.log"
-        code, tail = _run_logged(cmd, log, step)
+        code, tail = run_logged(cmd, log, step)
         if code != 0:
-            reason = _pip_reason(tail) or f"exit code {code}"
+            reason = pip_reason(tail) or f"exit code {code}"
             shutil.rmtree(path, ignore_errors=True)
             raise EnvError(f"{lock_file}: {installer} could not install the lock: {reason}")
     ready = {"lock_hash": lock.lock_hash, "lock": str(lock_file), "python": python,
@@ -110,7 +106,7 @@ def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progre
     os.replace(tmp, path / READY)
 
 
-def _run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
+def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
     """Run an installer, streaming its lines to a log file and the spinner."""
     log.parent.mkdir(parents=True, exist_ok=True)
     tail: list[str] = []
@@ -128,7 +124,7 @@ def _run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
     return code, tail
 
 
-def _pip_reason(lines: list[str]) -> str:
+def pip_reason(lines: list[str]) -> str:
     """The line of pip's output that says why, not the whole wall of text."""
     errors = [ln.removeprefix("ERROR: ").strip() for ln in lines if ln.startswith("ERROR:")]
     # pip's noise around the reason: Python-version skips and the list of every version.
