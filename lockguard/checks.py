@@ -219,7 +219,7 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
             # without importing a framework or building an environment.
             unchanged.add(p.scenario.id)
             continue
-        to_run.append((p, golden.load(path) if raw is not None else None))
+        to_run.append((p, golden.from_raw(path, raw) if raw is not None else None))
 
     runs: list[RunResult] = []
     if to_run:

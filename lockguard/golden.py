@@ -61,8 +61,11 @@ def read_raw(path: Path) -> dict[str, Any] | None:
 
 def load(path: Path) -> Golden | None:
     data = read_raw(path)
-    if data is None:
-        return None
+    return None if data is None else from_raw(path, data)
+
+
+def from_raw(path: Path, data: dict[str, Any]) -> Golden:
+    """A Golden from what read_raw returned: the result validated against RunResult."""
     try:
         result = parse_result(data["result"], f"{path} (result)")
     except ResultError as exc:
