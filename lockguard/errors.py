@@ -1,0 +1,50 @@
+"""The one exception root and the one exit-code map.
+
+Every failure lockguard expects (bad input, broken infrastructure) is a `LockguardError`: the
+CLI prints its message as one line on stderr and exits 2. Anything else that escapes is a bug:
+exit 3, a one-line summary and the path of a crash log holding the traceback. The modules below
+the CLI raise subclasses that say which layer failed; none of them chooses an exit code.
+"""
+
+from __future__ import annotations
+
+import re
+
+EXIT_PASS = 0  # the gate passes
+EXIT_FAILED = 1  # the gate fails: a verdict in fail_on, a broken family rule, nothing compared
+EXIT_ERROR = 2  # bad input or broken infrastructure: one line naming the file/line or key
+EXIT_INTERNAL = 3  # a bug in lockguard: one line and the path of a crash log
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM: 128 + SIGINT, as shells report it
+
+
+class LockguardError(Exception):
+    """An expected failure: the message is one line naming the file (and line) or the key."""
+
+
+class UsageError(LockguardError):
+    """A command-line option or argument the user must fix."""
+
+
+# C0/C1 control characters and ANSI/OSC escape sequences: text from goldens, locks, pip and
+# training logs reaches the terminal, and must not be able to drive it.
+_ESCAPES = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b.?")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with terminal escape sequences and control characters removed (newlines and
+    tabs kept)."""
+    return _CONTROL.sub("", _ESCAPES.sub("", text))
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """`text` as a single printable line: what an error message on stderr may be."""
+    line = " ".join(printable(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def tail(text: str | None, lines: int = 15) -> str:
+    """The last `lines` lines of some output: where a failure's reason usually is."""
+    if not text:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
