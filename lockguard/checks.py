@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from lockguard.config import Config, Options, ToleranceSetting, display_path
 from lockguard.envs.base import RunRequest
+from lockguard.files import writable_dir
 from lockguard import golden
 from lockguard.golden import Golden, GoldenError, golden_path
 from lockguard.locks import check_family_rules, diff_locks, framework_version
@@ -100,6 +101,18 @@ def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> lis
     return rows
 
 
+def nothing_done(verdicts: list[ScenarioVerdict], what: str) -> str | None:
+    """Why a record or check that ran no scenario must not pass: a gate passes only what it
+    compared. None when something ran."""
+    from lockguard.compare import Verdict
+
+    if any(v.verdict != Verdict.skipped for v in verdicts):
+        return None
+    reasons = sorted({r for v in verdicts for r in v.reasons})
+    return (f"nothing was {what}: " + (f"all {len(verdicts)} selected scenarios were skipped ("
+            + "; ".join(reasons) + ")" if verdicts else "no scenario was selected"))
+
+
 # ------------------------------------------------------------------------------------ flows
 
 def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
@@ -139,6 +152,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
                    local=kind == "local")
     gdir = _golden_dir(config)
+    writable_dir(gdir, "golden_dir")  # known now, not after every training ran
     previous: dict[str, Golden | None] = {
         p.scenario.id: golden.load(golden_path(gdir, p.device, p.scenario.id))
         for p in planned if not p.skip_reason}
@@ -177,11 +191,13 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     verdicts += [skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
                  for p in planned if p.skip_reason]
     broken = [v for v in verdicts if v.verdict in (Verdict.broken, Verdict.device_fallback)]
+    idle = nothing_done(verdicts, "recorded")
     return Report(command="record", mode="record", device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=verdicts,
+                  notes=[idle] if idle else [],
                   parity=parity({p.scenario.id: p.scenario for p in runnable},
                                 {p.scenario.id: r for p, r in zip(runnable, results)}),
-                  written=[str(path) for path, _, _ in to_write], passed=not broken,
+                  written=[str(path) for path, _, _ in to_write], passed=not broken and not idle,
                   duration_s=time.perf_counter() - start)
 
 
@@ -253,10 +269,12 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                 tolerance=_tolerance(p.scenario.tolerance))
     ordered = [verdicts[p.scenario.id] for p in planned]
     policy = policy_for(config, opts.exact)
+    idle = nothing_done(ordered, "compared")
     return Report(command="check", mode="golden", device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=ordered,
                   parity=parity({p.scenario.id: p.scenario for p in planned}, results),
-                  passed=gate_passes(ordered, policy), duration_s=time.perf_counter() - start)
+                  notes=[idle] if idle else [], passed=gate_passes(ordered, policy) and not idle,
+                  duration_s=time.perf_counter() - start)
 
 
 def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
@@ -304,12 +322,14 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
         old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
         if old is not None:
             diffs.append(diff_locks(old.lock, new.lock).model_dump(mode="json"))
+    idle = nothing_done(ordered, "compared")
     return Report(command="check", mode="ab", device=opts.device or config.device,
                   locks=[lock_info(r, "baseline") for r in baseline]
                   + [lock_info(r, "candidate") for r in locks],
-                  lock_diffs=diffs, verdicts=ordered,
+                  lock_diffs=diffs, verdicts=ordered, notes=[idle] if idle else [],
                   parity=parity({p.scenario.id: p.scenario for p in planned}, results),
-                  passed=gate_passes(ordered, policy), duration_s=time.perf_counter() - start)
+                  passed=gate_passes(ordered, policy) and not idle,
+                  duration_s=time.perf_counter() - start)
 
 
 def diff(old: LockRef, new: LockRef) -> Report:

@@ -1,7 +1,8 @@
 """The command line. Thin: parse options, call the modules, render, choose the exit code.
 
-Exit codes: 0 the gate passes, 1 the gate fails, 2 bad input or broken infrastructure (one line
-on stderr saying what and where; nothing written).
+Exit codes (lockguard/errors.py): 0 the gate passes, 1 the gate fails, 2 bad input or broken
+infrastructure (one line on stderr saying what and where; nothing written), 3 an internal error
+(one line and the path of a crash log), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,9 @@ from typing import Any
 import click
 
 from lockguard import __version__
+from lockguard.errors import (
+    EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, LockguardError, UsageError, one_line,
+)
 
 # lockguard uses no pydantic plugins; looking for them scans every installed distribution's
 # entry points, a fifth of the time `check` takes when it can answer from the goldens.
@@ -25,41 +28,52 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 FORMATS = ("text", "json", "markdown")
 
 
-class UserError(Exception):
-    """Raised for input the user must fix; rendered as one line, exit 2."""
+def fail(message: str, code: int) -> None:
+    click.echo(f"lockguard: {message}", err=True)
+    sys.exit(code)
 
 
-def _input_errors() -> tuple[type[BaseException], ...]:
-    # Imported lazily so `lockguard --help` stays instant.
-    from lockguard.config import ConfigError
-    from lockguard.envs.base import EnvError
-    from lockguard.golden import GoldenError
-    from lockguard.locks import LockError
-    from lockguard.results import ResultError
+def crash_log(exc: BaseException) -> Path | None:
+    """Write the traceback of an unexpected error where the user can send it; its path."""
+    import time
+    import traceback
 
-    errors: list[type[BaseException]] = [UserError, ConfigError, EnvError, GoldenError,
-                                         LockError, ResultError]
-    for module, name in (("lockguard.resolve", "ResolveError"), ("lockguard.gitref", "GitRefError")):
-        try:
-            errors.append(getattr(__import__(module, fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            pass
-    return tuple(errors)
+    text = (f"lockguard {__version__}, python {sys.version.split()[0]}\n"
+            f"argv: {sys.argv!r}\n\n" + "".join(traceback.format_exception(exc)))
+    try:
+        from lockguard.cache import cache_dir
+        from lockguard.files import write_text
+
+        path = cache_dir() / "crash" / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+        write_text(path, text)
+        return path
+    except Exception:  # noqa: BLE001 - a broken cache must not hide the original error
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix="lockguard-crash-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return Path(name)
 
 
 def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The one exit-code map: expected failures are one line and exit 2, bugs exit 3."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except KeyboardInterrupt:
-            click.echo("lockguard: interrupted", err=True)
-            sys.exit(130)
-        except Exception as exc:  # noqa: BLE001 - sorted below
-            if isinstance(exc, _input_errors()):
-                click.echo(f"lockguard: error: {exc}", err=True)
-                sys.exit(2)
-            raise
+            fail("interrupted", EXIT_INTERRUPTED)
+        except LockguardError as exc:
+            fail(f"error: {one_line(str(exc))}", EXIT_ERROR)
+        except RecursionError as exc:
+            # Only a structure nested deeper than any real file gets here (JSON, TOML).
+            fail(f"error: input nested too deeply to read ({one_line(str(exc), 200)})",
+                 EXIT_ERROR)
+        except Exception as exc:  # noqa: BLE001 - everything else is a bug in lockguard
+            log = crash_log(exc)
+            fail(f"internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
+                 f"(this is a bug; the traceback is in {log})", EXIT_INTERNAL)
     return wrapper
 
 
@@ -92,23 +106,24 @@ def emit(report: Any, fmt: str, output: Path | None) -> None:
     from lockguard.report import render
 
     if output is None:
-        if fmt == "text":
-            from lockguard.report import text
-
-            click.echo(text.render(report, color=sys.stdout.isatty()), nl=False)
-        else:
-            click.echo(render(report, fmt), nl=False)
+        click.echo(render(report, fmt, color=fmt == "text" and sys.stdout.isatty()), nl=False)
         return
-    _write_atomic(output, render(report, fmt))
+    from lockguard.files import write_text
+
+    write_text(output, render(report, fmt))
     click.echo(f"report written to {output}", err=True)
 
 
-def _write_atomic(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(content)
-    os.replace(tmp, path)
+def check_output(output: Path | None) -> None:
+    """Refuse an unusable -o target before anything runs, not after the trainings."""
+    if output is None:
+        return
+    from lockguard.files import writable_dir
+
+    if output.is_dir():
+        raise UsageError(f"-o {output}: is a directory")
+    if not output.exists():
+        writable_dir(output.parent, f"the directory of -o {output}")
 
 
 def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[str, ...],
@@ -127,11 +142,25 @@ def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[st
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lockguard")
-def main() -> None:
+def cli() -> None:
     """Catch silent training drift when an ML stack's lock changes."""
 
 
-@main.command()
+def main(argv: list[str] | None = None) -> None:
+    """The `lockguard` entry point: click's usage errors become the same one line as every
+    other bad input (click's own rendering spreads them over three lines)."""
+    try:
+        code = cli.main(args=argv, prog_name="lockguard", standalone_mode=False)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        fail("interrupted", EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        where = exc.ctx.command_path if getattr(exc, "ctx", None) else "lockguard"
+        fail(f"error: {where}: {one_line(exc.format_message())} (see `{where} --help`)",
+             EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+@cli.command()
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @handles_errors
@@ -155,11 +184,12 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
                    f"{s.description}")
 
 
-@main.command()
+@cli.command()
 @common_options
 @handles_errors
 def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbose) -> None:
     """Run scenarios and write golden/<device-class>/<scenario>.json."""
+    check_output(output)
     from lockguard import checks
     from lockguard.config import Options
 
@@ -170,7 +200,7 @@ def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbo
     sys.exit(0 if report.passed else 1)
 
 
-@main.command()
+@cli.command()
 @common_options
 @click.option("--baseline-lock", "baseline_locks", multiple=True, metavar="OLD",
               help="Also build OLD's environment and compare side by side (A/B).")
@@ -187,13 +217,14 @@ def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbo
 def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbose,
           baseline_locks, repeat, rerun, allow_new, exact, base_ref) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
+    check_output(output)
     from lockguard.config import Options
 
     opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
                           repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact)
     if base_ref:
         if baseline_locks:
-            raise UserError("--base and --baseline-lock are two ways to pick a baseline: "
+            raise UsageError("--base and --baseline-lock are two ways to pick a baseline: "
                             "use one")
         from lockguard.config import load_config, lock_paths
         from lockguard.gate import check_base
@@ -215,7 +246,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbos
     sys.exit(0 if report.passed else 1)
 
 
-@main.command()
+@cli.command()
 @click.argument("upgrades", nargs=-1, required=True)
 @common_options
 @click.option("--inputs", type=click.Path(path_type=Path),
@@ -228,6 +259,7 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, config_
             inputs, resolver, repeat) -> None:
     """Resolve a candidate lock with UPGRADES (e.g. torch==2.14.1 'jax>=0.10') into the cache
     and A/B-check it against the current lock. Your files are not touched."""
+    check_output(output)
     from lockguard import checks
     from lockguard.config import Options
 
@@ -240,7 +272,7 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, config_
     sys.exit(0 if report.passed else 1)
 
 
-@main.command("lock")
+@cli.command("lock")
 @click.argument("requirements_in", required=False, default="requirements.in",
                 type=click.Path(path_type=Path))
 @click.option("-o", "--output-file", "output", type=click.Path(dir_okay=False, path_type=Path),
@@ -256,7 +288,7 @@ def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, r
     from lockguard.progress import Progress
 
     if not requirements_in.is_file():
-        raise UserError(f"{requirements_in}: requirements input not found")
+        raise UsageError(f"{requirements_in}: requirements input not found")
     target = output or requirements_in.with_suffix(".txt")
     progress = Progress()
     with progress.step(f"Resolving {requirements_in} with {resolver}"):
@@ -265,7 +297,7 @@ def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, r
     click.echo(f"wrote {target}", err=True)
 
 
-@main.command()
+@cli.command()
 @click.option("--lock", "locks", multiple=True, metavar="PATH")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
@@ -299,7 +331,7 @@ def outdated(locks, config_path, fmt, index_url) -> None:
                    f"{series:<12}{(' pre ' + pre) if pre else ''}{flag}")
 
 
-@main.command()
+@cli.command()
 @click.argument("old", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
@@ -307,6 +339,7 @@ def outdated(locks, config_path, fmt, index_url) -> None:
 @handles_errors
 def diff(old: Path, new: Path, fmt: str, output: Path | None) -> None:
     """Show what changed between two locks: versions, bump kinds, frameworks touched."""
+    check_output(output)
     from lockguard import checks
     from lockguard.runner import LockRef, read_lock
 
@@ -314,7 +347,7 @@ def diff(old: Path, new: Path, fmt: str, output: Path | None) -> None:
     emit(report, fmt, output)
 
 
-@main.command()
+@cli.command()
 @click.option("--framework", type=click.Choice(["torch", "jax", "tensorflow", "numpy"]),
               help="Default: every framework the lock pins.")
 @click.option("--accelerator", type=click.Choice(["cpu", "cuda", "tpu"]), default="cpu",
@@ -338,7 +371,7 @@ def build(framework, accelerator, locks, base_image, config_path) -> None:
         pinned = sorted(ref.lock.frameworks() - {"numpy"}) or sorted(ref.lock.frameworks())
         for fw in [framework] if framework else pinned:
             if fw not in ref.lock.frameworks():
-                raise UserError(f"{ref.path}: the lock does not pin {fw}")
+                raise UsageError(f"{ref.path}: the lock does not pin {fw}")
             image = docker.build_image(ref.lock, fw, accelerator, base_image=base_image,
                                        progress=progress)
             how = "reused" if image.reused else f"built in {image.seconds:.0f} s"
@@ -346,7 +379,7 @@ def build(framework, accelerator, locks, base_image, config_path) -> None:
                        f"(log: {image.log})")
 
 
-@main.group()
+@cli.group()
 def images() -> None:
     """Container image templates and their pinned bases."""
 

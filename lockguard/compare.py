@@ -38,8 +38,11 @@ class Verdict(str, Enum):
     skipped = "skipped"  # not run at all (framework absent from the lock, device missing)
 
 
+# A gate passes only what it compared: `incomparable` fails too (a golden of another scenario,
+# other steps, a broken baseline are no evidence that nothing changed).
 DEFAULT_FAIL_ON = frozenset(
-    {Verdict.drift, Verdict.compile_fallback, Verdict.device_fallback, Verdict.broken}
+    {Verdict.drift, Verdict.compile_fallback, Verdict.device_fallback, Verdict.broken,
+     Verdict.incomparable}
 )
 
 # When several findings apply, the verdict is the first of them in this order. A broken run
@@ -720,6 +723,7 @@ def _broken_reason(run: RunResult, role: str, runs: list[RunResult]) -> str:
         Status.crashed: "crashed",
         Status.nan: "produced NaN",
         Status.timeout: "timed out",
+        Status.invalid: "returned an invalid result",
     }[run.status]
     if len(runs) == 1:
         which = f"the {role} run"

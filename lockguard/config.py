@@ -4,12 +4,17 @@ Unknown keys are errors, because a misspelt `tolerence` silently ignored would m
 looser than its owner believes. Paths in the config are relative to the file that holds it.
 """
 
+import os
+import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lockguard.errors import LockguardError, one_line
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,7 +30,7 @@ VERDICT_NAMES = (
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(LockguardError):
     """Bad configuration; the message is one line naming the file and the key."""
 
 
@@ -34,8 +39,8 @@ class _Strict(BaseModel):
 
 
 class ToleranceConfig(_Strict):
-    rtol: float = Field(ge=0)
-    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0, allow_inf_nan=False)
+    atol: float = Field(ge=0, allow_inf_nan=False)
 
 
 # `tolerance = "exact"` or `tolerance = {rtol = 1e-5, atol = 1e-6}`
@@ -48,10 +53,20 @@ class LockEntry(_Strict):
     inputs: str | None = None  # its requirements.in (propose); default: <lock stem>.in beside it
 
 
+# Scenario ids name golden files and harness result files: no separators, no leading dot, a
+# length every file system takes, so an id can never address a path outside golden_dir.
+SCENARIO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+SCENARIO_ID_RULE = ("letters, digits, '.', '_' and '-', starting with a letter or digit, "
+                    "at most 100 characters")
+MAX_STEPS = 1_000_000
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_SEED = 2**31 - 1  # what every framework's seeding API accepts (numpy: < 2**32, jax: int32)
+
+
 class ScenarioConfig(_Strict):
     script: str
     framework: Framework
-    steps: int | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
     tolerance: ToleranceSetting | None = None
     device: Device | None = None
     description: str = ""
@@ -63,15 +78,15 @@ class Config(_Strict):
     golden_dir: str = "golden"
     env: EnvKind = "venv"
     device: Device = "cpu"
-    steps: int | None = Field(default=None, gt=0)  # overrides every scenario's default
-    timeout: float = Field(default=600.0, gt=0)  # seconds per training run
-    threads: int = Field(default=1, gt=0)  # fixed, recorded in the fingerprint
-    seed: int = 0
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)  # overrides every scenario's
+    timeout: float = Field(default=600.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)  # per run, s
+    threads: int = Field(default=1, gt=0, le=1024)  # fixed, recorded in the fingerprint
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     tolerance: ToleranceSetting | None = None  # default: per dtype, like torch.testing
     fail_on: list[str] | None = None
     fail_on_improvement: bool = False
-    slower_ratio: float = Field(default=1.3, gt=1.0)
-    slower_min_step_s: float = Field(default=0.002, ge=0)  # shorter steps are too noisy to time
+    slower_ratio: float = Field(default=1.3, gt=1.0, allow_inf_nan=False)
+    slower_min_step_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)  # shorter: noise
     scenarios: list[str] | None = None  # default selection; None = all that apply
     installer: Literal["pip", "uv"] = "pip"
     python: str | None = None  # interpreter for venvs; default: the one running lockguard
@@ -85,6 +100,21 @@ class Config(_Strict):
     def _one_lock_key(self) -> "Config":
         if self.lock is not None and self.locks is not None:
             raise ValueError("use either 'lock' or 'locks', not both")
+        return self
+
+    @field_validator("scenario")
+    @classmethod
+    def _scenario_ids(cls, value: dict[str, ScenarioConfig]) -> dict[str, ScenarioConfig]:
+        for name in value:
+            if not SCENARIO_ID.fullmatch(name):
+                raise ValueError(f"scenario id {one_line(repr(name), 60)} is not valid: "
+                                 f"{SCENARIO_ID_RULE}")
+        return value
+
+    @model_validator(mode="after")
+    def _python_exists(self) -> "Config":
+        if self.python is not None and find_python(self.python, self.root) is None:
+            raise ValueError(f"key 'python': {self.python} is not an executable interpreter")
         return self
 
     @field_validator("fail_on")
@@ -119,6 +149,15 @@ class Options:
     exact: bool = False
 
 
+def find_python(python: str, root: Path) -> str | None:
+    """The interpreter `python` names (a path, relative to the config, or a command on PATH)."""
+    if "/" not in python:
+        return shutil.which(python)
+    path = Path(python).expanduser()
+    path = path if path.is_absolute() else root / path
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
 def display_path(path: Path) -> str:
     """Relative to the working directory when below it: what the user typed, not /abs/paths."""
     try:
@@ -141,8 +180,19 @@ def lock_paths(config: Config, cli_locks: list[str]
     return refs
 
 
-def _describe(error: dict[str, Any]) -> str:
-    loc = ".".join(str(p) for p in error["loc"] if not str(p).startswith(("function-after",)))
+def _is_branch(part: object) -> bool:
+    # Union members and validators appear in pydantic's error locations ("str", "LockEntry",
+    # "literal['exact']", "function-after[...]"); the user's file has only keys and indices.
+    text = str(part)
+    return (text in ("str", "int", "float") or text[:1].isupper()
+            or text.startswith(("literal[", "function-")))
+
+
+def _describe(errors: list[Any]) -> str:
+    # Of a union's failed branches, the deepest error is the one about what the user wrote:
+    # `rtol = -1` fails "is not 'exact'" at depth 1 and "rtol >= 0" at depth 2.
+    error = max(errors, key=lambda e: len(e["loc"]))
+    loc = ".".join(str(p) for p in error["loc"] if not _is_branch(p))
     if error["type"] == "extra_forbidden":
         return f"unknown key '{loc}'"
     msg = error["msg"].removeprefix("Value error, ")
@@ -153,7 +203,7 @@ def parse_config(data: dict[str, Any], source: str, root: Path) -> Config:
     try:
         return Config.model_validate({**data, "root": root, "source": source})
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc.errors()[0])}") from None
+        raise ConfigError(f"{source}: {_describe(exc.errors())}") from None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -161,6 +211,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def load_config(path: Path | None = None, start: Path | None = None) -> Config:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from lockguard.errors import LockguardError
+
 if TYPE_CHECKING:
     import git
 
@@ -27,7 +29,7 @@ FETCH_TIMEOUT_S = 300
 DEEPEN_STEPS = (50, 200, 1000)
 
 
-class GitRefError(Exception):
+class GitRefError(LockguardError):
     """A ref, a path or a repository that cannot be used; `str()` is one line."""
 
 

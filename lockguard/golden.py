@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from lockguard import __version__
+from lockguard.errors import LockguardError
 from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, parse_result
 
 
-class GoldenError(ValueError):
+class GoldenError(LockguardError):
     """A golden file that exists but cannot be used; one line naming the file."""
 
 

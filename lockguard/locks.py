@@ -38,12 +38,14 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict
 
+from lockguard.errors import LockguardError
+
 # ---------------------------------------------------------------------------------------------
 # The data model
 # ---------------------------------------------------------------------------------------------
 
 
-class LockError(ValueError):
+class LockError(LockguardError):
     """A lock that cannot be used. `str()` is one line: `file:line: what is wrong`."""
 
     def __init__(self, source: str, line: int | None, reason: str) -> None:

@@ -62,6 +62,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from lockguard.errors import LockguardError
+
 PIP_TOOLS_VERSION = "7.5.2"
 PIP_VERSION = "25.2"
 # The whole closure, so the tool env is the same everywhere (click releases have broken
@@ -88,7 +90,7 @@ INDEX_TIMEOUT_S = 120.0
 _PYPI_SIMPLE = "https://pypi.org/simple"
 
 
-class ResolveError(Exception):
+class ResolveError(LockguardError):
     """A lock could not be resolved or written; `str()` is one line saying why."""
 
 

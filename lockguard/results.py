@@ -6,11 +6,14 @@ written with Python's repr, which round-trips exactly, so losses are never round
 """
 
 import json
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lockguard.errors import LockguardError
 
 SCHEMA_VERSION = 1
 
@@ -20,6 +23,7 @@ class Status(str, Enum):
     crashed = "crashed"
     nan = "nan"
     timeout = "timeout"
+    invalid = "invalid"  # set by lockguard: the run finished but its result breaks the contract
 
 
 class Timings(BaseModel):
@@ -78,7 +82,7 @@ class RunResult(BaseModel):
     error: str | None = None  # last lines of the error, for crashed/nan/timeout
 
 
-class ResultError(ValueError):
+class ResultError(LockguardError):
     """A RunResult file that cannot be read: the message names the file and what is wrong."""
 
 
@@ -97,6 +101,59 @@ def parse_result(data: Any, source: str) -> RunResult:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(root)"
         raise ResultError(f"{source}: field {where}: {first['msg']}") from None
+
+
+def contract_problems(result: RunResult, *, scenario: str, framework: str,
+                      steps: int) -> list[str]:
+    """What makes an `ok` result unusable as evidence; empty when it is sound.
+
+    A run that stops early, returns five losses for twenty steps or a NaN output must never
+    be compared as if it were healthy: "bitwise identical over 20 steps" has to mean 20 steps.
+    """
+    problems = []
+    if result.scenario != scenario:
+        problems.append(f"it is a result of scenario {result.scenario!r}, not {scenario!r}")
+    if result.framework != framework:
+        problems.append(f"it was run by {result.framework!r}, not {framework!r}")
+    if result.steps != steps:
+        problems.append(f"it says {result.steps} steps, {steps} were asked for")
+    if len(result.losses) != steps:
+        problems.append(f"{len(result.losses)} losses for {steps} steps")
+    if result.grad_norms and len(result.grad_norms) != steps:
+        problems.append(f"{len(result.grad_norms)} gradient norms for {steps} steps")
+    if result.output_shape and math.prod(result.output_shape) != len(result.outputs):
+        problems.append(f"{len(result.outputs)} outputs for shape {result.output_shape}")
+    return problems
+
+
+def non_finite(result: RunResult) -> str | None:
+    """Where an ok result holds NaN or inf, if anywhere: a NaN output is as broken as a NaN loss."""
+    series = [("loss", result.losses), ("gradient norm", result.grad_norms),
+              ("output", result.outputs)]
+    for label, values in series:
+        for i, v in enumerate(values):
+            if not math.isfinite(v):
+                return f"{label} {i} is {v}"
+    for label, named in (("parameter norm", result.param_norms), ("metric", result.metrics)):
+        for name, v in named.items():
+            if not math.isfinite(v):
+                return f"{label} {name!r} is {v}"
+    return None
+
+
+def verify(result: RunResult, *, scenario: str, framework: str, steps: int) -> RunResult:
+    """`result` checked in full on arrival: an `ok` run that breaks the contract becomes
+    `invalid` (or `nan`), with what was wrong, so that it is `broken`, never compared."""
+    if result.status != Status.ok:
+        return result
+    problems = contract_problems(result, scenario=scenario, framework=framework, steps=steps)
+    if problems:
+        return result.model_copy(update={
+            "status": Status.invalid,
+            "error": "the run's result breaks the result contract: " + "; ".join(problems)})
+    if (where := non_finite(result)) is not None:
+        return result.model_copy(update={"status": Status.nan, "error": f"{where}"})
+    return result
 
 
 def read_result(path: Path) -> RunResult:

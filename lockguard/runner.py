@@ -18,7 +18,7 @@ from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
 from lockguard.locks import Lock, parse_lock
 from lockguard.progress import QUIET, Progress
-from lockguard.results import RunResult
+from lockguard.results import RunResult, verify
 from lockguard.scenarios import Scenario
 
 
@@ -135,7 +135,8 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
             env, request = jobs[index]
             out_dir = Path(tmp) / str(index)
             out_dir.mkdir()
-            result = env.run(request, out_dir)
+            result = verify(env.run(request, out_dir), scenario=request.scenario.id,
+                            framework=request.scenario.framework, steps=request.steps)
             results[index] = result
             label = escape(f"{request.scenario.id} [{env.label}]")
             progress.info(f"  {label}: {result.status.value}"

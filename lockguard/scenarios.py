@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockguard.config import Config, ConfigError, ToleranceSetting
+from lockguard.errors import one_line
 
 HARNESS_DIR = Path(__file__).parent / "harness"
 
@@ -91,6 +92,7 @@ def select(config: Config, requested: list[str]) -> list[Scenario]:
     wanted = requested or config.scenarios or []
     if not wanted:
         return list(known.values())
+    where = "" if requested else f"{config.source}: key 'scenarios': "
     out = []
     for name in wanted:
         if name in known:
@@ -99,7 +101,8 @@ def select(config: Config, requested: list[str]) -> list[Scenario]:
         # A prefix such as "torch" or "jax.lm" selects every scenario below it.
         matches = [s for sid, s in known.items() if sid.startswith(name + ".")]
         if not matches:
-            raise ConfigError(f"unknown scenario {name!r} (see `lockguard scenarios`)")
+            raise ConfigError(f"{where}unknown scenario {one_line(repr(name), 80)} "
+                              "(see `lockguard scenarios`)")
         out.extend(matches)
     return list({s.id: s for s in out}.values())
 

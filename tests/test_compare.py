@@ -671,11 +671,13 @@ def test_gate() -> None:
 
 
 def test_default_fail_on() -> None:
+    # A gate passes only what it compared: incomparable fails by default.
     assert DEFAULT_FAIL_ON == {
         Verdict.drift,
         Verdict.compile_fallback,
         Verdict.device_fallback,
         Verdict.broken,
+        Verdict.incomparable,
     }
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Protocol
 
 from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
+from lockguard.errors import LockguardError
 from lockguard.scenarios import Scenario
 
 
-class EnvError(RuntimeError):
+class EnvError(LockguardError):
     """The environment could not be prepared (bad lock for pip, no docker daemon, ...)."""
 
 

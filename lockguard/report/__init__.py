@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from lockguard.compare import ScenarioVerdict
+from lockguard.errors import printable
 
 FORMATS = ("text", "json", "markdown")
 
@@ -44,15 +45,31 @@ class Report(BaseModel):
     duration_s: float | None = None
 
 
-def render(report: Report, fmt: str) -> str:
+def render(report: Report, fmt: str, color: bool = False) -> str:
     if fmt == "json":
         from lockguard.report import json_
 
-        return json_.render(report)
+        return json_.render(report)  # JSON escapes control characters itself
+    report = printable_report(report)
     if fmt == "markdown":
         from lockguard.report import markdown
 
         return markdown.render(report)
     from lockguard.report import text
 
-    return text.render(report)
+    return text.render(report, color=color)
+
+
+def printable_report(report: Report) -> Report:
+    """The report with every string stripped of terminal escapes: reasons quote pip, training
+    logs and golden files, and none of them may drive the reader's terminal."""
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return printable(value)
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        return value
+
+    return Report.model_validate(clean(report.model_dump()))
