@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 import lockguard
 from lockguard.cache import cache_dir, file_lock
+from lockguard.files import write_text
 from lockguard.envs.base import EnvError
 from lockguard.locks import Lock, Pin
 from lockguard.progress import QUIET, Progress
@@ -142,7 +143,7 @@ def write_bases(bases: dict[str, Base], path: Path | None = None) -> None:
         elif table in bases and re.match(r"^digest\s*=", line):
             line = f'digest = "{bases[table].digest}"\n'
         out.append(line)
-    _atomic_write(path, "".join(out))
+    write_text(path, "".join(out))
 
 
 def pin_bases(resolve: Callable[[str], str], path: Path | None = None,
@@ -559,9 +560,3 @@ def _read_toml(path: Path) -> dict:
         return tomllib.loads(_read(path))
     except tomllib.TOMLDecodeError as exc:
         raise EnvError(f"{path}: invalid TOML: {exc}") from None
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from lockguard.errors import LockguardError
+from lockguard.files import write_text
 
 PIP_TOOLS_VERSION = "7.5.2"
 PIP_VERSION = "25.2"
@@ -368,7 +369,7 @@ def _compile(
         if resolver == "uv":
             body = _normalise_uv_body(body)
         header = _header(out_arg, src_arg, extra_args, tool, invocation)
-        _write_atomically(output, header + body.lstrip("\n"))
+        write_text(output, header + body.lstrip("\n"))
     say(f"wrote {output}")
     return output
 
@@ -438,30 +439,6 @@ def _normalise_uv_body(body: str) -> str:
     # makes the two resolvers' locks carry the same options (and the same lock hash).
     lines = [ln for ln in body.splitlines(keepends=True) if ln.strip() != f"--index-url {_PYPI_SIMPLE}"]
     return "".join(lines)
-
-
-def _write_atomically(output: Path, text: str) -> None:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if output.exists():
-            shutil.copymode(output, tmp)  # keep the lock's permissions, not mkstemp's 0600
-        else:
-            os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, output)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _relpath(path: Path, start: Path) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 
 from lockguard import images
 from lockguard.cache import cache_dir, file_lock
+from lockguard.files import write_text
 from lockguard.envs.base import (
     EnvError, RunRequest, compile_cache_env, execute, harness_args, harness_env,
 )
@@ -164,10 +165,7 @@ def target_of(client, base: Base) -> Target:
                          what=f"probing base image {base.ref}")
     data = _last_json(output, f"probing base image {base.ref}")
     target = Target.from_probe(data)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, cached)
+    write_text(cached, json.dumps(data))
     return target
 
 
@@ -388,11 +386,7 @@ def _write_record(recipe: ImageRecipe, lock: Lock, image_id: str, seconds: float
               "lock": lock.source, "base": recipe.base.ref, "base_digest": recipe.base.digest,
               "built_s": round(seconds, 1) if seconds is not None else None,
               "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    path = image_dir(recipe) / READY
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(image_dir(recipe) / READY, json.dumps(record, indent=1))
 
 
 # ---------------------------------------------------------------------------------------------
