@@ -171,6 +171,14 @@ def test_expected_cuda_on_a_cpu_machine_is_device_fallback(tmp_path):
     ("def run(steps, seed):\n    raise RuntimeError('boom in user code')\n", "boom in user code"),
     ("def run(steps, seed):\n    return [1.0, float('nan')] + [0.5] * (steps - 2)\n", "nan"),
     ("import time\ndef run(steps, seed):\n    time.sleep(120)\n", "no result after 5 s"),
+    # Results are checked in full on arrival: short, non-finite anywhere, or of another shape.
+    ("def run(steps, seed):\n    return [1.0] * 5\n", "5 losses for 20 steps"),
+    ("def run(steps, seed):\n    return {'losses': [1.0] * steps, 'outputs': [0.5, float('nan')]}\n",
+     "output 1 is nan"),
+    ("def run(steps, seed):\n    return {'losses': [1.0] * steps, "
+     "'grad_norms': [float('inf')] * steps}\n", "gradient norm 0 is inf"),
+    ("def run(steps, seed):\n    return {'losses': [1.0] * steps, 'grad_norms': [1.0]}\n",
+     "1 gradient norms for 20 steps"),
 ])
 def test_broken_runs_are_reported_not_raised(tmp_path, numpy_locks, body, status_text):
     project = make_project(tmp_path / "b", """
