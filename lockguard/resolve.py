@@ -494,10 +494,19 @@ def _has_pinned_pair() -> bool:
         return False
 
 
+def find_uv() -> str | None:
+    """The uv executable: on PATH, or installed beside this interpreter (a venv whose bin/ is
+    not on PATH, as `.venv/bin/python -m lockguard` runs)."""
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
 def _uv_binary() -> str:
-    uv = shutil.which("uv")
+    uv = find_uv()
     if uv is None:
-        raise ResolveError("--resolver uv needs the uv command on PATH (pip install uv)")
+        raise ResolveError("--resolver uv needs the uv command (pip install uv)")
     return uv
 
 
@@ -509,7 +518,7 @@ def _uv_version(uv: str) -> str:
 
 def _resolver_identity(resolver: Resolver) -> str:
     if resolver == "uv":
-        uv = shutil.which("uv")
+        uv = find_uv()
         return _uv_version(uv) if uv else "uv (missing)"
     return f"pip-tools {PIP_TOOLS_VERSION} pip {PIP_VERSION}"
 
