@@ -5,10 +5,8 @@ JSON with exactly these fields; this module is the only place that reads it back
 written with Python's repr, which round-trips exactly, so losses are never rounded.
 """
 
-import json
 import math
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -152,23 +150,5 @@ def verify(result: RunResult, *, scenario: str, framework: str, steps: int) -> R
             "status": Status.invalid,
             "error": "the run's result breaks the result contract: " + "; ".join(problems)})
     if (where := non_finite(result)) is not None:
-        return result.model_copy(update={"status": Status.nan, "error": f"{where}"})
+        return result.model_copy(update={"status": Status.nan, "error": where})
     return result
-
-
-def read_result(path: Path) -> RunResult:
-    """Read a RunResult JSON file, with one clear error line when it is missing or corrupt."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ResultError(f"{path}: file not found") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    return parse_result(data, str(path))
-
-
-def dump_result(result: RunResult) -> str:
-    """Serialise a RunResult with exact floats (repr) and stable key order."""
-    return json.dumps(result.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
