@@ -601,7 +601,7 @@ def _run(cmd: Sequence[str], *, timeout: float, what: str,
             done = process.run(list(cmd), log=out, stderr_log=err, timeout=timeout, env=env,
                                cwd=cwd)
         except process.ProcessError as exc:
-            raise ResolveError(f"cannot run {what}: {exc}") from None
+            raise ResolveError(f"{what}: {exc}") from None
         if done.timed_out:
             raise ResolveError(f"{what} did not finish within {timeout:.0f} s")
         return subprocess.CompletedProcess(

@@ -13,14 +13,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from lockguard import process
 from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
+from lockguard.errors import tail as last_lines
 from lockguard.locks import Lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult
@@ -34,10 +35,18 @@ def interpreter_tag(python: str) -> str:
         import platform
 
         return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
-    out = subprocess.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
-                          "platform.python_version(),platform.machine())"],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="lockguard-python-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        try:
+            done = process.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
+                                "platform.python_version(),platform.machine())"],
+                               log=out, stderr_log=err, timeout=120)
+        except process.ProcessError as exc:
+            raise EnvError(f"python = {python!r}: {exc}") from None
+        if done.code != 0:
+            reason = last_lines(err.read_text(errors="replace"), 1) or done.describe()
+            raise EnvError(f"python = {python!r} is not a working interpreter: {reason}")
+        return out.read_text(errors="replace").strip()
 
 
 def venv_key(lock: Lock, python: str, installer: str) -> str:
