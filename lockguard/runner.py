@@ -125,9 +125,9 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
     """Run harness processes in parallel (one thread waits on each process); results in order.
 
     Each harness is pinned to its own thread count, so running as many processes as there are
-    cores keeps the machine busy without changing any run's numerics. On an interrupt (or any
-    other exception) jobs not started are cancelled and running ones killed, so the temporary
-    directory is removed as soon as its processes are gone.
+    cores keeps the machine busy without changing any run's numerics. When a job fails the jobs
+    not started are cancelled; on an interrupt the running ones are killed too, so the temporary
+    directory is removed within a second or two, after its processes are gone.
     """
     from rich.markup import escape
 
