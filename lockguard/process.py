@@ -187,6 +187,8 @@ def _wait(proc: subprocess.Popen[bytes], log: Path,
             if not chunk:
                 break
             out += chunk
+            if len(out) >= 8 and len(out) == 8 + int.from_bytes(out[:8], "little"):
+                break  # the whole report: the supervisor is exiting
             if len(out) > 1 << 20:  # a broken supervisor: its report is a few hundred bytes
                 del out[:-(1 << 16)]
         if on_line:

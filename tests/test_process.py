@@ -386,9 +386,10 @@ def test_kill_all_stops_runs_in_other_threads_promptly(tmp_path, token):
 
 
 def test_supervisor_overhead_is_small(tmp_path):
-    """What the supervisor adds to a run, against a bare subprocess of the same command. A
-    loose bound that survives a loaded CI machine but not a poll loop or a sleep; the real
-    number comes from benchmarks/bench_process.py."""
+    """What the supervisor adds to a run, against a bare subprocess of the same command. It is
+    about one more interpreter start, so the bound scales with what one start costs on this
+    machine now (a loaded CI box is slow at both); a poll interval or a sleep would break it.
+    The real figure comes from benchmarks/bench_process.py."""
     cmd = [sys.executable, "-I", "-S", "-c", "pass"]
 
     def bare() -> None:
@@ -405,6 +406,7 @@ def test_supervisor_overhead_is_small(tmp_path):
             times.append(time.perf_counter() - began)
         return min(times)
 
-    added = best(supervised) - best(bare)
-    print(f"supervisor overhead: {added * 1000:.0f} ms per run")
-    assert added < 0.5
+    one_start = best(bare)
+    added = best(supervised) - one_start
+    print(f"supervisor overhead: {added * 1000:.0f} ms per run ({one_start * 1000:.0f} ms bare)")
+    assert added < 5 * one_start + 0.05
