@@ -314,10 +314,6 @@ def kill_all(wait: float = GRACE_S + 1.5) -> None:
             _kill_hard(handle.proc.pid)
 
 
-def interrupted() -> bool:
-    return _interrupted.is_set()
-
-
 def install_signal_handlers() -> None:
     """SIGINT and SIGTERM: kill every child tree, then raise Interrupted in the main thread.
 

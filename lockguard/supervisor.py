@@ -361,12 +361,12 @@ class Supervisor:
         if self.child_status is not None:
             code = os.waitstatus_to_exitcode(self.child_status)
         return {"code": code, "timed_out": stopped == "timeout", "stopped": stopped,
-                "omitted": omitted, "leftovers": max(self.leftovers, 0), "error": None}
+                "omitted": omitted, "leftovers": self.leftovers, "error": None}
 
 
 def main():
+    supervisor = Supervisor()  # first: from here on a SIGTERM is handled, not fatal
     prctl(PR_SET_CHILD_SUBREAPER, 1)  # where it fails only the process group can be killed
-    supervisor = Supervisor()
     job = read_job()
     if job is None or supervisor.stop_requested():
         return 0  # lockguard went away or stopped us before there was anything to run
