@@ -144,6 +144,10 @@ def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[st
 @click.version_option(__version__, prog_name="lockguard")
 def cli() -> None:
     """Catch silent training drift when an ML stack's lock changes."""
+    from lockguard.process import install_signal_handlers
+
+    # Ctrl-C and SIGTERM kill every training and build at once and exit 130 (handles_errors).
+    install_signal_handlers()
 
 
 def main(argv: list[str] | None = None) -> None:

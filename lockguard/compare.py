@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, PlainSerializer, computed_field, field_serializer
 
+from lockguard.errors import tail
 from lockguard.results import CompileDiagnostics, RunResult, Status
 
 # --------------------------------------------------------------------------------------------
@@ -644,7 +645,7 @@ def compare_runs(
     broken = next((run for run in candidates if run.status != Status.ok), None)
     if broken is not None:
         findings.add(Verdict.broken, _broken_reason(broken, "candidate", candidates))
-        result.error = _tail(broken.error)
+        result.error = tail(broken.error, 20) or None
     _check_expected_device(candidates, expected_device, findings)
     miscompile = accuracy_failure(candidate.compile) if broken is None else None
     if miscompile is not None:
@@ -711,13 +712,6 @@ def _finish(result: ScenarioVerdict, findings: _Findings) -> ScenarioVerdict:
     return result
 
 
-def _tail(text: str | None, lines: int = 20) -> str | None:
-    # Tracebacks end with the line that matters; the head is mostly harness frames.
-    if not text:
-        return None
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
 def _broken_reason(run: RunResult, role: str, runs: list[RunResult]) -> str:
     what = {
         Status.crashed: "crashed",
@@ -729,7 +723,7 @@ def _broken_reason(run: RunResult, role: str, runs: list[RunResult]) -> str:
         which = f"the {role} run"
     else:
         which = f"{role} run {runs.index(run) + 1} of {len(runs)}"
-    last_line = (_tail(run.error, 1) or "").strip()
+    last_line = tail(run.error, 1).strip()
     return f"{which} {what}" + (f": {last_line}" if last_line else "")
 
 

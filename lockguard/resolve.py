@@ -575,17 +575,27 @@ def pip_config() -> dict[str, str]:
 
 def _run(cmd: Sequence[str], *, timeout: float, what: str,
          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """A resolver command through the one process runner; stdout and stderr as text (each
+    capped by the runner, which keeps the head and the end where errors are)."""
+    from lockguard import process
+
     env = dict(os.environ)
     # Never wait on a credentials prompt or print upgrade nags into the captured output.
     env.setdefault("PIP_NO_INPUT", "1")
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    try:
-        return subprocess.run(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise ResolveError(f"{what} did not finish within {timeout:.0f} s") from None
-    except OSError as exc:
-        raise ResolveError(f"cannot run {what} ({cmd[0]}): {exc.strerror or exc}") from None
+    with tempfile.TemporaryDirectory(prefix="lockguard-cmd-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        try:
+            done = process.run(list(cmd), log=out, stderr_log=err, timeout=timeout, env=env,
+                               cwd=cwd)
+        except process.ProcessError as exc:
+            raise ResolveError(f"{what}: {exc}") from None
+        if done.timed_out:
+            raise ResolveError(f"{what} did not finish within {timeout:.0f} s")
+        return subprocess.CompletedProcess(
+            list(cmd), done.code if done.code is not None else 1,
+            out.read_text(encoding="utf-8", errors="replace"),
+            err.read_text(encoding="utf-8", errors="replace"))
 
 
 # ---------------------------------------------------------------------------------------------

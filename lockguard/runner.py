@@ -125,12 +125,16 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
     """Run harness processes in parallel (one thread waits on each process); results in order.
 
     Each harness is pinned to its own thread count, so running as many processes as there are
-    cores keeps the machine busy without changing any run's numerics.
+    cores keeps the machine busy without changing any run's numerics. When a job fails the jobs
+    not started are cancelled; on an interrupt the running ones are killed too, so the temporary
+    directory is removed within a second or two, after its processes are gone.
     """
     from rich.markup import escape
 
+    from lockguard import process
+
     results: list[RunResult | None] = [None] * len(jobs)
-    with tempfile.TemporaryDirectory(prefix="lockguard-run-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lockguard-run-", ignore_cleanup_errors=True) as tmp:
         def one(index: int) -> None:
             env, request = jobs[index]
             out_dir = Path(tmp) / str(index)
@@ -146,7 +150,15 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
                 on_done(request, result)
 
         with progress.step(f"Running {len(jobs)} training run(s) on {workers()} worker(s)"):
-            with ThreadPoolExecutor(max_workers=workers()) as pool:
+            pool = ThreadPoolExecutor(max_workers=workers())
+            try:
                 for future in [pool.submit(one, i) for i in range(len(jobs))]:
                     future.result()
+            except BaseException as exc:
+                pool.shutdown(wait=False, cancel_futures=True)
+                if isinstance(exc, KeyboardInterrupt):
+                    process.kill_all()  # done already when the CLI's signal handler raised it
+                raise
+            finally:
+                pool.shutdown(wait=True)
     return [r for r in results if r is not None]

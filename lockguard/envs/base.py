@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from lockguard import process
 from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
 from lockguard.errors import LockguardError
 from lockguard.scenarios import Scenario
@@ -87,35 +85,30 @@ def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
                      seed=request.seed, dtype=request.scenario.dtype, status=status, error=error)
 
 
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
 def execute(argv: list[str], request: RunRequest, result_path: Path,
             env: dict[str, str] | None = None, cwd: Path | None = None) -> RunResult:
-    """Run a harness command; always return a RunResult, never raise for a failing training."""
+    """Run a harness command; always return a RunResult, never raise for a failing training.
+
+    Its output goes to a log beside the result file (the run's temporary directory); the log's
+    last lines become the error of a run that failed or timed out."""
     result_path.unlink(missing_ok=True)
-    start = time.perf_counter()
-    # A new session, so a timeout kills the whole process group (torch.compile spawns workers).
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                            cwd=cwd, start_new_session=True, text=True, errors="replace")
+    log = result_path.with_name(result_path.name.removesuffix(".json") + ".log")
     try:
-        output, _ = proc.communicate(timeout=request.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+        done = process.run(argv, log=log, timeout=request.timeout, env=env, cwd=cwd)
+    except process.ProcessError as exc:
+        raise EnvError(f"cannot start the harness: {exc}") from None
+    if done.timed_out:
         return failed_result(request, Status.timeout,
-                             f"no result after {request.timeout:g} s (killed)\n{_tail(output)}")
-    wall = time.perf_counter() - start
+                             f"no result after {request.timeout:g} s (killed)\n{done.tail()}")
     if not result_path.is_file():
         return failed_result(request, Status.crashed,
-                             f"harness exited with code {proc.returncode} and wrote no result\n"
-                             f"{_tail(output)}")
+                             f"harness ended with {done.describe()} and wrote no result\n"
+                             f"{done.tail()}")
     try:
         result = parse_result(json.loads(result_path.read_text(encoding="utf-8")),
                               str(result_path))
     except (ValueError, ResultError) as exc:
         return failed_result(request, Status.crashed, f"unreadable harness result: {exc}")
     if result.timings.total_s is None:
-        result.timings.total_s = wall
+        result.timings.total_s = done.seconds
     return result

@@ -13,18 +13,21 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from lockguard import process
 from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
+from lockguard.errors import tail as last_lines
 from lockguard.locks import Lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult
 
 READY = "lockguard-ready.json"
+BUILD_TIMEOUT_S = 3600  # one installer run; a hung download must not hold CI forever
 
 
 def interpreter_tag(python: str) -> str:
@@ -32,10 +35,18 @@ def interpreter_tag(python: str) -> str:
         import platform
 
         return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
-    out = subprocess.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
-                          "platform.python_version(),platform.machine())"],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="lockguard-python-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        try:
+            done = process.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
+                                "platform.python_version(),platform.machine())"],
+                               log=out, stderr_log=err, timeout=120)
+        except process.ProcessError as exc:
+            raise EnvError(f"python = {python!r}: {exc}") from None
+        if done.code != 0:
+            reason = last_lines(err.read_text(errors="replace"), 1) or done.describe()
+            raise EnvError(f"python = {python!r} is not a working interpreter: {reason}")
+        return out.read_text(errors="replace").strip()
 
 
 def venv_key(lock: Lock, python: str, installer: str) -> str:
@@ -86,7 +97,11 @@ def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progre
                                f"{tail[-1] if tail else f'exit code {code}'}")
             cmd = ["uv", "pip", "install", "--python", str(path / "bin" / "python")]
         else:
-            subprocess.run([python, "-m", "venv", str(path)], check=True, capture_output=True)
+            code, tail = run_logged([python, "-m", "venv", str(path)],
+                                    path.parent / f"{path.name}.venv.log", step)
+            if code != 0:
+                raise EnvError(f"{python} could not create a venv: "
+                               f"{tail[-1] if tail else f'exit code {code}'}")
             cmd = [str(path / "bin" / "python"), "-m", "pip", "install", "--no-input",
                    "--disable-pip-version-check", "--progress-bar", "off"]
         if lock.has_hashes:
@@ -107,21 +122,18 @@ def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progre
 
 
 def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
-    """Run an installer, streaming its lines to a log file and the spinner."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    tail: list[str] = []
-    with open(log, "w", encoding="utf-8") as f:
-        f.write(" ".join(cmd) + "\n")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", env=harness_env())
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            f.write(line)
-            tail = (tail + [line.rstrip()])[-40:]
-            if line.strip():
-                step.update(line.strip())
-        code = proc.wait()
-    return code, tail
+    """Run an installer, its output going to a log file and its latest line to the spinner.
+    Returns the exit code (non-zero when it could not start or ran past BUILD_TIMEOUT_S) and
+    the log's last lines."""
+    try:
+        done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S, env=harness_env(),
+                           header=" ".join(cmd), on_line=step.update)
+    except process.ProcessError as exc:
+        return 127, [str(exc)]
+    lines = done.output.splitlines()[-40:]
+    if done.timed_out:
+        return 124, [*lines, f"{cmd[0]}: {done.describe()}"]
+    return done.code if done.code is not None else 1, lines
 
 
 def pip_reason(lines: list[str]) -> str:
