@@ -229,7 +229,10 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
             candidate = directory / name
             if candidate.is_file():
                 data = _read_toml(candidate)
-                if name == "lockguard.toml" or "lockguard" in data.get("tool", {}):
+                tool = data.get("tool", {})
+                if not isinstance(tool, dict):
+                    raise ConfigError(f"{candidate}: key 'tool': expected a table")
+                if name == "lockguard.toml" or "lockguard" in tool:
                     return _load_file(candidate, data)
         if (directory / ".git").exists():
             break  # don't wander out of the project
@@ -239,7 +242,10 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
 def _load_file(path: Path, data: dict[str, Any] | None = None) -> Config:
     data = _read_toml(path) if data is None else data
     if path.name == "pyproject.toml":
-        section = data.get("tool", {}).get("lockguard", {})
+        tool = data.get("tool", {})
+        if not isinstance(tool, dict):
+            raise ConfigError(f"{path}: key 'tool': expected a table")
+        section = tool.get("lockguard", {})
         source = f"{path} [tool.lockguard]"
     else:
         section = data

@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockguard.cache import cache_root
 from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
+from lockguard.files import writable_dir
 from lockguard.locks import Lock, parse_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
@@ -81,6 +83,8 @@ class Environments:
     """Prepares each lock's environment once per check, for the configured backend."""
 
     def __init__(self, config: Config, kind: str, progress: Progress = QUIET) -> None:
+        if kind != "local":  # a cache that cannot hold an environment: known before any build
+            writable_dir(cache_root(), "lockguard's cache (LOCKGUARD_CACHE)")
         self.config = config
         self.kind = kind
         self.progress = progress

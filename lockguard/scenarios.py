@@ -69,8 +69,14 @@ def user_scenarios(config: Config) -> list[Scenario]:
     out = []
     for name, sc in config.scenario.items():
         script = config.resolve(sc.script)
-        if not script.is_file():
-            raise ConfigError(f"{config.source}: scenario.{name}.script: {script} not found")
+        try:
+            found = script.is_file()
+        except OSError as exc:  # a name too long, a symlink loop
+            raise ConfigError(f"{config.source}: key 'scenario.{name}.script': {script}: "
+                              f"{exc.strerror or exc}") from None
+        if not found:
+            raise ConfigError(f"{config.source}: key 'scenario.{name}.script': {script} not "
+                              "found")
         out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
                             f"user script {sc.script}", steps=sc.steps or 20, script=script,
                             tolerance=sc.tolerance, device=sc.device))
