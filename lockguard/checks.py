@@ -7,6 +7,7 @@ record, each atomically.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,8 @@ from lockguard.config import Config, Options, ToleranceSetting, display_path
 from lockguard.envs.base import RunRequest
 from lockguard.files import writable_dir
 from lockguard import golden
-from lockguard.golden import Golden, GoldenError, golden_path
+from lockguard.golden import Golden, GoldenError, class_paths, golden_path, legacy_path
+from lockguard.hardware import HardwareClass, difference, hardware_class, host_class
 from lockguard.locks import check_family_rules, diff_locks, framework_version
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
@@ -26,7 +28,7 @@ from lockguard.runner import (
 from lockguard.scenarios import Scenario, harness_digest, inputs_digest
 
 if TYPE_CHECKING:
-    from lockguard.compare import Policy, ScenarioVerdict, Tolerance
+    from lockguard.compare import HardwareChange, Policy, ScenarioVerdict, Tolerance
     from lockguard.report import LockInfo, ParityRow, Report
 
 # compare and report (pydantic models, rich) are imported where used, and warmed up in the
@@ -152,52 +154,69 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
                    local=kind == "local")
     gdir = _golden_dir(config)
-    writable_dir(gdir, "golden_dir")  # known now, not after every training ran
-    previous: dict[str, Golden | None] = {
-        p.scenario.id: golden.load(golden_path(gdir, p.device, p.scenario.id))
-        for p in planned if not p.skip_reason}
     runnable = [p for p in planned if not p.skip_reason]
+    hosts = _Hosts()
+    notes: list[str] = []
+    # Before anything runs: where the goldens go must be writable, and this class's old golden
+    # may be corrupt or of an old schema (it is replaced: that is what the error told the user
+    # to do), but it may not be a directory, which a golden file cannot replace.
+    previous: dict[str, dict[str, Golden]] = {}
+    for p in runnable:
+        writable_dir(gdir / p.device, "the golden directory")
+        host = hosts.get(p.device)
+        if host is not None:
+            target = golden_path(gdir, p.device, host.id, p.scenario.id)
+            if os.path.isdir(target):
+                raise GoldenError(f"{target}: is a directory, not a golden file; remove it")
+        previous[p.scenario.id] = _previous_goldens(gdir, p, host, notes)
     envs = Environments(config, kind, progress)
     jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
             for p in runnable]
     _prewarm()
     results = run_requests(jobs, progress)
-    from lockguard.compare import Verdict, compare_runs, skipped
+    from lockguard.compare import Verdict, skipped
     from lockguard.report import Report
 
     harness = harness_digest()
     commit = golden.git_commit(config.root)
     policy = policy_for(config, opts.exact)
     verdicts: list[ScenarioVerdict] = []
-    to_write: list[tuple[Path, RunResult, dict]] = []
+    to_write: list[tuple[Path, RunResult, dict, HardwareClass]] = []
+    crossed: dict[tuple[str, str], list[str]] = {}
     for p, (env, _), result in zip(runnable, jobs, results):
-        old = previous[p.scenario.id]
-        v = compare_runs([old.result] if old else [], [result], policy=policy,
-                         baseline_kind="golden", expected_device=p.device, timed_together=False,
-                         tolerance=_tolerance(p.scenario.tolerance))
+        digest = _digest(p, config, harness)
+        v = _compare_with_goldens(p, [result], previous[p.scenario.id], hosts.get(p.device),
+                                  digest, policy, crossed)
         verdicts.append(v)
         if result.status != Status.ok or v.verdict == Verdict.device_fallback:
             continue  # a reference must be a healthy run on the intended device
         provenance = {"lock": display_path(p.lock.path) if p.lock else None,
-                      "lock_hash": p.lock.lock.lock_hash if p.lock else "local",
-                      "inputs_digest": _digest(p, config, harness),
+                      "lock_hash": _lock_hash(p),
+                      "inputs_digest": digest,
                       "framework_version": result.framework_version,
                       "env": env.label,
-                      "git_commit": commit,
-                      "fingerprint": result.fingerprint}
-        to_write.append((golden_path(gdir, p.device, p.scenario.id), result, provenance))
-    for path, result, provenance in to_write:
-        golden.write(path, result, provenance)
+                      "git_commit": commit}
+        cls = hardware_class(result.fingerprint, p.device, result.device_name)
+        to_write.append((golden_path(gdir, p.device, cls.id, p.scenario.id), result,
+                         provenance, cls))
+    for path, result, provenance, cls in to_write:
+        golden.write(path, result, provenance, cls)
+        legacy = legacy_path(gdir, cls.device, result.scenario)
+        if os.path.isfile(legacy) or os.path.islink(legacy):
+            os.unlink(legacy)
+            notes.append(f"removed {display_path(legacy)} (schema 1, no hardware class): "
+                         f"replaced by {display_path(path)}")
     verdicts += [skipped(p.scenario.id, p.scenario.framework, p.skip_reason)
                  for p in planned if p.skip_reason]
     broken = [v for v in verdicts if v.verdict in (Verdict.broken, Verdict.device_fallback)]
     idle = nothing_done(verdicts, "recorded")
     return Report(command="record", mode="record", device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=verdicts,
-                  notes=[idle] if idle else [],
                   parity=parity({p.scenario.id: p.scenario for p in runnable},
                                 {p.scenario.id: r for p, r in zip(runnable, results)}),
-                  written=[str(path) for path, _, _ in to_write], passed=not broken and not idle,
+                  written=[str(path) for path, *_ in to_write], passed=not broken and not idle,
+                  notes=([idle] if idle else []) + notes + _crossed_notes(crossed),
+                  hardware=_hardware_of(hosts),
                   duration_s=time.perf_counter() - start)
 
 
@@ -219,32 +238,44 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                    local=kind == "local")
     gdir = _golden_dir(config)
     harness = harness_digest()
-    unchanged: set[str] = set()
-    to_run: list[tuple[Planned, Golden | None]] = []
+    hosts = _Hosts()
+    unchanged: dict[str, HardwareClass] = {}
+    to_run: list[tuple[Planned, dict[str, Golden], str]] = []
     for p in planned:
         if p.skip_reason:
             continue
-        path = golden_path(gdir, p.device, p.scenario.id)
-        raw = golden.read_raw(path)  # corrupt → GoldenError before anything runs
-        if raw is None and not opts.allow_new:
-            raise GoldenError(f"{path}: no golden recorded for scenario {p.scenario.id} "
-                              f"(run `lockguard record --scenario {p.scenario.id}` first)")
-        if raw is not None and not opts.rerun and opts.repeat == 1 \
-                and raw["provenance"].get("inputs_digest") == _digest(p, config, harness):
-            # Same lock, harness, scenario and settings as when recorded: the answer is known
-            # without importing a framework or building an environment.
-            unchanged.add(p.scenario.id)
+        sid, host, digest = p.scenario.id, hosts.get(p.device), _digest(p, config, harness)
+        mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
+        # Every golden read here is verified (digest, shape, class): a bad one is an error
+        # before anything runs.
+        raw = golden.read_raw(mine) if mine is not None else None
+        if raw is not None and host is not None and not opts.rerun and opts.repeat == 1 \
+                and _unchanged(raw, p, digest):
+            # Same lock, harness, scenario and settings as when recorded, on this hardware
+            # class: the answer is known without importing a framework or building anything.
+            unchanged[sid] = host
             continue
-        to_run.append((p, golden.from_raw(path, raw) if raw is not None else None))
+        goldens = ({host.id: golden.from_raw(mine, raw)} if raw is not None and host is not None
+                   else _load_goldens(gdir, p))
+        if not goldens:
+            legacy = legacy_path(gdir, p.device, sid)
+            if os.path.lexists(legacy):
+                raise GoldenError(f"{legacy}: golden of schema 1 (recorded without a hardware "
+                                  f"class); re-record it (`lockguard record --scenario {sid}`)")
+            if not opts.allow_new:
+                where = mine or golden_path(gdir, p.device, "<hardware class>", sid)
+                raise GoldenError(f"{where}: no golden recorded for scenario {sid} on any "
+                                  f"hardware (run `lockguard record --scenario {sid}` first)")
+        to_run.append((p, goldens, digest))
 
     runs: list[RunResult] = []
     if to_run:
         envs = Environments(config, kind, progress)
         jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
-                for p, _ in to_run for _ in range(opts.repeat)]
+                for p, _, _ in to_run for _ in range(opts.repeat)]
         _prewarm()
         runs = run_requests(jobs, progress)
-    from lockguard.compare import ScenarioVerdict, Verdict, compare_runs, gate_passes, skipped
+    from lockguard.compare import ScenarioVerdict, Verdict, gate_passes, skipped
     from lockguard.report import Report
 
     verdicts: dict[str, ScenarioVerdict] = {}
@@ -255,26 +286,138 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
             verdicts[p.scenario.id] = ScenarioVerdict(
                 scenario=p.scenario.id, framework=p.scenario.framework,
                 verdict=Verdict.identical, baseline_kind="golden",
-                reasons=["lock and scenario unchanged since the golden was recorded (not re-run;"
-                         " --rerun runs it)"])
+                reasons=["lock and scenario unchanged since the golden was recorded on this "
+                         f"hardware class ({unchanged[p.scenario.id].describe()}); not re-run "
+                         "(--rerun runs it)"])
     results: dict[str, RunResult] = {}
-    if to_run:
-        policy = policy_for(config, opts.exact)
-        for i, (p, gold) in enumerate(to_run):
-            mine = runs[i * opts.repeat:(i + 1) * opts.repeat]
-            results[p.scenario.id] = mine[0]
-            verdicts[p.scenario.id] = compare_runs(
-                [gold.result] if gold else [], mine, policy=policy, baseline_kind="golden",
-                expected_device=p.device, timed_together=False,
-                tolerance=_tolerance(p.scenario.tolerance))
-    ordered = [verdicts[p.scenario.id] for p in planned]
     policy = policy_for(config, opts.exact)
+    crossed: dict[tuple[str, str], list[str]] = {}
+    for i, (p, goldens, digest) in enumerate(to_run):
+        mine_runs = runs[i * opts.repeat:(i + 1) * opts.repeat]
+        results[p.scenario.id] = mine_runs[0]
+        verdicts[p.scenario.id] = _compare_with_goldens(p, mine_runs, goldens,
+                                                        hosts.get(p.device), digest, policy,
+                                                        crossed)
+    ordered = [verdicts[p.scenario.id] for p in planned]
     idle = nothing_done(ordered, "compared")
     return Report(command="check", mode="golden", device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=ordered,
                   parity=parity({p.scenario.id: p.scenario for p in planned}, results),
-                  notes=[idle] if idle else [], passed=gate_passes(ordered, policy) and not idle,
+                  notes=([idle] if idle else []) + _crossed_notes(crossed),
+                  hardware=_hardware_of(hosts),
+                  passed=gate_passes(ordered, policy) and not idle,
                   duration_s=time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------ hardware classes
+
+class _Hosts:
+    """This machine's hardware class per device, read once (None where it cannot be read
+    cheaply: a TPU, a GPU whose driver /proc/driver/nvidia does not show)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, HardwareClass | None] = {}
+
+    def get(self, device: str) -> HardwareClass | None:
+        if device not in self._known:
+            self._known[device] = host_class(device)
+        return self._known[device]
+
+    def known(self) -> dict[str, HardwareClass]:
+        return {d: c for d, c in self._known.items() if c is not None}
+
+
+def _hardware_of(hosts: _Hosts) -> dict[str, dict]:
+    return {device: cls.to_json() for device, cls in hosts.known().items()}
+
+
+def _lock_hash(p: Planned) -> str:
+    return p.lock.lock.lock_hash if p.lock else "local"
+
+
+def _unchanged(raw: dict, p: Planned, digest: str) -> bool:
+    """Whether a verified golden of this machine's class answers for `p` without a run."""
+    result = raw["result"]
+    return (raw["provenance"].get("inputs_digest") == digest
+            and result.get("scenario") == p.scenario.id and result.get("steps") == p.steps
+            and result.get("device") == p.device)
+
+
+def _load_goldens(gdir: Path, p: Planned) -> dict[str, Golden]:
+    """Every hardware class's golden of `p`, each verified."""
+    out = {}
+    for path in class_paths(gdir, p.device, p.scenario.id):
+        gold = golden.load(path)
+        if gold is not None:
+            out[gold.hardware.id] = gold
+    return out
+
+
+def _previous_goldens(gdir: Path, p: Planned, host: HardwareClass | None,
+                      notes: list[str]) -> dict[str, Golden]:
+    """What `record` compares a new run with: every readable golden of `p`. An unusable one is
+    set aside with a note; this class's is then replaced, another class's is left alone."""
+    out = {}
+    for path in class_paths(gdir, p.device, p.scenario.id):
+        try:
+            gold = golden.load(path)
+        except GoldenError as exc:
+            mine = host is not None and path.parent.name == host.id
+            notes.append(("replacing " if mine else "ignoring another hardware class's ")
+                         + f"unusable golden: {exc}")
+            continue
+        if gold is not None:
+            out[gold.hardware.id] = gold
+    return out
+
+
+def _compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, Golden],
+                          host: HardwareClass | None, digest: str, policy: Policy,
+                          crossed: dict[tuple[str, str], list[str]]) -> ScenarioVerdict:
+    """The verdict of `runs` against the golden of their own hardware class, or, when there is
+    none, against another class's golden, with the hardware change for compare_runs to judge."""
+    from lockguard.compare import compare_runs
+
+    here = (hardware_class(runs[0].fingerprint, p.device, runs[0].device_name)
+            if runs[0].fingerprint else host)
+    gold = goldens.get(here.id) if here is not None else None
+    change: HardwareChange | None = None
+    if gold is None and goldens:
+        gold = _closest(list(goldens.values()), here, digest)
+        change = _change(gold, here, digest, _lock_hash(p))
+        crossed.setdefault((change.golden, change.current), []).append(p.scenario.id)
+    return compare_runs([gold.result] if gold else [], runs, policy=policy,
+                        baseline_kind="golden", expected_device=p.device, timed_together=False,
+                        tolerance=_tolerance(p.scenario.tolerance), hardware=change)
+
+
+def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> Golden:
+    """The other class's golden that says most: recorded from the same inputs, on the same CPU
+    vendor, most recently (then by class id, so the choice is stable)."""
+    vendor = here.id.split("-", 1)[0] if here is not None else None
+    ordered = sorted(goldens, key=lambda g: g.hardware.id)
+    ordered.sort(key=lambda g: str(g.provenance.get("recorded_at", "")), reverse=True)
+    ordered.sort(key=lambda g: (g.provenance.get("inputs_digest") != digest,
+                                g.hardware.id.split("-", 1)[0] != vendor))
+    return ordered[0]
+
+
+def _change(gold: Golden, here: HardwareClass | None, digest: str,
+            lock_hash: str) -> HardwareChange:
+    from lockguard.compare import HardwareChange
+
+    return HardwareChange(
+        golden=gold.hardware.describe(),
+        current=here.describe() if here is not None else "this machine (hardware class unknown)",
+        same_inputs=gold.provenance.get("inputs_digest") == digest,
+        lock_changed=gold.provenance.get("lock_hash") != lock_hash,
+        detail=difference(gold.hardware, here) if here is not None else None)
+
+
+def _crossed_notes(crossed: dict[tuple[str, str], list[str]]) -> list[str]:
+    return [f"goldens of {', '.join(sids)} were recorded on {old}; this machine is {new}: "
+            "`lockguard record` adds goldens for this hardware class beside them"
+            for (old, new), sids in crossed.items()]
 
 
 def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],

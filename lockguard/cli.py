@@ -192,7 +192,7 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
 @common_options
 @handles_errors
 def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbose) -> None:
-    """Run scenarios and write golden/<device-class>/<scenario>.json."""
+    """Run scenarios and write golden/<device>/<hardware class>/<scenario>.json."""
     check_output(output)
     from lockguard import checks
     from lockguard.config import Options

@@ -30,6 +30,9 @@ class Verdict(str, Enum):
     identical = "identical"  # bitwise equal
     within_tolerance = "within_tolerance"  # differs, but inside the dtype's tolerance
     drift = "drift"  # numerics moved beyond tolerance
+    # Only the hardware differs from the golden's (same lock, scenario and settings): the numbers
+    # moved with the machine, which says nothing about the dependencies. Shown, not judged.
+    other_hardware = "other_hardware"
     compile_fallback = "compile_fallback"  # more graph breaks, retraces, eager fallbacks, no XLA
     device_fallback = "device_fallback"  # ran on another device than expected (cuda -> cpu)
     slower = "slower"  # steady-state steps slower, measured A/B on one machine
@@ -56,6 +59,7 @@ PRECEDENCE: tuple[Verdict, ...] = (
     Verdict.new,
     Verdict.compile_fallback,
     Verdict.drift,
+    Verdict.other_hardware,
     Verdict.slower,
     Verdict.within_tolerance,
     Verdict.identical,
@@ -220,6 +224,17 @@ class CompileDiff(BaseModel):
         return self.regressions + self.improvements
 
 
+class HardwareChange(BaseModel):
+    """The golden was recorded on another hardware class than this run's (lockguard/hardware.py):
+    what the caller knows about the two, for compare_runs to word and judge."""
+
+    golden: str  # the golden's class, for people: "Intel Xeon ... [intel-6.207-...]"
+    current: str  # this run's class
+    same_inputs: bool  # lock, harness, scenario and settings as when the golden was recorded
+    lock_changed: bool  # the golden's lock hash differs from this run's lock
+    detail: str | None = None  # what tells two same-named classes apart (ISA features)
+
+
 class ScenarioVerdict(BaseModel):
     scenario: str
     framework: str
@@ -242,6 +257,7 @@ class ScenarioVerdict(BaseModel):
     improvement: bool = False
     error: str | None = None
     nondeterministic: bool = False
+    hardware: HardwareChange | None = None  # set when the golden is of another hardware class
 
 
 # --------------------------------------------------------------------------------------------
@@ -619,9 +635,15 @@ def compare_runs(
     expected_device: str | None,
     timed_together: bool,
     tolerance: Tolerance | None = None,
+    hardware: HardwareChange | None = None,
 ) -> ScenarioVerdict:
     """One scenario's verdict: candidate runs (>= 1) against baseline runs (a golden, or the
     old lock's runs; none for a new scenario).
+
+    `hardware`: the baseline golden was recorded on another hardware class. A difference is then
+    never a dependency verdict: `other_hardware` when only the hardware changed, `incomparable`
+    when the inputs changed too (the two cannot be told apart); the figures are still given, for
+    information, and bitwise equality is still `identical`.
 
     `tolerance` is the scenario's own override; it beats policy.tolerance, which beats the
     dtype default. Timings are only compared when `timed_together` (both sides measured in
@@ -639,6 +661,7 @@ def compare_runs(
         expected_device=expected_device,
         found_device=candidate.device,
         final_loss_new=candidate.losses[-1] if candidate.losses else None,
+        hardware=hardware if baselines else None,
     )
     findings = _Findings()
 
@@ -658,6 +681,8 @@ def compare_runs(
     baseline = baselines[0]
     result.final_loss_old = baseline.losses[-1] if baseline.losses else None
     if not _check_comparable(baselines, candidate, findings):
+        if hardware is not None:
+            findings.note(_hardware_sentence(hardware, candidate.scenario))
         return _finish(result, findings)
 
     if baseline.compile is not None and candidate.compile is not None:
@@ -668,7 +693,7 @@ def compare_runs(
         findings.note("the candidate reported no compile diagnostics, the baseline did")
 
     tol = _effective_tolerance(policy, tolerance, candidate.dtype)
-    _compare_numerics(baseline, candidate, tol, result, findings)
+    _compare_numerics(baseline, candidate, tol, result, findings, hardware)
 
     for runs, role in ((baselines, "baseline"), (candidates, "candidate")):
         reason = _nondeterminism(runs, role)
@@ -813,6 +838,7 @@ def _compare_numerics(
     tol: Tolerance,
     result: ScenarioVerdict,
     findings: _Findings,
+    hardware: HardwareChange | None = None,
 ) -> None:
     dtype = candidate.dtype
     result.first_divergent_step = first_difference(baseline.losses, candidate.losses)
@@ -832,23 +858,21 @@ def _compare_numerics(
         (result.grad_norms, baseline.grad_norms, candidate.grad_norms, "step"),
         (result.outputs, baseline.outputs, candidate.outputs, "index"),
     ]
-    all_equal = True
+    differences: list[tuple[Verdict, str]] = []
     for diff, old, new, unit in pairs:
         if diff is None:
             continue
         first = first_difference(old, new)
         if first is None:
             continue
-        all_equal = False
         verdict = Verdict.drift if diff.mismatched else Verdict.within_tolerance
-        findings.add(verdict, _series_reason(diff, first, unit, tol))
+        differences.append((verdict, _series_reason(diff, first, unit, tol)))
     if result.param_digest_equal is False:
         # Parameters have no tolerance to check, only their digest; in exact mode that is a
         # drift, otherwise the series above decide.
-        all_equal = False
         verdict = Verdict.drift if tol.exact else Verdict.within_tolerance
-        findings.add(verdict, "the trained parameters differ bitwise (parameter digest)")
-    if all_equal:
+        differences.append((verdict, "the trained parameters differ bitwise (parameter digest)"))
+    if not differences:
         compared = [d.name.replace("_", " ") for d, *_ in pairs if d is not None]
         if result.param_digest_equal:
             compared.append("parameter digest")
@@ -856,6 +880,38 @@ def _compare_numerics(
             Verdict.identical,
             f"bitwise identical over {candidate.steps} steps: " + ", ".join(compared),
         )
+        if hardware is not None:
+            findings.note(f"golden recorded on {hardware.golden}, running on {hardware.current}:"
+                          " bitwise identical all the same")
+    elif hardware is None:
+        for verdict, reason in differences:
+            findings.add(verdict, reason)
+    else:
+        # Across hardware classes a tolerance proves nothing (bf16 moves beyond it between
+        # CPUs): the difference is shown for information and judged by what else changed.
+        verdict = Verdict.other_hardware if hardware.same_inputs else Verdict.incomparable
+        findings.add(verdict, _hardware_sentence(hardware, candidate.scenario))
+        for _, reason in differences:
+            findings.add(verdict, f"for information: {reason}")
+
+
+def _hardware_sentence(hardware: HardwareChange, scenario: str) -> str:
+    """Why a difference from another hardware class's golden is not a dependency verdict, and
+    what to do about it."""
+    detail = f" ({hardware.detail})" if hardware.detail else ""
+    ab = ("or check A/B (`lockguard check --base REF` or `--baseline-lock OLD`), which runs both"
+          " locks on this machine")
+    if hardware.same_inputs:
+        return (f"golden recorded on {hardware.golden}, running on {hardware.current}{detail}:"
+                " only the hardware changed since the golden (same lock, scenario and settings),"
+                " so the numbers below moved with the machine, not with a dependency; remedy:"
+                f" `lockguard record --scenario {scenario}` records a golden for this hardware"
+                f" class beside the other, {ab}")
+    changed = "the lock" if hardware.lock_changed else "the scenario, harness or settings"
+    return (f"golden recorded on {hardware.golden}, running on {hardware.current}{detail}, and"
+            f" {changed} changed too: a hardware change and a dependency change cannot be told"
+            " apart; remedy: record a golden for this hardware class from the unchanged inputs"
+            f" (on the base branch: `lockguard record --scenario {scenario}`), {ab}")
 
 
 def _series_reason(diff: SeriesDiff, first_bitwise: int, unit: str, tol: Tolerance) -> str:

@@ -25,8 +25,8 @@ Device = Literal["cpu", "cuda", "tpu"]
 EnvKind = Literal["venv", "docker", "local"]
 Framework = Literal["torch", "jax", "tensorflow", "numpy"]
 VERDICT_NAMES = (
-    "identical", "within_tolerance", "drift", "compile_fallback", "device_fallback", "slower",
-    "broken", "new", "incomparable", "skipped",
+    "identical", "within_tolerance", "drift", "other_hardware", "compile_fallback",
+    "device_fallback", "slower", "broken", "new", "incomparable", "skipped",
 )
 
 

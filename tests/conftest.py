@@ -59,6 +59,13 @@ def snapshot(directory: Path) -> dict[str, bytes]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+def golden_file(project: Path, scenario: str, device: str = "cpu") -> Path:
+    """Where `record` on this machine puts a scenario's golden: its hardware class's folder."""
+    from lockguard.hardware import host_class
+
+    return project / "golden" / device / host_class(device).id / f"{scenario}.json"
+
+
 @pytest.fixture
 def numpy_locks() -> dict[str, Path]:
     return {"old": DATA / "numpy-1.26.4.txt", "new": DATA / "numpy-2.0.2.txt"}

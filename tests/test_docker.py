@@ -599,7 +599,7 @@ def test_numpy_scenarios_share_their_lock_framework_image():
 @pytest.mark.docker
 def test_cli_build_reuses_and_check_runs_in_the_image(engine, numpy_image, tmp_path):
     """The user's path: `lockguard build`, then record/check with --env docker."""
-    from conftest import make_project, run_cli
+    from conftest import golden_file, make_project, run_cli
 
     project = make_project(tmp_path / "p", """
         lock = "numpy.lock"
@@ -611,7 +611,7 @@ def test_cli_build_reuses_and_check_runs_in_the_image(engine, numpy_image, tmp_p
     assert built.returncode == 0, built.stderr
     assert numpy_image.tag in built.stdout and "reused" in built.stdout
     assert run_cli("record", cwd=project).returncode == 0
-    golden = json.loads((project / "golden" / "cpu" / "numpy.mlp.json").read_text())
+    golden = json.loads(golden_file(project, "numpy.mlp").read_text())
     assert golden["result"]["fingerprint"]["image"]["tag"] == numpy_image.tag
     check = run_cli("check", "--rerun", "--format", "json", cwd=project)
     assert check.returncode == 0, check.stdout + check.stderr

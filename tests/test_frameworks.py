@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, make_project, run_cli
+from conftest import DATA, QUICKSTART, golden_file, make_project, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_three_frameworks_in_one_check(tmp_path):
     assert len(recorded["written"]) == len(SUITE)
     # Each framework ran in the environment of the lock that pins it, never together.
     for sid in SUITE:
-        result = json.loads((project / "golden" / "cpu" / f"{sid}.json").read_text())
+        result = json.loads(golden_file(project, sid).read_text())
         lock = result["provenance"]["lock"]
         framework = result["result"]["framework"]
         assert Path(lock).name == {"torch": "torch.txt", "jax": "jax.txt",

@@ -56,7 +56,7 @@ class Context:
             "dtype": "float32",
             "steps": steps,
             "seed": seed,
-            "fingerprint": base_fingerprint(threads),
+            "fingerprint": base_fingerprint(threads, device),
             "losses": [],
             "grad_norms": [],
             "outputs": [],
@@ -114,24 +114,105 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+# The ISA features that make BLAS / oneDNN / XLA / numpy pick other kernels (and so other low
+# bits): oneDNN's avx2_vnni / avx512_core[_vnni|_bf16|_fp16|_amx] tiers, numpy's AVX512_SKX...SPR
+# dispatch targets, OpenBLAS's sbgemm, XLA's LLVM target features; Arm's NEON/SVE equivalents.
+# An explicit list, not a prefix rule: a kernel that learns to name one more flag must not move
+# a machine into another hardware class (lockguard/hardware.py hashes this set).
+KERNEL_FLAGS = frozenset({
+    "sse4_1", "sse4_2", "avx", "avx2", "fma", "fma4", "f16c",
+    "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi",
+    "avx512_vbmi2", "avx512_bitalg", "avx512_vpopcntdq", "avx512_vnni", "avx512_bf16",
+    "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16",
+    "asimd", "asimdhp", "asimddp", "asimdfhm", "fphp", "sve", "sve2", "svebf16", "svei8mm",
+    "bf16", "i8mm", "sme", "sme2",
+})
+
+# /proc/cpuinfo keys of the first processor, and the names the fingerprint gives them.
+_CPUINFO_KEYS = {
+    "vendor_id": "vendor_id", "cpu family": "family", "model": "model_number",
+    "model name": "model", "CPU implementer": "vendor_id", "CPU part": "model_number",
+    "CPU architecture": "family",
+}
+
+
 def cpu_info() -> Dict[str, Any]:
+    """The CPU as the kernels that run on it see it: vendor, family and model number (OpenBLAS,
+    MKL and oneDNN dispatch on these), model name, and the KERNEL_FLAGS it has. Reads only the
+    first processor's block of /proc/cpuinfo (cheap on machines with hundreds of cores): the
+    host computes its hardware class with this same function (lockguard/hardware.py)."""
     info: Dict[str, Any] = {"machine": platform.machine(), "cores": os.cpu_count()}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            text = f.read()
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)
     except OSError:
         return info
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and "model" not in info:
-            info["model"] = value.strip()
-        elif key == "flags" and "flags" not in info:
-            # Only the flags that select different numeric kernels are worth comparing.
-            wanted = {"avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni",
-                      "amx_bf16", "amx_tile", "f16c", "sse4_2"}
-            info["flags"] = sorted(wanted.intersection(value.split()))
+    info.update(parse_cpuinfo(text))
     return info
+
+
+def parse_cpuinfo(text: str) -> Dict[str, Any]:
+    """The first processor's vendor, family, model number, model name and KERNEL_FLAGS."""
+    info: Dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if "flags" in info:
+                break  # the end of the first processor's block
+            continue
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        name = _CPUINFO_KEYS.get(key)
+        if name is not None and name not in info:
+            info[name] = int(value) if name == "family" and value.isdigit() else value
+        elif key in ("flags", "Features") and "flags" not in info:
+            info["flags"] = sorted(KERNEL_FLAGS.intersection(value.split()))
+    number = info.get("model_number")
+    if isinstance(number, str) and number.isdigit():
+        info["model_number"] = int(number)
+    return info
+
+
+def nvidia_info() -> Optional[Dict[str, Any]]:
+    """The NVIDIA kernel driver's version and the GPUs' model names, from /proc/driver/nvidia:
+    no library loaded, so the host reads the same facts as cheaply for its hardware class
+    (lockguard/hardware.py). None where there is no NVIDIA driver (or it is not visible)."""
+    base = "/proc/driver/nvidia"
+    try:
+        with open(os.path.join(base, "version"), encoding="utf-8", errors="replace") as f:
+            version = f.read(4096)
+    except OSError:
+        return None
+    infos = []
+    try:
+        buses = sorted(os.listdir(os.path.join(base, "gpus")))
+    except OSError:
+        buses = []
+    for bus in buses:
+        try:
+            with open(os.path.join(base, "gpus", bus, "information"), encoding="utf-8",
+                      errors="replace") as f:
+                infos.append(f.read(4096))
+        except OSError:
+            continue
+    return parse_nvidia(version, infos)
+
+
+def parse_nvidia(version: str, informations: List[str]) -> Dict[str, Any]:
+    """The driver version from /proc/driver/nvidia/version and the model of each GPU from its
+    gpus/<bus>/information text."""
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar ..." (or "Open Kernel
+    # Module for x86_64  550.54.15 ..."): the first dotted number is the driver version.
+    first = version.splitlines()[0] if version else ""
+    driver = next((t for t in first.split() if t[:1].isdigit() and "." in t
+                   and t.replace(".", "").isdigit()), None)
+    gpus: List[str] = []
+    for text in informations:
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model":
+                gpus.append(" ".join(value.split()))
+                break
+    return {"driver": driver, "gpus": gpus}
 
 
 def installed_version(dist: str) -> Optional[str]:
@@ -143,8 +224,8 @@ def installed_version(dist: str) -> Optional[str]:
         return None
 
 
-def base_fingerprint(threads: int) -> Dict[str, Any]:
-    return {
+def base_fingerprint(threads: int, device: str = "cpu") -> Dict[str, Any]:
+    fingerprint = {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
@@ -153,6 +234,11 @@ def base_fingerprint(threads: int) -> Dict[str, Any]:
         "numpy": installed_version("numpy"),
         "env": recorded_env(),
     }
+    if device == "cuda":
+        # The GPU models and the kernel driver, read the way the host reads them for its
+        # hardware class; the framework modules add the CUDA runtime and cuDNN they loaded.
+        fingerprint["nvidia"] = nvidia_info()
+    return fingerprint
 
 
 def recorded_env() -> Dict[str, str]:

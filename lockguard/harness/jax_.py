@@ -138,6 +138,16 @@ def _plugins() -> Dict[str, str]:
     return out
 
 
+def _cuda_versions() -> Optional[Dict[str, Any]]:
+    """The CUDA runtime, cuDNN and cuBLAS the CUDA plugin loaded and the CUDA version the driver
+    supports (jax's private cuda_versions module; its absence gives None)."""
+    versions = _try(lambda: __import__("jax._src.lib", fromlist=["_"]).cuda_versions)
+    if versions is None:
+        return None
+    return {name: _try(getattr(versions, f"{name}_get_version", lambda: None))
+            for name in ("cuda_runtime", "cudnn", "cublas", "cuda_driver")}
+
+
 def setup(ctx) -> None:
     global jax, jnp, np
     decided = _env_before_import(ctx)
@@ -176,6 +186,8 @@ def setup(ctx) -> None:
         "device_kind": device.device_kind,
         "device_count": _try(jax.device_count),
     }
+    if cls == "cuda":
+        fp["cuda"] = _cuda_versions()
     fp["prng"] = {
         "default_prng_impl": _try(lambda: str(jax.config.jax_default_prng_impl)),
         "threefry_partitionable": _try(lambda: bool(jax.config.jax_threefry_partitionable)),

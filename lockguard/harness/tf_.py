@@ -127,6 +127,7 @@ def setup(ctx) -> None:
     if cls == "cuda":
         details = _try(lambda: tf.config.experimental.get_device_details(gpus[0]), {}) or {}
         name = f"cuda:0 {details.get('device_name', 'GPU')}"
+        ctx.result["fingerprint"]["gpu"] = {str(k): _plain(v) for k, v in details.items()}
     ctx.result["device_name"] = name
 
     fp = ctx.result["fingerprint"]

@@ -179,6 +179,9 @@ def setup(ctx) -> None:
             "capability": _try(lambda: list(torch.cuda.get_device_capability(index))),
             "count": _try(torch.cuda.device_count),
             "nccl": _try(lambda: ".".join(map(str, torch.cuda.nccl.version()))),
+            # The CUDA version the driver supports (e.g. 12040); the driver's own version is
+            # fingerprint["nvidia"]["driver"].
+            "driver_cuda": _try(lambda: torch._C._cuda_getDriverVersion()),
         }
     fp["torch"] = info
     fp["determinism"] = dict(_determinism_flags(), seed=ctx.seed)

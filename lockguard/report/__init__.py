@@ -40,6 +40,8 @@ class Report(BaseModel):
     verdicts: list[ScenarioVerdict] = Field(default_factory=list)
     parity: list[ParityRow] = Field(default_factory=list)
     written: list[str] = Field(default_factory=list)  # golden files written by record
+    # This machine's hardware class per device checked (lockguard/hardware.py), where readable.
+    hardware: dict[str, dict[str, Any]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     passed: bool = True
     duration_s: float | None = None

@@ -10,6 +10,7 @@ SYMBOL = {
     Verdict.identical: "=", Verdict.within_tolerance: "≈", Verdict.drift: "✗",
     Verdict.compile_fallback: "✗", Verdict.device_fallback: "✗", Verdict.slower: "!",
     Verdict.broken: "✗", Verdict.new: "+", Verdict.incomparable: "?", Verdict.skipped: "-",
+    Verdict.other_hardware: "~",
 }
 
 
@@ -32,9 +33,14 @@ def final_loss(v: ScenarioVerdict) -> str:
 
 def summary_line(v: ScenarioVerdict) -> str:
     """The one most useful fact about a verdict, for the table's last column."""
-    if v.first_divergent_step is not None and v.verdict in (
-            Verdict.drift, Verdict.within_tolerance, Verdict.compile_fallback):
+    across = v.hardware is not None and v.verdict in (Verdict.other_hardware,
+                                                      Verdict.incomparable)
+    if v.first_divergent_step is not None and (across or v.verdict in (
+            Verdict.drift, Verdict.within_tolerance, Verdict.compile_fallback)):
         head = f"from step {v.first_divergent_step}"
+        if across:
+            head = ("golden of other hardware" + ("" if v.hardware.same_inputs else
+                                                  " and other inputs") + "; " + head)
         if v.losses is not None and v.losses.max_abs_index is not None:
             head += (f"; max |Δloss| {fmt_float(v.losses.max_abs)} at step "
                      f"{v.losses.max_abs_index}, rel {fmt_float(v.losses.max_rel)}")
