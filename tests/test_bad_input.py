@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, make_project
+from lockguard.hardware import host_class
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
 NUMPY_PIN = "numpy==2.0.2"
@@ -49,7 +50,8 @@ SCENARIO = 'script = "s.py"\nframework = "numpy"'
 TOP = 'lock = "lock.txt"'
 RECORD = ("record", "--scenario", "s")
 CHECK = ("check", "--scenario", "s")
-GOLDEN = "golden/cpu/s.json"
+# This machine's own golden of `s`: goldens live in one folder per hardware class.
+GOLDEN = f"golden/cpu/{host_class('cpu').id}/s.json"
 VALID_SHAPE = '{"schema_version": 1, "provenance": {}, "result": %s}'
 
 TIMEOUT_S = 20  # a refusal takes about a second; this only bounds a case that hangs
