@@ -18,6 +18,7 @@ from typing import Protocol
 
 from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
 from lockguard.errors import LockguardError
+from lockguard.progress import show_command
 from lockguard.scenarios import Scenario
 
 
@@ -95,6 +96,7 @@ def execute(argv: list[str], request: RunRequest, result_path: Path,
             env: dict[str, str] | None = None, cwd: Path | None = None) -> RunResult:
     """Run a harness command; always return a RunResult, never raise for a failing training."""
     result_path.unlink(missing_ok=True)
+    show_command(argv)
     start = time.perf_counter()
     # A new session, so a timeout kills the whole process group (torch.compile spawns workers).
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,

@@ -21,7 +21,7 @@ from pathlib import Path
 from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
 from lockguard.locks import Lock
-from lockguard.progress import QUIET, Progress
+from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
 
 READY = "lockguard-ready.json"
@@ -109,6 +109,7 @@ def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progre
 def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
     """Run an installer, streaming its lines to a log file and the spinner."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    show_command(cmd)
     tail: list[str] = []
     with open(log, "w", encoding="utf-8") as f:
         f.write(" ".join(cmd) + "\n")
