@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from lockguard import __version__
 from lockguard.compare import PRECEDENCE, ScenarioVerdict, Verdict
@@ -106,11 +106,17 @@ class Report(BaseModel):
     duration_s: float | None = None
     # The command line that made this report (report options left out), for "reproduce with".
     invocation: list[str] = Field(default_factory=list)
+    _failing_set: tuple[int, int, frozenset[str]] = PrivateAttr(default=(0, -1, frozenset()))
 
     # ------------------------------------------------------------------ what renderers read
 
     def fails(self, verdict: ScenarioVerdict) -> bool:
-        return verdict.scenario in self.failing
+        """Whether this scenario fails the gate (the flow applied the policy)."""
+        key, size, names = self._failing_set
+        if key != id(self.failing) or size != len(self.failing):
+            names = frozenset(self.failing)
+            self._failing_set = (id(self.failing), len(self.failing), names)
+        return verdict.scenario in names
 
     @property
     def compared(self) -> list[ScenarioVerdict]:

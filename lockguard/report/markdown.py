@@ -9,6 +9,8 @@ GitHub refuses a comment over 65,536 characters: the details are cut first, with
 
 from __future__ import annotations
 
+import re
+
 from lockguard.compare import ScenarioVerdict, Verdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
@@ -35,21 +37,18 @@ VERB = {
     Verdict.incomparable: "could not be compared", Verdict.skipped: "skipped",
 }
 
+NAMED = 5  # at most this many --scenario options in a suggested command
+
 # Verdicts an intended upgrade produces, which `lockguard accept` can adopt as the new goldens.
 ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.within_tolerance}
 
 
+_MARKUP = re.compile(r"([\\`*_\[\]<>|~])")
+
+
 def _text(text: str) -> str:
     """Plain text in Markdown: nothing in it becomes markup, a link, a table or HTML."""
-    out = []
-    for ch in " ".join(text.split()):
-        if ch in "\\`*_[]<>|~":
-            out.append("\\" + ch)
-        elif ch == "&":
-            out.append("&amp;")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return _MARKUP.sub(r"\\\1", " ".join(text.split()).replace("&", "&amp;"))
 
 
 def _code(text: str) -> str:
@@ -84,12 +83,11 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _cause(lines: list[LockLine]) -> str:
+def _changes(lines: list[LockLine]) -> str:
+    """The lock changes behind a headline, in a few words: 'numpy 1.26.4 → 2.0.2'."""
     texts = list(dict.fromkeys(line.short for line in lines))
-    if not texts:
-        return ""
     shown = ", ".join(texts[:2]) + (f" and {len(texts) - 2} more" if len(texts) > 2 else "")
-    return f" ({_text(shown)})"
+    return _text(shown)
 
 
 def _verb(verdict: Verdict) -> str:
@@ -114,16 +112,17 @@ def headline(report: Report) -> str:
             what = f"{of} {_verb(kinds[0][0])}"
         else:
             what = f"{of} failed: " + ", ".join(f"{n} {_verb(k)}" for k, n in kinds)
-        causes = [line for v in failing for line in report.culprits(v)]
-        return f"❌ {name}: {what}{_cause(causes)}"
+        causes = _changes([line for v in failing for line in report.culprits(v)])
+        return f"❌ {name}: {what}" + (f" ({causes})" if causes else "")
     if not report.passed:
         return f"❌ {name}: {_text(report.notes[0]) if report.notes else 'the gate failed'}"
     if not compared:
         return f"✅ {name}: {_text(report.notes[-1]) if report.notes else 'nothing to check'}"
     tally = ", ".join(f"{n} {_verb(k)}" for k, n in report.tally() if k != Verdict.skipped)
-    causes = [line for d in report.lock_diffs for line in report.lock_lines(d)]
+    causes = _changes([line for d in report.lock_diffs for line in report.lock_lines(d)])
     what = "recorded" if report.command == "record" else "passed"
-    return f"✅ {name}: {_plural(len(compared), 'scenario')} {what} ({tally}){_cause(causes)}"
+    return (f"✅ {name}: {_plural(len(compared), 'scenario')} {what}"
+            + (f" with {causes}" if causes else "") + f" ({tally})")
 
 
 def _bullet(report: Report, v: ScenarioVerdict) -> str:
@@ -203,12 +202,14 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
         lines += ["", f"**Lock changes**{where}: {len(rows) or 'none'}"]
         lines += [f"- {_text(text)}" + (f" (line {line})" if line else "")
                   for line, text in rows]
-    reproduce = report.reproduce([v.scenario for v in failing]) if failing else None
+    # Name the scenarios when a few failed; many are quicker to re-run all together.
+    named = [v.scenario for v in failing] if len(failing) <= NAMED else []
+    reproduce = report.reproduce(named) if failing else None
     if reproduce:
         lines += ["", "**Reproduce locally**", "", *_block([reproduce], "sh")]
     acceptable = [v.scenario for v in failing if v.verdict in ACCEPTABLE]
     if report.command == "check" and acceptable and len(acceptable) == len(failing):
-        accept = ["lockguard", "accept"] + [a for s in acceptable for a in ("--scenario", s)]
+        accept = ["lockguard", "accept"] + [a for s in named for a in ("--scenario", s)]
         lines += ["", "If the change is intended, accept it: the candidate's results become "
                   "the new goldens, with your reason recorded.", "",
                   *_block([" ".join(accept) + ' --reason "…"'], "sh")]
@@ -239,8 +240,6 @@ def _tail(report: Report) -> list[str]:
 
 def _all_scenarios(report: Report) -> list[str]:
     compared = report.compared
-    if not any(v.verdict == Verdict.identical for v in compared):
-        return []  # every scenario already has its bullet
     lines = ["", f"<details><summary>All {_plural(len(compared), 'scenario')}</summary>", ""]
     for v in compared:
         loss = final_loss(v)
@@ -260,28 +259,32 @@ def _cut_note(cut: int, total: int) -> list[str]:
 
 
 def render(report: Report, limit: int = LIMIT) -> str:
-    failing = [v for v in report.ordered() if report.fails(v)]
-    sections = [_details(report, v) for v in report.ordered()
-                if v.verdict != Verdict.identical and (v.reasons or v.error)]
-    sections = [s for s in sections + [_all_scenarios(report)] if s]
+    ordered = report.ordered()
+    failing = [v for v in ordered if report.fails(v)]
+    # Folded sections, most severe first (the last ones are cut first), built only as far as
+    # they fit: a report of thousands of scenarios need not render them all.
+    makers = [lambda v=v: _details(report, v) for v in ordered
+              if v.verdict != Verdict.identical and (v.reasons or v.error)]
+    if any(v.verdict == Verdict.identical for v in report.compared):
+        makers.append(lambda: _all_scenarios(report))
     tail = _tail(report) + ["", MARKER]
     bullets: int | None = None  # all of them, unless even they do not fit
     while True:
         head = _head(report, failing, bullets)
-        budget = limit - _size(head) - _size(tail) - _size(_cut_note(len(sections),
-                                                                       len(sections)))
-        kept: list[list[str]] = []
-        used = 0
-        for section in sections:  # most severe first: the last ones are cut first
-            used += _size(section)
-            if used > budget:
-                break
-            kept.append(section)
+        budget = limit - _size(head) - _size(tail) - _size(_cut_note(len(makers), len(makers)))
         if budget >= 0 or bullets == 0:
             break
         bullets = 50 if bullets is None else bullets // 2  # thousands of failing scenarios
-    cut = len(sections) - len(kept)
-    body = head + (_cut_note(cut, len(sections)) if cut else []) \
+    kept: list[list[str]] = []
+    used = 0
+    for make in makers:
+        section = make()
+        used += _size(section)
+        if used > budget:
+            break
+        kept.append(section)
+    cut = len(makers) - len(kept)
+    body = head + (_cut_note(cut, len(makers)) if cut else []) \
         + [line for section in kept for line in section] + tail
     text = "\n".join(body) + "\n"
     if len(text.encode("utf-8")) > limit:  # one enormous note or reason: cut hard
