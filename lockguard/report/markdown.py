@@ -286,6 +286,7 @@ def render(report: Report, limit: int = LIMIT) -> str:
     cut = len(makers) - len(kept)
     body = head + (_cut_note(cut, len(makers)) if cut else []) \
         + [line for section in kept for line in section] + tail
+    body = [line for i, line in enumerate(body) if line or (i and body[i - 1])]
     text = "\n".join(body) + "\n"
     if len(text.encode("utf-8")) > limit:  # one enormous note or reason: cut hard
         end = "\n…\n\n" + MARKER + "\n"

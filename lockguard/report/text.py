@@ -49,7 +49,8 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
         changed = diff.changed
         console.print(f"lock changes: {len(changed) + len(options) or 'none'}")
         for change in changed:
-            plain(f"  {change_line(change)}")
+            plain(f"  {change_line(change)}"
+                  + (f" (line {change.new_line})" if change.new_line else ""))
         for line, text in options:
             plain(f"  {text}" + (f" (line {line})" if line else ""))
     for failure in report.rule_failures:
