@@ -28,7 +28,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 # The same as lockguard.report.FORMATS (a test holds them equal): importing the report models
 # here would put pydantic in front of every command, also the ones that answer in 0.4 s.
 FORMATS = ("text", "json", "markdown", "junit", "github")
-MACHINE_FORMATS = ("json", "junit", "github")  # nothing else may share stdout with them
+MACHINE_FORMATS = ("json", "junit", "github")  # read by programs: progress stays quiet
 
 
 def fail(message: str, code: int) -> None:
@@ -186,8 +186,9 @@ def github_actions(report: Any, targets: list[tuple[str, Path | None]]) -> None:
     from lockguard.report import render
 
     stdout_fmt = next((fmt for fmt, path in targets if path is None), None)
-    # Nothing may be mixed into a machine-readable stdout: those extras go to stderr.
-    spare = stdout_fmt is None or stdout_fmt not in MACHINE_FORMATS
+    # Only a log (text) or a free stdout takes the extras; a report someone redirects
+    # (`--format markdown > out.md`) stays as it is, and they go to stderr.
+    spare = stdout_fmt in (None, "text")
     if stdout_fmt != "text":
         click.echo(render(report, "text", width=text_width()), nl=False, err=not spare)
     if stdout_fmt != "github":

@@ -103,7 +103,8 @@ class StepHandle:
         if self._bar is not None:
             from rich.markup import escape
 
-            self._bar.update(self._task, description=f"{self._base} [dim]{escape(detail[:80])}[/dim]")
+            self._bar.update(self._task,
+                             description=f"{self._base} [dim]{escape(detail[:80])}[/dim]")
 
     def advance(self) -> int:
         """One more of `total` done; returns how many are done now (thread-safe)."""

@@ -453,6 +453,13 @@ def test_under_github_actions_the_summary_annotations_and_table_appear(tmp_path)
     assert "FAIL check" in proc.stdout
     assert summary.read_text().count(MARKER) == 2
 
+    # Markdown on stdout (redirected into a file, say) stays Markdown; the extras go to stderr.
+    proc = run_cli("check", "--scenario", "torch.mlp", "--format", "markdown", cwd=project,
+                   env=env)
+    assert proc.stdout.startswith("❌ lockguard: requirements.txt breaks")
+    assert "::error" not in proc.stdout and "FAIL check" not in proc.stdout
+    assert "::error" in proc.stderr and "FAIL check" in proc.stderr
+
 
 # -------------------------------------------------------------------------------- progress
 
