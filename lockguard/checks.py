@@ -75,7 +75,8 @@ def lock_info(ref: LockRef, role: str) -> LockInfo:
     frameworks = sorted(ref.lock.frameworks())
     versions = {f: v for f in frameworks if (v := framework_version(ref.lock, f))}
     return LockInfo(path=display_path(ref.path), lock_hash=ref.lock.lock_hash, role=role,
-                    frameworks=frameworks, versions=versions)
+                    frameworks=frameworks, versions=versions, source=ref.lock.source,
+                    label=ref.label)
 
 
 def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> list[ParityRow]:
@@ -120,14 +121,16 @@ def nothing_done(verdicts: list[ScenarioVerdict], what: str) -> str | None:
 def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
     """A failing report when a lock breaks a framework family rule, before anything is built:
     a mismatched torch/torchvision pair is known in a second, not after a 20-minute build."""
-    broken = [f"{ref.path}: {v.rule}: {v.message}" for ref in locks
-              for v in check_family_rules(ref.lock)]
+    broken = [(ref, v) for ref in locks for v in check_family_rules(ref.lock)]
     if not broken:
         return None
-    from lockguard.report import Report
+    from lockguard.report import Report, RuleFailure
 
     return Report(command=command, mode="golden" if command == "check" else "record",
-                  locks=[lock_info(r, "candidate") for r in locks], notes=broken, passed=False)
+                  locks=[lock_info(r, "candidate") for r in locks], passed=False,
+                  rule_failures=[RuleFailure(lock=display_path(ref.path), rule=v.rule,
+                                             message=v.message, lines=list(v.lines))
+                                 for ref, v in broken])
 
 
 def _request(p: Planned, config: Config) -> RunRequest:
@@ -170,6 +173,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                 raise GoldenError(f"{target}: is a directory, not a golden file; remove it")
         previous[p.scenario.id] = _previous_goldens(gdir, p, host, notes)
     envs = Environments(config, kind, progress)
+    envs.expect([(p.lock, p.scenario.framework, p.device) for p in runnable])
     jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
             for p in runnable]
     _prewarm()
@@ -216,7 +220,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                                 {p.scenario.id: r for p, r in zip(runnable, results)}),
                   written=[str(path) for path, *_ in to_write], passed=not broken and not idle,
                   notes=([idle] if idle else []) + notes + _crossed_notes(crossed),
-                  hardware=_hardware_of(hosts),
+                  hardware=_hardware_of(hosts), failing=[v.scenario for v in broken],
                   duration_s=time.perf_counter() - start)
 
 
@@ -271,11 +275,12 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
     runs: list[RunResult] = []
     if to_run:
         envs = Environments(config, kind, progress)
+        envs.expect([(p.lock, p.scenario.framework, p.device) for p, *_ in to_run])
         jobs = [(envs.get(p.lock, p.scenario.framework, p.device), _request(p, config))
                 for p, _, _ in to_run for _ in range(opts.repeat)]
         _prewarm()
         runs = run_requests(jobs, progress)
-    from lockguard.compare import ScenarioVerdict, Verdict, gate_passes, skipped
+    from lockguard.compare import ScenarioVerdict, Verdict, gate_passes, is_failure, skipped
     from lockguard.report import Report
 
     verdicts: dict[str, ScenarioVerdict] = {}
@@ -306,6 +311,7 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                   notes=([idle] if idle else []) + _crossed_notes(crossed),
                   hardware=_hardware_of(hosts),
                   passed=gate_passes(ordered, policy) and not idle,
+                  failing=[v.scenario for v in ordered if is_failure(v, policy)],
                   duration_s=time.perf_counter() - start)
 
 
@@ -429,6 +435,8 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     envs = Environments(config, kind, progress)
     pairs = [(p, old) for p in planned if not p.skip_reason
              and (old := lock_for(p.scenario, baseline)) is not None]
+    envs.expect([(ref, p.scenario.framework, p.device) for p, old in pairs
+                 for ref in (old, p.lock)])
     # Baseline and candidate of one scenario run side by side, alternating, so that both see
     # the same machine load: their timing ratio is meaningful, absolute times are not.
     jobs = []
@@ -439,7 +447,9 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     if jobs:
         _prewarm()
     runs = run_requests(jobs, progress) if jobs else []
-    from lockguard.compare import ScenarioVerdict, Verdict, compare_runs, gate_passes, skipped
+    from lockguard.compare import (
+        ScenarioVerdict, Verdict, compare_runs, gate_passes, is_failure, skipped,
+    )
     from lockguard.report import Report
 
     verdicts: dict[str, ScenarioVerdict] = {}
@@ -464,7 +474,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     for new in locks:
         old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
         if old is not None:
-            diffs.append(diff_locks(old.lock, new.lock).model_dump(mode="json"))
+            diffs.append(diff_locks(old.lock, new.lock))
     idle = nothing_done(ordered, "compared")
     return Report(command="check", mode="ab", device=opts.device or config.device,
                   locks=[lock_info(r, "baseline") for r in baseline]
@@ -472,6 +482,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
                   lock_diffs=diffs, verdicts=ordered, notes=[idle] if idle else [],
                   parity=parity({p.scenario.id: p.scenario for p in planned}, results),
                   passed=gate_passes(ordered, policy) and not idle,
+                  failing=[v.scenario for v in ordered if is_failure(v, policy)],
                   duration_s=time.perf_counter() - start)
 
 
@@ -480,7 +491,7 @@ def diff(old: LockRef, new: LockRef) -> Report:
 
     return Report(command="diff", mode="diff",
                   locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
-                  lock_diffs=[diff_locks(old.lock, new.lock).model_dump(mode="json")])
+                  lock_diffs=[diff_locks(old.lock, new.lock)])
 
 
 # ------------------------------------------------------------------------------ proposals

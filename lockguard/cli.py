@@ -25,7 +25,10 @@ from lockguard.errors import (
 # entry points, a fifth of the time `check` takes when it can answer from the goldens.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-FORMATS = ("text", "json", "markdown")
+# The same as lockguard.report.FORMATS (a test holds them equal): importing the report models
+# here would put pydantic in front of every command, also the ones that answer in 0.4 s.
+FORMATS = ("text", "json", "markdown", "junit", "github")
+MACHINE_FORMATS = ("json", "junit", "github")  # read by programs: progress stays quiet
 
 
 def fail(message: str, code: int) -> None:
@@ -92,6 +95,7 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True),
         click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                      help="Write the report here instead of stdout."),
+        report_option,
         click.option("--config", "config_path", type=click.Path(path_type=Path),
                      help="Config file (default: pyproject.toml or lockguard.toml, searched "
                           "upwards)."),
@@ -102,28 +106,124 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def emit(report: Any, fmt: str, output: Path | None) -> None:
-    from lockguard.report import render
-
-    if output is None:
-        click.echo(render(report, fmt, color=fmt == "text" and sys.stdout.isatty()), nl=False)
-        return
-    from lockguard.files import write_text
-
-    write_text(output, render(report, fmt))
-    click.echo(f"report written to {output}", err=True)
+report_option = click.option(
+    "--report", "reports", multiple=True, metavar="FORMAT=PATH",
+    help="Also write the report as FORMAT to PATH (repeatable), e.g. --report junit=out.xml.")
 
 
-def check_output(output: Path | None) -> None:
-    """Refuse an unusable -o target before anything runs, not after the trainings."""
+def color_wanted() -> bool:
+    """Colour on a terminal, unless NO_COLOR is set (https://no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def text_width() -> int | None:
+    """The terminal's width; in a log with no terminal, COLUMNS if set, else the default."""
+    import shutil
+
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+def check_output(output: Path | None, what: str = "-o") -> None:
+    """Refuse an unusable report target before anything runs, not after the trainings."""
     if output is None:
         return
     from lockguard.files import writable_dir
 
     if output.is_dir():
-        raise UsageError(f"-o {output}: is a directory")
+        raise UsageError(f"{what} {output}: is a directory")
     if not output.exists():
-        writable_dir(output.parent, f"the directory of -o {output}")
+        writable_dir(output.parent, f"the directory of {what} {output}")
+
+
+def report_targets(fmt: str, output: Path | None, reports: tuple[str, ...]
+                   ) -> list[tuple[str, Path | None]]:
+    """(format, path or None for stdout) of every report to write, checked before anything
+    runs: known formats, writable paths, no path named twice."""
+    check_output(output)
+    targets: list[tuple[str, Path | None]] = [(fmt, output)]
+    seen = {output.resolve(): "-o"} if output is not None else {}
+    for value in reports:
+        name, sep, path_text = value.partition("=")
+        if not sep or not path_text:
+            raise UsageError(f"--report {value}: expected FORMAT=PATH, e.g. junit=report.xml")
+        if name not in FORMATS:
+            raise UsageError(f"--report {value}: unknown format {name!r} "
+                             f"(one of {', '.join(FORMATS)})")
+        path = Path(path_text)
+        check_output(path, "--report")
+        key = path.resolve()
+        if key in seen:
+            raise UsageError(f"--report {value}: {path} is already written by {seen[key]}")
+        seen[key] = f"--report {value}"
+        targets.append((name, path))
+    return targets
+
+
+def deliver(report: Any, targets: list[tuple[str, Path | None]], *, ci: bool = True) -> None:
+    """Write the report in every asked-for format; under GitHub Actions also the job summary,
+    the annotations and, in the log, the verdict table."""
+    from lockguard.files import write_text
+    from lockguard.report import render
+
+    for fmt, path in targets:
+        if path is None:
+            color = fmt == "text" and color_wanted()
+            click.echo(render(report, fmt, color=color, width=text_width()), nl=False)
+        else:
+            write_text(path, render(report, fmt))
+            click.echo(f"report written to {path}", err=True)
+    if ci and os.environ.get("GITHUB_ACTIONS") == "true":
+        github_actions(report, targets)
+
+
+def github_actions(report: Any, targets: list[tuple[str, Path | None]]) -> None:
+    """What a workflow step shows without being asked: the verdict table in the log, the
+    annotations on the PR's lock lines, the Markdown report in the job summary."""
+    from lockguard.files import write_text
+    from lockguard.report import render
+
+    stdout_fmt = next((fmt for fmt, path in targets if path is None), None)
+    # Only a log (text) or a free stdout takes the extras; a report someone redirects
+    # (`--format markdown > out.md`) stays as it is, and they go to stderr.
+    spare = stdout_fmt in (None, "text")
+    if stdout_fmt != "text":
+        click.echo(render(report, "text", width=text_width()), nl=False, err=not spare)
+    if stdout_fmt != "github":
+        click.echo(render(report, "github"), nl=False, err=not spare)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return
+    summary_path = Path(summary)
+    if any(fmt == "markdown" and path is not None and path.resolve() == summary_path.resolve()
+           for fmt, path in targets):
+        return  # asked for explicitly: already there
+    try:
+        before = summary_path.read_text(encoding="utf-8") if summary_path.is_file() else ""
+        if before and not before.endswith("\n"):
+            before += "\n"
+        write_text(summary_path, before + render(report, "markdown"))
+    except (OSError, LockguardError) as exc:
+        # The gate's answer stands; a summary the runner will not take is worth a warning.
+        click.echo(f"lockguard: warning: job summary {summary}: {one_line(str(exc))}", err=True)
+
+
+def invocation(command: str, *args: str, locks: tuple[str, ...] = (),
+               config_path: Path | None = None, env: str | None = None,
+               device: str | None = None, steps: int | None = None,
+               flags: tuple[str, ...] = ()) -> list[str]:
+    """The command line that reproduces a run (scenarios are added per reader)."""
+    argv = ["lockguard", command, *args]
+    for lock in locks:
+        argv += ["--lock", lock]
+    if config_path is not None:
+        argv += ["--config", str(config_path)]
+    for flag, value in (("--env", env), ("--device", device), ("--steps", steps)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + list(flags)
 
 
 def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[str, ...],
@@ -136,7 +236,7 @@ def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[st
     config = load_config(config_path)
     chosen = select(config, list(scenarios))
     lock_refs = load_locks(config, list(locks))
-    progress = Progress(quiet=fmt == "json", verbose=verbose)
+    progress = Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose)
     return config, chosen, lock_refs, progress
 
 
@@ -191,16 +291,19 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
 @cli.command()
 @common_options
 @handles_errors
-def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbose) -> None:
+def record(locks, scenarios, env, device, steps, fmt, output, reports, config_path,
+           verbose) -> None:
     """Run scenarios and write golden/<device>/<hardware class>/<scenario>.json."""
-    check_output(output)
+    targets = report_targets(fmt, output, reports)
     from lockguard import checks
     from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
     opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env)
     report = checks.record(config, lock_refs, chosen, opts, progress)
-    emit(report, fmt, output)
+    report.invocation = invocation("record", locks=locks, config_path=config_path, env=env,
+                                   device=device, steps=steps)
+    deliver(report, targets)
     sys.exit(0 if report.passed else 1)
 
 
@@ -218,10 +321,10 @@ def record(locks, scenarios, env, device, steps, fmt, output, config_path, verbo
               help="A/B against the locks at the merge base with GITREF (e.g. origin/main); "
                    "exits 0 at once when no lock changed.")
 @handles_errors
-def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbose,
+def check(locks, scenarios, env, device, steps, fmt, output, reports, config_path, verbose,
           baseline_locks, repeat, rerun, allow_new, exact, base_ref) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
-    check_output(output)
+    targets = report_targets(fmt, output, reports)
     from lockguard.config import Options
 
     opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
@@ -238,7 +341,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbos
         config = load_config(config_path)
         paths = [p for p, _, _ in lock_paths(config, list(locks))]
         report = check_base(config, paths, select(config, list(scenarios)), opts, base_ref,
-                            Progress(quiet=fmt == "json", verbose=verbose))
+                            Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose))
     else:
         from lockguard import checks
         from lockguard.runner import LockRef, read_lock
@@ -246,7 +349,12 @@ def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbos
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
         report = checks.check(config, lock_refs, chosen, opts, baseline, progress)
-    emit(report, fmt, output)
+    args = ("--base", base_ref) if base_ref else tuple(
+        a for b in baseline_locks for a in ("--baseline-lock", b))
+    report.invocation = invocation("check", *args, locks=locks, config_path=config_path,
+                                   env=env, device=device, steps=steps,
+                                   flags=("--exact",) if exact else ())
+    deliver(report, targets)
     sys.exit(0 if report.passed else 1)
 
 
@@ -259,11 +367,11 @@ def check(locks, scenarios, env, device, steps, fmt, output, config_path, verbos
               show_default=True)
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
 @handles_errors
-def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, config_path, verbose,
-            inputs, resolver, repeat) -> None:
+def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports, config_path,
+            verbose, inputs, resolver, repeat) -> None:
     """Resolve a candidate lock with UPGRADES (e.g. torch==2.14.1 'jax>=0.10') into the cache
     and A/B-check it against the current lock. Your files are not touched."""
-    check_output(output)
+    targets = report_targets(fmt, output, reports)
     from lockguard import checks
     from lockguard.config import Options
 
@@ -272,7 +380,11 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, config_
                           repeat=repeat)
     report = checks.propose(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
                             inputs=inputs, progress=progress)
-    emit(report, fmt, output)
+    extra = (("--inputs", str(inputs)) if inputs else ()) + (
+        ("--resolver", resolver) if resolver != "pip-tools" else ())
+    report.invocation = invocation("propose", *upgrades, locks=locks, config_path=config_path,
+                                   env=env, device=device, steps=steps, flags=extra)
+    deliver(report, targets)
     sys.exit(0 if report.passed else 1)
 
 
@@ -340,15 +452,36 @@ def outdated(locks, config_path, fmt, index_url) -> None:
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@report_option
 @handles_errors
-def diff(old: Path, new: Path, fmt: str, output: Path | None) -> None:
+def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str, ...]) -> None:
     """Show what changed between two locks: versions, bump kinds, frameworks touched."""
-    check_output(output)
+    targets = report_targets(fmt, output, reports)
     from lockguard import checks
     from lockguard.runner import LockRef, read_lock
 
     report = checks.diff(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)))
-    emit(report, fmt, output)
+    report.invocation = invocation("diff", str(old), str(new))
+    deliver(report, targets, ci=False)
+
+
+@cli.command("report")
+@click.argument("report_file", metavar="REPORT.json", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here instead of stdout.")
+@report_option
+@handles_errors
+def report_command(report_file: Path, fmt: str, output: Path | None,
+                   reports: tuple[str, ...]) -> None:
+    """Re-render a JSON report (--format json / --report json=PATH) in other formats, without
+    running anything. Exits with the report's gate decision: 0 passed, 1 failed."""
+    targets = report_targets(fmt, output, reports)
+    from lockguard.report import load_report
+
+    report = load_report(report_file)
+    deliver(report, targets, ci=False)
+    sys.exit(0 if report.passed else 1)
 
 
 @cli.command()

@@ -26,11 +26,12 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
 
     When no lock changed, the answer comes from git alone: nothing is parsed, built or run.
     """
-    from lockguard.report import Report
+    from lockguard.report import GitBase, Report
 
     start = time.perf_counter()
     changes = gitref.changed_locks(config.root, base_ref, lock_paths)
     base_sha = changes[0].base_commit[:12] if changes else "?"
+    base = GitBase(ref=base_ref, merge_base=changes[0].base_commit) if changes else None
     notes = []
     dirty = gitref.dirty_paths(config.root, lock_paths)
     if dirty:
@@ -39,7 +40,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
     moved = [c for c in changes if c.status != "unchanged"]
     if not moved:
         notes.append(f"no lock changed since {base_ref} (merge base {base_sha}): nothing to check")
-        return Report(command="check", mode="ab", notes=notes, passed=True,
+        return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
                       duration_s=time.perf_counter() - start)
     from lockguard.checks import check_ab, family_rule_report
     from lockguard.locks import parse_lock_text
@@ -65,9 +66,11 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
         candidates.append(new)
         # pip installs from a file: the lock as read from git, written into the cache.
         path = materialise(change.base_text or "", change.path.name)
-        baseline.append(LockRef(path, old_lock.model_copy(update={"source": str(path)})))
+        label = f"{short_ref(base_ref)}@{change.base_commit[:7]}:{display_path(change.path)}"
+        baseline.append(LockRef(path, old_lock.model_copy(update={"source": str(path)}),
+                                label=label))
     if not candidates:
-        return Report(command="check", mode="ab", notes=notes, passed=True,
+        return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
                       duration_s=time.perf_counter() - start)
     # Only scenarios whose framework a changed lock pins: the rest cannot have moved.
     mine = [s for s in scenarios if lock_for(s, candidates) is not None]
@@ -75,7 +78,17 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
     report = (family_rule_report("check", candidates)
               or check_ab(config, candidates, baseline, mine, opts, progress))
     report.notes = notes + report.notes
+    report.base = base
     return report
+
+
+def short_ref(ref: str) -> str:
+    """How a reader names the base branch: origin/main and refs/heads/main are `main`."""
+    for prefix in ("refs/heads/", "refs/remotes/", "refs/"):
+        if ref.startswith(prefix):
+            ref = ref[len(prefix):]
+            break
+    return ref.removeprefix("origin/")
 
 
 def materialise(text: str, name: str) -> Path:
@@ -84,10 +97,9 @@ def materialise(text: str, name: str) -> Path:
 
     from lockguard.cache import cache_dir
 
+    from lockguard.files import write_text
+
     path = cache_dir() / "base-locks" / hashlib.sha256(text.encode()).hexdigest()[:16] / name
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_text(path, text)
     return path

@@ -92,6 +92,9 @@ class LockOptions(BaseModel):
     # Every other accepted option, as "--name=value" or "--name", sorted: --trusted-host,
     # --no-binary, --only-binary, --prefer-binary, --pre, --no-index, --require-hashes.
     other_options: tuple[str, ...] = ()
+    # (option, value, line) for each option above: where a report points when one changes.
+    # "other" options carry their "--name=value" spelling as the value. Not part of lock_hash.
+    lines: tuple[tuple[str, str, int], ...] = ()
 
     def pip_args(self) -> list[str]:
         """These options as pip (or uv pip) command-line arguments."""
@@ -193,6 +196,7 @@ def parse_lock_text(text: str, source: str) -> Lock:
         "index-url": [], "extra-index-url": [], "find-links": []
     }
     other: list[str] = []
+    lines: list[tuple[str, str, int]] = []
     for number, line in _logical_lines(text):
         if line.startswith("-"):
             tokens = _shlex_split(line, source, number)
@@ -200,8 +204,10 @@ def parse_lock_text(text: str, source: str) -> Lock:
                 _refuse_non_file_option(name, value, source, number)
                 if name in options:
                     options[name].append((value or "", number))
+                    lines.append((name, value or "", number))
                 else:
                     other.append(f"--{name}={value}" if value is not None else f"--{name}")
+                    lines.append(("other", other[-1], number))
         else:
             pins.append(_parse_requirement(line, source, number))
 
@@ -221,6 +227,7 @@ def parse_lock_text(text: str, source: str) -> Lock:
             extra_index_urls=tuple(url for url, _ in options["extra-index-url"]),
             find_links=tuple(link for link, _ in options["find-links"]),
             other_options=tuple(sorted(other)),
+            lines=tuple(lines),
         ),
     )
 
@@ -554,6 +561,7 @@ class OptionChange(BaseModel):
     option: str  # "index-url", "extra-index-url", "find-links" or "other"
     old: tuple[str, ...]
     new: tuple[str, ...]
+    added_lines: tuple[int, ...] = ()  # lines of the new lock holding the values `old` lacks
 
 
 class LockDiff(BaseModel):
@@ -665,7 +673,17 @@ def _option_changes(old: LockOptions, new: LockOptions) -> tuple[OptionChange, .
         ("find-links", old.find_links, new.find_links),
         ("other", old.other_options, new.other_options),
     ]
-    return tuple(OptionChange(option=o, old=a, new=b) for o, a, b in pairs if a != b)
+
+    def added_lines(option: str, before: tuple[str, ...], after: tuple[str, ...]
+                    ) -> tuple[int, ...]:
+        fresh = set(after) - set(before)
+        if not fresh and set(after) == set(before):
+            fresh = set(after)  # a reordering (index priority) moved every value
+        return tuple(line for name, value, line in new.lines
+                     if name == option and value in fresh)
+
+    return tuple(OptionChange(option=o, old=a, new=b, added_lines=added_lines(o, a, b))
+                 for o, a, b in pairs if a != b)
 
 
 # ---------------------------------------------------------------------------------------------

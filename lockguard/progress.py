@@ -1,25 +1,35 @@
-"""Progress for long steps (env builds, training runs): shown on a terminal, silent otherwise.
+"""Progress for long steps (env builds, training runs): shown on a terminal, plain lines in a log.
 
-Machine-readable formats (json) must stay clean on stdout, so progress always goes to stderr,
-and is switched off entirely with quiet=True.
+Machine-readable formats (json, junit, github) must stay clean on stdout, so progress always
+goes to stderr, and is switched off entirely with quiet=True. On a terminal a step shows a
+spinner, its elapsed time and, when it counts something, "n of N"; in a log (no terminal) it
+prints one line when it starts and one with its duration when it ends. Colour follows NO_COLOR.
+With verbose=True every command lockguard runs (installers, harness processes) is shown.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 
 class Progress:
     def __init__(self, quiet: bool = False, verbose: bool = False) -> None:
         self.quiet = quiet
         self.verbose = verbose
+        self.stage = ""  # e.g. "environment 1 of 2: ", put in front of each step's message
         self._console = None
         if not quiet:
             from rich.console import Console
 
-            self._console = Console(stderr=True, highlight=False)
+            self._console = Console(stderr=True, highlight=False,
+                                    no_color=bool(os.environ.get("NO_COLOR")) or None)
+            if verbose:
+                _watch(self)
 
     def info(self, message: str) -> None:
         if self._console is not None:
@@ -27,36 +37,98 @@ class Progress:
 
     def detail(self, message: str) -> None:
         if self._console is not None and self.verbose:
-            self._console.print(f"[dim]{message}[/dim]")
+            from rich.markup import escape
+
+            self._console.print(f"[dim]{escape(message)}[/dim]", soft_wrap=True)
+
+    def command(self, argv: Sequence[str], where: str | None = None) -> None:
+        """Show a command about to run (verbose only), as a shell would take it."""
+        self.detail("$ " + shlex.join(str(a) for a in argv) + (f"   ({where})" if where else ""))
 
     @contextlib.contextmanager
-    def step(self, message: str) -> Iterator["StepHandle"]:
-        """A spinner with elapsed time on a terminal; one line before and after elsewhere."""
+    def counting(self, index: int, total: int, what: str) -> Iterator[None]:
+        """Steps inside are the index-th of `total` (e.g. environment 1 of 2)."""
+        before = self.stage
+        self.stage = f"{what} {index} of {total}: " if total > 1 else before
+        try:
+            yield
+        finally:
+            self.stage = before
+
+    @contextlib.contextmanager
+    def step(self, message: str, total: int | None = None) -> Iterator[StepHandle]:
+        """A long step: spinner, elapsed time and n of `total` on a terminal; a line before
+        and a line with the duration after it elsewhere."""
+        message = self.stage + message
         start = time.perf_counter()
-        handle = StepHandle()
+        handle = StepHandle(total)
         if self._console is None:
             yield handle
             return
         if self._console.is_terminal:
-            with self._console.status(message) as status:
-                handle._status = status
-                handle._base = message
+            from rich.markup import escape
+            from rich.progress import (
+                MofNCompleteColumn, Progress as Bar, SpinnerColumn, TextColumn, TimeElapsedColumn,
+            )
+
+            columns = [SpinnerColumn(), TextColumn("{task.description}")]
+            if total:
+                columns.append(MofNCompleteColumn())
+            columns.append(TimeElapsedColumn())
+            with Bar(*columns, console=self._console, transient=True) as bar:
+                handle._bar = bar
+                handle._task = bar.add_task(escape(message), total=total)
+                handle._base = escape(message)
                 yield handle
         else:
-            self._console.print(f"{message} …")
+            self._console.print(f"{message} …", markup=False)
             yield handle
-        self._console.print(f"{message}: done in {time.perf_counter() - start:.1f} s")
+        counted = f" ({handle.done} of {total})" if total and handle.done != total else ""
+        self._console.print(f"{message}: done in {time.perf_counter() - start:.1f} s{counted}",
+                            markup=False)
 
 
 class StepHandle:
-    """Lets a long step update its spinner text (e.g. pip's current line)."""
+    """Lets a long step update its spinner text (e.g. pip's current line) and count."""
 
-    _status = None
-    _base = ""
+    def __init__(self, total: int | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self._lock = threading.Lock()
+        self._bar = None
+        self._task = None
+        self._base = ""
 
     def update(self, detail: str) -> None:
-        if self._status is not None:
-            self._status.update(f"{self._base} [dim]{detail[:80]}[/dim]")
+        if self._bar is not None:
+            from rich.markup import escape
+
+            self._bar.update(self._task,
+                             description=f"{self._base} [dim]{escape(detail[:80])}[/dim]")
+
+    def advance(self) -> int:
+        """One more of `total` done; returns how many are done now (thread-safe)."""
+        with self._lock:
+            self.done += 1
+            done = self.done
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done)
+        return done
 
 
 QUIET = Progress(quiet=True)
+
+# The verbose Progress of this process, if any: backends deep below the flows (a harness
+# process, an installer) report the commands they run here without a Progress in hand.
+_watcher: Progress | None = None
+
+
+def _watch(progress: Progress) -> None:
+    global _watcher
+    _watcher = progress
+
+
+def show_command(argv: Sequence[str], where: str | None = None) -> None:
+    """Show a command about to run, when the user asked for -v."""
+    if _watcher is not None:
+        _watcher.command(argv, where)

@@ -30,6 +30,7 @@ class LockRef:
     lock: Lock
     device: str | None = None  # expected device of this lock's environment, from config
     inputs: Path | None = None  # the requirements.in it is compiled from, when configured
+    label: str | None = None  # what reports call a lock read from git: main@1a2b3c4d:path
 
 
 @dataclass(frozen=True)
@@ -89,13 +90,25 @@ class Environments:
         self.kind = kind
         self.progress = progress
         self._envs: dict[tuple[str, str], Env] = {}
+        self._wanted: list[tuple[str, str]] = []  # for "environment n of N"
 
-    def get(self, ref: LockRef | None, framework: str, device: str) -> Env:
+    def _key(self, ref: LockRef | None, framework: str, device: str) -> tuple[str, str]:
         key = (ref.lock.lock_hash if ref else "local", f"{framework}/{device}")
         if self.kind != "docker":
             key = (key[0], "")  # one venv per lock serves every framework and device in it
+        return key
+
+    def expect(self, wanted: list[tuple[LockRef | None, str, str]]) -> None:
+        """The (lock, framework, device) triples this check will ask for, so that progress
+        can say which environment of how many it is preparing."""
+        self._wanted = list(dict.fromkeys(self._key(*w) for w in wanted))
+
+    def get(self, ref: LockRef | None, framework: str, device: str) -> Env:
+        key = self._key(ref, framework, device)
         if key not in self._envs:
-            self._envs[key] = self._prepare(ref, framework, device)
+            index = self._wanted.index(key) + 1 if key in self._wanted else len(self._envs) + 1
+            with self.progress.counting(index, max(len(self._wanted), index), "environment"):
+                self._envs[key] = self._prepare(ref, framework, device)
         return self._envs[key]
 
     def _prepare(self, ref: LockRef | None, framework: str, device: str) -> Env:
@@ -138,6 +151,7 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
     from lockguard import process
 
     results: list[RunResult | None] = [None] * len(jobs)
+    step = None
     with tempfile.TemporaryDirectory(prefix="lockguard-run-", ignore_cleanup_errors=True) as tmp:
         def one(index: int) -> None:
             env, request = jobs[index]
@@ -147,13 +161,15 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
                             framework=request.scenario.framework, steps=request.steps)
             results[index] = result
             label = escape(f"{request.scenario.id} [{env.label}]")
-            progress.info(f"  {label}: {result.status.value}"
+            done = step.advance() if step is not None else index + 1
+            progress.info(f"  {done} of {len(jobs)}: {label}: {result.status.value}"
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
                              else ""))
             if on_done:
                 on_done(request, result)
 
-        with progress.step(f"Running {len(jobs)} training run(s) on {workers()} worker(s)"):
+        with progress.step(f"Running {len(jobs)} training run(s) on {workers()} worker(s)",
+                           total=len(jobs)) as step:
             pool = ThreadPoolExecutor(max_workers=workers())
             try:
                 for future in [pool.submit(one, i) for i in range(len(jobs))]:

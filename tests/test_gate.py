@@ -61,6 +61,12 @@ def test_base_with_changed_lock_runs_ab(tmp_path):
     assert [v["verdict"] for v in report["verdicts"]] == ["drift"]
     assert any("uncommitted changes in requirements.txt" in n for n in report["notes"])
     assert report["lock_diffs"][0]["changes"][0]["new_version"] == "2.0.2"
+    # The baseline is named as a reader knows it, not by its copy in the cache.
+    base = git(project, "rev-parse", "main").strip()
+    assert report["base"] == {"ref": "main", "merge_base": base}
+    [baseline] = [lock for lock in report["locks"] if lock["role"] == "baseline"]
+    assert baseline["label"] == f"main@{base[:7]}:requirements.txt"
+    assert report["invocation"] == ["lockguard", "check", "--base", "main"]
 
 
 def test_base_ref_that_does_not_exist(tmp_path):

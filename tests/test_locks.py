@@ -563,6 +563,23 @@ def test_diff_counts_an_index_change_alone():
     assert diff.option_changes[0].option == "index-url"
 
 
+def test_option_changes_point_at_their_lines_in_the_new_lock():
+    a = lock_of("--index-url https://pypi.org/simple", "six==1.16.0")
+    b = lock_of("--index-url https://pypi.org/simple",
+                "--extra-index-url https://mirror.example/simple",
+                "--prefer-binary", "six==1.16.0")
+    diff = diff_locks(a, b)
+    assert [(o.option, o.new, o.added_lines) for o in diff.option_changes] == [
+        ("extra-index-url", ("https://mirror.example/simple",), (2,)),
+        ("other", ("--prefer-binary",), (3,)),
+    ]
+    # Removed only: nothing in the new lock to point at.
+    assert diff_locks(b, a).option_changes[0].added_lines == ()
+    # The lines are not part of what the lock installs.
+    moved = lock_of("six==1.16.0", "--index-url https://pypi.org/simple")
+    assert moved.lock_hash == a.lock_hash and moved.options.lines != a.options.lines
+
+
 def test_rehashed_needs_hashes_on_both_sides():
     plain = lock_of("six==1.16.0")
     hashed = lock_of(f"six==1.16.0 --hash=sha256:{h('six')}")

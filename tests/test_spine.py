@@ -103,7 +103,53 @@ def test_text_and_markdown_reports_name_the_evidence(tmp_path, numpy_locks):
     assert "numpy 1.26.4 → 2.0.2 (upgraded, major)" in text.stdout
     assert "FAIL check" in text.stdout
     md = run_cli("check", "--baseline-lock", "old.txt", "--format", "markdown", cwd=project)
-    assert "| ✗ | `loss_ema` | drift |" in md.stdout
+    assert md.stdout.startswith("❌ lockguard: 1 of 1 scenario drifted (numpy 1.26.4 → 2.0.2)\n")
+    assert f"- ❌ **loss\\_ema** (numpy): drift — from step {step};" in md.stdout
+
+
+def test_one_ab_run_writes_every_report_and_they_agree(tmp_path, numpy_locks):
+    """The NEP 50 drift, once, with -v: JUnit, Markdown, GitHub annotations and JSON from one
+    run, each parsed; `lockguard report` re-renders the JSON into the same bytes."""
+    import xml.etree.ElementTree as ET
+
+    project = ema_project(tmp_path / "p", numpy_locks)
+    reports = tmp_path / "reports"
+    proc = run_cli("check", "-v", "--baseline-lock", "old.txt",
+                   "--report", f"junit={reports / 'junit.xml'}",
+                   "--report", f"markdown={reports / 'report.md'}",
+                   "--report", f"github={reports / 'annotations.txt'}",
+                   "--report", f"json={reports / 'report.json'}", cwd=project)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    step = expected_nep50_divergence(20)
+    assert f"from step {step}" in proc.stdout and "FAIL check" in proc.stdout  # the table
+    # Progress: n of N for the runs, and -v shows the harness commands.
+    assert "1 of 2: loss_ema" in proc.stderr and "2 of 2: loss_ema" in proc.stderr
+    assert proc.stderr.count("--scenario loss_ema") >= 2 and "$ " in proc.stderr
+
+    numpy_line = next(i for i, line in enumerate(
+        (project / "new.txt").read_text().splitlines(), 1) if line.startswith("numpy=="))
+    [case] = ET.parse(reports / "junit.xml").getroot().iter("testcase")
+    assert (case.get("classname"), case.get("name")) == ("numpy", "loss_ema")
+    failure = case.find("failure")
+    assert failure.get("type") == "drift" and f"from step {step}" in failure.get("message")
+    assert f"new.txt:{numpy_line} numpy 1.26.4 → 2.0.2" in failure.text
+
+    [annotation] = (reports / "annotations.txt").read_text().splitlines()
+    assert annotation.startswith(f"::error file=new.txt,line={numpy_line},title=lockguard%3A "
+                                 "loss_ema drift")
+
+    md = (reports / "report.md").read_text()
+    assert md.splitlines()[0] == "❌ lockguard: 1 of 1 scenario drifted (numpy 1.26.4 → 2.0.2)"
+    assert "<!-- lockguard-report -->" in md
+    assert "lockguard check --baseline-lock old.txt --scenario loss_ema" in md
+
+    document = json.loads((reports / "report.json").read_text())
+    assert document["schema_version"] == 1 and document["failing"] == ["loss_ema"]
+    for fmt, name in (("markdown", "report.md"), ("junit", "junit.xml"),
+                      ("github", "annotations.txt")):
+        again = run_cli("report", str(reports / "report.json"), "--format", fmt, cwd=project)
+        assert again.returncode == 1, again.stderr
+        assert again.stdout == (reports / name).read_text()
 
 
 def test_record_then_check_with_golden(tmp_path, numpy_locks):

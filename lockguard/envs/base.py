@@ -16,6 +16,7 @@ from typing import Protocol
 from lockguard import process
 from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
 from lockguard.errors import LockguardError
+from lockguard.progress import show_command
 from lockguard.scenarios import Scenario
 
 
@@ -93,6 +94,7 @@ def execute(argv: list[str], request: RunRequest, result_path: Path,
     last lines become the error of a run that failed or timed out."""
     result_path.unlink(missing_ok=True)
     log = result_path.with_name(result_path.name.removesuffix(".json") + ".log")
+    show_command(argv)
     try:
         done = process.run(argv, log=log, timeout=request.timeout, env=env, cwd=cwd)
     except process.ProcessError as exc:

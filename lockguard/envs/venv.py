@@ -23,7 +23,7 @@ from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
 from lockguard.errors import tail as last_lines
 from lockguard.locks import Lock
-from lockguard.progress import QUIET, Progress
+from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
 
 READY = "lockguard-ready.json"
@@ -125,6 +125,7 @@ def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
     """Run an installer, its output going to a log file and its latest line to the spinner.
     Returns the exit code (non-zero when it could not start or ran past BUILD_TIMEOUT_S) and
     the log's last lines."""
+    show_command(cmd)
     try:
         done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S, env=harness_env(),
                            header=" ".join(cmd), on_line=step.update)

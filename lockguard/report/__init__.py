@@ -1,17 +1,47 @@
 """The one Report model every renderer draws; no computation happens in the renderers.
 
 A Report is built by the record/check flows (lockguard/checks.py) from pure comparison results;
-`render(report, fmt)` turns it into text, json or markdown.
+`render(report, fmt)` turns it into text, json, markdown, junit or github annotations. What a
+renderer needs beyond the verdicts is a field here (which scenarios fail the gate: the policy is
+applied by the flow, never by a renderer) or a method that reads the fields (the tally, the lock
+lines behind a scenario, the command that reproduces it), so that every format says the same.
+
+The JSON form is a versioned contract (`schema_version`): `lockguard report REPORT.json`
+re-renders it later without running anything, and refuses a version it does not know.
 """
 
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from lockguard.compare import ScenarioVerdict
-from lockguard.errors import printable
+from lockguard import __version__
+from lockguard.compare import PRECEDENCE, ScenarioVerdict, Verdict
+from lockguard.errors import LockguardError, printable
+from lockguard.locks import LockDiff
+from lockguard.report._common import change_short, change_text, option_lines
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "junit", "github")
+
+# 1: the first versioned report (lock labels from git, the failing set, family-rule failures
+#    with their lock lines, the invocation that reproduces it).
+SCHEMA_VERSION = 1
+
+
+class ReportError(LockguardError):
+    """A report file that cannot be read back (not JSON, not a report, another version)."""
+
+
+class GitBase(BaseModel):
+    """Where the baseline locks of `check --base` were read."""
+
+    ref: str  # as given: origin/main
+    merge_base: str  # full sha of the merge base of HEAD and `ref`
 
 
 class LockInfo(BaseModel):
@@ -21,6 +51,22 @@ class LockInfo(BaseModel):
     frameworks: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)  # framework -> pinned version
     env: str | None = None  # the environment it ran in, when one was prepared
+    source: str | None = None  # Lock.source: what a LockDiff's old_source/new_source names
+    label: str | None = None  # a lock read from git: main@1a2b3c4d:requirements.txt
+
+    @property
+    def name(self) -> str:
+        """What a reader calls this lock: its git label, else its path."""
+        return self.label or self.path
+
+
+class RuleFailure(BaseModel):
+    """A framework family rule a lock breaks (checked before anything is built)."""
+
+    lock: str  # display path
+    rule: str
+    message: str
+    lines: list[int] = Field(default_factory=list)  # the lock lines of the pins involved
 
 
 class ParityRow(BaseModel):
@@ -31,13 +77,28 @@ class ParityRow(BaseModel):
     max_rel_spread: float
 
 
+@dataclass(frozen=True)
+class LockLine:
+    """One changed line of a candidate lock, for annotations and bullets."""
+
+    lock: str  # display path of the lock file
+    line: int | None
+    text: str  # e.g. "numpy 1.26.4 → 2.0.2 (upgraded, major)" or "+ --extra-index-url URL"
+    short: str  # e.g. "numpy 1.26.4 → 2.0.2"
+
+
 class Report(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    lockguard_version: str = __version__
     command: Literal["check", "record", "diff", "propose"]
     mode: Literal["golden", "ab", "record", "diff"]
     device: str | None = None
+    base: GitBase | None = None  # check --base: the ref and merge base of the baseline
     locks: list[LockInfo] = Field(default_factory=list)
-    lock_diffs: list[dict[str, Any]] = Field(default_factory=list)  # LockDiff.model_dump(mode="json")
+    lock_diffs: list[LockDiff] = Field(default_factory=list)
     verdicts: list[ScenarioVerdict] = Field(default_factory=list)
+    failing: list[str] = Field(default_factory=list)  # scenarios whose verdict fails the gate
+    rule_failures: list[RuleFailure] = Field(default_factory=list)
     parity: list[ParityRow] = Field(default_factory=list)
     written: list[str] = Field(default_factory=list)  # golden files written by record
     # This machine's hardware class per device checked (lockguard/hardware.py), where readable.
@@ -45,9 +106,121 @@ class Report(BaseModel):
     notes: list[str] = Field(default_factory=list)
     passed: bool = True
     duration_s: float | None = None
+    # The command line that made this report (report options left out), for "reproduce with".
+    invocation: list[str] = Field(default_factory=list)
+    _failing_set: tuple[int, int, frozenset[str]] = PrivateAttr(default=(0, -1, frozenset()))
+
+    # ------------------------------------------------------------------ what renderers read
+
+    def fails(self, verdict: ScenarioVerdict) -> bool:
+        """Whether this scenario fails the gate (the flow applied the policy)."""
+        key, size, names = self._failing_set
+        if key != id(self.failing) or size != len(self.failing):
+            names = frozenset(self.failing)
+            self._failing_set = (id(self.failing), len(self.failing), names)
+        return verdict.scenario in names
+
+    @property
+    def compared(self) -> list[ScenarioVerdict]:
+        """The verdicts of scenarios that ran (or were answered from their golden)."""
+        return [v for v in self.verdicts if v.verdict != Verdict.skipped]
+
+    @property
+    def skipped(self) -> list[ScenarioVerdict]:
+        return [v for v in self.verdicts if v.verdict == Verdict.skipped]
+
+    def ordered(self) -> list[ScenarioVerdict]:
+        """Compared verdicts, failing first, then by severity; stable within each."""
+        return sorted(self.compared, key=lambda v: (not self.fails(v), _rank(v.verdict)))
+
+    def tally(self) -> list[tuple[Verdict, int]]:
+        """(verdict, count) for every verdict present, most severe first."""
+        counts: dict[Verdict, int] = {}
+        for v in self.verdicts:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        return sorted(counts.items(), key=lambda item: _rank(item[0]))
+
+    def failing_tally(self) -> list[tuple[Verdict, int]]:
+        counts: dict[Verdict, int] = {}
+        for v in self.verdicts:
+            if self.fails(v):
+                counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        return sorted(counts.items(), key=lambda item: _rank(item[0]))
+
+    def notable(self) -> list[ScenarioVerdict]:
+        """Compared verdicts that pass the gate but are worth a look (slower, new, moved)."""
+        return [v for v in self.ordered()
+                if not self.fails(v) and v.verdict != Verdict.identical]
+
+    def skipped_groups(self) -> list[tuple[int, str]]:
+        """Skipped scenarios collapsed by reason: (count, reason). Scenarios skipped because
+        no lock pins their framework share one line naming the frameworks."""
+        unpinned: dict[str, int] = {}
+        other: dict[str, int] = {}
+        for v in self.skipped:
+            reason = v.reasons[0] if v.reasons else "not run"
+            if reason.startswith(f"no lock pins {v.framework}"):
+                unpinned[v.framework] = unpinned.get(v.framework, 0) + 1
+            else:
+                other[reason] = other.get(reason, 0) + 1
+        groups = []
+        if unpinned:
+            groups.append((sum(unpinned.values()), "no lock pins " + ", ".join(sorted(unpinned))))
+        groups += [(n, reason) for reason, n in other.items()]
+        return groups
+
+    def candidate_lock(self, framework: str) -> LockInfo | None:
+        """The candidate lock a scenario of `framework` ran from (the first that pins it)."""
+        return next((lock for lock in self.locks
+                     if lock.role == "candidate" and framework in lock.frameworks), None)
+
+    def baseline_lock(self, framework: str) -> LockInfo | None:
+        return next((lock for lock in self.locks
+                     if lock.role == "baseline" and framework in lock.frameworks), None)
+
+    def diff_of(self, lock: LockInfo) -> LockDiff | None:
+        return next((d for d in self.lock_diffs if lock.source and d.new_source == lock.source),
+                    None)
+
+    def lock_lines(self, diff: LockDiff) -> list[LockLine]:
+        """Every changed line of the diff's candidate lock: packages, then installer options."""
+        lock = next((info for info in self.locks
+                     if info.role == "candidate" and info.source == diff.new_source), None)
+        path = lock.path if lock else diff.new_source
+        lines = [LockLine(path, c.new_line, change_text(c), change_short(c))
+                 for c in diff.changed]
+        for option in diff.option_changes:
+            lines += [LockLine(path, line, text, text) for line, text in option_lines(option)]
+        return lines
+
+    def culprits(self, verdict: ScenarioVerdict) -> list[LockLine]:
+        """The changed lock lines that can explain a scenario's verdict: those of its
+        framework's family (and CUDA wheels) in the lock it ran from; when none changed, every
+        changed line of that lock (any package, index or option can move the numbers)."""
+        lock = self.candidate_lock(verdict.framework)
+        diff = self.diff_of(lock) if lock else None
+        if lock is None or diff is None:
+            return []
+        mine = {verdict.framework, "cuda"}
+        lines = [LockLine(lock.path, c.new_line, change_text(c), change_short(c))
+                 for c in diff.changed if mine & set(c.families)]
+        return lines or self.lock_lines(diff)
+
+    def reproduce(self, scenarios: list[str]) -> str | None:
+        """The command that re-runs these scenarios as this report ran them."""
+        if not self.invocation:
+            return None
+        argv = list(self.invocation)
+        for sid in scenarios:
+            argv += ["--scenario", sid]
+        return shlex.join(argv)
 
 
-def render(report: Report, fmt: str, color: bool = False) -> str:
+def _rank(verdict: Verdict) -> int:
+    return PRECEDENCE.index(verdict) if verdict in PRECEDENCE else len(PRECEDENCE)
+
+
+def render(report: Report, fmt: str, color: bool = False, width: int | None = None) -> str:
     if fmt == "json":
         from lockguard.report import json_
 
@@ -57,9 +230,19 @@ def render(report: Report, fmt: str, color: bool = False) -> str:
         from lockguard.report import markdown
 
         return markdown.render(report)
+    if fmt == "junit":
+        from lockguard.report import junit
+
+        return junit.render(report)
+    if fmt == "github":
+        from lockguard.report import github
+
+        return github.render(report)
+    if fmt != "text":
+        raise ValueError(f"unknown report format {fmt!r}")
     from lockguard.report import text
 
-    return text.render(report, color=color)
+    return text.render(report, color=color, width=width)
 
 
 def printable_report(report: Report) -> Report:
@@ -75,3 +258,31 @@ def printable_report(report: Report) -> Report:
         return value
 
     return Report.model_validate(clean(report.model_dump()))
+
+
+def load_report(path: Path) -> Report:
+    """A JSON report written by `--format json` / `--report json=PATH`, validated in full."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ReportError(f"{path}: not a lockguard JSON report (not UTF-8 text)") from None
+    except ValueError as exc:
+        raise ReportError(f"{path}: not a lockguard JSON report (invalid JSON: {exc})") from None
+    if not isinstance(raw, dict) or "verdicts" not in raw or "command" not in raw:
+        raise ReportError(f"{path}: not a lockguard JSON report (no command and verdicts)")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        made_by = raw.get("lockguard_version")
+        raise ReportError(
+            f"{path}: report schema_version {version!r}"
+            + (f" (lockguard {made_by})" if made_by else "")
+            + f" is not the one this lockguard {__version__} reads ({SCHEMA_VERSION}); "
+            "re-render it with the lockguard that wrote it")
+    try:
+        return Report.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ReportError(f"{path}: invalid report at {where}: {first['msg']}") from None

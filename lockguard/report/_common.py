@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from lockguard.compare import CompileDiff, ScenarioVerdict, Verdict
+from lockguard.locks import Change, OptionChange
 
 SYMBOL = {
     Verdict.identical: "=", Verdict.within_tolerance: "≈", Verdict.drift: "✗",
@@ -58,24 +57,53 @@ def timing(v: ScenarioVerdict) -> str:
     return f"×{v.step_time_ratio:.2f}"
 
 
-def change_line(change: dict[str, Any]) -> str:
-    """One line of a LockDiff change, e.g. 'numpy 1.26.4 → 2.0.2 (upgraded, major) [numpy]'."""
-    name = change.get("display_name") or change.get("name")
-    old, new, kind = change.get("old_version"), change.get("new_version"), change.get("kind")
-    if kind == "added":
-        text = f"+ {name} {new}"
-    elif kind == "removed":
-        text = f"- {name} {old}"
-    elif kind in ("rehashed",):
-        text = f"~ {name} {new} (same version, different hashes)"
-    else:
-        text = f"  {name} {old} → {new} ({kind}"
-        if change.get("bump"):
-            text += f", {change['bump']}"
-        text += ")"
-    if change.get("families"):
-        text += f" [{', '.join(change['families'])}]"
+def change_text(change: Change) -> str:
+    """One package change, e.g. 'numpy 1.26.4 → 2.0.2 (upgraded, major)'."""
+    name = change.display_name or change.name
+    if change.kind == "added":
+        return f"+ {name} {change.new_version}"
+    if change.kind == "removed":
+        return f"- {name} {change.old_version}"
+    if change.kind == "rehashed":
+        return f"~ {name} {change.new_version} (same version, different hashes)"
+    bump = f", {change.bump}" if change.bump else ""
+    return f"{name} {change.old_version} → {change.new_version} ({change.kind}{bump})"
+
+
+def change_short(change: Change) -> str:
+    """A change in a few words, for a headline: 'numpy 1.26.4 → 2.0.2'."""
+    name = change.display_name or change.name
+    if change.kind in ("upgraded", "downgraded"):
+        return f"{name} {change.old_version} → {change.new_version}"
+    return change_text(change).removesuffix(" (same version, different hashes)")
+
+
+def change_line(change: Change) -> str:
+    """A change with its families, aligned under +/-/~ marks: '  numpy 1.26.4 → 2.0.2
+    (upgraded, major) [numpy]'."""
+    text = change_text(change)
+    if change.kind not in ("added", "removed", "rehashed"):
+        text = "  " + text
+    if change.families:
+        text += f" [{', '.join(change.families)}]"
     return text
+
+
+def option_lines(option: OptionChange) -> list[tuple[int | None, str]]:
+    """(line in the new lock, or None) and '+ --extra-index-url URL' / '- ...' for each
+    installer option value added or removed; a reordering (index priority) is one '~' row."""
+    def spell(value: str) -> str:
+        return value if option.option == "other" else f"--{option.option} {value}"
+
+    added = [v for v in option.new if v not in option.old]
+    removed = [v for v in option.old if v not in option.new]
+    lines = iter(option.added_lines)
+    rows: list[tuple[int | None, str]] = [(next(lines, None), "+ " + spell(v)) for v in added]
+    rows += [(None, "- " + spell(v)) for v in removed]
+    if not added and not removed:
+        rows.append((option.added_lines[0] if option.added_lines else None,
+                     f"~ --{option.option} order: " + ", ".join(option.new)))
+    return rows
 
 
 def compile_rows(diff: CompileDiff) -> list[tuple[str, str, str]]:

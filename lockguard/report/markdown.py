@@ -1,65 +1,295 @@
-"""The Report as GitHub-flavoured markdown, for PR comments and job summaries."""
+"""The Report as GitHub-flavoured Markdown, for a PR comment and the job summary, phone first.
+
+The first line is a headline sentence (how many scenarios failed and how, and which lock
+change); then the failing scenarios as short bullets that wrap on a narrow screen, the tally,
+the locks and their changes, the command that reproduces it; the evidence of each scenario
+comes folded in <details>. A hidden marker lets a bot find its comment and update it in place.
+GitHub refuses a comment over 65,536 characters: the details are cut first, with a note.
+"""
 
 from __future__ import annotations
 
-from lockguard.compare import Verdict
-from lockguard.report import Report
+import re
+
+from lockguard.compare import ScenarioVerdict, Verdict
+from lockguard.report import LockLine, Report
 from lockguard.report._common import (
-    SYMBOL, change_line, compile_rows, final_loss, fmt_float, summary_line, timing,
+    compile_rows, final_loss, fmt_float, option_lines, summary_line, change_text,
 )
 
+MARKER = "<!-- lockguard-report -->"
+# GitHub's limit is 65,536 characters; measured in UTF-8 bytes here, which are never fewer
+# than characters or UTF-16 units, with room left for a bot's own wrapping.
+LIMIT = 65_000
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+ICON = {
+    Verdict.identical: "✅", Verdict.within_tolerance: "✅", Verdict.drift: "❌",
+    Verdict.compile_fallback: "❌", Verdict.device_fallback: "❌", Verdict.slower: "⚠️",
+    Verdict.broken: "💥", Verdict.new: "🆕", Verdict.incomparable: "❓", Verdict.skipped: "➖",
+}
+
+# "1 of 3 scenarios <verb>"
+VERB = {
+    Verdict.identical: "identical", Verdict.within_tolerance: "moved within tolerance",
+    Verdict.drift: "drifted", Verdict.compile_fallback: "fell back from the compiled path",
+    Verdict.device_fallback: "ran on the wrong device", Verdict.slower: "got slower",
+    Verdict.broken: "broke", Verdict.new: "have no baseline",
+    Verdict.incomparable: "could not be compared", Verdict.skipped: "skipped",
+}
+
+NAMED = 5  # at most this many --scenario options in a suggested command
+
+# Verdicts an intended upgrade produces, which `lockguard accept` can adopt as the new goldens.
+ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.within_tolerance}
+
+
+_MARKUP = re.compile(r"([\\`*_\[\]<>|~])")
+
+
+def _text(text: str) -> str:
+    """Plain text in Markdown: nothing in it becomes markup, a link, a table or HTML."""
+    return _MARKUP.sub(r"\\\1", " ".join(text.split()).replace("&", "&amp;"))
 
 
 def _code(text: str) -> str:
-    """A table cell in code font (reasons hold backticks, underscores, asterisks)."""
+    """Inline code that survives any backticks inside it."""
+    text = " ".join(text.split())
+    fence = "`"
+    while fence in text:
+        fence += "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _cell_code(text: str) -> str:
+    """A table cell in code font: HTML <code>, since a backtick span cannot hold every reason
+    (backticks, pipes) and a pipe would split the cell."""
     if text == "—":
         return text
-    return "<code>" + _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(
-        ">", "&gt;").replace("`", "&#96;") + "</code>"
+    escaped = (" ".join(text.split()).replace("&", "&amp;").replace("<", "&lt;")
+               .replace(">", "&gt;").replace("`", "&#96;").replace("|", "&#124;"))
+    return f"<code>{escaped}</code>"
 
 
-def render(report: Report) -> str:
-    lines: list[str] = []
-    title = {"check": "lockguard check", "record": "lockguard record", "diff": "lockguard diff",
-             "propose": "lockguard propose"}[report.command]
-    if report.command != "diff":
-        title += ": **PASS**" if report.passed else ": **FAIL**"
-    lines += [f"### {title}", ""]
-    for lock in report.locks:
-        versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
-        lines.append(f"- {lock.role} lock `{lock.path}` (`{lock.lock_hash[:12]}`)"
-                     + (f": {versions}" if versions else ""))
+def _block(lines: list[str], lang: str = "") -> list[str]:
+    body = "\n".join(lines)
+    fence = "```"
+    while fence in body:
+        fence += "`"
+    return [fence + lang, *lines, fence]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _changes(lines: list[LockLine]) -> str:
+    """The lock changes behind a headline, in a few words: 'numpy 1.26.4 → 2.0.2'."""
+    texts = list(dict.fromkeys(line.short for line in lines))
+    shown = ", ".join(texts[:2]) + (f" and {len(texts) - 2} more" if len(texts) > 2 else "")
+    return _text(shown)
+
+
+def _verb(verdict: Verdict) -> str:
+    return VERB.get(verdict, verdict.value)
+
+
+def headline(report: Report) -> str:
+    name = "lockguard" if report.command in ("check", "diff") else f"lockguard {report.command}"
+    if report.command == "diff":
+        n = sum(len(d.changed) + len(d.option_changes) for d in report.lock_diffs)
+        return f"🔍 {name}: {_plural(n, 'lock change')}"
+    compared = report.compared
+    failing = [v for v in compared if report.fails(v)]
+    if report.rule_failures:
+        f = report.rule_failures[0]
+        more = f" and {len(report.rule_failures) - 1} more" if len(report.rule_failures) > 1 else ""
+        return f"❌ {name}: {_text(f.lock)} breaks the {_text(f.rule)} rule{more}"
+    if failing:
+        kinds = report.failing_tally()
+        of = f"{len(failing)} of {_plural(len(compared), 'scenario')}"
+        if len(kinds) == 1:
+            what = f"{of} {_verb(kinds[0][0])}"
+        else:
+            what = f"{of} failed: " + ", ".join(f"{n} {_verb(k)}" for k, n in kinds)
+        causes = _changes([line for v in failing for line in report.culprits(v)])
+        return f"❌ {name}: {what}" + (f" ({causes})" if causes else "")
+    if not report.passed:
+        return f"❌ {name}: {_text(report.notes[0]) if report.notes else 'the gate failed'}"
+    if not compared:
+        return f"✅ {name}: {_text(report.notes[-1]) if report.notes else 'nothing to check'}"
+    tally = ", ".join(f"{n} {_verb(k)}" for k, n in report.tally() if k != Verdict.skipped)
+    causes = _changes([line for d in report.lock_diffs for line in report.lock_lines(d)])
+    what = "recorded" if report.command == "record" else "passed"
+    return (f"✅ {name}: {_plural(len(compared), 'scenario')} {what}"
+            + (f" with {causes}" if causes else "") + f" ({tally})")
+
+
+def _bullet(report: Report, v: ScenarioVerdict) -> str:
+    icon = ICON.get(v.verdict, "•")
+    evidence = summary_line(v)
+    text = f"- {icon} **{_text(v.scenario)}** ({_text(v.framework)}): {v.verdict.value}"
+    if evidence:
+        text += f" — {_text(evidence)}"
+    loss = final_loss(v)
+    if loss != "—" and "→" in loss and v.verdict != Verdict.identical:
+        text += f"; final loss {_text(loss)}"
+    return text
+
+
+def _details(report: Report, v: ScenarioVerdict) -> list[str]:
+    lines = ["", f"<details><summary>{_text(v.scenario)}: {v.verdict.value}</summary>", ""]
+    lines += [f"- {_text(reason.splitlines()[0])}" for reason in v.reasons if reason.strip()]
+    culprits = report.culprits(v)
+    if culprits:
+        lines += ["", "Lock lines behind it: " + "; ".join(
+            _text(f"{c.lock}:{c.line} {c.text}" if c.line else f"{c.lock} {c.text}")
+            for c in culprits)]
+    if v.error:
+        lines += ["", *_block(v.error.splitlines())]
+    rows = compile_rows(v.compile_diff) if v.compile_diff is not None else []
+    if rows:
+        lines += ["", "| compiled path | baseline | candidate |", "|---|---|---|"]
+        lines += [f"| {_text(what)} | {_cell_code(old)} | {_cell_code(new)} |"
+                  for what, old, new in rows]
+    ratios = []
+    if v.step_time_ratio is not None:
+        ratios.append(f"step time ×{v.step_time_ratio:.2f}")
+    if v.first_step_ratio is not None:
+        ratios.append(f"first step ×{v.first_step_ratio:.2f}")
+    if v.compile_time_ratio is not None:
+        ratios.append(f"compile time ×{v.compile_time_ratio:.2f}")
+    if ratios:
+        lines += ["", "Timing (candidate / baseline, same machine): " + ", ".join(ratios)]
+    lines += ["", "</details>"]
+    return lines
+
+
+def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | None) -> list[str]:
+    lines = [headline(report), ""]
+    for f in report.rule_failures:
+        where = f"{f.lock}:{','.join(map(str, f.lines))}" if f.lines else f.lock
+        lines.append(f"- ❌ {_code(where)} {_text(f.rule)}: {_text(f.message)}")
+    shown = failing if limit_bullets is None else failing[:limit_bullets]
+    lines += [_bullet(report, v) for v in shown]
+    if len(shown) < len(failing):
+        lines.append(f"- … and {len(failing) - len(shown)} more failing scenarios "
+                     "(the JSON report has them all)")
+    notable = report.notable()
+    if notable:
+        if failing or report.rule_failures:
+            lines += ["", "Also worth a look:"]
+        more = notable if limit_bullets is None else notable[:limit_bullets]
+        lines += [_bullet(report, v) for v in more]
+        if len(more) < len(notable):
+            lines.append(f"- … and {len(notable) - len(more)} more")
+    tally = " · ".join(f"{n} {k.value}" for k, n in report.tally() if k != Verdict.skipped)
+    if tally:
+        lines += ["", f"**Tally:** {tally}"]
+    for count, reason in report.skipped_groups():
+        lines.append(f"{'' if tally else chr(10)}{count} skipped: {_text(reason)}")
+    if report.locks:
+        lines += ["", "**Locks**"]
+        for lock in report.locks:
+            versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
+            lines.append(f"- {lock.role} {_code(lock.name)} {_code(lock.lock_hash[:12])}"
+                         + (f": {_text(versions)}" if versions else ""))
     for diff in report.lock_diffs:
-        changes = [c for c in diff.get("changes", []) if c.get("kind") != "unchanged"]
-        lines += ["", f"**Lock changes** ({len(changes)})", "", "```diff"]
-        lines += [change_line(c) for c in changes] or ["(none)"]
-        lines.append("```")
-    if report.verdicts:
-        lines += ["", "| | scenario | verdict | final loss | step time | evidence |",
-                  "|---|---|---|---|---|---|"]
-        for v in report.verdicts:
-            lines.append(f"| {SYMBOL[v.verdict]} | `{v.scenario}` | {v.verdict.value} | "
-                         f"{_cell(final_loss(v))} | {timing(v)} | {_cell(summary_line(v))} |")
-    details = [v for v in report.verdicts
-               if v.verdict not in (Verdict.identical, Verdict.skipped) and v.reasons]
-    for v in details:
-        lines += ["", f"<details><summary><code>{v.scenario}</code>: {v.verdict.value}</summary>",
-                  "", "```"]
-        lines += v.reasons
-        lines.append("```")
-        rows = compile_rows(v.compile_diff) if v.compile_diff is not None else []
-        if rows:
-            lines += ["", "| compiled path | baseline | candidate |", "|---|---|---|"]
-            lines += [f"| {_cell(what)} | {_code(old)} | {_code(new)} |" for what, old, new in rows]
-        lines += ["", "</details>"]
-    if report.parity:
-        lines += ["", "Step-0 parity across frameworks:", ""]
-        for row in report.parity:
-            cells = ", ".join(f"`{k}` {fmt_float(v)}" for k, v in row.step0.items())
-            lines.append(f"- {row.family}: {cells} (spread {row.max_rel_spread:.1e})")
+        rows = [(c.new_line, change_text(c)) for c in diff.changed]
+        rows += [row for o in diff.option_changes for row in option_lines(o)]
+        lock = next((info for info in report.locks if info.source == diff.new_source), None)
+        where = f" in {_code(lock.name)}" if lock else ""
+        lines += ["", f"**Lock changes**{where}: {len(rows) or 'none'}"]
+        lines += [f"- {_text(text)}" + (f" (line {line})" if line else "")
+                  for line, text in rows]
+    # Name the scenarios when a few failed; many are quicker to re-run all together.
+    named = [v.scenario for v in failing] if len(failing) <= NAMED else []
+    reproduce = report.reproduce(named) if failing else None
+    if reproduce:
+        lines += ["", "**Reproduce locally**", "", *_block([reproduce], "sh")]
+    acceptable = [v.scenario for v in failing if v.verdict in ACCEPTABLE]
+    if report.command == "check" and acceptable and len(acceptable) == len(failing):
+        accept = ["lockguard", "accept"] + [a for s in named for a in ("--scenario", s)]
+        lines += ["", "If the change is intended, accept it: the candidate's results become "
+                  "the new goldens, with your reason recorded.", "",
+                  *_block([" ".join(accept) + ' --reason "…"'], "sh")]
     for note in report.notes:
-        lines += ["", f"> {note}"]
-    return "\n".join(lines) + "\n"
+        lines += ["", f"> {_text(note)}"]
+    return lines
+
+
+def _tail(report: Report) -> list[str]:
+    lines: list[str] = []
+    if report.parity:
+        lines += ["", "<details><summary>Step-0 parity across frameworks</summary>", ""]
+        for row in report.parity:
+            cells = ", ".join(f"{_text(k)} {fmt_float(v)}" for k, v in row.step0.items())
+            lines.append(f"- {_text(row.family)}: {cells} (spread {row.max_rel_spread:.1e})")
+        lines += ["", "</details>"]
+    if report.written:
+        lines += ["", f"<details><summary>{_plural(len(report.written), 'golden')} written"
+                  "</summary>", "", *[f"- {_code(p)}" for p in report.written], "",
+                  "</details>"]
+    took = f" in {report.duration_s:.1f} s" if report.duration_s is not None else ""
+    made = f"lockguard {report.lockguard_version} · {report.command} ({report.mode}){took}"
+    if report.base is not None:
+        made += f" · base {_code(report.base.ref)} at {_code(report.base.merge_base[:12])}"
+    lines += ["", f"<sub>{made}</sub>"]
+    return lines
+
+
+def _all_scenarios(report: Report) -> list[str]:
+    compared = report.compared
+    lines = ["", f"<details><summary>All {_plural(len(compared), 'scenario')}</summary>", ""]
+    for v in compared:
+        loss = final_loss(v)
+        lines.append(f"- {ICON.get(v.verdict, '•')} {_text(v.scenario)} ({_text(v.framework)}):"
+                     f" {v.verdict.value}" + (f", final loss {_text(loss)}" if loss != "—" else ""))
+    lines += ["", "</details>"]
+    return lines
+
+
+def _size(lines: list[str]) -> int:
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def _cut_note(cut: int, total: int) -> list[str]:
+    return ["", f"> {cut} of {total} folded sections were cut to stay under GitHub's "
+            "65,536-character comment limit; `--report json=PATH` keeps them all."]
+
+
+def render(report: Report, limit: int = LIMIT) -> str:
+    ordered = report.ordered()
+    failing = [v for v in ordered if report.fails(v)]
+    # Folded sections, most severe first (the last ones are cut first), built only as far as
+    # they fit: a report of thousands of scenarios need not render them all.
+    makers = [lambda v=v: _details(report, v) for v in ordered
+              if v.verdict != Verdict.identical and (v.reasons or v.error)]
+    if any(v.verdict == Verdict.identical for v in report.compared):
+        makers.append(lambda: _all_scenarios(report))
+    tail = _tail(report) + ["", MARKER]
+    bullets: int | None = None  # all of them, unless even they do not fit
+    while True:
+        head = _head(report, failing, bullets)
+        budget = limit - _size(head) - _size(tail) - _size(_cut_note(len(makers), len(makers)))
+        if budget >= 0 or bullets == 0:
+            break
+        bullets = 50 if bullets is None else bullets // 2  # thousands of failing scenarios
+    kept: list[list[str]] = []
+    used = 0
+    for make in makers:
+        section = make()
+        used += _size(section)
+        if used > budget:
+            break
+        kept.append(section)
+    cut = len(makers) - len(kept)
+    body = head + (_cut_note(cut, len(makers)) if cut else []) \
+        + [line for section in kept for line in section] + tail
+    body = [line for i, line in enumerate(body) if line or (i and body[i - 1])]
+    text = "\n".join(body) + "\n"
+    if len(text.encode("utf-8")) > limit:  # one enormous note or reason: cut hard
+        end = "\n…\n\n" + MARKER + "\n"
+        room = limit - len(end.encode("utf-8"))
+        text = text.encode("utf-8")[:room].decode("utf-8", "ignore") + end
+    return text

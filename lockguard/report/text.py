@@ -1,9 +1,14 @@
-"""The Report for a terminal: a verdict table, then the evidence for anything not identical."""
+"""The Report for a terminal or a CI log: the verdict table, then the evidence.
+
+The table fits the width it is given (the terminal's; 80 columns works): the evidence column
+takes what is left and wraps, instead of pushing the table wider. Colour only when asked for
+(a terminal without NO_COLOR; see lockguard/cli.py).
+"""
 
 from __future__ import annotations
 
 import io
-import shutil
+import textwrap
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,7 +17,7 @@ from rich.table import Table
 from lockguard.compare import Verdict
 from lockguard.report import Report
 from lockguard.report._common import (
-    SYMBOL, change_line, compile_rows, final_loss, fmt_float, summary_line, timing,
+    SYMBOL, change_line, compile_rows, final_loss, fmt_float, option_lines, summary_line, timing,
 )
 
 STYLE = {
@@ -22,37 +27,62 @@ STYLE = {
     Verdict.skipped: "dim", Verdict.other_hardware: "yellow",
 }
 
+DEFAULT_WIDTH = 100  # a log with no terminal behind it (CI): wide enough, never unbounded
+MIN_WIDTH = 40
 
-def render(report: Report, color: bool = False) -> str:
-    width = max(100, shutil.get_terminal_size((120, 40)).columns) if color else 120
+
+def render(report: Report, color: bool = False, width: int | None = None) -> str:
+    width = max(MIN_WIDTH, width or DEFAULT_WIDTH)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,
-                      highlight=False, soft_wrap=False)
+                      highlight=False, soft_wrap=False, emoji=False)
+
+    def plain(text: str) -> None:
+        console.print(text, markup=False)
+
     for lock in report.locks:
         versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
-        console.print(f"{lock.role} lock {lock.path} ({lock.lock_hash[:12]})"
-                      + (f": {versions}" if versions else ""), markup=False)
+        plain(f"{lock.role} lock {lock.name} ({lock.lock_hash[:12]})"
+              + (f": {versions}" if versions else ""))
     for diff in report.lock_diffs:
-        changes = [c for c in diff.get("changes", []) if c.get("kind") != "unchanged"]
-        console.print(f"lock changes: {len(changes) or 'none'}")
-        for change in changes:
-            console.print(f"  {change_line(change)}", markup=False)
-    if report.verdicts:
-        table = Table(show_edge=False, pad_edge=False, box=None)
-        for column in ("", "scenario", "verdict", "final loss", "step time", "evidence"):
-            table.add_column(column, overflow="fold")
-        for v in report.verdicts:
+        options = [row for o in diff.option_changes for row in option_lines(o)]
+        changed = diff.changed
+        console.print(f"lock changes: {len(changed) + len(options) or 'none'}")
+        for change in changed:
+            plain(f"  {change_line(change)}"
+                  + (f" (line {change.new_line})" if change.new_line else ""))
+        for line, text in options:
+            plain(f"  {text}" + (f" (line {line})" if line else ""))
+    for failure in report.rule_failures:
+        where = failure.lock + (":" + ",".join(map(str, failure.lines)) if failure.lines else "")
+        plain(f"✗ {where}: {failure.rule}: {failure.message}")
+    compared = report.compared
+    if compared:
+        table = Table(show_edge=False, pad_edge=False, box=None, expand=False)
+        table.add_column("", no_wrap=True)
+        table.add_column("scenario", overflow="fold", max_width=28)
+        table.add_column("verdict", overflow="fold")
+        table.add_column("final loss", overflow="fold", max_width=26)
+        table.add_column("step time", no_wrap=True)
+        table.add_column("evidence", overflow="fold", ratio=1, min_width=16)
+        for v in compared:
             style = STYLE.get(v.verdict, "")
-            table.add_row(SYMBOL[v.verdict], escape(v.scenario), f"[{style}]{v.verdict.value}[/]",
-                          final_loss(v), timing(v), escape(summary_line(v)))
+            table.add_row(SYMBOL.get(v.verdict, "?"), escape(v.scenario),
+                          f"[{style}]{v.verdict.value}[/]", final_loss(v), timing(v),
+                          escape(summary_line(v)))
         console.print(table)
-    for v in report.verdicts:
-        if v.verdict in (Verdict.identical, Verdict.skipped) or not v.reasons:
+    for count, reason in report.skipped_groups():
+        plain(f"-  {count} skipped: {reason}")
+    for v in report.ordered():
+        if v.verdict == Verdict.identical or not v.reasons:
             continue
         console.print(f"\n[bold]{escape(v.scenario)}[/bold]: {v.verdict.value}")
         for reason in v.reasons:
             for i, line in enumerate(reason.splitlines()):
-                console.print(("  • " if i == 0 else "    ") + line, markup=False)
+                # Wrapped here, not by rich, so that continuation lines keep the indent.
+                wrapped = textwrap.wrap(line, width - 4, break_on_hyphens=False) or [""]
+                for j, piece in enumerate(wrapped):
+                    plain(("  • " if i == 0 and j == 0 else "    ") + piece)
         rows = compile_rows(v.compile_diff) if v.compile_diff is not None else []
         if rows:
             side = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 2, 0, 0))
@@ -65,18 +95,17 @@ def render(report: Report, color: bool = False) -> str:
         console.print("\nstep-0 parity across frameworks (same data and weights):")
         for row in report.parity:
             cells = ", ".join(f"{k} {fmt_float(v)}" for k, v in row.step0.items())
-            console.print(f"  {row.family}: {cells} (spread {row.max_rel_spread:.1e})",
-                          markup=False)
+            plain(f"  {row.family}: {cells} (spread {row.max_rel_spread:.1e})")
     for path in report.written:
-        console.print(f"wrote {path}", markup=False)
+        plain(f"wrote {path}")
     for note in report.notes:
-        console.print(f"note: {note}", markup=False)
+        plain(f"note: {note}")
     if report.command != "diff":
         outcome = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-        counts: dict[str, int] = {}
-        for v in report.verdicts:
-            counts[v.verdict.value] = counts.get(v.verdict.value, 0) + 1
-        tally = ", ".join(f"{n} {k}" for k, n in counts.items())
+        tally = ", ".join(f"{n} {verdict.value}" for verdict, n in report.tally())
         took = f" in {report.duration_s:.1f} s" if report.duration_s is not None else ""
-        console.print(f"\n{outcome} {report.command}: {tally or 'nothing to do'}{took}")
-    return out.getvalue()
+        console.print(f"\n{outcome} {report.command}: {escape(tally) or 'nothing to do'}{took}")
+    text = out.getvalue()
+    if not color:  # the table pads its last column; a log should not carry the spaces
+        text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return text

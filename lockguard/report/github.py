@@ -1,0 +1,89 @@
+"""The Report as GitHub Actions workflow commands: annotations on the lock lines of a PR.
+
+A scenario that fails the gate is an `::error` at each changed line of its candidate lock that
+belongs to its framework's family (every changed line of that lock when none does); a verdict
+that passes but is worth a look (slower, new, within tolerance) is a `::warning` there; a
+family-rule failure is an `::error` at the lines of the pins it names. An added or changed
+index or installer option is a `::warning` at its line. Paths are the lock paths as shown in the
+report (relative to the working directory, which is the repository root in a workflow); a lock
+outside it (a proposal in the cache) gets no file, so the annotation shows on the run.
+"""
+
+from __future__ import annotations
+
+from lockguard.compare import ScenarioVerdict
+from lockguard.report import LockLine, Report
+from lockguard.report._common import option_lines, summary_line
+
+
+def _data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _prop(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(level: str, message: str, *, file: str | None = None, line: int | None = None,
+            title: str | None = None) -> str:
+    """One workflow command line, escaped as the runner (actions/toolkit) expects."""
+    props = []
+    if file:
+        props.append(f"file={_prop(file)}")
+        if line:
+            props.append(f"line={line}")
+    if title:
+        props.append(f"title={_prop(title)}")
+    return f"::{level}{(' ' + ','.join(props)) if props else ''}::{_data(message)}"
+
+
+def _annotatable(path: str) -> str | None:
+    return None if path.startswith("/") else path
+
+
+def _message(v: ScenarioVerdict, culprits: list[LockLine]) -> str:
+    lines = [f"{v.scenario} ({v.framework}): {v.verdict.value}"]
+    lines += v.reasons
+    if culprits:
+        lines.append("changed here: " + "; ".join(c.text for c in culprits))
+    return "\n".join(lines)
+
+
+def _scenario(report: Report, v: ScenarioVerdict, level: str) -> list[str]:
+    evidence = summary_line(v)
+    title = f"lockguard: {v.scenario} {v.verdict.value}" + (f": {evidence}" if evidence else "")
+    culprits = report.culprits(v)
+    message = _message(v, culprits)
+    lines = [c for c in culprits if c.line is not None and _annotatable(c.lock)]
+    if not lines:
+        lock = report.candidate_lock(v.framework)
+        file = _annotatable(lock.path) if lock else None
+        return [command(level, message, file=file, title=title)]
+    return [command(level, message, file=c.lock, line=c.line, title=title) for c in lines]
+
+
+def render(report: Report) -> str:
+    out: list[str] = []
+    for rule in report.rule_failures:
+        title = f"lockguard: {rule.rule}"
+        file = _annotatable(rule.lock)
+        for line in rule.lines or [None]:
+            out.append(command("error", rule.message, file=file, line=line, title=title))
+    for v in report.ordered():
+        if report.fails(v):
+            out += _scenario(report, v, "error")
+    for v in report.notable():
+        out += _scenario(report, v, "warning")
+    for diff in report.lock_diffs:
+        lock = next((info for info in report.locks if info.source == diff.new_source), None)
+        file = _annotatable(lock.path) if lock else None
+        for option in diff.option_changes:
+            for line, text in option_lines(option):
+                out.append(command(
+                    "warning", f"{text}: the lock installs from other sources or with other "
+                    "installer options; every package may come from there",
+                    file=file, line=line, title="lockguard: installer option changed"))
+    if not report.passed and not any(line.startswith("::error") for line in out):
+        out.append(command("error", "\n".join(report.notes) or "the gate failed",
+                           title=f"lockguard {report.command} failed"))
+    return "\n".join(out) + ("\n" if out else "")

@@ -1,0 +1,102 @@
+"""The Report as JUnit XML, for CI systems that show test results (one testsuite).
+
+One testcase per scenario (classname: its framework); a scenario that fails the gate carries a
+<failure> with the evidence, a skipped one <skipped> with why. A family-rule failure, and a gate
+that failed with no scenario to blame (nothing compared), are testcases too, so that no tool
+shows a failed gate as green. The locks' hashes and framework versions are properties.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from lockguard.compare import Verdict
+from lockguard.report import Report
+from lockguard.report._common import final_loss, summary_line
+
+
+def _property(parent: ET.Element, name: str, value: str) -> None:
+    ET.SubElement(parent, "property", name=name, value=value)
+
+
+def render(report: Report) -> str:
+    suite_name = f"lockguard {report.command}"
+    suites = ET.Element("testsuites", name="lockguard")
+    suite = ET.SubElement(suites, "testsuite", name=suite_name)
+    props = ET.SubElement(suite, "properties")
+    _property(props, "lockguard.version", report.lockguard_version)
+    _property(props, "mode", report.mode)
+    if report.device:
+        _property(props, "device", report.device)
+    if report.base is not None:
+        _property(props, "base.ref", report.base.ref)
+        _property(props, "base.merge_base", report.base.merge_base)
+    for lock in report.locks:
+        key = f"lock.{lock.role}.{lock.name}"
+        _property(props, f"{key}.hash", lock.lock_hash)
+        for framework, version in sorted(lock.versions.items()):
+            _property(props, f"{key}.{framework}", version)
+
+    tests = failures = skipped = 0
+    for v in report.verdicts:
+        tests += 1
+        case = ET.SubElement(suite, "testcase", classname=v.framework, name=v.scenario)
+        case_props = ET.SubElement(case, "properties")
+        _property(case_props, "verdict", v.verdict.value)
+        for role, lock in (("baseline", report.baseline_lock(v.framework)),
+                           ("candidate", report.candidate_lock(v.framework))):
+            if lock is not None:
+                _property(case_props, f"{role}.lock", lock.name)
+                _property(case_props, f"{role}.lock_hash", lock.lock_hash)
+                if v.framework in lock.versions:
+                    _property(case_props, f"{role}.{v.framework}", lock.versions[v.framework])
+        if v.verdict == Verdict.skipped:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=v.reasons[0] if v.reasons else "skipped")
+            continue
+        evidence = "\n".join(v.reasons)
+        if v.error:
+            evidence += "\n\n" + v.error
+        culprits = report.culprits(v)
+        if culprits:
+            evidence += "\n\nlock lines: " + "; ".join(
+                f"{c.lock}:{c.line} {c.text}" if c.line else f"{c.lock} {c.text}"
+                for c in culprits)
+        if report.fails(v):
+            failures += 1
+            headline = summary_line(v)
+            failure = ET.SubElement(
+                case, "failure", type=v.verdict.value,
+                message=f"{v.verdict.value}: {headline}" if headline else v.verdict.value)
+            failure.text = evidence
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = f"{v.verdict.value}; final loss {final_loss(v)}\n{evidence}".rstrip()
+    for rule in report.rule_failures:
+        tests += 1
+        failures += 1
+        where = f"{rule.lock}:{','.join(map(str, rule.lines))}" if rule.lines else rule.lock
+        case = ET.SubElement(suite, "testcase", classname="lock", name=f"{where} {rule.rule}")
+        failure = ET.SubElement(case, "failure", type="family_rule", message=rule.message)
+        failure.text = f"{where}: {rule.rule}: {rule.message}"
+    if not report.passed and failures == 0:
+        # The gate failed with no scenario to blame, e.g. nothing was compared.
+        tests += 1
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname="lockguard", name="gate")
+        failure = ET.SubElement(case, "failure", type="gate",
+                                message=report.notes[0] if report.notes else "the gate failed")
+        failure.text = "\n".join(report.notes)
+
+    counts = {"tests": str(tests), "failures": str(failures), "errors": "0",
+              "skipped": str(skipped)}
+    if report.duration_s is not None:
+        counts["time"] = f"{report.duration_s:.3f}"
+    for element in (suite, suites):
+        for key, value in counts.items():
+            if element is suites and key == "skipped":
+                continue  # not an attribute of <testsuites> in the common schema
+            element.set(key, value)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(
+        suites, encoding="unicode") + "\n"
