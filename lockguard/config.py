@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator,
+                      model_validator)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,6 +75,8 @@ class Config(_Strict):
     slower_min_step_s: float = Field(default=0.002, ge=0)  # shorter steps are too noisy to time
     scenarios: list[str] | None = None  # default selection; None = all that apply
     installer: Literal["pip", "uv"] = "pip"
+    # Venvs install wheels only: building an sdist runs code from the lock on this machine.
+    allow_sdist: StrictBool = False  # only a literal `true` opts in
     python: str | None = None  # interpreter for venvs; default: the one running lockguard
     scenario: dict[str, ScenarioConfig] = Field(default_factory=dict)
 

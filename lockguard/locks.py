@@ -111,6 +111,8 @@ class Lock(BaseModel):
     source: str  # the path as given to parse_lock (the env builder installs from it)
     pins: tuple[Pin, ...]  # file order
     options: LockOptions = LockOptions()
+    # (option as in options.other_options, its line): so a refused option can be named by line
+    option_lines: tuple[tuple[str, int], ...] = ()
 
     @property
     def by_name(self) -> dict[str, tuple[Pin, ...]]:
@@ -190,7 +192,7 @@ def parse_lock_text(text: str, source: str) -> Lock:
     options: dict[str, list[tuple[str, int]]] = {
         "index-url": [], "extra-index-url": [], "find-links": []
     }
-    other: list[str] = []
+    other: list[tuple[str, int]] = []
     for number, line in _logical_lines(text):
         if line.startswith("-"):
             tokens = _shlex_split(line, source, number)
@@ -199,7 +201,8 @@ def parse_lock_text(text: str, source: str) -> Lock:
                 if name in options:
                     options[name].append((value or "", number))
                 else:
-                    other.append(f"--{name}={value}" if value is not None else f"--{name}")
+                    other.append((f"--{name}={value}" if value is not None else f"--{name}",
+                                  number))
         else:
             pins.append(_parse_requirement(line, source, number))
 
@@ -218,8 +221,9 @@ def parse_lock_text(text: str, source: str) -> Lock:
             index_url=options["index-url"][0][0] if options["index-url"] else None,
             extra_index_urls=tuple(url for url, _ in options["extra-index-url"]),
             find_links=tuple(link for link, _ in options["find-links"]),
-            other_options=tuple(sorted(other)),
+            other_options=tuple(sorted(option for option, _ in other)),
         ),
+        option_lines=tuple(other),
     )
 
 
