@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator,
+                      model_validator)
 
 from lockguard.errors import LockguardError, one_line
 
@@ -89,6 +90,8 @@ class Config(_Strict):
     slower_min_step_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)  # shorter: noise
     scenarios: list[str] | None = None  # default selection; None = all that apply
     installer: Literal["pip", "uv"] = "pip"
+    # Venvs install wheels only: building an sdist runs code from the lock on this machine.
+    allow_sdist: StrictBool = False  # only a literal `true` opts in
     python: str | None = None  # interpreter for venvs; default: the one running lockguard
     scenario: dict[str, ScenarioConfig] = Field(default_factory=dict)
 

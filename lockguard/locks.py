@@ -116,6 +116,7 @@ class Lock(BaseModel):
     source: str  # the path as given to parse_lock (the env builder installs from it)
     pins: tuple[Pin, ...]  # file order
     options: LockOptions = LockOptions()
+    # (option as in options.other_options, its line): so a refused option can be named by line
 
     @property
     def by_name(self) -> dict[str, tuple[Pin, ...]]:

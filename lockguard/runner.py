@@ -125,7 +125,8 @@ class Environments:
         from lockguard.envs import venv
 
         return venv.prepare(ref.lock, python=self.config.python,
-                            installer=self.config.installer, progress=self.progress)
+                            installer=self.config.installer,
+                            allow_sdist=self.config.allow_sdist, progress=self.progress)
 
 
 def workers() -> int:

@@ -1,13 +1,26 @@
-"""The default backend: one cached virtualenv per lock, installed with --require-hashes.
+"""The default backend: one cached virtualenv per lock, installed from wheels only.
 
-Cache layout: $LOCKGUARD_CACHE/venvs/<key>/ where key hashes the lock's canonical hash and the
-interpreter, so a second record/check on the same lock reinstalls nothing. A build happens under
-a file lock and is only marked ready (`lockguard-ready.json`) once pip succeeded: a killed build
-is detected and redone by the next run, and two concurrent checks never install into one venv.
+Cache layout: $LOCKGUARD_CACHE/venvs/<key>/ where key hashes the lock's canonical hash, the
+interpreter, the installer and the build policy (wheels only, or sdists allowed), so a second
+record/check on the same lock reinstalls nothing, and an env built under a looser policy is never
+found under a stricter one. A build happens under a file lock and is only marked ready
+(`lockguard-ready.json`) once the installer succeeded: a killed build is detected and redone by
+the next run, and two concurrent checks never install into one venv.
+
+No code from a lock runs on this machine: building an sdist runs its setup.py (or build
+backend), so the installer gets `--only-binary :all:` unless the project sets
+`allow_sdist = true`. An sdist-only pin fails the build naming its lock line, and a lock's own
+`--no-binary` is refused before anything is built.
+
+A cached env is verified before every use, not trusted: beside the marker lies a manifest of
+every file each installed distribution's RECORD lists, with its size; `prepare` checks the
+marker, `bin/python` and every file's existence and size (one stat per file; benchmarks/
+bench_venv.py measures it for the torch env) and rebuilds a damaged env, saying why.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -17,17 +30,28 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
 
 from lockguard import process
 from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
+from lockguard.errors import one_line
 from lockguard.errors import tail as last_lines
-from lockguard.locks import Lock
+from lockguard.files import write_text
+from lockguard.locks import Lock, Pin
 from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
 
 READY = "lockguard-ready.json"
 BUILD_TIMEOUT_S = 3600  # one installer run; a hung download must not hold CI forever
+MANIFEST = "lockguard-manifest.json"
+MANIFEST_FORMAT = 1
+PIP_DEBUG_LOG = "pip-debug.log"
+ALLOW_HINT = "set allow_sdist = true in [tool.lockguard] to allow it"
 
 
 def interpreter_tag(python: str) -> str:
@@ -49,9 +73,14 @@ def interpreter_tag(python: str) -> str:
         return out.read_text(errors="replace").strip()
 
 
-def venv_key(lock: Lock, python: str, installer: str) -> str:
+def build_policy(allow_sdist: bool) -> str:
+    return "sdist-allowed" if allow_sdist else "wheels-only"
+
+
+def venv_key(lock: Lock, python: str, installer: str, allow_sdist: bool = False) -> str:
     tag = interpreter_tag(python)
-    return hashlib.sha256(f"{lock.lock_hash}\0{tag}\0{installer}".encode()).hexdigest()[:20]
+    recipe = f"{lock.lock_hash}\0{tag}\0{installer}\0{build_policy(allow_sdist)}"
+    return hashlib.sha256(recipe.encode()).hexdigest()[:20]
 
 
 class VenvEnv:
@@ -68,34 +97,76 @@ class VenvEnv:
 
 
 def prepare(lock: Lock, *, python: str | None = None, installer: str = "pip",
-            progress: Progress = QUIET) -> VenvEnv:
-    """Return the env for `lock`, building it first if the cache has none."""
+            allow_sdist: bool = False, progress: Progress = QUIET) -> VenvEnv:
+    """Return the env for `lock`, building it first if the cache has no sound one."""
     python = python or sys.executable
     if installer == "uv" and shutil.which("uv") is None:
         raise EnvError("installer 'uv' was asked for but `uv` is not on PATH (pip install uv)")
-    key = venv_key(lock, python, installer)
+    if not allow_sdist:
+        refuse_source_options(lock)
+    key = venv_key(lock, python, installer, allow_sdist)
     root = cache_dir() / "venvs"
     path = root / key
     with file_lock(root / f"{key}.lock"):
-        if not (path / READY).is_file():
-            _build(path, lock, python, installer, progress)
+        problem = verify(path, lock, allow_sdist)
+        if problem is not None:
+            if path.exists():
+                from rich.markup import escape
+
+                progress.info(escape(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
+                                              f"({path}): {problem}")))
+            _build(path, lock, python, installer, allow_sdist, progress)
     return VenvEnv(path, lock.lock_hash, root / f"{key}.compile-cache")
 
 
-def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progress) -> None:
-    if path.exists():
-        shutil.rmtree(path)  # an earlier build was interrupted
+def refuse_source_options(lock: Lock) -> None:
+    """A lock's own `--no-binary` would override `--only-binary :all:` in pip (options in a
+    requirements file are applied after the command line's), and build from source."""
+    for kind, option, line in lock.options.lines:
+        if kind != "other":
+            continue
+        name, _, value = option.partition("=")
+        if name == "--no-binary" and value != ":none:":
+            raise EnvError(one_line(
+                f"{lock.source}:{line}: --no-binary {value} asks for builds from source, which "
+                f"would run code from the lock on this machine ({ALLOW_HINT})"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------------------------
+
+
+def _build(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
+           progress: Progress) -> None:
+    """Build the env at `path` and mark it ready; on any failure leave nothing behind."""
+    try:
+        if path.exists():
+            shutil.rmtree(path)  # an earlier build was interrupted, or the env is damaged
+        _install(path, lock, python, installer, allow_sdist, progress)
+    except BaseException as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise EnvError(one_line(f"{path}: cannot build the venv of {lock.source}: "
+                                    f"{exc.strerror or exc}")) from None
+        raise
+
+
+def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
+             progress: Progress) -> None:
     lock_file = Path(lock.source)
     started = time.perf_counter()
     with progress.step(f"Building venv for {lock_file.name} ({len(lock.pins)} pins, "
-                       f"{installer})") as step:
+                       f"{installer}, {build_policy(allow_sdist)})") as step:
         if installer == "uv":
             code, tail = run_logged(["uv", "venv", "--python", python, str(path)],
                                     path.parent / "uv.log", step)
             if code != 0:
-                raise EnvError(f"uv could not create a venv with {python}: "
-                               f"{tail[-1] if tail else f'exit code {code}'}")
+                raise EnvError(one_line(f"uv could not create a venv with {python}: "
+                                        f"{tail[-1] if tail else f'exit code {code}'}"))
             cmd = ["uv", "pip", "install", "--python", str(path / "bin" / "python")]
+            if not allow_sdist:
+                cmd += ["--only-binary", ":all:"]
         else:
             code, tail = run_logged([python, "-m", "venv", str(path)],
                                     path.parent / f"{path.name}.venv.log", step)
@@ -104,21 +175,192 @@ def _build(path: Path, lock: Lock, python: str, installer: str, progress: Progre
                                f"{tail[-1] if tail else f'exit code {code}'}")
             cmd = [str(path / "bin" / "python"), "-m", "pip", "install", "--no-input",
                    "--disable-pip-version-check", "--progress-bar", "off"]
+            if not allow_sdist:
+                # The debug log is where pip says which links it skipped as sources: how an
+                # sdist-only pin is told apart from one that does not exist.
+                cmd += ["--only-binary=:all:", "--log", str(path / PIP_DEBUG_LOG)]
         if lock.has_hashes:
             cmd.append("--require-hashes")
         cmd += ["-r", str(lock_file)]
         log = path / "install.log"
         code, tail = run_logged(cmd, log, step)
         if code != 0:
+            sdist = None if allow_sdist else sdist_only_message(lock, installer, tail, path)
+            if sdist is not None:
+                raise EnvError(one_line(sdist))
             reason = pip_reason(tail) or f"exit code {code}"
-            shutil.rmtree(path, ignore_errors=True)
-            raise EnvError(f"{lock_file}: {installer} could not install the lock: {reason}")
-    ready = {"lock_hash": lock.lock_hash, "lock": str(lock_file), "python": python,
-             "installer": installer, "built_s": round(time.perf_counter() - started, 1),
+            raise EnvError(one_line(f"{lock_file}: {installer} could not install the lock: "
+                                    f"{reason}"))
+        (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
+    mark_ready(path, lock, python=python, installer=installer, allow_sdist=allow_sdist,
+               built_s=time.perf_counter() - started)
+
+
+def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,
+               built_s: float) -> None:
+    """Write the manifest of what is installed, then the marker that binds it (last: an env
+    without a marker is an unfinished build)."""
+    manifest = json.dumps(build_manifest(path), separators=(",", ":"))
+    write_text(path / MANIFEST, manifest)
+    ready = {"lock_hash": lock.lock_hash, "lock": lock.source, "python": python,
+             "installer": installer, "policy": build_policy(allow_sdist),
+             "manifest_sha256": hashlib.sha256(manifest.encode()).hexdigest(),
+             "built_s": round(built_s, 1),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp = path / (READY + ".tmp")
-    tmp.write_text(json.dumps(ready, indent=1))
-    os.replace(tmp, path / READY)
+    write_text(path / READY, json.dumps(ready, indent=1))
+
+
+# What pip and uv say when the only distribution of a pin is an sdist and builds are off.
+_PIP_NOT_FOUND = re.compile(r"No matching distribution found for (\S+)")
+_PIP_SKIPPED_SOURCE = re.compile(r"Skipping link: No sources permitted for [^:]*: (\S+)")
+_UV_NEEDS_BUILD = re.compile(r"Wheels are required for `([^`]+)` because building from source "
+                             r"is disabled")
+
+
+def sdist_only_message(lock: Lock, installer: str, tail: list[str], path: Path) -> str | None:
+    """The one-line error for a pin whose only distribution is an sdist, naming its lock line;
+    None when the installer failed for another reason."""
+    text = "\n".join(tail)
+    if installer == "uv":
+        names = [canonicalize_name(m) for m in _UV_NEEDS_BUILD.findall(text)]
+        candidates = [(name, None) for name in names]
+    else:
+        sources = _skipped_sources(path / PIP_DEBUG_LOG)
+        candidates = []
+        for requirement in _PIP_NOT_FOUND.findall(text):
+            try:
+                name = canonicalize_name(Requirement(requirement).name)
+            except InvalidRequirement:
+                continue
+            candidates += [(name, v) for n, v in sources if n == name]
+    for name, version in candidates:
+        pins = lock.by_name.get(name, ())
+        pin = next((p for p in pins if version is None or p.parsed_version == version), None)
+        if pin is not None:
+            return _sdist_error(lock, pin)
+        if not pins:  # a dependency the lock does not pin (a lock without hashes)
+            shown = f"{name}=={version}" if version is not None else name
+            return (f"{lock.source}: {shown}, a dependency the lock does not pin, is only "
+                    f"available as a source distribution; building it would run its setup.py "
+                    f"on this machine ({ALLOW_HINT})")
+    return None
+
+
+def _sdist_error(lock: Lock, pin: Pin) -> str:
+    return (f"{lock.source}:{pin.line}: {pin.requirement} is only available as a source "
+            f"distribution; building it would run its setup.py on this machine ({ALLOW_HINT})")
+
+
+def _skipped_sources(debug_log: Path) -> list[tuple[str, Version]]:
+    """(name, version) of every sdist pip skipped because sources were not permitted. The
+    name comes from the file name: pip checks the format before the project name, so a
+    find-links directory's other sdists are listed under the requested project too."""
+    try:
+        text = debug_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found = []
+    for url in _PIP_SKIPPED_SOURCE.findall(text):
+        filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+        try:
+            name, version = parse_sdist_filename(filename)
+        except (InvalidSdistFilename, InvalidVersion):
+            continue
+        found.append((str(name), version))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifying: the manifest of installed files
+# ---------------------------------------------------------------------------------------------
+
+
+def build_manifest(path: Path) -> dict:
+    """Every file the RECORDs of the env's distributions list, with its size on disk now.
+
+    Grouped by owner and directory, names and sizes in parallel lists: json parses that four
+    times faster than one [path, size] pair per file, and verifying is one stat per file.
+    """
+    root = str(path)
+    groups: list[list] = []
+
+    def add(owner: str, files: dict[str, tuple[list[str], list[int]]]) -> None:
+        groups.extend([owner, directory, names, sizes]
+                      for directory, (names, sizes) in sorted(files.items()))
+
+    add("the venv", {".": (["pyvenv.cfg"], [os.stat(path / "pyvenv.cfg").st_size])})
+    for record in sorted(path.glob("lib/python*/site-packages/*.dist-info/RECORD")):
+        site = record.parent.parent
+        files: dict[str, tuple[list[str], list[int]]] = {}
+        with open(record, newline="", encoding="utf-8", errors="replace") as f:
+            for row in csv.reader(f):
+                if not row or not row[0]:
+                    continue
+                full = os.path.normpath(os.path.join(site, row[0]))
+                relative = os.path.relpath(full, root)
+                if relative.startswith(".."):
+                    continue  # installed outside the env: not the env's to check
+                try:
+                    size = os.stat(full).st_size
+                except OSError:
+                    continue  # listed but never written (an installer's optional .pyc)
+                directory, name = os.path.split(relative)
+                names, sizes = files.setdefault(directory or ".", ([], []))
+                names.append(name)
+                sizes.append(size)
+        add(record.parent.name.removesuffix(".dist-info"), files)
+    return {"format": MANIFEST_FORMAT, "files": groups}
+
+
+def verify(path: Path, lock: Lock, allow_sdist: bool) -> str | None:
+    """None if the env at `path` is complete and intact, else why it must be (re)built."""
+    if not path.exists():
+        return "it does not exist"
+    try:
+        ready = json.loads((path / READY).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "an earlier build did not finish"
+    except (OSError, ValueError):
+        return f"its ready marker {READY} is unreadable"
+    if not isinstance(ready, dict) or ready.get("lock_hash") != lock.lock_hash:
+        return f"its ready marker {READY} is not this lock's"
+    python = path / "bin" / "python"
+    if not (python.is_file() and os.access(python, os.X_OK)):
+        return "bin/python is missing or not executable"
+    digest = ready.get("manifest_sha256")
+    if digest is None:
+        return f"it has no manifest {MANIFEST} (built by an older lockguard)"
+    if ready.get("policy") != build_policy(allow_sdist):
+        return f"its ready marker {READY} names another build policy"
+    try:
+        data = (path / MANIFEST).read_bytes()
+    except OSError:
+        return f"its manifest {MANIFEST} is missing"
+    if hashlib.sha256(data).hexdigest() != digest:
+        return f"its manifest {MANIFEST} does not match its ready marker"
+    try:
+        manifest = json.loads(data)
+        return _changed_file(str(path), manifest)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):  # tampered
+        return f"its manifest {MANIFEST} is unreadable"
+
+
+def _changed_file(root: str, manifest: dict) -> str | None:
+    if manifest.get("format") != MANIFEST_FORMAT:
+        return f"its manifest {MANIFEST} has another format"
+    stat = os.stat
+    for owner, directory, names, sizes in manifest["files"]:
+        prefix = f"{root}/{directory}/"
+        for name, size in zip(names, sizes, strict=True):
+            try:
+                if stat(prefix + name).st_size != size:
+                    return f"{os.path.join(directory, name)} (of {owner}) has changed size"
+            except FileNotFoundError:
+                return f"{os.path.join(directory, name)} (of {owner}) is missing"
+            except OSError as exc:
+                return (f"{os.path.join(directory, name)} (of {owner}) cannot be read: "
+                        f"{exc.strerror or exc}")
+    return None
 
 
 def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:

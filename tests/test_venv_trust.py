@@ -1,0 +1,456 @@
+"""No code from a lock runs on the host, and a cached venv is verified before it is trusted.
+
+Venv builds install wheels only: an sdist in a lock (here a hashed one reachable through a
+--find-links line, whose build code writes a marker file when run) is exit 2 naming its line,
+and nothing of it runs; `allow_sdist = true` opts in, which also proves the probe would run.
+A cached venv carries a manifest of its installed files; a damaged one is rebuilt, saying why,
+and the scenario's verdict is the normal one, never `broken`.
+
+Tests that build or damage envs use a cache of their own under tmp_path.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, QUICKSTART, make_project, run_cli, snapshot
+from test_cli_errors import assert_one_line_error
+
+from lockguard.envs import venv
+from lockguard.envs.base import EnvError
+from lockguard.locks import parse_lock_text
+
+NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
+NUMPY_PIN = NUMPY_LOCK[NUMPY_LOCK.index("numpy==2.0.2"):].split("# via")[0]
+EMA_SCRIPT = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
+PROBE = "lockguard-sdist-probe"  # a name no index serves: only the --find-links dir has it
+PROBE_FILE = PROBE.replace("-", "_")
+
+# An sdist whose build runs its setup.py. Its in-tree build backend needs nothing from an
+# index (the test works offline), builds a one-file wheel, and runs setup.py first, as a
+# setuptools build would.
+BACKEND = '''
+import base64, hashlib, os, runpy, zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+runpy.run_path(os.path.join(HERE, "setup.py"))
+NAME, VERSION = "{file}", "1.0"
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    info = f"{{NAME}}-{{VERSION}}.dist-info"
+    files = {{
+        f"{{NAME}}.py": b"BUILT_FROM_SOURCE = True\\n",
+        f"{{info}}/METADATA": f"Metadata-Version: 2.1\\nName: {name}\\nVersion: 1.0\\n".encode(),
+        f"{{info}}/WHEEL": b"Wheel-Version: 1.0\\nGenerator: probe\\nRoot-Is-Purelib: true\\n"
+                          b"Tag: py3-none-any\\n",
+    }}
+    record = "".join(
+        f"{{path}},sha256="
+        f"{{base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()}},"
+        f"{{len(data)}}\\n" for path, data in files.items()) + f"{{info}}/RECORD,,\\n"
+    files[f"{{info}}/RECORD"] = record.encode()
+    wheel = f"{{NAME}}-{{VERSION}}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+    return wheel
+'''
+
+
+def make_probe_sdist(directory: Path, marker: Path) -> Path:
+    """A hashed-pinnable sdist of PROBE 1.0 whose setup.py writes `marker` when it runs."""
+    top = f"{PROBE_FILE}-1.0"
+    members = {
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {PROBE}\nVersion: 1.0\n",
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                          'backend-path = ["."]\n',
+        "backend.py": BACKEND.format(file=PROBE_FILE, name=PROBE),
+        "setup.py": f"import pathlib\npathlib.Path({str(marker)!r}).write_text('setup.py ran')\n",
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    sdist = directory / f"{top}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mtime = len(data), 0
+            tar.addfile(info, io.BytesIO(data))
+    return sdist
+
+
+def sdist_project(tmp_path: Path, installer: str) -> tuple[Path, Path, int]:
+    """(project, marker, line of the probe's pin): numpy's lock plus the hashed probe sdist."""
+    marker = tmp_path / "outside" / "setup-py-ran"
+    marker.parent.mkdir()
+    sdist = make_probe_sdist(tmp_path / "links", marker)
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    lock = (f"# numpy, and a package whose only distribution is an sdist\n"
+            f"--find-links {sdist.parent}\n\n{NUMPY_PIN.strip()}\n"
+            f"{PROBE}==1.0 \\\n    --hash=sha256:{digest}\n")
+    line = lock.splitlines().index(f"{PROBE}==1.0 \\") + 1
+    project = make_project(tmp_path / "p", f"""
+        lock = "lock.txt"
+        installer = "{installer}"
+        scenarios = ["ema"]
+        [scenario.ema]
+        script = "ema.py"
+        framework = "numpy"
+        """, files={"lock.txt": lock, "ema.py": EMA_SCRIPT})
+    return project, marker, line
+
+
+def installer_env(tmp_path: Path) -> dict[str, str]:
+    """A private lockguard cache; uv (a test dependency) on PATH, with a cache of its own so the
+    allowed build really builds (no wheel uv built in an earlier run stands in for it)."""
+    return {"LOCKGUARD_CACHE": str(tmp_path / "cache"), "UV_CACHE_DIR": str(tmp_path / "uv"),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def venv_dirs(cache: Path) -> list[Path]:
+    root = cache / "venvs"
+    return [p for p in root.iterdir() if p.is_dir()
+            and not p.name.endswith(".compile-cache")] if root.is_dir() else []
+
+
+# ---------------------------------------------------------------------------------------------
+# Wheels only
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_hashed_sdist_in_a_lock_never_runs_its_setup_py(tmp_path, installer):
+    assert shutil.which("uv", path=str(Path(sys.executable).parent)) or installer == "pip", \
+        "uv is a test dependency (pip install -e '.[test]')"
+    project, marker, line = sdist_project(tmp_path, installer)
+    env = installer_env(tmp_path)
+    before = snapshot(project)
+    for command in (["record"], ["check", "--baseline-lock", "lock.txt"]):
+        proc = run_cli(*command, "--format", "json", cwd=project, env=env)
+        assert_one_line_error(proc, f"lock.txt:{line}: {PROBE}==1.0",
+                              "only available as a source distribution", "allow_sdist = true")
+        assert not marker.exists(), f"{command}: the sdist's setup.py ran on the host"
+        assert snapshot(project) == before
+        assert venv_dirs(tmp_path / "cache") == [], "a failed build left a venv behind"
+
+    # The probe is real: allowed to build, its setup.py runs (and the scenario records).
+    config = project / "pyproject.toml"
+    config.write_text(config.read_text().replace("installer =", "allow_sdist = true\ninstaller ="))
+    proc = run_cli("record", "--format", "json", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert marker.read_text() == "setup.py ran"
+    (built,) = venv_dirs(tmp_path / "cache")
+    assert json.loads((built / venv.READY).read_text())["policy"] == "sdist-allowed"
+
+
+def test_no_binary_in_a_lock_is_refused_before_anything_is_built(tmp_path):
+    lock = f"--no-binary :all:\n{NUMPY_PIN}"
+    project = make_project(tmp_path / "p", 'lock = "lock.txt"\n[scenario.s]\nscript = "s.py"\n'
+                           'framework = "numpy"', files={"lock.txt": lock, "s.py": ""})
+    before = snapshot(project)
+    proc = run_cli("record", "--format", "json", cwd=project,
+                   env={"LOCKGUARD_CACHE": str(tmp_path / "cache")})
+    assert_one_line_error(proc, "lock.txt:1: --no-binary :all:", "allow_sdist = true")
+    assert snapshot(project) == before
+    assert venv_dirs(tmp_path / "cache") == []
+
+
+def test_no_binary_none_is_harmless():
+    venv.refuse_source_options(parse_lock_text(f"--no-binary :none:\n{NUMPY_PIN}", "l.txt"))
+    with pytest.raises(EnvError, match=r"^l\.txt:2: --no-binary numpy asks for builds"):
+        venv.refuse_source_options(parse_lock_text(f"\n--no-binary numpy\n{NUMPY_PIN}", "l.txt"))
+
+
+def test_allow_sdist_takes_only_a_boolean(tmp_path):
+    project = make_project(tmp_path / "p", 'lock = "lock.txt"\nallow_sdist = "yes"',
+                           files={"lock.txt": NUMPY_LOCK})
+    assert_one_line_error(run_cli("check", cwd=project), "pyproject.toml", "allow_sdist")
+
+
+def test_the_build_policy_is_part_of_the_cache_key():
+    lock = parse_lock_text(NUMPY_LOCK, "numpy.txt")
+    strict = venv.venv_key(lock, sys.executable, "pip", allow_sdist=False)
+    assert strict != venv.venv_key(lock, sys.executable, "pip", allow_sdist=True)
+    assert strict != venv.venv_key(lock, sys.executable, "uv", allow_sdist=False)
+    assert strict == venv.venv_key(parse_lock_text("\n" + NUMPY_LOCK, "other.txt"),
+                                   sys.executable, "pip")
+
+
+def _pip_failure(tmp_path: Path, debug_log: str, requirement: str) -> tuple[list[str], Path]:
+    (tmp_path / venv.PIP_DEBUG_LOG).write_text(debug_log)
+    tail = [f"ERROR: Could not find a version that satisfies the requirement {requirement} "
+            "(from versions: none)", f"ERROR: No matching distribution found for {requirement}"]
+    return tail, tmp_path
+
+
+SKIPPED = "2026-01-01T00:00:00,000   Skipping link: No sources permitted for {asked}: {url}\n"
+
+
+def test_pip_sdist_only_is_told_from_a_missing_version(tmp_path):
+    lock = parse_lock_text("# x\nsix==1.16.0\nEvil_Pkg==1.0\n", "req.txt")
+    found = SKIPPED.format(asked="evil-pkg", url="file:///w/evil_pkg-1.0.tar.gz#sha256=ab")
+    message = venv.sdist_only_message(lock, "pip", *_pip_failure(tmp_path, found, "Evil_Pkg==1.0"))
+    assert message.startswith("req.txt:3: Evil_Pkg==1.0 is only available as a source "
+                              "distribution; building it would run its setup.py")
+    # pip checks the format before the name: a find-links dir's sdists of *other* projects, or
+    # of another version, are listed under the asked project too. Those are not this pin's.
+    other = (SKIPPED.format(asked="evil-pkg", url="file:///w/other-1.0.tar.gz")
+             + SKIPPED.format(asked="evil-pkg", url="https://x/evil_pkg-0.9.zip"))
+    assert venv.sdist_only_message(lock, "pip",
+                                   *_pip_failure(tmp_path, other, "Evil_Pkg==1.0")) is None
+
+
+def test_an_unpinned_sdist_only_dependency_names_the_lock(tmp_path):
+    lock = parse_lock_text("six==1.16.0\n", "req.txt")
+    found = SKIPPED.format(asked="dep", url="https://x/dep-2.0.tar.gz")
+    message = venv.sdist_only_message(lock, "pip", *_pip_failure(tmp_path, found, "dep>=1"))
+    assert message.startswith("req.txt: dep==2.0, a dependency the lock does not pin, is only "
+                              "available as a source distribution")
+
+
+def test_uv_sdist_only_names_the_line(tmp_path):
+    lock = parse_lock_text("six==1.16.0\n\nevil==1.0\n", "req.txt")
+    tail = ["error: No solution found when resolving dependencies",
+            "  cause: Because evil==1.0 has no usable wheels and you require evil==1.0, we can "
+            "conclude that your requirements are unsatisfiable.", "",
+            "hint: Wheels are required for `evil` because building from source is disabled for "
+            "all packages (i.e., with `--no-build`)"]
+    assert venv.sdist_only_message(lock, "uv", tail, tmp_path).startswith(
+        "req.txt:3: evil==1.0 is only available as a source distribution")
+    platform_only = ["  cause: Because evil==1.0 has no wheels with a matching platform tag",
+                     "hint: Wheels are available for `evil` (v1.0) on the following platform"]
+    assert venv.sdist_only_message(lock, "uv", platform_only, tmp_path) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The manifest, on a hand-made env (fast)
+# ---------------------------------------------------------------------------------------------
+
+
+METADATA = "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n"
+
+
+def fake_env(root: Path) -> tuple[Path, object]:
+    """An env directory laid out as a venv with one installed distribution, marked ready."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    files = {"pkg/__init__.py": "x = 1\n", "pkg/core.py": "y = 2\n" * 50,
+             "../../../bin/pkg-tool": "#!/bin/sh\n"}
+    for relative, text in files.items():
+        path = (site / relative).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    info = site / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(METADATA)
+    rows = [f"{relative},sha256=AAAA,{len(text)}" for relative, text in files.items()]
+    rows += ["pkg-1.0.dist-info/METADATA,,", "pkg-1.0.dist-info/RECORD,,",
+             "pkg/__pycache__/never_written.cpython-311.pyc,,"]
+    (info / "RECORD").write_text("\n".join(rows) + "\n")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    python = root / "bin" / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    lock = parse_lock_text("pkg==1.0\n", "lock.txt")
+    venv.mark_ready(root, lock, python="python3", installer="pip", allow_sdist=False, built_s=1)
+    return site, lock
+
+
+def test_manifest_lists_each_installed_file_with_its_size(tmp_path):
+    site, lock = fake_env(tmp_path / "env")
+    manifest = json.loads((tmp_path / "env" / venv.MANIFEST).read_text())
+    listed = {(owner, os.path.join(d, n), s) for owner, d, names, sizes in manifest["files"]
+              for n, s in zip(names, sizes)}
+    rel = "lib/python3.11/site-packages"
+    assert listed == {
+        ("the venv", "./pyvenv.cfg", 16),
+        ("pkg-1.0", f"{rel}/pkg/__init__.py", 6), ("pkg-1.0", f"{rel}/pkg/core.py", 300),
+        ("pkg-1.0", "bin/pkg-tool", 10),
+        ("pkg-1.0", f"{rel}/pkg-1.0.dist-info/METADATA", len(METADATA)),
+        ("pkg-1.0", f"{rel}/pkg-1.0.dist-info/RECORD",
+         (site / "pkg-1.0.dist-info" / "RECORD").stat().st_size),
+    }
+    assert venv.verify(tmp_path / "env", lock, allow_sdist=False) is None
+
+
+def _delete(site: Path, env: Path) -> None:
+    (site / "pkg" / "core.py").unlink()
+
+
+def _truncate(site: Path, env: Path) -> None:
+    (site / "pkg" / "core.py").write_text("y = 2\n")
+
+
+def _no_python(site: Path, env: Path) -> None:
+    (env / "bin" / "python").unlink()
+
+
+def _python_not_executable(site: Path, env: Path) -> None:
+    (env / "bin" / "python").chmod(0o644)
+
+
+def _corrupt_marker(site: Path, env: Path) -> None:
+    (env / venv.READY).write_text('{"lock_hash": ')
+
+
+def _no_marker(site: Path, env: Path) -> None:
+    (env / venv.READY).unlink()
+
+
+def _older_lockguard(site: Path, env: Path) -> None:
+    (env / venv.MANIFEST).unlink()
+    ready = json.loads((env / venv.READY).read_text())
+    del ready["manifest_sha256"], ready["policy"]
+    (env / venv.READY).write_text(json.dumps(ready))
+
+
+def _edited_manifest(site: Path, env: Path) -> None:
+    path = env / venv.MANIFEST
+    path.write_text(path.read_text().replace("300", "6"))
+
+
+def _script_deleted(site: Path, env: Path) -> None:
+    (env / "bin" / "pkg-tool").unlink()
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (_delete, "lib/python3.11/site-packages/pkg/core.py (of pkg-1.0) is missing"),
+    (_truncate, "lib/python3.11/site-packages/pkg/core.py (of pkg-1.0) has changed size"),
+    (_script_deleted, "bin/pkg-tool (of pkg-1.0) is missing"),
+    (_no_python, "bin/python is missing or not executable"),
+    (_python_not_executable, "bin/python is missing or not executable"),
+    (_corrupt_marker, "ready marker lockguard-ready.json is unreadable"),
+    (_no_marker, "an earlier build did not finish"),
+    (_older_lockguard, "no manifest lockguard-manifest.json (built by an older lockguard)"),
+    (_edited_manifest, "manifest lockguard-manifest.json does not match its ready marker"),
+])
+def test_verify_names_what_is_damaged(tmp_path, damage, reason):
+    env = tmp_path / "env"
+    site, lock = fake_env(env)
+    damage(site, env)
+    assert reason in venv.verify(env, lock, allow_sdist=False)
+
+
+def test_verify_refuses_an_env_of_another_lock_or_policy(tmp_path):
+    env = tmp_path / "env"
+    _, lock = fake_env(env)
+    assert "another build policy" in venv.verify(env, lock, allow_sdist=True)
+    other = parse_lock_text("pkg==2.0\n", "lock.txt")
+    assert "not this lock's" in venv.verify(env, other, allow_sdist=False)
+
+
+def test_a_python_that_cannot_run_is_an_env_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    lock = parse_lock_text(NUMPY_LOCK, str(tmp_path / "numpy.txt"))
+    with pytest.raises(EnvError, match=r"python = .*/nonexistent/python.*cannot run"):
+        venv.prepare(lock, python=str(tmp_path / "nonexistent" / "python"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Damaged cached venvs are rebuilt (real envs, a private cache)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A numpy user scenario recorded once, in a cache of its own: (project, cache)."""
+    root = tmp_path_factory.mktemp("trust")
+    project = make_project(root / "p", """
+        lock = "numpy.txt"
+        scenarios = ["ema"]
+        [scenario.ema]
+        script = "ema.py"
+        framework = "numpy"
+        tolerance = "exact"
+        """, files={"ema.py": EMA_SCRIPT, "numpy.txt": NUMPY_LOCK})
+    cache = root / "cache"
+    proc = run_cli("record", "--format", "json", cwd=project, env={"LOCKGUARD_CACHE": str(cache)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return project, cache
+
+
+def _site_packages(env: Path) -> Path:
+    (site,) = env.glob("lib/python*/site-packages")
+    return site
+
+
+def _delete_a_numpy_file(env: Path) -> str:
+    (_site_packages(env) / "numpy" / "__init__.py").unlink()
+    return "numpy/__init__.py (of numpy-2.0.2) is missing"
+
+
+def _delete_bin_python(env: Path) -> str:
+    (env / "bin" / "python").unlink()
+    return "bin/python is missing or not executable"
+
+
+# Each real rebuild costs a numpy install; the other kinds of damage (a truncated file, a
+# corrupt marker, a missing manifest) are told apart on hand-made envs above, and lead to the
+# same rebuild.
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", [_delete_a_numpy_file, _delete_bin_python])
+def test_a_damaged_cached_venv_is_rebuilt(recorded, damage):
+    project, cache = recorded
+    golden = snapshot(project / "golden")
+    (env,) = venv_dirs(cache)
+    reason = damage(env)
+    proc = run_cli("check", "--rerun", cwd=project, env={"LOCKGUARD_CACHE": str(cache)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Rebuilding the venv of numpy.txt" in proc.stderr and reason in proc.stderr, \
+        proc.stderr
+    assert "identical" in proc.stdout and "broken" not in proc.stdout, proc.stdout
+    assert venv.verify(env, parse_lock_text(NUMPY_LOCK, "numpy.txt"), allow_sdist=False) is None
+    # A sound env is used as it is: no rebuild, and the verdict still identical.
+    again = run_cli("check", "--rerun", "--format", "json", cwd=project,
+                    env={"LOCKGUARD_CACHE": str(cache)})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [v["verdict"] for v in json.loads(again.stdout)["verdicts"]] == ["identical"]
+    assert snapshot(project / "golden") == golden
+
+
+@pytest.mark.slow
+def test_a_failed_rebuild_is_an_infrastructure_error_not_a_broken_training(recorded, tmp_path):
+    project, cache = recorded
+    (env,) = venv_dirs(cache)
+    _delete_a_numpy_file(env)
+    offline = tmp_path / "empty-wheelhouse"
+    offline.mkdir()
+    # No index and an empty wheelhouse: the rebuild cannot get numpy.
+    proc = run_cli("check", "--rerun", "--format", "json", cwd=project,
+                   env={"LOCKGUARD_CACHE": str(cache), "PIP_NO_INDEX": "1",
+                        "PIP_FIND_LINKS": str(offline)})
+    assert_one_line_error(proc, "numpy.txt", "could not install", "numpy==2.0.2")
+    assert venv_dirs(cache) == []
+    # With the index back, the next run builds it again.
+    proc = run_cli("check", "--rerun", "--format", "json", cwd=project,
+                   env={"LOCKGUARD_CACHE": str(cache)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [v["verdict"] for v in json.loads(proc.stdout)["verdicts"]] == ["identical"]
+
+
+@pytest.mark.slow
+def test_verifying_a_cached_venv_is_cheap(recorded):
+    """Reported, not asserted: wall time depends on the machine. Run with -s to see it."""
+    project, cache = recorded
+    (env,) = venv_dirs(cache)
+    lock = parse_lock_text(NUMPY_LOCK, "numpy.txt")
+    manifest = json.loads((env / venv.MANIFEST).read_text())
+    files = sum(len(names) for _, _, names, _ in manifest["files"])
+    assert files > 500  # numpy's own files are all listed, not just its dist-info
+    timings = []
+    for _ in range(5):
+        start = time.perf_counter()
+        assert venv.verify(env, lock, allow_sdist=False) is None
+        timings.append(time.perf_counter() - start)
+    print(f"\nverify: {files} files in {min(timings) * 1000:.1f} ms (best of 5, warm)")
