@@ -155,6 +155,60 @@ def base_fingerprint(threads: int) -> Dict[str, Any]:
     }
 
 
+def nvidia_driver() -> Dict[str, str]:
+    """The NVIDIA driver's version and the newest CUDA it supports, as nvidia-smi shows them:
+    neither torch nor jax reports the driver, and a driver upgrade changes kernels too.
+    Read through NVML (what nvidia-smi reads; CUDA_VISIBLE_DEVICES does not hide it), else the
+    version from /proc/driver/nvidia/version; {} where there is no NVIDIA driver."""
+    found = attempt(_nvml_driver, {}) or {}
+    if "driver" not in found:
+        try:
+            with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as f:
+                version = proc_driver_version(f.read())
+        except OSError:
+            version = None
+        if version:
+            found["driver"] = version
+    return found
+
+
+def _nvml_driver() -> Dict[str, str]:
+    import ctypes
+
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    if nvml.nvmlInit_v2() != 0:
+        return {}
+    try:
+        found: Dict[str, str] = {}
+        buf = ctypes.create_string_buffer(96)
+        if nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(len(buf))) == 0:
+            found["driver"] = buf.value.decode("ascii", "replace")
+        cuda = ctypes.c_int()
+        get_cuda = attempt(lambda: nvml.nvmlSystemGetCudaDriverVersion_v2) or attempt(
+            lambda: nvml.nvmlSystemGetCudaDriverVersion)  # the _v2 name is newer
+        if get_cuda is not None and get_cuda(ctypes.byref(cuda)) == 0 and cuda.value > 0:
+            found["cuda"] = cuda_version_text(cuda.value)
+        return found
+    finally:
+        nvml.nvmlShutdown()
+
+
+def cuda_version_text(version: int) -> str:
+    """CUDA's integer version (major * 1000 + minor * 10) as "major.minor": 13000 -> "13.0"."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def proc_driver_version(text: str) -> Optional[str]:
+    """The driver version in /proc/driver/nvidia/version's "NVRM version: ... Kernel Module
+    [for x86_64]  580.95.05  <build date>" line."""
+    for line in text.splitlines():
+        if line.startswith("NVRM version:"):
+            for word in line.split("Kernel Module", 1)[-1].split():
+                if word[:1].isdigit() and "." in word:
+                    return word
+    return None
+
+
 def recorded_env() -> Dict[str, str]:
     """The RECORDED_ENV variables set now (a module re-reads them after its framework import)."""
     return {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}

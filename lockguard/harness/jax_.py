@@ -64,7 +64,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gen
 from common import attempt as _try
-from common import global_norm, host_floats, le_bytes, recorded_env, seed_host_rngs, sum_squares
+from common import (global_norm, host_floats, le_bytes, nvidia_driver, recorded_env,
+                    seed_host_rngs, sum_squares)
 from userscript import host_array_adapter, run_script
 
 NAME = "jax"
@@ -138,6 +139,22 @@ def _plugins() -> Dict[str, str]:
     return out
 
 
+def _cuda_libraries() -> Dict[str, Any]:
+    """The CUDA runtime, driver API, cuDNN and cuBLAS versions jax's CUDA plugin loaded, as
+    CUDA's integers (13000 is 13.0, 91500 cuDNN 9.15.0); {} when jax has no CUDA support."""
+    versions = _try(lambda: __import__("jax._src.lib", fromlist=["cuda_versions"]).cuda_versions)
+    if versions is None:
+        return {}
+    out = {}
+    for key, name in (("runtime", "cuda_runtime_get_version"),
+                      ("driver_api", "cuda_driver_get_version"),
+                      ("cudnn", "cudnn_get_version"), ("cublas", "cublas_get_version")):
+        value = _try(getattr(versions, name, lambda: None))
+        if value is not None:
+            out[key] = value
+    return out
+
+
 def setup(ctx) -> None:
     global jax, jnp, np
     decided = _env_before_import(ctx)
@@ -176,6 +193,10 @@ def setup(ctx) -> None:
         "device_kind": device.device_kind,
         "device_count": _try(jax.device_count),
     }
+    if cls == "cuda":
+        fp["backend"]["cuda_libraries"] = _cuda_libraries()
+    if ctx.device == "cuda":  # also when falling back: a driver that is there but unused
+        fp["nvidia_driver"] = nvidia_driver()
     fp["prng"] = {
         "default_prng_impl": _try(lambda: str(jax.config.jax_default_prng_impl)),
         "threefry_partitionable": _try(lambda: bool(jax.config.jax_threefry_partitionable)),

@@ -50,7 +50,7 @@ from torch import nn
 
 import gen
 from common import attempt as _try
-from common import seed_host_rngs
+from common import nvidia_driver, seed_host_rngs
 from compile_torch import RECORDER, accuracy
 from userscript import Adapter, UserResultError, describe, host_array_adapter, run_script
 
@@ -158,6 +158,8 @@ def setup(ctx) -> None:
     fp["device_requested"] = ctx.device
     if fallback:
         fp["device_fallback"] = fallback
+    if ctx.device == "cuda":  # also when falling back: a driver that is there but unused
+        fp["nvidia_driver"] = nvidia_driver()
     info: Dict[str, Any] = {
         "version": torch.__version__,
         "git_version": _try(lambda: torch.version.git_version),
