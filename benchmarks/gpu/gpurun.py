@@ -258,8 +258,9 @@ def summarize(args: argparse.Namespace) -> int:
     def check(name: str, ok: bool, detail: str) -> None:
         assertions.append({"name": name, "ok": ok, "detail": detail})
 
-    install = phases.get("install", {})
-    check("install", install.get("rc") == 0, f"exit {install.get('rc')}")
+    install, importable = phases.get("install", {}), phases.get("install-check", {})
+    check("install", install.get("rc") == 0 and importable.get("rc") in (None, 0),
+          f"exit {install.get('rc')}" + (f"; {importable.get('note')}" if importable else ""))
     rec = verdicts(reports["record"])
     rec_bad = [f"{s}: {rec[s]['verdict']}" if s in rec else f"{s}: no verdict" for s in scenarios
                if s not in rec or rec[s]["verdict"] in ("broken", "device_fallback")]
@@ -325,7 +326,7 @@ def render(doc: dict[str, Any]) -> str:
              "phases: " + ", ".join(f"{k} skipped" if v["rc"] is None else
                                     f"{k} {v['rc']} in {v['wall_s']:.0f}s"
                                     for k, v in doc["phases"].items()),
-             f"{'scenario':<18} {'record':<9} {'check':<17} {'fallback':<16} "
+             f"{'scenario':<18} {'record':<16} {'check':<16} {'fallback':<16} "
              f"{'import':>7} {'1st step':>9} {'step':>8} {'step/cpu':>9}  determinism"]
     for sid, s in doc["scenarios"].items():
         rec = doc["record"]["verdicts"].get(sid, {}).get("verdict", "—")
@@ -340,7 +341,7 @@ def render(doc: dict[str, Any]) -> str:
             loss = d["losses"]
             det = (f"differs: losses from step {loss.get('first_differing')}, max spread "
                    f"{loss.get('max_abs', 0):.3g}; outputs max {d['outputs'].get('max_abs', 0):.3g}")
-        lines.append(f"{sid:<18} {rec:<9} {chk.get('verdict', '—'):<17} {fb:<16} "
+        lines.append(f"{sid:<18} {rec:<16} {chk.get('verdict', '—'):<16} {fb:<16} "
                      f"{_fmt(t['import_s']):>7} {_fmt(t['first_step_s']):>9} "
                      f"{_fmt(t['step_median_s']):>8} {_fmt(r['step_median_s'], 'x'):>9}  {det}")
     for a in doc["assertions"]:
