@@ -236,6 +236,8 @@ def test_framework_rng_gives_other_weights(runs, scenario: str) -> None:
 def test_cuda_requested_without_gpu_runs_on_cpu(runs, scenario: str) -> None:
     r = _ok(runs(scenario, device="cuda"))
     assert r["device"] == "cpu" and r["fingerprint"]["device_expected"] == "cuda"
+    nvidia = r["fingerprint"]["nvidia"]  # looked up whenever cuda is expected
+    assert nvidia is None or isinstance(nvidia["driver"], str)
     assert r["losses"] == runs(scenario)["losses"]  # same CPU numerics
 
 

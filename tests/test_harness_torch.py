@@ -186,6 +186,9 @@ def test_expected_cuda_falls_back_to_cpu_without_crashing(runs: Runs) -> None:
     assert r["device"] == "cpu"
     assert r["fingerprint"]["device_requested"] == "cuda"
     assert "CPU-only build" in r["fingerprint"]["device_fallback"]
+    # The NVIDIA driver is looked up whenever cuda is expected (None without one).
+    nvidia = r["fingerprint"]["nvidia"]
+    assert nvidia is None or isinstance(nvidia["driver"], str)
     # No CUDA work happens, so the cuBLAS switch is left alone (it is set only on a real GPU).
     assert "CUBLAS_WORKSPACE_CONFIG" not in r["fingerprint"]["env"]
     # Same numbers as on the cpu: the fallback changed nothing but the device.

@@ -1,0 +1,463 @@
+"""The Python half of benchmarks/gpu/run.sh: timing runs, and the summary with its assertions.
+
+    python gpurun.py measure --config CFG --device cuda --label accel --repeat 3 --jobs 4 \
+                             --out DIR [--steps N] --scenario torch --scenario jax
+    python gpurun.py summarize --work WORK --out OUT --device cuda [--dry-run]
+
+`measure` runs each scenario REPEAT times through lockguard's own runner in the local
+environment (the interpreter running this script, as `--env local` does) and keeps every
+RunResult in DIR/<label>/<scenario>.<i>.json: the raw material for the timings and for the
+run-to-run spread, which `check --repeat` reports only as "not bitwise reproducible".
+
+`summarize` reads what run.sh left in WORK (phases.tsv, the record/check/fallback reports in
+OUT, the measured runs) and writes OUT/gpu.json (the shape of benchmarks/results/gpu.json),
+prints a compact summary and exits 1 when an assertion fails: every scenario recorded and
+timed on the device asked for, and `check --device cuda` with the GPU hidden exiting 1 with
+`device_fallback` for every torch and jax scenario (a dry run, --device cpu elsewhere, asserts
+the same: it never had a GPU to begin with).
+
+Needs lockguard importable (run.sh puts the wheel-installed copy on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TIMINGS = ("import_s", "first_step_s", "step_median_s", "total_s")
+REPORTS = ("record", "check", "fallback")
+FALLBACK_FRAMEWORKS = ("torch", "jax")
+
+
+# ------------------------------------------------------------------------------------ measure
+
+def measure(args: argparse.Namespace) -> int:
+    from lockguard.config import load_config
+    from lockguard.envs.base import RunRequest
+    from lockguard.envs.local import LocalEnv
+    from lockguard.files import write_text
+    from lockguard.results import dump_result
+    from lockguard.runner import run_requests
+    from lockguard.scenarios import select
+
+    os.environ["LOCKGUARD_JOBS"] = str(args.jobs)  # read by lockguard.runner.workers()
+    config = load_config(Path(args.config))
+    chosen = select(config, args.scenario)
+    env = LocalEnv(config.python)
+    jobs = []
+    for _ in range(args.repeat):  # whole rounds, so that repeats of a scenario spread in time
+        for sc in chosen:
+            jobs.append((env, RunRequest(scenario=sc, steps=args.steps or config.steps or sc.steps,
+                                         seed=config.seed, device=args.device,
+                                         threads=config.threads, timeout=config.timeout)))
+    start = time.perf_counter()
+    results = run_requests(jobs)
+    out = Path(args.out) / args.label
+    out.mkdir(parents=True, exist_ok=True)
+    seen: dict[str, int] = {}
+    for (_, request), result in zip(jobs, results):
+        index = seen[request.scenario.id] = seen.get(request.scenario.id, 0) + 1
+        write_text(out / f"{request.scenario.id}.{index}.json", dump_result(result))
+    bad = [f"{r.scenario}: {r.status.value}" for r in results if r.status.value != "ok"]
+    print(f"measure --device {args.device}: {len(results)} runs in "
+          f"{time.perf_counter() - start:.1f} s with {args.jobs} jobs"
+          + (f"; not ok: {', '.join(bad)}" if bad else ""))
+    return 0
+
+
+# ---------------------------------------------------------------------------- pure summaries
+
+def _bits_equal(a: float, b: float) -> bool:
+    from lockguard.compare import bitwise_equal
+
+    return bitwise_equal(a, b)
+
+
+def spread(series: list[list[float]], per_step: bool = True) -> dict[str, Any]:
+    """How far repeated runs of one scenario are apart, index by index (steps or outputs):
+    which indices are not bitwise equal across the runs, and the greatest max - min."""
+    if not series or not any(series):
+        return {"values": 0}
+    lengths = sorted({len(s) for s in series})
+    n = lengths[0]
+    columns = [[s[i] for s in series] for i in range(n)]
+    widths = [max(c) - min(c) for c in columns]
+    differing = [i for i, c in enumerate(columns) if any(not _bits_equal(v, c[0]) for v in c)]
+    rel = [w / abs(statistics.median(c)) if statistics.median(c) else (0.0 if w == 0 else
+                                                                        float("inf"))
+           for w, c in zip(widths, columns)]
+    out: dict[str, Any] = {
+        "values": n,
+        "bitwise_identical": not differing and len(lengths) == 1,
+        "first_differing": differing[0] if differing else None,
+        "differing": len(differing),
+        "max_abs": max(widths) if widths else 0.0,
+        "max_rel": max(rel) if rel else 0.0,
+    }
+    if len(lengths) > 1:
+        out["lengths"] = lengths
+    if per_step:
+        out["per_step_abs"] = widths
+    return out
+
+
+def determinism(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run-to-run determinism of one scenario on one device, from its ok runs."""
+    ok = [r for r in runs if r.get("status") == "ok"]
+    if len(ok) < 2:
+        return {"runs": len(ok), "bitwise_identical": None}
+    parts = {"losses": spread([r["losses"] for r in ok]),
+             "grad_norms": spread([r["grad_norms"] for r in ok]),
+             "outputs": spread([r["outputs"] for r in ok], per_step=False)}
+    digests = len({r.get("param_digest") for r in ok}) == 1
+    identical = digests and all(p.get("bitwise_identical", True) is not False
+                                for p in parts.values())
+    return {"runs": len(ok), "bitwise_identical": identical, "param_digests_equal": digests,
+            **parts}
+
+
+def timing(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of each timing over the ok runs (and of compile_s when the runs report it)."""
+    ok = [r for r in runs if r.get("status") == "ok"]
+    out: dict[str, Any] = {"runs": len(runs), "ok": len(ok),
+                           "devices": sorted({str(r.get("device")) for r in runs})}
+    for key in TIMINGS:
+        values = [r["timings"][key] for r in ok if r["timings"].get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    compile_s = [r["compile"]["compile_s"] for r in ok
+                 if r.get("compile") and r["compile"].get("compile_s") is not None]
+    if compile_s:
+        out["compile_s"] = statistics.median(compile_s)
+    return out
+
+
+def ratios(accel: dict[str, Any], cpu: dict[str, Any]) -> dict[str, float | None]:
+    """accelerator time / cpu time per timing: below 1 the accelerator is faster."""
+    return {key: (accel[key] / cpu[key] if accel.get(key) and cpu.get(key) else None)
+            for key in TIMINGS}
+
+
+def verdicts(report: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    if not report:
+        return {}
+    return {v["scenario"]: {"framework": v["framework"], "verdict": v["verdict"],
+                            "found_device": v.get("found_device"),
+                            "nondeterministic": v.get("nondeterministic", False),
+                            "reasons": v.get("reasons", [])}
+            for v in report.get("verdicts", [])}
+
+
+def fallback_assertion(rc: int | None, report: dict[str, Any] | None,
+                       scenarios: list[str]) -> tuple[bool, str]:
+    """Whether `check --device cuda` with the GPU hidden did what it must: exit 1 and
+    device_fallback for every torch and jax scenario."""
+    if report is None:
+        return False, f"no report (exit {rc})"
+    got = verdicts(report)
+    missing = [s for s in scenarios if s not in got]
+    if missing:
+        return False, f"exit {rc}; no verdict for {', '.join(missing)}"
+    wrong = [f"{s}: {got[s]['verdict']} on {got[s]['found_device']}" for s in scenarios
+             if got[s]["framework"] in FALLBACK_FRAMEWORKS
+             and got[s]["verdict"] != "device_fallback"]
+    if rc != 1 or wrong:
+        return False, f"exit {rc} (expected 1); " + ("; ".join(wrong) or "all device_fallback")
+    return True, f"exit 1, device_fallback for all {len(scenarios)} scenarios"
+
+
+# -------------------------------------------------------------------------------- summarize
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _phases(work: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    path = work / "phases.tsv"
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        name, rc, wall, *note = line.split("\t")
+        out[name] = {"rc": None if rc == "-" else int(rc), "wall_s": float(wall),
+                     **({"note": note[0]} if note and note[0] else {})}
+    return out
+
+
+def _runs(directory: Path) -> dict[str, list[dict[str, Any]]]:
+    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        data = _load(path)
+        if isinstance(data, dict) and "scenario" in data:
+            by_scenario.setdefault(data["scenario"], []).append(data)
+    return by_scenario
+
+
+def _machine(accel_runs: dict[str, list[dict[str, Any]]], host: dict[str, Any]) -> dict:
+    """What ran: GPU, driver, CUDA, cuDNN and framework builds, from the runs' fingerprints."""
+    out: dict[str, Any] = dict(host)
+    for runs in accel_runs.values():
+        for r in runs:
+            fp = r.get("fingerprint") or {}
+            if r.get("framework") == "torch" and "torch" in fp:
+                t = fp["torch"]
+                out.setdefault("torch", t.get("version"))
+                out.setdefault("torch_cuda", t.get("cuda"))
+                out.setdefault("cudnn", t.get("cudnn"))
+                if t.get("gpu"):
+                    out.setdefault("gpu", t["gpu"].get("name"))
+                    out.setdefault("gpu_capability", t["gpu"].get("capability"))
+            if r.get("framework") == "jax":
+                out.setdefault("jax", fp.get("jax"))
+                out.setdefault("jaxlib", fp.get("jaxlib"))
+                out.setdefault("jax_plugins", fp.get("jax_plugins"))
+                out.setdefault("jax_platform_version",
+                               (fp.get("backend") or {}).get("platform_version"))
+            if fp.get("nvidia"):
+                out.setdefault("nvidia_driver", fp["nvidia"])
+            libraries = fp.get("cuda")
+            if libraries:
+                out.setdefault("jax_cuda_libraries", libraries)
+            if r.get("device_name") and r.get("device") != "cpu":
+                out.setdefault("device_name", r["device_name"])
+            cpu = fp.get("cpu") or {}
+            out.setdefault("cpu", cpu.get("model"))
+            out.setdefault("cores", cpu.get("cores"))
+            out.setdefault("python", fp.get("python"))
+    return out
+
+
+def summarize(args: argparse.Namespace) -> int:
+    from lockguard.files import write_text
+
+    work, out_dir = Path(args.work), Path(args.out)
+    phases = _phases(work)
+    reports = {name: _load(out_dir / f"{name}.json") for name in REPORTS}
+    scenarios = [line for line in (work / "scenarios.txt").read_text().split() if line] \
+        if (work / "scenarios.txt").is_file() else []
+    accel = _runs(work / "runs" / "accel")
+    cpu = _runs(work / "runs" / "cpu")
+    host = _load(work / "host.json") or {}
+
+    per_scenario: dict[str, Any] = {}
+    for sid in scenarios:
+        a, c = timing(accel.get(sid, [])), timing(cpu.get(sid, []))
+        # "accel": the device under test (cuda; cpu in a dry run), "cpu": --device cpu
+        per_scenario[sid] = {"accel": a, "cpu": c, "accel_over_cpu": ratios(a, c),
+                             "determinism": determinism(accel.get(sid, []))}
+
+    assertions: list[dict[str, Any]] = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        assertions.append({"name": name, "ok": ok, "detail": detail})
+
+    install, importable = phases.get("install", {}), phases.get("install-check", {})
+    check("install", install.get("rc") == 0 and importable.get("rc") in (None, 0),
+          f"exit {install.get('rc')}" + (f"; {importable.get('note')}" if importable else ""))
+    rec = verdicts(reports["record"])
+    rec_bad = [f"{s}: {rec[s]['verdict']}" if s in rec else f"{s}: no verdict" for s in scenarios
+               if s not in rec or rec[s]["verdict"] in ("broken", "device_fallback")]
+    check("record", phases.get("record", {}).get("rc") == 0 and not rec_bad and bool(scenarios),
+          f"exit {phases.get('record', {}).get('rc')}, {len(rec)} scenarios"
+          + (f"; {'; '.join(rec_bad)}" if rec_bad else ""))
+    chk = verdicts(reports["check"])
+    chk_rc = phases.get("check", {}).get("rc")
+    check("check --rerun --repeat 3", reports["check"] is not None and chk_rc in (0, 1)
+          and all(s in chk for s in scenarios),
+          f"exit {chk_rc}: " + ", ".join(f"{s} {v['verdict']}"
+                                        + (" (nondeterministic)" if v["nondeterministic"] else "")
+                                        for s, v in chk.items()))
+    check("hidden GPU gives device_fallback",
+          *fallback_assertion(phases.get("fallback", {}).get("rc"), reports["fallback"],
+                              scenarios))
+    for side, device, runs in (("accelerator", args.device, accel), ("cpu", "cpu", cpu)):
+        got = sum(len(r) for r in runs.values())
+        bad = [f"{r['scenario']} {r['status']} on {r.get('device')}" for rs in runs.values()
+               for r in rs if r.get("status") != "ok" or r.get("device") != device]
+        check(f"timing runs, {side} side (--device {device})", got > 0 and not bad,
+              f"{got} runs" + (f"; not ok or on another device: {', '.join(bad)}" if bad else ""))
+
+    document = {
+        "schema": 1,
+        "what": "benchmarks/gpu/run.sh: cuda goldens, run-to-run determinism, device fallback "
+                "and GPU/CPU timings with --env local",
+        "dry_run": args.dry_run,
+        "device": args.device,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": _machine(accel, host),
+        "settings": _load(work / "settings.json") or {},
+        "phases": phases,
+        "record": {"written": (reports["record"] or {}).get("written", []), "verdicts": rec},
+        "check": {"rc": chk_rc, "passed": (reports["check"] or {}).get("passed"),
+                  "verdicts": chk},
+        "fallback": {"rc": phases.get("fallback", {}).get("rc"),
+                     "verdicts": verdicts(reports["fallback"])},
+        "scenarios": per_scenario,
+        "assertions": assertions,
+        "ok": all(a["ok"] for a in assertions),
+    }
+    write_text(out_dir / "gpu.json", json.dumps(document, indent=1, sort_keys=False) + "\n")
+    print(render(document))
+    return 0 if document["ok"] else 1
+
+
+def _fmt(value: float | None, unit: str = "s") -> str:
+    if value is None:
+        return "—"
+    if unit == "x":
+        return f"×{value:.2f}"
+    return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.1f}s"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The compact end-of-run summary."""
+    m = doc["machine"]
+    lines = [f"== lockguard GPU run{' (DRY RUN, --device cpu)' if doc['dry_run'] else ''}: "
+             f"{m.get('gpu') or m.get('device_name') or 'no GPU'}, driver "
+             f"{(m.get('nvidia_driver') or {}).get('driver', '?')}, torch {m.get('torch')} "
+             f"(CUDA {m.get('torch_cuda')}, cuDNN {m.get('cudnn')}), jax {m.get('jax')}",
+             "phases: " + ", ".join(f"{k} skipped" if v["rc"] is None else
+                                    f"{k} {v['rc']} in {v['wall_s']:.0f}s"
+                                    for k, v in doc["phases"].items()),
+             f"{'scenario':<18} {'record':<16} {'check':<16} {'fallback':<16} "
+             f"{'import':>7} {'1st step':>9} {'step':>8} {'step/cpu':>9}  determinism"]
+    for sid, s in doc["scenarios"].items():
+        rec = doc["record"]["verdicts"].get(sid, {}).get("verdict", "—")
+        chk = doc["check"]["verdicts"].get(sid, {})
+        fb = doc["fallback"]["verdicts"].get(sid, {}).get("verdict", "—")
+        t, r, d = s["accel"], s["accel_over_cpu"], s["determinism"]
+        if d.get("bitwise_identical") is None:
+            det = f"{d['runs']} ok run(s)"
+        elif d["bitwise_identical"]:
+            det = f"bitwise x{d['runs']}"
+        else:
+            loss = d["losses"]
+            det = (f"differs: losses from step {loss.get('first_differing')}, max spread "
+                   f"{loss.get('max_abs', 0):.3g}; outputs max {d['outputs'].get('max_abs', 0):.3g}")
+        lines.append(f"{sid:<18} {rec:<16} {chk.get('verdict', '—'):<16} {fb:<16} "
+                     f"{_fmt(t['import_s']):>7} {_fmt(t['first_step_s']):>9} "
+                     f"{_fmt(t['step_median_s']):>8} {_fmt(r['step_median_s'], 'x'):>9}  {det}")
+    for a in doc["assertions"]:
+        lines.append(f"{'PASS' if a['ok'] else 'FAIL'} {a['name']}: {a['detail']}")
+    lines.append("OK" if doc["ok"] else "NOT OK")
+    return "\n".join(lines)
+
+
+def host_info(args: argparse.Namespace) -> int:
+    """Facts about the host that no run reports, for gpu.json's machine section."""
+    info: dict[str, Any] = {"python_executable": sys.executable,
+                            "python": platform.python_version(), "cores": os.cpu_count()}
+    if args.nvidia_smi and Path(args.nvidia_smi).is_file():
+        info["nvidia_smi"] = Path(args.nvidia_smi).read_text(errors="replace").strip()
+    print(json.dumps(info))
+    return 0
+
+
+def golden_members(names_types: list[tuple[str, str]]) -> list[str]:
+    """The golden files in a returned golden.tar.gz, given (name, type) per member; raises
+    ValueError for anything but plain relative folders and .json files, or cpu goldens."""
+    files = []
+    for name, kind in names_types:
+        parts = [p for p in name.split("/") if p not in ("", ".")]
+        if name.startswith("/") or ".." in parts:
+            raise ValueError(f"{name}: not a relative path inside the golden tree")
+        if kind == "dir":
+            continue
+        if kind != "file" or not name.endswith(".json") or len(parts) < 2:
+            raise ValueError(f"{name}: expected <device class>/…/<scenario>.json files only")
+        if parts[0] == "cpu":
+            raise ValueError(f"{name}: a cpu golden; this repo's cpu goldens are recorded here")
+        files.append("/".join(parts))
+    if not files:
+        raise ValueError("no golden files in the archive")
+    return files
+
+
+def collect(args: argparse.Namespace) -> int:
+    """Bring a GPU run's returned files into the repo: goldens into golden/, gpu.json into
+    benchmarks/results/. Refuses a dry run's results and unexpected archive members."""
+    import shutil
+    import tarfile
+
+    src, repo = Path(args.files), Path(args.repo)
+    doc = _load(src / "gpu.json")
+    if not isinstance(doc, dict):
+        print(f"error: {src / 'gpu.json'}: missing or not JSON", file=sys.stderr)
+        return 2
+    if doc.get("dry_run") or doc.get("device") != "cuda":
+        print(f"error: {src}: results of a dry run (device {doc.get('device')}), not of a GPU "
+              "run; nothing collected", file=sys.stderr)
+        return 2
+    with tarfile.open(src / "golden.tar.gz") as tar:
+        members = tar.getmembers()
+        kinds = [(m.name, "dir" if m.isdir() else "file" if m.isfile() else "other")
+                 for m in members]
+        try:
+            files = golden_members(kinds)
+        except ValueError as exc:
+            print(f"error: {src / 'golden.tar.gz'}: {exc}; nothing collected", file=sys.stderr)
+            return 2
+        golden = repo / "golden"
+        for member in members:
+            if member.isfile():
+                target = golden / "/".join(p for p in member.name.split("/") if p not in ("", "."))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(member) as f, open(target, "wb") as out:  # type: ignore
+                    shutil.copyfileobj(f, out)
+    results = repo / "benchmarks" / "results" / "gpu.json"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src / "gpu.json", results)
+    print(f"{len(files)} goldens into {golden}: {', '.join(files)}")
+    print(f"{results} ({'all assertions held' if doc.get('ok') else 'NOT all assertions held'})")
+    return 0
+
+
+def select_ids(args: argparse.Namespace) -> int:
+    """The scenario ids the prefixes select, one a line (what summarize expects results for)."""
+    from lockguard.config import load_config
+    from lockguard.scenarios import select
+
+    for sc in select(load_config(Path(args.config)), args.scenario):
+        print(sc.id)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--config", required=True)
+    m.add_argument("--device", required=True, choices=["cpu", "cuda", "tpu"])
+    m.add_argument("--label", required=True, help="subfolder of --out: accel | cpu")
+    m.add_argument("--repeat", type=int, default=3)
+    m.add_argument("--jobs", type=int, default=4)
+    m.add_argument("--steps", type=int)
+    m.add_argument("--scenario", action="append", default=[])
+    m.add_argument("--out", required=True)
+    s = sub.add_parser("summarize")
+    s.add_argument("--work", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--device", required=True)
+    s.add_argument("--dry-run", action="store_true")
+    h = sub.add_parser("host")
+    h.add_argument("--nvidia-smi")
+    c = sub.add_parser("select")
+    c.add_argument("--config", required=True)
+    c.add_argument("--scenario", action="append", default=[])
+    k = sub.add_parser("collect")
+    k.add_argument("files", help="the folder holding the run's returned files")
+    k.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]))
+    args = p.parse_args(argv)
+    return {"measure": measure, "summarize": summarize, "host": host_info,
+            "select": select_ids, "collect": collect}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
