@@ -1,10 +1,10 @@
 """The docker backend: templates, pins, tags and conformance (no engine needed), then real
 builds and runs on a real Docker engine (marked `docker`).
 
-The engine tests need dockerd; the session fixture starts it with .ci/docker-setup.sh when it is
-not answering (root only), and makes the base image the templates are pointed at (through
-LOCKGUARD_BASE_IMAGE, never by editing images/) with debootstrap: Debian bookworm, python3.11,
-imported as lockguard-test/python:3.11-bookworm and reused while it exists. There is no registry
+The engine tests need dockerd; the session fixture (`engine`, tests/conftest.py) starts it with
+.ci/docker-setup.sh when it is not answering (root only), and makes the base image the templates
+are pointed at (through LOCKGUARD_BASE_IMAGE, never by editing images/) with debootstrap: Debian
+bookworm, python3.11, imported as lockguard-test/python:3.11-bookworm and reused while it exists. There is no registry
 here, so nothing is pulled. Without an engine they skip, saying why — except under CI, where an
 engine is part of the contract and its absence fails the run.
 
@@ -21,8 +21,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,13 +41,14 @@ from lockguard.locks import parse_lock, parse_lock_text
 from lockguard.results import Status
 from lockguard.scenarios import HARNESS_DIR, Scenario, bundled
 
+from conftest import TEST_BASE
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 NUMPY_LOCK = DATA / "docker-numpy.lock"
 TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
 USER_SCRIPT = DATA / "docker_numpy_scenario.py"
 PROBE_SCRIPT = DATA / "docker_probe_scenario.py"
-TEST_BASE = "lockguard-test/python:3.11-bookworm"
 
 
 def fake_base(**changes) -> dk.Base:
@@ -372,73 +371,6 @@ def test_build_stream_finds_the_install_stage_last_layer():
 # ---------------------------------------------------------------------------------------------
 # A real engine
 # ---------------------------------------------------------------------------------------------
-
-
-def _engine_or_reason() -> str | None:
-    try:
-        dk.connect()
-        return None
-    except EnvError as exc:
-        first = str(exc)
-    setup = REPO / ".ci" / "docker-setup.sh"
-    if os.geteuid() != 0:
-        return f"{first} (and not root, so .ci/docker-setup.sh cannot start one)"
-    proc = subprocess.run(["bash", str(setup)], capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        return f".ci/docker-setup.sh could not start an engine: {proc.stderr.strip()[-300:]}"
-    try:
-        dk.connect()
-        return None
-    except EnvError as exc:
-        return str(exc)
-
-
-def _make_test_base(client) -> None:
-    """Debian bookworm (python3.11 + venv) by debootstrap, imported as TEST_BASE (~1-2 min)."""
-    if shutil.which("debootstrap") is None:
-        pytest.fail("debootstrap is not installed (.ci/docker-setup.sh installs it)")
-    with tempfile.TemporaryDirectory(prefix="lockguard-debootstrap-") as tmp:
-        root = Path(tmp) / "root"
-        proc = subprocess.run(
-            ["debootstrap", "--variant=minbase",
-             "--include=python3,python3-venv,ca-certificates", "bookworm", str(root)],
-            capture_output=True, text=True, timeout=1200)
-        if proc.returncode != 0:
-            pytest.fail(f"debootstrap failed: {(proc.stdout + proc.stderr)[-1000:]}")
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for path in (root / junk).glob("*"):
-                if path.is_file():
-                    path.unlink()
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            ["docker", "import",
-             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "--change", "ENV LANG=C.UTF-8", "-", TEST_BASE],
-            stdin=tar.stdout, capture_output=True, text=True, timeout=600)
-        tar.wait()
-        if imported.returncode != 0:
-            pytest.fail(f"docker import failed: {imported.stderr}")
-
-
-@pytest.fixture(scope="session")
-def engine():
-    reason = _engine_or_reason()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the docker tests, but: {reason}")
-        pytest.skip(f"no Docker engine: {reason}")
-    client = dk.connect()
-    try:
-        client.images.get(TEST_BASE)
-    except Exception:  # noqa: BLE001 - not there yet: make it
-        _make_test_base(client)
-    old = os.environ.get(dk.BASE_IMAGE_ENV)
-    os.environ[dk.BASE_IMAGE_ENV] = TEST_BASE
-    yield client
-    if old is None:
-        os.environ.pop(dk.BASE_IMAGE_ENV, None)
-    else:
-        os.environ[dk.BASE_IMAGE_ENV] = old
 
 
 @pytest.fixture(scope="session")

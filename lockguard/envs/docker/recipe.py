@@ -1,12 +1,13 @@
 """What goes into an image, decided without a Docker engine: the templates, the pinned bases and
 the rendered recipe, named by its content.
 
-    images/Dockerfile.in   one template for every framework x accelerator
-    images/matrix.toml     the parameters that differ per framework and accelerator
-    images/bases.toml      the base images, pinned by digest (`lockguard images pin`)
+    templates/Dockerfile.in   one template for every framework x accelerator
+    templates/matrix.toml     the parameters that differ per framework and accelerator
+    templates/bases.toml      the base images, pinned by digest (`lockguard images pin`)
 
-The templates live in images/ beside the package; LOCKGUARD_IMAGES_DIR replaces them with a
-directory of one's own. `ImageRecipe.tag` names an image by lock hash + rendered Dockerfile +
+The templates are package data of this package, found with importlib.resources; in the
+repository they are images/, which templates/ links to. LOCKGUARD_IMAGES_DIR replaces them with
+a directory of one's own. `ImageRecipe.tag` names an image by lock hash + rendered Dockerfile +
 base digest + lockguard version, so an existing tag can be reused without a build.
 """
 
@@ -19,6 +20,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import lockguard
@@ -43,13 +45,22 @@ TEMPLATE = "Dockerfile.in"
 
 
 def templates_dir() -> Path:
-    """The image templates: LOCKGUARD_IMAGES_DIR, or the images/ beside the lockguard package."""
+    """The image templates: LOCKGUARD_IMAGES_DIR when set, else this package's templates/."""
     configured = os.environ.get(IMAGES_DIR_ENV)
-    root = Path(configured) if configured else Path(lockguard.__file__).parent.parent / "images"
-    if not (root / TEMPLATE).is_file():
-        raise EnvError(f"{root}: no images/{TEMPLATE} here (set {IMAGES_DIR_ENV} to the "
-                       f"directory that holds lockguard's image templates)")
-    return root
+    if configured:
+        root = Path(configured)
+        if not (root / TEMPLATE).is_file():
+            raise EnvError(f"{root}: no {TEMPLATE} here (set {IMAGES_DIR_ENV} to the directory "
+                           f"that holds lockguard's image templates)")
+        return root
+    packaged = resources.files(__package__) / "templates"
+    if not (isinstance(packaged, Path) and (packaged / TEMPLATE).is_file()):
+        raise EnvError(f"{packaged}: lockguard's image templates were not installed with it (no "
+                       f"{TEMPLATE}): reinstall lockguard, or set {IMAGES_DIR_ENV} to a "
+                       f"directory that holds them")
+    # Resolved: in a checkout templates/ links to images/, the files one edits (and
+    # `lockguard images pin` rewrites).
+    return packaged.resolve()
 
 
 # ---------------------------------------------------------------------------------------------
