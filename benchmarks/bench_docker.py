@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lockguard import images  # noqa: E402
-from lockguard.envs import docker as dk  # noqa: E402
+import lockguard.envs.docker as dk  # noqa: E402
+from lockguard.envs.venv import READY  # noqa: E402
 from lockguard.locks import parse_lock  # noqa: E402
 
 DATA = REPO / "tests" / "data"
@@ -50,16 +50,16 @@ RESULTS = REPO / "benchmarks" / "results"
 def bench(framework: str, client, repeat: int) -> dict:
     lock = parse_lock(LOCKS[framework])
     base = dk.resolve_base(client, "cpu")
-    recipe = images.recipe(framework, "cpu", lock, base)
+    recipe = dk.recipe_for(framework, "cpu", lock, base)
     try:
         client.images.remove(recipe.tag)
     except Exception:  # noqa: BLE001 - not there
         pass
     target = dk.target_of(client, base)
     start = time.perf_counter()
-    house = images.wheelhouse(lock, target)
+    house = dk.wheelhouse_for(lock, target)
     download = time.perf_counter() - start
-    info = json.loads((house / images.READY).read_text())
+    info = json.loads((house / READY).read_text())
     built = dk.build_image(lock, framework, "cpu", client=client)
     assert not built.reused
     hits = []
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--base", default="lockguard-test/python:3.11-bookworm",
                         help="local base image (LOCKGUARD_BASE_IMAGE)")
     args = parser.parse_args()
-    os.environ[images.BASE_IMAGE_ENV] = args.base
+    os.environ[dk.BASE_IMAGE_ENV] = args.base
     client = dk.connect()
     rows = []
     with tempfile.TemporaryDirectory(prefix="lockguard-bench-docker-") as tmp:

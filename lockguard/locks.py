@@ -909,7 +909,7 @@ _JAX_CUDA_WHEEL = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
 _TORCH_CUDA_TAG = re.compile(r"^cu(\d+)\d\b")  # +cu121 → 12, +cu118 → 11, +cu92 → 9
 
 
-def _cuda_major(pin: Pin) -> int | None:
+def cuda_major(pin: Pin) -> int | None:
     """The CUDA major a pin is built for, when its name or local tag says so."""
     for pattern in (_NVIDIA_CUDA_WHEEL, _JAX_CUDA_WHEEL):
         match = pattern.match(pin.name)
@@ -926,7 +926,7 @@ def _cuda_rule(lock: Lock) -> Iterator[RuleViolation]:
     # One process loads one CUDA runtime: cu11 and cu12 NVIDIA wheels side by side, or a
     # +cu121 torch over cu11 wheels, means some library loads against the wrong one.
     # Reported once per pair of majors, naming the first two pins that disagree.
-    evidence = [(major, pin) for pin in lock.pins if (major := _cuda_major(pin)) is not None]
+    evidence = [(major, pin) for pin in lock.pins if (major := cuda_major(pin)) is not None]
     reported: set[tuple[int, int]] = set()
     for i, (major_a, a) in enumerate(evidence):
         for major_b, b in evidence[i + 1:]:

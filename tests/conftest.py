@@ -1,4 +1,4 @@
-"""Shared test helpers: run the real CLI in a subprocess, lay out small projects.
+"""Shared test helpers: run the real CLI in a subprocess, lay out small projects, a Docker engine.
 
 Environments are built by lockguard itself into the normal cache (LOCKGUARD_CACHE or
 ~/.cache/lockguard), so a second test run on the same machine reuses them.
@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -86,3 +87,88 @@ FRAMEWORK_LOCKS = {
     "jax": DATA / "jax-0.10.2.txt",
     "tensorflow": DATA / "tf-2.21.0.txt",
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# A Docker engine and the base image the docker tests build on
+# ---------------------------------------------------------------------------------------------
+
+# Debian bookworm with python3.11, made by debootstrap: no registry is needed (nor reachable).
+TEST_BASE = "lockguard-test/python:3.11-bookworm"
+
+
+def _engine_or_reason() -> str | None:
+    from lockguard.envs.base import EnvError
+    from lockguard.envs.docker import connect
+
+    try:
+        connect()
+        return None
+    except EnvError as exc:
+        first = str(exc)
+    setup = REPO / ".ci" / "docker-setup.sh"
+    if os.geteuid() != 0:
+        return f"{first} (and not root, so .ci/docker-setup.sh cannot start one)"
+    proc = subprocess.run(["bash", str(setup)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return f".ci/docker-setup.sh could not start an engine: {proc.stderr.strip()[-300:]}"
+    try:
+        connect()
+        return None
+    except EnvError as exc:
+        return str(exc)
+
+
+def _make_test_base() -> None:
+    """Debian bookworm (python3.11 + venv) by debootstrap, imported as TEST_BASE (~1-2 min)."""
+    if shutil.which("debootstrap") is None:
+        pytest.fail("debootstrap is not installed (.ci/docker-setup.sh installs it)")
+    with tempfile.TemporaryDirectory(prefix="lockguard-debootstrap-") as tmp:
+        root = Path(tmp) / "root"
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase",
+             "--include=python3,python3-venv,ca-certificates", "bookworm", str(root)],
+            capture_output=True, text=True, timeout=1200)
+        if proc.returncode != 0:
+            pytest.fail(f"debootstrap failed: {(proc.stdout + proc.stderr)[-1000:]}")
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (root / junk).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run(
+            ["docker", "import",
+             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "--change", "ENV LANG=C.UTF-8", "-", TEST_BASE],
+            stdin=tar.stdout, capture_output=True, text=True, timeout=600)
+        tar.wait()
+        if imported.returncode != 0:
+            pytest.fail(f"docker import failed: {imported.stderr}")
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """A docker SDK client of a running engine, with LOCKGUARD_BASE_IMAGE set to TEST_BASE.
+
+    Starts dockerd with .ci/docker-setup.sh when none answers (root only); without an engine
+    the test skips, saying why, except under CI, where an engine is part of the contract.
+    """
+    from lockguard.envs.docker import BASE_IMAGE_ENV, connect
+
+    reason = _engine_or_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the docker tests, but: {reason}")
+        pytest.skip(f"no Docker engine: {reason}")
+    client = connect()
+    try:
+        client.images.get(TEST_BASE)
+    except Exception:  # noqa: BLE001 - not there yet: make it
+        _make_test_base()
+    old = os.environ.get(BASE_IMAGE_ENV)
+    os.environ[BASE_IMAGE_ENV] = TEST_BASE
+    yield client
+    if old is None:
+        os.environ.pop(BASE_IMAGE_ENV, None)
+    else:
+        os.environ[BASE_IMAGE_ENV] = old

@@ -1,10 +1,10 @@
 """The docker backend: templates, pins, tags and conformance (no engine needed), then real
 builds and runs on a real Docker engine (marked `docker`).
 
-The engine tests need dockerd; the session fixture starts it with .ci/docker-setup.sh when it is
-not answering (root only), and makes the base image the templates are pointed at (through
-LOCKGUARD_BASE_IMAGE, never by editing images/) with debootstrap: Debian bookworm, python3.11,
-imported as lockguard-test/python:3.11-bookworm and reused while it exists. There is no registry
+The engine tests need dockerd; the session fixture (`engine`, tests/conftest.py) starts it with
+.ci/docker-setup.sh when it is not answering (root only), and makes the base image the templates
+are pointed at (through LOCKGUARD_BASE_IMAGE, never by editing images/) with debootstrap: Debian
+bookworm, python3.11, imported as lockguard-test/python:3.11-bookworm and reused while it exists. There is no registry
 here, so nothing is pulled. Without an engine they skip, saying why — except under CI, where an
 engine is part of the contract and its absence fails the run.
 
@@ -16,23 +16,32 @@ real build is always tested.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from lockguard import images
-from lockguard.envs import docker as dk
+import lockguard.envs.docker as dk
 from lockguard.envs.base import EnvError, RunRequest
+from lockguard.envs.docker import accelerators, wheelhouse
+from lockguard.envs.docker.backend import HARNESS_MOUNT, OUT_MOUNT, USER_MOUNT
+from lockguard.envs.docker.build import StageTracker
+from lockguard.envs.docker.conformance import (
+    INSTALLER_DISTS, check_conformance, conformance_problems, installed_in,
+)
+from lockguard.envs.docker.engine import no_engine_message
+from lockguard.envs.docker.pin import pin_bases
+from lockguard.envs.docker.recipe import VENV_PYTHON, load_bases, render
 from lockguard.locks import parse_lock, parse_lock_text
 from lockguard.results import Status
-from lockguard.scenarios import Scenario, bundled
+from lockguard.scenarios import HARNESS_DIR, Scenario, bundled
+
+from conftest import TEST_BASE
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -40,14 +49,13 @@ NUMPY_LOCK = DATA / "docker-numpy.lock"
 TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
 USER_SCRIPT = DATA / "docker_numpy_scenario.py"
 PROBE_SCRIPT = DATA / "docker_probe_scenario.py"
-TEST_BASE = "lockguard-test/python:3.11-bookworm"
 
 
-def fake_base(**changes) -> images.Base:
+def fake_base(**changes) -> dk.Base:
     fields = dict(name="cpu", image="docker.io/library/python:3.11-slim-bookworm",
                   digest="sha256:" + "a" * 64, python="3.11", glibc="2.36")
     fields.update(changes)
-    return images.Base(**fields)
+    return dk.Base(**fields)
 
 
 def numpy_lock():
@@ -59,13 +67,13 @@ def numpy_lock():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("framework", images.FRAMEWORKS)
-@pytest.mark.parametrize("accelerator", images.ACCELERATORS)
+@pytest.mark.parametrize("framework", dk.FRAMEWORKS)
+@pytest.mark.parametrize("accelerator", dk.ACCELERATORS)
 def test_every_framework_and_accelerator_renders_from_one_template(framework, accelerator):
-    recipe = images.recipe(framework, accelerator, numpy_lock())
+    recipe = dk.recipe_for(framework, accelerator, numpy_lock())
     text = recipe.dockerfile
     assert "{{" not in text and "}}" not in text
-    base = images.base_for(accelerator)
+    base = dk.base_for(accelerator)
     assert f"FROM {base.ref} AS base" in text
     assert "@sha256:" in base.ref  # pinned bases are always used by digest
     assert "--no-index" in text and "--require-hashes" in text
@@ -83,7 +91,7 @@ def test_every_framework_and_accelerator_renders_from_one_template(framework, ac
 
 
 def test_pin_file_pins_every_base_by_digest():
-    bases = images.load_bases()
+    bases = load_bases()
     assert set(bases) >= {"cpu", "cuda", "tpu"}
     for base in bases.values():
         assert base.digest.startswith("sha256:") and len(base.digest) == 71
@@ -94,13 +102,13 @@ def test_pin_file_pins_every_base_by_digest():
 
 def test_tag_is_content_addressed():
     lock = numpy_lock()
-    a = images.recipe("numpy", "cpu", lock, fake_base())
-    assert images.recipe("numpy", "cpu", lock, fake_base()).tag == a.tag
+    a = dk.recipe_for("numpy", "cpu", lock, fake_base())
+    assert dk.recipe_for("numpy", "cpu", lock, fake_base()).tag == a.tag
     # lock, base digest, framework, accelerator and lockguard's version each move the tag
     other_lock = parse_lock_text("numpy==2.3.4\n", "other.lock")
-    assert images.recipe("numpy", "cpu", other_lock, fake_base()).tag != a.tag
-    assert images.recipe("numpy", "cpu", lock, fake_base(digest="sha256:" + "b" * 64)).tag != a.tag
-    assert images.recipe("numpy", "tpu", lock, fake_base()).content_hash != a.content_hash
+    assert dk.recipe_for("numpy", "cpu", other_lock, fake_base()).tag != a.tag
+    assert dk.recipe_for("numpy", "cpu", lock, fake_base(digest="sha256:" + "b" * 64)).tag != a.tag
+    assert dk.recipe_for("numpy", "tpu", lock, fake_base()).content_hash != a.content_hash
     labels = a.labels(str(NUMPY_LOCK))
     assert labels["lockguard.lock-hash"] == lock.lock_hash
     assert labels["lockguard.base-digest"] == "sha256:" + "a" * 64
@@ -111,7 +119,7 @@ def test_tag_is_content_addressed():
 
 def test_template_placeholder_without_value_is_an_error():
     with pytest.raises(EnvError, match="unknown placeholder"):
-        images.render("FROM {{base}}\nRUN {{nope}}\n", {"base": "x"})
+        render("FROM {{base}}\nRUN {{nope}}\n", {"base": "x"})
 
 
 def test_images_dir_can_be_pointed_elsewhere(tmp_path, monkeypatch):
@@ -119,14 +127,14 @@ def test_images_dir_can_be_pointed_elsewhere(tmp_path, monkeypatch):
         shutil.copy(REPO / "images" / name, tmp_path / name)
     (tmp_path / "Dockerfile.in").write_text(
         (tmp_path / "Dockerfile.in").read_text() + "# custom\n")
-    monkeypatch.setenv(images.IMAGES_DIR_ENV, str(tmp_path))
-    custom = images.recipe("numpy", "cpu", numpy_lock())
-    monkeypatch.delenv(images.IMAGES_DIR_ENV)
+    monkeypatch.setenv(dk.IMAGES_DIR_ENV, str(tmp_path))
+    custom = dk.recipe_for("numpy", "cpu", numpy_lock())
+    monkeypatch.delenv(dk.IMAGES_DIR_ENV)
     assert custom.dockerfile.endswith("# custom\n")
-    assert custom.tag != images.recipe("numpy", "cpu", numpy_lock()).tag
-    monkeypatch.setenv(images.IMAGES_DIR_ENV, str(tmp_path / "nowhere"))
+    assert custom.tag != dk.recipe_for("numpy", "cpu", numpy_lock()).tag
+    monkeypatch.setenv(dk.IMAGES_DIR_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(EnvError, match="Dockerfile.in"):
-        images.images_dir()
+        dk.templates_dir()
 
 
 def test_pin_rewrites_digests_and_keeps_the_file(tmp_path):
@@ -134,10 +142,10 @@ def test_pin_rewrites_digests_and_keeps_the_file(tmp_path):
     shutil.copy(REPO / "images" / "bases.toml", pins)
     before = pins.read_text()
     new = "sha256:" + "c" * 64
-    changes = images.pin_bases(lambda image: new, pins)
+    changes = pin_bases(lambda image: new, pins)
     assert set(changes) == {"cpu", "cuda", "tpu"} and all(c[1] == new for c in changes.values())
     after = pins.read_text()
-    assert all(b.digest == new for b in images.load_bases(pins).values())
+    assert all(b.digest == new for b in load_bases(pins).values())
     # comments and every other key kept: only the digest lines differ
     changed = [(x, y) for x, y in zip(before.splitlines(), after.splitlines()) if x != y]
     assert len(before.splitlines()) == len(after.splitlines())
@@ -154,7 +162,7 @@ def test_pin_without_registry_changes_nothing(tmp_path):
                        f"{pins} are unchanged")
 
     with pytest.raises(EnvError, match="cannot reach the registry"):
-        images.pin_bases(unreachable, pins)
+        pin_bases(unreachable, pins)
     assert pins.read_text() == before
 
 
@@ -163,28 +171,28 @@ def test_bad_pin_file_is_one_clear_line(tmp_path):
     pins.write_text('[cpu]\nimage = "python:3.11"\ndigest = "latest"\npython = "3.11"\n'
                     'glibc = "2.36"\n')
     with pytest.raises(EnvError, match=r"\[cpu\]: digest 'latest' is not sha256"):
-        images.load_bases(pins)
+        load_bases(pins)
 
 
 def test_target_platforms_and_markers():
-    target = images.Target.declared(fake_base(python="3.12", glibc="2.39"))
+    target = dk.Target.declared(fake_base(python="3.12", glibc="2.39"))
     assert target.abi == "cp312"
     tags = target.platforms()
     assert tags[0] == "manylinux_2_39_x86_64" and "manylinux_2_17_x86_64" in tags
     assert "manylinux2014_x86_64" in tags and "manylinux_2_16_x86_64" not in tags
     lock = parse_lock_text('numpy==2.3.5\ntomli==2.0.1 ; python_version < "3.11"\n', "m.lock")
-    assert [p.name for p in images.expected_pins(lock, target)] == ["numpy"]
-    old = images.Target.declared(fake_base(python="3.10"))
-    assert [p.name for p in images.expected_pins(lock, old)] == ["numpy", "tomli"]
+    assert [p.name for p in wheelhouse.expected_pins(lock, target)] == ["numpy"]
+    old = dk.Target.declared(fake_base(python="3.10"))
+    assert [p.name for p in wheelhouse.expected_pins(lock, old)] == ["numpy", "tomli"]
 
 
 def test_conformance_lists_every_difference():
     lock = parse_lock_text("numpy==2.3.5\nsix==1.17.0\nFoo-Bar==1.0\n", "x.lock")
     pins = list(lock.pins)
-    assert images.conformance_problems(
+    assert conformance_problems(
         pins, {"numpy": "2.3.5", "six": "1.17.0", "foo-bar": "1.0.0", "pip": "24.0",
                "setuptools": "65.5.0"}) == []
-    problems = images.conformance_problems(pins, {"numpy": "2.3.4", "foo-bar": "1.0",
+    problems = conformance_problems(pins, {"numpy": "2.3.4", "foo-bar": "1.0",
                                                   "evil": "9", "pip": "24.0"})
     assert problems == ["numpy: lock 2.3.5, image 2.3.4", "missing six==1.17.0",
                         "extra evil==9"]
@@ -192,23 +200,28 @@ def test_conformance_lists_every_difference():
 
 def test_driver_cuda_check():
     smi = "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2     |"
-    assert dk.driver_cuda(smi) == (12, 2)
-    assert dk.driver_cuda("no gpu here") is None
-    recipe = images.recipe("torch", "cuda", parse_lock_text("torch==2.14.1+cu128\n", "t.lock"))
-    need, source = dk.required_cuda(recipe, parse_lock_text("torch==2.14.1+cu128\n", "t.lock"))
+    assert accelerators.driver_cuda(smi) == (12, 2)
+    assert accelerators.driver_cuda("no gpu here") is None
+    cu128 = parse_lock_text("torch==2.14.1+cu128\n", "t.lock")
+    recipe = dk.recipe_for("torch", "cuda", cu128)
+    need, source = accelerators.required_cuda(recipe, cu128)
     assert need == (12, int(recipe.base.cuda.split(".")[1])) and "base image CUDA" in source
     with pytest.raises(EnvError, match=r"driver supports CUDA 12\.2, but .* needs CUDA 12\.6"):
-        dk.check_driver((12, 2), (12, 6), "base image CUDA 12.6", recipe.tag)
-    dk.check_driver((12, 8), (12, 6), "base image CUDA 12.6", recipe.tag)
+        accelerators.check_driver((12, 2), (12, 6), "base image CUDA 12.6", recipe.tag)
+    accelerators.check_driver((12, 8), (12, 6), "base image CUDA 12.6", recipe.tag)
     cu13 = parse_lock_text("torch==2.14.1+cu130\n", "t.lock")
-    need, source = dk.required_cuda(recipe, cu13)
+    need, source = accelerators.required_cuda(recipe, cu13)
     assert need == (13, 0) and "torch==2.14.1+cu130" in source
     with pytest.raises(EnvError, match="upgrade the driver"):
-        dk.check_driver((12, 9), need, source, recipe.tag)
+        accelerators.check_driver((12, 9), need, source, recipe.tag)
+    # the family rules' reading of a pin's CUDA major: jax's plugins and nvidia wheels count too
+    jax13 = parse_lock_text("jax==0.10.2\njax-cuda13-plugin==0.10.2\n", "j.lock")
+    need, source = accelerators.required_cuda(dk.recipe_for("jax", "cuda", jax13), jax13)
+    assert need == (13, 0) and "jax-cuda13-plugin==0.10.2" in source
 
 
 def _env_for(accelerator: str) -> dk.DockerEnv:
-    recipe = images.recipe("numpy", accelerator, numpy_lock(), fake_base())
+    recipe = dk.recipe_for("numpy", accelerator, numpy_lock(), fake_base())
     built = dk.BuiltImage(tag=recipe.tag, id="sha256:" + "d" * 64, recipe=recipe, reused=True,
                           seconds=0.0, size=0, log=Path("/dev/null"))
     return dk.DockerEnv(built, recipe.lock_hash, accelerator, "docker")
@@ -226,16 +239,16 @@ def test_run_command_is_isolated(tmp_path, monkeypatch):
     text = " ".join(argv)
     assert argv[:2] == ["docker", "run"] and "--rm" in argv
     assert argv[argv.index("--network") + 1] == "none" and "--read-only" in argv
-    assert f"{dk.HARNESS_DIR.resolve()}:{dk.HARNESS_MOUNT}:ro" in argv
-    assert f"{tmp_path.resolve()}:{dk.OUT_MOUNT}:rw" in argv
-    assert f"{USER_SCRIPT.parent}:{dk.USER_MOUNT}:ro" in argv
-    assert f"{dk.USER_MOUNT}/{USER_SCRIPT.name}" in argv
-    assert f"{dk.OUT_MOUNT}/user.np.json" in argv
+    assert f"{HARNESS_DIR.resolve()}:{HARNESS_MOUNT}:ro" in argv
+    assert f"{tmp_path.resolve()}:{OUT_MOUNT}:rw" in argv
+    assert f"{USER_SCRIPT.parent}:{USER_MOUNT}:ro" in argv
+    assert f"{USER_MOUNT}/{USER_SCRIPT.name}" in argv
+    assert f"{OUT_MOUNT}/user.np.json" in argv
     assert "s3cret" not in text and "LOCKGUARD_TEST_SECRET" not in text
     assert "XLA_FLAGS=--xla_cpu_enable_fast_math=false" in argv  # numerics variables do travel
     assert "PYTHONHASHSEED=0" in argv
     assert "--gpus" not in argv and env.device_args() == []
-    assert argv[argv.index(env.tag) + 1] == images.VENV_PYTHON
+    assert argv[argv.index(env.tag) + 1] == VENV_PYTHON
 
 
 def test_run_command_asks_for_accelerators(monkeypatch):
@@ -243,7 +256,7 @@ def test_run_command_asks_for_accelerators(monkeypatch):
     assert _env_for("cuda").device_args() == ["--gpus", "all"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2")
     assert _env_for("cuda").device_args() == ["--gpus", '"device=0,2"']
-    monkeypatch.setattr(dk, "tpu_devices", lambda: ["/dev/accel0", "/dev/vfio/0"])
+    monkeypatch.setattr(accelerators, "tpu_devices", lambda: ["/dev/accel0", "/dev/vfio/0"])
     assert _env_for("tpu").device_args() == ["--device", "/dev/accel0", "--device",
                                              "/dev/vfio/0", "--ulimit", "memlock=-1:-1"]
 
@@ -263,7 +276,7 @@ def test_no_engine_says_where_and_how(tmp_path, monkeypatch):
     with pytest.raises(EnvError, match="connection refused. Start one"):
         dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
     monkeypatch.delenv("DOCKER_HOST")
-    assert "(DOCKER_HOST is not set)" in dk.no_engine_message(FileNotFoundError(2, "x"))
+    assert "(DOCKER_HOST is not set)" in no_engine_message(FileNotFoundError(2, "x"))
 
 
 def test_disk_full_while_downloading_is_clear(tmp_path, monkeypatch):
@@ -272,10 +285,10 @@ def test_disk_full_while_downloading_is_clear(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(images, "_download", full)
-    target = images.Target.declared(fake_base())
+    monkeypatch.setattr(wheelhouse, "_download", full)
+    target = dk.Target.declared(fake_base())
     with pytest.raises(EnvError, match=r"disk full while downloading the wheels .*LOCKGUARD_CACHE"):
-        images.wheelhouse(numpy_lock(), target)
+        dk.wheelhouse_for(numpy_lock(), target)
 
 
 def _fake_wheel(directory: Path, name: str) -> None:
@@ -298,9 +311,9 @@ def test_wheel_missing_for_the_image_platform(tmp_path, monkeypatch):
     _fake_wheel(links, "tinypkg-1.0-cp311-cp311-macosx_11_0_arm64.whl")
     lock_file = tmp_path / "tiny.lock"
     lock_file.write_text(f"--no-index\n--find-links {links}\ntinypkg==1.0\n")
-    target = images.Target.declared(fake_base())
+    target = dk.Target.declared(fake_base())
     with pytest.raises(EnvError) as err:
-        images.wheelhouse(parse_lock(lock_file), target)
+        dk.wheelhouse_for(parse_lock(lock_file), target)
     message = str(err.value)
     assert "no wheel for the image's platform (cp311, manylinux_2_36_x86_64)" in message
     assert "tinypkg==1.0" in message and "\n" not in message
@@ -315,13 +328,44 @@ def test_wheelhouse_for_a_hashless_lock_records_hashes(tmp_path, monkeypatch):
     _fake_wheel(links, "tinypkg-1.0-py3-none-any.whl")
     lock_file = tmp_path / "tiny.lock"
     lock_file.write_text(f"--no-index\n--find-links {links}\ntinypkg==1.0\n")
-    house = images.wheelhouse(parse_lock(lock_file), images.Target.declared(fake_base()))
-    digest = images._sha256(links / "tinypkg-1.0-py3-none-any.whl")
+    house = dk.wheelhouse_for(parse_lock(lock_file), dk.Target.declared(fake_base()))
+    digest = hashlib.sha256((links / "tinypkg-1.0-py3-none-any.whl").read_bytes()).hexdigest()
     assert (house / "requirements.txt").read_text() == f"tinypkg==1.0 --hash=sha256:{digest}\n"
     assert [p.name for p in (house / "wheels").iterdir()] == ["tinypkg-1.0-py3-none-any.whl"]
     # a second call is the cache
-    again = images.wheelhouse(parse_lock(lock_file), images.Target.declared(fake_base()))
+    again = dk.wheelhouse_for(parse_lock(lock_file), dk.Target.declared(fake_base()))
     assert again == house
+
+
+def test_download_takes_the_lock_index_options_but_not_its_format_controls(tmp_path):
+    lock_file = tmp_path / "opts.lock"
+    lock_file.write_text("--index-url https://idx.example/simple\n"
+                         "--extra-index-url https://more.example/simple\n"
+                         "--find-links /wheels\n--trusted-host idx.example\n"
+                         "--only-binary :all:\n--prefer-binary\nnumpy==2.3.5\n")
+    args = wheelhouse._lock_options(parse_lock(lock_file))
+    assert args == ["--index-url", "https://idx.example/simple",
+                    "--extra-index-url", "https://more.example/simple",
+                    "--find-links", "/wheels", "--trusted-host=idx.example"]
+
+
+def test_build_stream_finds_the_install_stage_last_layer():
+    """From the classic builder's own lines (a real build log's): the install stage ends at the
+    next FROM, and its last layer is what is removed after the build."""
+    stages = StageTracker()
+    for line in ["Step 1/9 : FROM lockguard-test/python:3.11-bookworm AS base",
+                 " ---> ab811b62efcf", "Step 2/9 : RUN python3 -m venv /opt/lockguard/venv",
+                 " ---> Using cache", " ---> 6068b03ea77c", "Step 3/9 : FROM base AS install",
+                 " ---> 6068b03ea77c",
+                 "Step 4/9 : COPY wheels/ /lockguard/wheels/", " ---> b1bdecbdcd0f",
+                 "Step 5/9 : RUN /opt/lockguard/venv/bin/python -m pip install ...",
+                 " ---> Running in d4a69f1a626a", "Successfully installed numpy-2.3.5",
+                 " ---> e580f6dfbc35", "Step 6/9 : FROM base", " ---> 6068b03ea77c",
+                 "Step 7/9 : COPY --from=install /opt/lockguard/venv /opt/lockguard/venv",
+                 " ---> 097df2a7c4bb"]:
+        stages.feed(line)
+    assert stages.install_layer == "e580f6dfbc35"
+    assert stages.stage is None and stages.last_layer == "097df2a7c4bb"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,78 +373,11 @@ def test_wheelhouse_for_a_hashless_lock_records_hashes(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 
 
-def _engine_or_reason() -> str | None:
-    try:
-        dk.connect()
-        return None
-    except EnvError as exc:
-        first = str(exc)
-    setup = REPO / ".ci" / "docker-setup.sh"
-    if os.geteuid() != 0:
-        return f"{first} (and not root, so .ci/docker-setup.sh cannot start one)"
-    proc = subprocess.run(["bash", str(setup)], capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        return f".ci/docker-setup.sh could not start an engine: {proc.stderr.strip()[-300:]}"
-    try:
-        dk.connect()
-        return None
-    except EnvError as exc:
-        return str(exc)
-
-
-def _make_test_base(client) -> None:
-    """Debian bookworm (python3.11 + venv) by debootstrap, imported as TEST_BASE (~1-2 min)."""
-    if shutil.which("debootstrap") is None:
-        pytest.fail("debootstrap is not installed (.ci/docker-setup.sh installs it)")
-    with tempfile.TemporaryDirectory(prefix="lockguard-debootstrap-") as tmp:
-        root = Path(tmp) / "root"
-        proc = subprocess.run(
-            ["debootstrap", "--variant=minbase",
-             "--include=python3,python3-venv,ca-certificates", "bookworm", str(root)],
-            capture_output=True, text=True, timeout=1200)
-        if proc.returncode != 0:
-            pytest.fail(f"debootstrap failed: {(proc.stdout + proc.stderr)[-1000:]}")
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for path in (root / junk).glob("*"):
-                if path.is_file():
-                    path.unlink()
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            ["docker", "import",
-             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "--change", "ENV LANG=C.UTF-8", "-", TEST_BASE],
-            stdin=tar.stdout, capture_output=True, text=True, timeout=600)
-        tar.wait()
-        if imported.returncode != 0:
-            pytest.fail(f"docker import failed: {imported.stderr}")
-
-
-@pytest.fixture(scope="session")
-def engine():
-    reason = _engine_or_reason()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the docker tests, but: {reason}")
-        pytest.skip(f"no Docker engine: {reason}")
-    client = dk.connect()
-    try:
-        client.images.get(TEST_BASE)
-    except Exception:  # noqa: BLE001 - not there yet: make it
-        _make_test_base(client)
-    old = os.environ.get(images.BASE_IMAGE_ENV)
-    os.environ[images.BASE_IMAGE_ENV] = TEST_BASE
-    yield client
-    if old is None:
-        os.environ.pop(images.BASE_IMAGE_ENV, None)
-    else:
-        os.environ[images.BASE_IMAGE_ENV] = old
-
-
 @pytest.fixture(scope="session")
 def numpy_image(engine):
     """The numpy image, built for real once per session (an old one is removed first)."""
     lock = numpy_lock()
-    recipe = images.recipe("numpy", "cpu", lock, dk.resolve_base(engine, "cpu"))
+    recipe = dk.recipe_for("numpy", "cpu", lock, dk.resolve_base(engine, "cpu"))
     try:
         engine.images.remove(recipe.tag)
     except Exception:  # noqa: BLE001 - not there
@@ -430,9 +407,9 @@ def test_built_image_holds_the_lock_and_its_labels(engine, numpy_image):
     assert labels["lockguard.base-digest"] == engine.images.get(TEST_BASE).id
     assert labels["lockguard.version"] and labels["org.opencontainers.image.created"]
     assert labels["lockguard.python"] == "3.11"
-    report = dk.installed_in(engine, numpy_image.tag, "numpy")
+    report = installed_in(engine, numpy_image.tag, "numpy")
     assert report["dists"]["numpy"] == "2.3.5" and report["import_error"] is None
-    assert set(report["dists"]) - {"numpy"} <= images.INSTALLER_DISTS
+    assert set(report["dists"]) - {"numpy"} <= INSTALLER_DISTS
     # the wheels' layer went with the install stage: no .whl anywhere in the image
     found = engine.containers.run(numpy_image.tag, ["sh", "-c", "find / -xdev -name '*.whl' "
                                                     "-path '*lockguard*' | wc -l"],
@@ -511,8 +488,8 @@ def test_conformance_fails_on_a_tampered_lock(engine, numpy_image, tmp_path):
     tampered = tmp_path / "tampered.lock"
     tampered.write_text("numpy==2.3.4\nsix==1.17.0\n")
     with pytest.raises(EnvError) as err:
-        dk.check_conformance(engine, numpy_image.tag, parse_lock(tampered), "numpy",
-                             numpy_image.log)
+        check_conformance(engine, numpy_image.tag, parse_lock(tampered), "numpy",
+                          numpy_image.log)
     message = str(err.value)
     assert "numpy: lock 2.3.4, image 2.3.5" in message and "missing six==1.17.0" in message
     assert str(numpy_image.log) in message
@@ -541,12 +518,12 @@ def test_tampered_image_under_the_tag_is_refused(engine, numpy_image, tmp_path):
 
 @pytest.mark.docker
 def test_missing_base_is_a_clear_error(engine, monkeypatch):
-    monkeypatch.setenv(images.BASE_IMAGE_ENV, "lockguard-test/absent:0")
+    monkeypatch.setenv(dk.BASE_IMAGE_ENV, "lockguard-test/absent:0")
     with pytest.raises(EnvError, match=r"base image lockguard-test/absent:0 .* is not present"):
         dk.build_image(numpy_lock(), "numpy", "cpu")
     # the pinned base, which this engine does not have and cannot pull (no registry here)
-    monkeypatch.delenv(images.BASE_IMAGE_ENV)
-    base = images.base_for("cpu")
+    monkeypatch.delenv(dk.BASE_IMAGE_ENV)
+    base = dk.base_for("cpu")
     try:
         engine.images.get(base.ref)
         pytest.skip(f"{base.ref} is present on this engine")
@@ -556,7 +533,7 @@ def test_missing_base_is_a_clear_error(engine, monkeypatch):
         dk.build_image(parse_lock_text("numpy==2.3.5\n", str(NUMPY_LOCK)), "numpy", "cpu")
     message = str(err.value)
     assert f"base image {base.ref} is not present" in message and "could not be pulled" in message
-    assert images.BASE_IMAGE_ENV in message and "\n" not in message
+    assert dk.BASE_IMAGE_ENV in message and "\n" not in message
 
 
 @pytest.mark.docker

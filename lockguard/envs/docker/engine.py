@@ -1,0 +1,188 @@
+"""The Docker engine, through the docker SDK: connecting, the base image, and short Python
+probes in throwaway containers.
+
+This is the edge where the SDK's exceptions (and those of the HTTP stack under it) become
+EnvError, picked by class: `connect` for an engine that does not answer, each call site for what
+its failure means. The SDK is imported when first used, here and nowhere else in lockguard, so
+that commands which never touch Docker do not pay for importing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from types import ModuleType
+from typing import Any
+
+from lockguard.cache import cache_dir
+from lockguard.envs.base import EnvError
+from lockguard.envs.docker.recipe import BASE_IMAGE_ENV, Base, base_for
+from lockguard.envs.docker.wheelhouse import PROBE, Target
+from lockguard.files import write_text
+from lockguard.progress import QUIET, Progress
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+CLIENT_TIMEOUT = 3600  # seconds without a byte from the engine (a big wheel installs silently)
+
+
+def sdk_errors() -> ModuleType:
+    """docker.errors: ImageNotFound, APIError, ContainerError, DockerException."""
+    from docker import errors
+
+    return errors
+
+
+def _unreachable() -> tuple[type[BaseException], ...]:
+    """What the SDK raises when no engine answers: its own errors, OSError, and the errors of
+    the HTTP stack under it (requests' derive from OSError; urllib3's do not)."""
+    from docker.errors import DockerException
+    from requests.exceptions import RequestException
+    from urllib3.exceptions import HTTPError
+
+    return (DockerException, OSError, RequestException, HTTPError)
+
+
+def connect() -> Any:
+    """A docker SDK client for DOCKER_HOST (or the default socket) that has answered a ping."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=CLIENT_TIMEOUT)
+        client.ping()
+    except _unreachable() as exc:
+        raise EnvError(no_engine_message(exc)) from None
+    return client
+
+
+def no_engine_message(exc: BaseException) -> str:
+    host = os.environ.get("DOCKER_HOST")
+    where = f"DOCKER_HOST={host}" if host else f"{DEFAULT_SOCKET} (DOCKER_HOST is not set)"
+    text = str(exc)
+    if "Permission denied" in text or "PermissionError" in text:
+        why = "permission denied: add your user to the docker group, or run as root"
+    elif "No such file" in text or "FileNotFoundError" in text:
+        why = "no socket there"
+    elif "Connection refused" in text or "ConnectionRefused" in text:
+        why = "connection refused"
+    else:
+        why = text.splitlines()[0][:160] if text else type(exc).__name__
+    return (f"no Docker engine answers at {where}: {why}. Start one (`sudo systemctl start "
+            f"docker`, or `sudo dockerd &`) or point DOCKER_HOST at a running engine")
+
+
+def api_reason(exc: BaseException) -> str:
+    """The first line of what the engine said, for a one-line error."""
+    text = getattr(exc, "explanation", None) or str(exc)
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def gpu_request() -> list[Any]:
+    """Every GPU, as a device request (what `docker run --gpus all` sends)."""
+    from docker.types import DeviceRequest
+
+    return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+
+def remove_quietly(client: Any, ref: str) -> None:
+    """Remove an image if the engine lets us; only disk space is at stake if it does not."""
+    try:
+        client.images.remove(ref, noprune=False)
+    except sdk_errors().APIError:
+        pass  # in use by a concurrent build, or already gone
+
+
+# ---------------------------------------------------------------------------------------------
+# The base image
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_base(client: Any, accelerator: str, base_image: str | None = None) -> Base:
+    """The accelerator's pinned base, or a local image (argument, or LOCKGUARD_BASE_IMAGE).
+
+    A local override is addressed by its image id: rebuilding it changes every tag built on it.
+    """
+    pinned = base_for(accelerator)
+    override = base_image or os.environ.get(BASE_IMAGE_ENV)
+    if not override:
+        return pinned
+    try:
+        image = client.images.get(override)
+    except sdk_errors().ImageNotFound:
+        source = "given" if base_image else f"set by {BASE_IMAGE_ENV}"
+        raise EnvError(f"base image {override} ({source}) is not present on the Docker engine: "
+                       f"build or load it first (`docker images` lists what is there)") from None
+    return Base(name="override", image=override, digest=image.id, python="", glibc="",
+                arch=pinned.arch, python_setup="", cuda=pinned.cuda, cudnn=pinned.cudnn,
+                local=True)
+
+
+def ensure_base(client: Any, base: Base, progress: Progress = QUIET) -> None:
+    """Make sure the base is on the engine: present, or pulled by digest; else a clear error."""
+    errors = sdk_errors()
+    try:
+        client.images.get(base.ref)
+        return
+    except errors.ImageNotFound:
+        pass
+    if base.local:
+        raise EnvError(f"base image {base.ref} disappeared from the Docker engine")
+    try:
+        with progress.step(f"Pulling base image {base.ref}"):
+            client.images.pull(base.ref)
+    except errors.APIError as exc:
+        raise EnvError(
+            f"base image {base.ref} is not present on the Docker engine and could not be pulled "
+            f"({api_reason(exc)}): pull it where a registry is reachable and `docker save | "
+            f"docker load` it here, or set {BASE_IMAGE_ENV} to a local image that has python3"
+        ) from None
+
+
+def target_of(client: Any, base: Base) -> Target:
+    """The base's Python as pip needs it: probed in the image (cached per image id), or, for
+    bases that get Python during the build, what bases.toml declares."""
+    if base.python_setup:
+        return Target.declared(base)
+    image = client.images.get(base.ref)
+    cached = cache_dir() / "images" / "bases" / f"{image.id.replace(':', '-')}.json"
+    if cached.is_file():
+        return Target.from_probe(json.loads(cached.read_text(encoding="utf-8")))
+    data = probe(client, base.ref, "python3", PROBE, [], what=f"probing base image {base.ref}")
+    target = Target.from_probe(data)
+    write_text(cached, json.dumps(data))
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes
+# ---------------------------------------------------------------------------------------------
+
+
+def probe(client: Any, image: str, python: str, code: str, args: list[str], *,
+          what: str) -> dict[str, Any]:
+    """Run `python -c code args` in a throwaway container without network; the last JSON line
+    it prints."""
+    errors = sdk_errors()
+    try:
+        out = client.containers.run(image, [*args], entrypoint=[python, "-c", code],
+                                    network_mode="none", remove=True, stdout=True, stderr=False)
+    except errors.ContainerError as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        tail = " | ".join(stderr.strip().splitlines()[-3:])
+        raise EnvError(f"{what}: {python} exited with code {exc.exit_status}: {tail}") from None
+    except errors.APIError as exc:
+        text = exc.explanation or str(exc)
+        if "executable file not found" in text or "no such file" in text.lower():
+            raise EnvError(f"{what}: the image has no {python} (give its base a python_setup "
+                           f"in bases.toml)") from None
+        raise EnvError(f"{what}: {api_reason(exc)}") from None
+    return _last_json(out.decode(errors="replace"), what)
+
+
+def _last_json(output: str, what: str) -> dict[str, Any]:
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                break
+    raise EnvError(f"{what}: no JSON in the output: {output.strip()[-200:]!r}")

@@ -1,0 +1,230 @@
+"""The wheels an image installs: the target platform, and the lock's wheels for it downloaded on
+the host with their hashes checked, into a cached wheelhouse.
+
+`Target` is the image's Python as pip download and environment markers see it (probed in the
+base by `PROBE`, or declared in bases.toml for bases that get Python during the build);
+`expected_pins` the lock's pins whose markers hold there; `wheelhouse_for` downloads them
+(`pip download --only-binary=:all:` for the target's platform) into
+$LOCKGUARD_CACHE/wheelhouses/<lock hash + target>, built under a file lock and marked ready only
+when complete, like the venvs. The image's build installs from it with --no-index.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from lockguard.cache import cache_dir, file_lock
+from lockguard.envs.base import EnvError
+from lockguard.envs.docker.recipe import Base
+from lockguard.envs.venv import READY, pip_reason, run_logged
+from lockguard.locks import Lock, Pin
+from lockguard.progress import QUIET, Progress
+
+# Runs with the base's python3 (stdlib only): what pip needs to pick wheels, and what
+# environment markers see (packaging's default_environment, spelt out).
+PLATFORM_INFO = r"""
+import json, os, platform, sys
+def _v(info):
+    s = "%d.%d.%d" % (info.major, info.minor, info.micro)
+    return s if info.releaselevel == "final" else s + info.releaselevel[0] + str(info.serial)
+def platform_info():
+    return {"python": "%d.%d" % sys.version_info[:2], "glibc": platform.libc_ver()[1],
+        "arch": platform.machine(), "implementation": sys.implementation.name,
+        "markers": {"implementation_name": sys.implementation.name,
+            "implementation_version": _v(sys.implementation.version), "os_name": os.name,
+            "platform_machine": platform.machine(), "platform_release": platform.release(),
+            "platform_system": platform.system(), "platform_version": platform.version(),
+            "python_full_version": platform.python_version(),
+            "platform_python_implementation": platform.python_implementation(),
+            "python_version": "%d.%d" % sys.version_info[:2], "sys_platform": sys.platform}}
+"""
+PROBE = PLATFORM_INFO + "print(json.dumps(platform_info()))\n"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The Python of an image, as pip download and environment markers need it."""
+
+    python: str  # X.Y
+    glibc: str
+    arch: str
+    implementation: str = "cpython"
+    markers: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+
+    @classmethod
+    def from_probe(cls, data: dict) -> "Target":
+        if data.get("implementation") != "cpython":
+            raise EnvError(f"the base's Python is {data.get('implementation')}, not CPython")
+        if not data.get("glibc"):
+            raise EnvError("the base image has no glibc (musl bases are not supported)")
+        return cls(python=data["python"], glibc=data["glibc"], arch=data["arch"],
+                   markers=data.get("markers", {}))
+
+    @classmethod
+    def declared(cls, base: Base) -> "Target":
+        """For bases without Python yet: what bases.toml says it will be."""
+        markers = {"implementation_name": "cpython", "implementation_version": base.python,
+                   "os_name": "posix", "platform_machine": base.arch, "platform_release": "",
+                   "platform_system": "Linux", "platform_version": "",
+                   "python_full_version": base.python + ".0",
+                   "platform_python_implementation": "CPython", "python_version": base.python,
+                   "sys_platform": "linux"}
+        return cls(python=base.python, glibc=base.glibc, arch=base.arch, markers=markers)
+
+    @property
+    def abi(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    def platforms(self) -> list[str]:
+        """Every platform tag this glibc and arch accept, most specific first."""
+        major, minor = (int(x) for x in self.glibc.split(".")[:2])
+        tags = [f"manylinux_{major}_{m}_{self.arch}" for m in range(minor, 16, -1)]
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        tags += [f"{name}_{self.arch}" for m, name in legacy.items() if minor >= m]
+        return tags + [f"linux_{self.arch}"]
+
+    def describe(self) -> str:
+        return f"{self.abi}, manylinux_{self.glibc.replace('.', '_')}_{self.arch}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.abi}-{self.glibc}-{self.arch}"
+
+
+def expected_pins(lock: Lock, target: Target) -> list[Pin]:
+    """The lock's pins whose markers hold on the target (all of them for most locks)."""
+    env = target.markers
+    return [p for p in lock.pins if p.marker is None or Marker(p.marker).evaluate(env)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The wheelhouse
+# ---------------------------------------------------------------------------------------------
+
+
+def wheelhouse_key(lock: Lock, target: Target) -> str:
+    return hashlib.sha256(f"{lock.lock_hash}\0{target.key}".encode()).hexdigest()[:20]
+
+
+def wheelhouse_for(lock: Lock, target: Target, progress: Progress = QUIET) -> Path:
+    """A directory holding requirements.txt (pins with sha256) and wheels/ for this target.
+
+    Cached under $LOCKGUARD_CACHE/wheelhouses/<lock hash + target>; built under a file lock and
+    marked ready only when complete, like the venvs.
+    """
+    key = wheelhouse_key(lock, target)
+    root = cache_dir() / "wheelhouses"
+    path = root / key
+    with file_lock(root / f"{key}.lock"):
+        if not (path / READY).is_file():
+            try:
+                _download(path, lock, target, progress)
+            except OSError as exc:
+                shutil.rmtree(path, ignore_errors=True)
+                if exc.errno == errno.ENOSPC:
+                    raise EnvError(f"disk full while downloading the wheels of {lock.source} "
+                                   f"into {root}: free space there or point LOCKGUARD_CACHE "
+                                   f"elsewhere") from None
+                raise
+    return path
+
+
+def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> None:
+    if path.exists():
+        shutil.rmtree(path)  # an earlier download was interrupted
+    pins = expected_pins(lock, target)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.", dir=path.parent))
+    try:
+        wheels = tmp / "wheels"
+        wheels.mkdir()
+        request = tmp / "download.txt"
+        request.write_text("".join(_requirement_line(p) for p in pins), encoding="utf-8")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--implementation", "cp", "--python-version", target.python,
+               "--abi", target.abi, "--no-input", "--disable-pip-version-check",
+               "--progress-bar", "off", "-d", str(wheels)]
+        for platform_tag in target.platforms():
+            cmd += ["--platform", platform_tag]
+        if lock.has_hashes:
+            cmd.append("--require-hashes")
+        cmd += _lock_options(lock) + ["-r", str(request)]
+        with progress.step(f"Downloading {len(pins)} wheel(s) of {Path(lock.source).name} "
+                           f"for {target.describe()}") as step:
+            code, tail = run_logged(cmd, tmp / "download.log", step)
+        if code != 0:
+            text = "\n".join(tail)
+            if "No space left on device" in text:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            reason = pip_reason(tail) or f"exit code {code}"
+            if "No matching distribution" in text or "Could not find a version" in text:
+                raise EnvError(f"{lock.source}: no wheel for the image's platform "
+                               f"({target.describe()}): {reason}")
+            raise EnvError(f"{lock.source}: pip could not download the lock's wheels for "
+                           f"{target.describe()}: {reason} (log: {path}.failed.log)")
+        files = _match_wheels(wheels, pins, lock)
+        # What the image installs: each pin with the hash of the very file downloaded (the
+        # lock's own hashes were checked by pip above; a hashless lock gets them here).
+        lines = [f"{p.display_name}=={p.version} --hash=sha256:{_sha256(files[p.name])}\n"
+                 for p in pins]
+        (tmp / "requirements.txt").write_text("".join(lines), encoding="utf-8")
+        info = {"lock_hash": lock.lock_hash, "lock": lock.source, "target": target.key,
+                "wheels": sorted(f.name for f in files.values()),
+                "bytes": sum(f.stat().st_size for f in files.values()),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (tmp / READY).write_text(json.dumps(info, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        log = tmp / "download.log"
+        if log.is_file():
+            shutil.copyfile(log, f"{path}.failed.log")
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _requirement_line(pin: Pin) -> str:
+    # Extras add nothing with --no-deps (their packages are pins of their own in a lock).
+    hashes = "".join(f" --hash={h}" for h in pin.hashes)
+    return f"{pin.display_name}=={pin.version}{hashes}\n"
+
+
+# The download takes wheels only (--only-binary=:all:): the lock's own format controls would
+# contradict that, and a platform-restricted download refuses --no-binary.
+_FORMAT_CONTROL = ("--no-binary", "--only-binary", "--prefer-binary")
+
+
+def _lock_options(lock: Lock) -> list[str]:
+    """The lock's pip options (indexes, find-links, --no-index, trusted hosts) for the download."""
+    return [arg for arg in lock.options.pip_args() if not arg.startswith(_FORMAT_CONTROL)]
+
+
+def _match_wheels(wheels: Path, pins: list[Pin], lock: Lock) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for f in sorted(wheels.iterdir()):
+        if f.suffix != ".whl":
+            raise EnvError(f"{lock.source}: pip download produced {f.name}, not a wheel")
+        name, _, _, _ = parse_wheel_filename(f.name)
+        found[canonicalize_name(name)] = f
+    missing = [p.requirement for p in pins if p.name not in found]
+    if missing:
+        raise EnvError(f"{lock.source}: pip downloaded no wheel for {', '.join(missing)}")
+    return found
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
