@@ -204,7 +204,7 @@ def parse_nvidia(version: str, informations: List[str]) -> Dict[str, Any]:
     # Module for x86_64  550.54.15 ..."): the first dotted number is the driver version.
     first = version.splitlines()[0] if version else ""
     driver = next((t for t in first.split() if t[:1].isdigit() and "." in t
-                   and t.replace(".", "").isdigit()), None)
+                   and t.replace(".", "").isdigit()), None) if first.startswith("NVRM") else None
     gpus: List[str] = []
     for text in informations:
         for line in text.splitlines():
