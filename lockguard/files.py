@@ -12,9 +12,13 @@ writer are removed by the next write into the same directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from lockguard.errors import LockguardError
@@ -120,6 +124,25 @@ def clean_stale_temps(directory: Path) -> None:
             os.unlink(entry.path)
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def scratch_dir(purpose: str) -> Iterator[Path]:
+    """A temporary directory named for this process (`lockguard-<purpose>-<pid>-…`), removed on
+    exit; the ones a killed lockguard (SIGKILL leaves no chance to clean up) left behind are
+    removed by the next lockguard that makes one."""
+    root = Path(tempfile.gettempdir())
+    prefix = f"lockguard-{purpose}-"
+    try:
+        for entry in root.glob(prefix + "*"):
+            pid = entry.name[len(prefix):].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+    except OSError:
+        pass
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=root,
+                                     ignore_cleanup_errors=True) as tmp:
+        yield Path(tmp)
 
 
 def _alive(pid: int) -> bool:

@@ -55,7 +55,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from lockguard.errors import LockguardError
-from lockguard.files import write_text
+from lockguard.files import scratch_dir, write_text
 
 PIP_TOOLS_VERSION = "7.5.2"
 PIP_VERSION = "25.2"
@@ -330,7 +329,7 @@ def _compile(
     else:
         raise ResolveError(f"unknown resolver {resolver!r}: use pip-tools or uv")
 
-    with tempfile.TemporaryDirectory(prefix="lockguard-resolve-") as tmp:
+    with scratch_dir("resolve") as tmp:
         scratch = Path(tmp) / output.name
         if seed is not None:
             shutil.copyfile(seed, scratch)  # existing pins are the resolver's preferences
@@ -583,7 +582,7 @@ def _run(cmd: Sequence[str], *, timeout: float, what: str,
     # Never wait on a credentials prompt or print upgrade nags into the captured output.
     env.setdefault("PIP_NO_INPUT", "1")
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    with tempfile.TemporaryDirectory(prefix="lockguard-cmd-") as tmp:
+    with scratch_dir("cmd") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         try:
             done = process.run(list(cmd), log=out, stderr_log=err, timeout=timeout, env=env,

@@ -8,7 +8,6 @@ parallel, bounded by the machine's cores.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from lockguard.cache import cache_root
 from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
-from lockguard.files import writable_dir
+from lockguard.files import scratch_dir, writable_dir
 from lockguard.locks import Lock, parse_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
@@ -153,7 +152,7 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
 
     results: list[RunResult | None] = [None] * len(jobs)
     step = None
-    with tempfile.TemporaryDirectory(prefix="lockguard-run-", ignore_cleanup_errors=True) as tmp:
+    with scratch_dir("run") as tmp:
         def one(index: int) -> None:
             env, request = jobs[index]
             out_dir = Path(tmp) / str(index)

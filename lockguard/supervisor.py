@@ -46,6 +46,16 @@ PIPE_SIZE = 1 << 20  # fewer context switches for a chatty child (Linux caps it 
 _libc = None
 
 
+def relay(fd, logs, poller, open_outputs):
+    """Move what the child wrote on `fd` into its log; at end-of-file stop watching `fd`."""
+    data = os.read(fd, PIPE_SIZE)
+    if data:
+        logs[fd].write(data)
+    else:
+        poller.unregister(fd)
+        open_outputs.discard(fd)
+
+
 def prctl(option, value):
     global _libc
     try:
@@ -315,12 +325,7 @@ class Supervisor:
             wait = 3_600_000 if wait is None else min(wait, 3_600_000)  # poll takes a C int
             for fd, event in poller.poll(wait):
                 if fd in logs:
-                    data = os.read(fd, PIPE_SIZE)
-                    if data:
-                        logs[fd].write(data)
-                    else:
-                        poller.unregister(fd)
-                        open_outputs.discard(fd)
+                    relay(fd, logs, poller, open_outputs)
                 elif fd == 0:
                     try:
                         data = os.read(0, CHUNK)
@@ -346,12 +351,7 @@ class Supervisor:
         end = time.monotonic() + 0.5
         while open_outputs and time.monotonic() < end:
             for fd, _ in drain.poll(50):
-                data = os.read(fd, PIPE_SIZE)
-                if data:
-                    logs[fd].write(data)
-                else:
-                    drain.unregister(fd)
-                    open_outputs.discard(fd)
+                relay(fd, logs, drain, open_outputs)
         omitted = 0
         for fd, log in logs.items():
             log.close()

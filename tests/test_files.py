@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lockguard.errors import LockguardError
-from lockguard.files import clean_stale_temps, write_text, writable_dir
+from lockguard.files import clean_stale_temps, scratch_dir, write_text, writable_dir
 
 
 def test_new_file_gets_the_umask_mode_not_0600(tmp_path):
@@ -111,3 +111,18 @@ def test_writable_dir_fails_before_anything_runs(tmp_path):
         writable_dir(tmp_path / "golden" / "cpu", "golden_dir")
     writable_dir(tmp_path / "new" / "deeper", "golden_dir")  # creatable: fine
     assert not (tmp_path / "new").exists()
+
+
+def test_scratch_dirs_of_dead_lockguards_are_swept(tmp_path, monkeypatch):
+    """SIGKILL gives lockguard no chance to remove its run directory: the next one does."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    stale = tmp_path / f"lockguard-run-{int(dead.stdout)}-abc"
+    live = tmp_path / f"lockguard-run-{os.getppid()}-def"
+    for d in (stale, live):
+        (d / "0").mkdir(parents=True)
+    with scratch_dir("run") as mine:
+        assert mine.is_dir() and mine.name.startswith(f"lockguard-run-{os.getpid()}-")
+        assert not stale.exists() and live.exists()
+    assert not mine.exists()

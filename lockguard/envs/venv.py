@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -41,7 +40,7 @@ from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
 from lockguard.errors import one_line
 from lockguard.errors import tail as last_lines
-from lockguard.files import write_text
+from lockguard.files import scratch_dir, write_text
 from lockguard.locks import Lock, Pin
 from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
@@ -59,7 +58,7 @@ def interpreter_tag(python: str) -> str:
         import platform
 
         return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
-    with tempfile.TemporaryDirectory(prefix="lockguard-python-") as tmp:
+    with scratch_dir("python") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         try:
             done = process.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
