@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from lockguard import __version__
+from lockguard.names import DEVICES, ENV_KINDS, FORMATS, FRAMEWORKS, RESOLVERS
 from lockguard.errors import (
     EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, LockguardError, UsageError, one_line,
 )
@@ -25,9 +26,6 @@ from lockguard.errors import (
 # entry points, a fifth of the time `check` takes when it can answer from the goldens.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-# The same as lockguard.report.FORMATS (a test holds them equal): importing the report models
-# here would put pydantic in front of every command, also the ones that answer in 0.4 s.
-FORMATS = ("text", "json", "markdown", "junit", "github")
 MACHINE_FORMATS = ("json", "junit", "github")  # read by programs: progress stays quiet
 
 
@@ -86,9 +84,9 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Lock file (repeatable); overrides [tool.lockguard] lock/locks."),
         click.option("--scenario", "scenarios", multiple=True, metavar="ID",
                      help="Scenario id or prefix such as 'torch' (repeatable). Default: all."),
-        click.option("--env", type=click.Choice(["venv", "docker", "local"]),
+        click.option("--env", type=click.Choice(ENV_KINDS),
                      help="Where scenarios run (default from config: venv)."),
-        click.option("--device", type=click.Choice(["cpu", "cuda", "tpu"]),
+        click.option("--device", type=click.Choice(DEVICES),
                      help="Expected device class."),
         click.option("--steps", type=click.IntRange(min=1), help="Override training steps."),
         click.option("--format", "fmt", type=click.Choice(FORMATS), default="text",
@@ -363,7 +361,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
 @common_options
 @click.option("--inputs", type=click.Path(path_type=Path),
               help="The requirements.in the lock is compiled from (default: <lock>.in).")
-@click.option("--resolver", type=click.Choice(["pip-tools", "uv"]), default="pip-tools",
+@click.option("--resolver", type=click.Choice(RESOLVERS), default="pip-tools",
               show_default=True)
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
 @handles_errors
@@ -395,7 +393,7 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
               help="Default: the input with a .txt suffix.")
 @click.option("-P", "--upgrade-package", "upgrade_packages", multiple=True, metavar="P[==V]",
               help="Upgrade one package (to a version), keeping every other pin.")
-@click.option("--resolver", type=click.Choice(["pip-tools", "uv"]), default="pip-tools",
+@click.option("--resolver", type=click.Choice(RESOLVERS), default="pip-tools",
               show_default=True)
 @handles_errors
 def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, resolver) -> None:
@@ -485,9 +483,9 @@ def report_command(report_file: Path, fmt: str, output: Path | None,
 
 
 @cli.command()
-@click.option("--framework", type=click.Choice(["torch", "jax", "tensorflow", "numpy"]),
+@click.option("--framework", type=click.Choice(FRAMEWORKS),
               help="Default: every framework the lock pins.")
-@click.option("--accelerator", type=click.Choice(["cpu", "cuda", "tpu"]), default="cpu",
+@click.option("--accelerator", type=click.Choice(DEVICES), default="cpu",
               show_default=True)
 @click.option("--lock", "locks", multiple=True, metavar="PATH",
               help="Lock file (repeatable); default: the config's.")

@@ -14,32 +14,16 @@ import re
 import statistics
 import struct
 from collections.abc import Iterable, Sequence
-from enum import Enum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, PlainSerializer, computed_field, field_serializer
 
 from lockguard.errors import tail
+from lockguard.names import Verdict
 from lockguard.results import CompileDiagnostics, RunResult, Status
 
 # --------------------------------------------------------------------------------------------
 # Verdicts
-
-
-class Verdict(str, Enum):
-    identical = "identical"  # bitwise equal
-    within_tolerance = "within_tolerance"  # differs, but inside the dtype's tolerance
-    drift = "drift"  # numerics moved beyond tolerance
-    # Only the hardware differs from the golden's (same lock, scenario and settings): the numbers
-    # moved with the machine, which says nothing about the dependencies. Shown, not judged.
-    other_hardware = "other_hardware"
-    compile_fallback = "compile_fallback"  # more graph breaks, retraces, eager fallbacks, no XLA
-    device_fallback = "device_fallback"  # ran on another device than expected (cuda -> cpu)
-    slower = "slower"  # steady-state steps slower, measured A/B on one machine
-    broken = "broken"  # the candidate crashed, produced NaN or timed out
-    new = "new"  # nothing to compare with yet
-    incomparable = "incomparable"  # the runs cannot be compared (steps, dtype, broken baseline)
-    skipped = "skipped"  # not run at all (framework absent from the lock, device missing)
 
 
 # A gate passes only what it compared: `incomparable` fails too (a golden of another scenario,

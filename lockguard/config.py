@@ -16,19 +16,16 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError,
                       model_validator)
 
 from lockguard.errors import LockguardError, one_line
+from lockguard.names import DEVICES, ENV_KINDS, FRAMEWORKS, VERDICT_NAMES
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-Device = Literal["cpu", "cuda", "tpu"]
-EnvKind = Literal["venv", "docker", "local"]
-Framework = Literal["torch", "jax", "tensorflow", "numpy"]
-VERDICT_NAMES = (
-    "identical", "within_tolerance", "drift", "other_hardware", "compile_fallback",
-    "device_fallback", "slower", "broken", "new", "incomparable", "skipped",
-)
+Device = Literal[DEVICES]
+EnvKind = Literal[ENV_KINDS]
+Framework = Literal[FRAMEWORKS]
 
 
 class ConfigError(LockguardError):

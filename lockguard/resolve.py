@@ -63,6 +63,7 @@ from typing import Literal, Protocol
 
 from lockguard.errors import LockguardError
 from lockguard.files import scratch_dir, write_text
+from lockguard.names import FRAMEWORKS
 
 PIP_TOOLS_VERSION = "7.5.2"
 PIP_VERSION = "25.2"
@@ -241,7 +242,7 @@ class OutdatedRow:
 
 def outdated(
     lock: object,
-    families: Iterable[str] = ("torch", "jax", "tensorflow", "numpy"),
+    families: Iterable[str] = FRAMEWORKS,
     index: str | None = None,
     *,
     include_nvidia: bool = False,

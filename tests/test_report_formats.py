@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICKSTART, make_project, run_cli
+from lockguard.names import FORMATS
 from lockguard.checks import lock_info
-from lockguard.cli import FORMATS as CLI_FORMATS
 from lockguard.compare import Policy, Verdict, compare_runs, is_failure, skipped
 from lockguard.locks import diff_locks, parse_lock_text
 from lockguard.progress import Progress, show_command
 from lockguard.report import (
-    FORMATS, SCHEMA_VERSION, GitBase, Report, ReportError, RuleFailure, load_report, render,
+    SCHEMA_VERSION, GitBase, Report, ReportError, RuleFailure, load_report, render,
 )
 from lockguard.report.markdown import LIMIT, MARKER
 from lockguard.results import SCHEMA_VERSION as RESULT_SCHEMA, RunResult
@@ -115,10 +115,6 @@ def rule_report() -> Report:
                                              message="torchvision 0.20.0 belongs to torch 2.5, "
                                                      "not 2.13.0+cpu", lines=[3, 5])],
                   passed=False)
-
-
-def test_the_cli_knows_every_format():
-    assert CLI_FORMATS == FORMATS
 
 
 # ------------------------------------------------------------------------------------ json

@@ -26,7 +26,6 @@ from lockguard.errors import LockguardError, printable
 from lockguard.locks import LockDiff
 from lockguard.report._common import change_short, change_text, option_lines
 
-FORMATS = ("text", "json", "markdown", "junit", "github")
 
 # 1: the first versioned report (lock labels from git, the failing set, family-rule failures
 #    with their lock lines, the invocation that reproduces it).

@@ -26,13 +26,13 @@ from pathlib import Path
 import lockguard
 from lockguard.envs.base import EnvError
 from lockguard.locks import Lock
+from lockguard.names import FRAMEWORKS
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-FRAMEWORKS = ("torch", "jax", "tensorflow", "numpy")
 ACCELERATORS = ("cpu", "cuda", "tpu")
 # Where the image's venv lives; the harness runs with its interpreter.
 VENV = "/opt/lockguard/venv"

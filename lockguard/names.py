@@ -1,0 +1,30 @@
+"""The names lockguard's layers share, each list defined once: frameworks, devices, environment
+backends, report formats and verdicts. (The harness keeps its own copy: it imports nothing of
+lockguard.)"""
+
+from enum import Enum
+
+FRAMEWORKS = ("torch", "jax", "tensorflow", "numpy")
+DEVICES = ("cpu", "cuda", "tpu")
+ENV_KINDS = ("venv", "docker", "local")
+FORMATS = ("text", "json", "markdown", "junit", "github")
+RESOLVERS = ("pip-tools", "uv")
+
+
+class Verdict(str, Enum):
+    identical = "identical"  # bitwise equal
+    within_tolerance = "within_tolerance"  # differs, but inside the dtype's tolerance
+    drift = "drift"  # numerics moved beyond tolerance
+    # Only the hardware differs from the golden's (same lock, scenario and settings): the numbers
+    # moved with the machine, which says nothing about the dependencies. Shown, not judged.
+    other_hardware = "other_hardware"
+    compile_fallback = "compile_fallback"  # more graph breaks, retraces, eager fallbacks, no XLA
+    device_fallback = "device_fallback"  # ran on another device than expected (cuda -> cpu)
+    slower = "slower"  # steady-state steps slower, measured A/B on one machine
+    broken = "broken"  # the candidate crashed, produced NaN or timed out
+    new = "new"  # nothing to compare with yet
+    incomparable = "incomparable"  # the runs cannot be compared (steps, dtype, broken baseline)
+    skipped = "skipped"  # not run at all (framework absent from the lock, device missing)
+
+
+VERDICT_NAMES = tuple(v.value for v in Verdict)
