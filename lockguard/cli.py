@@ -297,7 +297,7 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, config_pa
     from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
-    opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env)
+    opts = Options(device=device, steps=steps, env=env)
     report = checks.record(config, lock_refs, chosen, opts, progress)
     report.invocation = invocation("record", locks=locks, config_path=config_path, env=env,
                                    device=device, steps=steps)
@@ -325,7 +325,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
     targets = report_targets(fmt, output, reports)
     from lockguard.config import Options
 
-    opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
+    opts = Options(device=device, steps=steps, env=env,
                           repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact)
     if base_ref:
         if baseline_locks:
@@ -374,7 +374,7 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
     from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
-    opts = Options(scenarios=list(scenarios), device=device, steps=steps, env=env,
+    opts = Options(device=device, steps=steps, env=env,
                           repeat=repeat)
     report = checks.propose(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
                             inputs=inputs, progress=progress)

@@ -139,7 +139,6 @@ class Config(_Strict):
 class Options:
     """What the command line adds to the config for one invocation."""
 
-    scenarios: list[str]
     device: str | None = None
     steps: int | None = None
     env: str | None = None

@@ -120,7 +120,7 @@ class Environments:
             from lockguard.envs import docker
 
             return docker.prepare(ref.lock, framework=framework, accelerator=device,
-                                  config=self.config, progress=self.progress)
+                                  progress=self.progress)
         from lockguard.envs import venv
 
         return venv.prepare(ref.lock, python=self.config.python,

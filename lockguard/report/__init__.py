@@ -49,7 +49,6 @@ class LockInfo(BaseModel):
     role: Literal["candidate", "baseline"] = "candidate"
     frameworks: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)  # framework -> pinned version
-    env: str | None = None  # the environment it ran in, when one was prepared
     source: str | None = None  # Lock.source: what a LockDiff's old_source/new_source names
     label: str | None = None  # a lock read from git: main@1a2b3c4d:requirements.txt
 

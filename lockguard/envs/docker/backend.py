@@ -125,7 +125,7 @@ def image_framework(lock: Lock, framework: str) -> str:
     return framework
 
 
-def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu", config: Any = None,
+def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
             progress: Progress = QUIET, base_image: str | None = None) -> DockerEnv:
     """The env for `lock`'s `framework` on `accelerator`: its image built or reused, the
     accelerator checked (cuda: GPU request and driver CUDA; tpu: device nodes)."""
