@@ -39,7 +39,7 @@ VERB = {
 
 NAMED = 5  # at most this many --scenario options in a suggested command
 
-# Verdicts an intended upgrade produces, which `lockguard accept` can adopt as the new goldens.
+# Verdicts an intended upgrade produces: re-recording the goldens makes them the new reference.
 ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.within_tolerance}
 
 
@@ -208,11 +208,11 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
     if reproduce:
         lines += ["", "**Reproduce locally**", "", *_block([reproduce], "sh")]
     acceptable = [v.scenario for v in failing if v.verdict in ACCEPTABLE]
-    if report.command == "check" and acceptable and len(acceptable) == len(failing):
-        accept = ["lockguard", "accept"] + [a for s in named for a in ("--scenario", s)]
-        lines += ["", "If the change is intended, accept it: the candidate's results become "
-                  "the new goldens, with your reason recorded.", "",
-                  *_block([" ".join(accept) + ' --reason "…"'], "sh")]
+    if (report.command == "check" and report.mode == "golden" and acceptable
+            and len(acceptable) == len(failing)):
+        accept = ["lockguard", "record"] + [a for s in named for a in ("--scenario", s)]
+        lines += ["", "If the change is intended, re-record the goldens with the new lock "
+                  "(and commit them with the lock):", "", *_block([" ".join(accept)], "sh")]
     for note in report.notes:
         lines += ["", f"> {_text(note)}"]
     return lines
