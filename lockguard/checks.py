@@ -292,7 +292,7 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                 scenario=p.scenario.id, framework=p.scenario.framework,
                 verdict=Verdict.identical, baseline_kind="golden",
                 reasons=["lock and scenario unchanged since the golden was recorded on this "
-                         f"hardware class ({unchanged[p.scenario.id].describe()}); not re-run "
+                         f"hardware class ({unchanged[p.scenario.id].id}); not re-run "
                          "(--rerun runs it)"])
     results: dict[str, RunResult] = {}
     policy = policy_for(config, opts.exact)
