@@ -8,6 +8,7 @@ record, each atomically.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,10 +139,21 @@ def _request(p: Planned, config: Config) -> RunRequest:
                       threads=config.threads, timeout=config.timeout)
 
 
-def _digest(p: Planned, config: Config, harness: str) -> str:
+def _digest(p: Planned, config: Config, harness: str, kind: str) -> str:
     return inputs_digest(p.scenario, lock_hash=p.lock.lock.lock_hash if p.lock else "local",
                          steps=p.steps, seed=config.seed, device=p.device,
-                         threads=config.threads, harness=harness)
+                         threads=config.threads, harness=harness,
+                         environment=_environment(config, kind))
+
+
+def _environment(config: Config, kind: str) -> str:
+    """The backend and interpreter a run's environment is built with: the part of the inputs a
+    lock hash does not say."""
+    if kind == "docker":
+        return "docker"  # the image's Python comes from its recipe, which the lock pins
+    from lockguard.envs.venv import interpreter_tag
+
+    return f"{kind} {interpreter_tag(config.python_path or sys.executable)}"
 
 
 def _golden_dir(config: Config) -> Path:
@@ -188,7 +200,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     to_write: list[tuple[Path, RunResult, dict, HardwareClass]] = []
     crossed: dict[tuple[str, str], list[str]] = {}
     for p, (env, _), result in zip(runnable, jobs, results):
-        digest = _digest(p, config, harness)
+        digest = _digest(p, config, harness, kind)
         v = _compare_with_goldens(p, [result], previous[p.scenario.id], hosts.get(p.device),
                                   digest, policy, crossed)
         verdicts.append(v)
@@ -248,13 +260,15 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
     for p in planned:
         if p.skip_reason:
             continue
-        sid, host, digest = p.scenario.id, hosts.get(p.device), _digest(p, config, harness)
+        sid, host, digest = p.scenario.id, hosts.get(p.device), _digest(p, config, harness, kind)
         mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
         # Every golden read here is verified (digest, shape, class): a bad one is an error
         # before anything runs.
         raw = golden.read_raw(mine) if mine is not None else None
+        # `local` runs whatever is installed, which the lock does not pin: never answered
+        # from provenance.
         if raw is not None and host is not None and not opts.rerun and opts.repeat == 1 \
-                and _unchanged(raw, p, digest):
+                and kind != "local" and _unchanged(raw, p, digest):
             # Same lock, harness, scenario and settings as when recorded, on this hardware
             # class: the answer is known without importing a framework or building anything.
             unchanged[sid] = host

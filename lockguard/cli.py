@@ -130,10 +130,15 @@ def check_output(output: Path | None, what: str = "-o") -> None:
         return
     from lockguard.files import writable_dir
 
-    if output.is_dir():
-        raise UsageError(f"{what} {output}: is a directory")
-    if not output.exists():
-        writable_dir(output.parent, f"the directory of {what} {output}")
+    try:
+        if output.is_dir():
+            raise UsageError(f"{what} {output}: is a directory")
+        if not output.exists():
+            writable_dir(output.parent, f"the directory of {what} {output}")
+        elif not os.access(output, os.W_OK):
+            raise UsageError(f"{what} {output}: not writable")
+    except OSError as exc:  # a name too long, a symlink loop
+        raise UsageError(f"{what} {output}: {exc.strerror or exc}") from None
 
 
 def report_targets(fmt: str, output: Path | None, reports: tuple[str, ...]
@@ -180,7 +185,6 @@ def deliver(report: Any, targets: list[tuple[str, Path | None]], *, ci: bool = T
 def github_actions(report: Any, targets: list[tuple[str, Path | None]]) -> None:
     """What a workflow step shows without being asked: the verdict table in the log, the
     annotations on the PR's lock lines, the Markdown report in the job summary."""
-    from lockguard.files import write_text
     from lockguard.report import render
 
     stdout_fmt = next((fmt for fmt, path in targets if path is None), None)
@@ -199,10 +203,10 @@ def github_actions(report: Any, targets: list[tuple[str, Path | None]]) -> None:
            for fmt, path in targets):
         return  # asked for explicitly: already there
     try:
-        before = summary_path.read_text(encoding="utf-8") if summary_path.is_file() else ""
-        if before and not before.endswith("\n"):
-            before += "\n"
-        write_text(summary_path, before + render(report, "markdown"))
+        # Appended, not replaced: the runner and other steps append to this file too (GitHub's
+        # documented protocol), so it is the one file lockguard does not write atomically.
+        with open(summary_path, "a", encoding="utf-8") as f:
+            f.write("\n" + render(report, "markdown"))
     except (OSError, LockguardError) as exc:
         # The gate's answer stands; a summary the runner will not take is worth a warning.
         click.echo(f"lockguard: warning: job summary {summary}: {one_line(str(exc))}", err=True)

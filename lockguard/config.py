@@ -125,6 +125,11 @@ class Config(_Strict):
                 raise ValueError(f"unknown verdict {name!r} (known: {', '.join(VERDICT_NAMES)})")
         return value
 
+    @property
+    def python_path(self) -> str | None:
+        """`python` resolved as the config means it (relative to the config's folder)."""
+        return find_python(self.python, self.root) if self.python else None
+
     def lock_entries(self) -> list[LockEntry]:
         if self.lock is not None:
             return [LockEntry(path=self.lock)]

@@ -34,6 +34,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def printable(text: str) -> str:
     """`text` with terminal escape sequences and control characters removed (newlines and
     tabs kept)."""
+    # A lone surrogate (a non-UTF-8 path in a traceback) cannot be encoded for any output.
+    text = text.encode("utf-8", "replace").decode("utf-8")
     return _CONTROL.sub("", _ESCAPES.sub("", text))
 
 

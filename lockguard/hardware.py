@@ -79,7 +79,8 @@ def hardware_class(fingerprint: dict[str, Any], device: str,
     if device == "tpu":
         backend = fingerprint.get("backend") if isinstance(fingerprint.get("backend"), dict) else {}
         kind = backend.get("device_kind") or _after_index(device_name) or "unknown"
-        return HardwareClass(device="tpu", id=_slug(str(kind)), name=str(kind))
+        # A name of no letters or digits still needs a folder name inside golden_dir.
+        return HardwareClass(device="tpu", id=_slug(str(kind)) or "unknown", name=str(kind))
     cpu = fingerprint.get("cpu")
     return _cpu_class(cpu if isinstance(cpu, dict) else {})
 
@@ -167,7 +168,7 @@ def _gpu_class(nvidia: Any, fallback_model: str | None) -> HardwareClass:
     models = sorted(set(gpus)) or ([fallback_model] if fallback_model else ["unknown GPU"])
     driver = str(nvidia.get("driver") or "")
     major = driver.split(".")[0] if driver[:1].isdigit() else "unknown"
-    ident = "+".join(_slug(m) for m in models) + f"-drv{major}"
+    ident = "+".join(_slug(m) or "unknown" for m in models) + f"-drv{major}"
     name = " + ".join(models) + (f" (driver {major})" if major != "unknown" else
                                  " (driver unknown)")
     return HardwareClass(device="cuda", id=ident, name=name)

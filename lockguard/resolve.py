@@ -481,7 +481,7 @@ def _pip_tools_python(say: Progress) -> str:
         if proc.returncode != 0:
             reason = _trim_resolver_error(proc.stderr + "\n" + proc.stdout)
             raise ResolveError(f"cannot install pip-tools {PIP_TOOLS_VERSION} into {venv}: {reason}")
-        marker.write_text(" ".join(TOOL_REQUIREMENTS) + "\n")
+        write_text(marker, " ".join(TOOL_REQUIREMENTS) + "\n")
     return str(python)
 
 

@@ -114,7 +114,7 @@ class Environments:
         if self.kind == "local":
             from lockguard.envs import local
 
-            return local.prepare(self.config.python, ref.lock.lock_hash if ref else "local")
+            return local.prepare(self.config.python_path, ref.lock.lock_hash if ref else "local")
         assert ref is not None
         if self.kind == "docker":
             from lockguard.envs import docker
@@ -123,7 +123,7 @@ class Environments:
                                   progress=self.progress)
         from lockguard.envs import venv
 
-        return venv.prepare(ref.lock, python=self.config.python,
+        return venv.prepare(ref.lock, python=self.config.python_path,
                             installer=self.config.installer,
                             allow_sdist=self.config.allow_sdist, progress=self.progress)
 

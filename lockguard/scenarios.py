@@ -122,12 +122,19 @@ def harness_digest() -> str:
 
 
 def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, device: str,
-                  threads: int, harness: str) -> str:
-    """Everything that determines a run's result besides the machine: equal digests, equal runs."""
+                  threads: int, harness: str, environment: str) -> str:
+    """Everything that determines a run's result besides the machine: equal digests, equal runs.
+
+    `environment` names the backend and interpreter (a cp311 venv and a cp312 one install other
+    wheels from one lock). A user script is hashed with the Python files beside it, which it may
+    import (the harness puts its folder on sys.path)."""
     h = hashlib.sha256()
     parts = [lock_hash, harness, scenario.id, scenario.framework, str(steps), str(seed), device,
-             str(threads)]
+             str(threads), environment]
     h.update("\0".join(parts).encode())
     if scenario.script:
         h.update(scenario.script.read_bytes())
+        for sibling in sorted(scenario.script.parent.glob("*.py")):
+            if sibling != scenario.script and sibling.is_file():
+                h.update(b"\0" + sibling.name.encode() + b"\0" + sibling.read_bytes())
     return h.hexdigest()

@@ -208,3 +208,23 @@ def test_across_hardware_a_difference_is_never_a_dependency_verdict(moved):
 def test_across_hardware_a_broken_run_is_still_broken():
     v = verdict(result(), result(status="crashed", error="boom"), change(True))
     assert v.verdict == Verdict.broken
+
+
+def test_inputs_digest_names_the_environment_and_a_scripts_neighbours(tmp_path):
+    """The shortcut answers only for the same inputs: a cp312 venv installs other wheels than a
+    cp311 one, and a user script imports the modules beside it."""
+    from lockguard.scenarios import Scenario, inputs_digest
+
+    (tmp_path / "s.py").write_text("from helper import f\ndef run(steps, seed): return f(steps)\n")
+    (tmp_path / "helper.py").write_text("def f(n): return [1.0] * n\n")
+    s = Scenario(id="s", framework="numpy", description="", steps=3, script=tmp_path / "s.py")
+
+    def digest(environment="venv cpython 3.11.7 x86_64"):
+        return inputs_digest(s, lock_hash="h", steps=3, seed=0, device="cpu", threads=1,
+                             harness="x", environment=environment)
+
+    first = digest()
+    assert digest() == first
+    assert digest("venv cpython 3.12.1 x86_64") != first
+    (tmp_path / "helper.py").write_text("def f(n): return [2.0] * n\n")
+    assert digest() != first

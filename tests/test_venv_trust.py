@@ -171,6 +171,12 @@ def test_no_binary_none_is_harmless():
     venv.refuse_source_options(parse_lock_text(f"--no-binary :none:\n{NUMPY_PIN}", "l.txt"))
     with pytest.raises(EnvError, match=r"^l\.txt:2: --no-binary numpy asks for builds"):
         venv.refuse_source_options(parse_lock_text(f"\n--no-binary numpy\n{NUMPY_PIN}", "l.txt"))
+    # `--only-binary :none:` clears the command line's `:all:` in pip just as --no-binary does.
+    venv.refuse_source_options(parse_lock_text(f"--only-binary :all:\n{NUMPY_PIN}", "l.txt"))
+    for value in (":none:", ":all:,:none:"):
+        with pytest.raises(EnvError, match=r"^l\.txt:1: --only-binary " + value):
+            venv.refuse_source_options(parse_lock_text(f"--only-binary {value}\n{NUMPY_PIN}",
+                                                       "l.txt"))
 
 
 def test_allow_sdist_takes_only_a_boolean(tmp_path):

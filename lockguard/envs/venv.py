@@ -119,15 +119,18 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "pip",
 
 
 def refuse_source_options(lock: Lock) -> None:
-    """A lock's own `--no-binary` would override `--only-binary :all:` in pip (options in a
-    requirements file are applied after the command line's), and build from source."""
+    """A lock's own `--no-binary` (or `--only-binary :none:`) would override `--only-binary
+    :all:` in pip (options in a requirements file are applied after the command line's), and
+    build from source."""
     for kind, option, line in lock.options.lines:
         if kind != "other":
             continue
         name, _, value = option.partition("=")
-        if name == "--no-binary" and value != ":none:":
+        # `--only-binary :none:` clears the command line's `:all:` just as `--no-binary` does.
+        if (name == "--no-binary" and value != ":none:") or (
+                name == "--only-binary" and ":none:" in value.split(",")):
             raise EnvError(one_line(
-                f"{lock.source}:{line}: --no-binary {value} asks for builds from source, which "
+                f"{lock.source}:{line}: {name} {value} asks for builds from source, which "
                 f"would run code from the lock on this machine ({ALLOW_HINT})"))
 
 
@@ -159,7 +162,7 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
                        f"{installer}, {build_policy(allow_sdist)})") as step:
         if installer == "uv":
             code, tail = run_logged(["uv", "venv", "--python", python, str(path)],
-                                    path.parent / "uv.log", step)
+                                    path.parent / f"{path.name}.uv.log", step)
             if code != 0:
                 raise EnvError(one_line(f"uv could not create a venv with {python}: "
                                         f"{tail[-1] if tail else f'exit code {code}'}"))

@@ -26,6 +26,7 @@ ICON = {
     Verdict.identical: "✅", Verdict.within_tolerance: "✅", Verdict.drift: "❌",
     Verdict.compile_fallback: "❌", Verdict.device_fallback: "❌", Verdict.slower: "⚠️",
     Verdict.broken: "💥", Verdict.new: "🆕", Verdict.incomparable: "❓", Verdict.skipped: "➖",
+    Verdict.other_hardware: "🖥️",
 }
 
 # "1 of 3 scenarios <verb>"
@@ -35,6 +36,7 @@ VERB = {
     Verdict.device_fallback: "ran on the wrong device", Verdict.slower: "got slower",
     Verdict.broken: "broke", Verdict.new: "have no baseline",
     Verdict.incomparable: "could not be compared", Verdict.skipped: "skipped",
+    Verdict.other_hardware: "moved with the hardware only",
 }
 
 NAMED = 5  # at most this many --scenario options in a suggested command
