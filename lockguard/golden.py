@@ -52,7 +52,7 @@ from lockguard import __version__
 from lockguard.errors import LockguardError, printable
 from lockguard.files import write_text
 from lockguard.hardware import HardwareClass, hardware_class
-from lockguard.results import ResultError, RunResult, parse_result
+from lockguard.results import ResultError, RunResult, Status, parse_result, verify
 
 SCHEMA_VERSION = 2  # of the golden file; its "result" carries RunResult's own schema_version
 
@@ -233,6 +233,11 @@ def from_raw(path: Path, data: dict[str, Any]) -> Golden:
         result = parse_result(data["result"], f"{path} (result)")
     except ResultError as exc:
         raise GoldenError(f"corrupt golden file: {exc}; re-record it") from None
+    # The same contract a run is held to on arrival (what `_unusable` checks cheaply, and more).
+    checked = verify(result, scenario=result.scenario, framework=result.framework,
+                     steps=result.steps)
+    if checked.status != Status.ok:
+        raise GoldenError(f"{path}: not a usable reference: {checked.error}; re-record it")
     return Golden(path=path, provenance=data["provenance"], result=result,
                   hardware=HardwareClass.from_json(data["hardware"]))
 

@@ -124,6 +124,11 @@ IN_CLASS = f"golden/cpu/{HOST.id}/s.json"
      ("s.json", "outputs[1] is inf")),
     ({IN_CLASS: golden_text(result={**GOOD_RESULT, "grad_norms": [1.0, "x"]})},
      ("s.json", "grad_norms[1]")),
+    # The whole result contract, as a run is held to on arrival.
+    ({IN_CLASS: golden_text(result={**GOOD_RESULT, "param_norms": {"w": float("nan")}})},
+     ("s.json", "not a usable reference", "parameter norm 'w' is nan")),
+    ({IN_CLASS: golden_text(result={**GOOD_RESULT, "grad_norms": [1.0]})},
+     ("s.json", "not a usable reference", "1 gradient norms for 2 steps")),
     ({IN_CLASS: "{\"a\": " + "[" * 100000 + "]" * 100000 + "}"},
      ("s.json", "nested too deeply")),
     ({IN_CLASS: b'{"schema_version": 2, "x": "\xe9"}'},
