@@ -169,8 +169,11 @@ def test_scenarios_of_unpinned_frameworks_are_skipped(tmp_path):
     project = make_project(tmp_path / "p", 'lock = "l.txt"', locks={"l.txt": TORCH})
     proc = run_cli("check", "--scenario", "jax.mlp", "--scenario", "tf.mlp", "--format", "json",
                    cwd=project)
-    assert proc.returncode == 0, proc.stderr
-    verdicts = json.loads(proc.stdout)["verdicts"]
+    # Nothing was compared, so the gate does not pass (and says why).
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["notes"][0].startswith("nothing was compared: all 2 selected scenarios")
+    verdicts = report["verdicts"]
     assert [v["verdict"] for v in verdicts] == ["skipped", "skipped"]
     assert "no lock pins jax" in verdicts[0]["reasons"][0]
     assert "no lock pins tensorflow" in verdicts[1]["reasons"][0]
