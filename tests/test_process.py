@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -258,6 +257,24 @@ def test_run_reports_exit_code_and_logs_both_streams(tmp_path):
     done = process.run([sys.executable, "-c", "import os, signal; "
                         "os.kill(os.getpid(), signal.SIGSEGV)"], log=log, timeout=30)
     assert done.code == -signal.SIGSEGV and done.describe() == "killed by SIGSEGV"
+
+
+def test_a_supervisor_killed_from_outside_ends_the_run_not_lockguard(tmp_path):
+    """The OOM killer may take the supervisor: the run has failed, lockguard has no bug, and
+    the child goes with its supervisor."""
+    marker = tmp_path / "child.pid"
+    script = (f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); "
+              "os.kill(os.getppid(), 9); time.sleep(60)")
+    start = time.monotonic()
+    done = process.run([sys.executable, "-c", script], log=tmp_path / "out.log", timeout=60)
+    assert time.monotonic() - start < 20
+    assert done.code == -signal.SIGKILL and done.describe() == "killed by SIGKILL"
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 2
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stat = Path(f"/proc/{child}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] == "Z"  # gone, or a zombie
 
 
 def test_run_gives_dev_null_as_stdin_and_the_env_it_is_given(tmp_path):

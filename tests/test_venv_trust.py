@@ -11,7 +11,6 @@ Tests that build or damage envs use a cache of their own under tmp_path.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
