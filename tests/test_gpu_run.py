@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, tool
 
 GPU = REPO / "benchmarks" / "gpu"
 SCRIPTS = sorted(GPU.glob("*.sh"))
@@ -48,7 +48,8 @@ def test_the_scripts_are_there_and_parse():
 
 
 def test_the_scripts_pass_shellcheck():
-    proc = subprocess.run(["shellcheck", *map(str, SCRIPTS)], capture_output=True, text=True)
+    proc = subprocess.run([tool("shellcheck"), *map(str, SCRIPTS)], capture_output=True,
+                          text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

