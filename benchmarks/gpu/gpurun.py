@@ -43,14 +43,13 @@ def measure(args: argparse.Namespace) -> int:
     from lockguard.envs.base import RunRequest
     from lockguard.envs.local import LocalEnv
     from lockguard.files import write_text
-    from lockguard.results import dump_result
     from lockguard.runner import run_requests
     from lockguard.scenarios import select
 
     os.environ["LOCKGUARD_JOBS"] = str(args.jobs)  # read by lockguard.runner.workers()
     config = load_config(Path(args.config))
     chosen = select(config, args.scenario)
-    env = LocalEnv(config.python)
+    env = LocalEnv(config.python_path)
     jobs = []
     for _ in range(args.repeat):  # whole rounds, so that repeats of a scenario spread in time
         for sc in chosen:
@@ -64,7 +63,8 @@ def measure(args: argparse.Namespace) -> int:
     seen: dict[str, int] = {}
     for (_, request), result in zip(jobs, results):
         index = seen[request.scenario.id] = seen.get(request.scenario.id, 0) + 1
-        write_text(out / f"{request.scenario.id}.{index}.json", dump_result(result))
+        write_text(out / f"{request.scenario.id}.{index}.json",
+                   json.dumps(result.model_dump(mode="json"), indent=1, sort_keys=True) + "\n")
     bad = [f"{r.scenario}: {r.status.value}" for r in results if r.status.value != "ok"]
     print(f"measure --device {args.device}: {len(results)} runs in "
           f"{time.perf_counter() - start:.1f} s with {args.jobs} jobs"
