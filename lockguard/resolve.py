@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from lockguard.errors import LockguardError
+from lockguard.errors import LockguardError, printable
 from lockguard.files import scratch_dir, write_text
 from lockguard.names import FRAMEWORKS
 
@@ -602,7 +602,6 @@ def _run(cmd: Sequence[str], *, timeout: float, what: str,
 # Resolver errors, trimmed to what matters
 # ---------------------------------------------------------------------------------------------
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
 _SPEC_REQ = re.compile(r"SpecifierRequirement\('((?:[^'\\]|\\.)*)'\), parent=(None|\w+\('([^']*)')")
 _DIST_FILE = re.compile(r"/([A-Za-z0-9_.]+?)-(\d[A-Za-z0-9_.!+]*?)(?:-[^/#]*)?\.(?:whl|tar\.gz|zip)")
@@ -610,7 +609,7 @@ _DIST_FILE = re.compile(r"/([A-Za-z0-9_.]+?)-(\d[A-Za-z0-9_.!+]*?)(?:-[^/#]*)?\.
 
 def _trim_resolver_error(text: str) -> str:
     """The resolver's own reason in one line, without tracebacks, warnings or version walls."""
-    text = _ANSI.sub("", text)
+    text = printable(text)  # resolvers colour their errors; only the words are wanted
     lines = [ln.rstrip() for ln in text.splitlines()]
 
     # uv: "error: No solution found ..." then "  cause: Because ..." (older) or "  ╰─▶ Because".
