@@ -30,6 +30,7 @@ from lockguard.scenarios import Scenario, harness_digest, inputs_digest
 
 if TYPE_CHECKING:
     from lockguard.compare import HardwareChange, Policy, ScenarioVerdict, Tolerance
+    from lockguard.report import Evidence
     from lockguard.report import LockInfo, ParityRow, Report
 
 # compare and report (pydantic models, rich) are imported where used, and warmed up in the
@@ -134,6 +135,35 @@ def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
                                  for ref, v in broken])
 
 
+def fingerprint_diff(old: dict, new: dict, prefix: str = "") -> dict[str, list]:
+    """The fingerprint keys whose values differ, dotted (`cpu.model`): [old, new]."""
+    out: dict[str, list] = {}
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.update(fingerprint_diff(a, b, f"{prefix}{key}."))
+        elif a != b:
+            out[f"{prefix}{key}"] = [a, b]
+    return out
+
+
+def evidence(scenario: str, baseline: tuple[str, str, RunResult] | None,
+             candidate: tuple[str, str, RunResult] | None) -> Evidence:
+    """Both sides of a scenario's comparison, each given as (kind, name, result)."""
+    from lockguard.report import Evidence, Side
+
+    def side(role: str, given: tuple[str, str, RunResult] | None) -> Side | None:
+        if given is None:
+            return None
+        kind, name, result = given
+        return Side(role=role, kind=kind, name=name, result=result)
+
+    diff = (fingerprint_diff(baseline[2].fingerprint, candidate[2].fingerprint)
+            if baseline and candidate else {})
+    return Evidence(scenario=scenario, baseline=side("baseline", baseline),
+                    candidate=side("candidate", candidate), fingerprint_diff=diff)
+
+
 def _request(p: Planned, config: Config) -> RunRequest:
     return RunRequest(scenario=p.scenario, steps=p.steps, seed=config.seed, device=p.device,
                       threads=config.threads, timeout=config.timeout)
@@ -197,13 +227,15 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     commit = golden.git_commit(config.root)
     policy = policy_for(config, opts.exact)
     verdicts: list[ScenarioVerdict] = []
+    proof: list[Evidence] = []
     to_write: list[tuple[Path, RunResult, dict, HardwareClass]] = []
     crossed: dict[tuple[str, str], list[str]] = {}
     for p, (env, _), result in zip(runnable, jobs, results):
         digest = _digest(p, config, harness, kind)
-        v = _compare_with_goldens(p, [result], previous[p.scenario.id], hosts.get(p.device),
-                                  digest, policy, crossed)
+        v, gold = _compare_with_goldens(p, [result], previous[p.scenario.id],
+                                        hosts.get(p.device), digest, policy, crossed)
         verdicts.append(v)
+        proof.append(_golden_evidence(p, gold, result))
         if result.status != Status.ok or v.verdict == Verdict.device_fallback:
             continue  # a reference must be a healthy run on the intended device
         provenance = {"lock": display_path(p.lock.path) if p.lock else None,
@@ -228,7 +260,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     idle = nothing_done(verdicts, "recorded")
     return Report(command="record", mode="record", device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=verdicts,
-                  parity=parity({p.scenario.id: p.scenario for p in runnable},
+                  evidence=proof, parity=parity({p.scenario.id: p.scenario for p in runnable},
                                 {p.scenario.id: r for p, r in zip(runnable, results)}),
                   written=[str(path) for path, *_ in to_write], passed=not broken and not idle,
                   notes=([idle] if idle else []) + notes + _crossed_notes(crossed),
@@ -311,16 +343,18 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
     results: dict[str, RunResult] = {}
     policy = policy_for(config, opts.exact)
     crossed: dict[tuple[str, str], list[str]] = {}
+    proof: list[Evidence] = []
     for i, (p, goldens, digest) in enumerate(to_run):
         mine_runs = runs[i * opts.repeat:(i + 1) * opts.repeat]
         results[p.scenario.id] = mine_runs[0]
-        verdicts[p.scenario.id] = _compare_with_goldens(p, mine_runs, goldens,
-                                                        hosts.get(p.device), digest, policy,
-                                                        crossed)
+        verdicts[p.scenario.id], gold = _compare_with_goldens(
+            p, mine_runs, goldens, hosts.get(p.device), digest, policy, crossed)
+        proof.append(_golden_evidence(p, gold, mine_runs[0]))
     ordered = [verdicts[p.scenario.id] for p in planned]
     idle = nothing_done(ordered, "compared")
     return Report(command="check", mode="golden", device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=ordered,
+                  evidence=proof,
                   parity=parity({p.scenario.id: p.scenario for p in planned}, results),
                   notes=([idle] if idle else []) + _crossed_notes(crossed),
                   hardware=_hardware_of(hosts),
@@ -349,6 +383,18 @@ class _Hosts:
 
 def _hardware_of(hosts: _Hosts) -> dict[str, dict]:
     return {device: cls.to_json() for device, cls in hosts.known().items()}
+
+
+def _lock_name(p: Planned) -> str:
+    if p.lock is None:
+        return "local"
+    return p.lock.label or display_path(p.lock.path)
+
+
+def _golden_evidence(p: Planned, gold: Golden | None, result: RunResult) -> Evidence:
+    baseline = (("golden", f"{display_path(gold.path)} ({gold.hardware.id})", gold.result)
+                if gold is not None else None)
+    return evidence(p.scenario.id, baseline, ("lock", _lock_name(p), result))
 
 
 def _lock_hash(p: Planned) -> str:
@@ -393,7 +439,8 @@ def _previous_goldens(gdir: Path, p: Planned, host: HardwareClass | None,
 
 def _compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, Golden],
                           host: HardwareClass | None, digest: str, policy: Policy,
-                          crossed: dict[tuple[str, str], list[str]]) -> ScenarioVerdict:
+                          crossed: dict[tuple[str, str], list[str]]
+                          ) -> tuple[ScenarioVerdict, Golden | None]:
     """The verdict of `runs` against the golden of their own hardware class, or, when there is
     none, against another class's golden, with the hardware change for compare_runs to judge."""
     from lockguard.compare import compare_runs
@@ -406,9 +453,11 @@ def _compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, 
         gold = _closest(list(goldens.values()), here, digest)
         change = _change(gold, here, digest, _lock_hash(p))
         crossed.setdefault((change.golden, change.current), []).append(p.scenario.id)
-    return compare_runs([gold.result] if gold else [], runs, policy=policy,
-                        baseline_kind="golden", expected_device=p.device, timed_together=False,
-                        tolerance=_tolerance(p.scenario.tolerance), hardware=change)
+    verdict = compare_runs([gold.result] if gold else [], runs, policy=policy,
+                           baseline_kind="golden", expected_device=p.device,
+                           timed_together=False, tolerance=_tolerance(p.scenario.tolerance),
+                           hardware=change)
+    return verdict, gold
 
 
 def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> Golden:
@@ -476,10 +525,14 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
                 reasons=[f"the baseline locks do not pin {p.scenario.framework}"])
     policy = policy_for(config, opts.exact)
     results: dict[str, RunResult] = {}
-    for i, (p, _) in enumerate(pairs):
+    proof: list[Evidence] = []
+    for i, (p, old) in enumerate(pairs):
         mine = runs[i * 2 * opts.repeat:(i + 1) * 2 * opts.repeat]
         base, cand = mine[0::2], mine[1::2]
         results[p.scenario.id] = cand[0]
+        proof.append(evidence(p.scenario.id,
+                              ("lock", old.label or display_path(old.path), base[0]),
+                              ("lock", _lock_name(p), cand[0])))
         verdicts[p.scenario.id] = compare_runs(
             base, cand, policy=policy, baseline_kind="lock", expected_device=p.device,
             timed_together=True, tolerance=_tolerance(p.scenario.tolerance))
@@ -493,7 +546,8 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     return Report(command="check", mode="ab", device=opts.device or config.device,
                   locks=[lock_info(r, "baseline") for r in baseline]
                   + [lock_info(r, "candidate") for r in locks],
-                  lock_diffs=diffs, verdicts=ordered, notes=[idle] if idle else [],
+                  lock_diffs=diffs, verdicts=ordered, evidence=proof,
+                  notes=[idle] if idle else [],
                   parity=parity({p.scenario.id: p.scenario for p in planned}, results),
                   passed=gate_passes(ordered, policy) and not idle,
                   failing=[v.scenario for v in ordered if is_failure(v, policy)],

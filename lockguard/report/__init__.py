@@ -24,12 +24,17 @@ from lockguard import __version__
 from lockguard.compare import PRECEDENCE, ScenarioVerdict, Verdict
 from lockguard.errors import LockguardError, printable
 from lockguard.locks import LockDiff
+from lockguard.results import RunResult
 from lockguard.report._common import change_short, change_text, option_lines
 
 
 # 1: the first versioned report (lock labels from git, the failing set, family-rule failures
 #    with their lock lines, the invocation that reproduces it).
-SCHEMA_VERSION = 1
+# 2: `evidence`: both sides' RunResults per scenario (per-step losses for curves, what `accept`
+#    adopts) and the environment fingerprint difference. Version 1 files are read as version 2
+#    without evidence.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 class ReportError(LockguardError):
@@ -75,6 +80,26 @@ class ParityRow(BaseModel):
     max_rel_spread: float
 
 
+class Side(BaseModel):
+    """One side of a scenario's comparison as its run recorded it (the first of --repeat runs)."""
+
+    role: Literal["baseline", "candidate"]
+    kind: Literal["golden", "lock"]  # a baseline is a stored golden or a run of the old lock
+    name: str  # golden: its file (and hardware class); lock: its label or path
+    result: RunResult
+
+
+class Evidence(BaseModel):
+    """What a scenario's verdict was reached from: the curves, outputs, compile diagnostics and
+    timings of both sides, for the HTML report, the artefacts and `lockguard accept`."""
+
+    scenario: str
+    baseline: Side | None = None  # none when there was nothing to compare with (new, record)
+    candidate: Side | None = None  # none when nothing ran (answered from the golden)
+    # Fingerprint keys whose values differ between the sides: key -> [baseline, candidate].
+    fingerprint_diff: dict[str, list[Any]] = Field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class LockLine:
     """One changed line of a candidate lock, for annotations and bullets."""
@@ -95,6 +120,7 @@ class Report(BaseModel):
     locks: list[LockInfo] = Field(default_factory=list)
     lock_diffs: list[LockDiff] = Field(default_factory=list)
     verdicts: list[ScenarioVerdict] = Field(default_factory=list)
+    evidence: list[Evidence] = Field(default_factory=list)  # per scenario that ran
     failing: list[str] = Field(default_factory=list)  # scenarios whose verdict fails the gate
     rule_failures: list[RuleFailure] = Field(default_factory=list)
     parity: list[ParityRow] = Field(default_factory=list)
@@ -166,6 +192,9 @@ class Report(BaseModel):
             groups.append((sum(unpinned.values()), "no lock pins " + ", ".join(sorted(unpinned))))
         groups += [(n, reason) for reason, n in other.items()]
         return groups
+
+    def evidence_of(self, scenario: str) -> Evidence | None:
+        return next((e for e in self.evidence if e.scenario == scenario), None)
 
     def candidate_lock(self, framework: str) -> LockInfo | None:
         """The candidate lock a scenario of `framework` ran from (the first that pins it)."""
@@ -271,15 +300,16 @@ def load_report(path: Path) -> Report:
     if not isinstance(raw, dict) or "verdicts" not in raw or "command" not in raw:
         raise ReportError(f"{path}: not a lockguard JSON report (no command and verdicts)")
     version = raw.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         made_by = raw.get("lockguard_version")
         raise ReportError(
             f"{path}: report schema_version {version!r}"
             + (f" (lockguard {made_by})" if made_by else "")
-            + f" is not the one this lockguard {__version__} reads ({SCHEMA_VERSION}); "
+            + f" is not one this lockguard {__version__} reads "
+            f"({', '.join(map(str, READABLE_VERSIONS))}); "
             "re-render it with the lockguard that wrote it")
     try:
-        return Report.model_validate(raw)
+        return Report.model_validate({**raw, "schema_version": SCHEMA_VERSION})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
