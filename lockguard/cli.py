@@ -232,7 +232,7 @@ def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[st
            fmt: str, verbose: bool):
     from lockguard.config import load_config
     from lockguard.progress import Progress
-    from lockguard.runner import load_locks
+    from lockguard.flows.pipeline import load_locks
     from lockguard.scenarios import select
 
     config = load_config(config_path)
@@ -297,12 +297,12 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, config_pa
            verbose) -> None:
     """Run scenarios and write golden/<device>/<hardware class>/<scenario>.json."""
     targets = report_targets(fmt, output, reports)
-    from lockguard import checks
+    from lockguard.flows.record import record as record_flow
     from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
     opts = Options(device=device, steps=steps, env=env)
-    report = checks.record(config, lock_refs, chosen, opts, progress)
+    report = record_flow(config, lock_refs, chosen, opts, progress)
     report.invocation = invocation("record", locks=locks, config_path=config_path, env=env,
                                    device=device, steps=steps)
     deliver(report, targets)
@@ -336,7 +336,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
             raise UsageError("--base and --baseline-lock are two ways to pick a baseline: "
                             "use one")
         from lockguard.config import load_config, lock_paths
-        from lockguard.gate import check_base
+        from lockguard.flows.git_base import check_base
         from lockguard.progress import Progress
         from lockguard.scenarios import select
 
@@ -345,12 +345,12 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
         report = check_base(config, paths, select(config, list(scenarios)), opts, base_ref,
                             Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose))
     else:
-        from lockguard import checks
-        from lockguard.runner import LockRef, read_lock
+        from lockguard.flows.check import check as check_flow
+        from lockguard.flows.pipeline import LockRef, read_lock
 
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
-        report = checks.check(config, lock_refs, chosen, opts, baseline, progress)
+        report = check_flow(config, lock_refs, chosen, opts, baseline, progress)
     args = ("--base", base_ref) if base_ref else tuple(
         a for b in baseline_locks for a in ("--baseline-lock", b))
     report.invocation = invocation("check", *args, locks=locks, config_path=config_path,
@@ -374,13 +374,13 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
     """Resolve a candidate lock with UPGRADES (e.g. torch==2.14.1 'jax>=0.10') into the cache
     and A/B-check it against the current lock. Your files are not touched."""
     targets = report_targets(fmt, output, reports)
-    from lockguard import checks
+    from lockguard.flows.propose import propose as propose_flow
     from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
     opts = Options(device=device, steps=steps, env=env,
                           repeat=repeat)
-    report = checks.propose(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
+    report = propose_flow(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
                             inputs=inputs, progress=progress)
     extra = (("--inputs", str(inputs)) if inputs else ()) + (
         ("--resolver", resolver) if resolver != "pip-tools" else ())
@@ -428,7 +428,7 @@ def outdated(locks, config_path, fmt, index_url) -> None:
 
     from lockguard import resolve
     from lockguard.config import load_config
-    from lockguard.runner import load_locks
+    from lockguard.flows.pipeline import load_locks
 
     config = load_config(config_path)
     rows = [(ref, row) for ref in load_locks(config, list(locks))
@@ -459,10 +459,10 @@ def outdated(locks, config_path, fmt, index_url) -> None:
 def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str, ...]) -> None:
     """Show what changed between two locks: versions, bump kinds, frameworks touched."""
     targets = report_targets(fmt, output, reports)
-    from lockguard import checks
-    from lockguard.runner import LockRef, read_lock
+    from lockguard.flows.ab import diff as diff_flow
+    from lockguard.flows.pipeline import LockRef, read_lock
 
-    report = checks.diff(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)))
+    report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)))
     report.invocation = invocation("diff", str(old), str(new))
     deliver(report, targets, ci=False)
 
@@ -502,7 +502,7 @@ def build(framework, accelerator, locks, base_image, config_path) -> None:
     from lockguard.config import load_config
     from lockguard.envs import docker
     from lockguard.progress import Progress
-    from lockguard.runner import load_locks
+    from lockguard.flows.pipeline import load_locks
 
     config = load_config(config_path)
     progress = Progress()

@@ -16,9 +16,9 @@ def test_an_internal_error_is_exit_3_one_line_and_a_crash_log(tmp_path):
     project = make_project(tmp_path / "p", 'lock = "lock.txt"', files={"lock.txt": NUMPY_LOCK})
     cache = tmp_path / "cache"
     # A bug planted in the flow layer: what reaches the CLI is an ordinary ZeroDivisionError.
-    code = ("import sys; from lockguard import checks, cli\n"
+    code = ("import sys; from lockguard import cli\nfrom lockguard.flows import record as flow\n"
             "def bug(*a, **k): return 1 / 0\n"
-            "checks.record = bug\n"
+            "flow.record = bug\n"
             "cli.main(['record'])\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True,
                           text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import QUICKSTART, make_project, run_cli
 from lockguard.names import FORMATS
-from lockguard.checks import lock_info
+from lockguard.flows.report_parts import lock_info
 from lockguard.compare import Policy, Verdict, compare_runs, is_failure, skipped
 from lockguard.locks import diff_locks, parse_lock_text
 from lockguard.progress import Progress, show_command
@@ -29,7 +29,7 @@ from lockguard.report import (
 )
 from lockguard.report.markdown import LIMIT, MARKER
 from lockguard.results import SCHEMA_VERSION as RESULT_SCHEMA, RunResult
-from lockguard.runner import LockRef
+from lockguard.flows.pipeline import LockRef
 
 HASH = {name: f"--hash=sha256:{name * 64}" for name in "abcdef"}
 OLD_LOCK = f"""\

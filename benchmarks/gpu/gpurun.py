@@ -43,10 +43,10 @@ def measure(args: argparse.Namespace) -> int:
     from lockguard.envs.base import RunRequest
     from lockguard.envs.local import LocalEnv
     from lockguard.files import write_text
-    from lockguard.runner import run_requests
+    from lockguard.flows.pipeline import run_requests
     from lockguard.scenarios import select
 
-    os.environ["LOCKGUARD_JOBS"] = str(args.jobs)  # read by lockguard.runner.workers()
+    os.environ["LOCKGUARD_JOBS"] = str(args.jobs)  # read by lockguard.flows.pipeline.workers()
     config = load_config(Path(args.config))
     chosen = select(config, args.scenario)
     env = LocalEnv(config.python_path)

@@ -1,6 +1,6 @@
 """The one Report model every renderer draws; no computation happens in the renderers.
 
-A Report is built by the record/check flows (lockguard/checks.py) from pure comparison results;
+A Report is built by the record/check flows (lockguard/flows/) from pure comparison results;
 `render(report, fmt)` turns it into text, json, markdown, junit or github annotations. What a
 renderer needs beyond the verdicts is a field here (which scenarios fail the gate: the policy is
 applied by the flow, never by a renderer) or a method that reads the fields (the tally, the lock

@@ -1,6 +1,6 @@
 """The git gate: `check --base REF`, A/B between the locks at the merge base and on disk.
 
-Kept apart from checks.py so that the common answer — no lock changed — needs only the config
+Kept apart from the other flows so that the common answer — no lock changed — needs only the config
 and git: nothing is parsed, built, imported or run.
 """
 
@@ -16,12 +16,14 @@ from lockguard.progress import QUIET, Progress
 
 if TYPE_CHECKING:
     from lockguard.config import Options
+    from lockguard.flows.pipeline import Backend
     from lockguard.report import Report
     from lockguard.scenarios import Scenario
 
 
 def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario],
-               opts: Options, base_ref: str, progress: Progress = QUIET) -> Report:
+               opts: Options, base_ref: str, progress: Progress = QUIET,
+               backend: Backend | None = None) -> Report:
     """A/B between the locks at the merge base with `base_ref` and the locks on disk.
 
     When no lock changed, the answer comes from git alone: nothing is parsed, built or run.
@@ -42,9 +44,10 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
         notes.append(f"no lock changed since {base_ref} (merge base {base_sha}): nothing to check")
         return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
                       duration_s=time.perf_counter() - start)
-    from lockguard.checks import check_ab, family_rule_report
+    from lockguard.flows.ab import check_ab
+    from lockguard.flows.pipeline import LockRef, lock_for, read_lock
+    from lockguard.flows.report_parts import family_rule_report
     from lockguard.locks import parse_lock_text
-    from lockguard.runner import LockRef, lock_for, read_lock
 
     candidates, baseline = [], []
     for change in moved:
@@ -76,7 +79,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
     mine = [s for s in scenarios if lock_for(s, candidates) is not None]
     # Always A/B, also when only added locks remain: their scenarios are `new`, not errors.
     report = (family_rule_report("check", candidates)
-              or check_ab(config, candidates, baseline, mine, opts, progress))
+              or check_ab(config, candidates, baseline, mine, opts, progress, backend))
     report.notes = notes + report.notes
     report.base = base
     return report

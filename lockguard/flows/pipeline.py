@@ -1,17 +1,21 @@
-"""Plan and run scenarios: which lock and environment each scenario runs in, and running them.
+"""The one pipeline every flow runs on: plan → prepare environments → execute → judge → verdicts.
 
-This is the orchestration between the CLI and the pure pieces: it reads locks, prepares
-environments (the only place that decides venv / docker / local), and runs harness processes in
-parallel, bounded by the machine's cores.
+A flow (record, the golden check, A/B) says two things per planned scenario: which runs it needs
+(`decide`: jobs, or none when the answer is known without running), and what the runs mean
+(`judge`: a verdict and its evidence). Everything between — environments prepared once each,
+harness processes in parallel, results verified and handed back with the job that asked for them —
+happens here once, so no flow pairs results with jobs by position.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from lockguard.cache import cache_root
 from lockguard.config import Config, ConfigError, lock_paths
@@ -22,6 +26,13 @@ from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
 from lockguard.scenarios import Scenario
 
+if TYPE_CHECKING:
+    from lockguard.compare import ScenarioVerdict
+    from lockguard.config import Options
+    from lockguard.report import Evidence
+
+Role = Literal["baseline", "candidate"]
+
 
 @dataclass(frozen=True)
 class LockRef:
@@ -30,6 +41,12 @@ class LockRef:
     device: str | None = None  # expected device of this lock's environment, from config
     inputs: Path | None = None  # the requirements.in it is compiled from, when configured
     label: str | None = None  # what reports call a lock read from git: main@1a2b3c4d:path
+
+    @property
+    def name(self) -> str:
+        from lockguard.config import display_path
+
+        return self.label or display_path(self.path)
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,53 @@ class Planned:
     steps: int
     skip_reason: str | None = None
 
+
+@dataclass(frozen=True)
+class Job:
+    """One harness run a flow asked for: a scenario in the environment of one lock."""
+
+    planned: Planned
+    ref: LockRef | None  # None: the local interpreter
+    role: Role = "candidate"
+
+
+@dataclass
+class Outcome:
+    """What the pipeline hands back to the flow that builds the Report."""
+
+    planned: list[Planned]
+    verdicts: list[ScenarioVerdict]  # in plan order, skipped scenarios included
+    evidence: list[Evidence] = field(default_factory=list)
+    results: dict[str, RunResult] = field(default_factory=dict)  # candidate's first run each
+
+
+class Backend(Protocol):
+    """Prepares the environment a job runs in. The real ones are venv, docker and local; tests
+    pass a fake one to run a flow's logic in milliseconds (like httpx's MockTransport)."""
+
+    def prepare(self, ref: LockRef | None, framework: str, device: str,
+                progress: Progress) -> Env: ...
+
+
+@dataclass
+class Runs:
+    """What `judge` receives: the results of one scenario's jobs by role, in the order they
+    ran, and the environment each role ran in (for provenance)."""
+
+    baseline: list[RunResult] = field(default_factory=list)
+    candidate: list[RunResult] = field(default_factory=list)
+    envs: dict[str, str] = field(default_factory=dict)  # role -> Env.label
+
+    def add(self, job: Job, env_label: str, result: RunResult) -> None:
+        getattr(self, job.role).append(result)
+        self.envs[job.role] = env_label
+
+
+Decide = Callable[[Planned], list[Job]]
+Judge = Callable[[Planned, Runs], "tuple[ScenarioVerdict, Evidence | None]"]
+
+
+# ------------------------------------------------------------------------------------- locks
 
 def load_locks(config: Config, cli_locks: list[str]) -> list[LockRef]:
     """The locks to check, read and parsed (see config.lock_paths for where they come from)."""
@@ -61,6 +125,8 @@ def lock_for(scenario: Scenario, locks: list[LockRef]) -> LockRef | None:
     return None
 
 
+# -------------------------------------------------------------------------------------- plan
+
 def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
          device: str | None = None, steps: int | None = None,
          local: bool = False) -> list[Planned]:
@@ -79,15 +145,57 @@ def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
     return planned
 
 
+def env_kind(config: Config, opts: Options) -> str:
+    return opts.env or config.env
+
+
+def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: list[LockRef], *,
+             decide: Decide, judge: Judge, progress: Progress = QUIET,
+             backend: Backend | None = None) -> Outcome:
+    """Plan the scenarios, run what `decide` asks for, and `judge` each scenario's results.
+
+    `decide` sees every runnable scenario before anything is built, so a flow validates its
+    input (goldens, target directories) there: bad input fails with nothing built or run.
+    """
+    kind = env_kind(config, opts)
+    planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
+                   local=kind == "local")
+    wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
+    jobs = [job for mine in wanted.values() for job in mine]
+    ran = execute(config, kind, jobs, progress, backend) if jobs else []
+    from lockguard.compare import skipped
+
+    by_scenario = {sid: Runs() for sid in wanted}
+    for job, env_label, result in ran:
+        by_scenario[job.planned.scenario.id].add(job, env_label, result)
+    outcome = Outcome(planned=planned, verdicts=[])
+    for p in planned:
+        if p.skip_reason:
+            outcome.verdicts.append(skipped(p.scenario.id, p.scenario.framework, p.skip_reason))
+            continue
+        runs = by_scenario[p.scenario.id]
+        verdict, evidence = judge(p, runs)
+        outcome.verdicts.append(verdict)
+        if evidence is not None:
+            outcome.evidence.append(evidence)
+        if runs.candidate:
+            outcome.results[p.scenario.id] = runs.candidate[0]
+    return outcome
+
+
+# ------------------------------------------------------------------------------ environments
+
 class Environments:
     """Prepares each lock's environment once per check, for the configured backend."""
 
-    def __init__(self, config: Config, kind: str, progress: Progress = QUIET) -> None:
-        if kind != "local":  # a cache that cannot hold an environment: known before any build
+    def __init__(self, config: Config, kind: str, progress: Progress = QUIET,
+                 backend: Backend | None = None) -> None:
+        if kind != "local" and backend is None:
+            # a cache that cannot hold an environment: known before any build
             writable_dir(cache_root(), "lockguard's cache (LOCKGUARD_CACHE)")
-        self.config = config
         self.kind = kind
         self.progress = progress
+        self.backend = backend or real_backend(config, kind)
         self._envs: dict[tuple[str, str], Env] = {}
         self._wanted: list[tuple[str, str]] = []  # for "environment n of N"
 
@@ -107,10 +215,17 @@ class Environments:
         if key not in self._envs:
             index = self._wanted.index(key) + 1 if key in self._wanted else len(self._envs) + 1
             with self.progress.counting(index, max(len(self._wanted), index), "environment"):
-                self._envs[key] = self._prepare(ref, framework, device)
+                self._envs[key] = self.backend.prepare(ref, framework, device, self.progress)
         return self._envs[key]
 
-    def _prepare(self, ref: LockRef | None, framework: str, device: str) -> Env:
+
+@dataclass(frozen=True)
+class _RealBackend:
+    config: Config
+    kind: str
+
+    def prepare(self, ref: LockRef | None, framework: str, device: str,
+                progress: Progress) -> Env:
         if self.kind == "local":
             from lockguard.envs import local
 
@@ -120,12 +235,48 @@ class Environments:
             from lockguard.envs import docker
 
             return docker.prepare(ref.lock, framework=framework, accelerator=device,
-                                  progress=self.progress)
+                                  progress=progress)
         from lockguard.envs import venv
 
         return venv.prepare(ref.lock, python=self.config.python_path,
                             installer=self.config.installer,
-                            allow_sdist=self.config.allow_sdist, progress=self.progress)
+                            allow_sdist=self.config.allow_sdist, progress=progress)
+
+
+def real_backend(config: Config, kind: str) -> Backend:
+    """The only place that decides venv / docker / local."""
+    return _RealBackend(config, kind)
+
+
+# ----------------------------------------------------------------------------------- execute
+
+def request_for(p: Planned, config: Config) -> RunRequest:
+    return RunRequest(scenario=p.scenario, steps=p.steps, seed=config.seed, device=p.device,
+                      threads=config.threads, timeout=config.timeout)
+
+
+def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUIET,
+            backend: Backend | None = None) -> list[tuple[Job, str, RunResult]]:
+    """Prepare every job's environment, then run all jobs in parallel: (job, the label of the
+    environment it ran in, result), in the order of `jobs`."""
+    envs = Environments(config, kind, progress, backend)
+    envs.expect([(j.ref, j.planned.scenario.framework, j.planned.device) for j in jobs])
+    prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
+                 request_for(j.planned, config)) for j in jobs]
+    _prewarm()
+    results = run_requests(prepared, progress)
+    return [(job, env.label, result)
+            for job, (env, _), result in zip(jobs, prepared, results, strict=True)]
+
+
+def _prewarm() -> None:
+    """Import what comparing and reporting need while the harness processes train: compare and
+    report (pydantic models, rich) must not sit in front of the runs, nor after them."""
+    def work() -> None:
+        import lockguard.report.text  # noqa: F401 - pulls in compare and rich
+
+        RunResult.model_rebuild()
+    threading.Thread(target=work, daemon=True).start()
 
 
 def workers() -> int:

@@ -1,0 +1,11 @@
+"""The flows behind the commands, each on the one pipeline (pipeline.py):
+
+- record.py      run every scenario under its lock and keep the results as goldens
+- check.py       the candidate locks against the goldens (or, given baseline locks, A/B)
+- ab.py          A/B: candidate and baseline locks run side by side; `diff`
+- git_base.py    `check --base REF`: A/B against the locks at the merge base, from git
+- propose.py     resolve upgrades into the cache and A/B them against the current locks
+
+goldens.py holds what record and the golden check share (hardware classes, inputs digest,
+comparing with a golden), report_parts.py what every flow puts into its Report.
+"""

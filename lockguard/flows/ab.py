@@ -1,0 +1,79 @@
+"""A/B: the candidate locks against baseline locks, run side by side on this machine; and
+`diff`, the lock difference alone."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from lockguard.config import Config, Options
+from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, lock_for, pipeline
+from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
+    tolerance_of
+from lockguard.locks import diff_locks
+from lockguard.progress import QUIET, Progress
+from lockguard.scenarios import Scenario
+
+if TYPE_CHECKING:
+    from lockguard.compare import ScenarioVerdict
+    from lockguard.report import Evidence, Report
+
+
+def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
+             scenarios: list[Scenario], opts: Options, progress: Progress = QUIET,
+             backend: Backend | None = None) -> Report:
+    start = time.perf_counter()
+    policy = policy_for(config, opts.exact)
+
+    def decide(p: Planned) -> list[Job]:
+        old = lock_for(p.scenario, baseline)
+        if old is None:
+            return []  # nothing to compare with: judged `new`
+        # Baseline and candidate of one scenario run side by side, alternating, so that both
+        # see the same machine load: their timing ratio is meaningful, absolute times are not.
+        return [Job(p, old, "baseline"), Job(p, p.lock, "candidate")] * opts.repeat
+
+    def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
+        from lockguard.compare import ScenarioVerdict, Verdict, compare_runs
+
+        old = lock_for(p.scenario, baseline)
+        if old is None:
+            return ScenarioVerdict(
+                scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.new,
+                reasons=[f"the baseline locks do not pin {p.scenario.framework}"]), None
+        verdict = compare_runs(runs.baseline, runs.candidate, policy=policy,
+                               baseline_kind="lock", expected_device=p.device,
+                               timed_together=True, tolerance=tolerance_of(p.scenario.tolerance))
+        return verdict, evidence(p.scenario.id, ("lock", old.name, runs.baseline[0]),
+                                 ("lock", p.lock.name if p.lock else "local",
+                                  runs.candidate[0]))
+
+    outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
+                       progress=progress, backend=backend)
+    from lockguard.compare import gate_passes, is_failure
+    from lockguard.report import Report
+
+    diffs = []
+    for new in locks:
+        old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
+        if old is not None:
+            diffs.append(diff_locks(old.lock, new.lock))
+    idle = nothing_done(outcome.verdicts, "compared")
+    return Report(command="check", mode="ab", device=opts.device or config.device,
+                  locks=[lock_info(r, "baseline") for r in baseline]
+                  + [lock_info(r, "candidate") for r in locks],
+                  lock_diffs=diffs, verdicts=outcome.verdicts, evidence=outcome.evidence,
+                  notes=[idle] if idle else [],
+                  parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
+                                outcome.results),
+                  passed=gate_passes(outcome.verdicts, policy) and not idle,
+                  failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
+                  duration_s=time.perf_counter() - start)
+
+
+def diff(old: LockRef, new: LockRef) -> Report:
+    from lockguard.report import Report
+
+    return Report(command="diff", mode="diff",
+                  locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
+                  lock_diffs=[diff_locks(old.lock, new.lock)])

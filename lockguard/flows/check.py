@@ -1,0 +1,114 @@
+"""`lockguard check`: the candidate locks against stored goldens, or against baseline locks (A/B).
+
+The golden check answers from provenance when nothing that shapes a run changed since its golden
+was recorded on this hardware class: no framework is imported, nothing is built or run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from lockguard import golden
+from lockguard.config import Config, Options
+from lockguard.flows.goldens import (
+    Crossings, Hosts, compare_with_goldens, digest, golden_dir, load_goldens, unchanged,
+)
+from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline
+from lockguard.flows.report_parts import family_rule_report, lock_info, nothing_done, parity, \
+    policy_for
+from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
+from lockguard.hardware import HardwareClass
+from lockguard.progress import QUIET, Progress
+from lockguard.scenarios import Scenario, harness_digest
+
+if TYPE_CHECKING:
+    from lockguard.compare import ScenarioVerdict
+    from lockguard.report import Evidence, Report
+
+
+def check(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
+          baseline: list[LockRef] | None = None, progress: Progress = QUIET,
+          backend: Backend | None = None) -> Report:
+    # Only the locks under check: a baseline that broke a rule is what is being replaced.
+    if (failed := family_rule_report("check", locks)) is not None:
+        return failed
+    if baseline:
+        from lockguard.flows.ab import check_ab
+
+        return check_ab(config, locks, baseline, scenarios, opts, progress, backend)
+    return check_golden(config, locks, scenarios, opts, progress, backend)
+
+
+def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario],
+                 opts: Options, progress: Progress = QUIET,
+                 backend: Backend | None = None) -> Report:
+    start = time.perf_counter()
+    kind = env_kind(config, opts)
+    gdir = golden_dir(config)
+    harness = harness_digest()
+    hosts, crossed = Hosts(), Crossings()
+    policy = policy_for(config, opts.exact)
+    answered: dict[str, HardwareClass] = {}  # scenario -> class whose golden answers unrun
+    goldens: dict[str, tuple[dict[str, Golden], str]] = {}
+
+    def decide(p: Planned) -> list[Job]:
+        sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, config, harness, kind)
+        mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
+        # Every golden read here is verified (digest, shape, class): a bad one is an error
+        # before anything runs.
+        raw = golden.read_raw(mine) if mine is not None else None
+        # `local` runs whatever is installed, which the lock does not pin: never answered
+        # from provenance.
+        if raw is not None and host is not None and not opts.rerun and opts.repeat == 1 \
+                and kind != "local" and unchanged(raw, p, inputs):
+            # Same lock, harness, scenario and settings as when recorded, on this hardware
+            # class: the answer is known without importing a framework or building anything.
+            answered[sid] = host
+            return []
+        found = ({host.id: golden.from_raw(mine, raw)} if raw is not None and host is not None
+                 else load_goldens(gdir, p))
+        if not found:
+            legacy = legacy_path(gdir, p.device, sid)
+            if os.path.lexists(legacy):
+                raise GoldenError(f"{legacy}: golden of schema 1 (recorded without a hardware "
+                                  f"class); re-record it (`lockguard record --scenario {sid}`)")
+            if not opts.allow_new:
+                where = mine or golden_path(gdir, p.device, "<hardware class>", sid)
+                raise GoldenError(f"{where}: no golden recorded for scenario {sid} on any "
+                                  f"hardware (run `lockguard record --scenario {sid}` first)")
+        goldens[sid] = (found, inputs)
+        return [Job(p, p.lock)] * opts.repeat
+
+    def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
+        from lockguard.compare import ScenarioVerdict, Verdict
+
+        sid = p.scenario.id
+        if sid in answered:
+            return ScenarioVerdict(
+                scenario=sid, framework=p.scenario.framework, verdict=Verdict.identical,
+                baseline_kind="golden",
+                reasons=["lock and scenario unchanged since the golden was recorded on this "
+                         f"hardware class ({answered[sid].id}); not re-run "
+                         "(--rerun runs it)"]), None
+        found, inputs = goldens[sid]
+        return compare_with_goldens(p, runs.candidate, found, hosts.get(p.device), inputs,
+                                    policy, crossed)
+
+    outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
+                       progress=progress, backend=backend)
+    from lockguard.compare import gate_passes, is_failure
+    from lockguard.report import Report
+
+    idle = nothing_done(outcome.verdicts, "compared")
+    return Report(command="check", mode="golden", device=opts.device or config.device,
+                  locks=[lock_info(r, "candidate") for r in locks], verdicts=outcome.verdicts,
+                  evidence=outcome.evidence,
+                  parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
+                                outcome.results),
+                  notes=([idle] if idle else []) + crossed.notes(),
+                  hardware=hosts.to_json(),
+                  passed=gate_passes(outcome.verdicts, policy) and not idle,
+                  failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
+                  duration_s=time.perf_counter() - start)

@@ -1,0 +1,58 @@
+"""`lockguard propose`: resolve the locks with upgrades into the cache and A/B-check them
+against the current locks. The user's files are only read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lockguard.config import Config, Options, display_path
+from lockguard.flows.check import check
+from lockguard.flows.pipeline import Backend, LockRef, lock_for, read_lock
+from lockguard.progress import QUIET, Progress
+from lockguard.scenarios import Scenario
+
+if TYPE_CHECKING:
+    from lockguard.report import Report
+
+
+def propose(config: Config, locks: list[LockRef], upgrades: list[str],
+            scenarios: list[Scenario], opts: Options, *, resolver: str = "pip-tools",
+            inputs: Path | None = None, progress: Progress = QUIET,
+            backend: Backend | None = None) -> Report:
+    """Resolve the locks with `upgrades` into the cache and A/B-check them against the current
+    locks. The user's files are only read."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from lockguard import resolve
+    from lockguard.cache import cache_dir
+    from lockguard.config import ConfigError
+
+    wanted: dict[str, str] = {}
+    for spec in upgrades:
+        try:
+            wanted[spec] = canonicalize_name(Requirement(spec).name)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"upgrade {spec!r}: {exc}") from None
+    candidates, baseline, notes = [], [], []
+    for ref in locks:
+        mine = [spec for spec, name in wanted.items() if name in ref.lock.by_name]
+        if not mine:
+            continue
+        source = inputs or ref.inputs or ref.path.with_suffix(".in")
+        if not source.is_file():
+            raise ConfigError(f"{source}: requirements input of {display_path(ref.path)} not "
+                              "found (pass --inputs, or set `inputs` on the lock in config)")
+        proposal = resolve.propose_lock(source, ref.path, mine, cache_dir(), resolver,
+                                        progress=progress.info)
+        notes.append(f"proposed lock for {display_path(ref.path)}: {proposal}")
+        candidates.append(LockRef(proposal, read_lock(proposal), ref.device))
+        baseline.append(ref)
+    unpinned = [spec for spec, name in wanted.items()
+                if not any(name in ref.lock.by_name for ref in locks)]
+    if unpinned:
+        raise ConfigError(f"no lock pins {', '.join(unpinned)}: propose upgrades what a lock pins")
+    mine = [s for s in scenarios if lock_for(s, candidates) is not None]
+    report = check(config, candidates, mine, opts, baseline, progress, backend)
+    return report.model_copy(update={"command": "propose", "notes": notes + report.notes})

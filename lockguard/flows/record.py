@@ -1,0 +1,112 @@
+"""`lockguard record`: run every scenario under its lock and keep the results as goldens.
+
+Everything that can refuse (a golden directory that cannot be written, a golden path taken by a
+directory) is checked before anything is built; goldens are written only at the end, each
+atomically, and only healthy runs on the intended device become references.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lockguard import golden
+from lockguard.config import Config, Options, display_path
+from lockguard.files import writable_dir
+from lockguard.flows.goldens import (
+    Crossings, Hosts, compare_with_goldens, digest, golden_dir, lock_hash, previous_goldens,
+)
+from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline
+from lockguard.flows.report_parts import (
+    family_rule_report, lock_info, nothing_done, parity, policy_for,
+)
+from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
+from lockguard.hardware import HardwareClass, hardware_class
+from lockguard.progress import QUIET, Progress
+from lockguard.results import RunResult, Status
+from lockguard.scenarios import Scenario, harness_digest
+
+if TYPE_CHECKING:
+    from lockguard.compare import ScenarioVerdict
+    from lockguard.report import Evidence, Report
+
+
+def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
+           progress: Progress = QUIET, backend: Backend | None = None) -> Report:
+    start = time.perf_counter()
+    if (failed := family_rule_report("record", locks)) is not None:
+        return failed
+    kind = env_kind(config, opts)
+    gdir = golden_dir(config)
+    hosts, crossed = Hosts(), Crossings()
+    notes: list[str] = []
+    harness = harness_digest()
+    policy = policy_for(config, opts.exact)
+    commit = golden.git_commit(config.root)
+    previous: dict[str, dict[str, Golden]] = {}
+    to_write: list[tuple[Path, RunResult, dict, HardwareClass]] = []
+
+    def decide(p: Planned) -> list[Job]:
+        # Where the goldens go must be writable, and this class's old golden may be corrupt or
+        # of an old schema (it is replaced: that is what the error told the user to do), but it
+        # may not be a directory, which a golden file cannot replace.
+        writable_dir(gdir / p.device, "the golden directory")
+        host = hosts.get(p.device)
+        if host is not None:
+            target = golden_path(gdir, p.device, host.id, p.scenario.id)
+            if os.path.isdir(target):
+                raise GoldenError(f"{target}: is a directory, not a golden file; remove it")
+        previous[p.scenario.id] = previous_goldens(gdir, p, host, notes)
+        return [Job(p, p.lock)]
+
+    def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence]:
+        from lockguard.compare import Verdict
+
+        result = runs.candidate[0]
+        inputs = digest(p, config, harness, kind)
+        verdict, proof = compare_with_goldens(p, [result], previous[p.scenario.id],
+                                              hosts.get(p.device), inputs, policy, crossed)
+        # A reference must be a healthy run on the intended device.
+        if result.status == Status.ok and verdict.verdict != Verdict.device_fallback:
+            cls = hardware_class(result.fingerprint, p.device, result.device_name)
+            to_write.append((golden_path(gdir, p.device, cls.id, p.scenario.id), result,
+                             _provenance(p, result, inputs, runs.envs["candidate"], commit),
+                             cls))
+        return verdict, proof
+
+    outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
+                       progress=progress, backend=backend)
+    for path, result, provenance, cls in to_write:
+        golden.write(path, result, provenance, cls)
+        legacy = legacy_path(gdir, cls.device, result.scenario)
+        if os.path.isfile(legacy) or os.path.islink(legacy):
+            os.unlink(legacy)
+            notes.append(f"removed {display_path(legacy)} (schema 1, no hardware class): "
+                         f"replaced by {display_path(path)}")
+    from lockguard.compare import Verdict
+    from lockguard.report import Report
+
+    broken = [v for v in outcome.verdicts
+              if v.verdict in (Verdict.broken, Verdict.device_fallback)]
+    idle = nothing_done(outcome.verdicts, "recorded")
+    return Report(command="record", mode="record", device=opts.device or config.device,
+                  locks=[lock_info(r, "candidate") for r in locks], verdicts=outcome.verdicts,
+                  evidence=outcome.evidence,
+                  parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
+                                outcome.results),
+                  written=[str(path) for path, *_ in to_write], passed=not broken and not idle,
+                  notes=([idle] if idle else []) + notes + crossed.notes(),
+                  hardware=hosts.to_json(), failing=[v.scenario for v in broken],
+                  duration_s=time.perf_counter() - start)
+
+
+def _provenance(p: Planned, result: RunResult, inputs: str, env: str,
+                commit: str | None) -> dict:
+    return {"lock": display_path(p.lock.path) if p.lock else None,
+            "lock_hash": lock_hash(p),
+            "inputs_digest": inputs,
+            "framework_version": result.framework_version,
+            "env": env,
+            "git_commit": commit}

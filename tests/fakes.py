@@ -1,0 +1,81 @@
+"""A fake environment backend for fast flow tests (like httpx's MockTransport): the flows run
+for real — plan, goldens, compare, Report — but no environment is built and no framework runs.
+
+The numbers a FakeEnv reports are a deterministic function of the scenario, the seed and the
+version its lock pins for the scenario's framework, so a flow test can make two locks agree
+(same pins) or drift (another version) without installing anything. Real environments are
+tested beside these, never replaced by them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockguard.flows.pipeline import LockRef
+from lockguard.hardware import cpu_info
+from lockguard.locks import Lock, framework_version
+from lockguard.results import SCHEMA_VERSION, RunResult, Status
+
+
+def losses_for(scenario: str, version: str, seed: int, steps: int) -> list[float]:
+    """A decaying curve whose low bits depend on the framework version: another version drifts
+    by a few ULPs from step 1 on, exactly as a real upgrade that changes a reduction order."""
+    salt = int(hashlib.sha256(f"{scenario}|{version}".encode()).hexdigest()[:8], 16) % 997
+    base = [2.0 * math.exp(-0.1 * i) + 0.01 * ((seed * 7 + i * 13) % 5) for i in range(steps)]
+    return [v if i == 0 else v * (1 + salt * 1e-6) for i, v in enumerate(base)]
+
+
+@dataclass
+class FakeEnv:
+    label: str
+    lock_hash: str
+    lock: Lock
+    backend: "FakeBackend"
+
+    def run(self, request, out_dir: Path) -> RunResult:
+        sid, fw = request.scenario.id, request.scenario.framework
+        # One environment serves every framework its lock pins, as a venv does.
+        version = framework_version(self.lock, fw) or "unpinned"
+        self.backend.record_run(sid, version)
+        behaviour = self.backend.behaviour.get((sid, version))
+        if behaviour == "crash":
+            return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
+                             steps=request.steps, seed=request.seed, status=Status.crashed,
+                             error="RuntimeError: boom")
+        losses = losses_for(sid, version, request.seed, request.steps)
+        if behaviour == "nan":
+            losses[-1] = float("nan")
+        device = "cpu" if behaviour == "cpu-fallback" else request.device
+        return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
+                         framework_version=version, device=device, device_name=device,
+                         steps=request.steps, seed=request.seed, losses=losses,
+                         fingerprint={"cpu": cpu_info()},  # the harness's own reading
+
+                         grad_norms=[abs(v) / 2 for v in losses],
+                         outputs=losses[-2:], output_shape=[2], param_digest=f"d{version}",
+                         timings={"total_s": 0.01, "step_median_s": 0.001})
+
+
+@dataclass
+class FakeBackend:
+    """Counts what a flow prepared and ran; `behaviour[(scenario, version)]` makes a run crash
+    ("crash"), end in NaN ("nan") or land on the CPU ("cpu-fallback")."""
+
+    behaviour: dict[tuple[str, str], str] = field(default_factory=dict)
+    prepared: list[str] = field(default_factory=list)
+    runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, version) in run order
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def prepare(self, ref: LockRef | None, framework: str, device: str, progress) -> FakeEnv:
+        assert ref is not None, "the fake backend serves locks, not the local interpreter"
+        self.prepared.append(ref.lock.lock_hash)
+        return FakeEnv(label=f"fake {ref.lock.lock_hash[:8]}", lock_hash=ref.lock.lock_hash,
+                       lock=ref.lock, backend=self)
+
+    def record_run(self, scenario: str, version: str) -> None:
+        with self._lock:
+            self.runs.append((scenario, version))

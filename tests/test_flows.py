@@ -1,0 +1,184 @@
+"""The flows' logic on the fake backend (tests/fakes.py): record, golden check, A/B, skipped,
+broken, incomparable, family rules and the shortcut, each in milliseconds. The same flows run
+against real environments in test_spine.py, test_gate.py and test_frameworks.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes import FakeBackend, losses_for
+from lockguard.config import Config, Options
+from lockguard.flows.ab import check_ab
+from lockguard.flows.check import check
+from lockguard.flows.pipeline import LockRef, read_lock
+from lockguard.flows.record import record
+from lockguard.golden import GoldenError
+from lockguard.hardware import host_class
+from lockguard.names import Verdict
+from lockguard.scenarios import bundled
+
+NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
+TORCH_AND_NUMPY = [s for s in bundled() if s.id in ("numpy.mlp", "torch.mlp")]
+
+
+def lock(tmp_path: Path, name: str, text: str) -> LockRef:
+    path = tmp_path / name
+    path.write_text(text)
+    return LockRef(path, read_lock(path))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Config:
+    return Config(root=tmp_path, golden_dir="golden", steps=6)
+
+
+def golden_of(config: Config, scenario: str) -> Path:
+    return config.root / "golden" / "cpu" / host_class("cpu").id / f"{scenario}.json"
+
+
+def timed(flow, *args, **kwargs):
+    start = time.perf_counter()
+    report = flow(*args, **kwargs)
+    return report, time.perf_counter() - start
+
+
+def test_record_then_check_is_identical_and_answered_without_running(project, tmp_path):
+    numpy1 = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
+    fake = FakeBackend()
+    report, took = timed(record, project, [numpy1], NUMPY, Options(), backend=fake)
+    assert report.passed and took < 1.0
+    assert report.written == [str(golden_of(project, "numpy.mlp"))]
+    [proof] = report.evidence
+    assert proof.candidate.result.losses == losses_for("numpy.mlp", "1.26.4", 0, 6)
+    assert fake.runs == [("numpy.mlp", "1.26.4")]
+
+    # Same lock, same inputs: the golden answers, nothing is prepared or run.
+    again = FakeBackend()
+    report, took = timed(check, project, [numpy1], NUMPY, Options(), backend=again)
+    assert report.passed and took < 1.0
+    assert [v.verdict for v in report.verdicts] == [Verdict.identical]
+    assert "not re-run" in report.verdicts[0].reasons[0]
+    assert again.prepared == [] and again.runs == []
+
+    # --rerun runs it and compares bitwise.
+    report = check(project, [numpy1], NUMPY, Options(rerun=True), backend=again)
+    assert report.passed and report.verdicts[0].verdict == Verdict.identical
+    assert again.runs == [("numpy.mlp", "1.26.4")]
+    assert report.evidence[0].baseline.kind == "golden"
+
+
+def test_a_drifting_lock_fails_the_golden_check_with_both_curves(project, tmp_path):
+    record(project, [lock(tmp_path, "old.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+           backend=FakeBackend())
+    report = check(project, [lock(tmp_path, "new.txt", "numpy==2.0.2\n")], NUMPY, Options(),
+                   backend=FakeBackend())
+    assert not report.passed and report.failing == ["numpy.mlp"]
+    [v] = report.verdicts
+    assert v.verdict == Verdict.drift and v.first_divergent_step == 1
+    [proof] = report.evidence
+    assert proof.baseline.result.losses == losses_for("numpy.mlp", "1.26.4", 0, 6)
+    assert proof.candidate.result.losses == losses_for("numpy.mlp", "2.0.2", 0, 6)
+
+
+def test_ab_pairs_results_with_their_own_lock(project, tmp_path):
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\ntorch==2.13.0\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\ntorch==2.13.0\n")
+    fake = FakeBackend()
+    report = check_ab(project, [new], [old], TORCH_AND_NUMPY, Options(repeat=2), backend=fake)
+    verdicts = {v.scenario: v.verdict for v in report.verdicts}
+    assert verdicts == {"numpy.mlp": Verdict.drift, "torch.mlp": Verdict.identical}
+    proof = {e.scenario: e for e in report.evidence}
+    assert proof["numpy.mlp"].baseline.result.framework_version == "1.26.4"
+    assert proof["numpy.mlp"].candidate.result.framework_version == "2.0.2"
+    assert proof["numpy.mlp"].baseline.name.endswith("old.txt")
+    # Baseline and candidate alternate per scenario, each repeated.
+    numpy_runs = [v for s, v in fake.runs if s == "numpy.mlp"]
+    assert sorted(numpy_runs) == ["1.26.4", "1.26.4", "2.0.2", "2.0.2"]
+    assert [d.new_source for d in report.lock_diffs] == [str(new.path)]
+
+
+def test_ab_without_a_baseline_for_the_framework_is_new(project, tmp_path):
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==1.26.4\ntorch==2.13.0\n")
+    report = check_ab(project, [new], [old], TORCH_AND_NUMPY, Options(), backend=FakeBackend())
+    verdicts = {v.scenario: v.verdict for v in report.verdicts}
+    assert verdicts == {"numpy.mlp": Verdict.identical, "torch.mlp": Verdict.new}
+    assert report.passed
+
+
+def test_a_crashed_candidate_is_broken_and_is_not_recorded(project, tmp_path):
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "crash"})
+    report = record(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+                    backend=fake)
+    assert not report.passed and report.failing == ["numpy.mlp"]
+    assert report.verdicts[0].verdict == Verdict.broken
+    assert report.written == [] and not golden_of(project, "numpy.mlp").exists()
+
+
+def test_nan_in_a_candidate_is_broken_not_compared(project, tmp_path):
+    record(project, [lock(tmp_path, "a.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+           backend=FakeBackend())
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "nan"})
+    report = check(project, [lock(tmp_path, "a.txt", "numpy==1.26.4\n")], NUMPY,
+                   Options(rerun=True), backend=fake)
+    assert report.verdicts[0].verdict == Verdict.broken and not report.passed
+
+
+def test_a_broken_baseline_makes_the_scenario_incomparable_and_fails(project, tmp_path):
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "crash"})
+    report = check_ab(project, [new], [old], NUMPY, Options(), backend=fake)
+    assert report.verdicts[0].verdict == Verdict.incomparable
+    assert not report.passed
+
+
+def test_a_device_fallback_fails_and_is_not_recorded(project, tmp_path):
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "cpu-fallback"})
+    report = record(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY,
+                    Options(device="cuda"), backend=fake)
+    assert report.verdicts[0].verdict == Verdict.device_fallback
+    assert not report.passed and report.written == []
+
+
+def test_all_skipped_is_nothing_compared_and_fails(project, tmp_path):
+    fake = FakeBackend()
+    report = check(project, [lock(tmp_path, "lock.txt", "torch==2.13.0\n")], NUMPY, Options(),
+                   backend=fake)
+    assert [v.verdict for v in report.verdicts] == [Verdict.skipped]
+    assert not report.passed and report.notes[0].startswith("nothing was compared")
+    assert fake.prepared == []
+
+
+def test_family_rules_fail_before_anything_is_prepared(project, tmp_path):
+    fake = FakeBackend()
+    broken = lock(tmp_path, "lock.txt", "torch==2.13.0\ntorchvision==0.10.0\n")
+    report = check(project, [broken], TORCH_AND_NUMPY, Options(), backend=fake)
+    assert not report.passed and report.rule_failures
+    assert fake.prepared == [] and fake.runs == []
+
+
+def test_a_missing_golden_is_an_error_before_anything_runs(project, tmp_path):
+    fake = FakeBackend()
+    with pytest.raises(GoldenError, match="no golden recorded for scenario numpy.mlp"):
+        check(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+              backend=fake)
+    assert fake.prepared == [] and fake.runs == []
+    report = check(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY,
+                   Options(allow_new=True), backend=fake)
+    assert report.verdicts[0].verdict == Verdict.new
+
+
+def test_the_report_json_carries_both_sides_per_step(project, tmp_path):
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    report = check_ab(project, [new], [old], NUMPY, Options(), backend=FakeBackend())
+    document = json.loads(report.model_dump_json())
+    [proof] = document["evidence"]
+    assert len(proof["baseline"]["result"]["losses"]) == 6
+    assert proof["fingerprint_diff"] == {}
+    assert document["schema_version"] == 2
