@@ -145,6 +145,13 @@ def test_one_ab_run_writes_every_report_and_they_agree(tmp_path, numpy_locks):
 
     document = json.loads((reports / "report.json").read_text())
     assert document["schema_version"] == 2 and document["failing"] == ["loss_ema"]
+    # Both sides' per-step losses travel with the report: the curves, and what `accept` adopts.
+    [proof] = document["evidence"]
+    old_losses = proof["baseline"]["result"]["losses"]
+    new_losses = proof["candidate"]["result"]["losses"]
+    assert len(old_losses) == len(new_losses) == 20
+    assert old_losses[:step] == new_losses[:step] and old_losses[step] != new_losses[step]
+    assert proof["baseline"]["name"] == "old.txt" and proof["candidate"]["name"] == "new.txt"
     for fmt, name in (("markdown", "report.md"), ("junit", "junit.xml"),
                       ("github", "annotations.txt")):
         again = run_cli("report", str(reports / "report.json"), "--format", fmt, cwd=project)
