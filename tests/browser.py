@@ -9,12 +9,14 @@ a deadline, so a hung browser fails the test instead of stalling the suite.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -40,21 +42,32 @@ class Visit:
     screenshot: bytes = b""  # PNG of the whole page at phone width
 
 
+def _above(fd: int, low: int) -> int:
+    """`fd` moved to a number >= `low`."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, low)
+    os.close(fd)
+    return moved
+
+
 class Browser:
     def __init__(self, deadline_s: float = 60.0) -> None:
         self.deadline = time.monotonic() + deadline_s
         self.profile = tempfile.TemporaryDirectory(prefix="lockguard-chromium-")
         to_browser_r, self.to_browser = os.pipe()
         self.from_browser, from_browser_w = os.pipe()
+        # Above 4, so that putting them on fds 3 and 4 in the child cannot clobber one another.
+        to_browser_r, from_browser_w = (_above(to_browser_r, 10), _above(from_browser_w, 10))
         argv = [chromium(), "--headless", "--disable-gpu", "--no-first-run",
                 "--no-default-browser-check", "--disable-extensions", "--mute-audio",
                 f"--user-data-dir={self.profile.name}", "--remote-debugging-pipe"]
         if os.geteuid() == 0:
             argv.append("--no-sandbox")  # Chromium refuses to sandbox as root (CI runs as root)
         # fds 3 and 4 in the browser, whatever numbers the pipes got here.
-        shell = f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}'
+        trampoline = (f"import os, sys; os.dup2({to_browser_r}, 3); os.dup2({from_browser_w}, 4);"
+                      " os.execv(sys.argv[1], sys.argv[1:])")
         self.proc = subprocess.Popen(
-            ["sh", "-c", shell, "sh", *argv], pass_fds=(to_browser_r, from_browser_w),
+            [sys.executable, "-I", "-S", "-c", trampoline, *argv],
+            pass_fds=(to_browser_r, from_browser_w),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             start_new_session=True)
         os.close(to_browser_r)
@@ -148,8 +161,8 @@ def visit(page: Path, script: str) -> Visit:
             elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
                 out.errors.append("log: " + params["entry"]["text"])
         return out
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nchromium's stderr:\n{browser.close()}") from None
+    except (AssertionError, OSError) as exc:  # OSError: a browser that died closes its pipe
+        raise AssertionError(f"{exc!r}\nchromium's stderr:\n{browser.close()}") from None
     finally:
         if browser.proc.returncode is None:
             browser.close()

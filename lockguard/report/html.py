@@ -43,7 +43,8 @@ h1{font-size:1.35rem;margin:1rem 0 .25rem}h2{font-size:1.15rem;margin:1.75rem 0 
 border-bottom:1px solid var(--line)}h3{font-size:1rem;margin:1rem 0 .35rem}
 .meta,figcaption,.note{color:var(--muted);font-size:.85rem}
 .scroll{overflow-x:auto;max-width:100%}
-table{border-collapse:collapse;font-size:.88rem;margin:.25rem 0}
+table{border-collapse:collapse;font-size:.88rem;margin:.25rem 0;width:100%}
+.digest,.prose{overflow-wrap:anywhere}
 th,td{border-bottom:1px solid var(--line);padding:.3rem .5rem;text-align:left;vertical-align:top}
 th{background:var(--soft)}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85em}
@@ -159,11 +160,13 @@ def _summary(report: Report) -> list[str]:
     for i, v in enumerate(report.ordered()):
         css = _verdict_css(report, v)
         gate = "fails the gate" if report.fails(v) else "passes"
-        rows.append([f'<a href="#s{i}">{e(v.scenario)}</a><br><small>{e(v.framework)}</small>',
-                     f'<span class="{css}">{e(v.verdict.value)}</span><br><small>{gate}</small>',
-                     e(summary_line(v)), e(final_loss(v)), e(timing(v))])
+        figures = f"final loss {final_loss(v)} · step time {timing(v)}"
+        rows.append([f'<a href="#s{i}">{e(v.scenario)}</a> <small>{e(v.framework)}</small><br>'
+                     f'<span class="{css}">{e(v.verdict.value)}</span> <small>{gate}</small>',
+                     f'<span class="prose">{e(summary_line(v))}<br><small>{e(figures)}</small>'
+                     "</span>"])
     if rows:
-        out.append(_table(["scenario", "verdict", "evidence", "final loss", "step time"], rows))
+        out.append(_table(["scenario, verdict", "evidence"], rows))
     for count, reason in report.skipped_groups():
         out.append(f'<p class="note">{count} skipped: {e(reason)}</p>')
     out += [f'<p class="note">note: {e(note)}</p>' for note in report.notes]
@@ -207,9 +210,10 @@ def _finite(values: list[float]) -> list[float | None]:
 
 
 def _curves(v: ScenarioVerdict, ev: Evidence | None) -> str:
-    sides = [s for s in (ev.baseline, ev.candidate) if s is not None] if ev else []
-    if not any(s.result.losses for s in sides):
-        return f'<p class="note">{NO_EVIDENCE}</p>'
+    sides = [s for s in _sides(ev) if s.result.losses]
+    if not sides:
+        missing = NO_EVIDENCE if ev is None else "neither side recorded losses"
+        return f'<p class="note">{missing}</p>'
     marks = []
     if v.first_divergent_step is not None:
         marks.append(Mark(v.first_divergent_step,
@@ -222,8 +226,8 @@ def _curves(v: ScenarioVerdict, ev: Evidence | None) -> str:
                        "loss per step: " + ", ".join(
                            f"{s.role} ({s.kind}) {'solid' if s.role == 'baseline' else 'dashed'}"
                            for s in sides) + _marks_caption(marks))]
-    if ev and ev.baseline and ev.candidate:
-        figures.append(_delta_figure(v, ev.baseline, ev.candidate, marks))
+    if len(sides) == 2:  # baseline, candidate
+        figures.append(_delta_figure(v, *sides, marks))
     return '<div class="charts">' + "".join(figures) + "</div>"
 
 
@@ -281,7 +285,7 @@ def _numbers(v: ScenarioVerdict, ev: Evidence | None) -> list[str]:
               f"{e('none' if v.first_divergent_step is None else v.first_divergent_step)}</p>")
     sides = _sides(ev)
     if sides:
-        digest = [[e(s.role), f"<code>{e(s.result.param_digest or '—')}</code>",
+        digest = [[e(s.role), f'<code class="digest">{e(s.result.param_digest or "—")}</code>',
                    e(s.result.output_shape or "—"),
                    e(", ".join(fmt_float(x) for x in s.result.outputs[:6])
                      + (" …" if len(s.result.outputs) > 6 else ""))] for s in sides]
