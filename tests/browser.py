@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 NAMES = ("chromium", "chromium-browser")
-PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
 
 
 def chromium() -> str:

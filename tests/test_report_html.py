@@ -358,6 +358,19 @@ def check_in_browser(page: Path, shot: Path) -> dict:
     return value
 
 
+def test_the_browser_sees_requests_and_errors(tmp_path):
+    """The checks below can fail: a page that fetches and errs is caught doing both."""
+    page = tmp_path / "bad.html"
+    page.write_text('<!DOCTYPE html><html><body><img src="http://127.0.0.1:9/x.png">'
+                    '<script>console.error("boom"); throw new Error("bang")</script>'
+                    "</body></html>")
+    seen = visit(page, "document.images.length")
+    assert seen.value == 1
+    assert "http://127.0.0.1:9/x.png" in seen.requests
+    text = "\n".join(seen.errors)
+    assert "boom" in text and "bang" in text
+
+
 def test_chromium_renders_it_draws_the_curves_and_fetches_nothing(report, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(render(report, "html"), encoding="utf-8")

@@ -74,7 +74,9 @@ def e(value: object) -> str:
 
 
 def render(report: Report) -> str:
-    title = f"lockguard {report.command}: " + ("pass" if report.passed else "fail")
+    title = f"lockguard {report.command}"
+    if report.command != "diff":
+        title += ": pass" if report.passed else ": fail"
     body = [_header(report, title), *_locks(report)]
     if report.command != "diff":
         body += _summary(report)
