@@ -74,6 +74,11 @@ class Tolerance(BaseModel):
     atol: float = Field(ge=0)
     exact: bool = False  # bitwise equality required; rtol/atol are then ignored
 
+    def allowed(self, baseline: float) -> float:
+        """The greatest |new - old| allowed against the baseline value `baseline` (0 in exact
+        mode): the one formula the verdict uses and the HTML report draws as its band."""
+        return 0.0 if self.exact else self.atol + self.rtol * abs(baseline)
+
 
 # torch.testing.assert_close's defaults (rtol, atol). Users know these numbers already.
 _DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -227,6 +232,7 @@ class ScenarioVerdict(BaseModel):
     baseline_kind: Literal["golden", "lock"] | None = None
     first_divergent_step: int | None = None  # first step whose loss differs at all (bitwise)
     losses: SeriesDiff | None = None
+    tolerance: Tolerance | None = None  # what the series were judged by, when they were compared
     grad_norms: SeriesDiff | None = None
     outputs: SeriesDiff | None = None
     param_digest_equal: bool | None = None
@@ -380,7 +386,7 @@ def _close(a: float, b: float, tol: Tolerance) -> bool:
         return True
     if tol.exact or not (math.isfinite(a) and math.isfinite(b)):
         return False
-    return abs(a - b) <= tol.atol + tol.rtol * abs(b)
+    return abs(a - b) <= tol.allowed(b)
 
 
 def _series_message(
@@ -677,6 +683,7 @@ def compare_runs(
         findings.note("the candidate reported no compile diagnostics, the baseline did")
 
     tol = _effective_tolerance(policy, tolerance, candidate.dtype)
+    result.tolerance = tol
     _compare_numerics(baseline, candidate, tol, result, findings, hardware)
 
     for runs, role in ((baselines, "baseline"), (candidates, "candidate")):

@@ -7,7 +7,7 @@ from enum import Enum
 FRAMEWORKS = ("torch", "jax", "tensorflow", "numpy")
 DEVICES = ("cpu", "cuda", "tpu")
 ENV_KINDS = ("venv", "docker", "local")
-FORMATS = ("text", "json", "markdown", "junit", "github")
+FORMATS = ("text", "json", "markdown", "html", "junit", "github")
 RESOLVERS = ("pip-tools", "uv")
 
 

@@ -1,10 +1,11 @@
 """The one Report model every renderer draws; no computation happens in the renderers.
 
 A Report is built by the record/check flows (lockguard/flows/) from pure comparison results;
-`render(report, fmt)` turns it into text, json, markdown, junit or github annotations. What a
-renderer needs beyond the verdicts is a field here (which scenarios fail the gate: the policy is
-applied by the flow, never by a renderer) or a method that reads the fields (the tally, the lock
-lines behind a scenario, the command that reproduces it), so that every format says the same.
+`render(report, fmt)` turns it into text, json, markdown, html, junit or github annotations.
+What a renderer needs beyond the verdicts is a field here (which scenarios fail the gate: the
+policy is applied by the flow, never by a renderer) or a method that reads the fields (the
+tally, the lock lines behind a scenario, the command that reproduces it), so that every format
+says the same.
 
 The JSON form is a versioned contract (`schema_version`): `lockguard report REPORT.json`
 re-renders it later without running anything, and refuses a version it does not know.
@@ -257,6 +258,10 @@ def render(report: Report, fmt: str, color: bool = False, width: int | None = No
         from lockguard.report import markdown
 
         return markdown.render(report)
+    if fmt == "html":
+        from lockguard.report import html
+
+        return html.render(report)
     if fmt == "junit":
         from lockguard.report import junit
 
