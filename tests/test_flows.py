@@ -5,7 +5,6 @@ against real environments in test_spine.py, test_gate.py and test_frameworks.py.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -40,17 +39,11 @@ def golden_of(config: Config, scenario: str) -> Path:
     return config.root / "golden" / "cpu" / host_class("cpu").id / f"{scenario}.json"
 
 
-def timed(flow, *args, **kwargs):
-    start = time.perf_counter()
-    report = flow(*args, **kwargs)
-    return report, time.perf_counter() - start
-
-
 def test_record_then_check_is_identical_and_answered_without_running(project, tmp_path):
     numpy1 = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
     fake = FakeBackend()
-    report, took = timed(record, project, [numpy1], NUMPY, Options(), backend=fake)
-    assert report.passed and took < 1.0
+    report = record(project, [numpy1], NUMPY, Options(), backend=fake)
+    assert report.passed
     assert report.written == [str(golden_of(project, "numpy.mlp"))]
     [proof] = report.evidence
     assert proof.candidate.result.losses == losses_for("numpy.mlp", "1.26.4", 0, 6)
@@ -58,8 +51,8 @@ def test_record_then_check_is_identical_and_answered_without_running(project, tm
 
     # Same lock, same inputs: the golden answers, nothing is prepared or run.
     again = FakeBackend()
-    report, took = timed(check, project, [numpy1], NUMPY, Options(), backend=again)
-    assert report.passed and took < 1.0
+    report = check(project, [numpy1], NUMPY, Options(), backend=again)
+    assert report.passed
     assert [v.verdict for v in report.verdicts] == [Verdict.identical]
     assert "not re-run" in report.verdicts[0].reasons[0]
     assert again.prepared == [] and again.runs == []
