@@ -20,7 +20,9 @@ from lockguard.files import writable_dir
 from lockguard import golden
 from lockguard.golden import Golden, GoldenError, class_paths, golden_path, legacy_path
 from lockguard.hardware import HardwareClass, difference, hardware_class, host_class
-from lockguard.locks import check_family_rules, diff_locks, framework_version
+from lockguard.locks.diff import diff_locks
+from lockguard.locks.families import framework_version
+from lockguard.locks.rules import check_family_rules
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
 from lockguard.runner import (
@@ -572,9 +574,9 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from lockguard import resolve
     from lockguard.cache import cache_dir
     from lockguard.config import ConfigError
+    from lockguard.locks import resolve
 
     wanted: dict[str, str] = {}
     for spec in upgrades:

@@ -43,7 +43,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
         return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
                       duration_s=time.perf_counter() - start)
     from lockguard.checks import check_ab, family_rule_report
-    from lockguard.locks import parse_lock_text
+    from lockguard.locks.parser import parse_lock_text
     from lockguard.runner import LockRef, lock_for, read_lock
 
     candidates, baseline = [], []

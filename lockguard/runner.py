@@ -17,7 +17,8 @@ from lockguard.cache import cache_root
 from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
 from lockguard.files import scratch_dir, writable_dir
-from lockguard.locks import Lock, parse_lock
+from lockguard.locks.model import Lock
+from lockguard.locks.parser import parse_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
 from lockguard.scenarios import Scenario

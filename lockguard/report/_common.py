@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lockguard.compare import CompileDiff, ScenarioVerdict, Verdict
-from lockguard.locks import Change, OptionChange
+from lockguard.locks.diff import Change, OptionChange
 
 SYMBOL = {
     Verdict.identical: "=", Verdict.within_tolerance: "≈", Verdict.drift: "✗",
