@@ -6,6 +6,7 @@ and git: nothing is parsed, built, imported or run.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,7 +68,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
         # pip installs from a file: the lock as read from git, written into the cache.
         path = materialise(change.base_text or "", change.path.name)
         label = f"{short_ref(base_ref)}@{change.base_commit[:7]}:{display_path(change.path)}"
-        baseline.append(LockRef(path, old_lock.model_copy(update={"source": str(path)}),
+        baseline.append(LockRef(path, dataclasses.replace(old_lock, source=str(path)),
                                 label=label))
     if not candidates:
         return Report(command="check", mode="ab", notes=notes, passed=True, base=base,

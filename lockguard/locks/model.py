@@ -17,10 +17,10 @@ Build a `Lock` with lockguard.locks.parser, which enforces the rules.
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from pydantic import BaseModel, ConfigDict
 
 from lockguard.errors import LockguardError
 
@@ -36,10 +36,11 @@ class LockError(LockguardError):
         super().__init__(f"{where}: {reason}")
 
 
-class Pin(BaseModel):
+# In memory only (the Report carries a lock's hash, versions and diff, never the Lock): plain
+# frozen dataclasses. keyword-only, as the parser builds them.
+@dataclass(frozen=True, kw_only=True)
+class Pin:
     """One `name==version` line of a lock."""
-
-    model_config = ConfigDict(frozen=True)
 
     name: str  # canonical (PEP 503): lower case, runs of -_. become "-"
     display_name: str  # as written in the lock, for messages
@@ -60,11 +61,10 @@ class Pin(BaseModel):
         return f"{self.display_name}{extras}=={self.version}"
 
 
-class LockOptions(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class LockOptions:
     """The pip options a lock carries (pip reads them from the file too; `pip_args` is for an
     installer that is handed the pins some other way)."""
-
-    model_config = ConfigDict(frozen=True)
 
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()  # file order: uv gives earlier indexes priority
@@ -88,15 +88,13 @@ class LockOptions(BaseModel):
         return args + list(self.other_options)
 
 
-class Lock(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Lock:
     """A parsed lock. Build one with `parse_lock` / `parse_lock_text`, which enforce the rules."""
-
-    model_config = ConfigDict(frozen=True)
 
     source: str  # the path as given to parse_lock (the env builder installs from it)
     pins: tuple[Pin, ...]  # file order
-    options: LockOptions = LockOptions()
-    # (option as in options.other_options, its line): so a refused option can be named by line
+    options: LockOptions = field(default_factory=LockOptions)
 
     @property
     def by_name(self) -> dict[str, tuple[Pin, ...]]:
