@@ -31,7 +31,8 @@ from lockguard.runner import (
 from lockguard.scenarios import Scenario, harness_digest, inputs_digest
 
 if TYPE_CHECKING:
-    from lockguard.compare import HardwareChange, Policy, ScenarioVerdict, Tolerance
+    from lockguard.compare.tolerance import Policy, Tolerance
+    from lockguard.compare.verdicts import HardwareChange, ScenarioVerdict
     from lockguard.report import Evidence
     from lockguard.report import LockInfo, ParityRow, Report
 
@@ -51,17 +52,18 @@ def _prewarm() -> None:
 # ------------------------------------------------------------------------------------ policy
 
 def _tolerance(setting: ToleranceSetting | None) -> Tolerance | None:
-    from lockguard.compare import Tolerance
+    from lockguard.compare.tolerance import Tolerance
 
     if setting is None:
         return None
     if setting == "exact":
         return Tolerance(rtol=0.0, atol=0.0, exact=True)
-    return Tolerance(rtol=setting.rtol, atol=setting.atol)
+    return setting  # already a Tolerance: config validated it
 
 
 def policy_for(config: Config, exact: bool = False) -> Policy:
-    from lockguard.compare import DEFAULT_FAIL_ON, Policy, Verdict
+    from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy
+    from lockguard.names import Verdict
 
     fail_on = (frozenset(Verdict(v) for v in config.fail_on) if config.fail_on is not None
                else DEFAULT_FAIL_ON)
@@ -111,7 +113,7 @@ def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> lis
 def nothing_done(verdicts: list[ScenarioVerdict], what: str) -> str | None:
     """Why a record or check that ran no scenario must not pass: a gate passes only what it
     compared. None when something ran."""
-    from lockguard.compare import Verdict
+    from lockguard.names import Verdict
 
     if any(v.verdict != Verdict.skipped for v in verdicts):
         return None
@@ -222,7 +224,8 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
             for p in runnable]
     _prewarm()
     results = run_requests(jobs, progress)
-    from lockguard.compare import Verdict, skipped
+    from lockguard.compare.verdicts import skipped
+    from lockguard.names import Verdict
     from lockguard.report import Report
 
     harness = harness_digest()
@@ -328,7 +331,8 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
                 for p, _, _ in to_run for _ in range(opts.repeat)]
         _prewarm()
         runs = run_requests(jobs, progress)
-    from lockguard.compare import ScenarioVerdict, Verdict, gate_passes, is_failure, skipped
+    from lockguard.compare.verdicts import ScenarioVerdict, gate_passes, is_failure, skipped
+    from lockguard.names import Verdict
     from lockguard.report import Report
 
     verdicts: dict[str, ScenarioVerdict] = {}
@@ -445,7 +449,7 @@ def _compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, 
                           ) -> tuple[ScenarioVerdict, Golden | None]:
     """The verdict of `runs` against the golden of their own hardware class, or, when there is
     none, against another class's golden, with the hardware change for compare_runs to judge."""
-    from lockguard.compare import compare_runs
+    from lockguard.compare.verdicts import compare_runs
 
     here = (hardware_class(runs[0].fingerprint, p.device, runs[0].device_name)
             if runs[0].fingerprint else host)
@@ -475,7 +479,7 @@ def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> 
 
 def _change(gold: Golden, here: HardwareClass | None, digest: str,
             lock_hash: str) -> HardwareChange:
-    from lockguard.compare import HardwareChange
+    from lockguard.compare.verdicts import HardwareChange
 
     return HardwareChange(
         golden=gold.hardware.describe(),
@@ -512,9 +516,10 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     if jobs:
         _prewarm()
     runs = run_requests(jobs, progress) if jobs else []
-    from lockguard.compare import (
-        ScenarioVerdict, Verdict, compare_runs, gate_passes, is_failure, skipped,
+    from lockguard.compare.verdicts import (
+        ScenarioVerdict, compare_runs, gate_passes, is_failure, skipped,
     )
+    from lockguard.names import Verdict
     from lockguard.report import Report
 
     verdicts: dict[str, ScenarioVerdict] = {}

@@ -15,6 +15,7 @@ from typing import Any, Literal, Union
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator,
                       model_validator)
 
+from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
 from lockguard.names import DEVICES, ENV_KINDS, FRAMEWORKS, VERDICT_NAMES
 
@@ -36,13 +37,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ToleranceConfig(_Strict):
-    rtol: float = Field(ge=0, allow_inf_nan=False)
-    atol: float = Field(ge=0, allow_inf_nan=False)
-
-
-# `tolerance = "exact"` or `tolerance = {rtol = 1e-5, atol = 1e-6}`
-ToleranceSetting = Union[Literal["exact"], ToleranceConfig]
+# `tolerance = "exact"` or `tolerance = {rtol = 1e-5, atol = 1e-6}` (validated by Tolerance)
+ToleranceSetting = Union[Literal["exact"], Tolerance]
 
 
 class LockEntry(_Strict):

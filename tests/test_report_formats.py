@@ -21,7 +21,9 @@ import pytest
 from conftest import QUICKSTART, make_project, run_cli
 from lockguard.names import FORMATS
 from lockguard.checks import lock_info
-from lockguard.compare import Policy, Verdict, compare_runs, is_failure, skipped
+from lockguard.compare.tolerance import Policy
+from lockguard.compare.verdicts import compare_runs, is_failure, skipped
+from lockguard.names import Verdict
 from lockguard.locks.diff import diff_locks
 from lockguard.locks.parser import parse_lock_text
 from lockguard.progress import Progress, show_command
