@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard.config import Config, Options, ToleranceSetting, display_path
+from lockguard.config import Config, Options, ToleranceSetting
 from lockguard.envs.base import RunRequest
-from lockguard.files import writable_dir
+from lockguard.files import display_path, writable_dir
 from lockguard import golden
 from lockguard.golden import Golden, GoldenError, class_paths, golden_path, legacy_path
 from lockguard.hardware import HardwareClass, difference, hardware_class, host_class

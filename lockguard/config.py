@@ -158,14 +158,6 @@ def find_python(python: str, root: Path) -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def display_path(path: Path) -> str:
-    """Relative to the working directory when below it: what the user typed, not /abs/paths."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
 def lock_paths(config: Config, cli_locks: list[str]
                ) -> list[tuple[Path, str | None, Path | None]]:
     """(path, expected device, requirements.in) of each lock, without reading the locks:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import gitref
-from lockguard.config import Config, display_path
+from lockguard.config import Config
+from lockguard.files import display_path
 from lockguard.progress import QUIET, Progress
 
 if TYPE_CHECKING:
