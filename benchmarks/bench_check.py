@@ -80,7 +80,7 @@ def bench_overhead(tmp: Path, repeat: int) -> dict:
     timed([*lockguard_cmd(), "record"], p)
     sys.path.insert(0, str(REPO))
     from lockguard.envs.venv import prepare
-    from lockguard.locks import parse_lock
+    from lockguard.locks.parser import parse_lock
     from lockguard.scenarios import HARNESS_DIR
 
     env = prepare(parse_lock(p / "requirements.txt"))

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import lockguard.envs.docker as dk  # noqa: E402
 from lockguard.envs.venv import READY  # noqa: E402
-from lockguard.locks import parse_lock  # noqa: E402
+from lockguard.locks.parser import parse_lock  # noqa: E402
 
 DATA = REPO / "tests" / "data"
 LOCKS = {
@@ -69,7 +69,7 @@ def bench(framework: str, client, repeat: int) -> dict:
         hits.append(time.perf_counter() - start)
         assert again.reused and again.id == built.id
     # The same from a fresh process, as `lockguard build` runs it: imports included.
-    code = ("import sys; from pathlib import Path; from lockguard.locks import parse_lock; "
+    code = ("import sys; from pathlib import Path; from lockguard.locks.parser import parse_lock; "
             "from lockguard.envs.docker import build_image; "
             "assert build_image(parse_lock(Path(sys.argv[1])), sys.argv[2], 'cpu').reused")
     start = time.perf_counter()

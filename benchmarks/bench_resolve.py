@@ -2,7 +2,7 @@
 
     python benchmarks/bench_resolve.py [--repeat N] [--skip-cold] [--resolver pip-tools|uv ...]
 
-Both resolvers run through lockguard.resolve.compile_lock, i.e. exactly what `lockguard lock`
+Both resolvers run through lockguard.locks.resolve.compile_lock, i.e. exactly what `lockguard lock`
 does: hashes generated, pip's index configuration applied to both (uv reads none of pip's
 configuration; lockguard hands it pip's indexes, find-links and constraint files). For
 reference, uv is also timed without pip's configuration ("uv, PyPI only"), which is what a
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lockguard import resolve  # noqa: E402
+from lockguard.locks import resolve  # noqa: E402
 
 # The three framework families with their usual companions, and the data stack around them.
 REQUIREMENTS = """\

@@ -40,7 +40,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     from lockguard.envs import venv
-    from lockguard.locks import parse_lock
+    from lockguard.locks.parser import parse_lock
     from lockguard.progress import Progress
 
     lock = parse_lock(args.lock)

@@ -402,7 +402,7 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
 @handles_errors
 def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, resolver) -> None:
     """Write a fully pinned, hashed lock (pip-compile format) from REQUIREMENTS_IN."""
-    from lockguard import resolve
+    from lockguard.locks import resolve
     from lockguard.progress import Progress
 
     if not requirements_in.is_file():
@@ -426,13 +426,13 @@ def outdated(locks, config_path, fmt, index_url) -> None:
     import dataclasses
     import json
 
-    from lockguard import resolve
     from lockguard.config import load_config
     from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.outdated import outdated as newer_releases
 
     config = load_config(config_path)
     rows = [(ref, row) for ref in load_locks(config, list(locks))
-            for row in resolve.outdated(ref.lock, index=index_url)]
+            for row in newer_releases(ref.lock, index=index_url)]
     if fmt == "json":
         click.echo(json.dumps([{"lock": str(ref.path), **dataclasses.asdict(row)}
                                for ref, row in rows], indent=2, default=str))

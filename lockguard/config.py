@@ -15,6 +15,7 @@ from typing import Any, Literal, Union
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator,
                       model_validator)
 
+from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
 from lockguard.names import DEVICES, ENV_KINDS, FRAMEWORKS, VERDICT_NAMES
 
@@ -36,13 +37,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ToleranceConfig(_Strict):
-    rtol: float = Field(ge=0, allow_inf_nan=False)
-    atol: float = Field(ge=0, allow_inf_nan=False)
-
-
-# `tolerance = "exact"` or `tolerance = {rtol = 1e-5, atol = 1e-6}`
-ToleranceSetting = Union[Literal["exact"], ToleranceConfig]
+# `tolerance = "exact"` or `tolerance = {rtol = 1e-5, atol = 1e-6}` (validated by Tolerance)
+ToleranceSetting = Union[Literal["exact"], Tolerance]
 
 
 class LockEntry(_Strict):
@@ -160,14 +156,6 @@ def find_python(python: str, root: Path) -> str | None:
     path = Path(python).expanduser()
     path = path if path.is_absolute() else root / path
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
-
-
-def display_path(path: Path) -> str:
-    """Relative to the working directory when below it: what the user typed, not /abs/paths."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def lock_paths(config: Config, cli_locks: list[str]

@@ -8,6 +8,8 @@ umask's, or the replaced file's), not mkstemp's 0600. Anything else -- a FIFO, a
 `/dev/stdout`, a process substitution -- is written through, since renaming over it would
 destroy it; a symlink is followed and its target replaced. Temporary files left by a killed
 writer are removed by the next write into the same directory.
+
+Paths are shown to the user with `display_path`, here beside the other path helpers.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def _describe(path: Path, exc: OSError) -> str:
     if isinstance(exc, IsADirectoryError):
         return f"{path}: cannot write: it is a directory"
     return f"{path}: cannot write: {exc.strerror or exc}"
+
+
+def display_path(path: Path) -> str:
+    """Relative to the working directory when below it: what the user typed, not /abs/paths."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def write_text(path: Path, text: str) -> None:

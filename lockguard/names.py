@@ -28,3 +28,21 @@ class Verdict(str, Enum):
 
 
 VERDICT_NAMES = tuple(v.value for v in Verdict)
+
+
+# When several findings apply, the verdict is the first of them in this order. A broken run
+# says nothing about numerics; a run on the wrong device makes its numerics meaningless; and
+# so on down to "identical", which only holds when nothing else was found.
+PRECEDENCE: tuple[Verdict, ...] = (
+    Verdict.broken,
+    Verdict.device_fallback,
+    Verdict.incomparable,
+    Verdict.new,
+    Verdict.compile_fallback,
+    Verdict.drift,
+    Verdict.other_hardware,
+    Verdict.slower,
+    Verdict.within_tolerance,
+    Verdict.identical,
+    Verdict.skipped,
+)

@@ -7,13 +7,25 @@ written with Python's repr, which round-trips exactly, so losses are never round
 
 import math
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
+                      ValidationError, model_serializer)
 
 from lockguard.errors import LockguardError
 
 SCHEMA_VERSION = 1
+
+
+def _json_float(value: float) -> float | str:
+    # Differences can be inf or nan (a NaN where a number was expected). Strict JSON has no
+    # spelling for those, so they are written as the strings "inf" / "nan", which pydantic
+    # reads back as floats.
+    return value if math.isfinite(value) else str(value)
+
+
+# A float that serialises to strict JSON even when it is not finite.
+JsonFloat = Annotated[float, PlainSerializer(_json_float, when_used="json")]
 
 
 class Status(str, Enum):
@@ -31,6 +43,31 @@ class Timings(BaseModel):
     first_step_s: float | None = None  # includes compilation / tracing
     step_median_s: float | None = None  # steady state, steps after the first
     total_s: float | None = None  # the whole harness process, as seen from inside
+
+
+class AccuracySeries(BaseModel):
+    """The accuracy check of one series (losses, outputs): rmse from the fp64 reference."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+    compiled_vs_fp64: JsonFloat | None = None
+    eager_vs_fp64: JsonFloat | None = None
+    limit: JsonFloat | None = None  # the most compiled_vs_fp64 may be
+    compiled_vs_eager_max_abs: JsonFloat | None = None
+    ok: bool | None = None
+
+
+class AccuracyCheck(BaseModel):
+    """torch's miscompile evidence, as harness/compile_torch.py `accuracy` writes it: PyTorch CI's
+    rule, the compiled result at most k times farther (rmse) from fp64 than the eager one is."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+    rule: str | None = None
+    k: float | None = None
+    floor: float | None = None
+    ok: bool | None = None
+    series: dict[str, AccuracySeries] = Field(default_factory=dict)
 
 
 class CompileDiagnostics(BaseModel):
@@ -51,6 +88,15 @@ class CompileDiagnostics(BaseModel):
     compilations: dict[str, int] = Field(default_factory=dict)  # jax: compiles per user function
     xla: bool | None = None  # tf: XLA compiled the function
     compile_s: float | None = None  # time spent compiling, when it can be told apart
+    accuracy: AccuracyCheck | None = None  # torch: compiled vs eager vs fp64 (miscompiles)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_accuracy(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only torch's compiled runs carry the check; the others' JSON stays as it was.
+        data = handler(self)
+        if self.accuracy is None:
+            data.pop("accuracy", None)
+        return data
 
 
 class RunResult(BaseModel):

@@ -75,7 +75,7 @@ def numpy_locks() -> dict[str, Path]:
 def lockguard_python(lock: Path) -> Path:
     """The interpreter of the venv lockguard itself builds (or reuses) for `lock`."""
     from lockguard.envs.venv import prepare
-    from lockguard.locks import parse_lock
+    from lockguard.locks.parser import parse_lock
 
     return prepare(parse_lock(lock)).python
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from lockguard.flows.pipeline import LockRef
 from lockguard.hardware import cpu_info
-from lockguard.locks import Lock, framework_version
+from lockguard.locks.families import framework_version
+from lockguard.locks.model import Lock
 from lockguard.results import SCHEMA_VERSION, RunResult, Status
 
 

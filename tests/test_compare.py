@@ -1,4 +1,4 @@
-"""compare.py: verdicts, their precedence, and the figures behind them.
+"""lockguard.compare: verdicts, their precedence, and the figures behind them.
 
 Every test builds RunResult objects directly; nothing runs a framework.
 """
@@ -7,29 +7,19 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from lockguard.compare import (
-    DEFAULT_FAIL_ON,
-    PRECEDENCE,
-    CompileDiff,
-    Policy,
-    ScenarioVerdict,
-    SeriesDiff,
-    Tolerance,
-    Verdict,
-    bitwise_equal,
-    compare_compile,
-    compare_runs,
-    compare_series,
-    default_tolerance,
-    first_difference,
-    gate_passes,
-    is_failure,
-    skipped,
-    ulp_distance,
+from lockguard.compare.compile import CompileDiff, compare_compile
+from lockguard.compare.numerics import (
+    SeriesDiff, bitwise_equal, compare_series, first_difference, ulp_distance,
 )
+from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy, Tolerance, default_tolerance
+from lockguard.compare.verdicts import (
+    ScenarioVerdict, compare_runs, gate_passes, is_failure, skipped,
+)
+from lockguard.names import PRECEDENCE, Verdict
 from lockguard.results import SCHEMA_VERSION, CompileDiagnostics, RunResult, Status, Timings
 
 LOSSES = [2.0, 1.5, 1.25, 1.0, 0.875, 0.75]
@@ -692,3 +682,30 @@ def test_scenario_verdict_dumps_to_strict_json() -> None:
     text = json.dumps(v.model_dump(mode="json"), allow_nan=False)
     assert json.loads(text)["final_loss_new"] == "nan"
     assert ScenarioVerdict.model_validate_json(v.model_dump_json()).verdict == Verdict.drift
+
+
+def test_tolerance_is_validated_in_one_place_with_the_config_s_bounds():
+    from pydantic import ValidationError
+
+    from lockguard.config import parse_config
+
+    for bad in ({"rtol": -1e-5, "atol": 0.0}, {"rtol": math.inf, "atol": 0.0},
+                {"rtol": 0.0, "atol": math.nan}, {"rtol": 0.0, "atol": 0.0, "btol": 1}):
+        with pytest.raises(ValidationError):
+            Tolerance(**bad)
+    config = parse_config({"tolerance": {"rtol": 1e-5, "atol": 1e-6}}, "t.toml", Path("."))
+    assert config.tolerance == Tolerance(rtol=1e-5, atol=1e-6)
+
+
+def test_compare_is_pure_it_imports_no_io_module():
+    import ast
+
+    io_modules = {"os", "pathlib", "subprocess", "shutil", "json", "io", "tempfile", "socket",
+                  "lockguard.files", "lockguard.process", "lockguard.cache", "lockguard.golden"}
+    package = Path(__file__).resolve().parent.parent / "lockguard" / "compare"
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name not in io_modules, f"{path.name} imports {name}"

@@ -220,7 +220,7 @@ def test_torch_same_lock_on_both_sides_is_clean(torch_project: Path) -> None:
 def _inductor_env() -> dict[str, str]:
     # The compile cache lockguard keeps beside that venv: warm across test runs, as re-checks are.
     from lockguard.envs.venv import prepare
-    from lockguard.locks import parse_lock
+    from lockguard.locks.parser import parse_lock
 
     root = prepare(parse_lock(FRAMEWORK_LOCKS["torch"])).inductor_cache
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),

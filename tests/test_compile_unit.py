@@ -7,12 +7,15 @@ The log texts below are what torch 2.13's dynamo wrote in real runs (paths from 
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from pathlib import Path
 
-from lockguard.compare import (
-    Policy, Verdict, accuracy_failure, break_site, compare_compile, compare_runs, is_failure,
-)
+from lockguard.compare.compile import accuracy_failure, break_site, compare_compile
+from lockguard.compare.tolerance import Policy
+from lockguard.compare.verdicts import compare_runs, is_failure
+from lockguard.names import Verdict
 from lockguard.report import Report, render
 from lockguard.report._common import compile_rows
 from lockguard.results import SCHEMA_VERSION, CompileDiagnostics, RunResult
@@ -204,6 +207,20 @@ def test_miscompile_is_compile_fallback_evidence_of_its_own() -> None:
     passed = dict(MISCOMPILED, accuracy=dict(MISCOMPILED["accuracy"], ok=True))
     assert accuracy_failure(CompileDiagnostics(**passed)) is None
     assert accuracy_failure(CompileDiagnostics(graph_breaks=0)) is None
+
+
+def test_accuracy_check_is_a_typed_field_and_its_json_round_trips() -> None:
+    # What the harness writes (a NaN made the distance "inf") is read into AccuracyCheck, not
+    # kept as an untyped extra, and written back as the same JSON; runs without it gain no key.
+    fp64 = {"losses": [1.0, 0.5], "outputs": [0.25]}
+    nan = {"losses": [float("nan"), 0.5], "outputs": [0.25]}
+    written = {"graph_breaks": 0, "accuracy": ct.accuracy(nan, fp64, fp64), "dynamo": {"x": 1}}
+    diagnostics = CompileDiagnostics.model_validate(json.loads(json.dumps(written)))
+    assert diagnostics.accuracy is not None and diagnostics.model_extra == {"dynamo": {"x": 1}}
+    assert diagnostics.accuracy.series["losses"].compiled_vs_fp64 == math.inf
+    assert diagnostics.model_dump(mode="json", exclude_defaults=True) == written
+    assert "accuracy" not in CompileDiagnostics(graph_breaks=0).model_dump(mode="json")
+    assert "losses inf from fp64 where eager is 0 (limit 1e-05)" in accuracy_failure(diagnostics)
 
 
 def test_compile_time_ratio_only_when_timed_together() -> None:

@@ -37,7 +37,7 @@ from lockguard.envs.docker.conformance import (
 from lockguard.envs.docker.engine import no_engine_message
 from lockguard.envs.docker.pin import pin_bases
 from lockguard.envs.docker.recipe import VENV_PYTHON, load_bases, render
-from lockguard.locks import parse_lock, parse_lock_text
+from lockguard.locks.parser import parse_lock, parse_lock_text
 from lockguard.results import Status
 from lockguard.scenarios import HARNESS_DIR, Scenario, bundled
 

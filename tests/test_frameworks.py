@@ -29,7 +29,7 @@ NO_TIMING = "slower_ratio = 1000.0"
 def by_hand(lock: Path, scenario: str, out: Path, steps: int) -> dict:
     """Run the harness directly in lockguard's cached venv for `lock`, no lockguard in between."""
     from lockguard.envs.venv import prepare
-    from lockguard.locks import parse_lock
+    from lockguard.locks.parser import parse_lock
     from lockguard.scenarios import HARNESS_DIR
 
     env = prepare(parse_lock(lock))

@@ -16,9 +16,9 @@ import pytest
 
 from conftest import REPO
 from lockguard import golden
-from lockguard.compare import (
-    DEFAULT_FAIL_ON, HardwareChange, Policy, Verdict, compare_runs, is_failure,
-)
+from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy
+from lockguard.compare.verdicts import HardwareChange, compare_runs, is_failure
+from lockguard.names import Verdict
 from lockguard.golden import GoldenError, class_paths, golden_path
 from lockguard.hardware import HardwareClass, difference, hardware_class, host_class
 from lockguard.harness.common import parse_cpuinfo, parse_nvidia

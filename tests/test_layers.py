@@ -86,7 +86,7 @@ def test_the_environment_layer_knows_nothing_of_the_project_or_the_flows():
     assert violations(envs, NOT_IN_ENVS) == []
 
 
-@pytest.mark.parametrize("layer", ["lockguard.locks", "lockguard.resolve", "lockguard.compare",
+@pytest.mark.parametrize("layer", ["lockguard.locks", "lockguard.compare",
                                    "lockguard.results", "lockguard.golden", "lockguard.hardware",
                                    "lockguard.scenarios", "lockguard.config", "lockguard.gitref",
                                    "lockguard.envs"])
@@ -127,7 +127,7 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("the framework names", r"^FRAMEWORKS\s*=", ["lockguard.names"]),
     ("the verdict names", r"^class Verdict\b|^VERDICT_NAMES\s*=", ["lockguard.names"]),
     ("the report formats", r"^FORMATS\s*=", ["lockguard.names"]),
-    ("the lock parser", r"^def parse_lock_text\(", ["lockguard.locks"]),
+    ("the lock parser", r"^def parse_lock_text\(", ["lockguard.locks.parser"]),
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
 ])
 def test_each_mechanism_is_defined_once(what, pattern, expected_in):

@@ -7,18 +7,11 @@ import json
 
 import pytest
 
-from lockguard.locks import (
-    RULES,
-    Lock,
-    LockError,
-    bump_kind,
-    check_family_rules,
-    diff_locks,
-    framework_version,
-    package_families,
-    parse_lock,
-    parse_lock_text,
-)
+from lockguard.locks.diff import bump_kind, diff_locks
+from lockguard.locks.families import framework_version, package_families
+from lockguard.locks.model import Lock, LockError
+from lockguard.locks.parser import parse_lock, parse_lock_text
+from lockguard.locks.rules import RULES, check_family_rules
 
 
 def h(seed: str) -> str:

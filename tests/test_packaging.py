@@ -53,7 +53,7 @@ def test_installed_wheel_builds_an_image_outside_the_checkout(wheel, engine, tmp
     """`lockguard build --framework numpy` from the wheel: templates found, image built (or the
     one the checkout's tests built reused: same templates, same tag)."""
     import lockguard.envs.docker as dk
-    from lockguard.locks import parse_lock
+    from lockguard.locks.parser import parse_lock
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)

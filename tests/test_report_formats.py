@@ -21,8 +21,11 @@ import pytest
 from conftest import QUICKSTART, make_project, run_cli
 from lockguard.names import FORMATS
 from lockguard.flows.report_parts import lock_info
-from lockguard.compare import Policy, Verdict, compare_runs, is_failure, skipped
-from lockguard.locks import diff_locks, parse_lock_text
+from lockguard.compare.tolerance import Policy
+from lockguard.compare.verdicts import compare_runs, is_failure, skipped
+from lockguard.names import Verdict
+from lockguard.locks.diff import diff_locks
+from lockguard.locks.parser import parse_lock_text
 from lockguard.progress import Progress, show_command
 from lockguard.report import (
     SCHEMA_VERSION, GitBase, Report, ReportError, RuleFailure, load_report, render,

@@ -21,8 +21,11 @@ from browser import visit
 from conftest import DATA, QUICKSTART, make_project, run_cli
 from lockguard.flows.ab import diff as diff_report
 from lockguard.flows.report_parts import evidence, lock_info
-from lockguard.compare import Policy, Verdict, compare_runs, is_failure
-from lockguard.locks import diff_locks, parse_lock_text
+from lockguard.compare.tolerance import Policy
+from lockguard.compare.verdicts import compare_runs, is_failure
+from lockguard.names import Verdict
+from lockguard.locks.diff import diff_locks
+from lockguard.locks.parser import parse_lock_text
 from lockguard.report import Report, load_report, render
 from lockguard.report.html import CSP, NO_EVIDENCE
 from lockguard.report.svg import BOTTOM, HEIGHT

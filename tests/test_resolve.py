@@ -1,4 +1,5 @@
-"""lockguard.resolve: fast tests of the pure parts, then real pip-compile / uv / pip runs (slow).
+"""lockguard.locks.resolve and .outdated: fast tests of the pure parts, then real pip-compile / uv /
+pip runs (slow).
 
 The slow tests resolve small packages (six, packaging) through the indexes pip is configured
 with on this machine; the pinned pip-tools env is built once per session in a temp cache.
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from lockguard import resolve
-from lockguard.resolve import OutdatedRow, Release, ResolveError, compile_lock, outdated, propose_lock
+from lockguard.locks import outdated as releases, resolve
+from lockguard.locks.model import LockError
+from lockguard.locks.outdated import OutdatedRow, Release, outdated
+from lockguard.locks.resolve import ResolveError, compile_lock, propose_lock
 
 # Renovate's pip-compile manager reads the command to re-run from the header with this pattern
 # (lib/modules/manager/pip-compile/common.ts, constraintLineRegex) and accepts only these options.
@@ -59,26 +62,26 @@ UV_CONFLICT_NEW = """\
 
 
 def test_trim_pip_not_found():
-    reason = resolve._trim_resolver_error(PIP_TOOLS_NOT_FOUND)
+    reason = resolve.trim_resolver_error(PIP_TOOLS_NOT_FOUND)
     assert reason.startswith("Could not find a version that satisfies the requirement six==99.0")
     assert "(from 7 versions: 0.9.0 ... 1.1.0, 1.2.0, 1.16.0, 1.17.0)" in reason
     assert "Traceback" not in reason and "WARNING" not in reason and "\n" not in reason
 
 
 def test_trim_pip_conflict_names_both_sides():
-    reason = resolve._trim_resolver_error(PIP_TOOLS_CONFLICT)
+    reason = resolve.trim_resolver_error(PIP_TOOLS_CONFLICT)
     assert reason.startswith("Cannot install -r d.in (line 1) and numpy==1.21.0")
     assert "you asked for numpy==1.21.0" in reason
     assert 'pandas 2.2.3 requires numpy>=1.23.2; python_version == "3.11"' in reason
 
 
 def test_trim_uv_messages():
-    assert resolve._trim_resolver_error(UV_CONFLICT) == (
+    assert resolve.trim_resolver_error(UV_CONFLICT) == (
         "Because pandas==2.2.3 depends on numpy>=1.23.2 and you require pandas==2.2.3, we can "
         "conclude that you require numpy>=1.23.2. And because you require numpy==1.21.0, we can "
         "conclude that your requirements are unsatisfiable."
     )
-    assert resolve._trim_resolver_error(UV_CONFLICT_NEW).startswith(
+    assert resolve.trim_resolver_error(UV_CONFLICT_NEW).startswith(
         "Because there is no version of six==99.0"
     )
 
@@ -99,7 +102,7 @@ def test_header_is_pip_compiles_and_renovate_can_read_it():
 
 def test_propose_rejects_bad_requests_before_resolving(tmp_path):
     (tmp_path / "requirements.in").write_text("six\n")
-    (tmp_path / "requirements.txt").write_text("six==1.16.0 \\\n    --hash=sha256:ab\n")
+    (tmp_path / "requirements.txt").write_text(f"six==1.16.0 \\\n    --hash=sha256:{'ab' * 32}\n")
     args = (tmp_path / "requirements.in", tmp_path / "requirements.txt")
     with pytest.raises(ResolveError, match="torch is not pinned in"):
         propose_lock(*args, ["torch==2.14.1"], tmp_path / "cache")
@@ -109,6 +112,17 @@ def test_propose_rejects_bad_requests_before_resolving(tmp_path):
         propose_lock(*args, [], tmp_path / "cache")
     with pytest.raises(ResolveError, match="does not exist"):
         propose_lock(tmp_path / "missing.in", args[1], ["six"], tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_propose_reads_the_current_lock_with_the_lock_parser(tmp_path):
+    # The pins come from lockguard.locks.parser, not a pattern of its own: a lock it refuses is
+    # refused here too, naming the line, and nothing is resolved.
+    (tmp_path / "requirements.in").write_text("six\n")
+    (tmp_path / "requirements.txt").write_text("six==1.16.0 \\\n    --hash=sha256:ab\n")
+    with pytest.raises(LockError, match=r"requirements.txt:1: bad --hash value"):
+        propose_lock(tmp_path / "requirements.in", tmp_path / "requirements.txt", ["six"],
+                     tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
 
 
@@ -131,7 +145,7 @@ def test_outdated_rows_mark_prereleases_and_series(monkeypatch):
         "numpy": ["2.1.0", "2.0.2", "1.26.4"],
         "jax": ["0.11.0.dev20260101", "0.10.2"],
     }
-    monkeypatch.setattr(resolve, "_index_versions", lambda name, _index, _t: (versions[name], None))
+    monkeypatch.setattr(releases, "_index_versions", lambda name, _index, _t: (versions[name], None))
     pins = [_Pin("torch", "2.13.0+cpu"), _Pin("numpy", "2.1.0"), _Pin("jax", "0.10.2"),
             _Pin("nvidia-cudnn-cu12", "9.1.0.70"), _Pin("requests", "2.32.0")]
     rows = {row.name: row for row in outdated(pins)}
@@ -148,7 +162,7 @@ def test_outdated_rows_mark_prereleases_and_series(monkeypatch):
 
 
 def test_outdated_reports_lookup_failures(monkeypatch):
-    monkeypatch.setattr(resolve, "_index_versions",
+    monkeypatch.setattr(releases, "_index_versions",
                         lambda name, _i, _t: ([], f"{name}: No matching distribution found")
                         if name == "jax" else (["2.0.2"], None))
     rows = outdated([_Pin("jax", "0.10.2"), _Pin("numpy", "2.0.2")])

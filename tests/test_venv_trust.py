@@ -28,7 +28,7 @@ from test_cli_errors import assert_one_line_error
 
 from lockguard.envs import venv
 from lockguard.envs.base import EnvError
-from lockguard.locks import parse_lock_text
+from lockguard.locks.parser import parse_lock_text
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
 NUMPY_PIN = NUMPY_LOCK[NUMPY_LOCK.index("numpy==2.0.2"):].split("# via")[0]

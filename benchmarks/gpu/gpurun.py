@@ -75,7 +75,7 @@ def measure(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- pure summaries
 
 def _bits_equal(a: float, b: float) -> bool:
-    from lockguard.compare import bitwise_equal
+    from lockguard.compare.numerics import bitwise_equal
 
     return bitwise_equal(a, b)
 

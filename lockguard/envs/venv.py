@@ -41,7 +41,7 @@ from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness
 from lockguard.errors import one_line
 from lockguard.errors import tail as last_lines
 from lockguard.files import scratch_dir, write_text
-from lockguard.locks import Lock, Pin
+from lockguard.locks.model import Lock, Pin
 from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
 

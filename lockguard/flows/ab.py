@@ -10,12 +10,12 @@ from lockguard.config import Config, Options
 from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, lock_for, pipeline
 from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
     tolerance_of
-from lockguard.locks import diff_locks
+from lockguard.locks.diff import diff_locks
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario
 
 if TYPE_CHECKING:
-    from lockguard.compare import ScenarioVerdict
+    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.report import Evidence, Report
 
 
@@ -34,7 +34,8 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
         return [Job(p, old, "baseline"), Job(p, p.lock, "candidate")] * opts.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
-        from lockguard.compare import ScenarioVerdict, Verdict, compare_runs
+        from lockguard.compare.verdicts import ScenarioVerdict, compare_runs
+        from lockguard.names import Verdict
 
         old = lock_for(p.scenario, baseline)
         if old is None:
@@ -50,7 +51,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
 
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
-    from lockguard.compare import gate_passes, is_failure
+    from lockguard.compare.verdicts import gate_passes, is_failure
     from lockguard.report import Report
 
     diffs = []

@@ -24,7 +24,7 @@ from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, harness_digest
 
 if TYPE_CHECKING:
-    from lockguard.compare import ScenarioVerdict
+    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.report import Evidence, Report
 
 
@@ -82,7 +82,8 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
         return [Job(p, p.lock)] * opts.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
-        from lockguard.compare import ScenarioVerdict, Verdict
+        from lockguard.compare.verdicts import ScenarioVerdict
+        from lockguard.names import Verdict
 
         sid = p.scenario.id
         if sid in answered:
@@ -98,7 +99,7 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
 
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
-    from lockguard.compare import gate_passes, is_failure
+    from lockguard.compare.verdicts import gate_passes, is_failure
     from lockguard.report import Report
 
     idle = nothing_done(outcome.verdicts, "compared")

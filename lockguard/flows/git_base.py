@@ -6,12 +6,14 @@ and git: nothing is parsed, built, imported or run.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import gitref
-from lockguard.config import Config, display_path
+from lockguard.config import Config
+from lockguard.files import display_path
 from lockguard.progress import QUIET, Progress
 
 if TYPE_CHECKING:
@@ -47,7 +49,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
     from lockguard.flows.ab import check_ab
     from lockguard.flows.pipeline import LockRef, lock_for, read_lock
     from lockguard.flows.report_parts import family_rule_report
-    from lockguard.locks import parse_lock_text
+    from lockguard.locks.parser import parse_lock_text
 
     candidates, baseline = [], []
     for change in moved:
@@ -70,7 +72,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
         # pip installs from a file: the lock as read from git, written into the cache.
         path = materialise(change.base_text or "", change.path.name)
         label = f"{short_ref(base_ref)}@{change.base_commit[:7]}:{display_path(change.path)}"
-        baseline.append(LockRef(path, old_lock.model_copy(update={"source": str(path)}),
+        baseline.append(LockRef(path, dataclasses.replace(old_lock, source=str(path)),
                                 label=label))
     if not candidates:
         return Report(command="check", mode="ab", notes=notes, passed=True, base=base,

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import golden
-from lockguard.config import Config, display_path
+from lockguard.config import Config
+from lockguard.files import display_path
 from lockguard.flows.pipeline import Planned
 from lockguard.flows.report_parts import evidence, tolerance_of
 from lockguard.golden import Golden, GoldenError, class_paths
@@ -17,7 +18,8 @@ from lockguard.results import RunResult
 from lockguard.scenarios import inputs_digest
 
 if TYPE_CHECKING:
-    from lockguard.compare import HardwareChange, Policy, ScenarioVerdict
+    from lockguard.compare.tolerance import Policy
+    from lockguard.compare.verdicts import HardwareChange, ScenarioVerdict
     from lockguard.report import Evidence
 
 
@@ -122,7 +124,7 @@ def compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, G
                          crossed: Crossings) -> tuple[ScenarioVerdict, Evidence]:
     """The verdict of `runs` against the golden of their own hardware class, or, when there is
     none, against another class's golden, with the hardware change for compare_runs to judge."""
-    from lockguard.compare import compare_runs
+    from lockguard.compare.verdicts import compare_runs
 
     here = (hardware_class(runs[0].fingerprint, p.device, runs[0].device_name)
             if runs[0].fingerprint else host)
@@ -154,7 +156,7 @@ def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> 
 
 def _change(gold: Golden, here: HardwareClass | None, digest: str,
             lock_hash: str) -> HardwareChange:
-    from lockguard.compare import HardwareChange
+    from lockguard.compare.verdicts import HardwareChange
 
     return HardwareChange(
         golden=gold.hardware.describe(),

@@ -21,13 +21,14 @@ from lockguard.cache import cache_root
 from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
 from lockguard.files import scratch_dir, writable_dir
-from lockguard.locks import Lock, parse_lock
+from lockguard.locks.model import Lock
+from lockguard.locks.parser import parse_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
 from lockguard.scenarios import Scenario
 
 if TYPE_CHECKING:
-    from lockguard.compare import ScenarioVerdict
+    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.config import Options
     from lockguard.report import Evidence
 
@@ -44,7 +45,7 @@ class LockRef:
 
     @property
     def name(self) -> str:
-        from lockguard.config import display_path
+        from lockguard.files import display_path
 
         return self.label or display_path(self.path)
 
@@ -163,7 +164,7 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
     jobs = [job for mine in wanted.values() for job in mine]
     ran = execute(config, kind, jobs, progress, backend) if jobs else []
-    from lockguard.compare import skipped
+    from lockguard.compare.verdicts import skipped
 
     by_scenario = {sid: Runs() for sid in wanted}
     for job, env_label, result in ran:

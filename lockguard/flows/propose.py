@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard.config import Config, Options, display_path
+from lockguard.config import Config, Options
+from lockguard.files import display_path
 from lockguard.flows.check import check
 from lockguard.flows.pipeline import Backend, LockRef, lock_for, read_lock
 from lockguard.progress import QUIET, Progress
@@ -25,7 +26,7 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from lockguard import resolve
+    from lockguard.locks import resolve
     from lockguard.cache import cache_dir
     from lockguard.config import ConfigError
 

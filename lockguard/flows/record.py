@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import golden
-from lockguard.config import Config, Options, display_path
-from lockguard.files import writable_dir
+from lockguard.config import Config, Options
+from lockguard.files import display_path, writable_dir
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, golden_dir, lock_hash, previous_goldens,
 )
@@ -29,7 +29,7 @@ from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario, harness_digest
 
 if TYPE_CHECKING:
-    from lockguard.compare import ScenarioVerdict
+    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.report import Evidence, Report
 
 
@@ -62,7 +62,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
         return [Job(p, p.lock)]
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence]:
-        from lockguard.compare import Verdict
+        from lockguard.names import Verdict
 
         result = runs.candidate[0]
         inputs = digest(p, config, harness, kind)
@@ -85,7 +85,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
             os.unlink(legacy)
             notes.append(f"removed {display_path(legacy)} (schema 1, no hardware class): "
                          f"replaced by {display_path(path)}")
-    from lockguard.compare import Verdict
+    from lockguard.names import Verdict
     from lockguard.report import Report
 
     broken = [v for v in outcome.verdicts

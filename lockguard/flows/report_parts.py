@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lockguard.config import Config, ToleranceSetting, display_path
-from lockguard.locks import check_family_rules, framework_version
+from lockguard.config import Config, ToleranceSetting
+from lockguard.files import display_path
+from lockguard.locks.families import framework_version
+from lockguard.locks.rules import check_family_rules
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario
 
 if TYPE_CHECKING:
-    from lockguard.compare import Policy, ScenarioVerdict, Tolerance
+    from lockguard.compare.tolerance import Policy, Tolerance
+    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.flows.pipeline import LockRef
     from lockguard.report import Evidence, LockInfo, ParityRow, Report
 
@@ -20,17 +23,18 @@ if TYPE_CHECKING:
 
 
 def tolerance_of(setting: ToleranceSetting | None) -> Tolerance | None:
-    from lockguard.compare import Tolerance
+    from lockguard.compare.tolerance import Tolerance
 
     if setting is None:
         return None
     if setting == "exact":
         return Tolerance(rtol=0.0, atol=0.0, exact=True)
-    return Tolerance(rtol=setting.rtol, atol=setting.atol)
+    return setting  # already a Tolerance: config validated it
 
 
 def policy_for(config: Config, exact: bool = False) -> Policy:
-    from lockguard.compare import DEFAULT_FAIL_ON, Policy, Verdict
+    from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy
+    from lockguard.names import Verdict
 
     fail_on = (frozenset(Verdict(v) for v in config.fail_on) if config.fail_on is not None
                else DEFAULT_FAIL_ON)
@@ -93,7 +97,7 @@ def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> lis
 def nothing_done(verdicts: list[ScenarioVerdict], what: str) -> str | None:
     """Why a record or check that ran no scenario must not pass: a gate passes only what it
     compared. None when something ran."""
-    from lockguard.compare import Verdict
+    from lockguard.names import Verdict
 
     if any(v.verdict != Verdict.skipped for v in verdicts):
         return None

@@ -22,9 +22,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from lockguard import __version__
-from lockguard.compare import PRECEDENCE, ScenarioVerdict, Verdict
+from lockguard.compare.verdicts import ScenarioVerdict
+from lockguard.names import PRECEDENCE, Verdict
 from lockguard.errors import LockguardError, printable
-from lockguard.locks import LockDiff
+from lockguard.locks.diff import LockDiff
 from lockguard.results import RunResult
 from lockguard.report._common import change_short, change_text, option_lines
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from lockguard.compare import CompileDiff, ScenarioVerdict, Verdict
-from lockguard.locks import Change, OptionChange
+from lockguard.compare.compile import CompileDiff
+from lockguard.compare.verdicts import ScenarioVerdict
+from lockguard.names import Verdict
+from lockguard.locks.diff import Change, OptionChange
 
 SYMBOL = {
     Verdict.identical: "=", Verdict.within_tolerance: "≈", Verdict.drift: "✗",

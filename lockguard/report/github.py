@@ -11,7 +11,7 @@ outside it (a proposal in the cache) gets no file, so the annotation shows on th
 
 from __future__ import annotations
 
-from lockguard.compare import ScenarioVerdict
+from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import option_lines, summary_line
 

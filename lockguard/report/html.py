@@ -17,7 +17,11 @@ import json
 import math
 from html import escape
 
-from lockguard.compare import ScenarioVerdict, SeriesDiff, Verdict
+from lockguard.compare.numerics import SeriesDiff
+
+from lockguard.compare.verdicts import ScenarioVerdict
+
+from lockguard.names import Verdict
 from lockguard.report import Evidence, Report, Side
 from lockguard.report._common import (
     change_text, compile_rows, final_loss, fmt_float, option_lines, summary_line, timing,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from lockguard.compare import Verdict
+from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import final_loss, summary_line
 

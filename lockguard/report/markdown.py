@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from lockguard.compare import ScenarioVerdict, Verdict
+from lockguard.compare.verdicts import ScenarioVerdict
+from lockguard.names import Verdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
     compile_rows, final_loss, fmt_float, option_lines, summary_line, change_text,

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lockguard.compare import Verdict
+from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import (
     SYMBOL, change_line, compile_rows, final_loss, fmt_float, option_lines, summary_line, timing,

@@ -10,7 +10,8 @@ from typing import Any
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker import engine
 from lockguard.envs.docker.recipe import ImageRecipe
-from lockguard.locks import Lock, cuda_major
+from lockguard.locks.families import cuda_major
+from lockguard.locks.model import Lock
 
 _CUDA_VERSION = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
 

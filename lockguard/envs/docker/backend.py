@@ -21,7 +21,7 @@ from lockguard.envs.base import (
 from lockguard.envs.docker import accelerators, engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
 from lockguard.envs.docker.recipe import VENV_PYTHON
-from lockguard.locks import Lock
+from lockguard.locks.model import Lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import HARNESS_DIR

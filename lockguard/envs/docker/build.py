@@ -32,7 +32,7 @@ from lockguard.envs.docker.recipe import ImageRecipe, recipe_for
 from lockguard.envs.docker.wheelhouse import wheelhouse_for
 from lockguard.envs.venv import READY
 from lockguard.files import write_text
-from lockguard.locks import Lock
+from lockguard.locks.model import Lock
 from lockguard.progress import QUIET, Progress
 
 

@@ -17,7 +17,7 @@ from lockguard.envs.base import EnvError
 from lockguard.envs.docker.engine import probe
 from lockguard.envs.docker.recipe import VENV_PYTHON
 from lockguard.envs.docker.wheelhouse import PLATFORM_INFO, Target, expected_pins
-from lockguard.locks import Lock, Pin
+from lockguard.locks.model import Lock, Pin
 
 # Distributions a fresh venv brings with it: allowed in an image although the lock lacks them.
 INSTALLER_DISTS = frozenset({"pip", "setuptools", "wheel"})

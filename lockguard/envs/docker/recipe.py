@@ -25,7 +25,7 @@ from pathlib import Path
 
 import lockguard
 from lockguard.envs.base import EnvError
-from lockguard.locks import Lock
+from lockguard.locks.model import Lock
 from lockguard.names import FRAMEWORKS
 
 if sys.version_info >= (3, 11):

@@ -29,7 +29,7 @@ from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker.recipe import Base
 from lockguard.envs.venv import READY, pip_reason, run_logged
-from lockguard.locks import Lock, Pin
+from lockguard.locks.model import Lock, Pin
 from lockguard.progress import QUIET, Progress
 
 # Runs with the base's python3 (stdlib only): what pip needs to pick wheels, and what

@@ -1,7 +1,8 @@
-"""Resolving locks: pip-tools (default) or uv, proposals of upgrades, and newer releases.
+"""Resolving locks: pip-tools (default) or uv, and proposals of upgrades.
 
-All resolver I/O lives here and runs as subprocesses: pip-tools has no supported Python API, and
-uv is a binary. Every public function raises `ResolveError`, whose `str()` is one line the CLI
+All resolver I/O lives here and runs as subprocesses (`run_tool`, which
+lockguard.locks.outdated also uses to ask pip's index): pip-tools has no supported Python API,
+and uv is a binary. Every public function raises `ResolveError`, whose `str()` is one line the CLI
 prints before exiting with 2.
 
 Which pip-tools, which pip
@@ -55,15 +56,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 from lockguard.errors import LockguardError, printable
 from lockguard.files import scratch_dir, write_text
-from lockguard.names import FRAMEWORKS
+from lockguard.locks.parser import parse_lock
 
 PIP_TOOLS_VERSION = "7.5.2"
 PIP_VERSION = "25.2"
@@ -86,7 +85,6 @@ Progress = Callable[[str], None]
 
 RESOLVE_TIMEOUT_S = 1800.0  # a torch+jax+tf resolve from a cold cache takes minutes, not hours
 BOOTSTRAP_TIMEOUT_S = 600.0
-INDEX_TIMEOUT_S = 120.0
 
 _PYPI_SIMPLE = "https://pypi.org/simple"
 
@@ -160,7 +158,7 @@ def propose_lock(
     if not upgrades:
         raise ResolveError("nothing to propose: name at least one upgrade, e.g. torch==2.14.1")
     lock_text = current_lock.read_text(encoding="utf-8")
-    pinned = _pinned_names(lock_text)
+    pinned = parse_lock(current_lock).by_name
     names = []
     for spec in upgrades:
         name = _requirement_name(spec)
@@ -204,91 +202,6 @@ def propose_lock(
             timeout=timeout,
             invocation="lockguard propose " + " ".join(shlex.quote(u) for u in upgrades),
         )
-
-
-class PinLike(Protocol):
-    """What `outdated` needs of a pin: lockguard.locks.Pin fits."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def version(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class Release:
-    version: str
-    prerelease: bool  # alpha, beta, rc or dev release
-
-
-@dataclass(frozen=True)
-class OutdatedRow:
-    """Newer releases of one pinned package, from the configured index."""
-
-    name: str
-    current: str
-    families: tuple[str, ...]
-    newer: tuple[Release, ...] = ()  # newer than `current`, newest first, pre-releases marked
-    latest_stable: str | None = None  # newest final release on the index (may equal current)
-    latest_in_series: str | None = None  # newest final release with current's major.minor
-    latest_prerelease: str | None = None  # only when newer than latest_stable
-    error: str | None = None  # this package could not be looked up (the others still were)
-
-    @property
-    def is_outdated(self) -> bool:
-        return any(not release.prerelease for release in self.newer)
-
-
-def outdated(
-    lock: object,
-    families: Iterable[str] = FRAMEWORKS,
-    index: str | None = None,
-    *,
-    include_nvidia: bool = False,
-    timeout: float = INDEX_TIMEOUT_S,
-) -> list[OutdatedRow]:
-    """Newer releases of the framework-family packages pinned in `lock`, sorted by name.
-
-    `lock` is a lockguard.locks.Lock or any iterable of pins (objects with `.name` and
-    `.version`). Releases come from `pip index versions` so pip's own configuration (indexes,
-    find-links, proxies, certificates) applies, or from `index` alone when given. Only versions
-    installable on this interpreter and platform are listed, as pip would install them. nvidia-*
-    wheels follow their framework and are skipped unless `include_nvidia`.
-    """
-    from packaging.version import InvalidVersion, Version
-
-    from packaging.utils import canonicalize_name
-
-    from lockguard.locks import package_families
-
-    wanted = set(families)
-    pins = list(getattr(lock, "pins", lock))  # type: ignore[call-overload]
-    chosen: dict[str, tuple[PinLike, tuple[str, ...]]] = {}
-    for pin in pins:
-        name = canonicalize_name(pin.name)
-        fams = tuple(f for f in package_families(name) if f in wanted)
-        if not fams or (name.startswith("nvidia-") and not include_nvidia):
-            continue
-        if name in chosen:  # several pins under markers: report the oldest
-            try:
-                if Version(pin.version) >= Version(chosen[name][0].version):
-                    continue
-            except InvalidVersion:
-                continue
-        chosen[name] = (pin, fams)
-    if not chosen:
-        return []
-
-    names = sorted(chosen)
-    # Threads, not processes: each lookup waits on a pip subprocess and the network.
-    with ThreadPoolExecutor(max_workers=min(4, len(names))) as pool:
-        found = dict(zip(names, pool.map(lambda n: _index_versions(n, index, timeout), names)))
-
-    rows = [_outdated_row(n, chosen[n][0], chosen[n][1], *found[n]) for n in names]
-    if all(row.error for row in rows):
-        raise ResolveError(f"could not look up any release on the index: {rows[0].error}")
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,9 +267,9 @@ def _compile(
             cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
             cmd += [*extra_args, src_arg]
         say(f"resolving {src_arg} with {tool}")
-        proc = _run(cmd, cwd=workdir, timeout=timeout, what=resolver)
+        proc = run_tool(cmd, cwd=workdir, timeout=timeout, what=resolver)
         if proc.returncode != 0:
-            reason = _trim_resolver_error(proc.stderr + "\n" + proc.stdout)
+            reason = trim_resolver_error(proc.stderr + "\n" + proc.stdout)
             # pip applies upgrade requests as hidden constraints and then reports only the
             # bare name ("Cannot install six"): say which request that was.
             involved = [p for p in upgrade_packages
@@ -472,14 +385,14 @@ def _pip_tools_python(say: Progress) -> str:
             return str(python)
         say(f"installing pip-tools {PIP_TOOLS_VERSION} with pip {PIP_VERSION} (once) in {venv}")
         shutil.rmtree(venv, ignore_errors=True)  # a half-built env from an interrupted run
-        proc = _run([sys.executable, "-m", "venv", str(venv)], timeout=BOOTSTRAP_TIMEOUT_S,
+        proc = run_tool([sys.executable, "-m", "venv", str(venv)], timeout=BOOTSTRAP_TIMEOUT_S,
                     what="python -m venv")
         if proc.returncode != 0:
             raise ResolveError(f"cannot create the pip-tools env {venv}: {_last_line(proc.stderr)}")
-        proc = _run([str(python), "-m", "pip", "install", "--quiet", *TOOL_REQUIREMENTS],
+        proc = run_tool([str(python), "-m", "pip", "install", "--quiet", *TOOL_REQUIREMENTS],
                     timeout=BOOTSTRAP_TIMEOUT_S, what="pip install pip-tools")
         if proc.returncode != 0:
-            reason = _trim_resolver_error(proc.stderr + "\n" + proc.stdout)
+            reason = trim_resolver_error(proc.stderr + "\n" + proc.stdout)
             raise ResolveError(f"cannot install pip-tools {PIP_TOOLS_VERSION} into {venv}: {reason}")
         write_text(marker, " ".join(TOOL_REQUIREMENTS) + "\n")
     return str(python)
@@ -511,7 +424,7 @@ def _uv_binary() -> str:
 
 
 def _uv_version(uv: str) -> str:
-    proc = _run([uv, "--version"], timeout=60, what="uv --version")
+    proc = run_tool([uv, "--version"], timeout=60, what="uv --version")
     words = proc.stdout.split()  # "uv 0.13.9 (x86_64-unknown-linux-gnu)"
     return " ".join(words[:2]) if len(words) >= 2 else "uv"
 
@@ -553,7 +466,7 @@ def pip_config() -> dict[str, str]:
     """pip's effective settings for `pip install`: env vars over [install] over [global]."""
     import ast
 
-    proc = _run([sys.executable, "-m", "pip", "config", "list"], timeout=60, what="pip config")
+    proc = run_tool([sys.executable, "-m", "pip", "config", "list"], timeout=60, what="pip config")
     if proc.returncode != 0:
         return {}
     layers: dict[str, dict[str, str]] = {"global": {}, "install": {}, ":env:": {}}
@@ -573,7 +486,7 @@ def pip_config() -> dict[str, str]:
     return merged
 
 
-def _run(cmd: Sequence[str], *, timeout: float, what: str,
+def run_tool(cmd: Sequence[str], *, timeout: float, what: str,
          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """A resolver command through the one process runner; stdout and stderr as text (each
     capped by the runner, which keeps the head and the end where errors are)."""
@@ -607,7 +520,7 @@ _SPEC_REQ = re.compile(r"SpecifierRequirement\('((?:[^'\\]|\\.)*)'\), parent=(No
 _DIST_FILE = re.compile(r"/([A-Za-z0-9_.]+?)-(\d[A-Za-z0-9_.!+]*?)(?:-[^/#]*)?\.(?:whl|tar\.gz|zip)")
 
 
-def _trim_resolver_error(text: str) -> str:
+def trim_resolver_error(text: str) -> str:
     """The resolver's own reason in one line, without tracebacks, warnings or version walls."""
     text = printable(text)  # resolvers colour their errors; only the words are wanted
     lines = [ln.rstrip() for ln in text.splitlines()]
@@ -679,7 +592,7 @@ def _last_line(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Requirements and index lookups
+# Requirements
 # ---------------------------------------------------------------------------------------------
 
 
@@ -693,77 +606,14 @@ def _requirement_name(spec: str) -> str:
         raise ResolveError(f"{spec!r} is not a requirement (expected e.g. torch==2.14.1 or jax>=0.10)") from None
 
 
-_PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==", re.MULTILINE)
-
-
-def _pinned_names(lock_text: str) -> set[str]:
-    from packaging.utils import canonicalize_name
-
-    return {canonicalize_name(m.group(1)) for m in _PIN_LINE.finditer(lock_text)}
-
-
-def _index_versions(name: str, index: str | None, timeout: float) -> tuple[list[str], str | None]:
-    """All versions pip can see for `name` (pre-releases included), or an error line."""
-    cmd = [sys.executable, "-m", "pip", "index", "versions", name, "--pre"]
-    if index:
-        cmd += ["--index-url", index]
-    try:
-        proc = _run(cmd, timeout=timeout, what=f"pip index versions {name}")
-    except ResolveError as exc:
-        return [], str(exc)
-    for line in proc.stdout.splitlines():
-        if line.startswith("Available versions:"):
-            versions = [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
-            return versions, None
-    reason = _trim_resolver_error(proc.stderr + "\n" + proc.stdout)
-    return [], f"{name}: {reason}"
-
-
-def _outdated_row(name: str, pin: PinLike, fams: tuple[str, ...], versions: list[str],
-                  error: str | None) -> OutdatedRow:
-    from packaging.version import InvalidVersion, Version
-
-    if error is not None:
-        return OutdatedRow(name=name, current=pin.version, families=fams, error=error)
-    try:
-        current = Version(Version(pin.version).public)  # 2.13.0+cpu compares as 2.13.0
-    except InvalidVersion:
-        return OutdatedRow(name=name, current=pin.version, families=fams,
-                           error=f"{name}: cannot compare version {pin.version!r}")
-    parsed = []
-    for text in versions:
-        try:
-            parsed.append(Version(text))
-        except InvalidVersion:
-            continue  # legacy versions on old releases; never newer than a valid pin
-    parsed.sort(reverse=True)
-    stable = [v for v in parsed if not v.is_prerelease]
-    series = [v for v in stable if (v.major, v.minor) == (current.major, current.minor)]
-    pre = [v for v in parsed if v.is_prerelease and (not stable or v > stable[0])]
-    newer = tuple(Release(str(v), v.is_prerelease) for v in parsed if v > current)
-    return OutdatedRow(
-        name=name,
-        current=pin.version,
-        families=fams,
-        newer=newer,
-        latest_stable=str(stable[0]) if stable else None,
-        latest_in_series=str(series[0]) if series else None,
-        latest_prerelease=str(pre[0]) if pre else None,
-    )
-
-
 __all__ = [
     "BOOTSTRAP_TIMEOUT_S",
-    "OutdatedRow",
     "PIP_TOOLS_VERSION",
     "PIP_VERSION",
-    "PinLike",
-    "Release",
     "ResolveError",
     "Resolver",
     "TOOL_REQUIREMENTS",
     "compile_lock",
-    "outdated",
     "pip_config",
     "propose_lock",
 ]

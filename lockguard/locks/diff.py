@@ -1,0 +1,166 @@
+"""`diff_locks`: per package, what changed between two locks and how big the version bump is.
+
+`LockDiff`, `Change` and `OptionChange` are part of the Report's JSON, hence pydantic models.
+"""
+
+from typing import Literal
+
+from packaging.version import Version
+from pydantic import BaseModel, ConfigDict
+
+from lockguard.locks.families import package_families
+from lockguard.locks.model import Lock, LockOptions, Pin
+
+ChangeKind = Literal["added", "removed", "upgraded", "downgraded", "rehashed", "unchanged"]
+BumpKind = Literal["major", "minor", "patch", "pre", "local"]
+
+
+class Change(BaseModel):
+    """What happened to one package (one pin, when markers split a package) between locks."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    name: str  # canonical
+    display_name: str  # as written in the new lock (the old one when removed)
+    marker: str | None = None
+    kind: ChangeKind
+    old_version: str | None = None
+    new_version: str | None = None
+    bump: BumpKind | None = None  # for upgraded / downgraded only
+    families: tuple[str, ...] = ()  # see package_families
+    old_line: int | None = None
+    new_line: int | None = None
+
+
+class OptionChange(BaseModel):
+    """An installer option that differs between locks; single values are 0- or 1-tuples."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    option: str  # "index-url", "extra-index-url", "find-links" or "other"
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    added_lines: tuple[int, ...] = ()  # lines of the new lock holding the values `old` lacks
+
+
+class LockDiff(BaseModel):
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    old_source: str
+    new_source: str
+    old_lock_hash: str
+    new_lock_hash: str
+    changes: tuple[Change, ...]  # every package of either lock, unchanged ones included
+    option_changes: tuple[OptionChange, ...] = ()
+
+    @property
+    def changed(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.kind != "unchanged")
+
+    @property
+    def families_touched(self) -> set[str]:
+        """Families of the changed packages. Option changes belong to no family."""
+        return {family for change in self.changed for family in change.families}
+
+    @property
+    def is_empty(self) -> bool:
+        """No package and no installer option changed.
+
+        Extras are not compared: in a complete lock every package an extra pulls in is pinned
+        on its own line, so `jax[cuda12]==X` and `jax==X` install the same files. (They do change
+        `lock_hash`, which stays conservative.)
+        """
+        return not self.changed and not self.option_changes
+
+
+def diff_locks(old: Lock, new: Lock) -> LockDiff:
+    """Compare two locks package by package; changes are sorted by name (then marker).
+
+    A package is identified by canonical name and marker, so moving a pin under a different
+    marker shows as one removal and one addition.
+    """
+    old_pins = {(p.name, p.marker): p for p in old.pins}
+    new_pins = {(p.name, p.marker): p for p in new.pins}
+    keys = sorted(old_pins.keys() | new_pins.keys(), key=lambda k: (k[0], k[1] or ""))
+    return LockDiff(
+        old_source=old.source,
+        new_source=new.source,
+        old_lock_hash=old.lock_hash,
+        new_lock_hash=new.lock_hash,
+        changes=tuple(_change(old_pins.get(k), new_pins.get(k)) for k in keys),
+        option_changes=_option_changes(old.options, new.options),
+    )
+
+
+def _change(old: Pin | None, new: Pin | None) -> Change:
+    pin = new or old
+    assert pin is not None
+    common = {
+        "name": pin.name,
+        "display_name": pin.display_name,
+        "marker": pin.marker,
+        "families": package_families(pin.name),
+        "old_version": old.version if old else None,
+        "new_version": new.version if new else None,
+        "old_line": old.line if old else None,
+        "new_line": new.line if new else None,
+    }
+    if old is None:
+        return Change(kind="added", **common)
+    if new is None:
+        return Change(kind="removed", **common)
+    before, after = old.parsed_version, new.parsed_version
+    if before != after:
+        kind = "upgraded" if after > before else "downgraded"
+        return Change(kind=kind, bump=bump_kind(before, after), **common)
+    # Same version, other files: a re-uploaded wheel, or another build of it (a new platform's
+    # wheel, a different variant from another index). Only meaningful when both sides hash.
+    if old.hashes and new.hashes and old.hashes != new.hashes:
+        return Change(kind="rehashed", **common)
+    return Change(kind="unchanged", **common)
+
+
+def bump_kind(old: Version | str, new: Version | str) -> BumpKind | None:
+    """How big the step from `old` to `new` is, in either direction; None when equal.
+
+    The first part of the version that differs decides: epoch or major → "major"; minor →
+    "minor"; anything further in the release (micro, and beyond) → "patch"; only the
+    pre/post/dev parts → "pre"; only the local tag (`+cpu` → `+cu121`) → "local".
+    """
+    a, b = Version(str(old)), Version(str(new))
+    if a == b:
+        return None
+    if a.epoch != b.epoch or a.major != b.major:
+        return "major"
+    if a.minor != b.minor:
+        return "minor"
+    width = max(len(a.release), len(b.release))
+    if a.release + (0,) * (width - len(a.release)) != b.release + (0,) * (width - len(b.release)):
+        return "patch"
+    if (a.pre, a.post, a.dev) != (b.pre, b.post, b.dev):
+        return "pre"
+    return "local"
+
+
+def _option_changes(old: LockOptions, new: LockOptions) -> tuple[OptionChange, ...]:
+    def single(value: str | None) -> tuple[str, ...]:
+        return (value,) if value is not None else ()
+
+    pairs = [
+        ("index-url", single(old.index_url), single(new.index_url)),
+        ("extra-index-url", old.extra_index_urls, new.extra_index_urls),
+        ("find-links", old.find_links, new.find_links),
+        ("other", old.other_options, new.other_options),
+    ]
+
+    def added_lines(option: str, before: tuple[str, ...], after: tuple[str, ...]
+                    ) -> tuple[int, ...]:
+        fresh = set(after) - set(before)
+        if not fresh and set(after) == set(before):
+            fresh = set(after)  # a reordering (index priority) moved every value
+        return tuple(line for name, value, line in new.lines
+                     if name == option and value in fresh)
+
+    return tuple(OptionChange(option=o, old=a, new=b, added_lines=added_lines(o, a, b))
+                 for o, a, b in pairs if a != b)
+

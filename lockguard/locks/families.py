@@ -1,0 +1,97 @@
+"""Framework families: which framework a package belongs to (`package_families`), the
+distributions that are each framework (`FRAMEWORK_DISTS`, `framework_version`), and the CUDA
+major a pin is built for (`cuda_major`). These decide which golden scenarios a change can affect
+and which pairings the family rules check.
+"""
+
+import re
+
+from packaging.utils import canonicalize_name
+
+from lockguard.locks.model import Lock, LockError, Pin, ambiguous
+
+# The distributions that *are* each framework (not its companions). TensorFlow ships under
+# several names with the same code and version scheme.
+TENSORFLOW_DISTS = (
+    "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+    "tensorflow-aarch64", "tensorflow-rocm", "tensorflow-cpu-aws", "intel-tensorflow",
+    "tf-nightly", "tf-nightly-cpu", "tf-nightly-gpu", "tf-nightly-intel", "tf-nightly-macos",
+)
+FRAMEWORK_DISTS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "jax": ("jax",),
+    "tensorflow": TENSORFLOW_DISTS,
+    "numpy": ("numpy",),
+}
+
+_TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "triton"}
+_JAX_FAMILY = {"jax", "jaxlib", "libtpu", "libtpu-nightly", "ml-dtypes"}
+_JAX_PLUGIN = re.compile(r"^jax-(cuda|rocm)\d+-(plugin|pjrt)$")
+_TENSORFLOW_FAMILY = {
+    "intel-tensorflow", "keras", "keras-nightly", "tf-keras", "tf-keras-nightly", "tb-nightly",
+    "ml-dtypes",
+}
+
+
+def package_families(name: str) -> tuple[str, ...]:
+    """The framework families a package belongs to, sorted; empty for everything else.
+
+    ml-dtypes is in two families (jax and tensorflow both build on it). nvidia-* wheels are
+    "cuda": torch, jax and tensorflow CUDA builds all load them, so a change there concerns
+    every framework that runs on a GPU.
+    """
+    name = canonicalize_name(name)
+    families: set[str] = set()
+    if name in _TORCH_FAMILY or name.startswith("pytorch-triton"):
+        families.add("torch")
+    if name in _JAX_FAMILY or _JAX_PLUGIN.match(name):
+        families.add("jax")
+    if (
+        name in _TENSORFLOW_FAMILY
+        or name.startswith(("tensorflow", "tf-nightly", "tensorboard"))
+    ):
+        families.add("tensorflow")
+    if name == "numpy":
+        families.add("numpy")
+    if name.startswith("nvidia-"):
+        families.add("cuda")
+    return tuple(sorted(families))
+
+
+def framework_version(lock: Lock, framework: str) -> str | None:
+    """The version of a framework's main package in `lock`, or None when it is not pinned.
+
+    For tensorflow, any of its distributions counts (tensorflow, tensorflow-cpu, tf-nightly,
+    ...). A LockError when markers pin different versions, since no single answer is right.
+    """
+    if framework not in FRAMEWORK_DISTS:
+        raise ValueError(f"unknown framework {framework!r}; expected one of "
+                         f"{', '.join(sorted(FRAMEWORK_DISTS))}")
+    by_name = lock.by_name
+    pins = [pin for dist in FRAMEWORK_DISTS[framework] for pin in by_name.get(dist, ())]
+    if not pins:
+        return None
+    if len({pin.parsed_version for pin in pins}) > 1:
+        raise LockError(lock.source, pins[0].line, ambiguous(pins))
+    return pins[0].version
+
+
+
+# CUDA builds: the major is in the wheel name (nvidia-*-cuNN, jax-cudaNN-*) or the local tag.
+_NVIDIA_CUDA_WHEEL = re.compile(r"^nvidia-.+-cu(\d+)$")
+_JAX_CUDA_WHEEL = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
+_TORCH_CUDA_TAG = re.compile(r"^cu(\d+)\d\b")  # +cu121 → 12, +cu118 → 11, +cu92 → 9
+
+
+def cuda_major(pin: Pin) -> int | None:
+    """The CUDA major a pin is built for, when its name or local tag says so."""
+    for pattern in (_NVIDIA_CUDA_WHEEL, _JAX_CUDA_WHEEL):
+        match = pattern.match(pin.name)
+        if match:
+            return int(match.group(1))
+    if pin.name in ("torch", "torchvision", "torchaudio"):
+        match = _TORCH_CUDA_TAG.match(pin.parsed_version.local or "")
+        if match:
+            return int(match.group(1))
+    return None
+

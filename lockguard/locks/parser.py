@@ -1,0 +1,295 @@
+"""The one lock parser: `parse_lock` / `parse_lock_text` turn a pinned requirements file into a
+`Lock` of `Pin`s, refusing anything that does not pin one exact version (ranges, URLs,
+editables, includes) with a one-line `LockError` that names the file and line.
+
+Whatever else in lockguard needs the pins of a lock text calls these; nothing else reads
+requirement lines. The only I/O is `parse_lock` reading the file it is given.
+"""
+
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from lockguard.locks.model import Lock, LockError, LockOptions, Pin
+
+
+def parse_lock(path: Path) -> Lock:
+    """Read and parse a lock file; `str(path)` becomes `Lock.source` and names it in errors."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")  # -sig: a BOM is not part of line 1
+    except OSError as exc:
+        raise LockError(source, None, f"cannot read the lock: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise LockError(source, None, "the lock is not UTF-8 text") from None
+    return parse_lock_text(text, source)
+
+
+def parse_lock_text(text: str, source: str) -> Lock:
+    """Parse the text of a lock. `source` names it in errors and becomes `Lock.source`."""
+    pins: list[Pin] = []
+    # option name -> [(value, line)], for the options LockOptions keeps apart
+    options: dict[str, list[tuple[str, int]]] = {
+        "index-url": [], "extra-index-url": [], "find-links": []
+    }
+    other: list[str] = []
+    lines: list[tuple[str, str, int]] = []
+    for number, line in _logical_lines(text):
+        if line.startswith("-"):
+            tokens = _shlex_split(line, source, number)
+            for name, value in _parse_options(tokens, source, number):
+                _refuse_non_file_option(name, value, source, number)
+                if name in options:
+                    options[name].append((value or "", number))
+                    lines.append((name, value or "", number))
+                else:
+                    other.append(f"--{name}={value}" if value is not None else f"--{name}")
+                    lines.append(("other", other[-1], number))
+        else:
+            pins.append(_parse_requirement(line, source, number))
+
+    if len(options["index-url"]) > 1:
+        # pip would silently use the last one; a lock should not leave that to chance.
+        (_, first), (_, again) = options["index-url"][:2]
+        raise LockError(source, again, f"--index-url is given again (first on line {first})")
+    if not pins:
+        raise LockError(source, None, "the lock pins no packages")
+    _check_duplicates(pins, source)
+    _check_hashes_everywhere(pins, source)
+    return Lock(
+        source=source,
+        pins=tuple(pins),
+        options=LockOptions(
+            index_url=options["index-url"][0][0] if options["index-url"] else None,
+            extra_index_urls=tuple(url for url, _ in options["extra-index-url"]),
+            find_links=tuple(link for link, _ in options["find-links"]),
+            other_options=tuple(sorted(other)),
+            lines=tuple(lines),
+        ),
+    )
+
+
+# pip's comment rule: '#' at the start of a line or after whitespace ("pkg#egg=" is not one).
+_COMMENT = re.compile(r"(^|\s+)#.*$")
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Yield (first physical line number, text without comments) per non-empty logical line.
+
+    Joins `\\`-continued lines exactly as pip does, so that what parses here is what pip
+    installs: the backslash must be the last character of the raw line, the pieces are glued
+    without adding spaces, and a comment-only line ends a continuation (pip-compile writes its
+    `# via` block right after the last `--hash` line).
+    """
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        comment_only = _COMMENT.match(raw) is not None
+        if raw.endswith("\\") and not comment_only:
+            if not pending:
+                start = number
+            pending.append(raw[:-1])
+            continue
+        if pending:
+            pending.append(" " + raw if comment_only else raw)
+            line, first = "".join(pending), start
+            pending = []
+        else:
+            line, first = raw, number
+        line = _COMMENT.sub("", line).strip()
+        if line:
+            yield first, line
+    if pending:  # the file ends in a backslash
+        line = _COMMENT.sub("", "".join(pending)).strip()
+        if line:
+            yield start, line
+
+
+def _shlex_split(text: str, source: str, number: int) -> list[str]:
+    """Split option text like pip does (shell quoting), as a LockError on bad quoting."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise LockError(source, number, f"cannot split {text!r}: {exc}") from None
+
+
+# Options a lock may carry on their own lines, and whether each takes a value.
+_FILE_OPTIONS = {
+    "index-url": True,
+    "extra-index-url": True,
+    "find-links": True,
+    "trusted-host": True,
+    "no-binary": True,
+    "only-binary": True,
+    "prefer-binary": False,
+    "pre": False,
+    "no-index": False,
+    "require-hashes": False,
+}
+# Options recognised only to be refused with a precise message (all take a value), and the
+# one option a requirement line may carry.
+_REFUSED_OPTIONS = ("requirement", "constraint", "editable")
+_TAKES_VALUE = {n for n, takes in _FILE_OPTIONS.items() if takes} | {*_REFUSED_OPTIONS, "hash"}
+_SHORT_OPTIONS = {"i": "index-url", "f": "find-links", "r": "requirement", "c": "constraint",
+                  "e": "editable"}
+
+
+def _parse_options(tokens: list[str], source: str, number: int) -> list[tuple[str, str | None]]:
+    """Turn option tokens into (long name, value) pairs: `-i URL`, `-iURL`, `--hash=x`, `--hash x`.
+
+    Unknown options are refused here: pip would either reject them or act on them in ways a
+    lock cannot record.
+    """
+    parsed: list[tuple[str, str | None]] = []
+    rest = list(tokens)
+    while rest:
+        token = rest.pop(0)
+        value: str | None
+        if token.startswith("--"):
+            name, has_value, value = token[2:].partition("=")
+            if not has_value:
+                value = None
+        elif token.startswith("-") and token[1:2] in _SHORT_OPTIONS:
+            name, value = _SHORT_OPTIONS[token[1]], token[2:] or None
+        elif token.startswith("-"):
+            raise LockError(source, number, f"unsupported option {token!r} in a lock")
+        else:
+            raise LockError(source, number, f"unexpected {token!r} (options start with '-')")
+        if name not in _FILE_OPTIONS and name not in _TAKES_VALUE:
+            raise LockError(source, number, f"unsupported option '--{name}' in a lock")
+        if name not in _TAKES_VALUE and value is not None:
+            raise LockError(source, number, f"--{name} takes no value")
+        if name in _TAKES_VALUE and value is None:
+            if not rest:
+                raise LockError(source, number, f"--{name} needs a value")
+            value = rest.pop(0)
+        parsed.append((name, value))
+    return parsed
+
+
+def _refuse_non_file_option(name: str, value: str | None, source: str, number: int) -> None:
+    """Explain why an option line that pip would accept cannot be part of a lock."""
+    if name in ("requirement", "constraint"):
+        flag = "-r" if name == "requirement" else "-c"
+        raise LockError(
+            source, number, f"'{flag} {value}': includes are not supported in a lock; inline it"
+        )
+    if name == "editable":
+        raise LockError(
+            source, number,
+            f"'-e {value}' is an editable requirement, which cannot be pinned by version",
+        )
+    if name == "hash":
+        raise LockError(
+            source, number,
+            "--hash must follow its requirement on the same logical line "
+            "(is a trailing '\\' missing, or followed by spaces?)",
+        )
+
+
+# A requirement that names an archive, a directory or a repository instead of a version.
+_URL_OR_PATH = re.compile(
+    r"://|^(git|hg|svn|bzr)\+|^[./~]|\.(whl|zip|tar\.gz|tgz|tar\.bz2)$", re.IGNORECASE
+)
+_HASH = re.compile(r"^(sha256:[0-9a-f]{64}|sha384:[0-9a-f]{96}|sha512:[0-9a-f]{128})$")
+
+
+def _parse_requirement(line: str, source: str, number: int) -> Pin:
+    # As pip does: the requirement runs up to the first whitespace-separated token that starts
+    # with '-'; what follows are its per-requirement options (here only --hash).
+    tokens = line.split()
+    split_at = next((i for i, t in enumerate(tokens) if t.startswith("-")), len(tokens))
+    text = " ".join(tokens[:split_at])
+    if text.endswith("\\"):
+        raise LockError(
+            source, number,
+            "the '\\' is followed by spaces, so the line does not continue "
+            "(pip needs the backslash last)",
+        )
+
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        if _URL_OR_PATH.search(text):
+            raise LockError(source, number, _not_pinnable(text)) from None
+        first_line = str(exc).splitlines()[0] if str(exc) else "invalid requirement"
+        raise LockError(source, number, f"cannot parse {text!r}: {first_line}") from None
+    if req.url:
+        raise LockError(source, number, _not_pinnable(text))
+
+    specifiers = list(req.specifier)
+    if len(specifiers) == 1 and specifiers[0].operator == "===":
+        # Arbitrary equality pins a version *string* that need not follow PEP 440, so such a
+        # pin could not be ordered in a diff or checked against a family rule: refused.
+        raise LockError(
+            source, number,
+            f"{text!r} uses arbitrary equality (===), which lockguard cannot compare; "
+            "pin it with ==",
+        )
+    if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
+        raise LockError(source, number, f"{text!r} is not pinned (expected name==version)")
+
+    hashes: set[str] = set()
+    options = _shlex_split(" ".join(tokens[split_at:]), source, number)
+    for name, value in _parse_options(options, source, number):
+        if name != "hash":
+            raise LockError(
+                source, number, f"'--{name}' is not supported after a requirement in a lock"
+            )
+        digest = (value or "").lower()
+        if not _HASH.match(digest):
+            raise LockError(
+                source, number, f"bad --hash value {value!r} (expected sha256:<64 hex digits>)"
+            )
+        hashes.add(digest)
+
+    return Pin(
+        name=canonicalize_name(req.name),
+        display_name=req.name,
+        version=specifiers[0].version,
+        extras=tuple(sorted(canonicalize_name(e) for e in req.extras)),
+        marker=str(req.marker) if req.marker is not None else None,
+        hashes=tuple(sorted(hashes)),
+        line=number,
+    )
+
+
+def _not_pinnable(text: str) -> str:
+    return f"{text!r} is a URL, path or VCS requirement, which cannot be pinned by version"
+
+
+def _check_duplicates(pins: list[Pin], source: str) -> None:
+    """The same package twice is allowed only when markers choose between the pins.
+
+    Two different markers may still overlap; proving they do not would mean solving the
+    markers, so this only catches the sure cases: a pin without a marker, or the same marker.
+    """
+    seen: dict[str, list[Pin]] = {}
+    for pin in pins:
+        for earlier in seen.setdefault(pin.name, []):
+            if earlier.marker is None or pin.marker is None or earlier.marker == pin.marker:
+                raise LockError(
+                    source, pin.line,
+                    f"{pin.display_name} is pinned again (already on line {earlier.line}); "
+                    "keep one pin, or give each an environment marker that selects it",
+                )
+        seen[pin.name].append(pin)
+
+
+def _check_hashes_everywhere(pins: list[Pin], source: str) -> None:
+    # pip switches to hash-checking mode as soon as one requirement has a hash, and then
+    # refuses every requirement without one: catch that here, with the package named.
+    if not any(pin.hashes for pin in pins):
+        return
+    for pin in pins:
+        if not pin.hashes:
+            raise LockError(
+                source, pin.line,
+                f"{pin.requirement!r} has no --hash although other pins have hashes "
+                "(pip's hash-checking mode would refuse it)",
+            )
+
