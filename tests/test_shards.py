@@ -217,3 +217,61 @@ def test_parity_of_a_family_split_over_shards_is_rebuilt(project, tmp_path):
     assert [(r.family, sorted(r.step0)) for r in merged.parity] == \
         [(r.family, sorted(r.step0)) for r in whole.parity] == [("mlp", ["numpy.mlp",
                                                                           "torch.mlp"])]
+
+
+# ------------------------------------------------------------- real processes, real venvs
+
+def quickstart(root: Path) -> Path:
+    """The quickstart project (torch.mlp, torch.lm and a numpy metric, numpy 1.26 → 2.0), with
+    `slower` out of reach: shards running side by side must not turn timing into a verdict."""
+    shutil.copytree(QUICKSTART, root, ignore=shutil.ignore_patterns("golden", "*.json"))
+    text = (root / "pyproject.toml").read_text()
+    (root / "pyproject.toml").write_text(text.replace(
+        'golden_dir = "golden"', 'golden_dir = "golden"\nslower_ratio = 1000.0'))
+    return root
+
+
+@pytest.mark.slow
+def test_plan_three_shard_processes_and_merge_equal_the_unsharded_run(tmp_path):
+    root = quickstart(tmp_path / "q")
+    ab = ("--baseline-lock", "requirements-old.txt")
+    env = {"LOCKGUARD_JOBS": "1"}
+    planned = run_cli("plan", "--shards", "3", "--format", "json", cwd=root)
+    assert planned.returncode == 0, planned.stderr
+    made = json.loads(planned.stdout)
+    assert [len(e["scenarios"]) for e in made["entries"]] == [1, 1, 1]
+
+    def shard(k: int):
+        return run_cli("check", *ab, "--shard", f"{k}/3", "--format", "json",
+                       "-o", f"part{k}.json", cwd=root, env=env)
+
+    with ThreadPoolExecutor(3) as pool:
+        parts = list(pool.map(shard, (1, 2, 3)))
+    whole = run_cli("check", *ab, "--format", "json", "-o", "whole.json", cwd=root, env=env)
+    merged = run_cli("merge", "part1.json", "part2.json", "part3.json", "--format", "json",
+                     "-o", "merged.json", "--report", "markdown=merged.md", cwd=root)
+
+    assert whole.returncode == 1, whole.stderr  # loss_ema drifts under NEP 50, bit-exact
+    assert [p.returncode for p in parts] == [1, 0, 0], [p.stderr for p in parts]
+    assert merged.returncode == whole.returncode, merged.stderr
+    w = json.loads((root / "whole.json").read_text())
+    m = json.loads((root / "merged.json").read_text())
+    timing = ("step_time_ratio", "first_step_ratio")  # measured, never equal between runs
+    assert [{k: x for k, x in v.items() if k not in timing} for v in m["verdicts"]] == \
+        [{k: x for k, x in v.items() if k not in timing} for v in w["verdicts"]]
+    assert [v["scenario"] for v in m["verdicts"]] == ["torch.mlp", "torch.lm", "loss_ema"]
+    assert (m["failing"], m["passed"]) == (w["failing"], w["passed"]) == (["loss_ema"], False)
+    assert m["shard"] is None and "loss_ema" in (root / "merged.md").read_text()
+    for k in (1, 2, 3):
+        part = json.loads((root / f"part{k}.json").read_text())
+        assert part["shard"]["index"] == k
+        assert [v["scenario"] for v in part["verdicts"]] == made["entries"][k - 1]["scenarios"]
+
+    missing = run_cli("merge", "part1.json", "part3.json", cwd=root)
+    assert missing.returncode == 2 and "shard 2/3 missing" in missing.stderr
+    twice = run_cli("merge", "part1.json", "part2.json", "part3.json", "part2.json", cwd=root)
+    assert twice.returncode == 2 and "part2.json: given twice" in twice.stderr
+    shutil.copy(root / "part2.json", root / "copy.json")
+    dup = run_cli("merge", "part1.json", "part2.json", "part3.json", "copy.json", cwd=root)
+    assert dup.returncode == 2 and "shard 2/3 given twice: part2.json and copy.json" in dup.stderr
+    assert not (root / "nothing.json").exists()
