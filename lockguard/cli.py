@@ -596,13 +596,21 @@ def report_command(report_file: Path, fmt: str, output: Path | None,
 @click.option("--base-image", metavar="IMAGE",
               help="Build on this local image instead of the pinned base (air gaps, tests).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
+@click.option("--push", "registry", metavar="REGISTRY",
+              help="Also tag the image below REGISTRY (e.g. ghcr.io/your-org) and push it; "
+                   "the pushed digest is printed and recorded. Nothing is pushed without it.")
 @handles_errors
-def build(framework, accelerator, locks, base_image, config_path) -> None:
+def build(framework, accelerator, locks, base_image, config_path, registry) -> None:
     """Build (or reuse) the pinned container image of a lock for one framework."""
     from lockguard.config import load_config
     from lockguard.envs import docker
     from lockguard.progress import Progress
     from lockguard.flows.pipeline import load_locks
+
+    if registry is not None:
+        from lockguard.envs.docker.push import check_registry
+
+        check_registry(registry)  # before anything is built
 
     config = load_config(config_path)
     progress = Progress()
@@ -616,6 +624,14 @@ def build(framework, accelerator, locks, base_image, config_path) -> None:
             how = "reused" if image.reused else f"built in {image.seconds:.0f} s"
             click.echo(f"{image.tag}  {image.id[:19]}  {image.size / 1e6:.0f} MB  {how}  "
                        f"(log: {image.log})")
+            if registry is not None:
+                from lockguard.envs.docker import engine
+                from lockguard.envs.docker.build import image_dir
+                from lockguard.envs.docker.push import push_image
+
+                pushed = push_image(engine.connect(), image.tag, image.id, registry,
+                                    image_dir(image.recipe))
+                click.echo(f"pushed {pushed.ref}  (recorded in {pushed.record})")
 
 
 @cli.group()
