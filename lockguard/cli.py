@@ -322,9 +322,12 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, config_pa
 @click.option("--base", "base_ref", metavar="GITREF",
               help="A/B against the locks at the merge base with GITREF (e.g. origin/main); "
                    "exits 0 at once when no lock changed.")
+@click.option("--shard", metavar="K/N",
+              help="Run part K of the N-part plan (`lockguard plan --shards N`) and write a "
+                   "partial report; `lockguard merge` joins the parts.")
 @handles_errors
 def check(locks, scenarios, env, device, steps, fmt, output, reports, config_path, verbose,
-          baseline_locks, repeat, rerun, allow_new, exact, base_ref) -> None:
+          baseline_locks, repeat, rerun, allow_new, exact, base_ref, shard) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
     targets = report_targets(fmt, output, reports)
     from lockguard.config import Options
@@ -342,20 +345,117 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
 
         config = load_config(config_path)
         paths = [p for p, _, _ in lock_paths(config, list(locks))]
-        report = check_base(config, paths, select(config, list(scenarios)), opts, base_ref,
-                            Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose))
+        chosen = select(config, list(scenarios))
+        part = _shard_part(shard, config, opts, chosen, locks)
+        if part is not None and not part[1]:
+            report = part[2]
+        else:
+            report = check_base(config, paths, part[1] if part else chosen, opts, base_ref,
+                                Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose))
     else:
         from lockguard.flows.check import check as check_flow
         from lockguard.flows.pipeline import LockRef, read_lock
 
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
-        report = check_flow(config, lock_refs, chosen, opts, baseline, progress)
+        part = _shard_part(shard, config, opts, chosen, locks, lock_refs)
+        if part is not None and not part[1]:
+            report = part[2]
+        else:
+            report = check_flow(config, lock_refs, part[1] if part else chosen, opts, baseline,
+                                progress)
+    if part is not None:
+        report.shard = part[0]
+        report.notes.append(f"shard {part[0].index}/{part[0].total} ({part[0].entry}) of plan "
+                            f"{part[0].plan_digest[:19]}: a partial report; `lockguard merge` "
+                            "joins the parts into the gate's decision")
     args = ("--base", base_ref) if base_ref else tuple(
         a for b in baseline_locks for a in ("--baseline-lock", b))
     report.invocation = invocation("check", *args, locks=locks, config_path=config_path,
                                    env=env, device=device, steps=steps,
                                    flags=("--exact",) if exact else ())
+    deliver(report, targets)
+    sys.exit(0 if report.passed else 1)
+
+
+def _shard_part(shard: str | None, config, opts, chosen, locks: tuple[str, ...],
+                lock_refs=None):
+    """For `check --shard K/N`: (this part's ShardInfo, the scenarios it runs, the Report of a
+    part the plan leaves empty), or None without --shard."""
+    if shard is None:
+        return None
+    from lockguard.flows import shards
+    from lockguard.flows.pipeline import load_locks
+
+    k, n = shards.parse_shard(shard)
+    made = shards.make_plan(config, opts, chosen, lock_refs or load_locks(config, list(locks)), n)
+    mine = shards.shard_scenarios(made, k, chosen)
+    return shards.shard_info(made, k), mine, shards.empty_report(made, k) if not mine else None
+
+
+@cli.command()
+@click.option("--lock", "locks", multiple=True, metavar="PATH",
+              help="Lock file (repeatable); overrides [tool.lockguard] lock/locks.")
+@click.option("--scenario", "scenarios", multiple=True, metavar="ID",
+              help="Scenario id or prefix (repeatable). Default: all.")
+@click.option("--env", type=click.Choice(ENV_KINDS))
+@click.option("--device", type=click.Choice(DEVICES))
+@click.option("--steps", type=click.IntRange(min=1))
+@click.option("--shards", type=click.IntRange(min=1), metavar="N",
+              help="Number of parts (default: one per device, framework and lock).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github-matrix"]),
+              default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--config", "config_path", type=click.Path(path_type=Path))
+@handles_errors
+def plan(locks, scenarios, env, device, steps, shards, fmt, output, config_path) -> None:
+    """Print the work as CI matrix entries: one per device, framework, lock and shard, with
+    its runner label, the environments it builds and its estimated seconds. Run every entry
+    with the same options plus `check --shard K/N`, then `lockguard merge` the parts."""
+    import json
+
+    check_output(output)
+    from lockguard.config import Options, load_config
+    from lockguard.flows import shards as sharding
+    from lockguard.flows.pipeline import load_locks
+    from lockguard.scenarios import select
+
+    config = load_config(config_path)
+    made = sharding.make_plan(config, Options(device=device, steps=steps, env=env),
+                              select(config, list(scenarios)), load_locks(config, list(locks)),
+                              shards)
+    if fmt == "github-matrix":
+        # One line: what `echo "matrix=…" >> "$GITHUB_OUTPUT"` takes.
+        text = json.dumps(sharding.github_matrix(made), separators=(",", ":")) + "\n"
+    elif fmt == "json":
+        text = json.dumps(made.to_json(), indent=2) + "\n"
+    else:
+        text = sharding.plan_text(made)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        from lockguard.files import write_text
+
+        write_text(output, text)
+
+
+@cli.command()
+@click.argument("parts", nargs=-1, required=True, metavar="PART.json...",
+                type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here instead of stdout.")
+@report_option
+@handles_errors
+def merge(parts: tuple[Path, ...], fmt: str, output: Path | None,
+          reports: tuple[str, ...]) -> None:
+    """Join the partial JSON reports of every `check --shard K/N` of one plan into one report
+    and gate decision. A missing, duplicated or foreign part is an error (exit 2) naming it.
+    Exits 0 when the joined gate passes, 1 when it fails."""
+    targets = report_targets(fmt, output, reports)
+    from lockguard.flows.shards import merge_files
+
+    report = merge_files(list(parts))
     deliver(report, targets)
     sys.exit(0 if report.passed else 1)
 
@@ -496,13 +596,21 @@ def report_command(report_file: Path, fmt: str, output: Path | None,
 @click.option("--base-image", metavar="IMAGE",
               help="Build on this local image instead of the pinned base (air gaps, tests).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
+@click.option("--push", "registry", metavar="REGISTRY",
+              help="Also tag the image below REGISTRY (e.g. ghcr.io/your-org) and push it; "
+                   "the pushed digest is printed and recorded. Nothing is pushed without it.")
 @handles_errors
-def build(framework, accelerator, locks, base_image, config_path) -> None:
+def build(framework, accelerator, locks, base_image, config_path, registry) -> None:
     """Build (or reuse) the pinned container image of a lock for one framework."""
     from lockguard.config import load_config
     from lockguard.envs import docker
     from lockguard.progress import Progress
     from lockguard.flows.pipeline import load_locks
+
+    if registry is not None:
+        from lockguard.envs.docker.push import check_registry
+
+        check_registry(registry)  # before anything is built
 
     config = load_config(config_path)
     progress = Progress()
@@ -516,6 +624,14 @@ def build(framework, accelerator, locks, base_image, config_path) -> None:
             how = "reused" if image.reused else f"built in {image.seconds:.0f} s"
             click.echo(f"{image.tag}  {image.id[:19]}  {image.size / 1e6:.0f} MB  {how}  "
                        f"(log: {image.log})")
+            if registry is not None:
+                from lockguard.envs.docker import engine
+                from lockguard.envs.docker.build import image_dir
+                from lockguard.envs.docker.push import push_image
+
+                pushed = push_image(engine.connect(), image.tag, image.id, registry,
+                                    image_dir(image.recipe))
+                click.echo(f"pushed {pushed.ref}  (recorded in {pushed.record})")
 
 
 @cli.group()

@@ -66,6 +66,31 @@ class ScenarioConfig(_Strict):
     description: str = ""
 
 
+# A runner label as the CI system takes it: one label, or several that must all match
+# (GitHub's `runs-on: [self-hosted, gpu]`).
+RunnerLabel = Union[str, list[str]]
+
+
+class RunnersConfig(_Strict):
+    """[tool.lockguard.runners]: the CI runner each device's plan entries run on."""
+
+    cpu: RunnerLabel | None = "ubuntu-latest"
+    cuda: RunnerLabel | None = None
+    tpu: RunnerLabel | None = None
+
+    @field_validator("cpu", "cuda", "tpu")
+    @classmethod
+    def _labels(cls, value: RunnerLabel | None) -> RunnerLabel | None:
+        labels = [value] if isinstance(value, str) else value or []
+        if isinstance(value, list) and not value:
+            raise ValueError("an empty list of runner labels matches no runner")
+        for label in labels:
+            if not label.strip() or label != label.strip() or any(c in label for c in "\n\r"):
+                raise ValueError(f"runner label {one_line(repr(label), 60)} is empty or has "
+                                 "surrounding or line-breaking whitespace")
+        return value
+
+
 class Config(_Strict):
     lock: str | None = None
     locks: list[Union[str, LockEntry]] | None = None
@@ -87,6 +112,7 @@ class Config(_Strict):
     allow_sdist: StrictBool = False  # only a literal `true` opts in
     python: str | None = None  # interpreter for venvs; default: the one running lockguard
     scenario: dict[str, ScenarioConfig] = Field(default_factory=dict)
+    runners: RunnersConfig = Field(default_factory=RunnersConfig)  # `lockguard plan`
 
     # Where the config came from; relative paths resolve against it.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -177,7 +203,7 @@ def _is_branch(part: object) -> bool:
     # "literal['exact']", "function-after[...]"); the user's file has only keys and indices.
     text = str(part)
     return (text in ("str", "int", "float") or text[:1].isupper()
-            or text.startswith(("literal[", "function-")))
+            or text.startswith(("literal[", "function-", "list[")))
 
 
 def _describe(errors: list[Any]) -> str:

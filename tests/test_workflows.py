@@ -8,6 +8,7 @@ wrapping them into a reusable workflow whose inputs are the action's inputs.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -145,3 +146,48 @@ jobs:
     assert 'property "gate" is not defined' in proc.stdout  # no such step
     assert "SC2086" in proc.stdout  # shellcheck ran on the script
     assert interpolations(broken) == ["jobs.gate.steps[0]", "jobs.gate.steps[1]"]
+
+
+def test_the_plans_github_matrix_drives_the_sharded_workflow(tmp_path: Path) -> None:
+    """`lockguard plan --format github-matrix` put where the sharded workflow reads it
+    (`strategy.matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}`): actionlint then checks every
+    `matrix.*` the jobs use against the entries, and `runs-on` against their runner labels."""
+    from conftest import QUICKSTART, make_project, run_cli
+
+    project = make_project(tmp_path / "p", """
+        lock = "requirements.txt"
+        scenarios = ["torch.mlp", "torch.lm", "probe"]
+        [runners]
+        cuda = ["self-hosted", "gpu"]
+        [scenario.probe]
+        script = "probe.py"
+        framework = "numpy"
+        device = "cuda"
+    """, files={"probe.py": "pass\n"}, locks={"requirements.txt": QUICKSTART / "requirements.txt"})
+    proc = run_cli("plan", "--shards", "3", "--format", "github-matrix", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 1  # one line, as $GITHUB_OUTPUT takes it
+    matrix = json.loads(proc.stdout)
+    assert sorted(map(str, (e["runner"] for e in matrix["include"]))) == \
+        ["['self-hosted', 'gpu']", "ubuntu-latest", "ubuntu-latest"]
+
+    sharded = REPO / ".github" / "workflows" / "lock-gate-sharded.yml"
+    document = yaml.safe_load(sharded.read_text())
+    shard = document["jobs"]["shard"]
+    assert shard["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert shard["runs-on"] == "${{ matrix.runner }}"
+    workflows = tmp_path / ".github" / "workflows"
+    workflows.mkdir(parents=True)
+    inlined = workflows / "sharded.yml"
+
+    def lint(entries: list[dict]) -> subprocess.CompletedProcess[str]:
+        shard["strategy"]["matrix"] = {"include": entries}
+        # yaml.safe_dump writes `on:` as the key true; actionlint wants the word.
+        inlined.write_text(yaml.safe_dump(document, sort_keys=False).replace("\ntrue:", "\non:"))
+        return actionlint(inlined, cwd=tmp_path)
+
+    result = lint(matrix["include"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The check has teeth: an entry without a key the jobs read is caught.
+    result = lint([{k: v for k, v in e.items() if k != "lock_hash"} for e in matrix["include"]])
+    assert result.returncode == 1 and 'property "lock_hash" is not defined' in result.stdout

@@ -102,6 +102,17 @@ class Evidence(BaseModel):
     fingerprint_diff: dict[str, list[Any]] = Field(default_factory=dict)
 
 
+class ShardInfo(BaseModel):
+    """Which part of a sharded check a partial Report is (lockguard/flows/shards.py)."""
+
+    plan_digest: str  # of the whole plan: parts of different plans are never merged
+    index: int = Field(ge=1)  # K of K/N
+    total: int = Field(ge=1)  # N
+    entry: str  # the plan entry's id: cpu-numpy-1a2b3c4d-1of2
+    scenarios: list[str] = Field(default_factory=list)  # the ones this part covers
+    order: list[str] = Field(default_factory=list)  # every selected scenario, in report order
+
+
 @dataclass(frozen=True)
 class LockLine:
     """One changed line of a candidate lock, for annotations and bullets."""
@@ -134,6 +145,8 @@ class Report(BaseModel):
     duration_s: float | None = None
     # The command line that made this report (report options left out), for "reproduce with".
     invocation: list[str] = Field(default_factory=list)
+    # A partial Report of `check --shard K/N`; `lockguard merge` joins the parts (none after).
+    shard: ShardInfo | None = None
     _failing_set: tuple[int, int, frozenset[str]] = PrivateAttr(default=(0, -1, frozenset()))
 
     # ------------------------------------------------------------------ what renderers read
