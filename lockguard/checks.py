@@ -165,8 +165,8 @@ def evidence(scenario: str, baseline: tuple[str, str, RunResult] | None,
 
 
 def _request(p: Planned, config: Config) -> RunRequest:
-    return RunRequest(scenario=p.scenario, steps=p.steps, seed=config.seed, device=p.device,
-                      threads=config.threads, timeout=config.timeout)
+    return p.scenario.request(steps=p.steps, seed=config.seed, device=p.device,
+                              threads=config.threads, timeout=config.timeout)
 
 
 def _digest(p: Planned, config: Config, harness: str, kind: str) -> str:

@@ -157,10 +157,10 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
             env, request = jobs[index]
             out_dir = Path(tmp) / str(index)
             out_dir.mkdir()
-            result = verify(env.run(request, out_dir), scenario=request.scenario.id,
-                            framework=request.scenario.framework, steps=request.steps)
+            result = verify(env.run(request, out_dir), scenario=request.scenario_id,
+                            framework=request.framework, steps=request.steps)
             results[index] = result
-            label = escape(f"{request.scenario.id} [{env.label}]")
+            label = escape(f"{request.scenario_id} [{env.label}]")
             done = step.advance() if step is not None else index + 1
             progress.info(f"  {done} of {len(jobs)}: {label}: {result.status.value}"
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
