@@ -81,10 +81,10 @@ def bench_overhead(tmp: Path, repeat: int) -> dict:
     sys.path.insert(0, str(REPO))
     from lockguard.envs.venv import prepare
     from lockguard.locks.parser import parse_lock
-    from lockguard.scenarios import HARNESS_DIR
+    from lockguard.envs.harness import ENTRY, HARNESS_DIR
 
     env = prepare(parse_lock(p / "requirements.txt"))
-    by_hand = [str(env.python), str(HARNESS_DIR / "run.py"), "--scenario", "torch.mlp",
+    by_hand = [str(env.python), str(HARNESS_DIR / ENTRY), "--scenario", "torch.mlp",
                "--steps", "30", "--out", str(tmp / "hand.json")]
     hand, guarded = [], []
     for _ in range(repeat):  # interleaved, so both see the same machine load

@@ -14,8 +14,8 @@ tolerance in bf16, and that says nothing about the dependencies being checked.
 - tpu: the device kind jax reports (`tpu-v4`).
 
 Everything here is a pure function of a fingerprint, except `host_class`, which reads the host's
-facts through the harness's own functions (lockguard/harness/common.py: stdlib only, and never
-importing lockguard), so that the host and a run on it land in the same class. Changing what goes
+facts through the harness's own functions (lockguard/harness/_lockguard_harness/common.py:
+stdlib only, and never importing lockguard), so that the host and a run on it land in the same class. Changing what goes
 into a class id changes the ids of existing goldens: bump golden.SCHEMA_VERSION with it.
 """
 
@@ -26,7 +26,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lockguard.harness.common import KERNEL_FLAGS, cpu_info, nvidia_info
+from lockguard.harness._lockguard_harness.common import KERNEL_FLAGS, cpu_info, nvidia_info
 
 _VENDORS = {"GenuineIntel": ("intel", "Intel"), "AuthenticAMD": ("amd", "AMD"),
             "HygonGenuine": ("hygon", "Hygon"), "CentaurHauls": ("centaur", "Centaur"),

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockguard.config import Config, ConfigError, ToleranceSetting
+from lockguard.envs.base import RunRequest
+from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import one_line
-
-HARNESS_DIR = Path(__file__).parent / "harness"
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,13 @@ class Scenario:
     @property
     def source(self) -> str:
         return "user" if self.script else "bundled"
+
+    def request(self, *, steps: int, seed: int, device: str, threads: int,
+                timeout: float) -> RunRequest:
+        """This scenario as a harness run, in the env layer's terms."""
+        return RunRequest(scenario_id=self.id, framework=self.framework, steps=steps, seed=seed,
+                          device=device, threads=threads, timeout=timeout, dtype=self.dtype,
+                          script=self.script)
 
 
 def _b(id: str, framework: str, description: str, steps: int, family: str | None,
@@ -56,13 +63,8 @@ BUNDLED: tuple[Scenario, ...] = (
     _b("tf.rng", "tensorflow", "MLP initialised by TensorFlow's RNG", 30, None),
 )
 
-# Ids the harness implements; a bundled scenario whose module is not there yet is not offered.
-_HARNESS_MODULE = {"torch": "torch_.py", "jax": "jax_.py", "tensorflow": "tf_.py",
-                   "numpy": "numpy_.py"}
-
-
 def bundled() -> list[Scenario]:
-    return [s for s in BUNDLED if (HARNESS_DIR / _HARNESS_MODULE[s.framework]).is_file()]
+    return [s for s in BUNDLED if implements(s.framework)]
 
 
 def user_scenarios(config: Config) -> list[Scenario]:
@@ -116,8 +118,8 @@ def select(config: Config, requested: list[str]) -> list[Scenario]:
 def harness_digest() -> str:
     """A hash of the harness code: a golden recorded by other harness code is not a shortcut."""
     h = hashlib.sha256()
-    for path in sorted(HARNESS_DIR.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for name, path in harness_files():
+        h.update(name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 

@@ -38,7 +38,7 @@ class FakeEnv:
     backend: "FakeBackend"
 
     def run(self, request, out_dir: Path) -> RunResult:
-        sid, fw = request.scenario.id, request.scenario.framework
+        sid, fw = request.scenario_id, request.framework
         # One environment serves every framework its lock pins, as a venv does.
         version = framework_version(self.lock, fw) or "unpinned"
         self.backend.record_run(sid, version)

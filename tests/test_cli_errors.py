@@ -12,7 +12,7 @@ import pytest
 
 from conftest import DATA, make_project, run_cli, snapshot
 from lockguard.golden import text_digest
-from lockguard.harness.common import cpu_info
+from lockguard.harness._lockguard_harness.common import cpu_info
 from lockguard.hardware import host_class
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()

@@ -1,6 +1,7 @@
 """Compile diagnostics without a framework: the harness's text normalisation and accuracy rule
-(lockguard/harness/compile_torch.py, stdlib only until it patches torch), compare's compile
-rules (reworded breaks, miscompile evidence, compile-time ratio) and the side-by-side report.
+(lockguard/harness/_lockguard_harness/compile_torch.py, stdlib only until it patches torch),
+compare's compile rules (reworded breaks, miscompile evidence, compile-time ratio) and the
+side-by-side report.
 
 The log texts below are what torch 2.13's dynamo wrote in real runs (paths from this machine).
 """
@@ -9,22 +10,16 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 from lockguard.compare.compile import accuracy_failure, break_site, compare_compile
 from lockguard.compare.tolerance import Policy
 from lockguard.compare.verdicts import compare_runs, is_failure
+from lockguard.harness._lockguard_harness import compile_torch as ct
 from lockguard.names import Verdict
 from lockguard.report import Report, render
 from lockguard.report._common import compile_rows
 from lockguard.results import SCHEMA_VERSION, CompileDiagnostics, RunResult
-
-HARNESS = Path(__file__).resolve().parent.parent / "lockguard" / "harness"
-sys.path.insert(0, str(HARNESS))
-import compile_torch as ct  # noqa: E402
-
-sys.path.remove(str(HARNESS))
 
 SITE_PACKAGES = "/root/.cache/lockguard/venvs/6dbca48bb7eea5753d72/lib/python3.11/site-packages"
 

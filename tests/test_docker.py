@@ -37,9 +37,10 @@ from lockguard.envs.docker.conformance import (
 from lockguard.envs.docker.engine import no_engine_message
 from lockguard.envs.docker.pin import pin_bases
 from lockguard.envs.docker.recipe import VENV_PYTHON, load_bases, render
+from lockguard.envs.harness import HARNESS_DIR
 from lockguard.locks.parser import parse_lock, parse_lock_text
 from lockguard.results import Status
-from lockguard.scenarios import HARNESS_DIR, Scenario, bundled
+from lockguard.scenarios import Scenario, bundled
 
 from conftest import TEST_BASE
 
@@ -234,7 +235,7 @@ def test_run_command_is_isolated(tmp_path, monkeypatch):
     env = _env_for("cpu")
     scenario = Scenario(id="user.np", framework="numpy", description="", steps=3,
                         script=USER_SCRIPT)
-    request = RunRequest(scenario=scenario, steps=3, seed=0, device="cpu", threads=1, timeout=9)
+    request = scenario.request(steps=3, seed=0, device="cpu", threads=1, timeout=9)
     argv = env.docker_argv(request, tmp_path, "lockguard-x")
     text = " ".join(argv)
     assert argv[:2] == ["docker", "run"] and "--rm" in argv
@@ -388,8 +389,8 @@ def numpy_image(engine):
 
 
 def _request(scenario: Scenario, steps: int | None = None, timeout: float = 300) -> RunRequest:
-    return RunRequest(scenario=scenario, steps=steps or scenario.steps, seed=0, device="cpu",
-                      threads=1, timeout=timeout)
+    return scenario.request(steps=steps or scenario.steps, seed=0, device="cpu", threads=1,
+                            timeout=timeout)
 
 
 def _user(script: Path, framework: str = "numpy", steps: int = 12) -> Scenario:

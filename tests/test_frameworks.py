@@ -30,10 +30,10 @@ def by_hand(lock: Path, scenario: str, out: Path, steps: int) -> dict:
     """Run the harness directly in lockguard's cached venv for `lock`, no lockguard in between."""
     from lockguard.envs.venv import prepare
     from lockguard.locks.parser import parse_lock
-    from lockguard.scenarios import HARNESS_DIR
+    from lockguard.envs.harness import ENTRY, HARNESS_DIR
 
     env = prepare(parse_lock(lock))
-    subprocess.run([str(env.python), str(HARNESS_DIR / "run.py"), "--scenario", scenario,
+    subprocess.run([str(env.python), str(HARNESS_DIR / ENTRY), "--scenario", scenario,
                     "--steps", str(steps), "--out", str(out)], check=True, timeout=600)
     return json.loads(out.read_text())
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, QUICKSTART, make_project, run_cli, snapshot
+from lockguard.envs.venv import LOCK_FILE
+from lockguard.locks import parse_lock
 
 EMA = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
 CONFIG = """
@@ -54,8 +56,9 @@ def test_base_with_changed_lock_runs_ab(tmp_path):
     project = repo_with_lock(tmp_path / "r", DATA / "numpy-1.26.4.txt")
     (project / "requirements.txt").write_text((DATA / "numpy-2.0.2.txt").read_text())
     # A cache of its own: the baseline env must really be built from the lock read from git.
+    cache = tmp_path / "cache"
     proc = run_cli("check", "--base", "main", "--format", "json", cwd=project,
-                   env={"LOCKGUARD_CACHE": str(tmp_path / "cache")})
+                   env={"LOCKGUARD_CACHE": str(cache)})
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert [v["verdict"] for v in report["verdicts"]] == ["drift"]
@@ -66,7 +69,14 @@ def test_base_with_changed_lock_runs_ab(tmp_path):
     assert report["base"] == {"ref": "main", "merge_base": base}
     [baseline] = [lock for lock in report["locks"] if lock["role"] == "baseline"]
     assert baseline["label"] == f"main@{base[:7]}:requirements.txt"
+    assert baseline["path"] == "main:requirements.txt"
     assert report["invocation"] == ["lockguard", "check", "--base", "main"]
+    # Each env was installed from its parsed lock, written into the env itself: the baseline's
+    # from the text git holds, with nothing copied out of git elsewhere in the cache.
+    installed = {parse_lock(p).lock_hash for p in cache.glob(f"venvs/*/{LOCK_FILE}")}
+    assert installed == {parse_lock(DATA / "numpy-1.26.4.txt").lock_hash,
+                         parse_lock(DATA / "numpy-2.0.2.txt").lock_hash}
+    assert not (cache / "base-locks").exists()
 
 
 def test_base_ref_that_does_not_exist(tmp_path):

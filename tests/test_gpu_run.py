@@ -23,7 +23,6 @@ from conftest import REPO, tool
 
 GPU = REPO / "benchmarks" / "gpu"
 SCRIPTS = sorted(GPU.glob("*.sh"))
-HARNESS = REPO / "lockguard" / "harness"
 
 
 def _load(name: str, path: Path):
@@ -34,10 +33,7 @@ def _load(name: str, path: Path):
 
 
 gpurun = _load("gpurun", GPU / "gpurun.py")
-sys.path.insert(0, str(HARNESS))
-import common as harness_common  # noqa: E402
-
-sys.path.remove(str(HARNESS))
+from lockguard.harness._lockguard_harness import common as harness_common  # noqa: E402
 
 
 def test_the_scripts_are_there_and_parse():

@@ -21,7 +21,7 @@ from lockguard.compare.verdicts import HardwareChange, compare_runs, is_failure
 from lockguard.names import Verdict
 from lockguard.golden import GoldenError, class_paths, golden_path
 from lockguard.hardware import HardwareClass, difference, hardware_class, host_class
-from lockguard.harness.common import parse_cpuinfo, parse_nvidia
+from lockguard.harness._lockguard_harness.common import parse_cpuinfo, parse_nvidia
 from lockguard.results import RunResult
 
 SAPPHIRE_RAPIDS = """processor\t: 0

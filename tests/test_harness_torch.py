@@ -23,10 +23,7 @@ from lockguard.results import parse_result
 
 REPO = Path(__file__).resolve().parent.parent
 HARNESS = REPO / "lockguard" / "harness"
-sys.path.insert(0, str(HARNESS))
-import gen  # noqa: E402  (stdlib-only shared generator: the scenario sizes)
-
-sys.path.remove(str(HARNESS))
+from lockguard.harness._lockguard_harness import gen  # noqa: E402  (stdlib only: the sizes)
 
 pytestmark = pytest.mark.slow
 

@@ -50,7 +50,7 @@ numpy==2.0.2 \\
 six==1.16.0 \\
     {HASH['c']}
 """
-BASELINE_PATH = "/cache/base-locks/0123/requirements.txt"  # a lock read from git, materialised
+BASELINE_PATH = "origin/main:requirements.txt"  # a lock read from git: LockRef.path is its ref
 
 
 def line_of(text: str, needle: str) -> int:
@@ -309,7 +309,7 @@ def test_markdown_headline_first_then_phone_sized_parts(drift_report):
     assert "**Tally:** 1 drift · 1 within_tolerance · 1 identical" in body
     assert "4 skipped: no lock pins jax, tensorflow" in body
     assert "`main@1a2b3c4:requirements.txt`" in body
-    assert BASELINE_PATH not in md  # the cache path is no name for a reader
+    assert BASELINE_PATH not in md  # the label, with the merge base, names it
     assert "+ --extra-index-url https://mirror.example/simple (line 1)" in body
     assert "lockguard check --base origin/main --scenario loss_ema" in body
     # An A/B drift has no golden to replace; against goldens, re-recording adopts the change.

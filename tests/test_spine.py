@@ -250,6 +250,56 @@ def test_broken_runs_are_reported_not_raised(tmp_path, numpy_locks, body, status
     assert status_text in (verdict["error"] or "") + " ".join(verdict["reasons"])
 
 
+# A user scenario beside modules named like the harness's: each says whose it is, and the
+# script fails unless every import found the user's own.
+SHADOW_SCRIPT = """\
+import common
+import gen
+import numpy_
+import userscript
+from common import MARKER
+
+import numpy as np
+
+assert MARKER == "the user's common", MARKER
+assert (gen.MARKER, numpy_.MARKER, userscript.MARKER) == (
+    "the user's gen", "the user's numpy_", "the user's userscript")
+
+
+def run(steps, seed):
+    x = np.float32(gen.START) + np.arange(steps, dtype=np.float32)
+    return [float(v) for v in np.float32(common.SCALE) / x]
+"""
+
+
+def test_user_modules_named_like_the_harness_s_are_the_user_s(tmp_path, numpy_locks):
+    """A user script may import its own common.py, gen.py, ... : the harness's modules never
+    shadow them, and the harness (here numpy.mlp, which uses its own gen and common) still
+    runs with them in the user's folder."""
+    project = make_project(tmp_path / "s", """
+        lock = "new.txt"
+        scenarios = ["mine", "numpy.mlp"]
+        [scenario.mine]
+        script = "scenarios/mine.py"
+        framework = "numpy"
+        """, files={"scenarios/mine.py": SHADOW_SCRIPT,
+                    "scenarios/common.py": "MARKER = \"the user's common\"\nSCALE = 3.0\n",
+                    "scenarios/gen.py": "MARKER = \"the user's gen\"\nSTART = 2.0\n",
+                    "scenarios/numpy_.py": "MARKER = \"the user's numpy_\"\n",
+                    "scenarios/userscript.py": "MARKER = \"the user's userscript\"\n"},
+        locks={"new.txt": numpy_locks["new"]})
+    proc = run_cli("check", "--allow-new", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert {v["scenario"]: v["verdict"] for v in report["verdicts"]} == {
+        "mine": "new", "numpy.mlp": "new"}
+    runs = {e["scenario"]: e["candidate"]["result"] for e in report["evidence"]}
+    assert runs["mine"]["status"] == "ok", runs["mine"]["error"]
+    assert runs["mine"]["losses"] == [_f32(3.0 / (2.0 + s)) for s in range(20)]
+    assert runs["numpy.mlp"]["status"] == "ok", runs["numpy.mlp"]["error"]
+    assert len(runs["numpy.mlp"]["losses"]) == 30
+
+
 def command_lines() -> str:
     """Every process's command line, from /proc (ps truncates long lines)."""
     lines = []

@@ -40,7 +40,6 @@ FALLBACK_FRAMEWORKS = ("torch", "jax")
 
 def measure(args: argparse.Namespace) -> int:
     from lockguard.config import load_config
-    from lockguard.envs.base import RunRequest
     from lockguard.envs.local import LocalEnv
     from lockguard.files import write_text
     from lockguard.flows.pipeline import run_requests
@@ -53,7 +52,7 @@ def measure(args: argparse.Namespace) -> int:
     jobs = []
     for _ in range(args.repeat):  # whole rounds, so that repeats of a scenario spread in time
         for sc in chosen:
-            jobs.append((env, RunRequest(scenario=sc, steps=args.steps or config.steps or sc.steps,
+            jobs.append((env, sc.request(steps=args.steps or config.steps or sc.steps,
                                          seed=config.seed, device=args.device,
                                          threads=config.threads, timeout=config.timeout)))
     start = time.perf_counter()
@@ -62,8 +61,8 @@ def measure(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     seen: dict[str, int] = {}
     for (_, request), result in zip(jobs, results):
-        index = seen[request.scenario.id] = seen.get(request.scenario.id, 0) + 1
-        write_text(out / f"{request.scenario.id}.{index}.json",
+        index = seen[request.scenario_id] = seen.get(request.scenario_id, 0) + 1
+        write_text(out / f"{request.scenario_id}.{index}.json",
                    json.dumps(result.model_dump(mode="json"), indent=1, sort_keys=True) + "\n")
     bad = [f"{r.scenario}: {r.status.value}" for r in results if r.status.value != "ok"]
     print(f"measure --device {args.device}: {len(results)} runs in "

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Protocol
 
 from lockguard import process
-from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
+from lockguard.envs.harness import ENTRY, HARNESS_DIR
 from lockguard.errors import LockguardError
 from lockguard.progress import show_command
-from lockguard.scenarios import Scenario
+from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
 
 
 class EnvError(LockguardError):
@@ -26,12 +26,18 @@ class EnvError(LockguardError):
 
 @dataclass(frozen=True)
 class RunRequest:
-    scenario: Scenario
+    """One harness run, in the harness's own terms: what a backend needs, and no more (the
+    env layer knows nothing of scenarios or configuration)."""
+
+    scenario_id: str
+    framework: str  # torch | jax | tensorflow | numpy
     steps: int
     seed: int
     device: str  # expected device class
     threads: int
-    timeout: float
+    timeout: float  # seconds
+    dtype: str = "float32"  # for the result of a run that wrote none
+    script: Path | None = None  # a user scenario's script; None for a bundled scenario
 
 
 class Env(Protocol):
@@ -44,11 +50,11 @@ class Env(Protocol):
 def harness_args(request: RunRequest, harness_dir: str, out_path: str,
                  script_path: str | None) -> list[str]:
     """The harness command line after the interpreter (paths as the interpreter will see them)."""
-    args = [f"{harness_dir}/run.py", "--scenario", request.scenario.id,
+    args = [f"{harness_dir}/{ENTRY}", "--scenario", request.scenario_id,
             "--steps", str(request.steps), "--seed", str(request.seed),
             "--device", request.device, "--threads", str(request.threads), "--out", out_path]
     if script_path is not None:
-        args += ["--script", script_path, "--framework", request.scenario.framework]
+        args += ["--script", script_path, "--framework", request.framework]
     return args
 
 
@@ -72,18 +78,16 @@ def compile_cache_env(root: str) -> dict[str, str]:
 def run_with(python: str, request: RunRequest, out_dir: Path,
              env: dict[str, str]) -> RunResult:
     """Run the harness with a host interpreter (the venv and local backends)."""
-    from lockguard.scenarios import HARNESS_DIR
-
-    out = out_dir / f"{request.scenario.id}.json"
-    script = str(request.scenario.script) if request.scenario.script else None
+    out = out_dir / f"{request.scenario_id}.json"
+    script = str(request.script) if request.script is not None else None
     argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script)]
     return execute(argv, request, out, env=env)
 
 
 def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
-    return RunResult(schema_version=SCHEMA_VERSION, scenario=request.scenario.id,
-                     framework=request.scenario.framework, steps=request.steps,
-                     seed=request.seed, dtype=request.scenario.dtype, status=status, error=error)
+    return RunResult(schema_version=SCHEMA_VERSION, scenario=request.scenario_id,
+                     framework=request.framework, steps=request.steps,
+                     seed=request.seed, dtype=request.dtype, status=status, error=error)
 
 
 def execute(argv: list[str], request: RunRequest, result_path: Path,

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -46,6 +47,7 @@ from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
 
 READY = "lockguard-ready.json"
+LOCK_FILE = "lockguard-lock.txt"  # in the env: the lock the installer read, from the parsed Lock
 BUILD_TIMEOUT_S = 3600  # one installer run; a hung download must not hold CI forever
 MANIFEST = "lockguard-manifest.json"
 MANIFEST_FORMAT = 1
@@ -156,9 +158,8 @@ def _build(path: Path, lock: Lock, python: str, installer: str, allow_sdist: boo
 
 def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
              progress: Progress) -> None:
-    lock_file = Path(lock.source)
     started = time.perf_counter()
-    with progress.step(f"Building venv for {lock_file.name} ({len(lock.pins)} pins, "
+    with progress.step(f"Building venv for {Path(lock.source).name} ({len(lock.pins)} pins, "
                        f"{installer}, {build_policy(allow_sdist)})") as step:
         if installer == "uv":
             code, tail = run_logged(["uv", "venv", "--python", python, str(path)],
@@ -183,6 +184,8 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
                 cmd += ["--only-binary=:all:", "--log", str(path / PIP_DEBUG_LOG)]
         if lock.has_hashes:
             cmd.append("--require-hashes")
+        lock_file = path / LOCK_FILE
+        write_text(lock_file, lock_text(lock))
         cmd += ["-r", str(lock_file)]
         log = path / "install.log"
         code, tail = run_logged(cmd, log, step)
@@ -191,11 +194,61 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             if sdist is not None:
                 raise EnvError(one_line(sdist))
             reason = pip_reason(tail) or f"exit code {code}"
-            raise EnvError(one_line(f"{lock_file}: {installer} could not install the lock: "
+            raise EnvError(one_line(f"{lock.source}: {installer} could not install the lock: "
                                     f"{reason}"))
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
     mark_ready(path, lock, python=python, installer=installer, allow_sdist=allow_sdist,
                built_s=time.perf_counter() - started)
+
+
+def lock_text(lock: Lock) -> str:
+    """The lock as the installer reads it, made from the parsed Lock alone: every pin (extras,
+    marker, hashes) and every option, which is what its lock_hash covers, so a venv is exactly
+    what its cache key names. Each sits on its line of the original lock, so the installer's
+    "line N" in an error is the user's line N.
+
+    A relative --find-links that pip would have found beside the lock is made absolute (pip
+    looks for it beside the requirements file first, and this file lies in the env)."""
+    lines: dict[int, list[str]] = {}
+    for pin in lock.pins:
+        text = pin.requirement + (f" ; {pin.marker}" if pin.marker else "")
+        lines.setdefault(pin.line, []).append(text + "".join(f" --hash={h}" for h in pin.hashes))
+    # The options come from the fields lock_hash covers; `lines` only says where each one was.
+    where: dict[tuple[str, str], list[int]] = {}
+    for kind, value, number in lock.options.lines:
+        where.setdefault((kind, value), []).append(number)
+    opts = lock.options
+    header: list[str] = []
+    placed = [("index-url", u, f"--index-url {_quote(u)}") for u in [opts.index_url] if u]
+    placed += [("extra-index-url", u, f"--extra-index-url {_quote(u)}")
+               for u in opts.extra_index_urls]
+    placed += [("find-links", link, f"--find-links {_quote(_beside(lock.source, link))}")
+               for link in opts.find_links]
+    placed += [("other", option, _quote(option)) for option in opts.other_options]
+    for kind, value, text in placed:
+        numbers = where.get((kind, value))
+        if numbers:
+            lines.setdefault(numbers.pop(0), []).append(text)
+        else:  # a Lock made without line numbers
+            header.append(text)
+    last = max(lines)
+    body = [" ".join(lines.get(n, [])) for n in range(1, last + 1)]
+    return "".join(f"{line}\n" for line in header + body)
+
+
+def _quote(text: str) -> str:
+    # Installers split option lines as a shell would; quoting a plain URL is left out, as
+    # lockers write them (uv reads unquoted values).
+    return shlex.quote(text) if re.search(r"[\s'\"\\]", text) else text
+
+
+def _beside(source: str, link: str) -> str:
+    """pip's rule for a --find-links value in a requirements file: a path that exists relative
+    to the file's folder means that path."""
+    if "://" in link:
+        return link
+    candidate = os.path.join(os.path.dirname(os.path.abspath(source)), link)
+    return candidate if os.path.exists(candidate) else link
 
 
 def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,

@@ -6,7 +6,6 @@ and git: nothing is parsed, built, imported or run.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,11 +68,8 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
                          f"{base_ref}")
             continue
         candidates.append(new)
-        # pip installs from a file: the lock as read from git, written into the cache.
-        path = materialise(change.base_text or "", change.path.name)
         label = f"{short_ref(base_ref)}@{change.base_commit[:7]}:{display_path(change.path)}"
-        baseline.append(LockRef(path, dataclasses.replace(old_lock, source=str(path)),
-                                label=label))
+        baseline.append(LockRef(Path(where), old_lock, label=label))
     if not candidates:
         return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
                       duration_s=time.perf_counter() - start)
@@ -95,16 +91,3 @@ def short_ref(ref: str) -> str:
             break
     return ref.removeprefix("origin/")
 
-
-def materialise(text: str, name: str) -> Path:
-    """A lock read from git, written into the cache so that pip can install from a file."""
-    import hashlib
-
-    from lockguard.cache import cache_dir
-
-    from lockguard.files import write_text
-
-    path = cache_dir() / "base-locks" / hashlib.sha256(text.encode()).hexdigest()[:16] / name
-    if not path.is_file():
-        write_text(path, text)
-    return path

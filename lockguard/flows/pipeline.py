@@ -252,8 +252,8 @@ def real_backend(config: Config, kind: str) -> Backend:
 # ----------------------------------------------------------------------------------- execute
 
 def request_for(p: Planned, config: Config) -> RunRequest:
-    return RunRequest(scenario=p.scenario, steps=p.steps, seed=config.seed, device=p.device,
-                      threads=config.threads, timeout=config.timeout)
+    return p.scenario.request(steps=p.steps, seed=config.seed, device=p.device,
+                              threads=config.threads, timeout=config.timeout)
 
 
 def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUIET,
@@ -309,10 +309,10 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
             env, request = jobs[index]
             out_dir = Path(tmp) / str(index)
             out_dir.mkdir()
-            result = verify(env.run(request, out_dir), scenario=request.scenario.id,
-                            framework=request.scenario.framework, steps=request.steps)
+            result = verify(env.run(request, out_dir), scenario=request.scenario_id,
+                            framework=request.framework, steps=request.steps)
             results[index] = result
-            label = escape(f"{request.scenario.id} [{env.label}]")
+            label = escape(f"{request.scenario_id} [{env.label}]")
             done = step.advance() if step is not None else index + 1
             progress.info(f"  {done} of {len(jobs)}: {label}: {result.status.value}"
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s

@@ -4,7 +4,7 @@
                   [--threads 1] [--script user.py --framework torch]
 
 Imports only the stdlib here; the framework module for the scenario imports its one framework.
-A framework module exposes:
+A framework module (in the package _lockguard_harness) exposes:
     NAME                     the framework's name in results ("torch", "jax", "tensorflow", "numpy")
     setup(ctx)               determinism, threads, device; fills framework_version, device, fingerprint
     SCENARIOS                {scenario id: function(ctx)} for the bundled scenarios
@@ -24,11 +24,17 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+sys.path.insert(0, HERE)
+import _lockguard_harness  # noqa: E402
+from _lockguard_harness.common import Context, error_tail, write_result  # noqa: E402
 
-from common import Context, error_tail, write_result  # noqa: E402
+# The package is imported, and its submodules are found through its own __path__: this folder
+# leaves sys.path (python put it first), so a user script never imports the harness's modules
+# (or this file) under their generic names.
+sys.path[:] = [p for p in sys.path
+               if os.path.realpath(p or os.curdir) != os.path.realpath(HERE)]
 
+PACKAGE = _lockguard_harness.__name__
 MODULE_OF_FRAMEWORK = {"torch": "torch_", "jax": "jax_", "tensorflow": "tf_", "numpy": "numpy_"}
 FRAMEWORK_OF_PREFIX = {"torch": "torch", "jax": "jax", "tf": "tensorflow", "numpy": "numpy"}
 
@@ -83,7 +89,7 @@ def main(argv: list) -> int:
                   args.script)
     try:
         start = time.perf_counter()
-        module = importlib.import_module(MODULE_OF_FRAMEWORK[framework])
+        module = importlib.import_module(f"{PACKAGE}.{MODULE_OF_FRAMEWORK[framework]}")
         ctx.result["timings"]["import_s"] = time.perf_counter() - start
         module.setup(ctx)
         if args.script:

@@ -21,10 +21,10 @@ from lockguard.envs.base import (
 from lockguard.envs.docker import accelerators, engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
 from lockguard.envs.docker.recipe import VENV_PYTHON
+from lockguard.envs.harness import HARNESS_DIR
 from lockguard.locks.model import Lock
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
-from lockguard.scenarios import HARNESS_DIR
 
 # Inside the container.
 HARNESS_MOUNT = "/lockguard/harness"
@@ -51,7 +51,7 @@ class DockerEnv:
 
     def docker_argv(self, request: RunRequest, out_dir: Path, name: str) -> list[str]:
         """The `docker run` command line of one harness run."""
-        out_name = f"{request.scenario.id}.json"
+        out_name = f"{request.scenario_id}.json"
         self.compile_cache.mkdir(parents=True, exist_ok=True)
         argv = [self.docker_cli, "run", "--rm", "--name", name, "--init",
                 "--network", "none", "--read-only", "--tmpfs", "/tmp:rw,exec",
@@ -61,8 +61,8 @@ class DockerEnv:
                 "-v", f"{out_dir.resolve()}:{OUT_MOUNT}:rw",
                 "-v", f"{self.compile_cache.resolve()}:{CACHE_MOUNT}:rw"]
         script = None
-        if request.scenario.script is not None:
-            path = Path(request.scenario.script).resolve()
+        if request.script is not None:
+            path = Path(request.script).resolve()
             argv += ["-v", f"{path.parent}:{USER_MOUNT}:ro"]
             script = f"{USER_MOUNT}/{path.name}"
         for key, value in self.container_env().items():
@@ -94,7 +94,7 @@ class DockerEnv:
         return []
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
-        out = out_dir / f"{request.scenario.id}.json"
+        out = out_dir / f"{request.scenario_id}.json"
         name = f"lockguard-{uuid.uuid4().hex[:16]}"
         result = execute(self.docker_argv(request, out_dir, name), request, out,
                          env=harness_env())

@@ -31,7 +31,7 @@ import math
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from common import host_floats, le_bytes, sum_squares
+from .common import host_floats, le_bytes, sum_squares
 
 USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
 

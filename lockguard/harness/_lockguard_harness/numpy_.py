@@ -22,10 +22,10 @@ from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 
-import gen
-from common import attempt as _try
-from common import host_floats, le_bytes, seed_host_rngs
-from userscript import host_array_adapter, run_script
+from . import gen
+from .common import attempt as _try
+from .common import host_floats, le_bytes, seed_host_rngs
+from .userscript import host_array_adapter, run_script
 
 NAME = "numpy"
 

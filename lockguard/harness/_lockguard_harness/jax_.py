@@ -62,11 +62,11 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import gen
-from common import attempt as _try
-from common import (global_norm, host_floats, le_bytes, recorded_env,
+from . import gen
+from .common import attempt as _try
+from .common import (global_norm, host_floats, le_bytes, recorded_env,
                     seed_host_rngs, sum_squares)
-from userscript import host_array_adapter, run_script
+from .userscript import host_array_adapter, run_script
 
 NAME = "jax"
 

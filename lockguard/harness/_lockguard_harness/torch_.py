@@ -48,11 +48,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import gen
-from common import attempt as _try
-from common import seed_host_rngs
-from compile_torch import RECORDER, accuracy
-from userscript import Adapter, UserResultError, describe, host_array_adapter, run_script
+from . import gen
+from .common import attempt as _try
+from .common import seed_host_rngs
+from .compile_torch import RECORDER, accuracy
+from .userscript import Adapter, UserResultError, describe, host_array_adapter, run_script
 
 try:  # only to accept numpy arrays from user scripts; never required
     import numpy
