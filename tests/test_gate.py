@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DATA, QUICKSTART, make_project, run_cli, snapshot
 from lockguard.envs.venv import LOCK_FILE
-from lockguard.locks import parse_lock
+from lockguard.locks.parser import parse_lock
 
 EMA = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
 CONFIG = """

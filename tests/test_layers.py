@@ -78,7 +78,10 @@ def violations(modules, forbidden) -> list[str]:
 
 def test_the_harness_imports_nothing_of_lockguard():
     assert harness_modules(), "no harness modules found"
-    assert violations(harness_modules(), ("lockguard",)) == []
+    # Its relative imports stay inside the harness (which runs as its own package, apart).
+    outside = [v for v in violations(harness_modules(), ("lockguard",))
+               if not v.split(" imports ")[1].startswith("lockguard.harness")]
+    assert outside == []
 
 
 def test_the_environment_layer_knows_nothing_of_the_project_or_the_flows():
