@@ -148,8 +148,10 @@ def fingerprint_diff(old: dict, new: dict, prefix: str = "") -> dict[str, list]:
 
 
 def evidence(scenario: str, baseline: tuple[str, str, RunResult] | None,
-             candidate: tuple[str, str, RunResult] | None) -> Evidence:
-    """Both sides of a scenario's comparison, each given as (kind, name, result)."""
+             candidate: tuple[str, str, RunResult] | None,
+             digest: str | None = None) -> Evidence:
+    """Both sides of a scenario's comparison, each given as (kind, name, result); `digest`:
+    the candidate's inputs digest, which a golden `accept` adopts from it carries."""
     from lockguard.report import Evidence, Side
 
     def side(role: str, given: tuple[str, str, RunResult] | None) -> Side | None:
@@ -160,8 +162,11 @@ def evidence(scenario: str, baseline: tuple[str, str, RunResult] | None,
 
     diff = (fingerprint_diff(baseline[2].fingerprint, candidate[2].fingerprint)
             if baseline and candidate else {})
+    mine = side("candidate", candidate)
+    if mine is not None:
+        mine.inputs_digest = digest
     return Evidence(scenario=scenario, baseline=side("baseline", baseline),
-                    candidate=side("candidate", candidate), fingerprint_diff=diff)
+                    candidate=mine, fingerprint_diff=diff)
 
 
 def _request(p: Planned, config: Config) -> RunRequest:
@@ -228,27 +233,29 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     policy = policy_for(config, opts.exact)
     verdicts: list[ScenarioVerdict] = []
     proof: list[Evidence] = []
-    to_write: list[tuple[Path, RunResult, dict, HardwareClass]] = []
+    to_write: list[tuple[Path, RunResult, golden.Provenance, HardwareClass]] = []
     crossed: dict[tuple[str, str], list[str]] = {}
     for p, (env, _), result in zip(runnable, jobs, results):
         digest = _digest(p, config, harness, kind)
         v, gold = _compare_with_goldens(p, [result], previous[p.scenario.id],
                                         hosts.get(p.device), digest, policy, crossed)
         verdicts.append(v)
-        proof.append(_golden_evidence(p, gold, result))
+        proof.append(_golden_evidence(p, gold, result, digest))
         if result.status != Status.ok or v.verdict == Verdict.device_fallback:
             continue  # a reference must be a healthy run on the intended device
-        provenance = {"lock": display_path(p.lock.path) if p.lock else None,
-                      "lock_hash": _lock_hash(p),
-                      "inputs_digest": digest,
-                      "framework_version": result.framework_version,
-                      "env": env.label,
-                      "git_commit": commit}
+        provenance = golden.Provenance(
+            lock=display_path(p.lock.path) if p.lock else None, lock_hash=_lock_hash(p),
+            inputs_digest=digest, framework_version=result.framework_version, env=env.label,
+            git_commit=commit)
         cls = hardware_class(result.fingerprint, p.device, result.device_name)
         to_write.append((golden_path(gdir, p.device, cls.id, p.scenario.id), result,
                          provenance, cls))
+    written = [path for path, result, provenance, cls in to_write
+               if golden.write(path, result, provenance, cls)]
+    if len(written) < len(to_write):
+        notes.append(f"{len(to_write) - len(written)} of {len(to_write)} goldens unchanged "
+                     "(same results and inputs): not rewritten")
     for path, result, provenance, cls in to_write:
-        golden.write(path, result, provenance, cls)
         legacy = legacy_path(gdir, cls.device, result.scenario)
         if os.path.isfile(legacy) or os.path.islink(legacy):
             os.unlink(legacy)
@@ -262,7 +269,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=verdicts,
                   evidence=proof, parity=parity({p.scenario.id: p.scenario for p in runnable},
                                 {p.scenario.id: r for p, r in zip(runnable, results)}),
-                  written=[str(path) for path, *_ in to_write], passed=not broken and not idle,
+                  written=[str(path) for path in written], passed=not broken and not idle,
                   notes=([idle] if idle else []) + notes + _crossed_notes(crossed),
                   hardware=_hardware_of(hosts), failing=[v.scenario for v in broken],
                   duration_s=time.perf_counter() - start)
@@ -296,16 +303,16 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
         mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
         # Every golden read here is verified (digest, shape, class): a bad one is an error
         # before anything runs.
-        raw = golden.read_raw(mine) if mine is not None else None
+        mine_gold = golden.load(mine) if mine is not None else None
         # `local` runs whatever is installed, which the lock does not pin: never answered
         # from provenance.
-        if raw is not None and host is not None and not opts.rerun and opts.repeat == 1 \
-                and kind != "local" and _unchanged(raw, p, digest):
+        if mine_gold is not None and host is not None and not opts.rerun \
+                and opts.repeat == 1 and kind != "local" and _unchanged(mine_gold, p, digest):
             # Same lock, harness, scenario and settings as when recorded, on this hardware
             # class: the answer is known without importing a framework or building anything.
             unchanged[sid] = host
             continue
-        goldens = ({host.id: golden.from_raw(mine, raw)} if raw is not None and host is not None
+        goldens = ({host.id: mine_gold} if mine_gold is not None and host is not None
                    else _load_goldens(gdir, p))
         if not goldens:
             legacy = legacy_path(gdir, p.device, sid)
@@ -349,7 +356,7 @@ def _check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario
         results[p.scenario.id] = mine_runs[0]
         verdicts[p.scenario.id], gold = _compare_with_goldens(
             p, mine_runs, goldens, hosts.get(p.device), digest, policy, crossed)
-        proof.append(_golden_evidence(p, gold, mine_runs[0]))
+        proof.append(_golden_evidence(p, gold, mine_runs[0], digest))
     ordered = [verdicts[p.scenario.id] for p in planned]
     idle = nothing_done(ordered, "compared")
     return Report(command="check", mode="golden", device=opts.device or config.device,
@@ -391,22 +398,22 @@ def _lock_name(p: Planned) -> str:
     return p.lock.label or display_path(p.lock.path)
 
 
-def _golden_evidence(p: Planned, gold: Golden | None, result: RunResult) -> Evidence:
+def _golden_evidence(p: Planned, gold: Golden | None, result: RunResult,
+                     digest: str) -> Evidence:
     baseline = (("golden", f"{display_path(gold.path)} ({gold.hardware.id})", gold.result)
                 if gold is not None else None)
-    return evidence(p.scenario.id, baseline, ("lock", _lock_name(p), result))
+    return evidence(p.scenario.id, baseline, ("lock", _lock_name(p), result), digest)
 
 
 def _lock_hash(p: Planned) -> str:
     return p.lock.lock.lock_hash if p.lock else "local"
 
 
-def _unchanged(raw: dict, p: Planned, digest: str) -> bool:
+def _unchanged(gold: Golden, p: Planned, digest: str) -> bool:
     """Whether a verified golden of this machine's class answers for `p` without a run."""
-    result = raw["result"]
-    return (raw["provenance"].get("inputs_digest") == digest
-            and result.get("scenario") == p.scenario.id and result.get("steps") == p.steps
-            and result.get("device") == p.device)
+    result = gold.result
+    return (gold.provenance.inputs_digest == digest and result.scenario == p.scenario.id
+            and result.steps == p.steps and result.device == p.device)
 
 
 def _load_goldens(gdir: Path, p: Planned) -> dict[str, Golden]:
@@ -465,8 +472,8 @@ def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> 
     vendor, most recently (then by class id, so the choice is stable)."""
     vendor = here.id.split("-", 1)[0] if here is not None else None
     ordered = sorted(goldens, key=lambda g: g.hardware.id)
-    ordered.sort(key=lambda g: str(g.provenance.get("recorded_at", "")), reverse=True)
-    ordered.sort(key=lambda g: (g.provenance.get("inputs_digest") != digest,
+    ordered.sort(key=lambda g: g.provenance.recorded_at or "", reverse=True)
+    ordered.sort(key=lambda g: (g.provenance.inputs_digest != digest,
                                 g.hardware.id.split("-", 1)[0] != vendor))
     return ordered[0]
 
@@ -478,8 +485,8 @@ def _change(gold: Golden, here: HardwareClass | None, digest: str,
     return HardwareChange(
         golden=gold.hardware.describe(),
         current=here.describe() if here is not None else "this machine (hardware class unknown)",
-        same_inputs=gold.provenance.get("inputs_digest") == digest,
-        lock_changed=gold.provenance.get("lock_hash") != lock_hash,
+        same_inputs=gold.provenance.inputs_digest == digest,
+        lock_changed=gold.provenance.lock_hash != lock_hash,
         detail=difference(gold.hardware, here) if here is not None else None)
 
 
@@ -526,13 +533,15 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     policy = policy_for(config, opts.exact)
     results: dict[str, RunResult] = {}
     proof: list[Evidence] = []
+    harness = harness_digest()
     for i, (p, old) in enumerate(pairs):
         mine = runs[i * 2 * opts.repeat:(i + 1) * 2 * opts.repeat]
         base, cand = mine[0::2], mine[1::2]
         results[p.scenario.id] = cand[0]
         proof.append(evidence(p.scenario.id,
                               ("lock", old.label or display_path(old.path), base[0]),
-                              ("lock", _lock_name(p), cand[0])))
+                              ("lock", _lock_name(p), cand[0]),
+                              _digest(p, config, harness, kind)))
         verdicts[p.scenario.id] = compare_runs(
             base, cand, policy=policy, baseline_kind="lock", expected_device=p.device,
             timed_together=True, tolerance=_tolerance(p.scenario.tolerance))
