@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lockguard import golden
 from lockguard.config import Config, display_path
-from lockguard.errors import LockguardError, one_line
+from lockguard.errors import LockguardError, one_line, tail
 from lockguard.golden import Acceptance, GoldenError, Provenance
 from lockguard.hardware import HardwareClass, hardware_class
 from lockguard.names import Verdict
@@ -137,7 +137,7 @@ def _unhealthy(verdict: Verdict, nondeterministic: bool, result: RunResult,
                device: str) -> str | None:
     if result.status != Status.ok:
         return (f"its run is {result.status.value}"
-                + (f" ({one_line(result.error, 200)})" if result.error else ""))
+                + (f" ({one_line(tail(result.error, 1), 200)})" if result.error else ""))
     checked = verify(result, scenario=result.scenario, framework=result.framework,
                      steps=result.steps)
     if checked.status != Status.ok:
@@ -181,7 +181,7 @@ def describe(adoptions: list[Adoption], source: Path) -> str:
     for a in adoptions:
         new = a.result.losses[-1] if a.result.losses else None
         lines.append(f"  {a.scenario} ({a.framework}): {a.verdict}"
-                     + (f" — {a.reasons[0]}" if a.reasons else ""))
+                     + (f" — {one_line(a.reasons[0], 160)}" if a.reasons else ""))
         lines.append(f"    {display_path(a.path)}: replaces {a.replaces}")
         lines.append(f"    final loss now {new!r} ({a.result.framework} "
                      f"{a.result.framework_version or '?'}, hardware class {a.hardware.id})")
