@@ -144,7 +144,7 @@ def test_one_ab_run_writes_every_report_and_they_agree(tmp_path, numpy_locks):
     assert "lockguard check --baseline-lock old.txt --scenario loss_ema" in md
 
     document = json.loads((reports / "report.json").read_text())
-    assert document["schema_version"] == 1 and document["failing"] == ["loss_ema"]
+    assert document["schema_version"] == 2 and document["failing"] == ["loss_ema"]
     for fmt, name in (("markdown", "report.md"), ("junit", "junit.xml"),
                       ("github", "annotations.txt")):
         again = run_cli("report", str(reports / "report.json"), "--format", fmt, cwd=project)
