@@ -94,6 +94,10 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                      help="Write the report here instead of stdout."),
         report_option,
+        click.option("--artifacts", "artifacts_dir",
+                     type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+                     help="Keep the JSON report and both sides' results here (default: "
+                          "lockguard's cache, the last 20 per project)."),
         click.option("--config", "config_path", type=click.Path(path_type=Path),
                      help="Config file (default: pyproject.toml or lockguard.toml, searched "
                           "upwards)."),
@@ -212,6 +216,14 @@ def github_actions(report: Any, targets: list[tuple[str, Path | None]]) -> None:
         click.echo(f"lockguard: warning: job summary {summary}: {one_line(str(exc))}", err=True)
 
 
+def keep_evidence(target: Any, report: Any) -> None:
+    """Write the run's artefacts (lockguard/report/artifacts.py) and say where, on one line."""
+    from lockguard.report import artifacts
+
+    directory = artifacts.save(target, report)
+    click.echo(f"artefacts kept in {directory}", err=True)
+
+
 def invocation(command: str, *args: str, locks: tuple[str, ...] = (),
                config_path: Path | None = None, env: str | None = None,
                device: str | None = None, steps: int | None = None,
@@ -293,19 +305,24 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
 @cli.command()
 @common_options
 @handles_errors
-def record(locks, scenarios, env, device, steps, fmt, output, reports, config_path,
-           verbose) -> None:
-    """Run scenarios and write golden/<device>/<hardware class>/<scenario>.json."""
+def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
+           config_path, verbose) -> None:
+    """Run scenarios and write golden/<device>/<hardware class>/<scenario>.json (only those
+    whose results or inputs changed)."""
     targets = report_targets(fmt, output, reports)
+    from lockguard.report import artifacts
     from lockguard.flows.record import record as record_flow
     from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+    keep = artifacts.prepare(artifacts_dir, config.root)
     opts = Options(device=device, steps=steps, env=env)
     report = record_flow(config, lock_refs, chosen, opts, progress)
+    report.id = keep.report_id
     report.invocation = invocation("record", locks=locks, config_path=config_path, env=env,
                                    device=device, steps=steps)
     deliver(report, targets)
+    keep_evidence(keep, report)
     sys.exit(0 if report.passed else 1)
 
 
@@ -326,10 +343,12 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, config_pa
               help="Run part K of the N-part plan (`lockguard plan --shards N`) and write a "
                    "partial report; `lockguard merge` joins the parts.")
 @handles_errors
-def check(locks, scenarios, env, device, steps, fmt, output, reports, config_path, verbose,
-          baseline_locks, repeat, rerun, allow_new, exact, base_ref, shard) -> None:
+def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
+          config_path, verbose, baseline_locks, repeat, rerun, allow_new, exact,
+          base_ref, shard) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
     targets = report_targets(fmt, output, reports)
+    from lockguard.report import artifacts
     from lockguard.config import Options
 
     opts = Options(device=device, steps=steps, env=env,
@@ -347,6 +366,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
         paths = [p for p, _, _ in lock_paths(config, list(locks))]
         chosen = select(config, list(scenarios))
         part = _shard_part(shard, config, opts, chosen, locks)
+        keep = artifacts.prepare(artifacts_dir, config.root)
         if part is not None and not part[1]:
             report = part[2]
         else:
@@ -359,6 +379,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
         part = _shard_part(shard, config, opts, chosen, locks, lock_refs)
+        keep = artifacts.prepare(artifacts_dir, config.root)
         if part is not None and not part[1]:
             report = part[2]
         else:
@@ -369,12 +390,14 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, config_pat
         report.notes.append(f"shard {part[0].index}/{part[0].total} ({part[0].entry}) of plan "
                             f"{part[0].plan_digest[:19]}: a partial report; `lockguard merge` "
                             "joins the parts into the gate's decision")
+    report.id = keep.report_id
     args = ("--base", base_ref) if base_ref else tuple(
         a for b in baseline_locks for a in ("--baseline-lock", b))
     report.invocation = invocation("check", *args, locks=locks, config_path=config_path,
                                    env=env, device=device, steps=steps,
                                    flags=("--exact",) if exact else ())
     deliver(report, targets)
+    keep_evidence(keep, report)
     sys.exit(0 if report.passed else 1)
 
 
@@ -469,25 +492,78 @@ def merge(parts: tuple[Path, ...], fmt: str, output: Path | None,
               show_default=True)
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
 @handles_errors
-def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports, config_path,
-            verbose, inputs, resolver, repeat) -> None:
+def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports,
+            artifacts_dir, config_path, verbose, inputs, resolver, repeat) -> None:
     """Resolve a candidate lock with UPGRADES (e.g. torch==2.14.1 'jax>=0.10') into the cache
     and A/B-check it against the current lock. Your files are not touched."""
     targets = report_targets(fmt, output, reports)
+    from lockguard.report import artifacts
     from lockguard.flows.propose import propose as propose_flow
     from lockguard.config import Options
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+    keep = artifacts.prepare(artifacts_dir, config.root)
     opts = Options(device=device, steps=steps, env=env,
                           repeat=repeat)
     report = propose_flow(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
                             inputs=inputs, progress=progress)
     extra = (("--inputs", str(inputs)) if inputs else ()) + (
         ("--resolver", resolver) if resolver != "pip-tools" else ())
+    report.id = keep.report_id
     report.invocation = invocation("propose", *upgrades, locks=locks, config_path=config_path,
                                    env=env, device=device, steps=steps, flags=extra)
     deliver(report, targets)
+    keep_evidence(keep, report)
     sys.exit(0 if report.passed else 1)
+
+
+@cli.command()
+@click.option("--scenario", "scenarios", multiple=True, metavar="ID",
+              help="Accept only these scenarios (id or prefix; repeatable). Default: every "
+                   "compared scenario that did not come out identical.")
+@click.option("--reason", metavar="TEXT",
+              help="Why the change is intended; recorded in each golden's provenance. Required.")
+@click.option("--from", "source", type=click.Path(path_type=Path), metavar="DIR|REPORT.json",
+              help="An artefact directory or JSON report (default: the last check's artefacts).")
+@click.option("--yes", "-y", is_flag=True,
+              help="Do not ask for confirmation (required when stdin is not a terminal).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path))
+@handles_errors
+def accept(scenarios, reason, source, yes, config_path) -> None:
+    """Adopt the last check's candidate results as goldens, on purpose. Shows what will change,
+    asks (or --yes), and records the reason, author, commit and lock in each golden.
+
+    Exits 0 when written (or nothing to accept), 1 when declined at the prompt, 2 when refused:
+    no --reason, a candidate that is not a healthy run, a scenario not in the report, or no
+    terminal to ask and no --yes."""
+    if not reason or not reason.strip():
+        raise UsageError('accept needs --reason "why this change is intended" (it is recorded '
+                         "in each golden's provenance)")
+    from lockguard.flows import accept as acceptance
+    from lockguard.config import display_path, load_config
+    from lockguard.golden import git_author
+    from lockguard.report import load_report
+
+    config = load_config(config_path)
+    path = acceptance.report_path(source, config.root)
+    report = load_report(path)
+    adoptions, notes = acceptance.plan(report, path, config, list(scenarios), reason.strip(),
+                                       git_author(config.root))
+    for note in notes:
+        click.echo(f"lockguard: {note}", err=True)
+    if not adoptions:
+        return
+    click.echo(acceptance.describe(adoptions, path), nl=False)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"not a terminal to confirm {len(adoptions)} golden(s) on: pass "
+                             "--yes to write them; nothing written")
+        if not click.confirm(f"Write {len(adoptions)} golden(s)?", default=False):
+            click.echo("lockguard: nothing written", err=True)
+            sys.exit(1)
+    for adoption, written in acceptance.adopt(adoptions):
+        state = "wrote" if written else "unchanged (it already holds this result)"
+        click.echo(f"{state}: {display_path(adoption.path)}", err=True)
 
 
 @cli.command("lock")

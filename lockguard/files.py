@@ -114,6 +114,22 @@ def _replace(target: Path, data: bytes, mode: int) -> None:
         raise
 
 
+def publish_dir(staging: Path, directory: Path) -> None:
+    """Put the finished directory `staging` where `directory` is, in one rename (a reader sees
+    the old directory or the new one, never half of one), replacing what was there."""
+    if not directory.exists():
+        os.rename(staging, directory)
+        return
+    old = directory.parent / f".{directory.name}.{os.getpid()}.old"
+    os.rename(directory, old)
+    try:
+        os.rename(staging, directory)
+    except OSError:
+        os.rename(old, directory)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def clean_stale_temps(directory: Path) -> None:
     """Remove temporary files in `directory` whose writing process is gone (killed mid-write)."""
     try:

@@ -10,13 +10,15 @@ only its own class's file (atomically, through lockguard/files.py) and never rea
 races with another machine's; two branches that each record a class merge without conflict; and
 the unchanged-inputs shortcut reads one small file.
 
-A golden file (schema 2):
+A golden file (schema 2) is one pydantic model, GoldenFile, which every reader goes through:
 
     {
      "digest": "sha256:<hex>",
      "hardware": {"device", "id", "name", "features"},
-     "provenance": {"lock", "lock_hash", "inputs_digest", "framework_version", "env",
-                    "git_commit", "lockguard_version", "recorded_at"},
+     "provenance": {Provenance: "lock", "lock_hash", "inputs_digest", "framework_version", "env",
+                    "git_commit", "lockguard_version", "recorded_at", and, for a golden
+                    adopted by `lockguard accept`, "acceptance": {"reason", "author",
+                    "accepted_at", "report_id", "verdict", "baseline"}},
      "result": {... RunResult, its fingerprint included ...},
      "schema_version": 2}
 
@@ -24,12 +26,17 @@ The digest line comes first, and the digest is sha256 over the file's text witho
 (line endings normalised, so a CRLF checkout still verifies): an edit of a loss, of the
 provenance or of the class after recording makes the file an error (exit 2, "re-record it"),
 never a reference. Hashing the text as written, rather than a canonical re-serialisation of the
-decoded JSON, costs a read instead of a second encoding of every float (0.1 ms rather than 10 ms
-for a 54 kB golden), and lets a future writer change its formatting freely. It is a checksum
-against hand edits, bad merges and truncation, not a signature: whoever can write golden/ can
-re-record it, and that is what code review of golden/ is for. Every read also checks what the shortcut trusts (the status,
-the number and finiteness of the losses, the class against the file's directory and the result's
-own fingerprint), so an answer "identical" from provenance rests on a golden that could be one.
+decoded JSON, costs a read instead of a second encoding of every float, and lets a future writer
+change its formatting freely. It is a checksum against hand edits, bad merges and truncation, not
+a signature: whoever can write golden/ can re-record it, and that is what code review of golden/
+is for. Every read also checks what the shortcut trusts (the status, the number and finiteness of
+the losses, the class against the file's directory and the result's own fingerprint), so an
+answer "identical" from provenance rests on a golden that could be one.
+
+`write` leaves a golden alone when the one there holds the same reference (`reference_key`: the
+numbers, digests and diagnostics of the result and the inputs it was recorded from, not its
+timings, fingerprint details or when and by whom it was recorded), so that re-recording an
+unchanged scenario changes no file, and a golden diff in a pull request is a real change.
 
 Schema 1 goldens (golden/<device>/<scenario>.json, no class, no digest) are refused with "re-record
 it"; `record` replaces them.
@@ -46,13 +53,15 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_serializer, field_validator
 
 from lockguard import __version__
 from lockguard.errors import LockguardError, printable
 from lockguard.files import write_text
 from lockguard.hardware import HardwareClass, hardware_class
-from lockguard.results import ResultError, RunResult, Status, parse_result, verify
+from lockguard.results import SCHEMA_VERSION as RESULT_SCHEMA, RunResult, Status, verify
 
 SCHEMA_VERSION = 2  # of the golden file; its "result" carries RunResult's own schema_version
 
@@ -61,12 +70,84 @@ class GoldenError(LockguardError):
     """A golden file that exists but cannot be used; one line naming the file."""
 
 
+class Acceptance(BaseModel):
+    """Why a golden was adopted from a check's candidate run by `lockguard accept`."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    reason: str
+    author: str
+    accepted_at: str  # UTC, ISO 8601
+    report_id: str | None = None  # the check report (and artefact directory) it came from
+    verdict: str | None = None  # what that check said of it: drift, new, ...
+    baseline: str | None = None  # what that check compared it with
+
+
+class Provenance(BaseModel):
+    """Where a golden's result came from. Every field is optional: a golden is read whatever
+    lockguard of schema 2 recorded it."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    lock: str | None = None  # the lock's path as the recording command named it
+    lock_label: str | None = None  # a lock read from git: main@1a2b3c4d:requirements.txt
+    lock_hash: str | None = None
+    # What the unchanged-inputs shortcut compares (scenarios.inputs_digest): lock, harness,
+    # scenario, settings, backend and interpreter.
+    inputs_digest: str | None = None
+    framework_version: str | None = None
+    env: str | None = None  # the environment it ran in (venv <hash>, image)
+    git_commit: str | None = None
+    lockguard_version: str | None = None
+    recorded_at: str | None = None  # UTC, ISO 8601
+    acceptance: Acceptance | None = None
+
+
+class GoldenFile(BaseModel):
+    """A golden file as stored (the digest line aside, which `document_text` adds)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    schema_version: Literal[2]
+    digest: str | None = None  # checked against the text before the model is built
+    hardware: HardwareClass
+    provenance: Provenance
+    result: RunResult
+
+    @field_validator("hardware", mode="before")
+    @classmethod
+    def _hardware(cls, value: Any) -> HardwareClass:
+        return value if isinstance(value, HardwareClass) else HardwareClass.from_json(value)
+
+    @field_serializer("hardware")
+    def _hardware_json(self, value: HardwareClass) -> dict[str, Any]:
+        return value.to_json()
+
+    def text(self) -> str:
+        """The file's text: sorted keys, repr floats, the digest line first."""
+        document = self.model_dump(mode="json", exclude={"digest"})
+        document["provenance"] = self.provenance.model_dump(mode="json", exclude_none=True)
+        return document_text(document)
+
+
 @dataclass(frozen=True)
 class Golden:
+    """A golden file read from `path`, verified."""
+
     path: Path
-    provenance: dict[str, Any]
-    result: RunResult
-    hardware: HardwareClass
+    file: GoldenFile
+
+    @property
+    def result(self) -> RunResult:
+        return self.file.result
+
+    @property
+    def provenance(self) -> Provenance:
+        return self.file.provenance
+
+    @property
+    def hardware(self) -> HardwareClass:
+        return self.file.hardware
 
 
 def golden_path(golden_dir: Path, device: str, hardware_id: str, scenario_id: str) -> Path:
@@ -123,9 +204,9 @@ def document_text(document: dict[str, Any]) -> str:
     return f'{{\n "digest": "{text_digest(body)}",\n' + body[2:]
 
 
-def read_raw(path: Path) -> dict[str, Any] | None:
-    """The decoded file, verified (digest, shape, class, what the shortcut trusts) without
-    pydantic, so the unchanged-inputs shortcut stays cheap — None when absent."""
+def load(path: Path) -> Golden | None:
+    """The golden at `path`, verified in full (digest, model, result contract, class) — None
+    when there is none. The one way a golden is read."""
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
@@ -150,11 +231,21 @@ def read_raw(path: Path) -> dict[str, Any] | None:
     except RecursionError:
         raise GoldenError(f"{path}: corrupt golden file: nested too deeply; re-record it") \
             from None
-    _verify(path, document, text)
-    return document
+    _verify_text(path, document, text)
+    try:
+        file = GoldenFile.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise GoldenError(f"{path}: corrupt golden file: {where}: {first['msg']}; "
+                          "re-record it") from None
+    _verify_model(path, file)
+    return Golden(path=path, file=file)
 
 
-def _verify(path: Path, document: Any, text: str) -> None:
+def _verify_text(path: Path, document: Any, text: str) -> None:
+    """What is checked before the model is built: the version, the digest, and (with messages
+    naming the value) what makes a result unusable as a reference."""
     if not isinstance(document, dict):
         raise GoldenError(f"{path}: corrupt golden file: expected a JSON object; re-record it")
     version = document.get("schema_version")
@@ -175,20 +266,24 @@ def _verify(path: Path, document: Any, text: str) -> None:
     problem = _unusable(result)
     if problem:
         raise GoldenError(f"{path}: not a usable reference: {problem}; re-record it")
-    try:
-        hardware = HardwareClass.from_json(document.get("hardware"))
-    except ValueError as exc:
-        raise GoldenError(f"{path}: corrupt golden file: hardware: {exc}; re-record it") \
-            from None
+
+
+def _verify_model(path: Path, file: GoldenFile) -> None:
+    result, hardware = file.result, file.hardware
+    if result.schema_version != RESULT_SCHEMA:
+        raise GoldenError(f"{path}: its result's schema_version {result.schema_version} is not "
+                          f"supported (expected {RESULT_SCHEMA}); re-record it")
+    # The same contract a run is held to on arrival (what `_unusable` checks by name, and more).
+    checked = verify(result, scenario=result.scenario, framework=result.framework,
+                     steps=result.steps)
+    if checked.status != Status.ok:
+        raise GoldenError(f"{path}: not a usable reference: {checked.error}; re-record it")
     where = (path.parent.parent.name, path.parent.name)
     if (hardware.device, hardware.id) != where:
         recorded = printable(f"{hardware.device}/{hardware.id}")
         raise GoldenError(f"{path}: recorded for {recorded!r} but stored under "
                           f"{where[0]}/{where[1]}; move it back or re-record it")
-    fingerprint = result.get("fingerprint")
-    own = hardware_class(fingerprint if isinstance(fingerprint, dict) else {}, hardware.device,
-                         result.get("device_name") if isinstance(result.get("device_name"),
-                                                                 str) else None)
+    own = hardware_class(result.fingerprint, hardware.device, result.device_name)
     if own.id != hardware.id:
         raise GoldenError(f"{path}: its hardware class {hardware.id} is not that of its own "
                           f"fingerprint ({own.id}: another lockguard's classes?); re-record it")
@@ -227,44 +322,75 @@ def _all_finite(values: list[Any]) -> bool:
         return False
 
 
-def from_raw(path: Path, data: dict[str, Any]) -> Golden:
-    """A Golden from what read_raw returned: the result validated against RunResult."""
+# The parts of a golden that are measurements of the moment or say where and when it was made,
+# not what it holds: a new recording that differs only in these leaves the file as it is.
+# metrics["run_s"]: the wall time of a user script's run() (harness/userscript.py).
+_RESULT_NOISE: dict[str, Any] = {"timings": True, "peak_memory_bytes": True,
+                                 "fingerprint": True, "compile": {"compile_s"},
+                                 "metrics": {"run_s"}}
+_PROVENANCE_KEPT = ("lock_hash", "inputs_digest", "framework_version")
+
+
+def reference_key(result: RunResult, provenance: Provenance, hardware: HardwareClass) -> str:
+    """What a golden is compared by when deciding whether to rewrite it, as stable JSON (sorted
+    keys, repr floats): the result without timings, memory and fingerprint details (its
+    hardware class stands for the machine), and the inputs it was recorded from."""
+    data = {"result": result.model_dump(mode="json", exclude=_RESULT_NOISE),
+            "inputs": {k: getattr(provenance, k) for k in _PROVENANCE_KEPT},
+            "hardware": hardware.to_json()}
+    return json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
+
+
+def write(path: Path, result: RunResult, provenance: Provenance,
+          hardware: HardwareClass) -> bool:
+    """Replace `path` atomically with a golden for `result`, recorded on `hardware` — unless the
+    golden there already holds the same reference (`reference_key`): then the file is left
+    untouched and False returned."""
     try:
-        result = parse_result(data["result"], f"{path} (result)")
-    except ResultError as exc:
-        raise GoldenError(f"corrupt golden file: {exc}; re-record it") from None
-    # The same contract a run is held to on arrival (what `_unusable` checks cheaply, and more).
-    checked = verify(result, scenario=result.scenario, framework=result.framework,
-                     steps=result.steps)
-    if checked.status != Status.ok:
-        raise GoldenError(f"{path}: not a usable reference: {checked.error}; re-record it")
-    return Golden(path=path, provenance=data["provenance"], result=result,
-                  hardware=HardwareClass.from_json(data["hardware"]))
+        old = load(path)
+    except GoldenError:
+        old = None  # unusable: replaced
+    if old is not None and reference_key(old.result, old.provenance, old.hardware) \
+            == reference_key(result, provenance, hardware):
+        return False
+    stamped = provenance.model_copy(update={
+        "lockguard_version": __version__,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    file = GoldenFile(schema_version=SCHEMA_VERSION, hardware=hardware, provenance=stamped,
+                      result=result)
+    write_text(path, file.text())
+    return True
 
 
-def load(path: Path) -> Golden | None:
-    data = read_raw(path)
-    return None if data is None else from_raw(path, data)
+def _repo(root: Path) -> Any:
+    import git  # lazy: gitpython costs import time the fast paths do not pay
 
-
-def write(path: Path, result: RunResult, provenance: dict[str, Any],
-          hardware: HardwareClass) -> None:
-    """Replace `path` atomically with a golden for `result`, recorded on `hardware`."""
-    document: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "hardware": hardware.to_json(),
-        "provenance": {**provenance, "lockguard_version": __version__,
-                       "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-        "result": result.model_dump(mode="json"),
-    }
-    write_text(path, document_text(document))
+    return git.Repo(root, search_parent_directories=True)
 
 
 def git_commit(root: Path) -> str | None:
     """The commit the project is at, for provenance; None outside a git work tree."""
     try:
-        import git  # lazy: gitpython costs import time the fast paths do not pay
-
-        return git.Repo(root, search_parent_directories=True).head.commit.hexsha
+        return _repo(root).head.commit.hexsha
     except Exception:
         return None
+
+
+def git_author(root: Path) -> str:
+    """Who is accepting a change, for provenance: git's user.name <user.email> as the
+    project's repository sees it, else the login name."""
+    name = email = None
+    try:
+        reader = _repo(root).config_reader()
+        name = str(reader.get_value("user", "name", default="")) or None
+        email = str(reader.get_value("user", "email", default="")) or None
+    except Exception:
+        pass
+    if name is None:
+        import getpass
+
+        try:
+            name = os.environ.get("USER") or getpass.getuser()
+        except Exception:
+            name = "unknown"
+    return f"{name} <{email}>" if email else str(name)

@@ -23,11 +23,13 @@ QUICKSTART = REPO / "examples" / "quickstart"
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
             timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """`lockguard ARGS` as a user would run it, from `cwd`."""
+    """`lockguard ARGS` as a user would run it, from `cwd`, with no terminal on stdin (as in
+    CI, whatever terminal runs the tests: `accept` asks only a terminal)."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PYTHONPATH", None)
     return subprocess.run([sys.executable, "-m", "lockguard", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def make_project(root: Path, config: str, files: dict[str, str] | None = None,

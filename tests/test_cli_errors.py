@@ -7,6 +7,8 @@ building and must leave nothing behind either).
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +189,6 @@ def test_lock_pip_cannot_install(tmp_path, lock_text, fragment):
     assert_one_line_error(proc, "lock.txt", "could not install", fragment)
     assert snapshot(project) == before
     assert not any((tmp_path / "cache" / "venvs").glob("*/lockguard-ready.json"))
+    # The installer's log outlives the half-built env, and the error names it.
+    log = Path(re.search(r"\(log: ([^)]+)\)", proc.stderr).group(1))
+    assert log.parent == tmp_path / "cache" / "venvs" and fragment in log.read_text().lower()

@@ -133,7 +133,7 @@ def test_golden_round_trip_and_any_edit_is_an_error(tmp_path):
     res = result()
     cls = hardware_class(res.fingerprint, "cpu")
     path = golden_path(tmp_path, "cpu", cls.id, "s")
-    golden.write(path, res, {"inputs_digest": "d", "lock_hash": "h"}, cls)
+    golden.write(path, res, golden.Provenance(inputs_digest="d", lock_hash="h"), cls)
     loaded = golden.load(path)
     assert loaded.result == res and loaded.hardware == cls
     assert [p.name for p in class_paths(tmp_path, "cpu", "s")] == ["s.json"]
@@ -150,12 +150,12 @@ def test_golden_round_trip_and_any_edit_is_an_error(tmp_path):
         edit(changed)
         path.write_text(json.dumps(changed, indent=1))
         with pytest.raises(GoldenError, match="edited since it was recorded"):
-            golden.read_raw(path)
+            golden.load(path)
     path.write_text(recorded)
     assert golden.load(path) is not None
     path.write_text(recorded.replace('"losses": [\n   1.0', '"losses": [\n   1.0 '))
     with pytest.raises(GoldenError, match="edited since it was recorded"):
-        golden.read_raw(path)
+        golden.load(path)
 
 
 @pytest.mark.parametrize("device, cls, sid", [

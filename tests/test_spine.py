@@ -431,7 +431,7 @@ def as_if_recorded_elsewhere(project: Path, sid: str, nudge_loss: int | None = N
     provenance = {k: v for k, v in document["provenance"].items()
                   if k not in ("lockguard_version", "recorded_at")}
     target = golden.golden_path(project / "golden", "cpu", other.id, sid)
-    golden.write(target, RunResult.model_validate(result), provenance, other)
+    golden.write(target, RunResult.model_validate(result), golden.Provenance(**provenance), other)
     if target != path:
         path.unlink()
         path.parent.rmdir()

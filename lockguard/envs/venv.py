@@ -149,11 +149,28 @@ def _build(path: Path, lock: Lock, python: str, installer: str, allow_sdist: boo
             shutil.rmtree(path)  # an earlier build was interrupted, or the env is damaged
         _install(path, lock, python, installer, allow_sdist, progress)
     except BaseException as exc:
+        log = _keep_failed_log(path)
         shutil.rmtree(path, ignore_errors=True)
         if isinstance(exc, OSError):
             raise EnvError(one_line(f"{path}: cannot build the venv of {lock.source}: "
                                     f"{exc.strerror or exc}")) from None
+        if isinstance(exc, EnvError) and log is not None:
+            raise EnvError(one_line(f"{exc} (log: {log})")) from None
         raise
+
+
+def _keep_failed_log(path: Path) -> Path | None:
+    """The log of a failed build, moved out of the env about to be removed and kept beside it
+    (where the venv/uv creation logs are), so that the error can name it; None if none."""
+    log = path / "install.log"
+    kept = path.parent / f"{path.name}.install.log"
+    try:
+        os.replace(log, kept)
+        return kept
+    except OSError:
+        pass
+    return next((p for p in (path.parent / f"{path.name}.uv.log",
+                             path.parent / f"{path.name}.venv.log") if p.is_file()), None)
 
 
 def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,

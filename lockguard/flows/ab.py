@@ -7,12 +7,15 @@ import time
 from typing import TYPE_CHECKING
 
 from lockguard.config import Config, Options
-from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, lock_for, pipeline
+from lockguard.flows.goldens import digest
+from lockguard.flows.pipeline import (
+    Backend, Job, LockRef, Planned, Runs, env_kind, lock_for, pipeline,
+)
 from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
     tolerance_of
 from lockguard.locks.diff import diff_locks
 from lockguard.progress import QUIET, Progress
-from lockguard.scenarios import Scenario
+from lockguard.scenarios import Scenario, harness_digest
 
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
@@ -24,6 +27,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
              backend: Backend | None = None) -> Report:
     start = time.perf_counter()
     policy = policy_for(config, opts.exact)
+    harness, kind = harness_digest(), env_kind(config, opts)
 
     def decide(p: Planned) -> list[Job]:
         old = lock_for(p.scenario, baseline)
@@ -47,7 +51,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
                                timed_together=True, tolerance=tolerance_of(p.scenario.tolerance))
         return verdict, evidence(p.scenario.id, ("lock", old.name, runs.baseline[0]),
                                  ("lock", p.lock.name if p.lock else "local",
-                                  runs.candidate[0]))
+                                  runs.candidate[0]), digest(p, config, harness, kind))
 
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)

@@ -58,16 +58,16 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
         mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
         # Every golden read here is verified (digest, shape, class): a bad one is an error
         # before anything runs.
-        raw = golden.read_raw(mine) if mine is not None else None
+        mine_gold = golden.load(mine) if mine is not None else None
         # `local` runs whatever is installed, which the lock does not pin: never answered
         # from provenance.
-        if raw is not None and host is not None and not opts.rerun and opts.repeat == 1 \
-                and kind != "local" and unchanged(raw, p, inputs):
+        if mine_gold is not None and host is not None and not opts.rerun \
+                and opts.repeat == 1 and kind != "local" and unchanged(mine_gold, p, inputs):
             # Same lock, harness, scenario and settings as when recorded, on this hardware
             # class: the answer is known without importing a framework or building anything.
             answered[sid] = host
             return []
-        found = ({host.id: golden.from_raw(mine, raw)} if raw is not None and host is not None
+        found = ({host.id: mine_gold} if mine_gold is not None and host is not None
                  else load_goldens(gdir, p))
         if not found:
             legacy = legacy_path(gdir, p.device, sid)

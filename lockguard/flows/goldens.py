@@ -83,12 +83,11 @@ def environment(config: Config, kind: str) -> str:
     return f"{kind} {interpreter_tag(config.python_path or sys.executable)}"
 
 
-def unchanged(raw: dict, p: Planned, digest: str) -> bool:
+def unchanged(gold: Golden, p: Planned, digest: str) -> bool:
     """Whether a verified golden of this machine's class answers for `p` without a run."""
-    result = raw["result"]
-    return (raw["provenance"].get("inputs_digest") == digest
-            and result.get("scenario") == p.scenario.id and result.get("steps") == p.steps
-            and result.get("device") == p.device)
+    result = gold.result
+    return (gold.provenance.inputs_digest == digest and result.scenario == p.scenario.id
+            and result.steps == p.steps and result.device == p.device)
 
 
 def load_goldens(gdir: Path, p: Planned) -> dict[str, Golden]:
@@ -140,7 +139,7 @@ def compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, G
                            hardware=change)
     baseline = (("golden", f"{display_path(gold.path)} ({gold.hardware.id})", gold.result)
                 if gold is not None else None)
-    return verdict, evidence(p.scenario.id, baseline, ("lock", lock_name(p), runs[0]))
+    return verdict, evidence(p.scenario.id, baseline, ("lock", lock_name(p), runs[0]), digest)
 
 
 def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> Golden:
@@ -148,8 +147,8 @@ def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> 
     vendor, most recently (then by class id, so the choice is stable)."""
     vendor = here.id.split("-", 1)[0] if here is not None else None
     ordered = sorted(goldens, key=lambda g: g.hardware.id)
-    ordered.sort(key=lambda g: str(g.provenance.get("recorded_at", "")), reverse=True)
-    ordered.sort(key=lambda g: (g.provenance.get("inputs_digest") != digest,
+    ordered.sort(key=lambda g: g.provenance.recorded_at or "", reverse=True)
+    ordered.sort(key=lambda g: (g.provenance.inputs_digest != digest,
                                 g.hardware.id.split("-", 1)[0] != vendor))
     return ordered[0]
 
@@ -161,6 +160,6 @@ def _change(gold: Golden, here: HardwareClass | None, digest: str,
     return HardwareChange(
         golden=gold.hardware.describe(),
         current=here.describe() if here is not None else "this machine (hardware class unknown)",
-        same_inputs=gold.provenance.get("inputs_digest") == digest,
-        lock_changed=gold.provenance.get("lock_hash") != lock_hash,
+        same_inputs=gold.provenance.inputs_digest == digest,
+        lock_changed=gold.provenance.lock_hash != lock_hash,
         detail=difference(gold.hardware, here) if here is not None else None)

@@ -46,7 +46,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     policy = policy_for(config, opts.exact)
     commit = golden.git_commit(config.root)
     previous: dict[str, dict[str, Golden]] = {}
-    to_write: list[tuple[Path, RunResult, dict, HardwareClass]] = []
+    to_write: list[tuple[Path, RunResult, golden.Provenance, HardwareClass]] = []
 
     def decide(p: Planned) -> list[Job]:
         # Where the goldens go must be writable, and this class's old golden may be corrupt or
@@ -78,8 +78,14 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
 
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
+    # A golden whose results and inputs did not change is left as it is (timings and dates
+    # aside), so that a golden diff in a pull request is the real change.
+    written = [path for path, result, provenance, cls in to_write
+               if golden.write(path, result, provenance, cls)]
+    if len(written) < len(to_write):
+        notes.append(f"{len(to_write) - len(written)} of {len(to_write)} goldens unchanged "
+                     "(same results and inputs): not rewritten")
     for path, result, provenance, cls in to_write:
-        golden.write(path, result, provenance, cls)
         legacy = legacy_path(gdir, cls.device, result.scenario)
         if os.path.isfile(legacy) or os.path.islink(legacy):
             os.unlink(legacy)
@@ -96,17 +102,16 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                   evidence=outcome.evidence,
                   parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
                                 outcome.results),
-                  written=[str(path) for path, *_ in to_write], passed=not broken and not idle,
+                  written=[str(path) for path in written], passed=not broken and not idle,
                   notes=([idle] if idle else []) + notes + crossed.notes(),
                   hardware=hosts.to_json(), failing=[v.scenario for v in broken],
                   duration_s=time.perf_counter() - start)
 
 
 def _provenance(p: Planned, result: RunResult, inputs: str, env: str,
-                commit: str | None) -> dict:
-    return {"lock": display_path(p.lock.path) if p.lock else None,
-            "lock_hash": lock_hash(p),
-            "inputs_digest": inputs,
-            "framework_version": result.framework_version,
-            "env": env,
-            "git_commit": commit}
+                commit: str | None) -> golden.Provenance:
+    return golden.Provenance(lock=display_path(p.lock.path) if p.lock else None,
+                             lock_label=p.lock.label if p.lock else None,
+                             lock_hash=lock_hash(p), inputs_digest=inputs,
+                             framework_version=result.framework_version, env=env,
+                             git_commit=commit)

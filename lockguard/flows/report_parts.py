@@ -119,17 +119,20 @@ def fingerprint_diff(old: dict, new: dict, prefix: str = "") -> dict[str, list]:
 
 
 def evidence(scenario: str, baseline: tuple[str, str, RunResult] | None,
-             candidate: tuple[str, str, RunResult] | None) -> Evidence:
-    """Both sides of a scenario's comparison, each given as (kind, name, result)."""
+             candidate: tuple[str, str, RunResult] | None,
+             digest: str | None = None) -> Evidence:
+    """Both sides of a scenario's comparison, each given as (kind, name, result); `digest`:
+    the candidate's inputs digest, which a golden `accept` adopts from it carries."""
     from lockguard.report import Evidence, Side
 
-    def side(role: str, given: tuple[str, str, RunResult] | None) -> Side | None:
+    def side(role: str, given: tuple[str, str, RunResult] | None,
+             digest: str | None = None) -> Side | None:
         if given is None:
             return None
         kind, name, result = given
-        return Side(role=role, kind=kind, name=name, result=result)
+        return Side(role=role, kind=kind, name=name, result=result, inputs_digest=digest)
 
     diff = (fingerprint_diff(baseline[2].fingerprint, candidate[2].fingerprint)
             if baseline and candidate else {})
     return Evidence(scenario=scenario, baseline=side("baseline", baseline),
-                    candidate=side("candidate", candidate), fingerprint_diff=diff)
+                    candidate=side("candidate", candidate, digest), fingerprint_diff=diff)

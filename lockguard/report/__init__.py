@@ -89,6 +89,9 @@ class Side(BaseModel):
     kind: Literal["golden", "lock"]  # a baseline is a stored golden or a run of the old lock
     name: str  # golden: its file (and hardware class); lock: its label or path
     result: RunResult
+    # A candidate's inputs digest (lock, harness, scenario, settings, backend): what a golden
+    # `lockguard accept` adopts from this run records, for the unchanged-inputs shortcut.
+    inputs_digest: str | None = None
 
 
 class Evidence(BaseModel):
@@ -126,6 +129,9 @@ class LockLine:
 class Report(BaseModel):
     schema_version: int = SCHEMA_VERSION
     lockguard_version: str = __version__
+    # Time-ordered and unique (20260101T120000Z-1a2b3c): the name of the report's artefact
+    # directory, and what a golden adopted from it by `lockguard accept` names.
+    id: str | None = None
     command: Literal["check", "record", "diff", "propose"]
     mode: Literal["golden", "ab", "record", "diff"]
     device: str | None = None

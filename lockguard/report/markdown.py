@@ -42,7 +42,7 @@ VERB = {
 
 NAMED = 5  # at most this many --scenario options in a suggested command
 
-# Verdicts an intended upgrade produces: re-recording the goldens makes them the new reference.
+# Verdicts an intended upgrade produces: `lockguard accept` makes its results the new goldens.
 ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.within_tolerance}
 
 
@@ -213,9 +213,11 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
     acceptable = [v.scenario for v in failing if v.verdict in ACCEPTABLE]
     if (report.command == "check" and report.mode == "golden" and acceptable
             and len(acceptable) == len(failing)):
-        accept = ["lockguard", "record"] + [a for s in named for a in ("--scenario", s)]
-        lines += ["", "If the change is intended, re-record the goldens with the new lock "
-                  "(and commit them with the lock):", "", *_block([" ".join(accept)], "sh")]
+        accept = (["lockguard", "accept"] + [a for s in named for a in ("--scenario", s)]
+                  + ['--reason "why the change is intended"'])
+        lines += ["", "If the change is intended, adopt this check's results as the goldens "
+                  "(after the same check locally, or with `--from` its downloaded artefacts) "
+                  "and commit them with the lock:", "", *_block([" ".join(accept)], "sh")]
     for note in report.notes:
         lines += ["", f"> {_text(note)}"]
     return lines

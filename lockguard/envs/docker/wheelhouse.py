@@ -29,6 +29,7 @@ from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker.recipe import Base
 from lockguard.envs.venv import READY, pip_reason, run_logged
+from lockguard.files import publish_dir
 from lockguard.locks.model import Lock, Pin
 from lockguard.progress import QUIET, Progress
 
@@ -184,7 +185,7 @@ def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> Non
                 "bytes": sum(f.stat().st_size for f in files.values()),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (tmp / READY).write_text(json.dumps(info, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        publish_dir(tmp, path)
     except BaseException:
         log = tmp / "download.log"
         if log.is_file():

@@ -1,0 +1,151 @@
+"""The evidence a check keeps: its JSON report and both sides' RunResults, one directory a run.
+
+    <dir>/report.json                 the Report (--format json), `lockguard report` re-renders it
+    <dir>/baseline/<scenario>.json    the baseline's RunResult (a golden's, or the old lock's run)
+    <dir>/candidate/<scenario>.json   the candidate's RunResult
+
+`--artifacts DIR` chooses the directory; by default it is <cache>/artifacts/<project>/<report id>,
+where <project> is a hash of the project's root, and the newest KEEP of a project are kept. Each
+project's `last-check` file names the directory of its latest `check`: what `lockguard accept`
+adopts goldens from. A directory is written whole or not at all: it is assembled beside its
+place and renamed into it, so a reader never finds a report without its results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lockguard.cache import cache_root
+from lockguard.errors import LockguardError
+from lockguard.files import WriteError, publish_dir, write_text, writable_dir
+
+if TYPE_CHECKING:
+    from lockguard.report import Report
+
+KEEP = 20  # artefact directories kept per project in the cache
+_STALE_S = 30 * 24 * 3600  # another project's artefacts untouched this long are removed
+_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+LAST_CHECK = "last-check"
+
+
+class ArtifactError(LockguardError):
+    """No artefacts where they were looked for."""
+
+
+def new_id() -> str:
+    """A report id: its UTC time (so ids sort by age) and 6 random hex digits."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def project_dir(root: Path) -> Path:
+    """Where the cache keeps the artefacts of the project at `root`."""
+    key = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:16]
+    return cache_root() / "artifacts" / key
+
+
+@dataclass(frozen=True)
+class Target:
+    report_id: str
+    directory: Path
+    project: Path  # the project's folder in the cache: its last-check pointer
+    pruned: bool  # whether `directory` is one of the cache's, pruned to the newest KEEP
+
+
+def prepare(option: Path | None, root: Path) -> Target:
+    """Where this run's artefacts go, checked writable now, before anything runs."""
+    report_id = new_id()
+    project = project_dir(root)
+    directory = option if option is not None else project / report_id
+    try:
+        if directory.exists() and not directory.is_dir():
+            raise WriteError(f"--artifacts {directory}: is not a directory")
+    except OSError as exc:
+        raise WriteError(f"--artifacts {directory}: {exc.strerror or exc}") from None
+    # The directory is assembled beside its place and renamed into it.
+    writable_dir(directory.parent, "the artefact directory")
+    writable_dir(project, "the artefact cache")
+    return Target(report_id, directory, project, pruned=option is None)
+
+
+def save(target: Target, report: Report) -> Path:
+    """Write the report and both sides' results of every scenario; returns the directory."""
+    from lockguard.report import render
+
+    parent = target.directory.parent
+    staging = parent / f".{target.directory.name}.{os.getpid()}.partial"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        for ev in report.evidence:
+            for side in (ev.baseline, ev.candidate):
+                if side is None:
+                    continue
+                if "/" in ev.scenario or ev.scenario.startswith("."):
+                    raise WriteError(f"{ev.scenario!r} cannot be an artefact file's name")
+                write_text(staging / side.role / f"{ev.scenario}.json",
+                           side.result.model_dump_json(indent=1) + "\n")
+        write_text(staging / "report.json", render(report, "json"))
+        publish_dir(staging, target.directory)
+    except OSError as exc:
+        raise WriteError(f"{target.directory}: cannot write the artefacts: "
+                         f"{exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if report.command == "check":
+        write_text(target.project / LAST_CHECK, str(target.directory.resolve()) + "\n")
+    if target.pruned:
+        prune(target.project)
+    return target.directory
+
+
+def prune(project: Path, keep: int = KEEP) -> None:
+    """Keep a project's newest `keep` artefact directories; remove leftovers of killed writers
+    and the artefacts of projects not checked for a month."""
+    try:
+        entries = list(os.scandir(project))
+    except OSError:
+        return
+    ids = sorted(e.name for e in entries if _ID.match(e.name) and e.is_dir())
+    for name in ids[:-keep] if keep else ids:
+        shutil.rmtree(project / name, ignore_errors=True)
+    now = time.time()
+    for e in entries:
+        if e.name.endswith((".partial", ".old")) and _age(e.path, now) > 3600:
+            shutil.rmtree(e.path, ignore_errors=True)
+    try:
+        others = [e for e in os.scandir(project.parent) if e.is_dir() and e.path != str(project)]
+    except OSError:
+        return
+    for e in others:
+        if _age(e.path, now) > _STALE_S:
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
+def _age(path: str, now: float) -> float:
+    try:
+        return now - os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def last_check(root: Path) -> Path:
+    """The artefact directory of the project's latest `check`."""
+    pointer = project_dir(root) / LAST_CHECK
+    try:
+        directory = Path(pointer.read_text(encoding="utf-8").strip())
+    except FileNotFoundError:
+        raise ArtifactError(f"no check of {root} has kept its artefacts yet (run `lockguard "
+                            "check` first, or name a report with --from)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{pointer}: cannot read: {exc}") from None
+    if not (directory / "report.json").is_file():
+        raise ArtifactError(f"{directory}: the last check's artefacts are gone (pruned or "
+                            "removed); run `lockguard check` again, or name a report with --from")
+    return directory
