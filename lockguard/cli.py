@@ -540,7 +540,8 @@ def accept(scenarios, reason, source, yes, config_path) -> None:
         raise UsageError('accept needs --reason "why this change is intended" (it is recorded '
                          "in each golden's provenance)")
     from lockguard.flows import accept as acceptance
-    from lockguard.config import display_path, load_config
+    from lockguard.config import load_config
+    from lockguard.files import display_path
     from lockguard.golden import git_author
     from lockguard.report import load_report
 

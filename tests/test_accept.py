@@ -21,7 +21,7 @@ from conftest import DATA, QUICKSTART, REPO, golden_file, make_project, run_cli,
 from lockguard import golden
 from lockguard.report import artifacts
 from lockguard.hardware import hardware_class, host_class
-from lockguard.harness.common import cpu_info
+from lockguard.harness._lockguard_harness.common import cpu_info
 from lockguard.report import load_report
 from lockguard.results import RunResult, parse_result
 

@@ -39,9 +39,9 @@ from packaging.version import InvalidVersion, Version
 from lockguard import process
 from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
-from lockguard.errors import one_line
+from lockguard.errors import LockguardError, one_line
 from lockguard.errors import tail as last_lines
-from lockguard.files import scratch_dir, write_text
+from lockguard.files import scratch_dir, write_bytes, write_text
 from lockguard.locks.model import Lock, Pin
 from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
@@ -165,9 +165,9 @@ def _keep_failed_log(path: Path) -> Path | None:
     log = path / "install.log"
     kept = path.parent / f"{path.name}.install.log"
     try:
-        os.replace(log, kept)
+        write_bytes(kept, log.read_bytes())  # capped by the process runner: small
         return kept
-    except OSError:
+    except (OSError, LockguardError):
         pass
     return next((p for p in (path.parent / f"{path.name}.uv.log",
                              path.parent / f"{path.name}.venv.log") if p.is_file()), None)
