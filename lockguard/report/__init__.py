@@ -300,6 +300,17 @@ class Report(BaseModel):
                  for c in diff.changed if mine & set(c.families)]
         return lines or self.lock_lines(diff)
 
+    def bisected(self, verdict: ScenarioVerdict) -> list[LockLine]:
+        """The lock lines a confirmed bisection found behind a scenario's verdict; empty when
+        it was not bisected or nothing was confirmed."""
+        found = self.bisection_of(verdict.scenario)
+        lock = self.candidate_lock(verdict.framework)
+        diff = self.diff_of(lock) if lock else None
+        if found is None or not found.found or diff is None:
+            return []
+        return [line for line in self.lock_lines(diff)
+                if line.line is not None and line.line in found.culprit_lines]
+
     def reproduce(self, scenarios: list[str]) -> str | None:
         """The command that re-runs these scenarios as this report ran them."""
         if not self.invocation:
