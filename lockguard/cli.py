@@ -342,17 +342,22 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
 @click.option("--shard", metavar="K/N",
               help="Run part K of the N-part plan (`lockguard plan --shards N`) and write a "
                    "partial report; `lockguard merge` joins the parts.")
+@click.option("--bisect", "bisect", is_flag=True,
+              help="A/B: find the smallest set of changed packages behind each failing verdict.")
 @handles_errors
 def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
           config_path, verbose, baseline_locks, repeat, rerun, allow_new, exact,
-          base_ref, shard) -> None:
+          base_ref, shard, bisect=False) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
     from lockguard.config import Options
 
+    if bisect and not (baseline_locks or base_ref):
+        raise UsageError("--bisect needs a baseline: --baseline-lock OLD or --base GITREF")
     opts = Options(device=device, steps=steps, env=env,
-                          repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact)
+                          repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact,
+                          bisect=bisect)
     if base_ref:
         if baseline_locks:
             raise UsageError("--base and --baseline-lock are two ways to pick a baseline: "
@@ -395,7 +400,8 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         a for b in baseline_locks for a in ("--baseline-lock", b))
     report.invocation = invocation("check", *args, locks=locks, config_path=config_path,
                                    env=env, device=device, steps=steps,
-                                   flags=("--exact",) if exact else ())
+                                   flags=(("--exact",) if exact else ())
+                                   + (("--bisect",) if bisect else ()))
     deliver(report, targets)
     keep_evidence(keep, report)
     sys.exit(0 if report.passed else 1)
@@ -481,6 +487,27 @@ def merge(parts: tuple[Path, ...], fmt: str, output: Path | None,
     report = merge_files(list(parts))
     deliver(report, targets)
     sys.exit(0 if report.passed else 1)
+
+
+@cli.command("bisect")
+@common_options
+@click.option("--baseline-lock", "baseline_locks", multiple=True, metavar="OLD",
+              help="The lock the candidate moved from.")
+@click.option("--base", "base_ref", metavar="GITREF",
+              help="Take the baseline locks from the merge base with GITREF.")
+@click.option("--exact", is_flag=True, help="Require bitwise-identical results.")
+@click.pass_context
+@handles_errors
+def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, reports,
+                   config_path, verbose, baseline_locks, base_ref, exact) -> None:
+    """A/B the lock against a baseline, then find the smallest set of changed packages that
+    reproduces each failing verdict (`check --bisect`)."""
+    if not (baseline_locks or base_ref):
+        raise UsageError("bisect needs a baseline: --baseline-lock OLD or --base GITREF")
+    ctx.invoke(check, locks=locks, scenarios=scenarios, env=env, device=device, steps=steps,
+               fmt=fmt, output=output, reports=reports, config_path=config_path,
+               verbose=verbose, baseline_locks=baseline_locks, repeat=1, rerun=False,
+               allow_new=False, exact=exact, base_ref=base_ref, bisect=True)
 
 
 @cli.command()

@@ -173,6 +173,7 @@ class Options:
     rerun: bool = False  # run even when the inputs are unchanged since the golden
     allow_new: bool = False  # a scenario without a golden is `new`, not an error
     exact: bool = False
+    bisect: bool = False  # A/B: find the changes behind each failing verdict (flows/bisect.py)
 
 
 def find_python(python: str, root: Path) -> str | None:

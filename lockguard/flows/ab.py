@@ -64,7 +64,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
         if old is not None:
             diffs.append(diff_locks(old.lock, new.lock))
     idle = nothing_done(outcome.verdicts, "compared")
-    return Report(command="check", mode="ab", device=opts.device or config.device,
+    report = Report(command="check", mode="ab", device=opts.device or config.device,
                   locks=[lock_info(r, "baseline") for r in baseline]
                   + [lock_info(r, "candidate") for r in locks],
                   lock_diffs=diffs, verdicts=outcome.verdicts, evidence=outcome.evidence,
@@ -74,6 +74,13 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
                   passed=gate_passes(outcome.verdicts, policy) and not idle,
                   failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
                   duration_s=time.perf_counter() - start)
+    if opts.bisect and report.failing:
+        from lockguard.flows.bisect import attach_bisection
+
+        report = attach_bisection(report, config, opts, scenarios, locks, baseline, policy,
+                                  progress, backend)
+        report.duration_s = time.perf_counter() - start
+    return report
 
 
 def diff(old: LockRef, new: LockRef) -> Report:

@@ -116,6 +116,68 @@ class ShardInfo(BaseModel):
     order: list[str] = Field(default_factory=list)  # every selected scenario, in report order
 
 
+class MixTrial(BaseModel):
+    """One intermediate lock a bisection tried: the baseline plus some of the candidate's
+    changes, and what its run said."""
+
+    units: list[str]  # change units taken from the candidate ("numpy", "torch family")
+    changes: list[str]  # their package changes, "numpy 1.26.4 → 2.0.2"
+    lock: str  # the mix lock written under the cache
+    lock_hash: str
+    # reproduces: the candidate's failing verdict; baseline: passes like the baseline;
+    # inconsistent: the pins' dependency metadata disagree (not built); broken: the build or the
+    # run failed; differs: another failing verdict. The last three are ddmin's "unresolved".
+    status: Literal["reproduces", "baseline", "inconsistent", "broken", "differs"]
+    verdict: str | None = None
+    reason: str | None = None
+    build_s: float | None = None
+    run_s: float | None = None
+
+
+class Bisection(BaseModel):
+    """`bisect` / `check --bisect`: the smallest set of changes that reproduces a scenario's
+    failing verdict."""
+
+    scenario: str
+    framework: str
+    verdict: str  # the candidate's verdict being reproduced
+    baseline_lock: str
+    candidate_lock: str
+    units: list[str] = Field(default_factory=list)  # every change unit, in search order
+    culprit: list[str] = Field(default_factory=list)  # "numpy 1.26.4 → 2.0.2"
+    culprit_units: list[str] = Field(default_factory=list)
+    culprit_lines: list[int] = Field(default_factory=list)  # their lines in the candidate lock
+    others: int = 0  # package changes outside the culprit set
+    found: bool = False  # the culprit set itself was run and reproduced the verdict
+    strategy: str | None = None  # "binary search", "ddmin", "one unit"
+    trials: list[MixTrial] = Field(default_factory=list)
+    builds: int = 0  # mix environments prepared (baseline and candidate are the check's)
+    bound: int = 0  # ⌈log2 units⌉ + 2, the target for a single culprit
+    notes: list[str] = Field(default_factory=list)
+
+    def sentence(self) -> str:
+        """'drift in loss_ema caused by numpy 1.26.4 → 2.0.2 (the 5 other changes reproduce
+        the baseline)'."""
+        if not self.culprit:
+            return f"{self.verdict} in {self.scenario}: no culprit found"
+        head = f"{self.verdict} in {self.scenario} caused by {' + '.join(self.culprit)}"
+        if not self.found:
+            return head + " (not confirmed: no mix of these alone could be run)"
+        if self.others:
+            other = "change" if self.others == 1 else "changes"
+            verb = "reproduces" if self.others == 1 else "reproduce"
+            return head + f" (the {self.others} other {other} {verb} the baseline)"
+        return head
+
+    def cost(self) -> str:
+        seconds = sum((t.build_s or 0) + (t.run_s or 0) for t in self.trials)
+        skipped = sum(t.status == "inconsistent" for t in self.trials)
+        return (f"{self.builds} mix build(s) (bound {self.bound}) over {len(self.units)} "
+                f"change unit(s), {seconds:.1f} s"
+                + (f", {skipped} inconsistent mix(es) skipped" if skipped else "")
+                + (f", {self.strategy}" if self.strategy else ""))
+
+
 @dataclass(frozen=True)
 class LockLine:
     """One changed line of a candidate lock, for annotations and bullets."""
@@ -140,6 +202,7 @@ class Report(BaseModel):
     lock_diffs: list[LockDiff] = Field(default_factory=list)
     verdicts: list[ScenarioVerdict] = Field(default_factory=list)
     evidence: list[Evidence] = Field(default_factory=list)  # per scenario that ran
+    bisection: list[Bisection] = Field(default_factory=list)  # --bisect: per failing scenario
     failing: list[str] = Field(default_factory=list)  # scenarios whose verdict fails the gate
     rule_failures: list[RuleFailure] = Field(default_factory=list)
     parity: list[ParityRow] = Field(default_factory=list)
@@ -214,6 +277,9 @@ class Report(BaseModel):
         groups += [(n, reason) for reason, n in other.items()]
         return groups
 
+    def bisection_of(self, scenario: str) -> Bisection | None:
+        return next((b for b in self.bisection if b.scenario == scenario), None)
+
     def evidence_of(self, scenario: str) -> Evidence | None:
         return next((e for e in self.evidence if e.scenario == scenario), None)
 
@@ -253,6 +319,17 @@ class Report(BaseModel):
         lines = [LockLine(lock.path, c.new_line, change_text(c), change_short(c))
                  for c in diff.changed if mine & set(c.families)]
         return lines or self.lock_lines(diff)
+
+    def bisected(self, verdict: ScenarioVerdict) -> list[LockLine]:
+        """The lock lines a confirmed bisection found behind a scenario's verdict; empty when
+        it was not bisected or nothing was confirmed."""
+        found = self.bisection_of(verdict.scenario)
+        lock = self.candidate_lock(verdict.framework)
+        diff = self.diff_of(lock) if lock else None
+        if found is None or not found.found or diff is None:
+            return []
+        return [line for line in self.lock_lines(diff)
+                if line.line is not None and line.line in found.culprit_lines]
 
     def reproduce(self, scenarios: list[str]) -> str | None:
         """The command that re-runs these scenarios as this report ran them."""

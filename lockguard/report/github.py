@@ -52,8 +52,11 @@ def _message(v: ScenarioVerdict, culprits: list[LockLine]) -> str:
 def _scenario(report: Report, v: ScenarioVerdict, level: str) -> list[str]:
     evidence = summary_line(v)
     title = f"lockguard: {v.scenario} {v.verdict.value}" + (f": {evidence}" if evidence else "")
-    culprits = report.culprits(v)
+    culprits = report.bisected(v) or report.culprits(v)
     message = _message(v, culprits)
+    bisection = report.bisection_of(v.scenario)
+    if bisection is not None:
+        message += "\n" + bisection.sentence()
     lines = [c for c in culprits if c.line is not None and _annotatable(c.lock)]
     if not lines:
         lock = report.candidate_lock(v.framework)

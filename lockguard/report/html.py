@@ -18,11 +18,9 @@ import math
 from html import escape
 
 from lockguard.compare.numerics import SeriesDiff
-
 from lockguard.compare.verdicts import ScenarioVerdict
-
 from lockguard.names import Verdict
-from lockguard.report import Evidence, Report, Side
+from lockguard.report import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
     change_text, compile_rows, final_loss, fmt_float, option_lines, summary_line, timing,
 )
@@ -202,6 +200,7 @@ def _scenario(report: Report, v: ScenarioVerdict, index: int) -> list[str]:
             for c in culprits) + "</p>")
     if v.error:
         out.append(f"<pre>{e(v.error)}</pre>")
+    out += _bisection(report.bisection_of(v.scenario))
     out.append(_curves(v, ev))
     out += _numbers(v, ev)
     out += _compile(v, ev)
@@ -209,6 +208,21 @@ def _scenario(report: Report, v: ScenarioVerdict, index: int) -> list[str]:
     out += _fingerprints(ev)
     out.append("</section>")
     return out
+
+
+def _bisection(found: Bisection | None) -> list[str]:
+    if found is None:
+        return []
+    rows = [[e(", ".join(t.changes) or "nothing"), e(t.status), e(t.verdict or "—"),
+             e(f"{t.build_s:.1f} s" if t.build_s is not None else "—"),
+             e(f"{t.run_s:.1f} s" if t.run_s is not None else "—"),
+             e(t.reason if t.status in ("inconsistent", "broken") and t.reason else "")]
+            for t in found.trials]
+    return ([f"<h3>Bisection</h3><p><strong>{e(found.sentence())}</strong></p>",
+             f'<p class="meta">{e(found.cost())}</p>']
+            + ([_table(["mix: baseline +", "status", "verdict", "build", "run", "why"], rows)]
+               if rows else [])
+            + [f'<p class="meta">{e(note)}</p>' for note in found.notes])
 
 
 def _finite(values: list[float]) -> list[float | None]:

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 from lockguard.names import Verdict
 from lockguard.report import Report
-from lockguard.report._common import final_loss, summary_line
+from lockguard.report._common import bisection_lines, final_loss, summary_line
 
 
 def _property(parent: ET.Element, name: str, value: str) -> None:
@@ -62,6 +62,11 @@ def render(report: Report) -> str:
             evidence += "\n\nlock lines: " + "; ".join(
                 f"{c.lock}:{c.line} {c.text}" if c.line else f"{c.lock} {c.text}"
                 for c in culprits)
+        bisection = report.bisection_of(v.scenario)
+        if bisection is not None:
+            evidence += "\n\n" + "\n".join(bisection_lines(bisection))
+            _property(case_props, "bisection.culprit", "; ".join(bisection.culprit))
+            _property(case_props, "bisection.builds", str(bisection.builds))
         if report.fails(v):
             failures += 1
             headline = summary_line(v)

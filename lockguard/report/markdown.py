@@ -15,7 +15,7 @@ from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
-    compile_rows, final_loss, fmt_float, option_lines, summary_line, change_text,
+    compile_rows, final_loss, fmt_float, option_lines, summary_line, change_text, trial_line,
 )
 
 MARKER = "<!-- lockguard-report -->"
@@ -137,6 +137,9 @@ def _bullet(report: Report, v: ScenarioVerdict) -> str:
     loss = final_loss(v)
     if loss != "—" and "→" in loss and v.verdict != Verdict.identical:
         text += f"; final loss {_text(loss)}"
+    bisection = report.bisection_of(v.scenario)
+    if bisection is not None:
+        text += f"\n  - bisected: {_text(bisection.sentence())}"
     return text
 
 
@@ -150,6 +153,11 @@ def _details(report: Report, v: ScenarioVerdict) -> list[str]:
             for c in culprits)]
     if v.error:
         lines += ["", *_block(v.error.splitlines())]
+    bisection = report.bisection_of(v.scenario)
+    if bisection is not None:
+        lines += ["", f"Bisection: {_text(bisection.cost())}", ""]
+        lines += [f"- {_text(trial_line(t).removeprefix('+ '))}" for t in bisection.trials]
+        lines += [f"- note: {_text(note)}" for note in bisection.notes]
     rows = compile_rows(v.compile_diff) if v.compile_diff is not None else []
     if rows:
         lines += ["", "| compiled path | baseline | candidate |", "|---|---|---|"]

@@ -17,6 +17,7 @@ from rich.table import Table
 from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import (
+    bisection_lines,
     SYMBOL, change_line, compile_rows, final_loss, fmt_float, option_lines, summary_line, timing,
 )
 
@@ -91,6 +92,10 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
             for what, old, new in rows:
                 side.add_row("  " + escape(what), escape(old), escape(new))
             console.print(side)
+    for bisection in report.bisection:
+        plain("")
+        for line in bisection_lines(bisection):
+            plain(line)
     if report.parity:
         console.print("\nstep-0 parity across frameworks (same data and weights):")
         for row in report.parity:

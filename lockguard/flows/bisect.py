@@ -1,0 +1,462 @@
+"""Culprit bisection: the smallest set of changed packages that reproduces a failing A/B verdict.
+
+The changes between the baseline and the candidate lock are grouped into units (a framework
+family moves as one: torch/torchvision/torchaudio/triton with the CUDA wheels they load, jax with
+jaxlib and its plugins, tensorflow with keras and tf-*; any other package alone). A mix is the
+baseline lock with some units taken from the candidate (their pins and hashes; added packages
+added, removed ones removed). Each mix is first checked for consistency against the dependency
+metadata of the two environments the check already built (every Requires-Dist of every pin must
+be met by the mix's pins, as `pip check` would say after installing it), then built and run for
+the failing scenario only, and judged against the baseline's run exactly as the A/B check judged
+the candidate.
+
+The search: a binary search over the units first (a single culprit is found in ⌈log2 n⌉ mixes
+and confirmed with at most one more), then, when the halves disagree with a single culprit (two
+packages needed together, a mix that cannot be resolved), Zeller's ddmin to a 1-minimal set,
+every mix memoised. The empty mix is the baseline and the full mix the candidate: both are known
+from the check, never rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from lockguard.config import Config, Options
+from lockguard.files import display_path
+from lockguard.errors import LockguardError, one_line
+from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline, \
+    real_backend
+from lockguard.flows.report_parts import tolerance_of
+from lockguard.locks.diff import Change, LockDiff, diff_locks
+from lockguard.locks.model import Lock, Pin
+from lockguard.locks.parser import parse_lock
+from lockguard.progress import QUIET, Progress
+from lockguard.scenarios import Scenario
+
+if TYPE_CHECKING:
+    from lockguard.compare.tolerance import Policy
+    from lockguard.compare.verdicts import ScenarioVerdict
+    from lockguard.envs.base import Env
+    from lockguard.report import Bisection, MixTrial
+    from lockguard.results import RunResult
+
+Outcome = Literal["fail", "pass", "unresolved"]
+Oracle = Callable[[frozenset[int]], Outcome]
+
+_FRAMEWORK_FAMILIES = ("torch", "jax", "tensorflow")
+
+
+# ----------------------------------------------------------------------------------- units
+
+@dataclass(frozen=True)
+class Unit:
+    """Changes that move together: one framework family's, or one package's."""
+
+    label: str  # "numpy", "torch family"
+    changes: tuple[Change, ...]
+
+    @property
+    def texts(self) -> list[str]:
+        from lockguard.report._common import change_short
+
+        return [change_short(c) for c in self.changes]
+
+
+def change_units(diff: LockDiff) -> list[Unit]:
+    """The diff's package changes grouped into units, in name order of their first package.
+
+    A change belongs to the families package_families gives it; families a change shares are
+    merged (ml-dtypes joins jax and tensorflow). CUDA wheels (nvidia-*) join every framework
+    family that moved in this diff, since each of them loads them; alone they are one unit.
+    numpy is a family of one package and stays a unit of its own.
+    """
+    changed = diff.changed
+    moved = {f for c in changed for f in c.families if f in _FRAMEWORK_FAMILIES}
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    keys: list[str] = []
+    for c in changed:
+        fams = [f for f in c.families if f in _FRAMEWORK_FAMILIES]
+        if "cuda" in c.families:
+            fams += sorted(moved) or ["cuda"]
+        labels = [f"family:{f}" for f in fams] or [f"package:{c.name}|{c.marker or ''}"]
+        for other in labels[1:]:
+            parent[find(other)] = find(labels[0])
+        keys.append(labels[0])
+    groups: dict[str, list[Change]] = {}
+    for key, c in zip(keys, changed, strict=True):
+        groups.setdefault(find(key), []).append(c)
+    units = []
+    for root, members in groups.items():
+        families = sorted({f.removeprefix("family:") for f in parent if find(f) == root
+                           and f.startswith("family:")})
+        label = (" + ".join(f"{f} family" if f != "cuda" else "CUDA wheels" for f in families)
+                 if families else members[0].display_name)
+        units.append(Unit(label=label, changes=tuple(members)))
+    return sorted(units, key=lambda u: u.changes[0].name)
+
+
+# ------------------------------------------------------------------------------------ mixes
+
+def mix_text(old: LockRef, new: LockRef, units: Iterable[Unit]) -> str:
+    """The baseline lock with `units` taken from the candidate, as lock text.
+
+    Installer options are the union of both locks' (the candidate's first: its index has the
+    new pins, the baseline's still serves the old ones); relative find-links are made absolute
+    against their lock's folder, since the mix is written elsewhere.
+    """
+    pins = {(p.name, p.marker): p for p in old.lock.pins}
+    new_pins = {(p.name, p.marker): p for p in new.lock.pins}
+    labels = []
+    for unit in units:
+        labels.append(unit.label)
+        for c in unit.changes:
+            key = (c.name, c.marker)
+            if c.kind == "removed":
+                pins.pop(key, None)
+            else:
+                pins[key] = new_pins[key]
+    lines = [f"# lockguard bisect: {old.name} with {', '.join(labels) or 'nothing'} "
+             f"from {new.name}"]
+    lines += _option_lines(new, old)
+    for key in sorted(pins, key=lambda k: (k[0], k[1] or "")):
+        lines.append(_pin_text(pins[key]))
+    return "\n".join(lines) + "\n"
+
+
+def _pin_text(pin: Pin) -> str:
+    extras = f"[{','.join(pin.extras)}]" if pin.extras else ""
+    text = f"{pin.display_name}{extras}=={pin.version}"
+    if pin.marker:
+        text += f" ; {pin.marker}"
+    return "".join([text] + [f" \\\n    --hash={h}" for h in pin.hashes])
+
+
+def _option_lines(first: LockRef, second: LockRef) -> list[str]:
+    lines: list[str] = []
+    index = first.lock.options.index_url or second.lock.options.index_url
+    if index:
+        lines.append(f"--index-url {index}")
+    seen: set[str] = set()
+    for ref in (first, second):
+        opts = ref.lock.options
+        extra = [url for url in opts.extra_index_urls if url != index]
+        links = [_absolute_link(link, ref) for link in opts.find_links]
+        for line in ([f"--extra-index-url {u}" for u in extra] + [f"--find-links {x}" for x in links]
+                     + [o.replace("=", " ", 1) if "=" in o else o for o in opts.other_options]):
+            if line not in seen:
+                seen.add(line)
+                lines.append(line)
+    return lines
+
+
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def _absolute_link(link: str, ref: LockRef) -> str:
+    if _URL.match(link) or Path(link).is_absolute():
+        return link
+    return str((ref.path.parent / link).resolve())
+
+
+def write_mix(text: str) -> Path:
+    from lockguard.cache import cache_dir, ensure_dir
+    from lockguard.files import write_text
+
+    path = ensure_dir(cache_dir() / "bisect") / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.txt"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        write_text(path, text)
+    return path
+
+
+# ------------------------------------------------------------------------------ consistency
+
+Requires = dict[tuple[str, str], tuple[str, ...]]  # (canonical name, version) -> Requires-Dist
+
+
+def env_requires(env: Env) -> tuple[Requires, str | None] | None:
+    """The Requires-Dist of every distribution installed in a venv-like environment, and its
+    Python version (X.Y); None for an environment without a readable site-packages."""
+    from importlib.metadata import distributions
+
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    root = getattr(env, "path", None)
+    if root is None:
+        return None
+    sites = sorted(Path(root).glob("lib/python*/site-packages"))
+    if not sites:
+        return None
+    found: Requires = {}
+    for dist in distributions(path=[str(sites[0])]):
+        name = dist.metadata["Name"]
+        if name:
+            found[(canonicalize_name(name), str(Version(dist.version)))] = tuple(dist.requires or ())
+    return found, sites[0].parent.name.removeprefix("python")
+
+
+def inconsistency(mix: Lock, requires: Requires, python: str | None,
+                  known: set[str]) -> str | None:
+    """Why the mix cannot be installed as pinned: a pin whose dependency the mix pins at a
+    version outside its requirement, or no longer pins at all (`known`: the names either lock
+    pins; a dependency neither lock pins is outside this check). None when consistent."""
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    environment = dict(default_environment())
+    if python:
+        environment.update(python_version=python, python_full_version=f"{python}.0")
+    pinned = {p.name: p for p in mix.pins}
+    for pin in mix.pins:
+        for spec in requires.get((pin.name, str(pin.parsed_version)), ()):
+            req = Requirement(spec)
+            if req.marker is not None and not any(
+                    req.marker.evaluate({**environment, "extra": extra})
+                    for extra in (*pin.extras, "")):
+                continue
+            dep = canonicalize_name(req.name)
+            have = pinned.get(dep)
+            if have is None:
+                if dep in known:
+                    return f"{pin.requirement} requires {req}, which the mix does not pin"
+                continue
+            if not req.specifier.contains(Version(have.version), prereleases=True):
+                return f"{pin.requirement} requires {req}; the mix pins {have.requirement}"
+    return None
+
+
+# ------------------------------------------------------------------------- the search
+
+def bisect_search(n: int, test: Oracle) -> tuple[frozenset[int], str]:
+    """A 1-minimal set of unit indices for which `test` fails, assuming the full set fails and
+    the empty set passes (never asked): a binary search for a single culprit, confirmed, else
+    ddmin. Returns (culprit set, strategy)."""
+    full = frozenset(range(n))
+    memo: dict[frozenset[int], Outcome] = {frozenset(): "pass", full: "fail"}
+
+    def ask(subset: frozenset[int]) -> Outcome:
+        if subset not in memo:
+            memo[subset] = test(subset)
+        return memo[subset]
+
+    candidates = list(range(n))
+    single = True
+    while len(candidates) > 1:
+        half = frozenset(candidates[:len(candidates) // 2])
+        outcome = ask(half)
+        if outcome == "fail":
+            candidates = sorted(half)
+        elif outcome == "pass":
+            candidates = candidates[len(candidates) // 2:]
+        else:
+            single = False
+            break
+    if single and ask(frozenset(candidates)) == "fail":
+        return frozenset(candidates), "binary search"
+    return ddmin(list(range(n)), ask), "ddmin"
+
+
+def ddmin(items: list[int], test: Oracle) -> frozenset[int]:
+    """Zeller and Hildebrandt's ddmin: a 1-minimal failing subset of `items` (which fails).
+    An unresolved outcome counts as not failing."""
+    current = list(items)
+    n = 2
+    while len(current) >= 2:
+        chunks = [current[i * len(current) // n:(i + 1) * len(current) // n] for i in range(n)]
+        chunks = [c for c in chunks if c]
+        reduced = False
+        for chunk in chunks:
+            if test(frozenset(chunk)) == "fail":
+                current, n, reduced = chunk, 2, True
+                break
+        if not reduced and n > 2:  # with two chunks each complement is the other chunk
+            for chunk in chunks:
+                rest = [x for x in current if x not in chunk]
+                if test(frozenset(rest)) == "fail":
+                    current, n, reduced = rest, max(n - 1, 2), True
+                    break
+        if not reduced:
+            if n >= len(current):
+                break
+            n = min(len(current), 2 * n)
+    return frozenset(current)
+
+
+# ------------------------------------------------------------------------- the flow
+
+@dataclass
+class _TimedBackend:
+    """The flow's backend, timing each environment it prepares (seconds per lock hash)."""
+
+    inner: Backend
+    seconds: dict[str, float] = field(default_factory=dict)
+    envs: dict[str, Env] = field(default_factory=dict)
+
+    def prepare(self, ref: LockRef | None, framework: str, device: str,
+                progress: Progress) -> Env:
+        started = time.perf_counter()
+        env = self.inner.prepare(ref, framework, device, progress)
+        if ref is not None:
+            key = ref.lock.lock_hash
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
+            self.envs[key] = env
+        return env
+
+
+def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: LockRef,
+                    new: LockRef, failing: ScenarioVerdict, baseline_runs: list[RunResult],
+                    policy: Policy, progress: Progress = QUIET,
+                    backend: Backend | None = None) -> Bisection:
+    """Find the smallest set of change units of old → new that reproduces `failing` (the A/B
+    verdict of `scenario`), judging each mix against `baseline_runs` (the check's)."""
+    from lockguard.compare.verdicts import compare_runs, is_failure
+    from lockguard.names import Verdict
+    from lockguard.report import Bisection, MixTrial
+
+    diff = diff_locks(old.lock, new.lock)
+    units = change_units(diff)
+    n = len(units)
+    bound = math.ceil(math.log2(n)) + 2 if n > 1 else 2
+    result = Bisection(scenario=scenario.id, framework=scenario.framework,
+                       verdict=failing.verdict.value, baseline_lock=old.name,
+                       candidate_lock=new.name, units=[u.label for u in units], bound=bound)
+    if diff.option_changes:
+        result.notes.append("installer options changed too; every mix uses both locks' "
+                            "options, so options are not bisected")
+    if n == 0:
+        result.notes.append("no package changed: nothing to bisect")
+        return result
+    kind = env_kind(config, opts)
+    if kind == "local":
+        result.notes.append("--env local runs the installed packages, not a lock: "
+                            "nothing to bisect")
+        return result
+    timed = _TimedBackend(backend or real_backend(config, kind))
+    # The check built both environments; preparing them again is a cache hit, and their
+    # installed metadata is what a mix is checked against before it is built.
+    requires: Requires = {}
+    python = None
+    for ref in (old, new):
+        got = env_requires(timed.prepare(ref, scenario.framework, failing.expected_device
+                                         or opts.device or config.device, progress))
+        if got is not None:
+            requires.update(got[0])
+            python = got[1]
+    if not requires:
+        result.notes.append("mixes not checked for consistency: the environments expose no "
+                            "installed metadata (not a venv)")
+    known = set(old.lock.by_name) | set(new.lock.by_name)
+    timed.seconds.clear()
+    single_opts = Options(device=opts.device, steps=opts.steps, env=opts.env, repeat=1,
+                          exact=opts.exact)
+    together = failing.verdict == Verdict.slower  # timings only mean something side by side
+
+    def test(subset: frozenset[int]) -> Outcome:
+        chosen = [units[i] for i in sorted(subset)]
+        text = mix_text(old, new, chosen)
+        path = write_mix(text)
+        mix = parse_lock(path)
+        names = [u.label for u in chosen]
+        changes = [t for u in chosen for t in u.texts]
+        trial = MixTrial(units=names, changes=changes, lock=display_path(path),
+                         lock_hash=mix.lock_hash, status="inconsistent")
+        result.trials.append(trial)
+        why = inconsistency(mix, requires, python, known) if requires else None
+        if why is not None:
+            trial.reason = f"inconsistent: {why}"
+            progress.info(f"  bisect {scenario.id}: skipped mix {' + '.join(names)} "
+                          f"({trial.reason})")
+            return "unresolved"
+        ref = LockRef(path, mix, device=new.device, label=f"mix {mix.lock_hash[:8]}")
+
+        def decide(p: Planned) -> list[Job]:
+            return ([Job(p, old, "baseline")] if together else []) + [Job(p, ref, "candidate")]
+
+        def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, None]:
+            return compare_runs(runs.baseline if together else baseline_runs, runs.candidate,
+                                policy=policy, baseline_kind="lock", expected_device=p.device,
+                                timed_together=together,
+                                tolerance=tolerance_of(p.scenario.tolerance)), None
+
+        started = time.perf_counter()
+        try:
+            outcome = pipeline(config, single_opts, [scenario], [ref], decide=decide,
+                               judge=judge, progress=progress, backend=timed)
+        except LockguardError as exc:
+            trial.status, trial.reason = "broken", one_line(str(exc))
+            trial.build_s = round(timed.seconds.get(mix.lock_hash, 0.0), 2)
+            return "unresolved"
+        trial.build_s = round(timed.seconds.get(mix.lock_hash, 0.0), 2)
+        trial.run_s = round(time.perf_counter() - started - trial.build_s, 2)
+        [verdict] = outcome.verdicts
+        trial.verdict = verdict.verdict.value
+        from lockguard.report._common import summary_line
+
+        trial.reason = summary_line(verdict) or None
+        if verdict.verdict == failing.verdict:
+            trial.status = "reproduces"
+            return "fail"
+        if not is_failure(verdict, policy):
+            trial.status = "baseline"
+            return "pass"
+        trial.status = "broken" if verdict.verdict == Verdict.broken else "differs"
+        return "unresolved"
+
+    progress.info(f"Bisecting {scenario.id} ({failing.verdict.value}) over {n} change "
+                  f"unit(s): {', '.join(u.label for u in units)}")
+    if n == 1:
+        culprit, strategy = frozenset({0}), "one unit"
+    else:
+        culprit, strategy = bisect_search(n, test)
+    result.strategy = strategy
+    result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
+    result.culprit = [t for i in sorted(culprit) for t in units[i].texts]
+    result.culprit_units = [units[i].label for i in sorted(culprit)]
+    result.culprit_lines = [c.new_line or c.old_line or 0 for i in sorted(culprit)
+                            for c in units[i].changes]
+    result.others = sum(len(u.changes) for i, u in enumerate(units) if i not in culprit)
+    # Confirmed: the set itself reproduced (or is the whole diff, which the check ran).
+    result.found = len(culprit) == n or any(
+        t.status == "reproduces" and sorted(t.units) == sorted(result.culprit_units)
+        for t in result.trials)
+    return result
+
+
+def attach_bisection(report: Report, config: Config, opts: Options, scenarios: list[Scenario],
+                     candidates: list[LockRef], baseline: list[LockRef], policy: Policy,
+                     progress: Progress = QUIET, backend: Backend | None = None) -> Report:
+    """Bisect every failing scenario of an A/B report; the report with `bisection` filled."""
+    from lockguard.flows.pipeline import lock_for
+
+    by_id = {s.id: s for s in scenarios}
+    found = []
+    for verdict in report.verdicts:
+        if not report.fails(verdict) or verdict.scenario not in by_id:
+            continue
+        sc = by_id[verdict.scenario]
+        old, new = lock_for(sc, baseline), lock_for(sc, candidates)
+        ev = report.evidence_of(sc.id)
+        if old is None or new is None or ev is None or ev.baseline is None:
+            continue
+        found.append(bisect_scenario(config, opts, sc, old, new, verdict, [ev.baseline.result],
+                                     policy, progress, backend))
+    return report.model_copy(update={"bisection": found})
+
+
+if TYPE_CHECKING:
+    from lockguard.report import Report
