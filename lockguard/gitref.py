@@ -52,24 +52,6 @@ class LockChange:
         return "changed" if self.changed else "unchanged"
 
 
-def file_at(repo_dir: Path, ref: str, path: Path) -> str | None:
-    """The text of `path` at `ref`, or None when the path does not exist there."""
-    with _open(repo_dir) as repo:
-        sha = _resolve(repo, ref)
-        return _text_at(repo, sha, _in_repo(repo, Path(repo_dir), Path(path)))
-
-
-def merge_base(repo_dir: Path, base_ref: str, *, fetch: bool = True) -> str:
-    """The full sha of the merge base of HEAD and `base_ref`.
-
-    In a shallow or partial clone a missing base is fetched from its remote and a missing merge
-    base is reached by deepening the clone, but only when the repository has that remote and
-    `fetch` is true; otherwise GitRefError names the exact `git fetch` to run.
-    """
-    with _open(repo_dir) as repo:
-        return _merge_base(repo, base_ref, fetch)
-
-
 def changed_locks(repo_dir: Path, base_ref: str, lock_paths: Sequence[Path], *,
                   fetch: bool = True) -> list[LockChange]:
     """Each lock at the merge base of HEAD and `base_ref`, against the file on disk now."""
@@ -118,11 +100,6 @@ def dirty_paths(repo_dir: Path, paths: Sequence[Path]) -> list[Path]:
                     if given not in dirty:
                         dirty.append(given)
         return dirty
-
-
-def is_dirty(repo_dir: Path, paths: Sequence[Path]) -> bool:
-    """Whether any of `paths` differs from HEAD (so `check` is checking what is on disk)."""
-    return bool(dirty_paths(repo_dir, paths))
 
 
 # ---------------------------------------------------------------------------------------------

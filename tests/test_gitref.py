@@ -10,7 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from lockguard.gitref import GitRefError, changed_locks, dirty_paths, file_at, is_dirty, merge_base
+from lockguard import gitref
+from lockguard.gitref import GitRefError, changed_locks, dirty_paths
+
+
+# The steps changed_locks and dirty_paths are built from, driven one at a time: the module
+# keeps them private (lockguard itself only asks for the changed locks).
+
+def file_at(repo_dir: Path, ref: str, path: Path) -> str | None:
+    with gitref._open(repo_dir) as repo:
+        sha = gitref._resolve(repo, ref)
+        return gitref._text_at(repo, sha, gitref._in_repo(repo, Path(repo_dir), Path(path)))
+
+
+def merge_base(repo_dir: Path, base_ref: str, *, fetch: bool = True) -> str:
+    with gitref._open(repo_dir) as repo:
+        return gitref._merge_base(repo, base_ref, fetch)
+
+
+def is_dirty(repo_dir: Path, paths) -> bool:
+    return bool(dirty_paths(repo_dir, paths))
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",

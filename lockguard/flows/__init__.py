@@ -5,6 +5,9 @@
 - ab.py          A/B: candidate and baseline locks run side by side; `diff`
 - git_base.py    `check --base REF`: A/B against the locks at the merge base, from git
 - propose.py     resolve upgrades into the cache and A/B them against the current locks
+- bisect.py      the smallest set of changed packages behind a failing A/B verdict
+- shards.py      the plan as a CI matrix, one part of it, and merging the parts' reports
+- accept.py      adopt a check's candidate results as goldens, on purpose, saying why
 
 goldens.py holds what record and the golden check share (hardware classes, inputs digest,
 comparing with a golden), report_parts.py what every flow puts into its Report.

@@ -109,7 +109,7 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
                   parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
                                 outcome.results),
                   notes=([idle] if idle else []) + crossed.notes(),
-                  hardware=hosts.to_json(),
+                  hardware=hosts.known(),
                   passed=gate_passes(outcome.verdicts, policy) and not idle,
                   failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
                   duration_s=time.perf_counter() - start)

@@ -35,9 +35,9 @@ class Hosts:
             self._known[device] = host_class(device)
         return self._known[device]
 
-    def to_json(self) -> dict[str, dict]:
+    def known(self) -> dict[str, HardwareClass]:
         """For Report.hardware: the classes that could be read."""
-        return {d: c.to_json() for d, c in self._known.items() if c is not None}
+        return {d: c for d, c in self._known.items() if c is not None}
 
 
 class Crossings:

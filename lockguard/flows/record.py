@@ -104,7 +104,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                                 outcome.results),
                   written=[str(path) for path in written], passed=not broken and not idle,
                   notes=([idle] if idle else []) + notes + crossed.notes(),
-                  hardware=hosts.to_json(), failing=[v.scenario for v in broken],
+                  hardware=hosts.known(), failing=[v.scenario for v in broken],
                   duration_s=time.perf_counter() - start)
 
 

@@ -39,6 +39,7 @@ from lockguard.errors import LockguardError, UsageError
 from lockguard.flows.goldens import golden_dir
 from lockguard.flows.pipeline import LockRef, Planned, env_kind, plan
 from lockguard.golden import GoldenError, class_paths
+from lockguard.hardware import HardwareClass
 from lockguard.scenarios import Scenario
 
 if TYPE_CHECKING:
@@ -321,12 +322,12 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
         raise ShardError(f"scenario {', '.join(dupes)} reported by more than one shard")
     notes = _unique(n for r in ranked for n in r.notes
                     if not n.startswith(("nothing was ", "shard ")))
-    hardware: dict[str, dict[str, Any]] = {}
+    hardware: dict[str, HardwareClass] = {}
     for r in ranked:
         for device, cls in r.hardware.items():
             if device in hardware and hardware[device] != cls:
                 notes.append(f"the shards ran on different {device} hardware classes "
-                             f"({hardware[device].get('id')}, {cls.get('id')})")
+                             f"({hardware[device].id}, {cls.id})")
             hardware.setdefault(device, cls)
     idle = nothing_done(verdicts, "compared") if not base.rule_failures else None
     if idle:

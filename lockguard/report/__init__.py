@@ -26,6 +26,7 @@ from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import PRECEDENCE, Verdict
 from lockguard.errors import LockguardError, printable
 from lockguard.locks.diff import LockDiff
+from lockguard.hardware import HardwareClass
 from lockguard.results import RunResult
 from lockguard.report._common import change_short, change_text, option_lines
 
@@ -208,7 +209,7 @@ class Report(BaseModel):
     parity: list[ParityRow] = Field(default_factory=list)
     written: list[str] = Field(default_factory=list)  # golden files written by record
     # This machine's hardware class per device checked (lockguard/hardware.py), where readable.
-    hardware: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    hardware: dict[str, HardwareClass] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     passed: bool = True
     duration_s: float | None = None
