@@ -342,12 +342,17 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
 @click.option("--shard", metavar="K/N",
               help="Run part K of the N-part plan (`lockguard plan --shards N`) and write a "
                    "partial report; `lockguard merge` joins the parts.")
+@click.option("--plan-entry", "plan_entry", metavar="ID",
+              help="Run the plan entry ID (as `lockguard plan` prints it) instead of --shard; "
+                   "with the plan's own --shards N, if it was made with one.")
+@click.option("--shards", "plan_shards", type=click.IntRange(min=1), metavar="N",
+              help="With --plan-entry: the --shards the plan was made with.")
 @click.option("--bisect", "bisect", is_flag=True,
               help="A/B: find the smallest set of changed packages behind each failing verdict.")
 @handles_errors
 def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
           config_path, verbose, baseline_locks, repeat, rerun, allow_new, exact,
-          base_ref, shard, bisect=False) -> None:
+          base_ref, shard, plan_entry, plan_shards, bisect=False) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
@@ -370,7 +375,8 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         config = load_config(config_path)
         paths = [p for p, _, _ in lock_paths(config, list(locks))]
         chosen = select(config, list(scenarios))
-        part = _shard_part(shard, config, opts, chosen, locks)
+        part = _shard_part(shard, config, opts, chosen, locks, entry=plan_entry,
+                           plan_shards=plan_shards)
         keep = artifacts.prepare(artifacts_dir, config.root)
         if part is not None and not part[1]:
             report = part[2]
@@ -383,7 +389,8 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
 
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
-        part = _shard_part(shard, config, opts, chosen, locks, lock_refs)
+        part = _shard_part(shard, config, opts, chosen, locks, lock_refs, plan_entry,
+                           plan_shards)
         keep = artifacts.prepare(artifacts_dir, config.root)
         if part is not None and not part[1]:
             report = part[2]
@@ -408,16 +415,23 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
 
 
 def _shard_part(shard: str | None, config, opts, chosen, locks: tuple[str, ...],
-                lock_refs=None):
-    """For `check --shard K/N`: (this part's ShardInfo, the scenarios it runs, the Report of a
-    part the plan leaves empty), or None without --shard."""
-    if shard is None:
+                lock_refs=None, entry: str | None = None, plan_shards: int | None = None):
+    """For `check --shard K/N` or `--plan-entry ID`: (this part's ShardInfo, the scenarios it
+    runs, the Report of a part the plan leaves empty), or None without either."""
+    if plan_shards is not None and entry is None:
+        raise UsageError("--shards goes with --plan-entry (`check --shard K/N` says N itself)")
+    if shard is None and entry is None:
         return None
+    if shard is not None and entry is not None:
+        raise UsageError("--shard and --plan-entry are two ways to name one part: use one")
     from lockguard.flows import shards
     from lockguard.flows.pipeline import load_locks
 
-    k, n = shards.parse_shard(shard)
+    # An entry id names a part of the plan made with the same options (--shards included).
+    k, n = shards.parse_shard(shard) if shard is not None else (0, plan_shards)
     made = shards.make_plan(config, opts, chosen, lock_refs or load_locks(config, list(locks)), n)
+    if entry is not None:
+        k = shards.entry_index(made, shards.parse_entry(entry))
     mine = shards.shard_scenarios(made, k, chosen)
     return shards.shard_info(made, k), mine, shards.empty_report(made, k) if not mine else None
 

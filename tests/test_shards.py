@@ -95,6 +95,18 @@ def test_the_plan_is_deterministic_and_names_its_entries(project, tmp_path):
         shards.make_plan(project, Options(), TORCH + NUMPY, [both], 1)
 
 
+def test_a_plan_entry_id_names_its_part_of_the_same_plan(project, tmp_path):
+    both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
+    entry = shards.make_plan(project, Options(), TORCH + NUMPY, [both], 3).entries[2]
+    made = shards.make_plan(project, Options(), TORCH + NUMPY, [both], 3)
+    assert shards.entry_index(made, shards.parse_entry(entry.id)) == entry.index == 3
+    with pytest.raises(shards.ShardError, match="no such entry in this plan"):
+        shards.entry_index(made, entry.id.replace(both.lock.lock_hash[:8], "00000000"))
+    for bad in ("cpu-numpy", "cpu-numpy-3of2", "x-0of1"):
+        with pytest.raises(shards.UsageError, match="not a plan entry id"):
+            shards.parse_entry(bad)
+
+
 def test_shards_are_balanced_by_recorded_time_not_by_count(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
     costs = dict(zip((s.id for s in TORCH), (10.0, 3.0, 3.0, 3.0)))
@@ -242,7 +254,10 @@ def test_plan_three_shard_processes_and_merge_equal_the_unsharded_run(tmp_path):
     assert [len(e["scenarios"]) for e in made["entries"]] == [1, 1, 1]
 
     def shard(k: int):
-        return run_cli("check", *ab, "--shard", f"{k}/3", "--format", "json",
+        # Part 2 is named by its plan entry id, as a matrix job can: the same part.
+        part = (("--plan-entry", made["entries"][1]["id"], "--shards", "3") if k == 2
+                else ("--shard", f"{k}/3"))
+        return run_cli("check", *ab, *part, "--format", "json",
                        "-o", f"part{k}.json", cwd=root, env=env)
 
     with ThreadPoolExecutor(3) as pool:

@@ -117,6 +117,28 @@ def parse_shard(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
+def parse_entry(text: str) -> str:
+    """A plan entry id as `lockguard plan` prints it (`cpu-numpy-1a2b3c4d-2of3`: the second of
+    three parts of that device, framework and lock)."""
+    _, _, tail = text.rpartition("-")
+    k, sep, n = tail.partition("of")
+    if not sep or not k.isdigit() or not n.isdigit() or not 1 <= int(k) <= int(n):
+        raise UsageError(f"--plan-entry {text}: not a plan entry id (`lockguard plan` prints "
+                         "them, e.g. cpu-numpy-1a2b3c4d-2of3)")
+    return text
+
+
+def entry_index(made: Plan, entry_id: str) -> int:
+    """K of the entry `entry_id` in `made`; a ShardError naming the plan's entries if absent
+    (another lock, other scenarios or options than the plan was made with)."""
+    for entry in made.entries:
+        if entry.id == entry_id:
+            return entry.index
+    raise ShardError(f"--plan-entry {entry_id}: no such entry in this plan (its entries: "
+                     f"{', '.join(e.id for e in made.entries)}); run every entry with the "
+                     "options the plan was made with")
+
+
 def estimate(config: Config, p: Planned) -> float:
     """The seconds a scenario took when its golden was recorded: the median over the hardware
     classes of its device (the same on every machine that has the repository), else a default
