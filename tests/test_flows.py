@@ -189,6 +189,11 @@ def test_record_repeat_of_a_deterministic_scenario_stays_exact(project, tmp_path
     assert gold.envelope is None
     assert (gold.provenance.repeats, gold.provenance.deterministic) == (3, True)
     assert "bitwise equal, the golden is compared exactly" in report.verdicts[0].reasons[-1]
+    again = record(project, [numpy1], NUMPY, Options(repeat=3), backend=fake)
+    assert again.written == []  # same runs, same provenance: the golden is left alone
+    once = record(project, [numpy1], NUMPY, Options(), backend=fake)
+    assert once.written  # one run proves no determinism: the provenance says so no more
+    assert golden.load(golden_of(project, "numpy.mlp")).provenance.repeats is None
     report = check(project, [numpy1], NUMPY, Options(rerun=True), backend=fake)
     assert report.verdicts[0].verdict == Verdict.identical
     assert report.verdicts[0].envelope is None
