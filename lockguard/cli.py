@@ -304,9 +304,12 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
 
 @cli.command()
 @common_options
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run each scenario K times: bitwise-equal runs make an exact golden, "
+                   "differing ones a golden with their noise envelope.")
 @handles_errors
 def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
-           config_path, verbose) -> None:
+           config_path, verbose, repeat) -> None:
     """Run scenarios and write golden/<device>/<hardware class>/<scenario>.json (only those
     whose results or inputs changed)."""
     targets = report_targets(fmt, output, reports)
@@ -316,11 +319,12 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
     keep = artifacts.prepare(artifacts_dir, config.root)
-    opts = Options(device=device, steps=steps, env=env)
+    opts = Options(device=device, steps=steps, env=env, repeat=repeat)
     report = record_flow(config, lock_refs, chosen, opts, progress)
     report.id = keep.report_id
     report.invocation = invocation("record", locks=locks, config_path=config_path, env=env,
-                                   device=device, steps=steps)
+                                   device=device, steps=steps,
+                                   flags=("--repeat", str(repeat)) if repeat > 1 else ())
     deliver(report, targets)
     keep_evidence(keep, report)
     sys.exit(0 if report.passed else 1)
@@ -408,7 +412,8 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
     report.invocation = invocation("check", *args, locks=locks, config_path=config_path,
                                    env=env, device=device, steps=steps,
                                    flags=(("--exact",) if exact else ())
-                                   + (("--bisect",) if bisect else ()))
+                                   + (("--bisect",) if bisect else ())
+                                   + (("--repeat", str(repeat)) if repeat > 1 else ()))
     deliver(report, targets)
     keep_evidence(keep, report)
     sys.exit(0 if report.passed else 1)

@@ -58,6 +58,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_serializer, field_validator
 
 from lockguard import __version__
+from lockguard.compare.envelope import Envelope
 from lockguard.errors import LockguardError, printable
 from lockguard.files import write_text
 from lockguard.hardware import HardwareClass, hardware_class
@@ -101,6 +102,10 @@ class Provenance(BaseModel):
     lockguard_version: str | None = None
     recorded_at: str | None = None  # UTC, ISO 8601
     acceptance: Acceptance | None = None
+    # `record --repeat K` (K > 1): how many runs were made and whether they were bitwise equal
+    # (then the golden is compared exactly; otherwise it carries their noise envelope).
+    repeats: int | None = None
+    deterministic: bool | None = None
 
 
 class GoldenFile(BaseModel):
@@ -112,7 +117,8 @@ class GoldenFile(BaseModel):
     digest: str | None = None  # checked against the text before the model is built
     hardware: HardwareClass
     provenance: Provenance
-    result: RunResult
+    result: RunResult  # with an envelope: the run of median final loss
+    envelope: Envelope | None = None  # recorded runs that were not bitwise equal
 
     @field_validator("hardware", mode="before")
     @classmethod
@@ -125,7 +131,8 @@ class GoldenFile(BaseModel):
 
     def text(self) -> str:
         """The file's text: sorted keys, repr floats, the digest line first."""
-        document = self.model_dump(mode="json", exclude={"digest"})
+        document = self.model_dump(mode="json", exclude={"digest"}
+                                   | ({"envelope"} if self.envelope is None else set()))
         document["provenance"] = self.provenance.model_dump(mode="json", exclude_none=True)
         return document_text(document)
 
@@ -148,6 +155,10 @@ class Golden:
     @property
     def hardware(self) -> HardwareClass:
         return self.file.hardware
+
+    @property
+    def envelope(self) -> Envelope | None:
+        return self.file.envelope
 
 
 def golden_path(golden_dir: Path, device: str, hardware_id: str, scenario_id: str) -> Path:
@@ -283,6 +294,14 @@ def _verify_model(path: Path, file: GoldenFile) -> None:
         recorded = printable(f"{hardware.device}/{hardware.id}")
         raise GoldenError(f"{path}: recorded for {recorded!r} but stored under "
                           f"{where[0]}/{where[1]}; move it back or re-record it")
+    if file.envelope is not None:
+        for name in ("losses", "grad_norms", "outputs"):
+            band = getattr(file.envelope, name)
+            lengths = {len(values) for values in band.model_dump().values()} if band else set()
+            if band is not None and lengths != {len(getattr(result, name))}:
+                raise GoldenError(f"{path}: its noise envelope's {name} do not match its "
+                                  f"result's ({sorted(lengths)} values, not "
+                                  f"{len(getattr(result, name))}); re-record it")
     own = hardware_class(result.fingerprint, hardware.device, result.device_name)
     if own.id != hardware.id:
         raise GoldenError(f"{path}: its hardware class {hardware.id} is not that of its own "
@@ -328,36 +347,41 @@ def _all_finite(values: list[Any]) -> bool:
 _RESULT_NOISE: dict[str, Any] = {"timings": True, "peak_memory_bytes": True,
                                  "fingerprint": True, "compile": {"compile_s"},
                                  "metrics": {"run_s"}}
-_PROVENANCE_KEPT = ("lock_hash", "inputs_digest", "framework_version")
+_PROVENANCE_KEPT = ("lock_hash", "inputs_digest", "framework_version", "repeats",
+                    "deterministic")
 
 
-def reference_key(result: RunResult, provenance: Provenance, hardware: HardwareClass) -> str:
+def reference_key(result: RunResult, provenance: Provenance, hardware: HardwareClass,
+                  envelope: Envelope | None = None) -> str:
     """What a golden is compared by when deciding whether to rewrite it, as stable JSON (sorted
     keys, repr floats): the result without timings, memory and fingerprint details (its
     hardware class stands for the machine), and the inputs it was recorded from."""
     data = {"result": result.model_dump(mode="json", exclude=_RESULT_NOISE),
             "inputs": {k: getattr(provenance, k) for k in _PROVENANCE_KEPT},
             "hardware": hardware.to_json()}
+    if envelope is not None:
+        data["envelope"] = envelope.model_dump(mode="json")
     return json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
 
 
 def write(path: Path, result: RunResult, provenance: Provenance,
-          hardware: HardwareClass) -> bool:
-    """Replace `path` atomically with a golden for `result`, recorded on `hardware` — unless the
-    golden there already holds the same reference (`reference_key`): then the file is left
-    untouched and False returned."""
+          hardware: HardwareClass, envelope: Envelope | None = None) -> bool:
+    """Replace `path` atomically with a golden for `result` (and the noise `envelope` of its
+    runs, if they differed), recorded on `hardware` — unless the golden there already holds the
+    same reference (`reference_key`): then the file is left untouched and False returned."""
     try:
         old = load(path)
     except GoldenError:
         old = None  # unusable: replaced
-    if old is not None and reference_key(old.result, old.provenance, old.hardware) \
-            == reference_key(result, provenance, hardware):
+    if old is not None \
+            and reference_key(old.result, old.provenance, old.hardware, old.envelope) \
+            == reference_key(result, provenance, hardware, envelope):
         return False
     stamped = provenance.model_copy(update={
         "lockguard_version": __version__,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     file = GoldenFile(schema_version=SCHEMA_VERSION, hardware=hardware, provenance=stamped,
-                      result=result)
+                      result=result, envelope=envelope)
     write_text(path, file.text())
     return True
 

@@ -50,6 +50,13 @@ class FakeEnv:
         losses = losses_for(sid, version, request.seed, request.steps)
         if behaviour == "nan":
             losses[-1] = float("nan")
+        digest = f"d{version}"
+        if behaviour and behaviour.startswith("noisy"):
+            # Like a GPU reduction with atomics: every run lands elsewhere, by about 1e-4
+            # relative; "noisy:+0.01" also shifts the whole curve by 1 % of itself.
+            z, shift = self.backend.next_noise(), float(behaviour.partition(":")[2] or 0)
+            losses = [v * (1 + 1e-4 * z * (1 + i % 3) / 3 + shift) for i, v in enumerate(losses)]
+            digest += f"-{z!r}"
         device = "cpu" if behaviour == "cpu-fallback" else request.device
         return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
                          framework_version=version, device=device, device_name=device,
@@ -57,19 +64,28 @@ class FakeEnv:
                          fingerprint={"cpu": cpu_info()},  # the harness's own reading
 
                          grad_norms=[abs(v) / 2 for v in losses],
-                         outputs=losses[-2:], output_shape=[2], param_digest=f"d{version}",
+                         outputs=losses[-2:], output_shape=[2], param_digest=digest,
                          timings={"total_s": 0.01, "step_median_s": 0.001})
 
 
 @dataclass
 class FakeBackend:
     """Counts what a flow prepared and ran; `behaviour[(scenario, version)]` makes a run crash
-    ("crash"), end in NaN ("nan") or land on the CPU ("cpu-fallback")."""
+    ("crash"), end in NaN ("nan"), land on the CPU ("cpu-fallback") or differ from run to run
+    ("noisy", "noisy:+0.01" shifted by +1 %)."""
 
     behaviour: dict[tuple[str, str], str] = field(default_factory=dict)
     prepared: list[str] = field(default_factory=list)
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, version) in run order
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _noise: int = 0
+
+    def next_noise(self) -> float:
+        """Run-to-run noise in [-1, 1): a low-discrepancy sequence, so a test's runs spread
+        over the range in any order they are asked for, reproducibly."""
+        with self._lock:
+            self._noise += 1
+            return ((self._noise * 0.6180339887498949) % 1) * 2 - 1
 
     def prepare(self, ref: LockRef | None, framework: str, device: str, progress) -> FakeEnv:
         assert ref is not None, "the fake backend serves locks, not the local interpreter"

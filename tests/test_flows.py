@@ -15,6 +15,7 @@ from lockguard.flows.ab import check_ab
 from lockguard.flows.check import check
 from lockguard.flows.pipeline import LockRef, read_lock
 from lockguard.flows.record import record
+from lockguard import golden
 from lockguard.golden import GoldenError
 from lockguard.hardware import host_class
 from lockguard.names import Verdict
@@ -175,3 +176,84 @@ def test_the_report_json_carries_both_sides_per_step(project, tmp_path):
     assert len(proof["baseline"]["result"]["losses"]) == 6
     assert proof["fingerprint_diff"] == {}
     assert document["schema_version"] == 2
+
+
+# ------------------------------------------------------------------ noise envelopes (--repeat)
+
+def test_record_repeat_of_a_deterministic_scenario_stays_exact(project, tmp_path):
+    numpy1 = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
+    fake = FakeBackend()
+    report = record(project, [numpy1], NUMPY, Options(repeat=3), backend=fake)
+    assert report.passed and len(fake.runs) == 3
+    gold = golden.load(golden_of(project, "numpy.mlp"))
+    assert gold.envelope is None
+    assert (gold.provenance.repeats, gold.provenance.deterministic) == (3, True)
+    assert "bitwise equal, the golden is compared exactly" in report.verdicts[0].reasons[-1]
+    again = record(project, [numpy1], NUMPY, Options(repeat=3), backend=fake)
+    assert again.written == []  # same runs, same provenance: the golden is left alone
+    once = record(project, [numpy1], NUMPY, Options(), backend=fake)
+    assert once.written  # one run proves no determinism: the provenance says so no more
+    assert golden.load(golden_of(project, "numpy.mlp")).provenance.repeats is None
+    report = check(project, [numpy1], NUMPY, Options(rerun=True), backend=fake)
+    assert report.verdicts[0].verdict == Verdict.identical
+    assert report.verdicts[0].envelope is None
+
+
+def test_record_repeat_of_a_noisy_scenario_keeps_its_envelope(project, tmp_path):
+    numpy1 = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy"})
+    report = record(project, [numpy1], NUMPY, Options(repeat=5), backend=fake)
+    assert report.passed
+    gold = golden.load(golden_of(project, "numpy.mlp"))
+    assert (gold.provenance.repeats, gold.provenance.deterministic) == (5, False)
+    env = gold.envelope
+    assert env.k == 5 and len(env.losses.mean) == 6 and len(env.outputs.max) == 2
+    assert all(lo < hi for lo, hi in zip(env.losses.min[1:], env.losses.max[1:]))
+    # The golden's curve is one of the recorded runs: the one of median final loss.
+    assert gold.result.losses[-1] == sorted(env.losses.max[-1:] + env.losses.min[-1:]
+                                            + [gold.result.losses[-1]])[1]
+
+    # Recording the same noise again rewrites the golden only if the envelope changed: it did.
+    again = record(project, [numpy1], NUMPY, Options(repeat=5), backend=fake)
+    assert again.written and again.verdicts[0].envelope is not None
+
+    inside = check(project, [numpy1], NUMPY, Options(rerun=True), backend=fake)
+    [v] = inside.verdicts
+    assert inside.passed and v.verdict == Verdict.within_tolerance, v.reasons
+    assert v.envelope.inside and v.envelope.k == 5 and v.envelope.first_outside_step is None
+    assert "inside the noise envelope of 5 baseline runs" in v.reasons[0]
+
+
+@pytest.mark.parametrize("shift, side", [("+0.01", "above"), ("-0.01", "below")])
+def test_a_candidate_shifted_beyond_the_envelope_fails_both_ways(project, tmp_path, shift,
+                                                                 side):
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
+                                  ("numpy.mlp", "2.0.2"): f"noisy:{shift}"})
+    record(project, [old], NUMPY, Options(repeat=5), backend=fake)
+    report = check(project, [new], NUMPY, Options(), backend=fake)
+    [v] = report.verdicts
+    assert not report.passed and v.verdict == Verdict.drift
+    assert not v.envelope.inside and v.envelope.first_outside_step == 0
+    assert f"is {side} [" in v.reasons[0] and "outside the noise envelope of 5" in v.reasons[0]
+    assert (v.envelope.worst_sigma > 10) == (shift[0] == "+")
+
+
+def test_ab_repeat_judges_the_candidate_against_the_baselines_envelope(project, tmp_path):
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    same = lock(tmp_path, "same.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
+                                  ("numpy.mlp", "2.0.2"): "noisy:-0.01"})
+    report = check_ab(project, [same], [old], NUMPY, Options(repeat=3), backend=fake)
+    [v] = report.verdicts
+    assert report.passed and v.verdict == Verdict.within_tolerance, v.reasons
+    assert v.envelope.k == 3 and v.envelope.runs == 3 and v.nondeterministic
+    assert any("judged by the noise envelope" in r for r in v.reasons)
+    report = check_ab(project, [new], [old], NUMPY, Options(repeat=3), backend=fake)
+    [v] = report.verdicts
+    assert not report.passed and v.verdict == Verdict.drift and "below" in v.reasons[0]
+    # One baseline run gives no envelope: the old rule (tolerance) decides, and fails too.
+    report = check_ab(project, [same], [old], NUMPY, Options(), backend=fake)
+    assert report.verdicts[0].envelope is None and not report.passed

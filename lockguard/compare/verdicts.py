@@ -13,6 +13,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from lockguard.compare.compile import CompileDiff, accuracy_failure, compare_compile
+from lockguard.compare.envelope import (
+    Envelope, EnvelopeCheck, describe, deterministic, envelope_of, judge_envelope, run_difference,
+)
 from lockguard.compare.numerics import SeriesDiff, compare_series, first_difference
 from lockguard.compare.tolerance import Policy, Tolerance, effective_tolerance, normalise_dtype
 from lockguard.errors import tail
@@ -57,6 +60,9 @@ class ScenarioVerdict(BaseModel):
     error: str | None = None
     nondeterministic: bool = False
     hardware: HardwareChange | None = None  # set when the golden is of another hardware class
+    # Set when the baseline is a noise envelope (a golden recorded with --repeat whose runs
+    # differed, or an A/B baseline run --repeat K times that was not bitwise reproducible).
+    envelope: EnvelopeCheck | None = None
 
 
 
@@ -79,6 +85,10 @@ class _Findings:
 
     def note(self, reason: str) -> None:
         self._items.append((None, reason))
+
+    def merge(self, other: "_Findings", notes_only: bool = False) -> None:
+        self._items += [(tag, reason) for tag, reason in other._items
+                        if not notes_only or tag is None]
 
     def has(self, verdict: Verdict) -> bool:
         return any(tag == verdict for tag, _ in self._items)
@@ -106,6 +116,7 @@ def compare_runs(
     timed_together: bool,
     tolerance: Tolerance | None = None,
     hardware: HardwareChange | None = None,
+    envelope: Envelope | None = None,
 ) -> ScenarioVerdict:
     """One scenario's verdict: candidate runs (>= 1) against baseline runs (a golden, or the
     old lock's runs; none for a new scenario).
@@ -118,7 +129,11 @@ def compare_runs(
     `tolerance` is the scenario's own override; it beats policy.tolerance, which beats the
     dtype default. Timings are only compared when `timed_together` (both sides measured in
     this check, on this machine). Numerics use the first run of each side; further runs are
-    only checked for being bitwise reproducible.
+    only checked for being bitwise reproducible — except against a noise envelope
+    (compare/envelope.py): `envelope` (a golden's), or the baseline runs' own when they are not
+    bitwise equal. Then every candidate run is judged against it, two-sided: inside is
+    `within_tolerance`, outside `drift` (bitwise equal to the first baseline stays `identical`).
+    A golden of another hardware class is never judged by its envelope.
     """
     if not candidates:
         raise ValueError("compare_runs needs at least one candidate run")
@@ -164,10 +179,16 @@ def compare_runs(
 
     tol = effective_tolerance(policy, tolerance, candidate.dtype)
     found["tolerance"] = tol
-    found.update(_compare_numerics(baseline, candidate, tol, findings, hardware))
+    if envelope is None and hardware is None and len(baselines) > 1 \
+            and not deterministic(baselines):
+        envelope = envelope_of(baselines)
+    if envelope is not None and hardware is None:
+        found.update(_compare_envelope(baseline, candidates, envelope, tol, findings))
+    else:
+        found.update(_compare_numerics(baseline, candidate, tol, findings, hardware))
 
     for runs, role in ((baselines, "baseline"), (candidates, "candidate")):
-        reason = _nondeterminism(runs, role)
+        reason = _nondeterminism(runs, role, judged=found.get("envelope") is not None)
         if reason is not None:
             found["nondeterministic"] = True
             findings.note(reason)
@@ -408,28 +429,50 @@ def _figures(diff: SeriesDiff, unit: str, tol: Tolerance) -> str:
     return text
 
 
-def _nondeterminism(runs: list[RunResult], role: str) -> str | None:
-    """Why repeated runs of one side are not bitwise equal to its first run, or None."""
+def _nondeterminism(runs: list[RunResult], role: str, judged: bool = False) -> str | None:
+    """Why repeated runs of one side are not bitwise equal to its first run, or None. `judged`:
+    the numerics went through the noise envelope, which used every run."""
     first = runs[0]
     for number, run in enumerate(runs[1:], start=2):
-        where = _run_difference(first, run)
+        where = run_difference(first, run)
         if where is not None:
+            used = ("every run was judged by the noise envelope" if judged
+                    else "numerics use run 1")
             return (
                 f"the {len(runs)} {role} runs are not bitwise reproducible: run {number} differs"
                 f" from run 1 ({where}); the harness or the framework is not deterministic,"
-                " numerics use run 1"
+                f" {used}"
             )
     return None
 
 
-def _run_difference(first: RunResult, other: RunResult) -> str | None:
-    for name, unit in (("losses", "step"), ("grad_norms", "step"), ("outputs", "index")):
-        index = first_difference(getattr(first, name), getattr(other, name))
-        if index is not None:
-            return f"{name.replace('_', ' ')} from {unit} {index}"
-    if first.param_digest != other.param_digest:
-        return "parameter digest"
-    return None
+def _compare_envelope(
+    baseline: RunResult,
+    candidates: list[RunResult],
+    envelope: Envelope,
+    tol: Tolerance,
+    findings: _Findings,
+) -> dict[str, Any]:
+    """The numeric fields against a noise envelope: the series figures are still those of the
+    first runs (for the curves and the first divergent step), the verdict is the envelope's."""
+    candidate = candidates[0]
+    first_pass = _Findings()
+    fields = _compare_numerics(baseline, candidate, tol, first_pass)
+    if first_pass.has(Verdict.identical) and len(candidates) == 1:
+        findings.merge(first_pass)
+        return fields
+    findings.merge(first_pass, notes_only=True)
+    shape = [name for name in ("losses", "grad_norms", "outputs")
+             if (band := getattr(envelope, name)) is not None
+             and any(len(getattr(run, name)) not in (0, len(band.mean)) for run in candidates)]
+    if shape:
+        findings.add(Verdict.incomparable, "the noise envelope and the candidate differ in "
+                     f"length: {', '.join(shape)}")
+        return fields
+    check = judge_envelope(envelope, candidates, tol, candidate.dtype)
+    findings.add(Verdict.within_tolerance if check.inside else Verdict.drift,
+                 describe(check, "baseline"))
+    return {**fields, "envelope": check}
 
 
 def _compare_timings(

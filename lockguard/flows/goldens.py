@@ -136,7 +136,7 @@ def compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, G
     verdict = compare_runs([gold.result] if gold else [], runs, policy=policy,
                            baseline_kind="golden", expected_device=p.device,
                            timed_together=False, tolerance=tolerance_of(p.scenario.tolerance),
-                           hardware=change)
+                           hardware=change, envelope=gold.envelope if gold else None)
     baseline = (("golden", f"{display_path(gold.path)} ({gold.hardware.id})", gold.result)
                 if gold is not None else None)
     return verdict, evidence(p.scenario.id, baseline, ("lock", lock_name(p), runs[0]), digest)

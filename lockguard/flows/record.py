@@ -29,6 +29,7 @@ from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario, harness_digest
 
 if TYPE_CHECKING:
+    from lockguard.compare.envelope import Envelope
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.report import Evidence, Report
 
@@ -46,7 +47,8 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     policy = policy_for(config, opts.exact)
     commit = golden.git_commit(config.root)
     previous: dict[str, dict[str, Golden]] = {}
-    to_write: list[tuple[Path, RunResult, golden.Provenance, HardwareClass]] = []
+    to_write: list[tuple[Path, RunResult, golden.Provenance, HardwareClass,
+                         Envelope | None]] = []
 
     def decide(p: Planned) -> list[Job]:
         # Where the goldens go must be writable, and this class's old golden may be corrupt or
@@ -59,33 +61,42 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
             if os.path.isdir(target):
                 raise GoldenError(f"{target}: is a directory, not a golden file; remove it")
         previous[p.scenario.id] = previous_goldens(gdir, p, host, notes)
-        return [Job(p, p.lock)]
+        return [Job(p, p.lock)] * opts.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence]:
         from lockguard.names import Verdict
 
-        result = runs.candidate[0]
+        result, envelope = _reference(runs.candidate)
         inputs = digest(p, config, harness, kind)
-        verdict, proof = compare_with_goldens(p, [result], previous[p.scenario.id],
+        verdict, proof = compare_with_goldens(p, runs.candidate, previous[p.scenario.id],
                                               hosts.get(p.device), inputs, policy, crossed)
-        # A reference must be a healthy run on the intended device.
-        if result.status == Status.ok and verdict.verdict != Verdict.device_fallback:
+        # A reference must be made of healthy runs on the intended device.
+        healthy = all(run.status == Status.ok for run in runs.candidate)
+        if healthy and verdict.verdict != Verdict.device_fallback:
             cls = hardware_class(result.fingerprint, p.device, result.device_name)
+            provenance = _provenance(p, result, inputs, runs.envs["candidate"], commit)
+            if len(runs.candidate) > 1:
+                provenance.repeats = len(runs.candidate)
+                provenance.deterministic = envelope is None
+                verdict.reasons.append(
+                    f"recorded from {len(runs.candidate)} runs: "
+                    + ("bitwise equal, the golden is compared exactly" if envelope is None else
+                       "not bitwise equal, the golden keeps their noise envelope "
+                       "(per-step min/max/mean/std) and the run of median final loss"))
             to_write.append((golden_path(gdir, p.device, cls.id, p.scenario.id), result,
-                             _provenance(p, result, inputs, runs.envs["candidate"], commit),
-                             cls))
+                             provenance, cls, envelope))
         return verdict, proof
 
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
     # A golden whose results and inputs did not change is left as it is (timings and dates
     # aside), so that a golden diff in a pull request is the real change.
-    written = [path for path, result, provenance, cls in to_write
-               if golden.write(path, result, provenance, cls)]
+    written = [path for path, result, provenance, cls, envelope in to_write
+               if golden.write(path, result, provenance, cls, envelope)]
     if len(written) < len(to_write):
         notes.append(f"{len(to_write) - len(written)} of {len(to_write)} goldens unchanged "
                      "(same results and inputs): not rewritten")
-    for path, result, provenance, cls in to_write:
+    for path, result, _, cls, _ in to_write:
         legacy = legacy_path(gdir, cls.device, result.scenario)
         if os.path.isfile(legacy) or os.path.islink(legacy):
             os.unlink(legacy)
@@ -106,6 +117,16 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                   notes=([idle] if idle else []) + notes + crossed.notes(),
                   hardware=hosts.known(), failing=[v.scenario for v in broken],
                   duration_s=time.perf_counter() - start)
+
+
+def _reference(runs: list[RunResult]) -> tuple[RunResult, Envelope | None]:
+    """What a golden keeps of `record --repeat K`'s runs: the run itself when they are bitwise
+    equal, else the run of median final loss and the envelope of all K."""
+    from lockguard.compare.envelope import deterministic, envelope_of, representative
+
+    if len(runs) == 1 or any(r.status != Status.ok for r in runs) or deterministic(runs):
+        return runs[0], None
+    return representative(runs), envelope_of(runs)
 
 
 def _provenance(p: Planned, result: RunResult, inputs: str, env: str,

@@ -1,0 +1,116 @@
+"""Noise envelopes end to end (`record --repeat K`, `check --repeat K`): real numpy venvs, the
+real CLI, and a user scenario that is nondeterministic on purpose — each run draws its noise from
+os.urandom, as a GPU reduction with atomics lands somewhere else every run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import golden_file, make_project, run_cli
+
+pytestmark = pytest.mark.slow
+
+# One draw per run moves the whole curve (and the outputs) by ~1e-4 relative: far beyond
+# float64's tolerance, so without an envelope a rerun is `drift`. NOISE_SHIFT_NUMPY2 shifts the
+# curve of a numpy 2 environment only: a candidate lock whose numbers really moved.
+NOISY_SCRIPT = '''
+import math
+import os
+
+import numpy as np
+
+
+def run(steps, seed):
+    z = np.random.default_rng(int.from_bytes(os.urandom(8), "little")).standard_normal()
+    shift = float(os.environ.get("NOISE_SHIFT_NUMPY2", "0")) if np.__version__[0] == "2" else 0.0
+    scale = 1 + 1e-4 * z + shift
+    losses = [(2.0 * math.exp(-0.1 * s) + 0.01 * math.sin(s + seed)) * scale
+              for s in range(steps)]
+    outputs = np.linspace(0.5, 1.5, 3) * (1 + 1e-4 * z)
+    return {"losses": losses, "outputs": outputs}
+'''
+
+
+def noisy_project(root, numpy_locks):
+    return make_project(root, """
+        lock = "new.txt"
+        scenarios = ["noisy"]
+        steps = 8
+        [scenario.noisy]
+        script = "noisy.py"
+        framework = "numpy"
+        """, files={"noisy.py": NOISY_SCRIPT},
+        locks={"new.txt": numpy_locks["new"], "old.txt": numpy_locks["old"]})
+
+
+def verdict_of(proc) -> dict:
+    [verdict] = json.loads(proc.stdout)["verdicts"]
+    return verdict
+
+
+def test_a_deterministic_scenario_recorded_three_times_stays_exact(tmp_path, numpy_locks):
+    project = make_project(tmp_path / "d", """
+        lock = "new.txt"
+        scenarios = ["numpy.mlp"]
+        steps = 6
+        """, locks={"new.txt": numpy_locks["new"]})
+    proc = run_cli("record", "--repeat", "3", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "bitwise equal, the golden is compared exactly" in verdict_of(proc)["reasons"][-1]
+    gold = json.loads(golden_file(project, "numpy.mlp").read_text())
+    assert "envelope" not in gold
+    assert (gold["provenance"]["repeats"], gold["provenance"]["deterministic"]) == (3, True)
+    proc = run_cli("check", "--rerun", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdict = verdict_of(proc)
+    assert verdict["verdict"] == "identical" and verdict["envelope"] is None
+
+
+def test_a_noisy_scenario_gets_an_envelope_and_is_judged_against_it(tmp_path, numpy_locks):
+    project = noisy_project(tmp_path / "n", numpy_locks)
+    proc = run_cli("record", "--repeat", "5", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    gold = json.loads(golden_file(project, "noisy").read_text())
+    envelope = gold["envelope"]
+    assert envelope["k"] == 5 and gold["provenance"]["deterministic"] is False
+    assert len(envelope["losses"]["std"]) == 8 and len(envelope["outputs"]["mean"]) == 3
+    assert all(s > 0 for s in envelope["losses"]["std"])
+
+    # The same lock again: another draw of the noise, inside the envelope.
+    proc = run_cli("check", "--rerun", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdict = verdict_of(proc)
+    assert verdict["verdict"] == "within_tolerance", verdict["reasons"]
+    assert verdict["reasons"][0].startswith("inside the noise envelope of 5 baseline runs")
+    assert verdict["envelope"]["inside"] and verdict["envelope"]["k"] == 5
+
+    # A candidate whose curve moved by 1 % either way leaves it: two-sided.
+    for shift, side in (("0.01", "above"), ("-0.01", "below")):
+        proc = run_cli("check", "--rerun", "--format", "json", cwd=project,
+                       env={"NOISE_SHIFT_NUMPY2": shift})
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        verdict = verdict_of(proc)
+        assert verdict["verdict"] == "drift", verdict["reasons"]
+        assert verdict["envelope"]["first_outside_step"] == 0
+        assert f" is {side} [" in verdict["reasons"][0]
+        assert (verdict["envelope"]["worst_sigma"] > 0) == (side == "above")
+    text = run_cli("check", "--rerun", cwd=project, env={"NOISE_SHIFT_NUMPY2": "0.01"})
+    assert "outside the noise envelope of 5 baseline runs from losses step 0" in text.stdout
+
+
+def test_ab_repeat_uses_the_baselines_envelope(tmp_path, numpy_locks):
+    project = noisy_project(tmp_path / "ab", numpy_locks)
+    proc = run_cli("check", "--repeat", "3", "--baseline-lock", "new.txt", "--format", "json",
+                   cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdict = verdict_of(proc)
+    assert verdict["verdict"] == "within_tolerance", verdict["reasons"]
+    assert verdict["envelope"]["k"] == 3 and verdict["envelope"]["runs"] == 3
+    proc = run_cli("check", "--repeat", "3", "--baseline-lock", "old.txt", "--format", "json",
+                   cwd=project, env={"NOISE_SHIFT_NUMPY2": "-0.05"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdict = verdict_of(proc)
+    assert verdict["verdict"] == "drift" and " is below [" in verdict["reasons"][0]
