@@ -263,7 +263,7 @@ def _compile(
                    "--emit-index-url", "--emit-find-links", "--python", sys.executable,
                    "--output-file", str(scratch)]
             if use_pip_config:
-                cmd += _pip_config_as_uv_args()
+                cmd += pip_config_as_uv_args()
             cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
             cmd += [*extra_args, src_arg]
         say(f"resolving {src_arg} with {tool}")
@@ -436,19 +436,24 @@ def _resolver_identity(resolver: Resolver) -> str:
     return f"pip-tools {PIP_TOOLS_VERSION} pip {PIP_VERSION}"
 
 
-def _pip_config_as_uv_args() -> list[str]:
-    """pip's index options, as uv arguments (uv reads none of pip's configuration)."""
+def pip_config_as_uv_args(*, constraints: bool = True, index_url: bool = True) -> list[str]:
+    """pip's index options, as uv arguments (uv reads none of pip's configuration).
+
+    The venv backend installs with uv from the same places pip would; it leaves out the
+    constraint files (uv refuses an unpinned constraint under --require-hashes, and a lock's
+    exact pins leave a constraint nothing to choose) and, when the lock names its own index,
+    pip's index url (pip's requirements file wins over its configuration)."""
     values = pip_config()
     args: list[str] = []
     if values.get("no-index", "").lower() in {"1", "true", "yes", "on"}:
         args.append("--no-index")
-    for url in _split(values.get("index-url", ""))[:1]:
+    for url in _split(values.get("index-url", ""))[:1] if index_url else []:
         args += ["--index-url", url]
     for url in _split(values.get("extra-index-url", "")):
         args += ["--extra-index-url", url]
     for link in _split(values.get("find-links", "")):
         args += ["--find-links", link]
-    for constraint in _split(values.get("constraint", "")):
+    for constraint in _split(values.get("constraint", "")) if constraints else []:
         args += ["--constraint", constraint]
     if args:
         # pip picks the best version across all indexes; uv's default stops at the first index
