@@ -468,12 +468,67 @@ def _split(value: str) -> list[str]:
 
 @functools.cache
 def pip_config() -> dict[str, str]:
-    """pip's effective settings for `pip install`: env vars over [install] over [global]."""
+    """pip's effective settings for `pip install`: env vars over [install] over [global].
+
+    Asking pip costs a second (it imports itself twice over), which every environment build
+    with uv would pay; so the answer is kept in lockguard's cache with what it was read from
+    (every configuration file pip looked at, existing or not, with its size and mtime, the PIP_*
+    variables and those that move the files, pip's version) and reused while all of that is
+    unchanged."""
+    import json
+
+    from lockguard.cache import cache_root, ensure_dir
+
+    memo = cache_root() / "tools" / "pip-config.json"
+    try:
+        kept = json.loads(memo.read_text(encoding="utf-8"))
+        if kept["source"] == _pip_config_source(kept["files"]):
+            return dict(kept["values"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the two questions at once
+        asked = pool.submit(run_tool, [sys.executable, "-m", "pip", "config", "debug"],
+                            timeout=60, what="pip config debug")
+        values = _ask_pip_config()
+        debug = asked.result()
+    if values is not None and debug.returncode == 0:
+        files = re.findall(r"^\s+(/.*), exists: (?:True|False)$", debug.stdout, re.M)
+        try:
+            ensure_dir(memo.parent)
+            write_text(memo, json.dumps({"source": _pip_config_source(files), "files": files,
+                                         "values": values}, indent=1))
+        except (OSError, LockguardError):
+            pass  # asked again next time
+    return values or {}
+
+
+def _pip_config_source(files: list[str]) -> list:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def stat(path: str) -> list[int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns]
+
+    try:
+        pip = version("pip")
+    except PackageNotFoundError:
+        pip = None
+    moving = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV")
+    env = sorted([k, v] for k, v in os.environ.items() if k.startswith("PIP_") or k in moving)
+    return [sys.executable, pip, env, [[f, stat(f)] for f in files]]
+
+
+def _ask_pip_config() -> dict[str, str] | None:
     import ast
 
     proc = run_tool([sys.executable, "-m", "pip", "config", "list"], timeout=60, what="pip config")
     if proc.returncode != 0:
-        return {}
+        return None
     layers: dict[str, dict[str, str]] = {"global": {}, "install": {}, ":env:": {}}
     for line in proc.stdout.splitlines():
         key, sep, raw = line.partition("=")
