@@ -215,11 +215,11 @@ class Environments:
         """Prepare the distinct environments of `wanted` at once, on up to `build_workers`
         threads (installers wait on downloads and disks, and a cold check pays every build).
 
-        Errors are those of a sequential run: when a build fails, the builds not yet started
-        are cancelled and the running ones awaited (each cleans up after itself, and what
-        finished stays cached), then the failure first in plan order is raised — every build
-        before it in plan order has finished. An interrupt kills the running builds' processes
-        at once (process.kill_all) and waits for their threads to unwind."""
+        Errors are those of a sequential run: a build starts only while none has failed, the
+        running ones are awaited (each cleans up after itself, and what finished stays cached),
+        then the failure first in plan order is raised — every build before it in plan order
+        has finished. An interrupt kills the running builds' processes at once
+        (process.kill_all) and waits for their threads to unwind."""
         first: dict[tuple[str, str], tuple[LockRef | None, str, str]] = {}
         for w in wanted:
             first.setdefault(self._key(*w), w)
@@ -229,23 +229,29 @@ class Environments:
             for w in todo:
                 self.get(*w)
             return
-        from concurrent.futures import FIRST_EXCEPTION, wait
+        from concurrent.futures import FIRST_COMPLETED, Future, wait
 
         from lockguard import process
 
-        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockguard-env")
-        futures = [pool.submit(self.get, *w) for w in todo]
-        try:
-            wait(futures, return_when=FIRST_EXCEPTION)
-            pool.shutdown(wait=True, cancel_futures=True)
-        except BaseException:  # Ctrl-C while waiting: kill the builds, then unwind
-            pool.shutdown(wait=False, cancel_futures=True)
-            process.kill_all()  # done already when the CLI's signal handler raised it
-            pool.shutdown(wait=True)
-            raise
-        for future in futures:
-            if not future.cancelled() and future.exception() is not None:
-                raise future.exception()
+        failed: dict[int, BaseException] = {}
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockguard-env") as pool:
+            try:
+                pending = list(enumerate(todo))
+                running: dict[Future, int] = {}
+                while running or (pending and not failed):
+                    while pending and not failed and len(running) < n:
+                        index, w = pending.pop(0)
+                        running[pool.submit(self.get, *w)] = index
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        index = running.pop(future)
+                        if future.exception() is not None:
+                            failed[index] = future.exception()
+            except BaseException:  # Ctrl-C while waiting: kill the builds, then unwind
+                process.kill_all()  # done already when the CLI's signal handler raised it
+                raise
+        if failed:
+            raise failed[min(failed)]
 
     def get(self, ref: LockRef | None, framework: str, device: str) -> Env:
         key = self._key(ref, framework, device)
