@@ -21,7 +21,8 @@ class Progress:
     def __init__(self, quiet: bool = False, verbose: bool = False) -> None:
         self.quiet = quiet
         self.verbose = verbose
-        self.stage = ""  # e.g. "environment 1 of 2: ", put in front of each step's message
+        self._local = threading.local()  # stage: one per thread (envs are built in parallel)
+        self._live = threading.Lock()  # held by the one step a terminal shows as a spinner
         self._console = None
         if not quiet:
             from rich.console import Console
@@ -30,6 +31,15 @@ class Progress:
                                     no_color=bool(os.environ.get("NO_COLOR")) or None)
             if verbose:
                 _watch(self)
+
+    @property
+    def stage(self) -> str:
+        """e.g. "environment 1 of 2: ", put in front of each step's message (this thread's)."""
+        return getattr(self._local, "stage", "")
+
+    @stage.setter
+    def stage(self, value: str) -> None:
+        self._local.stage = value
 
     def info(self, message: str) -> None:
         if self._console is not None:
@@ -65,7 +75,10 @@ class Progress:
         if self._console is None:
             yield handle
             return
-        if self._console.is_terminal:
+        # A terminal shows one live spinner at a time; steps running beside it (parallel env
+        # builds) print a line when they start and one when they end, as in a log.
+        live = self._console.is_terminal and self._live.acquire(blocking=False)
+        if live:
             from rich.markup import escape
             from rich.progress import (
                 MofNCompleteColumn, Progress as Bar, SpinnerColumn, TextColumn, TimeElapsedColumn,
@@ -75,11 +88,14 @@ class Progress:
             if total:
                 columns.append(MofNCompleteColumn())
             columns.append(TimeElapsedColumn())
-            with Bar(*columns, console=self._console, transient=True) as bar:
-                handle._bar = bar
-                handle._task = bar.add_task(escape(message), total=total)
-                handle._base = escape(message)
-                yield handle
+            try:
+                with Bar(*columns, console=self._console, transient=True) as bar:
+                    handle._bar = bar
+                    handle._task = bar.add_task(escape(message), total=total)
+                    handle._base = escape(message)
+                    yield handle
+            finally:
+                self._live.release()
         else:
             self._console.print(f"{message} …", markup=False)
             yield handle

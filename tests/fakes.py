@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lockguard.envs.base import EnvError
 from lockguard.flows.pipeline import LockRef
 from lockguard.hardware import cpu_info
 from lockguard.locks.families import framework_version
@@ -77,6 +79,14 @@ class FakeBackend:
     behaviour: dict[tuple[str, str], str] = field(default_factory=dict)
     prepared: list[str] = field(default_factory=list)
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, version) in run order
+    # Preparing: seconds each lock's build takes (by lock file name), the locks whose build
+    # fails (an EnvError naming the lock), and what was seen: builds at once, at most, and the
+    # progress stage ("environment n of N: ") each build ran under.
+    build_s: dict[str, float] = field(default_factory=dict)
+    failing: set[str] = field(default_factory=set)
+    most_at_once: int = 0
+    stages: dict[str, str] = field(default_factory=dict)
+    _building: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _noise: int = 0
 
@@ -89,6 +99,18 @@ class FakeBackend:
 
     def prepare(self, ref: LockRef | None, framework: str, device: str, progress) -> FakeEnv:
         assert ref is not None, "the fake backend serves locks, not the local interpreter"
+        name = ref.path.name
+        with self._lock:
+            self._building += 1
+            self.most_at_once = max(self.most_at_once, self._building)
+            self.stages[name] = progress.stage
+        try:
+            time.sleep(self.build_s.get(name, 0.0))
+            if name in self.failing:
+                raise EnvError(f"{name}: the fake build failed")
+        finally:
+            with self._lock:
+                self._building -= 1
         self.prepared.append(ref.lock.lock_hash)
         return FakeEnv(label=f"fake {ref.lock.lock_hash[:8]}", lock_hash=ref.lock.lock_hash,
                        lock=ref.lock, backend=self)

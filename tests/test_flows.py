@@ -257,3 +257,57 @@ def test_ab_repeat_judges_the_candidate_against_the_baselines_envelope(project, 
     # One baseline run gives no envelope: the old rule (tolerance) decides, and fails too.
     report = check_ab(project, [same], [old], NUMPY, Options(), backend=fake)
     assert report.verdicts[0].envelope is None and not report.passed
+
+
+# ------------------------------------------------------------------ environments in parallel
+
+def three_locks(tmp_path: Path) -> list[LockRef]:
+    return [lock(tmp_path, f"{name}.txt", f"numpy=={version}\n")
+            for name, version in (("a", "1.26.4"), ("b", "2.0.2"), ("c", "2.1.0"))]
+
+
+def test_a_checks_environments_are_prepared_at_once(project, tmp_path, monkeypatch):
+    from lockguard.flows import pipeline
+
+    monkeypatch.setattr(pipeline, "build_workers", lambda n: min(n, 2))  # as on 2+ cores
+    old, new = (lock(tmp_path, "old.txt", "numpy==1.26.4\n"),
+                lock(tmp_path, "new.txt", "numpy==2.0.2\n"))
+    fake = FakeBackend(build_s={"old.txt": 0.4, "new.txt": 0.4})
+    report = check_ab(project, [new], [old], NUMPY, Options(), backend=fake)
+    assert {v.scenario: v.verdict for v in report.verdicts} == {"numpy.mlp": Verdict.drift}
+    assert fake.most_at_once == 2, "the two builds did not overlap"
+    # Each build's progress says which environment of how many it is, however they interleave.
+    assert sorted(fake.stages.values()) == ["environment 1 of 2: ", "environment 2 of 2: "]
+
+
+def test_the_failure_reported_is_the_first_in_plan_order(project, tmp_path, monkeypatch):
+    from lockguard.envs.base import EnvError
+    from lockguard.flows import pipeline
+
+    monkeypatch.setattr(pipeline, "build_workers", lambda n: min(n, 2))
+    refs = three_locks(tmp_path)
+    # a fails last, b at once: a sequential run would have reported a, and so must this one;
+    # c, not started when b failed, is never started.
+    fake = FakeBackend(build_s={"a.txt": 0.4}, failing={"a.txt", "b.txt"})
+    envs = pipeline.Environments(project, "venv", backend=fake)
+    wanted = [(ref, "numpy", "cpu") for ref in refs]
+    envs.expect(wanted)
+    with pytest.raises(EnvError, match=r"^a\.txt: the fake build failed$"):
+        envs.prepare_all(wanted)
+    assert sorted(fake.stages) == ["a.txt", "b.txt"]
+    assert fake.most_at_once == 2
+
+    # A failure after a success: the successes stay prepared, the failure is raised.
+    fake = FakeBackend(failing={"c.txt"})
+    envs = pipeline.Environments(project, "venv", backend=fake)
+    envs.expect(wanted)
+    with pytest.raises(EnvError, match=r"^c\.txt"):
+        envs.prepare_all(wanted)
+    assert len(fake.prepared) == 2
+
+
+def test_environments_are_built_on_at_most_four_threads_and_never_more_than_wanted():
+    from lockguard.flows.pipeline import build_workers
+
+    assert build_workers(0) == 1 and build_workers(1) == 1
+    assert 1 <= build_workers(2) <= 2 and build_workers(100) <= 4

@@ -97,12 +97,12 @@ class VenvEnv:
         return run_with(str(self.python), request, out_dir, env)
 
 
-def prepare(lock: Lock, *, python: str | None = None, installer: str = "pip",
+def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
             allow_sdist: bool = False, progress: Progress = QUIET) -> VenvEnv:
     """Return the env for `lock`, building it first if the cache has no sound one."""
     python = python or sys.executable
-    if installer == "uv" and shutil.which("uv") is None:
-        raise EnvError("installer 'uv' was asked for but `uv` is not on PATH (pip install uv)")
+    if installer == "uv":
+        uv_binary()  # a missing uv is known before the lock is waited for
     if not allow_sdist:
         refuse_source_options(lock)
     key = venv_key(lock, python, installer, allow_sdist)
@@ -179,14 +179,20 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
     with progress.step(f"Building venv for {Path(lock.source).name} ({len(lock.pins)} pins, "
                        f"{installer}, {build_policy(allow_sdist)})") as step:
         if installer == "uv":
-            code, tail = run_logged(["uv", "venv", "--python", python, str(path)],
-                                    path.parent / f"{path.name}.uv.log", step)
+            from lockguard.locks.resolve import pip_config_as_uv_args
+
+            uv = uv_binary()
+            code, tail = run_logged([uv, "venv", "--no-python-downloads", "--python", python,
+                                     str(path)], path.parent / f"{path.name}.uv.log", step)
             if code != 0:
                 raise EnvError(one_line(f"uv could not create a venv with {python}: "
                                         f"{tail[-1] if tail else f'exit code {code}'}"))
-            cmd = ["uv", "pip", "install", "--python", str(path / "bin" / "python")]
+            cmd = [uv, "pip", "install", "--python", str(path / "bin" / "python")]
             if not allow_sdist:
                 cmd += ["--only-binary", ":all:"]
+            # From where pip would install: uv reads none of pip's configuration.
+            cmd += pip_config_as_uv_args(constraints=not lock.has_hashes,
+                                         index_url=not lock.options.index_url)
         else:
             code, tail = run_logged([python, "-m", "venv", str(path)],
                                     path.parent / f"{path.name}.venv.log", step)
@@ -435,13 +441,40 @@ def _changed_file(root: str, manifest: dict) -> str | None:
     return None
 
 
+def uv_binary() -> str:
+    from lockguard.locks.resolve import find_uv  # the one finder, the resolver's too
+
+    uv = find_uv()
+    if uv is None:
+        raise EnvError("installer 'uv' was asked for but `uv` is neither beside "
+                       f"{sys.executable} nor on PATH (it is a dependency of lockguard: "
+                       "reinstall lockguard, or set installer = \"pip\" in [tool.lockguard])")
+    return uv
+
+
+def installer_env() -> dict[str, str]:
+    """The installers' process environment: one wheel cache per installer under lockguard's
+    cache, shared by every env, so a wheel two locks pin is downloaded once (and the CI cache
+    of lockguard's folder keeps it). A cache the user chose for the installer is kept."""
+    wheels = cache_dir() / "wheels"
+    env = harness_env()
+    env.setdefault("UV_CACHE_DIR", str(wheels / "uv"))
+    env.setdefault("PIP_CACHE_DIR", str(wheels / "pip"))
+    # uv hardlinks from its cache when the venvs share its filesystem (they lie beside it) and
+    # copies otherwise; copying always would add a torch-sized copy to every build. The
+    # manifest check catches an env file changed in place, which a hardlink shares with the
+    # cache, and rebuilds that env.
+    env.setdefault("UV_LINK_MODE", "hardlink")
+    return env
+
+
 def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
     """Run an installer, its output going to a log file and its latest line to the spinner.
     Returns the exit code (non-zero when it could not start or ran past BUILD_TIMEOUT_S) and
     the log's last lines."""
     show_command(cmd)
     try:
-        done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S, env=harness_env(),
+        done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S, env=installer_env(),
                            header=" ".join(cmd), on_line=step.update)
     except process.ProcessError as exc:
         return 127, [str(exc)]

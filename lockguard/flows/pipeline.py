@@ -211,6 +211,48 @@ class Environments:
         can say which environment of how many it is preparing."""
         self._wanted = list(dict.fromkeys(self._key(*w) for w in wanted))
 
+    def prepare_all(self, wanted: list[tuple[LockRef | None, str, str]]) -> None:
+        """Prepare the distinct environments of `wanted` at once, on up to `build_workers`
+        threads (installers wait on downloads and disks, and a cold check pays every build).
+
+        Errors are those of a sequential run: a build starts only while none has failed, the
+        running ones are awaited (each cleans up after itself, and what finished stays cached),
+        then the failure first in plan order is raised — every build before it in plan order
+        has finished. An interrupt kills the running builds' processes at once
+        (process.kill_all) and waits for their threads to unwind."""
+        first: dict[tuple[str, str], tuple[LockRef | None, str, str]] = {}
+        for w in wanted:
+            first.setdefault(self._key(*w), w)
+        todo = [w for key, w in first.items() if key not in self._envs]
+        n = build_workers(len(todo))
+        if n <= 1:
+            for w in todo:
+                self.get(*w)
+            return
+        from concurrent.futures import FIRST_COMPLETED, Future, wait
+
+        from lockguard import process
+
+        failed: dict[int, BaseException] = {}
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockguard-env") as pool:
+            try:
+                pending = list(enumerate(todo))
+                running: dict[Future, int] = {}
+                while running or (pending and not failed):
+                    while pending and not failed and len(running) < n:
+                        index, w = pending.pop(0)
+                        running[pool.submit(self.get, *w)] = index
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        index = running.pop(future)
+                        if future.exception() is not None:
+                            failed[index] = future.exception()
+            except BaseException:  # Ctrl-C while waiting: kill the builds, then unwind
+                process.kill_all()  # done already when the CLI's signal handler raised it
+                raise
+        if failed:
+            raise failed[min(failed)]
+
     def get(self, ref: LockRef | None, framework: str, device: str) -> Env:
         key = self._key(ref, framework, device)
         if key not in self._envs:
@@ -261,7 +303,9 @@ def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUI
     """Prepare every job's environment, then run all jobs in parallel: (job, the label of the
     environment it ran in, result), in the order of `jobs`."""
     envs = Environments(config, kind, progress, backend)
-    envs.expect([(j.ref, j.planned.scenario.framework, j.planned.device) for j in jobs])
+    wanted = [(j.ref, j.planned.scenario.framework, j.planned.device) for j in jobs]
+    envs.expect(wanted)
+    envs.prepare_all(wanted)
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
                  request_for(j.planned, config)) for j in jobs]
     _prewarm()
@@ -278,6 +322,12 @@ def _prewarm() -> None:
 
         RunResult.model_rebuild()
     threading.Thread(target=work, daemon=True).start()
+
+
+def build_workers(n: int) -> int:
+    """Environments built at once: one per core, at most 4 (each installer unpacks with
+    threads of its own, and more at once only compete for the disk)."""
+    return max(1, min(os.cpu_count() or 1, n, 4))
 
 
 def workers() -> int:

@@ -263,7 +263,7 @@ def _compile(
                    "--emit-index-url", "--emit-find-links", "--python", sys.executable,
                    "--output-file", str(scratch)]
             if use_pip_config:
-                cmd += _pip_config_as_uv_args()
+                cmd += pip_config_as_uv_args()
             cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
             cmd += [*extra_args, src_arg]
         say(f"resolving {src_arg} with {tool}")
@@ -436,19 +436,24 @@ def _resolver_identity(resolver: Resolver) -> str:
     return f"pip-tools {PIP_TOOLS_VERSION} pip {PIP_VERSION}"
 
 
-def _pip_config_as_uv_args() -> list[str]:
-    """pip's index options, as uv arguments (uv reads none of pip's configuration)."""
+def pip_config_as_uv_args(*, constraints: bool = True, index_url: bool = True) -> list[str]:
+    """pip's index options, as uv arguments (uv reads none of pip's configuration).
+
+    The venv backend installs with uv from the same places pip would; it leaves out the
+    constraint files (uv refuses an unpinned constraint under --require-hashes, and a lock's
+    exact pins leave a constraint nothing to choose) and, when the lock names its own index,
+    pip's index url (pip's requirements file wins over its configuration)."""
     values = pip_config()
     args: list[str] = []
     if values.get("no-index", "").lower() in {"1", "true", "yes", "on"}:
         args.append("--no-index")
-    for url in _split(values.get("index-url", ""))[:1]:
+    for url in _split(values.get("index-url", ""))[:1] if index_url else []:
         args += ["--index-url", url]
     for url in _split(values.get("extra-index-url", "")):
         args += ["--extra-index-url", url]
     for link in _split(values.get("find-links", "")):
         args += ["--find-links", link]
-    for constraint in _split(values.get("constraint", "")):
+    for constraint in _split(values.get("constraint", "")) if constraints else []:
         args += ["--constraint", constraint]
     if args:
         # pip picks the best version across all indexes; uv's default stops at the first index
@@ -463,12 +468,67 @@ def _split(value: str) -> list[str]:
 
 @functools.cache
 def pip_config() -> dict[str, str]:
-    """pip's effective settings for `pip install`: env vars over [install] over [global]."""
+    """pip's effective settings for `pip install`: env vars over [install] over [global].
+
+    Asking pip costs a second (it imports itself twice over), which every environment build
+    with uv would pay; so the answer is kept in lockguard's cache with what it was read from
+    (every configuration file pip looked at, existing or not, with its size and mtime, the PIP_*
+    variables and those that move the files, pip's version) and reused while all of that is
+    unchanged."""
+    import json
+
+    from lockguard.cache import cache_root, ensure_dir
+
+    memo = cache_root() / "tools" / "pip-config.json"
+    try:
+        kept = json.loads(memo.read_text(encoding="utf-8"))
+        if kept["source"] == _pip_config_source(kept["files"]):
+            return dict(kept["values"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the two questions at once
+        asked = pool.submit(run_tool, [sys.executable, "-m", "pip", "config", "debug"],
+                            timeout=60, what="pip config debug")
+        values = _ask_pip_config()
+        debug = asked.result()
+    if values is not None and debug.returncode == 0:
+        files = re.findall(r"^\s+(/.*), exists: (?:True|False)$", debug.stdout, re.M)
+        try:
+            ensure_dir(memo.parent)
+            write_text(memo, json.dumps({"source": _pip_config_source(files), "files": files,
+                                         "values": values}, indent=1))
+        except (OSError, LockguardError):
+            pass  # asked again next time
+    return values or {}
+
+
+def _pip_config_source(files: list[str]) -> list:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def stat(path: str) -> list[int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns]
+
+    try:
+        pip = version("pip")
+    except PackageNotFoundError:
+        pip = None
+    moving = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV")
+    env = sorted([k, v] for k, v in os.environ.items() if k.startswith("PIP_") or k in moving)
+    return [sys.executable, pip, env, [[f, stat(f)] for f in files]]
+
+
+def _ask_pip_config() -> dict[str, str] | None:
     import ast
 
     proc = run_tool([sys.executable, "-m", "pip", "config", "list"], timeout=60, what="pip config")
     if proc.returncode != 0:
-        return {}
+        return None
     layers: dict[str, dict[str, str]] = {"global": {}, "install": {}, ":env:": {}}
     for line in proc.stdout.splitlines():
         key, sep, raw = line.partition("=")

@@ -1,0 +1,112 @@
+"""Environment builds at installer speed: uv by default, found in lockguard's own venv, one
+wheel cache per installer under lockguard's cache shared by every environment, and a check's
+environments built in parallel (tests/test_flows.py checks the scheduling on a fake backend;
+here the real installers and a real check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, make_project, run_cli
+
+from lockguard.config import Config
+from lockguard.envs import venv
+from lockguard.locks.parser import parse_lock_text
+from lockguard.locks.resolve import find_uv
+
+NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
+BESIDE = Path(sys.executable).parent / "uv"
+
+
+def path_without_uv() -> str:
+    """PATH less every folder holding a uv (lockguard's venv bin/ among them)."""
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and not (Path(d) / "uv").exists())
+
+
+def test_uv_is_the_default_installer():
+    assert Config().installer == "uv"
+    assert Config(installer="pip").installer == "pip"
+
+
+def test_uv_is_found_in_lockguards_own_venv_without_path(monkeypatch):
+    assert BESIDE.is_file(), "uv is a dependency of lockguard: pip install -e ."
+    monkeypatch.setenv("PATH", path_without_uv())
+    assert find_uv() == str(BESIDE)
+    assert venv.uv_binary() == str(BESIDE)
+
+
+def test_the_installers_share_wheel_caches_under_lockguards_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    for name in ("UV_CACHE_DIR", "PIP_CACHE_DIR", "UV_LINK_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    env = venv.installer_env()
+    assert env["UV_CACHE_DIR"] == str(tmp_path / "cache" / "wheels" / "uv")
+    assert env["PIP_CACHE_DIR"] == str(tmp_path / "cache" / "wheels" / "pip")
+    assert env["UV_LINK_MODE"] == "hardlink"
+    assert "PYTHONPATH" not in env  # still the harness's isolation
+    # A cache the user chose for an installer is theirs to keep.
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "mine"))
+    assert venv.installer_env()["UV_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+@pytest.mark.slow
+def test_a_second_lock_installs_its_shared_wheels_from_the_cache_with_no_index(
+        monkeypatch, tmp_path):
+    """uv from lockguard's venv with no uv on PATH; the first build fills the wheel cache under
+    lockguard's cache, and a second lock pinning the same wheel builds with uv offline."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(cache))
+    monkeypatch.setenv("PATH", path_without_uv())
+    for name in ("UV_CACHE_DIR", "PIP_CACHE_DIR", "UV_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    first = venv.prepare(parse_lock_text(NUMPY_LOCK, "first.txt"))
+    ready = json.loads((first.path / venv.READY).read_text())
+    assert ready["installer"] == "uv"
+    assert str(BESIDE) in (first.path / "install.log").read_text().splitlines()[0]
+    wheels = cache / "wheels" / "uv"
+    assert any(wheels.rglob("numpy*")), f"no numpy in {wheels}"
+
+    # Another lock (a marker changes its hash, not its wheel): another env, nothing fetched.
+    second_text = re.sub(r"numpy==2\.0\.2", 'numpy==2.0.2 ; python_version >= "3.9"', NUMPY_LOCK)
+    second_lock = parse_lock_text(second_text, "second.txt")
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    second = venv.prepare(second_lock)
+    assert second.path != first.path
+    assert venv.verify(second.path, second_lock, allow_sdist=False) is None
+
+
+@pytest.mark.slow
+def test_a_checks_two_venvs_are_built_in_parallel(tmp_path):
+    """A/B of two numpy locks: both venvs are built, at once where there are two cores."""
+    project = make_project(tmp_path / "p", """
+        lock = "new.txt"
+        scenarios = ["numpy.mlp"]
+        steps = 3
+        """, locks={"new.txt": DATA / "numpy-2.0.2.txt", "old.txt": DATA / "numpy-1.26.4.txt"})
+    env = {"LOCKGUARD_CACHE": str(tmp_path / "cache"), "UV_CACHE_DIR": str(tmp_path / "uv"),
+           "COLUMNS": "300"}  # progress lines unwrapped
+    proc = run_cli("check", "--baseline-lock", "old.txt", "--format", "text", cwd=project,
+                   env=env)
+    assert proc.returncode in (0, 1), proc.stderr  # a verdict, whichever it is
+    assert "numpy.mlp" in proc.stdout
+    # Progress (no terminal: a line when a build starts, one when it ends) shows both builds
+    # under their own "environment n of 2", and, with two cores, the second starting before
+    # the first ended.
+    lines = proc.stderr.splitlines()
+    started = [i for i, ln in enumerate(lines) if re.match(r"environment [12] of 2: Building venv"
+                                                             r" .* …$", ln)]
+    ended = [i for i, ln in enumerate(lines) if re.match(r"environment [12] of 2: Building venv"
+                                                           r" .*: done in ", ln)]
+    assert len(started) == 2 and len(ended) == 2, proc.stderr
+    if (os.cpu_count() or 1) >= 2:
+        assert max(started) < min(ended), f"the builds did not overlap:\n{proc.stderr}"
+    venvs = [p for p in (tmp_path / "cache" / "venvs").iterdir()
+             if p.is_dir() and not p.name.endswith(".compile-cache")]
+    assert len(venvs) == 2
