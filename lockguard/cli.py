@@ -518,14 +518,16 @@ def merge(parts: tuple[Path, ...], fmt: str, output: Path | None,
 @click.pass_context
 @handles_errors
 def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, reports,
-                   config_path, verbose, baseline_locks, base_ref, exact) -> None:
+                   artifacts_dir, config_path, verbose, baseline_locks, base_ref,
+                   exact) -> None:
     """A/B the lock against a baseline, then find the smallest set of changed packages that
     reproduces each failing verdict (`check --bisect`)."""
     if not (baseline_locks or base_ref):
         raise UsageError("bisect needs a baseline: --baseline-lock OLD or --base GITREF")
     ctx.invoke(check, locks=locks, scenarios=scenarios, env=env, device=device, steps=steps,
-               fmt=fmt, output=output, reports=reports, config_path=config_path,
-               verbose=verbose, baseline_locks=baseline_locks, repeat=1, rerun=False,
+               fmt=fmt, output=output, reports=reports, artifacts_dir=artifacts_dir,
+               config_path=config_path, verbose=verbose, baseline_locks=baseline_locks,
+               repeat=1, rerun=False,
                allow_new=False, exact=exact, base_ref=base_ref, bisect=True)
 
 

@@ -32,7 +32,7 @@ def _network():
 def run(steps, seed):
     if steps > 500:
         time.sleep(600)
-    harness = os.path.dirname(os.path.abspath(__import__("common").__file__))
+    harness = os.path.dirname(os.path.abspath(__import__("_lockguard_harness").__file__))
     interfaces = [name for _, name in socket.if_nameindex()]
     return {"losses": [float(seed)] * steps,
             "metrics": {"network": _network(), "interfaces": float(len(interfaces)),
