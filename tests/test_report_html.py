@@ -414,3 +414,32 @@ def test_a_real_ab_check_writes_the_html_report(tmp_path):
     value = check_in_browser(project / "r.html",
                              artefact_dir(tmp_path) / "report-nep50-phone.png")
     assert value["curves"] == 3
+
+
+def test_a_noisy_baselines_envelope_is_drawn_around_the_curves(tmp_path):
+    """A/B with --repeat over a nondeterministic baseline (the fake backend's noisy runs): the
+    loss chart carries the envelope's low and high lines, as compare/envelope judged them."""
+    from fakes import FakeBackend
+    from lockguard.config import Config, Options
+    from lockguard.flows.ab import check_ab
+    from lockguard.flows.pipeline import read_lock
+    from lockguard.scenarios import bundled
+
+    locks = []
+    for name, text in (("old.txt", "numpy==1.26.4\n"), ("new.txt", "numpy==2.0.2\n")):
+        (tmp_path / name).write_text(text)
+        locks.append(LockRef(tmp_path / name, read_lock(tmp_path / name)))
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
+                                  ("numpy.mlp", "2.0.2"): "noisy:-0.01"})
+    made = check_ab(Config(root=tmp_path, steps=6), [locks[1]], [locks[0]],
+                    [s for s in bundled() if s.id == "numpy.mlp"], Options(repeat=3),
+                    backend=fake)
+    [v] = made.verdicts
+    assert v.envelope is not None and not v.envelope.inside
+    root = parse(render(made, "html"))
+    envelope = [p for p in section(root, "numpy.mlp").all("path")
+                if "envelope" in p.attrs.get("class", "")]
+    assert len(envelope) == 2 and all(len(points(p)) == 6 for p in envelope)
+    low, high = (points(p) for p in envelope)
+    assert all(yl >= yh for (_, yl), (_, yh) in zip(low, high))  # SVG y grows downwards
+    assert "noise envelope of 3 baseline runs" in render(made, "html")

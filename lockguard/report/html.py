@@ -65,6 +65,7 @@ svg.chart{display:block;width:100%;height:auto}
 .curve.delta{stroke:var(--delta)}.band{fill:var(--band)}
 .key.baseline{fill:var(--base)}.key.candidate{fill:var(--cand)}.key.delta{fill:var(--delta)}
 .key.band{fill:var(--band)}
+.curve.envelope{stroke:var(--base);stroke-width:1;stroke-dasharray:1 3}.key.envelope{fill:var(--base)}
 .mark{stroke-width:1.4;stroke-dasharray:3 3}.mark.first{stroke:var(--bad)}
 .mark.beyond{stroke:var(--warn)}
 """
@@ -242,10 +243,17 @@ def _curves(v: ScenarioVerdict, ev: Evidence | None) -> str:
     if beyond is not None and beyond != v.first_divergent_step:
         marks.append(Mark(beyond, f"first step beyond tolerance {beyond}", "beyond"))
     lines = [Line(s.role, _finite(s.result.losses), s.role) for s in sides]
+    envelope = v.envelope if v.envelope is not None and v.envelope.loss_low else None
+    if envelope is not None:
+        # A nondeterministic baseline: the band its K runs allow, as judged (compare/envelope).
+        lines += [Line("envelope low", _finite(envelope.loss_low), "envelope"),
+                  Line("envelope high", _finite(envelope.loss_high), "envelope")]
     figures = [_figure(chart(f"loss of {v.scenario}", lines, marks=marks),
                        "loss per step: " + ", ".join(
                            f"{s.role} ({s.kind}) {'solid' if s.role == 'baseline' else 'dashed'}"
-                           for s in sides) + _marks_caption(marks))]
+                           for s in sides)
+                       + (f"; dotted: the noise envelope of {envelope.k} baseline runs"
+                          if envelope is not None else "") + _marks_caption(marks))]
     if len(sides) == 2:  # baseline, candidate
         figures.append(_delta_figure(v, *sides, marks))
     return '<div class="charts">' + "".join(figures) + "</div>"
