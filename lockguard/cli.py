@@ -31,6 +31,13 @@ MACHINE_FORMATS = ("json", "junit", "github")  # read by programs: progress stay
 
 def fail(message: str, code: int) -> None:
     click.echo(f"lockguard: {message}", err=True)
+    if code == EXIT_INTERRUPTED:
+        # Interrupted, its processes killed: a thread still inside a build that is no process
+        # (a docker SDK stream, a wait on another lockguard's build lock) must not hold the
+        # terminal until it ends, as a normal exit would (it joins every thread first).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 

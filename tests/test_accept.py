@@ -299,6 +299,22 @@ def test_an_unwritable_artifacts_dir_is_refused_before_anything_runs(tmp_path):
     assert snapshot(tmp_path) == before and not cache.exists()
 
 
+@pytest.mark.parametrize("where", ["out", "."])
+def test_an_artifacts_dir_holding_the_users_files_is_refused_and_kept(tmp_path, where):
+    """--artifacts replaces its directory whole: one with files that are not artefacts (the
+    report -o just wrote, the project itself) is refused before anything runs."""
+    project = make_project(tmp_path / "p", 'lock = "l.txt"',
+                           locks={"l.txt": DATA / "numpy-2.0.2.txt"})
+    (project / "out").mkdir()
+    (project / "out" / "mine.txt").write_text("the user's")
+    before = snapshot(project)
+    proc = run_cli("check", "--scenario", "numpy.mlp", "--artifacts", where, cwd=project,
+                   env={"LOCKGUARD_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "not lockguard artefacts" in proc.stderr
+    assert snapshot(project) == before
+
+
 def test_accept_without_a_check_says_so(tmp_path):
     project = make_project(tmp_path / "p", 'lock = "l.txt"',
                            locks={"l.txt": DATA / "numpy-2.0.2.txt"})

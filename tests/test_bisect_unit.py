@@ -224,3 +224,34 @@ def test_without_bisect_nothing_more_runs(tmp_path):
     fake = FakeBackend()
     report = check_ab(config, [new], [old], NUMPY, Options(), backend=fake)
     assert report.bisection == [] and len(fake.runs) == 2
+
+
+def test_a_mix_keeps_both_locks_indexes_reachable(tmp_path):
+    """Each lock names its own index: a mix keeps pins of both, so both indexes stay in it."""
+    (tmp_path / "old.txt").write_text("--index-url https://old.example/simple\nsix==1.16.0\n"
+                                      "numpy==1.26.4\n")
+    (tmp_path / "new.txt").write_text("--index-url https://new.example/simple\nsix==1.17.0\n"
+                                      "numpy==2.0.2\n")
+    old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
+    new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
+    units = {u.label: u for u in change_units(diff_locks(old.lock, new.lock))}
+    mix = parse_lock_text(mix_text(old, new, [units["numpy"]]), "mix.txt")
+    assert mix.options.index_url == "https://new.example/simple"
+    assert mix.options.extra_index_urls == ("https://old.example/simple",)
+
+
+def test_a_nondeterministic_failure_is_not_bisected_and_says_why(tmp_path):
+    (tmp_path / "old.txt").write_text("six==1.16.0\nnumpy==1.26.4\n")
+    (tmp_path / "new.txt").write_text("six==1.17.0\nnumpy==2.0.2\n")
+    config = Config(root=tmp_path, golden_dir="golden", steps=6)
+    old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
+    new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
+    fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
+                                  ("numpy.mlp", "2.0.2"): "noisy:-0.01"})
+    report = check_ab(config, [new], [old], NUMPY, Options(bisect=True, repeat=3),
+                      backend=fake)
+    assert not report.passed and report.verdicts[0].envelope is not None
+    assert report.bisection == []
+    assert any(n.startswith("numpy.mlp not bisected: its runs are nondeterministic")
+               for n in report.notes)
+    assert len(fake.runs) == 6  # the check's own runs, no mix was built or run

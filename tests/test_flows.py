@@ -5,6 +5,7 @@ against real environments in test_spine.py, test_gate.py and test_frameworks.py.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,84 @@ def test_environments_are_built_on_at_most_four_threads_and_never_more_than_want
 
     assert build_workers(0) == 1 and build_workers(1) == 1
     assert 1 <= build_workers(2) <= 2 and build_workers(100) <= 4
+
+
+def test_an_interrupt_does_not_wait_for_builds_that_are_no_process(tmp_path):
+    """Ctrl-C during two 20 s builds that run no subprocess (as a docker SDK stream does not):
+    the check gives up within a couple of seconds instead of waiting for them."""
+    import signal
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, time
+sys.path[:0] = {[str(Path(__file__).parent)]!r}
+from pathlib import Path
+from fakes import FakeBackend
+from lockguard.config import Config
+from lockguard.flows import pipeline
+from lockguard.flows.pipeline import Environments, LockRef, read_lock
+pipeline.build_workers = lambda n: min(n, 2)
+root = Path({str(tmp_path)!r})
+refs = []
+for name, pin in (("a.txt", "numpy==1.26.4"), ("b.txt", "numpy==2.0.2")):
+    (root / name).write_text(pin + "\\n")
+    refs.append(LockRef(root / name, read_lock(root / name)))
+envs = Environments(Config(root=root), "venv",
+                    backend=FakeBackend(build_s={{"a.txt": 20, "b.txt": 20}}))
+wanted = [(ref, "numpy", "cpu") for ref in refs]
+envs.expect(wanted)
+print("building", flush=True)
+start = time.perf_counter()
+try:
+    envs.prepare_all(wanted)
+except KeyboardInterrupt:
+    print(f"interrupted after {{time.perf_counter() - start:.1f}} s", flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "building"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    line = proc.stdout.readline().strip()
+    proc.kill()
+    proc.wait()
+    assert line.startswith("interrupted after "), line
+    assert float(line.split()[2]) < 3.0, line
+
+
+def test_accept_refuses_to_replace_a_noise_envelope_with_one_run(project, tmp_path):
+    from lockguard.flows import accept
+
+    old = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
+    record(project, [old], NUMPY, Options(repeat=5),
+           backend=FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy"}))
+    before = golden_of(project, "numpy.mlp").read_bytes()
+    new = lock(tmp_path, "new.txt", "numpy==1.26.4\nsix==1.16.0\n")
+    report = check(project, [new], NUMPY, Options(),
+                   backend=FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy:+0.01"}))
+    assert not report.passed
+    with pytest.raises(accept.AcceptError, match=r"noise envelope of 5 runs.*--repeat 5"):
+        accept.plan(report, tmp_path / "report.json", project, [], "intended", "me")
+    assert golden_of(project, "numpy.mlp").read_bytes() == before
+
+
+def test_accept_refuses_a_golden_path_taken_by_a_directory_before_writing(project, tmp_path):
+    from lockguard.flows import accept
+
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    report = check_ab(project, [new], [old], NUMPY, Options(), backend=FakeBackend())
+    golden_of(project, "numpy.mlp").mkdir(parents=True)
+    with pytest.raises(accept.AcceptError, match="is a directory"):
+        accept.plan(report, tmp_path / "report.json", project, [], "intended", "me")
+
+
+def test_ab_with_the_local_interpreter_is_refused_before_anything_runs(project, tmp_path):
+    from lockguard.errors import UsageError
+
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    fake = FakeBackend()
+    with pytest.raises(UsageError, match="--env local runs one interpreter"):
+        check_ab(project, [new], [old], NUMPY, Options(env="local"), backend=fake)
+    assert fake.prepared == [] and fake.runs == []

@@ -290,3 +290,67 @@ def test_plan_three_shard_processes_and_merge_equal_the_unsharded_run(tmp_path):
     dup = run_cli("merge", "part1.json", "part2.json", "part3.json", "copy.json", cwd=root)
     assert dup.returncode == 2 and "shard 2/3 given twice: part2.json and copy.json" in dup.stderr
     assert not (root / "nothing.json").exists()
+
+
+def git_project(tmp_path: Path) -> tuple[Config, list[LockRef]]:
+    """A git work tree with two locks committed: a.txt pins numpy, b.txt torch."""
+    import subprocess
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.txt").write_text("numpy==1.26.4\n")
+    (root / "b.txt").write_text("torch==2.3.0\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "."],
+                 ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "locks"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    config = Config(root=root, golden_dir="golden", steps=6)
+    return config, [LockRef(root / n, read_lock(root / n)) for n in ("a.txt", "b.txt")]
+
+
+def base_parts(config: Config, refs: list[LockRef], scenarios) -> list[tuple[Path, Report]]:
+    """`check --base main --shard K/N` for every K, in this process."""
+    from lockguard.flows.git_base import check_base
+
+    made = shards.make_plan(config, Options(), scenarios, refs, None)
+    parts = []
+    for k in range(1, made.total + 1):
+        mine = shards.shard_scenarios(made, k, scenarios)
+        report = check_base(config, [r.path for r in refs], mine, Options(), "main",
+                            backend=FakeBackend())
+        report.shard = shards.shard_info(made, k)
+        parts.append((Path(f"part{k}.json"), Report.model_validate_json(report.model_dump_json())))
+    return parts
+
+
+def test_sharded_base_checks_pass_as_the_unsharded_one_when_locks_did_not_move(tmp_path):
+    from lockguard.flows.git_base import check_base
+
+    config, refs = git_project(tmp_path)
+    scenarios = NUMPY + TORCH[:1]
+    whole = check_base(config, [r.path for r in refs], scenarios, Options(), "main",
+                       backend=FakeBackend())
+    assert whole.passed and whole.verdicts == []  # answered from git alone
+    merged = shards.merge(base_parts(config, refs, scenarios))
+    assert merged.passed and merged.verdicts == []
+
+    # One lock moved (a harmless addition): the other lock's part compares nothing, which
+    # must not fail the merged gate when the unsharded check passes.
+    (config.root / "a.txt").write_text("numpy==1.26.4\nsix==1.16.0\n")
+    refs = [LockRef(r.path, read_lock(r.path)) for r in refs]
+    whole = check_base(config, [r.path for r in refs], scenarios, Options(), "main",
+                       backend=FakeBackend())
+    assert whole.passed and [v.verdict for v in whole.verdicts] == [Verdict.identical]
+    parts = base_parts(config, refs, scenarios)
+    assert [p.passed for _, p in parts] == [True, False]  # the torch part: nothing compared
+    merged = shards.merge(parts)
+    assert merged.passed and [v.scenario for v in merged.verdicts] == ["numpy.mlp"]
+    # The order parts are given in does not matter.
+    assert shards.merge(list(reversed(parts))).passed
+
+
+def test_merge_does_not_depend_on_the_order_of_an_empty_part(project, tmp_path):
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    parts = run_parts(project, Options(), NUMPY, [new], 3, baseline=[old])
+    assert parts[0][1].mode == "ab" and parts[1][1].mode == "golden"  # an empty part
+    assert shards.merge(parts).failing == shards.merge(list(reversed(parts))).failing

@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lockguard.config import Config, Options
+from lockguard.errors import UsageError
 from lockguard.flows.goldens import digest
 from lockguard.flows.pipeline import (
     Backend, Job, LockRef, Planned, Runs, env_kind, lock_for, pipeline,
@@ -28,6 +29,11 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     start = time.perf_counter()
     policy = policy_for(config, opts.exact)
     harness, kind = harness_digest(), env_kind(config, opts)
+    if kind == "local":
+        # Both sides would run the one interpreter lockguard was given: always identical.
+        raise UsageError("--env local runs one interpreter, whatever the locks pin: an A/B "
+                         "check (--baseline-lock, --base, propose) needs an environment per "
+                         "lock (--env venv or docker)")
 
     def decide(p: Planned) -> list[Job]:
         old = lock_for(p.scenario, baseline)

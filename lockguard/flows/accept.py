@@ -99,6 +99,7 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
                               "check` again and accept that")
         cls = hardware_class(result.fingerprint, device, result.device_name)
         path = golden.golden_path(gdir, device, cls.id, sid)
+        _replaceable(path, sid)
         provenance = Provenance(
             lock=lock.path if lock else None, lock_label=lock.label if lock else None,
             lock_hash=lock.lock_hash if lock else None, inputs_digest=side.inputs_digest,
@@ -163,6 +164,24 @@ def _lock_moved(shown: str, lock_hash: str, config: Config) -> str | None:
                 return f"{display_path(path)} changed since the check ran"
             return None
     return None
+
+
+def _replaceable(path: Path, sid: str) -> None:
+    """Refuse, before anything is written, a golden path that a file cannot take, and a golden
+    that one adopted run would make poorer: a noise envelope recorded from repeated runs."""
+    if path.is_dir():
+        raise AcceptError(f"{path}: is a directory, not a golden file; remove it; nothing "
+                          "written")
+    try:
+        old = golden.load(path)
+    except GoldenError:
+        return  # unusable: replacing it is what its error asks for
+    if old is not None and old.envelope is not None:
+        repeats = old.provenance.repeats or "K"
+        raise AcceptError(f"scenario {sid}: its golden holds the noise envelope of {repeats} "
+                          f"runs, which one adopted run cannot replace; re-record it "
+                          f"(`lockguard record --repeat {repeats} --scenario {sid}`); "
+                          "nothing written")
 
 
 def _current(path: Path) -> str:

@@ -152,7 +152,10 @@ def _option_lines(first: LockRef, second: LockRef) -> list[str]:
     seen: set[str] = set()
     for ref in (first, second):
         opts = ref.lock.options
-        extra = [url for url in opts.extra_index_urls if url != index]
+        # The union: the other lock's own index stays reachable as an extra one, or the pins
+        # a mix keeps from it could not be found.
+        own = [opts.index_url] if opts.index_url and opts.index_url != index else []
+        extra = [url for url in own + list(opts.extra_index_urls) if url != index]
         links = [_absolute_link(link, ref) for link in opts.find_links]
         for line in ([f"--extra-index-url {u}" for u in extra] + [f"--find-links {x}" for x in links]
                      + [o.replace("=", " ", 1) if "=" in o else o for o in opts.other_options]):
@@ -305,7 +308,6 @@ class _TimedBackend:
 
     inner: Backend
     seconds: dict[str, float] = field(default_factory=dict)
-    envs: dict[str, Env] = field(default_factory=dict)
 
     def prepare(self, ref: LockRef | None, framework: str, device: str,
                 progress: Progress) -> Env:
@@ -314,7 +316,6 @@ class _TimedBackend:
         if ref is not None:
             key = ref.lock.lock_hash
             self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
-            self.envs[key] = env
         return env
 
 
@@ -427,8 +428,9 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
     result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
     result.culprit = [t for i in sorted(culprit) for t in units[i].texts]
     result.culprit_units = [units[i].label for i in sorted(culprit)]
-    result.culprit_lines = [c.new_line or c.old_line or 0 for i in sorted(culprit)
-                            for c in units[i].changes]
+    # Lines of the candidate lock (what annotations point at); a removed package has none.
+    result.culprit_lines = [c.new_line for i in sorted(culprit) for c in units[i].changes
+                            if c.new_line]
     result.others = sum(len(u.changes) for i, u in enumerate(units) if i not in culprit)
     # Confirmed: the set itself reproduced (or is the whole diff, which the check ran).
     result.found = len(culprit) == n or any(
@@ -444,9 +446,15 @@ def attach_bisection(report: Report, config: Config, opts: Options, scenarios: l
     from lockguard.flows.pipeline import lock_for
 
     by_id = {s.id: s for s in scenarios}
-    found = []
+    found, notes = [], []
     for verdict in report.verdicts:
         if not report.fails(verdict) or verdict.scenario not in by_id:
+            continue
+        if verdict.nondeterministic or verdict.envelope is not None:
+            # A mix runs once and is judged against one baseline run: for a noisy scenario
+            # every mix would look like the failure, and the search would name a wrong unit.
+            notes.append(f"{verdict.scenario} not bisected: its runs are nondeterministic, and "
+                         "bisection compares single runs")
             continue
         sc = by_id[verdict.scenario]
         old, new = lock_for(sc, baseline), lock_for(sc, candidates)
@@ -455,7 +463,7 @@ def attach_bisection(report: Report, config: Config, opts: Options, scenarios: l
             continue
         found.append(bisect_scenario(config, opts, sc, old, new, verdict, [ev.baseline.result],
                                      policy, progress, backend))
-    return report.model_copy(update={"bisection": found})
+    return report.model_copy(update={"bisection": found, "notes": report.notes + notes})
 
 
 if TYPE_CHECKING:

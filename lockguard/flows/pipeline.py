@@ -219,7 +219,7 @@ class Environments:
         running ones are awaited (each cleans up after itself, and what finished stays cached),
         then the failure first in plan order is raised — every build before it in plan order
         has finished. An interrupt kills the running builds' processes at once
-        (process.kill_all) and waits for their threads to unwind."""
+        (process.kill_all) and returns without waiting for their threads."""
         first: dict[tuple[str, str], tuple[LockRef | None, str, str]] = {}
         for w in wanted:
             first.setdefault(self._key(*w), w)
@@ -234,22 +234,26 @@ class Environments:
         from lockguard import process
 
         failed: dict[int, BaseException] = {}
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockguard-env") as pool:
-            try:
-                pending = list(enumerate(todo))
-                running: dict[Future, int] = {}
-                while running or (pending and not failed):
-                    while pending and not failed and len(running) < n:
-                        index, w = pending.pop(0)
-                        running[pool.submit(self.get, *w)] = index
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        index = running.pop(future)
-                        if future.exception() is not None:
-                            failed[index] = future.exception()
-            except BaseException:  # Ctrl-C while waiting: kill the builds, then unwind
-                process.kill_all()  # done already when the CLI's signal handler raised it
-                raise
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockguard-env")
+        try:
+            pending = list(enumerate(todo))
+            running: dict[Future, int] = {}
+            while running or (pending and not failed):
+                while pending and not failed and len(running) < n:
+                    index, w = pending.pop(0)
+                    running[pool.submit(self.get, *w)] = index
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    index = running.pop(future)
+                    if future.exception() is not None:
+                        failed[index] = future.exception()
+        except BaseException:
+            # Ctrl-C while waiting: kill the builds' processes and leave at once; a build that
+            # is no process (a docker SDK stream) is not waited for (the CLI exits hard).
+            process.kill_all()  # done already when the CLI's signal handler raised it
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         if failed:
             raise failed[min(failed)]
 
@@ -338,8 +342,7 @@ def workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
-                 on_done: Callable[[RunRequest, RunResult], None] | None = None
+def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET
                  ) -> list[RunResult]:
     """Run harness processes in parallel (one thread waits on each process); results in order.
 
@@ -367,8 +370,6 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
             progress.info(f"  {done} of {len(jobs)}: {label}: {result.status.value}"
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
                              else ""))
-            if on_done:
-                on_done(request, result)
 
         with progress.step(f"Running {len(jobs)} training run(s) on {workers()} worker(s)",
                            total=len(jobs)) as step:

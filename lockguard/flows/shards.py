@@ -309,6 +309,8 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
                              "are written by `lockguard check --shard K/N`)")
     info = first.shard
     assert info is not None
+    # Parts the plan leaves empty are written as golden checks: compare kinds with a full one.
+    ref_path, ref = next(((p, r) for p, r in parts if not _empty(r)), parts[0])
     seen: dict[int, Path] = {}
     for path, part in parts:
         s = part.shard
@@ -318,9 +320,9 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
                              f"({s.plan_digest[:19]}; {first_path} is of {info.plan_digest[:19]}"
                              f" with {info.total} shards): run every shard with the same "
                              "config, locks, scenarios and options")
-        if (part.command, part.mode) != (first.command, first.mode) and not _empty(part):
+        if (part.command, part.mode) != (ref.command, ref.mode) and not _empty(part):
             raise ShardError(f"{path}: a `{part.command}` ({part.mode}) part beside "
-                             f"`{first.command}` ({first.mode}) in {first_path}")
+                             f"`{ref.command}` ({ref.mode}) in {ref_path}")
         if s.index in seen:
             raise ShardError(f"shard {s.index}/{s.total} given twice: {seen[s.index]} and {path}")
         seen[s.index] = path
@@ -351,7 +353,11 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
                 notes.append(f"the shards ran on different {device} hardware classes "
                              f"({hardware[device].id}, {cls.id})")
             hardware.setdefault(device, cls)
-    idle = nothing_done(verdicts, "compared") if not base.rule_failures else None
+    # `check --base` answered from git alone in every part (no lock changed): a pass, as the
+    # unsharded check's. Otherwise the gate passes only what it compared, over all parts.
+    from_git = all(r.passed and not r.verdicts and r.base is not None for r in full)
+    idle = (nothing_done(verdicts, "compared")
+            if not base.rule_failures and not from_git else None)
     if idle:
         notes.insert(0, idle)
     failing = {sid for r in ranked for sid in r.failing}
@@ -366,10 +372,19 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
         parity=_parity(ranked), written=[w for r in ranked for w in r.written],
         hardware=hardware, notes=notes,
         # Each part's flow applied the policy; a part that failed for a reason that is not a
-        # verdict (a family rule) fails the whole.
-        passed=all(r.passed for r in ranked) and not idle,
+        # verdict (a family rule) fails the whole. A part that compared nothing (its locks did
+        # not change since --base) is judged with the others, by `idle` above.
+        passed=not any(_failed(r) for r in ranked) and not idle,
         duration_s=max(durations) if durations else None, invocation=base.invocation)
     return merged
+
+
+def _failed(part: Report) -> bool:
+    """Whether a part fails the merged gate: not when its only failure is that it compared
+    nothing, which the merge decides over all parts."""
+    idle_only = (not part.failing and not part.rule_failures
+                 and any(n.startswith("nothing was compared") for n in part.notes))
+    return not part.passed and not idle_only
 
 
 def _empty(report: Report) -> bool:

@@ -67,12 +67,26 @@ def prepare(option: Path | None, root: Path) -> Target:
     try:
         if directory.exists() and not directory.is_dir():
             raise WriteError(f"--artifacts {directory}: is not a directory")
+        # The run's artefacts replace the directory whole: only an empty one, or the artefacts
+        # of an earlier run, may be replaced, never files of the user's.
+        if directory.is_dir() and not _replaceable(directory):
+            raise WriteError(f"--artifacts {directory}: holds files that are not lockguard "
+                             "artefacts; give a new or empty directory")
     except OSError as exc:
         raise WriteError(f"--artifacts {directory}: {exc.strerror or exc}") from None
     # The directory is assembled beside its place and renamed into it.
     writable_dir(directory.parent, "the artefact directory")
     writable_dir(project, "the artefact cache")
     return Target(report_id, directory, project, pruned=option is None)
+
+
+ARTEFACT_NAMES = frozenset({"report.json", "baseline", "candidate"})
+
+
+def _replaceable(directory: Path) -> bool:
+    """Empty, or what `save` writes (report.json, baseline/, candidate/) and nothing else."""
+    names = {entry.name for entry in os.scandir(directory)}
+    return not names or ("report.json" in names and names <= ARTEFACT_NAMES)
 
 
 def save(target: Target, report: Report) -> Path:
