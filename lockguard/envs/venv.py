@@ -485,12 +485,18 @@ def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
 
 
 def pip_reason(lines: list[str]) -> str:
-    """The line of pip's output that says why, not the whole wall of text."""
+    """The line of the installer's (pip's or uv's) output that says why, not the whole wall."""
     errors = [ln.removeprefix("ERROR: ").strip() for ln in lines if ln.startswith("ERROR:")]
     # pip's noise around the reason: Python-version skips and the list of every version.
     errors = [re.sub(r" \(from versions: [^)]*\)", "", e) for e in errors
               if e and not e.startswith("Ignored the following versions")]
     if errors:
         return " ".join(errors[:2])
+    # uv: "error: Failed to download `six==1.16.0`" then "  cause: Hash mismatch for ..."
+    # (older releases: "Caused by:", "╰─▶"); the hashes it prints after them are detail.
+    said = [re.sub(r"^(error:|cause:|Caused by:|×|╰─▶)\s*", "", ln.strip()) for ln in lines
+            if re.match(r"\s*(error:|cause:|Caused by:|×|╰─▶)", ln)]
+    if said:
+        return ": ".join(said[:2])
     meaningful = [ln.strip() for ln in lines if ln.strip()]
     return meaningful[-1] if meaningful else ""
