@@ -337,12 +337,13 @@ def test_manifest_lists_each_installed_file_with_its_size(tmp_path):
 
 
 def test_manifest_reads_every_spelling_of_a_record_row(tmp_path):
-    """RECORD rows other than a plain relative path (quoted, dotted, doubled, absolute) are
-    listed where they lie, as csv and normpath read them; ones outside the env are left out."""
+    """RECORD rows other than a plain relative path (quoted, dotted, doubled, absolute,
+    CRLF) are listed where they lie, as csv and normpath read them; ones outside the env are
+    left out."""
     root = tmp_path / "env"
     site = root / "lib" / "python3.11" / "site-packages"
     on_disk = {"pkg/a,b.py": "1", "pkg/.hidden": "22", "pkg/dot.py": "333",
-               "pkg/double.py": "4444", "pkg/sub/x.py": "55555"}
+               "pkg/double.py": "4444", "pkg/sub/x.py": "55555", "pkg/crlf.py": "666666"}
     for relative, text in on_disk.items():
         (site / relative).parent.mkdir(parents=True, exist_ok=True)
         (site / relative).write_text(text)
@@ -353,7 +354,8 @@ def test_manifest_reads_every_spelling_of_a_record_row(tmp_path):
     (info / "RECORD").write_text("\n".join([
         '"pkg/a,b.py",sha256=AAAA,1', "pkg/.hidden,,", "./pkg/dot.py,,", "pkg//double.py,,",
         "pkg/sub/../sub/x.py,,", f"{outside},,", "../../../../outside.py,,",
-        f"{site}/pkg/dot.py,,", "", "pkg/missing.py,sha256=BBBB,9", "pkg-1.0.dist-info/RECORD,,",
+        f"{site}/pkg/dot.py,,", "", "pkg/missing.py,sha256=BBBB,9", "pkg/crlf.py\r",
+        "pkg-1.0.dist-info/RECORD,,",
     ]) + "\n")
     (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
     manifest = venv.build_manifest(root)
@@ -365,6 +367,7 @@ def test_manifest_reads_every_spelling_of_a_record_row(tmp_path):
         ("pkg-1.0", f"{rel}/pkg/a,b.py", 1), ("pkg-1.0", f"{rel}/pkg/.hidden", 2),
         ("pkg-1.0", f"{rel}/pkg/dot.py", 3), ("pkg-1.0", f"{rel}/pkg/double.py", 4),
         ("pkg-1.0", f"{rel}/pkg/sub/x.py", 5), ("pkg-1.0", f"{rel}/pkg/dot.py", 3),
+        ("pkg-1.0", f"{rel}/pkg/crlf.py", 6),
         ("pkg-1.0", f"{rel}/pkg-1.0.dist-info/RECORD", (info / "RECORD").stat().st_size),
     ])
 

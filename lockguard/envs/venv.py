@@ -386,16 +386,17 @@ def build_manifest(path: Path) -> dict:
         files: dict[str, tuple[list[str], list[int]]] = {}
         with open(record, newline="", encoding="utf-8", errors="replace") as f:
             text = f.read()
-        for line in text.splitlines():
+        for line in text.split("\n"):  # csv's line ends: "\n", "\r\n"
             if '"' in line:
                 row = next(csv.reader([line]), None)
                 entry = row[0] if row else ""
             else:
-                entry = line.partition(",")[0]
+                entry = line.partition(",")[0].removesuffix("\r")
             if not entry:
                 continue
-            if entry[0] == "/" or entry[0] == "." or "/." in entry or "//" in entry:
-                # Absolute, dotted or doubled: normalised the slow way; may leave the env.
+            if (entry[0] in "/." or entry[-1] == "/" or "/." in entry or "//" in entry
+                    or "\r" in entry):
+                # Absolute, dotted, doubled or odd: normalised the slow way; may leave the env.
                 full = os.path.normpath(os.path.join(site, entry))
                 relative = os.path.relpath(full, root)
                 if relative.startswith(".."):
