@@ -1,11 +1,15 @@
 """What building an environment costs: lockguard's builds beside a bare `uv pip install`.
 
-    python benchmarks/bench_env_build.py [--repeat 2] [--lock PATH ...] [--skip-pip]
+    python benchmarks/bench_env_build.py [--repeat 3] [--lock PATH ...] [--skip-pip]
+                                         [--skip-copy] [--out FILE]
 
 In one run, side by side, for each lock (default: the quickstart torch lock and a numpy lock):
 
 - bare uv: `uv venv --python PY DIR` then `uv pip install --python DIR/bin/python
-  --require-hashes -r LOCK`, as a user would type it;
+  --only-binary :all: INDEXES --require-hashes -r LOCK`, the same interpreter and the same
+  work as lockguard's build: INDEXES are pip's index options as lockguard passes them
+  (pip_config_as_uv_args), so both resolve against the same indexes and find-links, and
+  UV_LINK_MODE=hardlink for both;
 - lockguard uv: `lockguard.envs.venv.prepare(lock, installer="uv")` (uv venv, uv pip install
   with wheels only and pip's index options, then the manifest and the ready marker);
 - lockguard uv, copy: the same with UV_LINK_MODE=copy (what hardlinking from the cache saves);
@@ -15,8 +19,9 @@ Every build is cold for the environment (a fresh lockguard cache: nothing to reu
 measured twice over: with a cold wheel cache (a fresh, empty UV_CACHE_DIR / PIP_CACHE_DIR:
 every wheel is fetched, from wherever the lock and pip's configuration point) and a warm one
 (the same wheel cache the previous build of that lock filled: what a second lock sharing wheels,
-or a CI run with lockguard's cache restored, pays). The runs are interleaved and repeated;
-medians are reported, with the ratio of each to bare uv in the same wheel-cache state.
+or a CI run with lockguard's cache restored, pays). The runs are interleaved (each repeat
+starting with the next tool) and repeated; medians are reported, with the ratio of each to
+bare uv in the same wheel-cache state.
 
 Then two environments built as one check builds them (pipeline.Environments.prepare_all), in
 parallel and sequentially (build_workers forced to 1), warm wheel cache, cold env cache.
@@ -26,6 +31,7 @@ Writes benchmarks/results/env_build.json and prints the figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -81,13 +87,26 @@ def with_env(changes: dict[str, str]):
     return block()
 
 
+@functools.cache
+def bare_uv_indexes(lock: Path) -> list[str]:
+    """pip's index options as lockguard's uv build passes them, read once before timing."""
+    from lockguard.locks.parser import parse_lock
+    from lockguard.locks.resolve import pip_config_as_uv_args
+
+    parsed = parse_lock(lock)
+    return pip_config_as_uv_args(constraints=not parsed.has_hashes,
+                                 index_url=not parsed.options.index_url)
+
+
 def bare_uv(uv: str, lock: Path, where: Path, caches: dict[str, str]) -> float:
-    env = {**os.environ, **caches}
+    env = {**os.environ, "UV_CACHE_DIR": caches["UV_CACHE_DIR"], "UV_LINK_MODE": "hardlink"}
+    indexes = bare_uv_indexes(lock)
     start = time.perf_counter()
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(where / "venv")],
                    env=env, check=True)
     subprocess.run([uv, "pip", "install", "-q", "--python", str(where / "venv" / "bin" / "python"),
-                    "--require-hashes", "-r", str(lock)], env=env, check=True)
+                    "--only-binary", ":all:", *indexes, "--require-hashes", "-r", str(lock)],
+                   env=env, check=True)
     return time.perf_counter() - start
 
 
@@ -125,7 +144,10 @@ def lockguard_build(lock: Path, installer: str, where: Path, caches: dict[str, s
     from lockguard.envs import venv
     from lockguard.locks.parser import parse_lock
 
-    with with_env({"LOCKGUARD_CACHE": str(fresh_lockguard_cache(where)), **caches}):
+    # Only the measured installer's cache variable: a PIP_* variable lockguard did not see
+    # before is a change to pip's configuration, and would make every uv build ask pip again.
+    own = {k: v for k, v in caches.items() if k.startswith("UV_" if installer == "uv" else "PIP_")}
+    with with_env({"LOCKGUARD_CACHE": str(fresh_lockguard_cache(where)), **own}):
         start = time.perf_counter()
         venv.prepare(parse_lock(lock), installer=installer)
         return time.perf_counter() - start
@@ -142,7 +164,8 @@ def two_envs(locks: list[Path], parallel: bool, where: Path, caches: dict[str, s
     if not parallel:
         pipeline.build_workers = lambda n: 1
     try:
-        with with_env({"LOCKGUARD_CACHE": str(fresh_lockguard_cache(where)), **caches}):
+        with with_env({"LOCKGUARD_CACHE": str(fresh_lockguard_cache(where)),
+                       "UV_CACHE_DIR": caches["UV_CACHE_DIR"]}):
             start = time.perf_counter()
             envs = pipeline.Environments(Config(), "venv")
             envs.expect(wanted)
@@ -162,9 +185,12 @@ def median(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--lock", type=Path, action="append")
     parser.add_argument("--skip-pip", action="store_true", help="leave out the pip builds")
+    parser.add_argument("--skip-copy", action="store_true",
+                        help="leave out the UV_LINK_MODE=copy builds")
+    parser.add_argument("--out", type=Path, default=RESULTS / "env_build.json")
     args = parser.parse_args()
     locks = args.lock or [TORCH_LOCK, NUMPY_LOCK]
 
@@ -177,23 +203,32 @@ def main() -> None:
     version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.strip()
     os.environ.pop("UV_LINK_MODE", None)
     scratch = Scratch()
+    load_before = list(os.getloadavg())
     tools = {
         "bare_uv": lambda lock, where, caches: bare_uv(uv, lock, where, caches),
         "lockguard_uv": lambda lock, where, caches: lockguard_build(lock, "uv", where, caches),
-        "lockguard_uv_copy": lambda lock, where, caches: lockguard_build(
-            lock, "uv", where, {**caches, "UV_LINK_MODE": "copy"}),
     }
+    if not args.skip_copy:
+        tools["lockguard_uv_copy"] = lambda lock, where, caches: lockguard_build(
+            lock, "uv", where, {**caches, "UV_LINK_MODE": "copy"})
     if not args.skip_pip:
         tools["lockguard_pip"] = lambda lock, where, caches: lockguard_build(lock, "pip", where,
                                                                              caches)
     per_lock = {}
     try:
         pip_config_s = first_pip_config_read(scratch.new("pip-config"))
+        with with_env({"LOCKGUARD_CACHE": str(PIP_CONFIG_MEMO.parent.parent)}):
+            for lock in locks:
+                bare_uv_indexes(lock)
         for lock in locks:
             times: dict[str, dict[str, list[float]]] = {t: {"cold": [], "warm": []}
                                                         for t in tools}
-            for _ in range(args.repeat):
-                for name, build in tools.items():
+            names = list(tools)
+            for r in range(args.repeat):
+                # Each repeat starts with another tool: none always runs first (the page cache
+                # the first build of a repeat fills, the others find).
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    build = tools[name]
                     caches = wheel_caches(scratch.new(f"{name}-wheels"))
                     for state in ("cold", "warm"):  # the warm build reuses the cold one's cache
                         where = scratch.new(name)
@@ -240,13 +275,16 @@ def main() -> None:
         "note": "each build into a fresh lockguard cache (holding only the memo of pip's "
                 "configuration, read once per cache: pip_config_first_read_s); cold wheel "
                 "cache = empty UV_CACHE_DIR/PIP_CACHE_DIR, warm = the cache the cold build of "
-                "the same tool filled",
+                "the same tool filled; bare uv gets lockguard's interpreter, --only-binary "
+                ":all:, pip's index options (bare_uv_indexes) and UV_LINK_MODE=hardlink",
+        "bare_uv_indexes": {shown(lock): bare_uv_indexes(lock) for lock in locks},
+        "load_average_before_after": [load_before, list(os.getloadavg())],
         "pip_config_first_read_s": round(pip_config_s, 2),
         "builds": per_lock,
         "two_envs_warm_wheel_cache": parallel,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "env_build.json").write_text(json.dumps(result, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
 

@@ -110,3 +110,24 @@ def test_a_checks_two_venvs_are_built_in_parallel(tmp_path):
     venvs = [p for p in (tmp_path / "cache" / "venvs").iterdir()
              if p.is_dir() and not p.name.endswith(".compile-cache")]
     assert len(venvs) == 2
+
+
+@pytest.mark.slow
+def test_the_host_interpreters_venv_is_made_in_process_another_interpreters_by_uv(
+        monkeypatch, tmp_path):
+    """`uv venv` is a process start on every build; the host interpreter's venv is made as
+    `python -m venv` makes it, in-process. Another interpreter (here the same one by another
+    path) still gets `uv venv`. Both envs import the lock's numpy from their own prefix."""
+    import subprocess
+
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv"))
+    for python in (sys.executable, os.path.realpath(sys.executable)):
+        host = python == sys.executable
+        monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / ("host" if host else "other")))
+        env = venv.prepare(parse_lock_text(NUMPY_LOCK, "numpy.txt"), python=python)
+        assert (env.path.parent / f"{env.path.name}.uv.log").exists() is not host
+        assert ("\nuv = " in (env.path / "pyvenv.cfg").read_text()) is not host
+        out = subprocess.run([str(env.python), "-c", "import numpy, sys; "
+                              "print(numpy.__version__, sys.prefix)"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert out == ["2.0.2", str(env.path)]

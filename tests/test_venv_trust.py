@@ -336,6 +336,42 @@ def test_manifest_lists_each_installed_file_with_its_size(tmp_path):
     assert venv.verify(tmp_path / "env", lock, allow_sdist=False) is None
 
 
+def test_manifest_reads_every_spelling_of_a_record_row(tmp_path):
+    """RECORD rows other than a plain relative path (quoted, dotted, doubled, absolute,
+    CRLF) are listed where they lie, as csv and normpath read them; ones outside the env are
+    left out."""
+    root = tmp_path / "env"
+    site = root / "lib" / "python3.11" / "site-packages"
+    on_disk = {"pkg/a,b.py": "1", "pkg/.hidden": "22", "pkg/dot.py": "333",
+               "pkg/double.py": "4444", "pkg/sub/x.py": "55555", "pkg/crlf.py": "666666"}
+    for relative, text in on_disk.items():
+        (site / relative).parent.mkdir(parents=True, exist_ok=True)
+        (site / relative).write_text(text)
+    outside = tmp_path / "outside.py"
+    outside.write_text("elsewhere\n")
+    info = site / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("\n".join([
+        '"pkg/a,b.py",sha256=AAAA,1', "pkg/.hidden,,", "./pkg/dot.py,,", "pkg//double.py,,",
+        "pkg/sub/../sub/x.py,,", f"{outside},,", "../../../../outside.py,,",
+        f"{site}/pkg/dot.py,,", "", "pkg/missing.py,sha256=BBBB,9", "pkg/crlf.py\r",
+        "pkg-1.0.dist-info/RECORD,,",
+    ]) + "\n")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    manifest = venv.build_manifest(root)
+    listed = [(owner, os.path.join(d, n), s) for owner, d, names, sizes in manifest["files"]
+              for n, s in zip(names, sizes)]
+    rel = "lib/python3.11/site-packages"
+    assert sorted(listed) == sorted([
+        ("the venv", "./pyvenv.cfg", 16),
+        ("pkg-1.0", f"{rel}/pkg/a,b.py", 1), ("pkg-1.0", f"{rel}/pkg/.hidden", 2),
+        ("pkg-1.0", f"{rel}/pkg/dot.py", 3), ("pkg-1.0", f"{rel}/pkg/double.py", 4),
+        ("pkg-1.0", f"{rel}/pkg/sub/x.py", 5), ("pkg-1.0", f"{rel}/pkg/dot.py", 3),
+        ("pkg-1.0", f"{rel}/pkg/crlf.py", 6),
+        ("pkg-1.0", f"{rel}/pkg-1.0.dist-info/RECORD", (info / "RECORD").stat().st_size),
+    ])
+
+
 def _delete(site: Path, env: Path) -> None:
     (site / "pkg" / "core.py").unlink()
 

@@ -182,11 +182,20 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             from lockguard.locks.resolve import pip_config_as_uv_args
 
             uv = uv_binary()
-            code, tail = run_logged([uv, "venv", "--no-python-downloads", "--python", python,
-                                     str(path)], path.parent / f"{path.name}.uv.log", step)
-            if code != 0:
-                raise EnvError(one_line(f"uv could not create a venv with {python}: "
-                                        f"{tail[-1] if tail else f'exit code {code}'}"))
+            if python == sys.executable:
+                # The host interpreter's venv, made in-process as `python -m venv` makes it
+                # (the pip builds' layout): a millisecond, where `uv venv` is a supervised
+                # process start on every build.
+                import venv as stdlib_venv  # the standard library's, not this module
+
+                stdlib_venv.EnvBuilder(symlinks=os.name != "nt").create(path)
+            else:
+                code, tail = run_logged([uv, "venv", "--no-python-downloads", "--python",
+                                         python, str(path)],
+                                        path.parent / f"{path.name}.uv.log", step)
+                if code != 0:
+                    raise EnvError(one_line(f"uv could not create a venv with {python}: "
+                                            f"{tail[-1] if tail else f'exit code {code}'}"))
             cmd = [uv, "pip", "install", "--python", str(path / "bin" / "python")]
             if not allow_sdist:
                 cmd += ["--only-binary", ":all:"]
@@ -358,34 +367,51 @@ def build_manifest(path: Path) -> dict:
 
     Grouped by owner and directory, names and sizes in parallel lists: json parses that four
     times faster than one [path, size] pair per file, and verifying is one stat per file.
+    Building it is on every env build's path (16,000 files for torch), so the common RECORD row
+    (a plain relative path, no quoting) is taken apart with string operations; any other row
+    goes through csv and normpath.
     """
     root = str(path)
     groups: list[list] = []
+    stat = os.stat
 
     def add(owner: str, files: dict[str, tuple[list[str], list[int]]]) -> None:
         groups.extend([owner, directory, names, sizes]
                       for directory, (names, sizes) in sorted(files.items()))
 
-    add("the venv", {".": (["pyvenv.cfg"], [os.stat(path / "pyvenv.cfg").st_size])})
+    add("the venv", {".": (["pyvenv.cfg"], [stat(path / "pyvenv.cfg").st_size])})
     for record in sorted(path.glob("lib/python*/site-packages/*.dist-info/RECORD")):
-        site = record.parent.parent
+        site = str(record.parent.parent)
+        site_rel = os.path.relpath(site, root)
         files: dict[str, tuple[list[str], list[int]]] = {}
         with open(record, newline="", encoding="utf-8", errors="replace") as f:
-            for row in csv.reader(f):
-                if not row or not row[0]:
-                    continue
-                full = os.path.normpath(os.path.join(site, row[0]))
+            text = f.read()
+        for line in text.split("\n"):  # csv's line ends: "\n", "\r\n"
+            if '"' in line:
+                row = next(csv.reader([line]), None)
+                entry = row[0] if row else ""
+            else:
+                entry = line.partition(",")[0].removesuffix("\r")
+            if not entry:
+                continue
+            if (entry[0] in "/." or entry[-1] == "/" or "/." in entry or "//" in entry
+                    or "\r" in entry):
+                # Absolute, dotted, doubled or odd: normalised the slow way; may leave the env.
+                full = os.path.normpath(os.path.join(site, entry))
                 relative = os.path.relpath(full, root)
                 if relative.startswith(".."):
                     continue  # installed outside the env: not the env's to check
-                try:
-                    size = os.stat(full).st_size
-                except OSError:
-                    continue  # listed but never written (an installer's optional .pyc)
-                directory, name = os.path.split(relative)
-                names, sizes = files.setdefault(directory or ".", ([], []))
-                names.append(name)
-                sizes.append(size)
+            else:
+                relative = f"{site_rel}/{entry}"
+                full = f"{root}/{relative}"
+            try:
+                size = stat(full).st_size
+            except OSError:
+                continue  # listed but never written (an installer's optional .pyc)
+            directory, _, name = relative.rpartition("/")
+            names, sizes = files.setdefault(directory or ".", ([], []))
+            names.append(name)
+            sizes.append(size)
         add(record.parent.name.removesuffix(".dist-info"), files)
     return {"format": MANIFEST_FORMAT, "files": groups}
 
