@@ -91,7 +91,7 @@ def with_env(changes: dict[str, str]):
 def bare_uv_indexes(lock: Path) -> list[str]:
     """pip's index options as lockguard's uv build passes them, read once before timing."""
     from lockguard.locks.parser import parse_lock
-    from lockguard.locks.resolve import pip_config_as_uv_args
+    from lockguard.installers import pip_config_as_uv_args
 
     parsed = parse_lock(lock)
     return pip_config_as_uv_args(constraints=not parsed.has_hashes,
@@ -117,12 +117,12 @@ def first_pip_config_read(where: Path) -> float:
     """Seconds lockguard takes to read pip's configuration into an empty cache (once per
     cache: later builds reuse the memo while pip's files and PIP_* variables are unchanged)."""
     global PIP_CONFIG_MEMO
-    from lockguard.locks import resolve
+    from lockguard import installers
 
-    resolve.pip_config.cache_clear()
+    installers.pip_config.cache_clear()
     with with_env({"LOCKGUARD_CACHE": str(where)}):
         start = time.perf_counter()
-        resolve.pip_config()
+        installers.pip_config()
         elapsed = time.perf_counter() - start
     PIP_CONFIG_MEMO = where / "tools" / "pip-config.json"
     return elapsed
@@ -130,9 +130,9 @@ def first_pip_config_read(where: Path) -> float:
 
 def fresh_lockguard_cache(where: Path) -> Path:
     """An empty lockguard cache but for the memo of pip's configuration."""
-    from lockguard.locks import resolve
+    from lockguard import installers
 
-    resolve.pip_config.cache_clear()
+    installers.pip_config.cache_clear()
     cache = where / "lockguard"
     if PIP_CONFIG_MEMO is not None and PIP_CONFIG_MEMO.is_file():
         (cache / "tools").mkdir(parents=True)
@@ -195,7 +195,7 @@ def main() -> None:
     locks = args.lock or [TORCH_LOCK, NUMPY_LOCK]
 
     sys.path.insert(0, str(REPO))
-    from lockguard.locks.resolve import find_uv
+    from lockguard.installers import find_uv
 
     uv = find_uv()
     if uv is None:

@@ -330,7 +330,4 @@ __all__ = [
     "LockChange",
     "changed_locks",
     "dirty_paths",
-    "file_at",
-    "is_dirty",
-    "merge_base",
 ]

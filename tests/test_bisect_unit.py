@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 

@@ -18,7 +18,7 @@ from conftest import DATA, make_project, run_cli
 from lockguard.config import Config
 from lockguard.envs import venv
 from lockguard.locks.parser import parse_lock_text
-from lockguard.locks.resolve import find_uv
+from lockguard.installers import find_uv
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
 BESIDE = Path(sys.executable).parent / "uv"

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Dict, Tuple

@@ -19,11 +19,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "lockguard"
 
 BOTTOM = {"lockguard.errors", "lockguard.files", "lockguard.process", "lockguard.supervisor",
-          "lockguard.cache", "lockguard.names", "lockguard.progress", "lockguard"}
+          "lockguard.cache", "lockguard.names", "lockguard.progress", "lockguard.installers",
+          "lockguard"}
 # What the environment layer may not know: the project (config, scenarios), the flows, the
 # report and the command line. It takes a parsed lock and a run request.
 NOT_IN_ENVS = ("lockguard.flows", "lockguard.config", "lockguard.scenarios", "lockguard.report",
-               "lockguard.cli")
+               "lockguard.cli", "lockguard.locks.resolve", "lockguard.locks.outdated",
+               "lockguard.golden", "lockguard.compare", "lockguard.gitref")
 # The domain is pure of everything above it.
 NOT_IN_DOMAIN = ("lockguard.flows", "lockguard.report", "lockguard.cli")
 # compare decides verdicts from values: no file, process or cache access.

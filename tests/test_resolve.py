@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lockguard import installers
 from lockguard.locks import outdated as releases, resolve
 from lockguard.locks.model import LockError
 from lockguard.locks.outdated import OutdatedRow, Release, outdated
@@ -275,7 +276,7 @@ def test_propose_lock_leaves_user_files_alone(project, tool_cache):
 
 @pytest.mark.slow
 def test_uv_writes_the_same_lock_format(project):
-    assert resolve.find_uv(), "uv is in the test extra: pip install -e '.[test]'"
+    assert installers.find_uv(), "uv is in the test extra: pip install -e '.[test]'"
     try:
         uv_lock = compile_lock(project / "requirements.in", project / "uv.txt", resolver="uv")
     except ResolveError as exc:
@@ -301,11 +302,11 @@ def test_uv_writes_the_same_lock_format(project):
 @pytest.mark.slow
 @pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
 def test_pips_constraint_files_apply_to_both_resolvers(project, monkeypatch, resolver):
-    assert resolver != "uv" or resolve.find_uv(), "uv is in the test extra"
+    assert resolver != "uv" or installers.find_uv(), "uv is in the test extra"
     cap = project / "cap.txt"
     cap.write_text("six<1.17\n")
     monkeypatch.setenv("PIP_CONSTRAINT", str(cap))  # as pip.conf's `constraint =` would
-    resolve.pip_config.cache_clear()
+    installers.pip_config.cache_clear()
     try:
         lock = compile_lock(project / "requirements.in", project / "requirements.txt",
                             resolver=resolver)
@@ -315,7 +316,7 @@ def test_pips_constraint_files_apply_to_both_resolvers(project, monkeypatch, res
         assert pins(lock)["six"] != "1.16.0"
     finally:
         monkeypatch.delenv("PIP_CONSTRAINT")
-        resolve.pip_config.cache_clear()
+        installers.pip_config.cache_clear()
 
 
 @pytest.mark.slow

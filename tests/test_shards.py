@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import DATA, QUICKSTART, REPO, make_project, run_cli
+from conftest import QUICKSTART, run_cli
 from fakes import FakeBackend
 from lockguard.config import Config, ConfigError, Options, parse_config
 from lockguard.flows import shards

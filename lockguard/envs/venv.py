@@ -178,59 +178,78 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
     started = time.perf_counter()
     with progress.step(f"Building venv for {Path(lock.source).name} ({len(lock.pins)} pins, "
                        f"{installer}, {build_policy(allow_sdist)})") as step:
-        if installer == "uv":
-            from lockguard.locks.resolve import pip_config_as_uv_args
-
-            uv = uv_binary()
-            if python == sys.executable:
-                # The host interpreter's venv, made in-process as `python -m venv` makes it
-                # (the pip builds' layout): a millisecond, where `uv venv` is a supervised
-                # process start on every build.
-                import venv as stdlib_venv  # the standard library's, not this module
-
-                stdlib_venv.EnvBuilder(symlinks=os.name != "nt").create(path)
-            else:
-                code, tail = run_logged([uv, "venv", "--no-python-downloads", "--python",
-                                         python, str(path)],
-                                        path.parent / f"{path.name}.uv.log", step)
-                if code != 0:
-                    raise EnvError(one_line(f"uv could not create a venv with {python}: "
-                                            f"{tail[-1] if tail else f'exit code {code}'}"))
-            cmd = [uv, "pip", "install", "--python", str(path / "bin" / "python")]
-            if not allow_sdist:
-                cmd += ["--only-binary", ":all:"]
-            # From where pip would install: uv reads none of pip's configuration.
-            cmd += pip_config_as_uv_args(constraints=not lock.has_hashes,
-                                         index_url=not lock.options.index_url)
-        else:
-            code, tail = run_logged([python, "-m", "venv", str(path)],
-                                    path.parent / f"{path.name}.venv.log", step)
-            if code != 0:
-                raise EnvError(f"{python} could not create a venv: "
-                               f"{tail[-1] if tail else f'exit code {code}'}")
-            cmd = [str(path / "bin" / "python"), "-m", "pip", "install", "--no-input",
-                   "--disable-pip-version-check", "--progress-bar", "off"]
-            if not allow_sdist:
-                # The debug log is where pip says which links it skipped as sources: how an
-                # sdist-only pin is told apart from one that does not exist.
-                cmd += ["--only-binary=:all:", "--log", str(path / PIP_DEBUG_LOG)]
-        if lock.has_hashes:
-            cmd.append("--require-hashes")
-        lock_file = path / LOCK_FILE
-        write_text(lock_file, lock_text(lock))
-        cmd += ["-r", str(lock_file)]
-        log = path / "install.log"
-        code, tail = run_logged(cmd, log, step)
+        code, tail = _install_with(installer, path, lock, python, allow_sdist, step)
+        used = installer
+        if code != 0 and installer == "uv" and any("Hash mismatch" in ln for ln in tail):
+            # uv picks the most specific wheel before it can check its hash (a file index
+            # publishes none), so a lock hashing only another wheel of the release fails
+            # where pip, which selects among the files whose hash the lock allows, installs.
+            # The same pins and hashes are enforced either way.
+            progress.info("  uv picked a wheel the lock does not hash; installing with pip")
+            shutil.rmtree(path)
+            path.mkdir()
+            used = "pip"
+            code, tail = _install_with("pip", path, lock, python, allow_sdist, step)
         if code != 0:
-            sdist = None if allow_sdist else sdist_only_message(lock, installer, tail, path)
+            sdist = None if allow_sdist else sdist_only_message(lock, used, tail, path)
             if sdist is not None:
                 raise EnvError(one_line(sdist))
             reason = pip_reason(tail) or f"exit code {code}"
-            raise EnvError(one_line(f"{lock.source}: {installer} could not install the lock: "
+            raise EnvError(one_line(f"{lock.source}: {used} could not install the lock: "
                                     f"{reason}"))
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
     mark_ready(path, lock, python=python, installer=installer, allow_sdist=allow_sdist,
                built_s=time.perf_counter() - started)
+
+
+def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdist: bool,
+                  step) -> tuple[int, list[str]]:
+    """Create the venv at `path` and install the lock into it with `installer`: (exit code,
+    the output's last lines)."""
+    if installer == "uv":
+        from lockguard.installers import pip_config_as_uv_args
+
+        uv = uv_binary()
+        if python == sys.executable:
+            # The host interpreter's venv, made in-process as `python -m venv` makes it
+            # (the pip builds' layout): a millisecond, where `uv venv` is a supervised
+            # process start on every build.
+            import venv as stdlib_venv  # the standard library's, not this module
+
+            stdlib_venv.EnvBuilder(symlinks=os.name != "nt").create(path)
+        else:
+            code, tail = run_logged([uv, "venv", "--no-config", "--no-python-downloads",
+                                     "--python", python, str(path)],
+                                    path.parent / f"{path.name}.uv.log", step)
+            if code != 0:
+                raise EnvError(one_line(f"uv could not create a venv with {python}: "
+                                        f"{tail[-1] if tail else f'exit code {code}'}"))
+        # --no-config: a project's [tool.uv] or a user's uv.toml (no-binary = [...], another
+        # index) must not change what a lock installs, nor let an sdist build run.
+        cmd = [uv, "pip", "install", "--no-config", "--python", str(path / "bin" / "python")]
+        if not allow_sdist:
+            cmd += ["--only-binary", ":all:"]
+        # From where pip would install: uv reads none of pip's configuration.
+        cmd += pip_config_as_uv_args(constraints=not lock.has_hashes,
+                                     index_url=not lock.options.index_url)
+    else:
+        code, tail = run_logged([python, "-m", "venv", "--clear", str(path)],
+                                path.parent / f"{path.name}.venv.log", step)
+        if code != 0:
+            raise EnvError(f"{python} could not create a venv: "
+                           f"{tail[-1] if tail else f'exit code {code}'}")
+        cmd = [str(path / "bin" / "python"), "-m", "pip", "install", "--no-input",
+               "--disable-pip-version-check", "--progress-bar", "off"]
+        if not allow_sdist:
+            # The debug log is where pip says which links it skipped as sources: how an
+            # sdist-only pin is told apart from one that does not exist.
+            cmd += ["--only-binary=:all:", "--log", str(path / PIP_DEBUG_LOG)]
+    if lock.has_hashes:
+        cmd.append("--require-hashes")
+    lock_file = path / LOCK_FILE
+    write_text(lock_file, lock_text(lock))
+    cmd += ["-r", str(lock_file)]
+    return run_logged(cmd, path / "install.log", step)
 
 
 def lock_text(lock: Lock) -> str:
@@ -468,7 +487,7 @@ def _changed_file(root: str, manifest: dict) -> str | None:
 
 
 def uv_binary() -> str:
-    from lockguard.locks.resolve import find_uv  # the one finder, the resolver's too
+    from lockguard.installers import find_uv  # the one finder, the resolver's too
 
     uv = find_uv()
     if uv is None:

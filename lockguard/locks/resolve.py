@@ -48,7 +48,6 @@ byte for byte.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -60,7 +59,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
+from lockguard import installers
 from lockguard.errors import LockguardError, printable
+from lockguard.installers import find_uv, pip_config, pip_config_as_uv_args
 from lockguard.files import scratch_dir, write_text
 from lockguard.locks.parser import parse_lock
 
@@ -254,7 +255,7 @@ def _compile(
             if use_pip_config:
                 # pip-compile reads pip's indexes from its configuration but not its constraint
                 # files; `pip install` of the lock would apply them, so the resolve must too.
-                for constraint in _split(pip_config().get("constraint", "")):
+                for constraint in pip_config().get("constraint", "").split():
                     cmd += ["--constraint", constraint]
             cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
             cmd += [*extra_args, src_arg]
@@ -407,15 +408,6 @@ def _has_pinned_pair() -> bool:
         return False
 
 
-def find_uv() -> str | None:
-    """The uv executable: on PATH, or installed beside this interpreter (a venv whose bin/ is
-    not on PATH, as `.venv/bin/python -m lockguard` runs)."""
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("uv")
-
-
 def _uv_binary() -> str:
     uv = find_uv()
     if uv is None:
@@ -436,139 +428,10 @@ def _resolver_identity(resolver: Resolver) -> str:
     return f"pip-tools {PIP_TOOLS_VERSION} pip {PIP_VERSION}"
 
 
-def pip_config_as_uv_args(*, constraints: bool = True, index_url: bool = True) -> list[str]:
-    """pip's index options, as uv arguments (uv reads none of pip's configuration).
-
-    The venv backend installs with uv from the same places pip would; it leaves out the
-    constraint files (uv refuses an unpinned constraint under --require-hashes, and a lock's
-    exact pins leave a constraint nothing to choose) and, when the lock names its own index,
-    pip's index url (pip's requirements file wins over its configuration)."""
-    values = pip_config()
-    args: list[str] = []
-    if values.get("no-index", "").lower() in {"1", "true", "yes", "on"}:
-        args.append("--no-index")
-    for url in _split(values.get("index-url", ""))[:1] if index_url else []:
-        args += ["--index-url", url]
-    for url in _split(values.get("extra-index-url", "")):
-        args += ["--extra-index-url", url]
-    for link in _split(values.get("find-links", "")):
-        args += ["--find-links", link]
-    for constraint in _split(values.get("constraint", "")) if constraints else []:
-        args += ["--constraint", constraint]
-    if args:
-        # pip picks the best version across all indexes; uv's default stops at the first index
-        # that has the package, which could hide a newer version elsewhere.
-        args += ["--index-strategy", "unsafe-best-match"]
-    return args
-
-
-def _split(value: str) -> list[str]:
-    return value.split()  # pip takes several values of one option whitespace-separated
-
-
-@functools.cache
-def pip_config() -> dict[str, str]:
-    """pip's effective settings for `pip install`: env vars over [install] over [global].
-
-    Asking pip costs a second (it imports itself twice over), which every environment build
-    with uv would pay; so the answer is kept in lockguard's cache with what it was read from
-    (every configuration file pip looked at, existing or not, with its size and mtime, the PIP_*
-    variables and those that move the files, pip's version) and reused while all of that is
-    unchanged."""
-    import json
-
-    from lockguard.cache import cache_root, ensure_dir
-
-    memo = cache_root() / "tools" / "pip-config.json"
-    try:
-        kept = json.loads(memo.read_text(encoding="utf-8"))
-        if kept["source"] == _pip_config_source(kept["files"]):
-            return dict(kept["values"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1) as pool:  # the two questions at once
-        asked = pool.submit(run_tool, [sys.executable, "-m", "pip", "config", "debug"],
-                            timeout=60, what="pip config debug")
-        values = _ask_pip_config()
-        debug = asked.result()
-    if values is not None and debug.returncode == 0:
-        files = re.findall(r"^\s+(/.*), exists: (?:True|False)$", debug.stdout, re.M)
-        try:
-            ensure_dir(memo.parent)
-            write_text(memo, json.dumps({"source": _pip_config_source(files), "files": files,
-                                         "values": values}, indent=1))
-        except (OSError, LockguardError):
-            pass  # asked again next time
-    return values or {}
-
-
-def _pip_config_source(files: list[str]) -> list:
-    from importlib.metadata import PackageNotFoundError, version
-
-    def stat(path: str) -> list[int] | None:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return [st.st_size, st.st_mtime_ns]
-
-    try:
-        pip = version("pip")
-    except PackageNotFoundError:
-        pip = None
-    moving = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV")
-    env = sorted([k, v] for k, v in os.environ.items() if k.startswith("PIP_") or k in moving)
-    return [sys.executable, pip, env, [[f, stat(f)] for f in files]]
-
-
-def _ask_pip_config() -> dict[str, str] | None:
-    import ast
-
-    proc = run_tool([sys.executable, "-m", "pip", "config", "list"], timeout=60, what="pip config")
-    if proc.returncode != 0:
-        return None
-    layers: dict[str, dict[str, str]] = {"global": {}, "install": {}, ":env:": {}}
-    for line in proc.stdout.splitlines():
-        key, sep, raw = line.partition("=")
-        section, _, option = key.rpartition(".")
-        if not sep or section not in layers:
-            continue
-        try:
-            value = ast.literal_eval(raw)  # pip prints values with repr()
-        except (ValueError, SyntaxError):
-            value = raw
-        layers[section][option] = str(value)
-    merged: dict[str, str] = {}
-    for section in ("global", "install", ":env:"):
-        merged.update(layers[section])
-    return merged
-
-
 def run_tool(cmd: Sequence[str], *, timeout: float, what: str,
-         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """A resolver command through the one process runner; stdout and stderr as text (each
-    capped by the runner, which keeps the head and the end where errors are)."""
-    from lockguard import process
-
-    env = dict(os.environ)
-    # Never wait on a credentials prompt or print upgrade nags into the captured output.
-    env.setdefault("PIP_NO_INPUT", "1")
-    env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    with scratch_dir("cmd") as tmp:
-        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        try:
-            done = process.run(list(cmd), log=out, stderr_log=err, timeout=timeout, env=env,
-                               cwd=cwd)
-        except process.ProcessError as exc:
-            raise ResolveError(f"{what}: {exc}") from None
-        if done.timed_out:
-            raise ResolveError(f"{what} did not finish within {timeout:.0f} s")
-        return subprocess.CompletedProcess(
-            list(cmd), done.code if done.code is not None else 1,
-            out.read_text(encoding="utf-8", errors="replace"),
-            err.read_text(encoding="utf-8", errors="replace"))
+             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """A resolver command (installers.run_tool), its failures as ResolveError."""
+    return installers.run_tool(cmd, timeout=timeout, what=what, cwd=cwd, error=ResolveError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -674,6 +537,5 @@ __all__ = [
     "Resolver",
     "TOOL_REQUIREMENTS",
     "compile_lock",
-    "pip_config",
     "propose_lock",
 ]

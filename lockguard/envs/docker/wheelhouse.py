@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
