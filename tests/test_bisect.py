@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, QUICKSTART, make_project, run_cli
+from lockguard.report import Report, render
 
 pytestmark = pytest.mark.slow
 
@@ -28,48 +29,56 @@ EMA_SCRIPT = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
 EPOCH = {"SOURCE_DATE_EPOCH": "315532800"}
 
 
-def build_wheel(root: Path, name: str, version: str, source: str, wheels: Path,
-                dependencies: tuple[str, ...] = ()) -> Path:
-    module = name.replace("-", "_")
-    tree = root / f"{name}-{version}"
-    (tree / module).mkdir(parents=True, exist_ok=True)
-    deps = ", ".join(f'"{d}"' for d in dependencies)
-    (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
+def build_wheels(root: Path, packages: dict[str, tuple[str, str, tuple[str, ...], str | None]],
+                 wheels: Path) -> dict[str, Path]:
+    """Real wheels of {name: (version, source of its __init__.py, dependencies, module name or
+    None for the distribution's)}, name -> wheel: one `pip wheel` for all of them (one version
+    of each project per call: pip resolves its arguments together)."""
+    trees = []
+    for name, (version, source, dependencies, module) in packages.items():
+        module = module or name.replace("-", "_")
+        tree = root / f"{name}-{version}"
+        (tree / module).mkdir(parents=True, exist_ok=True)
+        deps = ", ".join(f'"{d}"' for d in dependencies)
+        (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
+            [build-system]
+            requires = ["setuptools>=61"]
+            build-backend = "setuptools.build_meta"
 
-        [project]
-        name = "{name}"
-        version = "{version}"
-        dependencies = [{deps}]
-        """))
-    (tree / module / "__init__.py").write_text(textwrap.dedent(source))
+            [project]
+            name = "{name}"
+            version = "{version}"
+            dependencies = [{deps}]
+            """))
+        (tree / module / "__init__.py").write_text(textwrap.dedent(source))
+        trees.append(str(tree))
     wheels.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "-q", "-w", str(wheels), str(tree)],
+         "--disable-pip-version-check", "-q", "-w", str(wheels), *trees],
         cwd=root, env={**os.environ, **EPOCH}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return next(wheels.glob(f"{module}-{version}-*.whl"))
+    return {name: next(wheels.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+            for name, (version, *_) in packages.items()}
 
 
 def pin(name: str, version: str, wheel: Path) -> str:
-    return f"{name}=={version} \\\n    --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n"
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return f"{name}=={version} \\\n    --hash=sha256:{digest}\n"
 
 
-def locks_with(project: Path, packages: dict[str, dict[str, tuple[str, tuple[str, ...]]]],
-               old_base: str, new_base: str) -> None:
-    """old.txt / new.txt: a numpy lock plus local packages {name: {"old"|"new": (version,
-    (source, deps))}} from the wheels/ folder beside them."""
+def locks_with(project: Path, packages: dict[str, dict[str, tuple[str, str, tuple[str, ...]]]],
+               old_base: str, new_base: str, modules: dict[str, str] | None = None) -> None:
+    """old.txt / new.txt: a base lock plus local packages {name: {"old"|"new": (version,
+    source, deps)}} from the wheels/ folder beside them (`modules`: a package's module name
+    where it is not the distribution's)."""
     wheels = project / "wheels"
-    texts = {"old": old_base.rstrip() + "\n\n--find-links wheels\n",
-             "new": new_base.rstrip() + "\n\n--find-links wheels\n"}
-    for name, sides in packages.items():
-        for side, (version, source, deps) in sides.items():
-            wheel = build_wheel(project / "build", name, version, source, wheels, deps)
-            texts[side] += pin(name, version, wheel)
-    for side, text in texts.items():
+    for side, base in (("old", old_base), ("new", new_base)):
+        wanted = {name: (*sides[side], (modules or {}).get(name))
+                  for name, sides in packages.items() if side in sides}
+        built = build_wheels(project / "build", wanted, wheels)
+        text = base.rstrip() + "\n\n--find-links wheels\n" + "".join(
+            pin(name, wanted[name][0], wheel) for name, wheel in built.items())
         (project / f"{side}.txt").write_text(text)
 
 
@@ -180,3 +189,80 @@ def test_two_packages_needed_together_are_found_as_the_pair(tmp_path):
     assert "lg-pair-b==2.0 requires lg-pair-a>=2.0; the mix pins lg-pair-a==1.0" in \
         inconsistent[0]["reason"]
     assert all(t["build_s"] is None for t in inconsistent)  # skipped, never built
+
+
+# --------------------------------------------------------------------------------------------
+# torch: a graph break among harmless bumps and a torch-family move, on the quickstart lock
+
+CULPRIT = "vendored-testlayer"  # test_compile's lg_testlayer module, under another name
+FAMILY_STUB = "# a stand-in: nothing imports this module, only its distribution name counts\n"
+
+
+def test_torch_graph_break_is_found_and_the_family_moves_as_one(tmp_path):
+    """The compile tests' layer package (2.0 adds a `.item()` graph break) among harmless local
+    bumps and a torch-family move on the real torch lock. The family move is torchvision and
+    torchaudio bumping a patch release as stand-in wheels (distribution names and versions that
+    pass the torch family rules, modules under other names, so torch never imports them): a
+    real torchvision build of another release is not to be had offline, and the grouping looks
+    at distribution names only."""
+    from test_compile import MODULE, TORCH_SCRIPT, TORCH_V1, TORCH_V2
+
+    project = make_project(tmp_path / "p", """
+        lock = "new.txt"
+        scenarios = ["layer"]
+        [scenario.layer]
+        script = "train_layer.py"
+        framework = "torch"
+        steps = 2
+        """, files={"train_layer.py": textwrap.dedent(TORCH_SCRIPT)})
+    family = {name: {"old": (f"{v}.0+cpu", FAMILY_STUB, ()), "new": (f"{v}.1+cpu", FAMILY_STUB, ())}
+              for name, v in (("torchaudio", "2.13"), ("torchvision", "0.28"))}
+    # Units are searched in name order, and named here so that the first half holds two
+    # harmless bumps and the family (a mix that must come out as the baseline) and the second
+    # half starts with the culprit: two mixes, one of each verdict.
+    packages = {**harmless(2), **family,
+                CULPRIT: {"old": ("1.0", TORCH_V1, ()), "new": ("2.0", TORCH_V2, ())},
+                **{f"zz-harmless-{i}": {"old": ("1.0", "VERSION = '1.0'\n", ()),
+                                        "new": ("1.1", "VERSION = '1.1'\n", ())}
+                   for i in range(2)}}
+    quickstart = (QUICKSTART / "requirements.txt").read_text()
+    locks_with(project, packages, quickstart, quickstart, modules={
+        CULPRIT: MODULE, "torchaudio": "lg_stub_torchaudio", "torchvision": "lg_stub_torchvision"})
+    _, report = bisect_json(project)
+    [verdict] = report["verdicts"]
+    assert verdict["verdict"] == "compile_fallback", verdict["reasons"]
+    [b] = report["bisection"]
+    assert b["verdict"] == "compile_fallback" and b["found"], b
+    assert b["culprit"] == [f"{CULPRIT} 1.0 → 2.0"] and b["culprit_units"] == [CULPRIT]
+    assert b["units"] == ["lg-harmless-0", "lg-harmless-1", "torch family", CULPRIT,
+                          "zz-harmless-0", "zz-harmless-1"]
+    assert b["others"] == 6  # seven changed packages in six units
+    assert 1 <= b["builds"] <= math.ceil(math.log2(6)) + 2 == b["bound"]
+    new_text = (project / "new.txt").read_text().splitlines()
+    layer_line = next(i for i, line in enumerate(new_text, 1) if line.startswith(f"{CULPRIT}=="))
+    assert b["culprit_lines"] == [layer_line]
+    family_changes = {"torchaudio 2.13.0+cpu → 2.13.1+cpu",
+                      "torchvision 0.28.0+cpu → 0.28.1+cpu"}
+    moved = []
+    for trial in b["trials"]:
+        # The mix reproduces exactly when it holds the layer package, and judged like the
+        # check: the harmless mixes compile as cleanly as the baseline.
+        assert trial["status"] == ("reproduces" if CULPRIT in trial["units"] else "baseline"), \
+            trial
+        if trial["status"] == "reproduces":
+            assert trial["verdict"] == "compile_fallback", trial
+        # The family moves whole or not at all.
+        present = family_changes & set(trial["changes"])
+        assert present in (set(), family_changes), trial
+        moved.append(bool(present) == ("torch family" in trial["units"]))
+        if present:
+            mix = Path(trial["lock"]) if Path(trial["lock"]).is_absolute() else \
+                project / trial["lock"]
+            text = mix.read_text()
+            assert "torchaudio==2.13.1+cpu" in text and "torchvision==0.28.1+cpu" in text
+    assert all(moved) and any("torch family" in t["units"] for t in b["trials"])
+    assert any(t["status"] == "baseline" for t in b["trials"])
+    # The sentence, in the text format of the same report (wrapped to the terminal's width).
+    text = " ".join(render(Report.model_validate(report), "text").split())
+    assert (f"compile_fallback in layer caused by {CULPRIT} 1.0 → 2.0 (the 6 other changes "
+            "reproduce the baseline)") in text

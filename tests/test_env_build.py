@@ -131,3 +131,81 @@ def test_the_host_interpreters_venv_is_made_in_process_another_interpreters_by_u
                               "print(numpy.__version__, sys.prefix)"],
                              capture_output=True, text=True, check=True).stdout.split()
         assert out == ["2.0.2", str(env.path)]
+
+
+def _wheel(directory: Path, version: str, tag: str, text: str) -> Path:
+    """A one-module wheel of lgfb-pkg, written by hand (no build backend, no index)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"lgfb_pkg-{version}.dist-info"
+    files = {"lgfb_pkg.py": text.encode(),
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: lgfb-pkg\nVersion: {version}\n"
+                                 .encode(),
+             f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              f"Tag: {tag}\n".encode()}
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{name},sha256={digest(data)},{len(data)}\n"
+                     for name, data in files.items()) + f"{info}/RECORD,,\n"
+    files[f"{info}/RECORD"] = record.encode()
+    wheel = directory / f"lgfb_pkg-{version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
+    return wheel
+
+
+def _index(root: Path, wheel: Path) -> str:
+    """A one-project PEP 503 index at `root` serving `wheel` with its sha256, as a URL."""
+    import hashlib
+
+    page = root / "lgfb-pkg" / "index.html"
+    page.parent.mkdir(parents=True)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    page.write_text(f'<!DOCTYPE html><html><body><a href="{wheel.as_uri()}#sha256={digest}">'
+                    f"{wheel.name}</a></body></html>\n")
+    return root.as_uri()
+
+
+@pytest.mark.slow
+def test_a_release_split_over_two_indexes_installs_the_file_the_lock_hashes(
+        monkeypatch, tmp_path, capsys):
+    """A release whose pure wheel is on one index and platform wheel on another, the lock
+    hashing the platform one (as a lock compiled against the second index is): uv takes the
+    release's files from the first index that has it, even under unsafe-best-match
+    (astral-sh/uv#14000), and fails on the hash; the build falls back to pip, which chooses
+    among every index's files those the lock hashes, and says so. The hash is still enforced:
+    the env holds the platform wheel's module, and a lock hashing neither file fails."""
+    import hashlib
+    import subprocess
+    import sysconfig
+
+    from lockguard.progress import Progress
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv"))
+    (tmp_path / "wheels").mkdir()
+    pure = _wheel(tmp_path / "wheels", "1.0", "py3-none-any", "WHICH = 'pure'\n")
+    platform = _wheel(tmp_path / "wheels", "1.0",
+                      f"py3-none-{re.sub(r'[-.]', '_', sysconfig.get_platform())}",
+                      "WHICH = 'platform'\n")
+    indexes = (f"--extra-index-url {_index(tmp_path / 'first', pure)}\n"
+               f"--extra-index-url {_index(tmp_path / 'second', platform)}\n\n")
+    digest = hashlib.sha256(platform.read_bytes()).hexdigest()
+    lock = parse_lock_text(f"{indexes}lgfb-pkg==1.0 \\\n    --hash=sha256:{digest}\n",
+                           str(tmp_path / "lock.txt"))
+    env = venv.prepare(lock, progress=Progress())
+    err = capsys.readouterr().err
+    assert "uv took a file the lock does not hash; installing with pip" in err
+    out = subprocess.run([str(env.python), "-c", "import lgfb_pkg; print(lgfb_pkg.WHICH)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "platform"
+    assert venv.verify(env.path, lock, allow_sdist=False) is None
+
+    bad = parse_lock_text(f"{indexes}lgfb-pkg==1.0 \\\n    --hash=sha256:{'0' * 64}\n",
+                          str(tmp_path / "bad.txt"))
+    with pytest.raises(venv.EnvError, match=r"bad\.txt: pip could not install the lock"):
+        venv.prepare(bad)

@@ -181,11 +181,11 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
         code, tail = _install_with(installer, path, lock, python, allow_sdist, step)
         used = installer
         if code != 0 and installer == "uv" and any("Hash mismatch" in ln for ln in tail):
-            # uv picks the most specific wheel before it can check its hash (a file index
-            # publishes none), so a lock hashing only another wheel of the release fails
-            # where pip, which selects among the files whose hash the lock allows, installs.
-            # The same pins and hashes are enforced either way.
-            progress.info("  uv picked a wheel the lock does not hash; installing with pip")
+            # With several indexes, uv takes a release's files from the first index that has
+            # the version, even under unsafe-best-match (astral-sh/uv#14000), so a lock
+            # hashing another index's wheel of it fails where pip, which chooses among every
+            # index's files those the lock hashes, installs. Same pins and hashes either way.
+            progress.info("  uv took a file the lock does not hash; installing with pip")
             shutil.rmtree(path)
             path.mkdir()
             used = "pip"
