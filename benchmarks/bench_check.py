@@ -1,6 +1,7 @@
 """How fast `lockguard check` answers, and what lockguard adds around a training run.
 
     python benchmarks/bench_check.py [--repeat 5] [--only fastpath,overhead,parallel]
+    python benchmarks/bench_check.py --only instructions --against REF
 
 Measures, on this machine, with real environments built by lockguard (cached after the first run):
   fastpath  `lockguard check` when the lock equals the goldens' and nothing changed: wall time
@@ -10,6 +11,10 @@ Measures, on this machine, with real environments built by lockguard (cached aft
             command by hand in the same venv (target: lockguard adds <= 15 %).
   parallel  a three-framework check (torch, jax, tensorflow locks) run in parallel processes vs
             the same check with LOCKGUARD_JOBS=1 (the sum of its parts, one after another).
+  instructions  the fastpath and base checks counted in instructions (valgrind's callgrind),
+            this tree against --against REF (a git revision, checked out in a temporary
+            worktree and run by this interpreter): a load-independent ratio, for machines too
+            busy for wall times to mean anything.
 Writes benchmarks/results/check.json and prints a table. Medians of --repeat runs.
 """
 
@@ -63,13 +68,19 @@ def bench_fastpath(tmp: Path, repeat: int) -> dict:
     return {"median_s": statistics.median(times), "runs_s": times, "target_s": 0.5}
 
 
-def bench_base(tmp: Path, repeat: int) -> dict:
-    """`check --base main` on a branch whose lock did not change: git alone answers."""
-    p = project(tmp / "base", 'lock = "requirements.txt"', {"requirements.txt": TORCH_LOCK})
+def bench_base_repo(root: Path) -> Path:
+    """A git repository on branch `feature`, its lock as on `main`."""
+    p = project(root, 'lock = "requirements.txt"', {"requirements.txt": TORCH_LOCK})
     for args in (["init", "-q", "-b", "main"], ["add", "-A"],
                  ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "base"],
                  ["checkout", "-qb", "feature"]):
         subprocess.run(["git", *args], cwd=p, check=True)
+    return p
+
+
+def bench_base(tmp: Path, repeat: int) -> dict:
+    """`check --base main` on a branch whose lock did not change: git alone answers."""
+    p = bench_base_repo(tmp / "base")
     times = [timed([*lockguard_cmd(), "check", "--base", "main"], p) for _ in range(repeat)]
     return {"median_s": statistics.median(times), "runs_s": times, "target_s": 0.5}
 
@@ -120,15 +131,64 @@ def bench_parallel(tmp: Path, repeat: int) -> dict:
             "speedup": s / w, "cores": os.cpu_count(), "target_warm_suite_s": 60}
 
 
+def instructions(cmd: list[str], cwd: Path, pythonpath: Path) -> int:
+    """Instructions the command executes (callgrind's "I refs"), children not followed."""
+    out = cwd / "callgrind.out"
+    proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+                          cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(pythonpath)})
+    if proc.returncode != 0:
+        raise SystemExit(f"valgrind {' '.join(cmd)} failed ({proc.returncode}):\n"
+                         f"{proc.stderr[-2000:]}")
+    refs = [line for line in proc.stderr.splitlines() if "I   refs:" in line]
+    return int(refs[-1].split(":")[1].replace(",", ""))
+
+
+def bench_instructions(tmp: Path, repeat: int, against: str) -> dict:
+    """fastpath and base, each version recording its own goldens first (their formats differ)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("the instructions benchmark needs valgrind")
+    ref_tree = tmp / "ref"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(ref_tree), against],
+                   cwd=REPO, check=True)
+    python = [sys.executable, "-m", "lockguard"]
+    # Without bytecode every run would count compiling lockguard's sources: not what users run.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    out: dict = {"against": against}
+    try:
+        for label, tree in (("this", REPO), ("ref", ref_tree)):
+            os.environ["PYTHONPATH"] = str(tree)  # this interpreter, that version's package
+            try:
+                fast = project(tmp / f"fast-{label}", 'lock = "requirements.txt"\nsteps = 5\n'
+                               'scenarios = ["torch.mlp", "torch.lm"]',
+                               {"requirements.txt": TORCH_LOCK})
+                timed([*python, "record"], fast)
+                timed([*python, "check"], fast)  # bytecode written, caches warm
+                base = tmp / f"base-{label}"
+                bench_base_repo(base)
+                timed([*python, "check", "--base", "main"], base)
+            finally:
+                del os.environ["PYTHONPATH"]
+            out[label] = {"fastpath": instructions([*python, "check"], fast, tree),
+                          "base": instructions([*python, "check", "--base", "main"], base, tree)}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(ref_tree)], cwd=REPO)
+    out["ratio"] = {k: out["this"][k] / out["ref"][k] for k in ("fastpath", "base")}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--against", default=None,
+                        help="git revision the instructions benchmark compares with")
     parser.add_argument("--only", default="fastpath,base,overhead,parallel")
     args = parser.parse_args()
     out: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
-            out[name] = globals()[f"bench_{name}"](Path(tmp), args.repeat)
+            extra = (args.against or "HEAD~1",) if name == "instructions" else ()
+            out[name] = globals()[f"bench_{name}"](Path(tmp), args.repeat, *extra)
             print(name, json.dumps(out[name], indent=1))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "check.json"

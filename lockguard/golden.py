@@ -42,7 +42,6 @@ Schema 1 goldens (golden/<device>/<scenario>.json, no class, no digest) are refu
 it"; `record` replaces them.
 """
 
-from __future__ import annotations
 
 import hashlib
 import json

@@ -4,18 +4,22 @@
 
 import re
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from lockguard.results import CompileDiagnostics
 
 
 class CountChange(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     old: int
     new: int
 
 
 class CompileDiff(BaseModel):
     """How the compiled path changed between the baseline's and the candidate's first run."""
+
+    model_config = ConfigDict(defer_build=True)
 
     graph_breaks_old: int | None = None
     graph_breaks_new: int | None = None

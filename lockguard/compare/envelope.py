@@ -69,6 +69,8 @@ class Envelope(BaseModel):
 class Outside(BaseModel):
     """One candidate value beyond the band."""
 
+    model_config = ConfigDict(defer_build=True)
+
     series: str
     index: int
     value: JsonFloat
@@ -81,6 +83,8 @@ class Outside(BaseModel):
 
 class EnvelopeCheck(BaseModel):
     """A candidate's runs judged against a noise envelope: what renderers show."""
+
+    model_config = ConfigDict(defer_build=True)
 
     k: int  # baseline runs the envelope is made of
     runs: int  # candidate runs judged

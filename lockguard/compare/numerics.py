@@ -6,7 +6,7 @@ import math
 import struct
 from collections.abc import Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from lockguard.compare.tolerance import Tolerance, normalise_dtype
 from lockguard.results import JsonFloat
@@ -17,6 +17,8 @@ class SeriesDiff(BaseModel):
 
     Indexes count from 0; for losses and grad norms the index is the training step.
     """
+
+    model_config = ConfigDict(defer_build=True)
 
     name: str
     size: int

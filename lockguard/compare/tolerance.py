@@ -22,7 +22,7 @@ class Tolerance(BaseModel):
     this model, so a bound checked here holds for the defaults, the config and the CLI alike.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     rtol: float = Field(ge=0, allow_inf_nan=False)
     atol: float = Field(ge=0, allow_inf_nan=False)
@@ -75,6 +75,8 @@ def default_tolerance(dtype: str) -> Tolerance:
 
 
 class Policy(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     exact: bool = False  # bitwise equality required
     tolerance: Tolerance | None = None  # override of the per-dtype default
     fail_on: frozenset[Verdict] = DEFAULT_FAIL_ON

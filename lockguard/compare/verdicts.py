@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from lockguard.compare.compile import CompileDiff, accuracy_failure, compare_compile
 from lockguard.compare.envelope import (
@@ -29,6 +29,8 @@ class HardwareChange(BaseModel):
     """The golden was recorded on another hardware class than this run's (lockguard/hardware.py):
     what the caller knows about the two, for compare_runs to word and judge."""
 
+    model_config = ConfigDict(defer_build=True)
+
     golden: str  # the golden's class, for people: "Intel Xeon ... [intel-6.207-...]"
     current: str  # this run's class
     same_inputs: bool  # lock, harness, scenario and settings as when the golden was recorded
@@ -37,6 +39,8 @@ class HardwareChange(BaseModel):
 
 
 class ScenarioVerdict(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     scenario: str
     framework: str
     verdict: Verdict

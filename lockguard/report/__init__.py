@@ -11,15 +11,13 @@ The JSON form is a versioned contract (`schema_version`): `lockguard report REPO
 re-renders it later without running anything, and refuses a version it does not know.
 """
 
-from __future__ import annotations
-
 import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from lockguard import __version__
 from lockguard.compare.verdicts import ScenarioVerdict
@@ -47,11 +45,15 @@ class ReportError(LockguardError):
 class GitBase(BaseModel):
     """Where the baseline locks of `check --base` were read."""
 
+    model_config = ConfigDict(defer_build=True)
+
     ref: str  # as given: origin/main
     merge_base: str  # full sha of the merge base of HEAD and `ref`
 
 
 class LockInfo(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     path: str
     lock_hash: str
     role: Literal["candidate", "baseline"] = "candidate"
@@ -69,6 +71,8 @@ class LockInfo(BaseModel):
 class RuleFailure(BaseModel):
     """A framework family rule a lock breaks (checked before anything is built)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     lock: str  # display path
     rule: str
     message: str
@@ -78,6 +82,8 @@ class RuleFailure(BaseModel):
 class ParityRow(BaseModel):
     """Step-0 loss of one scenario family across frameworks: a harness bug shows here first."""
 
+    model_config = ConfigDict(defer_build=True)
+
     family: str
     step0: dict[str, float]  # scenario id -> loss at step 0
     max_rel_spread: float
@@ -85,6 +91,8 @@ class ParityRow(BaseModel):
 
 class Side(BaseModel):
     """One side of a scenario's comparison as its run recorded it (the first of --repeat runs)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     role: Literal["baseline", "candidate"]
     kind: Literal["golden", "lock"]  # a baseline is a stored golden or a run of the old lock
@@ -99,6 +107,8 @@ class Evidence(BaseModel):
     """What a scenario's verdict was reached from: the curves, outputs, compile diagnostics and
     timings of both sides, for the HTML report, the artefacts and `lockguard accept`."""
 
+    model_config = ConfigDict(defer_build=True)
+
     scenario: str
     baseline: Side | None = None  # none when there was nothing to compare with (new, record)
     candidate: Side | None = None  # none when nothing ran (answered from the golden)
@@ -108,6 +118,8 @@ class Evidence(BaseModel):
 
 class ShardInfo(BaseModel):
     """Which part of a sharded check a partial Report is (lockguard/flows/shards.py)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     plan_digest: str  # of the whole plan: parts of different plans are never merged
     index: int = Field(ge=1)  # K of K/N
@@ -120,6 +132,8 @@ class ShardInfo(BaseModel):
 class MixTrial(BaseModel):
     """One intermediate lock a bisection tried: the baseline plus some of the candidate's
     changes, and what its run said."""
+
+    model_config = ConfigDict(defer_build=True)
 
     units: list[str]  # change units taken from the candidate ("numpy", "torch family")
     changes: list[str]  # their package changes, "numpy 1.26.4 → 2.0.2"
@@ -138,6 +152,8 @@ class MixTrial(BaseModel):
 class Bisection(BaseModel):
     """`bisect` / `check --bisect`: the smallest set of changes that reproduces a scenario's
     failing verdict."""
+
+    model_config = ConfigDict(defer_build=True)
 
     scenario: str
     framework: str
@@ -190,6 +206,8 @@ class LockLine:
 
 
 class Report(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     schema_version: int = SCHEMA_VERSION
     lockguard_version: str = __version__
     # Time-ordered and unique (20260101T120000Z-1a2b3c): the name of the report's artefact
