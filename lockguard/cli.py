@@ -227,6 +227,11 @@ def keep_evidence(target: Any, report: Any) -> None:
     """Write the run's artefacts (lockguard/report/artifacts.py) and say where, on one line."""
     from lockguard.report import artifacts
 
+    if target.pruned and report.command == "check" and not report.evidence:
+        # A check that ran nothing (answered from the goldens) has no evidence to keep; the
+        # last-check pointer goes, so that `accept` never adopts an older check's runs.
+        artifacts.forget_last_check(target)
+        return
     directory = artifacts.save(target, report)
     click.echo(f"artefacts kept in {directory}", err=True)
 

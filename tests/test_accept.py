@@ -149,6 +149,12 @@ def test_accept_an_ab_drift_then_check_passes(tmp_path):
     assert fast.returncode == 0, fast.stdout + fast.stderr
     [v] = json.loads(fast.stdout)["verdicts"]
     assert v["verdict"] == "identical" and "not re-run" in v["reasons"][0]
+    # It ran nothing, so it keeps nothing, and leaves no pointer to the drift's artefacts:
+    # `accept` cannot adopt an older check's runs in its name.
+    assert "artefacts kept" not in fast.stderr
+    stale = run_cli("accept", "--reason", "again", "--yes", cwd=project)
+    assert stale.returncode == 2 and "kept no artefacts" in stale.stderr, stale.stderr
+    assert stale.stderr.count("\n") == 1
     rerun = run_cli("check", "--rerun", "--format", "json", cwd=project)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert [v["verdict"] for v in json.loads(rerun.stdout)["verdicts"]] == ["identical"]

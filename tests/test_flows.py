@@ -58,6 +58,14 @@ def test_record_then_check_is_identical_and_answered_without_running(project, tm
     assert [v.verdict for v in report.verdicts] == [Verdict.identical]
     assert "not re-run" in report.verdicts[0].reasons[0]
     assert again.prepared == [] and again.runs == []
+    # That report skips validation (it ran nothing): validated, it is the same in every format.
+    from lockguard.names import FORMATS
+    from lockguard.report import Report, render
+
+    validated = Report.model_validate(report.model_dump())
+    assert validated == report
+    for fmt in FORMATS:
+        assert render(report, fmt) == render(validated, fmt), fmt
 
     # --rerun runs it and compares bitwise.
     report = check(project, [numpy1], NUMPY, Options(rerun=True), backend=again)

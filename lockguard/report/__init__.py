@@ -14,6 +14,7 @@ re-renders it later without running anything, and refuses a version it does not 
 import json
 import shlex
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -396,16 +397,23 @@ def render(report: Report, fmt: str, color: bool = False, width: int | None = No
 def printable_report(report: Report) -> Report:
     """The report with every string stripped of terminal escapes: reasons quote pip, training
     logs and golden files, and none of them may drive the reader's terminal."""
+    # Copied model by model, not dumped and validated again: a report that skipped
+    # validation (an unchanged check's) must not build the Report validator just to be shown.
     def clean(value: Any) -> Any:
+        if isinstance(value, Enum):
+            return value  # the verdict names (str enums) are lockguard's own
         if isinstance(value, str):
             return printable(value)
-        if isinstance(value, list):
-            return [clean(v) for v in value]
+        if isinstance(value, BaseModel):
+            return value.model_copy(update={name: clean(getattr(value, name))
+                                            for name in type(value).model_fields})
+        if isinstance(value, (list, tuple)):
+            return type(value)(clean(v) for v in value)
         if isinstance(value, dict):
             return {clean(k): clean(v) for k, v in value.items()}
         return value
 
-    return Report.model_validate(clean(report.model_dump()))
+    return clean(report)
 
 
 def load_report(path: Path) -> Report:

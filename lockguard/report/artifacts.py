@@ -119,6 +119,15 @@ def save(target: Target, report: Report) -> Path:
     return target.directory
 
 
+def forget_last_check(target: Target) -> None:
+    """The project's latest check kept nothing: no pointer to an earlier one's artefacts."""
+    try:
+        (target.project / LAST_CHECK).unlink(missing_ok=True)
+    except OSError as exc:
+        raise WriteError(f"{target.project / LAST_CHECK}: cannot remove: "
+                         f"{exc.strerror or exc}") from None
+
+
 def prune(project: Path, keep: int = KEEP) -> None:
     """Keep a project's newest `keep` artefact directories; remove leftovers of killed writers
     and the artefacts of projects not checked for a month."""
@@ -155,8 +164,10 @@ def last_check(root: Path) -> Path:
     try:
         directory = Path(pointer.read_text(encoding="utf-8").strip())
     except FileNotFoundError:
-        raise ArtifactError(f"no check of {root} has kept its artefacts yet (run `lockguard "
-                            "check` first, or name a report with --from)") from None
+        raise ArtifactError(f"the last check of {root} kept no artefacts (it ran nothing: "
+                            "its answers came from the goldens) or none has run yet; run "
+                            "`lockguard check` (--rerun to run unchanged scenarios), or name "
+                            "a report with --from") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{pointer}: cannot read: {exc}") from None
     if not (directory / "report.json").is_file():
