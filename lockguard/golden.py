@@ -344,7 +344,7 @@ def _all_finite(values: list[Any]) -> bool:
 # not what it holds: a new recording that differs only in these leaves the file as it is.
 # metrics["run_s"]: the wall time of a user script's run() (harness/userscript.py).
 _RESULT_NOISE: dict[str, Any] = {"timings": True, "peak_memory_bytes": True,
-                                 "fingerprint": True, "compile": {"compile_s"},
+                                 "peak_device_memory_bytes": True, "fingerprint": True, "compile": {"compile_s"},
                                  "metrics": {"run_s"}}
 _PROVENANCE_KEPT = ("lock_hash", "inputs_digest", "framework_version", "repeats",
                     "deterministic")

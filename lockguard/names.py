@@ -21,6 +21,9 @@ class Verdict(str, Enum):
     compile_fallback = "compile_fallback"  # more graph breaks, retraces, eager fallbacks, no XLA
     device_fallback = "device_fallback"  # ran on another device than expected (cuda -> cpu)
     slower = "slower"  # steady-state steps slower, measured A/B on one machine
+    # The training's peak host (or accelerator) memory grew, measured A/B on one machine: a
+    # dependency that allocates more fits today's runner and fails on tomorrow's bigger batch.
+    heavier = "heavier"
     broken = "broken"  # the candidate crashed, produced NaN or timed out
     new = "new"  # nothing to compare with yet
     incomparable = "incomparable"  # the runs cannot be compared (steps, dtype, broken baseline)
@@ -42,6 +45,7 @@ PRECEDENCE: tuple[Verdict, ...] = (
     Verdict.drift,
     Verdict.other_hardware,
     Verdict.slower,
+    Verdict.heavier,
     Verdict.within_tolerance,
     Verdict.identical,
     Verdict.skipped,

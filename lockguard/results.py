@@ -121,7 +121,13 @@ class RunResult(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)  # user scenario extras
     compile: CompileDiagnostics | None = None
     timings: Timings = Field(default_factory=Timings)
+    # Peak host memory of the training: how far the resident set rose above where it stood when
+    # the training started, after the framework's import (harness common.TrainingMemory), so
+    # that two processes compare A/B as a ratio. Not a lifetime peak of the process.
     peak_memory_bytes: int | None = None
+    # Peak accelerator memory of the training, where the framework reports one (torch on cuda:
+    # torch.cuda.max_memory_allocated, reset before training). Absent from older results.
+    peak_device_memory_bytes: int | None = None
     status: Status = Status.ok
     error: str | None = None  # last lines of the error, for crashed/nan/timeout
 

@@ -610,6 +610,86 @@ def test_missing_timings_give_no_ratio() -> None:
     assert v.step_time_ratio is None and v.verdict == Verdict.identical
 
 
+MIB = 1 << 20
+
+
+def peak(host: float | None, device: float | None = None, **fields: object) -> RunResult:
+    """A run whose training peaked at `host` (and `device`) MiB."""
+    return run(peak_memory_bytes=None if host is None else int(host * MIB),
+               peak_device_memory_bytes=None if device is None else int(device * MIB), **fields)
+
+
+def test_memory_is_ignored_unless_measured_together() -> None:
+    # Against a golden of another run (another machine, another day) memory proves nothing.
+    v = compare([peak(100)], [peak(400, 400)])
+    assert v.memory_ratio is None and v.device_memory_ratio is None
+    assert v.verdict == Verdict.identical
+
+
+def test_heavier_names_both_peaks_and_the_ratio() -> None:
+    v = compare([peak(100)], [peak(150)], timed_together=True)
+    assert v.memory_ratio == 1.5 and v.device_memory_ratio is None
+    assert v.verdict == Verdict.heavier
+    assert v.reasons[0] == ("the training's peak host memory is 150.0 MiB against the"
+                            " baseline's 100.0 MiB: 1.50× (limit 1.20×)")
+
+
+def test_heavier_uses_medians_over_repeats() -> None:
+    v = compare([peak(1000), peak(1000), peak(3000)],  # one noisy run must not decide
+                [peak(1100), peak(1150), peak(4000)], timed_together=True)
+    assert v.memory_ratio == 1.15 and v.verdict == Verdict.identical
+    v = compare([peak(1000), peak(1000), peak(3000)], [peak(1300), peak(1250), peak(10)],
+                timed_together=True)
+    assert v.memory_ratio == 1.25 and v.verdict == Verdict.heavier
+
+
+def test_not_heavier_within_the_ratio() -> None:
+    v = compare([peak(1000)], [peak(1190)], timed_together=True)
+    assert v.memory_ratio == pytest.approx(1.19) and v.verdict == Verdict.identical
+    v = compare([peak(1000)], [peak(1190)], timed_together=True,
+                policy=Policy(heavier_ratio=1.1))
+    assert v.verdict == Verdict.heavier
+    assert compare([peak(100)], [peak(50)], timed_together=True).verdict == Verdict.identical
+
+
+def test_a_rise_below_the_floor_is_never_heavier() -> None:
+    # A small training doubles by noise alone; the ratio is still reported.
+    small = Policy().heavier_min_bytes / MIB / 4
+    v = compare([peak(small)], [peak(small * 3)], timed_together=True)
+    assert v.memory_ratio == pytest.approx(3.0) and v.verdict == Verdict.identical
+    v = compare([peak(small)], [peak(small * 3)], timed_together=True,
+                policy=Policy(heavier_min_bytes=0))
+    assert v.verdict == Verdict.heavier
+
+
+def test_device_memory_is_judged_apart_from_host_memory() -> None:
+    v = compare([peak(100, 1000)], [peak(100, 2000)], timed_together=True)
+    assert (v.memory_ratio, v.device_memory_ratio) == (1.0, 2.0)
+    assert v.verdict == Verdict.heavier
+    assert v.reasons[0] == ("the training's peak device memory is 2000.0 MiB against the"
+                            " baseline's 1000.0 MiB: 2.00× (limit 1.20×)")
+    both = compare([peak(100, 1000)], [peak(200, 2000)], timed_together=True)
+    assert [r.split(" memory")[0] for r in both.reasons[:2]] == [
+        "the training's peak host", "the training's peak device"]
+
+
+def test_missing_or_zero_memory_gives_no_ratio() -> None:
+    for old, new in ((None, 500), (500, None), (0, 500)):
+        v = compare([peak(old)], [peak(new)], timed_together=True)
+        assert v.memory_ratio is None and v.verdict == Verdict.identical
+
+
+def test_drift_and_slower_outrank_heavier_and_all_are_said() -> None:
+    heavy_slow = dict(peak_memory_bytes=400 * MIB)
+    v = compare([timed(1.0, peak_memory_bytes=100 * MIB)], [timed(2.0, **heavy_slow)],
+                timed_together=True)
+    assert v.verdict == Verdict.slower
+    assert v.reasons[1].startswith("the training's peak host memory is 400.0 MiB")
+    v = compare([peak(100)], [peak(400, losses=[9.0] * 6)], timed_together=True)
+    assert v.verdict == Verdict.drift
+    assert any(r.startswith("the training's peak host memory") for r in v.reasons)
+
+
 # --------------------------------------------------------------------------------------------
 # Precedence and the gate
 
@@ -618,7 +698,8 @@ def test_precedence_order() -> None:
     assert PRECEDENCE[:3] == (Verdict.broken, Verdict.device_fallback, Verdict.incomparable)
     assert PRECEDENCE.index(Verdict.compile_fallback) < PRECEDENCE.index(Verdict.drift)
     assert PRECEDENCE.index(Verdict.drift) < PRECEDENCE.index(Verdict.slower)
-    assert PRECEDENCE.index(Verdict.slower) < PRECEDENCE.index(Verdict.within_tolerance)
+    assert PRECEDENCE.index(Verdict.slower) < PRECEDENCE.index(Verdict.heavier)
+    assert PRECEDENCE.index(Verdict.heavier) < PRECEDENCE.index(Verdict.within_tolerance)
     assert PRECEDENCE.index(Verdict.within_tolerance) < PRECEDENCE.index(Verdict.identical)
     assert set(PRECEDENCE) == set(Verdict)
 
@@ -656,6 +737,11 @@ def test_gate() -> None:
     assert not gate_passes([ok, drift], Policy())
     assert is_failure(drift, Policy()) and not is_failure(ok, Policy())
     assert not gate_passes([slow], Policy(fail_on=DEFAULT_FAIL_ON | {Verdict.slower}))
+    # Gated like `slower`: reported, failing only where fail_on names it.
+    heavy = compare([peak(100)], [peak(300)], timed_together=True)
+    assert heavy.verdict == Verdict.heavier and gate_passes([ok, heavy], Policy())
+    assert not gate_passes([heavy], Policy(fail_on=DEFAULT_FAIL_ON | {Verdict.heavier}))
+    assert gate_passes([heavy], Policy(fail_on=DEFAULT_FAIL_ON | {Verdict.slower}))
     assert gate_passes([drift], Policy(fail_on=frozenset()))
     assert gate_passes([], Policy())
 

@@ -140,6 +140,49 @@ def test_json_is_versioned_and_round_trips(drift_report, tmp_path):
         assert render(again, fmt) == render(drift_report, fmt)
 
 
+def heavier_report(fail_on: frozenset[Verdict]) -> Report:
+    """One A/B scenario whose training peaked at 3x the baseline's host memory and 1.5x its
+    device memory, numbers unchanged, under a policy failing on `fail_on`."""
+    def peaked(host: int, device: int) -> RunResult:
+        return run("numpy.mlp", [1.0, 0.5]).model_copy(
+            update={"peak_memory_bytes": host << 20, "peak_device_memory_bytes": device << 20})
+
+    policy = Policy(fail_on=fail_on)
+    v = compare_runs([peaked(100, 1000)], [peaked(300, 1500)], policy=policy,
+                     baseline_kind="lock", expected_device="cpu", timed_together=True)
+    assert v.verdict == Verdict.heavier
+    return ab_report([v], policy)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_heavier_in_every_format(tmp_path, gated):
+    fail_on = frozenset({Verdict.drift, Verdict.heavier} if gated else {Verdict.drift})
+    report = heavier_report(fail_on)
+    assert report.passed is not gated
+    path = tmp_path / "r.json"
+    path.write_text(render(report, "json"))
+    again = load_report(path)
+    assert (again.verdicts[0].memory_ratio, again.verdicts[0].device_memory_ratio) == (3.0, 1.5)
+    rendered = {fmt: render(again, fmt) for fmt in FORMATS}
+    reason = "the training's peak host memory is 300.0 MiB against the baseline's 100.0 MiB"
+    assert "heavier" in rendered["text"] and "300.0 MiB" in rendered["text"]
+    md = rendered["markdown"]
+    assert ("1 of 1 scenario got heavier in memory" in md.splitlines()[0]) is gated
+    assert "Peak memory of the training (candidate / baseline, same machine): host ×3.00," \
+        " device ×1.50" in md
+    assert "<summary>numpy.mlp: heavier</summary>" in md
+    assert "peak memory (training)</td><td>×3.00" in rendered["html"].replace("\n", "")
+    root = ET.fromstring(rendered["junit"])
+    [case] = root.iter("testcase")
+    failure = case.find("failure")
+    assert (failure is not None) is gated
+    if gated:
+        assert failure.get("type") == "heavier" and reason in failure.text
+    [scenario] = [a for a in annotations(rendered["github"]) if "numpy.mlp" in a["title"]]
+    assert scenario["level"] == ("error" if gated else "warning")
+    assert reason in scenario["message"]
+
+
 @pytest.mark.parametrize("content, fragment", [
     ("{not json", "invalid JSON"),
     ('{"a": 1}', "not a lockguard JSON report"),

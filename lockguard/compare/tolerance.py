@@ -85,6 +85,11 @@ class Policy(BaseModel):
     # (measured here: sub-millisecond mlp steps "slowed" up to 6× between identical runs), so
     # they never make a `slower` verdict; the ratio is still reported.
     slower_min_step_s: float = Field(default=0.002, ge=0)
+    heavier_ratio: float = Field(default=1.20, gt=0)  # candidate/baseline peak memory above this
+    # A peak that rose by less than this is same-lock noise, never `heavier` (the ratio is still
+    # reported): allocator arenas and lazily touched library pages move small figures by
+    # whole megabytes, where a 20 % ratio of a 2 MiB training is nothing to judge.
+    heavier_min_bytes: int = Field(default=16 << 20, ge=0)
     fail_on_improvement: bool = False  # fewer graph breaks etc. fails the gate when True
 
     @field_serializer("fail_on")

@@ -58,6 +58,9 @@ class ScenarioVerdict(BaseModel):
     first_step_ratio: float | None = None  # only when timed_together; includes compilation
     compile_diff: CompileDiff | None = None
     compile_time_ratio: float | None = None  # only when timed_together: compile_s new / old
+    # Only when timed_together: the training's peak memory, candidate / baseline (medians).
+    memory_ratio: float | None = None  # host (RunResult.peak_memory_bytes)
+    device_memory_ratio: float | None = None  # accelerator (RunResult.peak_device_memory_bytes)
     expected_device: str | None = None
     found_device: str | None = None
     improvement: bool = False
@@ -131,8 +134,8 @@ def compare_runs(
     information, and bitwise equality is still `identical`.
 
     `tolerance` is the scenario's own override; it beats policy.tolerance, which beats the
-    dtype default. Timings are only compared when `timed_together` (both sides measured in
-    this check, on this machine). Numerics use the first run of each side; further runs are
+    dtype default. Timings and peak memory are only compared when `timed_together` (both sides
+    measured in this check, on this machine). Numerics use the first run of each side; further runs are
     only checked for being bitwise reproducible — except against a noise envelope
     (compare/envelope.py): `envelope` (a golden's), or the baseline runs' own when they are not
     bitwise equal. Then every candidate run is judged against it, two-sided: inside is
@@ -199,6 +202,7 @@ def compare_runs(
 
     if timed_together:
         found.update(_compare_timings(baselines, candidates, policy, findings))
+        found.update(_compare_memory(baselines, candidates, policy, findings))
     return _finish(found, findings)
 
 
@@ -520,6 +524,43 @@ def _compare_timings(
         )
     return {"step_time_ratio": step_time_ratio, "first_step_ratio": first_step_ratio,
             "compile_time_ratio": compile_time_ratio}
+
+
+def _compare_memory(
+    baselines: list[RunResult],
+    candidates: list[RunResult],
+    policy: Policy,
+    findings: _Findings,
+) -> dict[str, float | None]:
+    """The verdict's peak memory ratios, host and accelerator; what they argue for goes to
+    `findings`. A peak that rose by less than policy.heavier_min_bytes is noise, whatever its
+    ratio: small trainings move by whole allocator arenas between identical runs."""
+    ratios: dict[str, float | None] = {}
+    for field, key, what in (("peak_memory_bytes", "memory_ratio", "host"),
+                             ("peak_device_memory_bytes", "device_memory_ratio", "device")):
+        old = _median([getattr(run, field) for run in baselines])
+        new = _median([getattr(run, field) for run in candidates])
+        ratio = _median_ratio([old], [new])
+        ratios[key] = ratio
+        limit = policy.heavier_ratio
+        if ratio is None or old is None or new is None or ratio <= limit \
+                or new - old < policy.heavier_min_bytes:
+            continue
+        findings.add(
+            Verdict.heavier,
+            f"the training's peak {what} memory is {_mib(new)} against the baseline's"
+            f" {_mib(old)}: {ratio:.2f}× (limit {limit:.2f}×)",
+        )
+    return ratios
+
+
+def _mib(size: float) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _median(values: list[int | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
 
 
 def _median_ratio(old: list[float | None], new: list[float | None]) -> float | None:

@@ -365,7 +365,8 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
     timed.seconds.clear()
     single_opts = Options(device=opts.device, steps=opts.steps, env=opts.env, repeat=1,
                           exact=opts.exact)
-    together = failing.verdict == Verdict.slower  # timings only mean something side by side
+    # Timings and memory peaks only mean something measured side by side.
+    together = failing.verdict in (Verdict.slower, Verdict.heavier)
 
     def test(subset: frozenset[int]) -> Outcome:
         chosen = [units[i] for i in sorted(subset)]

@@ -41,6 +41,7 @@ def policy_for(config: Config, exact: bool = False) -> Policy:
     return Policy(exact=exact or config.tolerance == "exact",
                   tolerance=tolerance_of(config.tolerance), fail_on=fail_on,
                   slower_ratio=config.slower_ratio, slower_min_step_s=config.slower_min_step_s,
+                  heavier_ratio=config.heavier_ratio, heavier_min_bytes=config.heavier_min_bytes,
                   fail_on_improvement=config.fail_on_improvement)
 
 

@@ -92,6 +92,9 @@ def main(argv: list) -> int:
         module = importlib.import_module(f"{PACKAGE}.{MODULE_OF_FRAMEWORK[framework]}")
         ctx.result["timings"]["import_s"] = time.perf_counter() - start
         module.setup(ctx)
+        # Host memory counts from here: the framework's import and setup are the same whatever
+        # the scenario does, and would drown its figure (common.TrainingMemory).
+        ctx.start_training()
         if args.script:
             module.run_user(ctx, load_script(args.script))
         else:

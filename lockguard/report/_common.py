@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 SYMBOL = {
     Verdict.identical: "=", Verdict.within_tolerance: "≈", Verdict.drift: "✗",
     Verdict.compile_fallback: "✗", Verdict.device_fallback: "✗", Verdict.slower: "!",
+    Verdict.heavier: "!",
     Verdict.broken: "✗", Verdict.new: "+", Verdict.incomparable: "?", Verdict.skipped: "-",
     Verdict.other_hardware: "~",
 }

@@ -363,30 +363,37 @@ def _machine(v: ScenarioVerdict, ev: Evidence | None) -> list[str]:
     rows = [["expected device", e(v.expected_device or "—"), ""],
             ["ran on", e(v.found_device or "—"), ""]]  # the verdict's: a fallback shows here
     ratios = [("step time (median)", v.step_time_ratio), ("first step", v.first_step_ratio),
-              ("compile time", v.compile_time_ratio)]
+              ("compile time", v.compile_time_ratio), ("peak memory (training)", v.memory_ratio),
+              ("peak device memory", v.device_memory_ratio)]
     rows += [[e(name), f"×{ratio:.2f}", "candidate / baseline, same machine"]
              for name, ratio in ratios if ratio is not None]
     out = ["<h3>Device, timing, memory</h3>", _table(None, rows)]
     sides = _sides(ev)
     if sides:
-        out.append(_table(["side", "device", "first step", "step median", "peak memory"],
-                          [_side_row(s.role, s.result) for s in sides]))
+        device = any(s.result.peak_device_memory_bytes is not None for s in sides)
+        out.append(_table(["side", "device", "first step", "step median", "peak memory"]
+                          + (["peak device memory"] if device else []),
+                          [_side_row(s.role, s.result, device) for s in sides]))
         memory = [s.result.peak_memory_bytes for s in sides]
-        if len(sides) == 2 and memory[0] and memory[1] is not None:
+        # Measured together, the verdict's own ratio (medians over repeats) is in the table above.
+        if v.memory_ratio is None and len(sides) == 2 and memory[0] and memory[1] is not None:
             out.append(f'<p class="note">peak memory ×{memory[1] / memory[0]:.2f} '
                        "(candidate / baseline)</p>")
     return out
 
 
-def _side_row(role: str, result: RunResult) -> list[str]:
+def _side_row(role: str, result: RunResult, device: bool = False) -> list[str]:
     t = result.timings
 
     def seconds(x: float | None) -> str:
         return "—" if x is None else f"{x * 1000:.3g} ms" if x < 1 else f"{x:.3g} s"
 
-    memory = result.peak_memory_bytes
+    def mib(x: int | None) -> str:
+        return "—" if x is None else f"{x / 2**20:.1f} MiB"
+
     return [e(role), e(result.device_name or result.device or "—"), seconds(t.first_step_s),
-            seconds(t.step_median_s), "—" if memory is None else f"{memory / 2**20:.1f} MiB"]
+            seconds(t.step_median_s), mib(result.peak_memory_bytes)] \
+        + ([mib(result.peak_device_memory_bytes)] if device else [])
 
 
 def _fingerprints(ev: Evidence | None) -> list[str]:

@@ -26,6 +26,7 @@ LIMIT = 65_000
 ICON = {
     Verdict.identical: "✅", Verdict.within_tolerance: "✅", Verdict.drift: "❌",
     Verdict.compile_fallback: "❌", Verdict.device_fallback: "❌", Verdict.slower: "⚠️",
+    Verdict.heavier: "⚠️",
     Verdict.broken: "💥", Verdict.new: "🆕", Verdict.incomparable: "❓", Verdict.skipped: "➖",
     Verdict.other_hardware: "🖥️",
 }
@@ -35,6 +36,7 @@ VERB = {
     Verdict.identical: "identical", Verdict.within_tolerance: "moved within tolerance",
     Verdict.drift: "drifted", Verdict.compile_fallback: "fell back from the compiled path",
     Verdict.device_fallback: "ran on the wrong device", Verdict.slower: "got slower",
+    Verdict.heavier: "got heavier in memory",
     Verdict.broken: "broke", Verdict.new: "have no baseline",
     Verdict.incomparable: "could not be compared", Verdict.skipped: "skipped",
     Verdict.other_hardware: "moved with the hardware only",
@@ -43,7 +45,8 @@ VERB = {
 NAMED = 5  # at most this many --scenario options in a suggested command
 
 # Verdicts an intended upgrade produces: `lockguard accept` makes its results the new goldens.
-ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.within_tolerance}
+ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.heavier,
+              Verdict.within_tolerance}
 
 
 _MARKUP = re.compile(r"([\\`*_\[\]<>|~])")
@@ -172,6 +175,11 @@ def _details(report: Report, v: ScenarioVerdict) -> list[str]:
         ratios.append(f"compile time ×{v.compile_time_ratio:.2f}")
     if ratios:
         lines += ["", "Timing (candidate / baseline, same machine): " + ", ".join(ratios)]
+    memory = [f"{what} ×{ratio:.2f}" for what, ratio in (
+        ("host", v.memory_ratio), ("device", v.device_memory_ratio)) if ratio is not None]
+    if memory:
+        lines += ["", "Peak memory of the training (candidate / baseline, same machine): "
+                  + ", ".join(memory)]
     lines += ["", "</details>"]
     return lines
 

@@ -24,6 +24,7 @@ from lockguard.report._common import (
 STYLE = {
     Verdict.identical: "green", Verdict.within_tolerance: "green", Verdict.drift: "red",
     Verdict.compile_fallback: "red", Verdict.device_fallback: "red", Verdict.slower: "yellow",
+    Verdict.heavier: "yellow",
     Verdict.broken: "bold red", Verdict.new: "cyan", Verdict.incomparable: "yellow",
     Verdict.skipped: "dim", Verdict.other_hardware: "yellow",
 }
