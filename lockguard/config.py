@@ -107,7 +107,7 @@ class Config(_Strict):
     slower_ratio: float = Field(default=1.3, gt=1.0, allow_inf_nan=False)
     slower_min_step_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)  # shorter: noise
     heavier_ratio: float = Field(default=1.2, gt=1.0, allow_inf_nan=False)
-    heavier_min_bytes: int = Field(default=16 << 20, ge=0)  # a smaller rise of the peak: noise
+    heavier_min_bytes: int = Field(default=48 << 20, ge=0)  # a smaller rise of the peak: noise
     scenarios: list[str] | None = None  # default selection; None = all that apply
     installer: Literal["uv", "pip"] = "uv"  # both install the same wheels, hash-checked
     # Venvs install wheels only: building an sdist runs code from the lock on this machine.

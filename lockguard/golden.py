@@ -343,9 +343,10 @@ def _all_finite(values: list[Any]) -> bool:
 # The parts of a golden that are measurements of the moment or say where and when it was made,
 # not what it holds: a new recording that differs only in these leaves the file as it is.
 # metrics["run_s"]: the wall time of a user script's run() (harness/userscript.py).
+# compile["memory"]: the peak memory of a compiled scenario and its eager twin.
 _RESULT_NOISE: dict[str, Any] = {"timings": True, "peak_memory_bytes": True,
-                                 "peak_device_memory_bytes": True, "fingerprint": True, "compile": {"compile_s"},
-                                 "metrics": {"run_s"}}
+                                 "peak_device_memory_bytes": True, "fingerprint": True,
+                                 "compile": {"compile_s", "memory"}, "metrics": {"run_s"}}
 _PROVENANCE_KEPT = ("lock_hash", "inputs_digest", "framework_version", "repeats",
                     "deterministic")
 

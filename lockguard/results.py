@@ -70,6 +70,18 @@ class AccuracyCheck(BaseModel):
     series: dict[str, AccuracySeries] = Field(default_factory=dict)
 
 
+class CompileMemory(BaseModel):
+    """A compiled scenario's peak device memory and its eager twin's, trained right after it in
+    the same process (harness torch_.py `_compiled`), each as peak_device_memory_bytes from its
+    own start: whether compiling saves memory. Device only: in one process the twin's host
+    figure would count none of the pages the compiled run freed and it reuses."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+    compiled_device: int | None = None
+    eager_device: int | None = None
+
+
 class CompileDiagnostics(BaseModel):
     """Compile behaviour of one run. Every field is optional: each framework fills what it has."""
 
@@ -89,13 +101,15 @@ class CompileDiagnostics(BaseModel):
     xla: bool | None = None  # tf: XLA compiled the function
     compile_s: float | None = None  # time spent compiling, when it can be told apart
     accuracy: AccuracyCheck | None = None  # torch: compiled vs eager vs fp64 (miscompiles)
+    memory: CompileMemory | None = None  # torch on cuda: compiled vs eager peak device memory
 
     @model_serializer(mode="wrap")
     def _without_absent_accuracy(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Only torch's compiled runs carry the check; the others' JSON stays as it was.
+        # Only torch's compiled runs carry these; the others' JSON stays as it was.
         data = handler(self)
-        if self.accuracy is None:
-            data.pop("accuracy", None)
+        for key in ("accuracy", "memory"):
+            if getattr(self, key) is None:
+                data.pop(key, None)
         return data
 
 

@@ -249,6 +249,10 @@ def test_bundled_compile_diagnostics_and_accuracy(venv_python: Path, tmp_path: P
     worst = max(abs(a - b) for a, b in zip(compiled["losses"], eager["losses"]))
     assert acc["series"]["losses"]["compiled_vs_eager_max_abs"] == worst
     assert worst < 1e-5
+    # The training's peak memory is the compiled run's, compiler included (taken before the
+    # twins ran); eager vs compiled is a device comparison, and the cpu has none.
+    assert compiled["peak_memory_bytes"] > 0 and compiled["peak_device_memory_bytes"] is None
+    assert "memory" not in c
 
 
 RECOMPILE_SCRIPT = """\

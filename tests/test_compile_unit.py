@@ -260,3 +260,39 @@ def test_text_and_markdown_show_old_and_new_side_by_side() -> None:
     assert "| compiled path | baseline | candidate |" in md
     assert "| + break | — | <code>lg_testlayer/__init__.py:forward: Unsupported Tensor.item()" \
         " call</code> |" in md
+
+
+# --------------------------------------------------------------------------------------------
+# Compiled vs eager peak memory
+
+MIB = 1 << 20
+
+
+def memory(compiled_device: int, eager_device: int) -> CompileDiagnostics:
+    return CompileDiagnostics.model_validate({"graph_breaks": 0, "memory": {
+        "compiled_device": compiled_device * MIB, "eager_device": eager_device * MIB}})
+
+
+def test_compile_that_no_longer_saves_device_memory_is_said_not_judged() -> None:
+    v = verdict(result(memory(60, 100)), result(memory(120, 100)))
+    assert v.verdict == Verdict.identical  # a note: `heavier` judges the peaks themselves
+    note = ("compiling no longer saves device memory: the compiled training peaks at 120.0 MiB"
+            " against 100.0 MiB eager (baseline: 60.0 MiB against 100.0 MiB)")
+    assert note in v.reasons and v.compile_diff.notes == [note]
+    assert compile_rows(v.compile_diff) == [
+        ("peak device memory, eager → compiled", "100.0 → 60.0 MiB", "100.0 → 120.0 MiB"),
+    ]
+    # Still saving, or never saving, or unknown on one side: nothing to say.
+    for old, new in ((memory(60, 100), memory(90, 100)), (memory(120, 100), memory(130, 100)),
+                     (memory(60, 100), CompileDiagnostics(graph_breaks=0))):
+        assert compare_compile(old, new).notes == []
+    one_sided = CompileDiagnostics.model_validate({"memory": {"compiled_device": 1}})
+    assert compare_compile(memory(60, 100), one_sided).notes == []
+
+
+def test_compile_memory_is_typed_and_absent_from_runs_without_it() -> None:
+    written = {"graph_breaks": 0, "memory": {"compiled_device": 1, "eager_device": 2}}
+    diagnostics = CompileDiagnostics.model_validate(json.loads(json.dumps(written)))
+    assert diagnostics.memory is not None and diagnostics.memory.eager_device == 2
+    assert diagnostics.model_dump(mode="json", exclude_defaults=True) == written
+    assert "memory" not in CompileDiagnostics(graph_breaks=0).model_dump(mode="json")

@@ -6,7 +6,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from lockguard.results import CompileDiagnostics
+from lockguard.results import CompileDiagnostics, CompileMemory
 
 
 class CountChange(BaseModel):
@@ -47,6 +47,9 @@ class CompileDiff(BaseModel):
     xla_lost: bool = False  # tf: XLA compiled the function before, not any more
     compile_s_old: float | None = None  # time spent compiling (see CompileDiagnostics)
     compile_s_new: float | None = None
+    memory_old: CompileMemory | None = None  # compiled vs eager peak device memory (torch)
+    memory_new: CompileMemory | None = None
+    notes: list[str] = Field(default_factory=list)  # worth saying, not a regression
     regressions: list[str] = Field(default_factory=list)  # "graph breaks 0 → 1", "+ break: ..."
     improvements: list[str] = Field(default_factory=list)  # "- break: ...", "traces of f 2 → 1"
 
@@ -114,6 +117,14 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
         worse.append("XLA on → off")
     if old.xla is False and new.xla is True:
         better.append("XLA off → on")
+    notes = []
+    before, after = old.memory, new.memory
+    if before is not None and after is not None and _saves_device_memory(before) \
+            and _saves_device_memory(after) is False:
+        notes.append(
+            "compiling no longer saves device memory: the compiled training peaks at"
+            f" {_mib(after.compiled_device)} against {_mib(after.eager_device)} eager"
+            f" (baseline: {_mib(before.compiled_device)} against {_mib(before.eager_device)})")
     return CompileDiff(
         graph_breaks_old=old.graph_breaks,
         graph_breaks_new=new.graph_breaks,
@@ -137,9 +148,24 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
         xla_lost=xla_lost,
         compile_s_old=old.compile_s,
         compile_s_new=new.compile_s,
+        memory_old=old.memory,
+        memory_new=new.memory,
+        notes=notes,
         regressions=worse,
         improvements=better,
     )
+
+
+def _saves_device_memory(memory: CompileMemory) -> bool | None:
+    """Whether the compiled training peaked below its eager twin on the device; None when
+    unknown."""
+    if memory.compiled_device is None or memory.eager_device is None:
+        return None
+    return memory.compiled_device < memory.eager_device
+
+
+def _mib(size: int | None) -> str:
+    return "?" if size is None else f"{size / 2**20:.1f} MiB"
 
 
 def _unique(items: list[str]) -> list[str]:

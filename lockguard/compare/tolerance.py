@@ -86,10 +86,12 @@ class Policy(BaseModel):
     # they never make a `slower` verdict; the ratio is still reported.
     slower_min_step_s: float = Field(default=0.002, ge=0)
     heavier_ratio: float = Field(default=1.20, gt=0)  # candidate/baseline peak memory above this
-    # A peak that rose by less than this is same-lock noise, never `heavier` (the ratio is still
-    # reported): allocator arenas and lazily touched library pages move small figures by
-    # whole megabytes, where a 20 % ratio of a 2 MiB training is nothing to judge.
-    heavier_min_bytes: int = Field(default=16 << 20, ge=0)
+    # A peak that rose by less than this is noise, never `heavier` (the ratio is still reported).
+    # The same code's training peak moves by under 1 MiB from run to run, eager or with a warm
+    # compiler cache; a cold inductor cache adds the compiler's own work (torch.lm.compile: 23
+    # MiB, ×1.23), and A/B meets one whenever the candidate's environment is new. The floor is
+    # twice that.
+    heavier_min_bytes: int = Field(default=48 << 20, ge=0)
     fail_on_improvement: bool = False  # fewer graph breaks etc. fails the gate when True
 
     @field_serializer("fail_on")

@@ -321,6 +321,8 @@ def _compile_findings(diff: CompileDiff, findings: _Findings) -> None:
         findings.note("improved: " + "; ".join(diff.improvements) + "; re-record the golden")
     for old, new in diff.reworded_break_reasons:
         findings.note(f"graph break reworded at the same site (not counted): {old} → {new}")
+    for note in diff.notes:
+        findings.note(note)
 
 
 def _compare_numerics(

@@ -11,6 +11,7 @@ from lockguard.locks.diff import Change, OptionChange
 
 if TYPE_CHECKING:
     from lockguard.report import Bisection, MixTrial
+    from lockguard.results import CompileMemory
 
 SYMBOL = {
     Verdict.identical: "=", Verdict.within_tolerance: "≈", Verdict.drift: "✗",
@@ -121,7 +122,7 @@ def compile_rows(diff: CompileDiff) -> list[tuple[str, str, str]]:
     row, a reworded one sits beside its old wording, a removed one has "—" on the right and an
     added one "—" on the left. Empty when nothing about the compiled path changed.
     """
-    if not (diff.regressions or diff.improvements or diff.reworded_break_reasons):
+    if not (diff.regressions or diff.improvements or diff.reworded_break_reasons or diff.notes):
         return []
     rows: list[tuple[str, str, str]] = []
 
@@ -143,7 +144,16 @@ def compile_rows(diff: CompileDiff) -> list[tuple[str, str, str]]:
     rows += reason_pairs("recompile", diff.recompile_reasons_old, diff.recompile_reasons_new, [])
     if diff.compile_s_old is not None and diff.compile_s_new is not None:
         rows.append(("compile time", f"{diff.compile_s_old:.2f} s", f"{diff.compile_s_new:.2f} s"))
+    sides = [_eager_compiled(m) for m in (diff.memory_old, diff.memory_new)]
+    if any(sides):
+        rows.append(("peak device memory, eager → compiled", sides[0] or "—", sides[1] or "—"))
     return rows
+
+
+def _eager_compiled(memory: CompileMemory | None) -> str | None:
+    if memory is None or memory.eager_device is None or memory.compiled_device is None:
+        return None
+    return f"{memory.eager_device / 2**20:.1f} → {memory.compiled_device / 2**20:.1f} MiB"
 
 
 def reason_pairs(label: str, old: list[str], new: list[str],

@@ -436,13 +436,25 @@ def _compiled(ctx, family: str) -> None:
     build = {"mlp": lambda c, **kw: _mlp(c, "gen", **kw), "lm": lambda c, **kw: _lm(c, **kw)}[
         family]
     build(ctx, wrap=lambda m: torch.compile(m))
+    ctx.end_training()  # the twins below are not the compiled training
     diagnostics = RECORDER.diagnostics() or {}
     if ctx.result["status"] == "ok":
         twins = {}
+        cuda = _device(ctx).type == "cuda"
         for name, dtype in (("eager", torch.float32), ("fp64", torch.float64)):
             shadow = _shadow_context(ctx)
+            # What the compiled run still holds (its caches) is not the eager twin's.
+            held = torch.cuda.memory_allocated() if cuda else 0
             build(shadow, dtype=dtype)
-            twins[name] = {"losses": shadow.result["losses"], "outputs": shadow.result["outputs"]}
+            twins[name] = shadow.result
+            if name == "eager" and cuda:
+                # Whether compiling still saves memory: the same training eager, right after
+                # the compiled one, each from its own start. Device figures only: a twin's host
+                # figure cannot be taken in this process (it reuses the pages the compiled run
+                # freed, and the compiled one includes the compiler's own work).
+                diagnostics["memory"] = {
+                    "compiled_device": ctx.result["peak_device_memory_bytes"],
+                    "eager_device": shadow.result["peak_device_memory_bytes"] - held}
         mine = {"losses": ctx.result["losses"], "outputs": ctx.result["outputs"]}
         diagnostics["accuracy"] = accuracy(mine, twins["eager"], twins["fp64"], "float32")
     ctx.result["compile"] = diagnostics
