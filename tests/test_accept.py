@@ -153,7 +153,7 @@ def test_accept_an_ab_drift_then_check_passes(tmp_path):
     # `accept` cannot adopt an older check's runs in its name.
     assert "artefacts kept" not in fast.stderr
     stale = run_cli("accept", "--reason", "again", "--yes", cwd=project)
-    assert stale.returncode == 2 and "kept no artefacts" in stale.stderr, stale.stderr
+    assert stale.returncode == 2 and "has kept artefacts" in stale.stderr, stale.stderr
     assert stale.stderr.count("\n") == 1
     rerun = run_cli("check", "--rerun", "--format", "json", cwd=project)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr

@@ -49,6 +49,10 @@ def test_base_with_unchanged_lock_answers_from_git_alone(tmp_path):
     assert report["verdicts"] == [] and report["passed"]
     assert any("no lock changed since main" in n for n in report["notes"])
     assert not (cache / "venvs").exists()  # nothing built
+    # Made without validation (nothing ran), it is what a validated report reads back as.
+    from lockguard.report import Report
+
+    assert json.loads(Report.model_validate(report).model_dump_json()) == report
 
 
 @pytest.mark.slow

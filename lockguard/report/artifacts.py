@@ -164,10 +164,9 @@ def last_check(root: Path) -> Path:
     try:
         directory = Path(pointer.read_text(encoding="utf-8").strip())
     except FileNotFoundError:
-        raise ArtifactError(f"the last check of {root} kept no artefacts (it ran nothing: "
-                            "its answers came from the goldens) or none has run yet; run "
-                            "`lockguard check` (--rerun to run unchanged scenarios), or name "
-                            "a report with --from") from None
+        raise ArtifactError(f"no check of {root} has kept artefacts (one answered wholly "
+                            "from the goldens keeps none); run `lockguard check` first (--rerun "
+                            "runs unchanged scenarios), or name a report with --from") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{pointer}: cannot read: {exc}") from None
     if not (directory / "report.json").is_file():
