@@ -54,6 +54,41 @@ def make_project(root: Path, config: str, files: dict[str, str] | None = None,
     return root
 
 
+def build_wheels(root: Path, packages: dict[str, tuple[str, str, tuple[str, ...], str | None]],
+                 wheels: Path) -> dict[str, Path]:
+    """Real wheels of {name: (version, source of its __init__.py, dependencies, module name or
+    None for the distribution's)}, name -> wheel: one `pip wheel` for all of them (one version
+    of each project per call: pip resolves its arguments together), offline, with reproducible
+    zip timestamps."""
+    trees = []
+    for name, (version, source, dependencies, module) in packages.items():
+        module = module or name.replace("-", "_")
+        tree = root / f"{name}-{version}"
+        (tree / module).mkdir(parents=True, exist_ok=True)
+        deps = ", ".join(f'"{d}"' for d in dependencies)
+        (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
+            [build-system]
+            requires = ["setuptools>=61"]
+            build-backend = "setuptools.build_meta"
+
+            [project]
+            name = "{name}"
+            version = "{version}"
+            dependencies = [{deps}]
+            """))
+        (tree / module / "__init__.py").write_text(textwrap.dedent(source))
+        trees.append(str(tree))
+    wheels.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "-q", "-w", str(wheels), *trees],
+        cwd=root, env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"}, capture_output=True,
+        text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {name: next(wheels.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+            for name, (version, *_) in packages.items()}
+
+
 def snapshot(directory: Path) -> dict[str, bytes]:
     """Every file below `directory`, for 'nothing was written' assertions."""
     if not directory.exists():

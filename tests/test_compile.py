@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from conftest import FRAMEWORK_LOCKS, QUICKSTART, make_project, run_cli
+from conftest import build_wheels as build_local_wheels
 from lockguard.report import Report, render
 from test_harness_torch import harness, venv_python  # noqa: F401 - fixture
 
@@ -42,32 +40,11 @@ MODULE = "lg_testlayer"
 
 def build_wheels(root: Path, sources: dict[str, str], wheels: Path) -> dict[str, Path]:
     """Real wheels of `lg-testlayer`, version -> wheel; each version's lg_testlayer/__init__.py
-    is its source. (One `pip wheel` per version: pip resolves its arguments together, and two
-    versions of one project conflict.)"""
-    trees = []
-    for version, source in sources.items():
-        tree = root / f"src-{version}"
-        (tree / MODULE).mkdir(parents=True, exist_ok=True)
-        (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
-            [build-system]
-            requires = ["setuptools>=61"]
-            build-backend = "setuptools.build_meta"
-
-            [project]
-            name = "{PACKAGE}"
-            version = "{version}"
-            """))
-        (tree / MODULE / "__init__.py").write_text(textwrap.dedent(source))
-        trees.append(f"./{tree.name}")
-    wheels.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}  # reproducible zip timestamps
-    for tree in trees:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-             "--no-index", "--disable-pip-version-check", "-q", "-w", str(wheels), tree],
-            cwd=root, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {version: next(wheels.glob(f"{MODULE}-{version}-*.whl")) for version in sources}
+    is its source (one build per version: two versions of one project cannot be built in one
+    `pip wheel`)."""
+    return {version: build_local_wheels(root, {PACKAGE: (version, source, (), MODULE)},
+                                       wheels)[PACKAGE]
+            for version, source in sources.items()}
 
 
 def lock_with_package(base: str, wheel: Path, version: str) -> str:
