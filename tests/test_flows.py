@@ -330,7 +330,10 @@ def test_an_interrupt_does_not_wait_for_builds_that_are_no_process(tmp_path):
     import sys
 
     script = f"""
-import sys, time
+import signal, sys, time
+# Ctrl-C raises KeyboardInterrupt, as at a terminal: a runner started in the background
+# (`cmd &` without job control) hands its children SIGINT ignored, and Python keeps that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = {[str(Path(__file__).parent)]!r}
 from pathlib import Path
 from fakes import FakeBackend
