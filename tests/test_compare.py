@@ -674,9 +674,18 @@ def test_device_memory_is_judged_apart_from_host_memory() -> None:
 
 
 def test_missing_or_zero_memory_gives_no_ratio() -> None:
-    for old, new in ((None, 500), (500, None), (0, 500)):
+    for old, new in ((None, 500), (500, None), (0, 40)):
         v = compare([peak(old)], [peak(new)], timed_together=True)
         assert v.memory_ratio is None and v.verdict == Verdict.identical
+
+
+def test_a_baseline_that_raised_no_peak_is_judged_by_the_rise_alone() -> None:
+    # 0: the framework's import peaked higher than the baseline's training (where the peak
+    # cannot be reset); a candidate rising past the floor is still heavier.
+    v = compare([peak(0)], [peak(500)], timed_together=True)
+    assert v.memory_ratio is None and v.verdict == Verdict.heavier
+    assert v.reasons[0] == ("the training's peak host memory is 500.0 MiB against the"
+                            " baseline's 0.0 MiB: up 500.0 MiB from none")
 
 
 def test_drift_and_slower_outrank_heavier_and_all_are_said() -> None:

@@ -204,6 +204,7 @@ def test_a_release_split_over_two_indexes_installs_the_file_the_lock_hashes(
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "platform"
     assert venv.verify(env.path, lock, allow_sdist=False) is None
+    assert json.loads((env.path / venv.READY).read_text())["installer"] == "pip"  # what built it
 
     bad = parse_lock_text(f"{indexes}lgfb-pkg==1.0 \\\n    --hash=sha256:{'0' * 64}\n",
                           str(tmp_path / "bad.txt"))

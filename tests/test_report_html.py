@@ -443,3 +443,26 @@ def test_a_noisy_baselines_envelope_is_drawn_around_the_curves(tmp_path):
     low, high = (points(p) for p in envelope)
     assert all(yl >= yh for (_, yl), (_, yh) in zip(low, high))  # SVG y grows downwards
     assert "noise envelope of 3 baseline runs" in render(made, "html")
+
+
+def test_terminal_escapes_in_compile_extras_and_hardware_names_reach_no_format():
+    """Every string a report carries is stripped of terminal escapes before any format shows
+    it: also the extra fields a harness adds to its compile diagnostics (rendered by the HTML
+    compile table) and a hardware class's name (a CPU model string is the machine's to
+    choose)."""
+    from lockguard.hardware import HardwareClass
+    from lockguard.names import FORMATS
+
+    escape = "X\x1b]0;owned\x07\x1b[31mY"
+    base = run("numpy.esc", losses(), "1.26.4", compile={"graph_breaks": 0, "note": escape})
+    cand = run("numpy.esc", losses(), "2.0.2", compile={"graph_breaks": 0, "note": escape})
+    v = compare_runs([base], [cand], policy=Policy(), baseline_kind="lock",
+                     expected_device="cpu", timed_together=True)
+    report = Report.model_construct(
+        command="check", mode="ab", device="cpu", verdicts=[v],
+        evidence=[evidence("numpy.esc", ("lock", "old.txt", base), ("lock", "new.txt", cand))],
+        hardware={"cpu": HardwareClass("cpu", "x-1", f"CPU {escape}")}, passed=True)
+    for fmt in FORMATS:
+        out = render(report, fmt)
+        assert "\x1b" not in out and "\x07" not in out, fmt
+    assert "XY" in render(report, "html")  # the extra field is shown, cleaned

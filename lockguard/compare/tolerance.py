@@ -85,7 +85,7 @@ class Policy(BaseModel):
     # (measured here: sub-millisecond mlp steps "slowed" up to 6× between identical runs), so
     # they never make a `slower` verdict; the ratio is still reported.
     slower_min_step_s: float = Field(default=0.002, ge=0)
-    heavier_ratio: float = Field(default=1.20, gt=0)  # candidate/baseline peak memory above this
+    heavier_ratio: float = Field(default=1.20, gt=1.0)  # candidate/baseline peak memory above this
     # A peak that rose by less than this is noise, never `heavier` (the ratio is still reported).
     # The same code's training peak moves by under 1 MiB from run to run, eager or with a warm
     # compiler cache; a cold inductor cache adds the compiler's own work (torch.lm.compile: 23

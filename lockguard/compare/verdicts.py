@@ -545,13 +545,17 @@ def _compare_memory(
         ratio = _median_ratio([old], [new])
         ratios[key] = ratio
         limit = policy.heavier_ratio
-        if ratio is None or old is None or new is None or ratio <= limit \
-                or new - old < policy.heavier_min_bytes:
+        if old is None or new is None or new - old < policy.heavier_min_bytes:
+            continue
+        # A baseline whose training raised no peak (0: the framework's import peaked higher,
+        # where the peak cannot be reset) has no ratio; the rise alone then decides.
+        if ratio is not None and ratio <= limit:
             continue
         findings.add(
             Verdict.heavier,
             f"the training's peak {what} memory is {_mib(new)} against the baseline's"
-            f" {_mib(old)}: {ratio:.2f}× (limit {limit:.2f}×)",
+            f" {_mib(old)}: " + (f"{ratio:.2f}× (limit {limit:.2f}×)" if ratio is not None
+                                 else f"up {_mib(new - old)} from none"),
         )
     return ratios
 

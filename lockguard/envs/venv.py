@@ -198,7 +198,7 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             raise EnvError(one_line(f"{lock.source}: {used} could not install the lock: "
                                     f"{reason}"))
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
-    mark_ready(path, lock, python=python, installer=installer, allow_sdist=allow_sdist,
+    mark_ready(path, lock, python=python, installer=used, allow_sdist=allow_sdist,
                built_s=time.perf_counter() - started)
 
 

@@ -61,7 +61,7 @@ from typing import Literal
 
 from lockguard import installers
 from lockguard.errors import LockguardError, printable
-from lockguard.installers import find_uv, pip_config, pip_config_as_uv_args
+from lockguard.installers import ToolError, find_uv, pip_config_as_uv_args
 from lockguard.files import scratch_dir, write_text
 from lockguard.locks.parser import parse_lock
 
@@ -178,7 +178,7 @@ def propose_lock(
         "\n".join(sorted(upgrades)).encode(),
         resolver.encode(),
         _resolver_identity(resolver).encode(),
-        repr(sorted(pip_config().items()) if use_pip_config else None).encode(),
+        repr(sorted(_pip_config().items()) if use_pip_config else None).encode(),
         f"{sys.version_info[:2]}".encode(),
     ):
         key.update(hashlib.sha256(part).digest())
@@ -255,7 +255,7 @@ def _compile(
             if use_pip_config:
                 # pip-compile reads pip's indexes from its configuration but not its constraint
                 # files; `pip install` of the lock would apply them, so the resolve must too.
-                for constraint in pip_config().get("constraint", "").split():
+                for constraint in _pip_config().get("constraint", "").split():
                     cmd += ["--constraint", constraint]
             cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
             cmd += [*extra_args, src_arg]
@@ -426,6 +426,14 @@ def _resolver_identity(resolver: Resolver) -> str:
         uv = find_uv()
         return _uv_version(uv) if uv else "uv (missing)"
     return f"pip-tools {PIP_TOOLS_VERSION} pip {PIP_VERSION}"
+
+
+def _pip_config() -> dict[str, str]:
+    """pip's configuration (installers.pip_config), its failures as ResolveError."""
+    try:
+        return installers.pip_config()
+    except ToolError as exc:
+        raise ResolveError(str(exc)) from None
 
 
 def run_tool(cmd: Sequence[str], *, timeout: float, what: str,

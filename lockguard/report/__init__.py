@@ -11,6 +11,7 @@ The JSON form is a versioned contract (`schema_version`): `lockguard report REPO
 re-renders it later without running anything, and refuses a version it does not know.
 """
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass
@@ -405,8 +406,15 @@ def printable_report(report: Report) -> Report:
         if isinstance(value, str):
             return printable(value)
         if isinstance(value, BaseModel):
-            return value.model_copy(update={name: clean(getattr(value, name))
+            copy = value.model_copy(update={name: clean(getattr(value, name))
                                             for name in type(value).model_fields})
+            if copy.__pydantic_extra__:  # what extra="allow" models carry (compile details)
+                object.__setattr__(copy, "__pydantic_extra__",
+                                   clean(dict(copy.__pydantic_extra__)))
+            return copy
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.replace(value, **{f.name: clean(getattr(value, f.name))
+                                                 for f in dataclasses.fields(value) if f.init})
         if isinstance(value, (list, tuple)):
             return type(value)(clean(v) for v in value)
         if isinstance(value, dict):

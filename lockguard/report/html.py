@@ -376,7 +376,11 @@ def _machine(v: ScenarioVerdict, ev: Evidence | None) -> list[str]:
                           [_side_row(s.role, s.result, device) for s in sides]))
         memory = [s.result.peak_memory_bytes for s in sides]
         # Measured together, the verdict's own ratio (medians over repeats) is in the table above.
-        if v.memory_ratio is None and len(sides) == 2 and memory[0] and memory[1] is not None:
+        # A golden may hold another measure (goldens recorded before the training's own peak
+        # was measured): a ratio only between figures taken the same way.
+        same = len({s.result.fingerprint.get("memory_measure") for s in sides}) == 1
+        if v.memory_ratio is None and len(sides) == 2 and same and memory[0] \
+                and memory[1] is not None:
             out.append(f'<p class="note">peak memory ×{memory[1] / memory[0]:.2f} '
                        "(candidate / baseline)</p>")
     return out
