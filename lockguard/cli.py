@@ -577,6 +577,58 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
     sys.exit(0 if report.passed else 1)
 
 
+@cli.command("compare-frameworks")
+@click.option("--lock", "locks", multiple=True, metavar="PATH",
+              help="Lock file (repeatable; one per framework); overrides [tool.lockguard] "
+                   "lock/locks.")
+@click.option("--family", "families", multiple=True, type=click.Choice(["mlp", "lm"]),
+              help="Model family (repeatable). Default: both.")
+@click.option("--framework", "frameworks", multiple=True, type=click.Choice(FRAMEWORKS),
+              help="Only this framework (repeatable). Default: every one a lock pins.")
+@click.option("--env", type=click.Choice(ENV_KINDS),
+              help="Where scenarios run (default from config: venv).")
+@click.option("--device", type=click.Choice(DEVICES), help="Expected device class.")
+@click.option("--steps", type=click.IntRange(min=2), help="Override training steps.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per scenario; the table shows their medians.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here instead of stdout.")
+@report_option
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Config file (default: pyproject.toml or lockguard.toml, searched upwards).")
+@click.option("-v", "--verbose", is_flag=True, help="Show more progress detail.")
+@handles_errors
+def compare_frameworks(locks, families, frameworks, env, device, steps, repeat, fmt, output,
+                       reports, config_path, verbose) -> None:
+    """Train the bundled model families (mlp, lm: same data and initial weights everywhere) in
+    every framework the locks pin, on this machine, one run at a time, and set them side by
+    side: step-0 parity, final loss, first-step (compile) and steady step time, peak memory,
+    compiled paths against their plain twins.
+
+    Exits 0 when every run was healthy, 1 when one broke or ran on the wrong device."""
+    targets = report_targets(fmt, output, reports)
+    from lockguard.config import Options, load_config
+    from lockguard.flows.frameworks import compare_frameworks as compare_flow
+    from lockguard.flows.frameworks import comparison_scenarios
+    from lockguard.flows.pipeline import load_locks
+    from lockguard.progress import Progress
+
+    config = load_config(config_path)
+    chosen = comparison_scenarios(list(families), list(frameworks))
+    lock_refs = load_locks(config, list(locks))
+    progress = Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose)
+    opts = Options(device=device, steps=steps, env=env, repeat=repeat)
+    report = compare_flow(config, lock_refs, chosen, opts, progress)
+    flags = tuple(a for f in families for a in ("--family", f)) + tuple(
+        a for f in frameworks for a in ("--framework", f)) + (
+        ("--repeat", str(repeat)) if repeat > 1 else ())
+    report.invocation = invocation("compare-frameworks", locks=locks, config_path=config_path,
+                                   env=env, device=device, steps=steps, flags=flags)
+    deliver(report, targets)
+    sys.exit(0 if report.passed else 1)
+
+
 @cli.command()
 @click.option("--scenario", "scenarios", multiple=True, metavar="ID",
               help="Accept only these scenarios (id or prefix; repeatable). Default: every "

@@ -26,6 +26,9 @@ class Verdict(str, Enum):
     heavier = "heavier"
     broken = "broken"  # the candidate crashed, produced NaN or timed out
     new = "new"  # nothing to compare with yet
+    # A healthy run that is a measurement, with nothing to compare by design (compare-frameworks
+    # sets frameworks side by side; their numbers differ from step 1 on by design).
+    measured = "measured"
     incomparable = "incomparable"  # the runs cannot be compared (steps, dtype, broken baseline)
     skipped = "skipped"  # not run at all (framework absent from the lock, device missing)
 
@@ -47,6 +50,7 @@ PRECEDENCE: tuple[Verdict, ...] = (
     Verdict.slower,
     Verdict.heavier,
     Verdict.within_tolerance,
+    Verdict.measured,
     Verdict.identical,
     Verdict.skipped,
 )

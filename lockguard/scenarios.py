@@ -23,6 +23,11 @@ class Scenario:
     script: Path | None = None  # user scenarios only
     tolerance: ToleranceSetting | None = None
     device: str | None = None  # overrides the lock's / config's expected device
+    # How the bundled training executes ("eager", "torch.compile (inductor)", "jax.jit (XLA)"),
+    # and for a compiled path the scenario that runs the same training without it (torch eager,
+    # tf.function without XLA): what compare-frameworks sets side by side.
+    execution: str | None = None
+    plain_twin: str | None = None
 
     @property
     def source(self) -> str:
@@ -37,9 +42,15 @@ class Scenario:
 
 
 def _b(id: str, framework: str, description: str, steps: int, family: str | None,
-       dtype: str = "float32") -> Scenario:
+       dtype: str = "float32", execution: str = "eager", plain_twin: str | None = None
+       ) -> Scenario:
     return Scenario(id=id, framework=framework, description=description, steps=steps,
-                    dtype=dtype, family=family)
+                    dtype=dtype, family=family, execution=execution, plain_twin=plain_twin)
+
+
+TORCH_COMPILE = "torch.compile (inductor)"
+JAX_JIT = "jax.jit (XLA)"
+TF_FUNCTION = "tf.function (graph)"
 
 
 BUNDLED: tuple[Scenario, ...] = (
@@ -49,19 +60,28 @@ BUNDLED: tuple[Scenario, ...] = (
     _b("torch.rng", "torch", "MLP initialised by torch's own RNG", 30, None),
     # Compiled twins: torch.compile (default inductor backend) with graph/break/recompile
     # diagnostics, and compiled-vs-eager accuracy against an fp64 run in the same environment.
-    _b("torch.mlp.compile", "torch", "torch.mlp through torch.compile (inductor)", 30, "mlp"),
-    _b("torch.lm.compile", "torch", "torch.lm through torch.compile (inductor)", 20, "lm"),
+    _b("torch.mlp.compile", "torch", "torch.mlp through torch.compile (inductor)", 30, "mlp",
+       execution=TORCH_COMPILE, plain_twin="torch.mlp"),
+    _b("torch.lm.compile", "torch", "torch.lm through torch.compile (inductor)", 20, "lm",
+       execution=TORCH_COMPILE, plain_twin="torch.lm"),
     _b("numpy.mlp", "numpy", "MLP with hand-written backprop and Adam in numpy", 30, "mlp"),
-    _b("jax.mlp", "jax", "MLP, jitted train step, Adam", 30, "mlp"),
-    _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm"),
-    _b("jax.lm.bf16", "jax", "tiny LM with bf16 matmuls", 20, "lm", "bfloat16"),
-    _b("jax.rng", "jax", "MLP initialised by jax.random", 30, None),
-    _b("tf.mlp", "tensorflow", "MLP in tf.function, Adam", 30, "mlp"),
-    _b("tf.mlp.xla", "tensorflow", "MLP in tf.function(jit_compile=True)", 30, "mlp"),
-    _b("tf.keras", "tensorflow", "Keras model and Keras Adam in a custom loop", 30, "mlp"),
-    _b("tf.lm", "tensorflow", "tiny causal transformer LM in tf.function, AdamW", 20, "lm"),
-    _b("tf.rng", "tensorflow", "MLP initialised by TensorFlow's RNG", 30, None),
+    _b("jax.mlp", "jax", "MLP, jitted train step, Adam", 30, "mlp", execution=JAX_JIT),
+    _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm",
+       execution=JAX_JIT),
+    _b("jax.lm.bf16", "jax", "tiny LM with bf16 matmuls", 20, "lm", "bfloat16", JAX_JIT),
+    _b("jax.rng", "jax", "MLP initialised by jax.random", 30, None, execution=JAX_JIT),
+    _b("tf.mlp", "tensorflow", "MLP in tf.function, Adam", 30, "mlp", execution=TF_FUNCTION),
+    # Its plain twin is tf.mlp: the same tf.function, without XLA.
+    _b("tf.mlp.xla", "tensorflow", "MLP in tf.function(jit_compile=True)", 30, "mlp",
+       execution="tf.function + XLA", plain_twin="tf.mlp"),
+    _b("tf.keras", "tensorflow", "Keras model and Keras Adam in a custom loop", 30, "mlp",
+       execution="Keras in tf.function"),
+    _b("tf.lm", "tensorflow", "tiny causal transformer LM in tf.function, AdamW", 20, "lm",
+       execution=TF_FUNCTION),
+    _b("tf.rng", "tensorflow", "MLP initialised by TensorFlow's RNG", 30, None,
+       execution=TF_FUNCTION),
 )
+
 
 def bundled() -> list[Scenario]:
     return [s for s in BUNDLED if implements(s.framework)]

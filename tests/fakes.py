@@ -13,6 +13,8 @@ import hashlib
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +42,10 @@ class FakeEnv:
     backend: "FakeBackend"
 
     def run(self, request, out_dir: Path) -> RunResult:
+        with self.backend.running():
+            return self._run(request)
+
+    def _run(self, request) -> RunResult:
         sid, fw = request.scenario_id, request.framework
         # One environment serves every framework its lock pins, as a venv does.
         version = framework_version(self.lock, fw) or "unpinned"
@@ -67,14 +73,18 @@ class FakeEnv:
 
                          grad_norms=[abs(v) / 2 for v in losses],
                          outputs=losses[-2:], output_shape=[2], param_digest=digest,
-                         timings={"total_s": 0.01, "step_median_s": 0.001})
+                         timings={"total_s": 0.01, "first_step_s": 0.002,
+                                  "step_median_s": self.backend.step_s.get(sid, 0.001)},
+                         peak_memory_bytes=self.backend.peak_bytes.get(sid))
 
 
 @dataclass
 class FakeBackend:
     """Counts what a flow prepared and ran; `behaviour[(scenario, version)]` makes a run crash
     ("crash"), end in NaN ("nan"), land on the CPU ("cpu-fallback") or differ from run to run
-    ("noisy", "noisy:+0.01" shifted by +1 %)."""
+    ("noisy", "noisy:+0.01" shifted by +1 %). `step_s` and `peak_bytes` set a scenario's
+    reported step time and peak memory; `run_s` how long each run takes, and `most_runs_at_once`
+    says how many ran together."""
 
     behaviour: dict[tuple[str, str], str] = field(default_factory=dict)
     prepared: list[str] = field(default_factory=list)
@@ -86,6 +96,11 @@ class FakeBackend:
     failing: set[str] = field(default_factory=set)
     most_at_once: int = 0
     stages: dict[str, str] = field(default_factory=dict)
+    step_s: dict[str, float] = field(default_factory=dict)
+    peak_bytes: dict[str, int] = field(default_factory=dict)
+    run_s: float = 0.0
+    most_runs_at_once: int = 0
+    _running: int = 0
     _building: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _noise: int = 0
@@ -114,6 +129,18 @@ class FakeBackend:
         self.prepared.append(ref.lock.lock_hash)
         return FakeEnv(label=f"fake {ref.lock.lock_hash[:8]}", lock_hash=ref.lock.lock_hash,
                        lock=ref.lock, backend=self)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        with self._lock:
+            self._running += 1
+            self.most_runs_at_once = max(self.most_runs_at_once, self._running)
+        try:
+            time.sleep(self.run_s)
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
 
     def record_run(self, scenario: str, version: str) -> None:
         with self._lock:

@@ -45,7 +45,7 @@ def measure(args: argparse.Namespace) -> int:
     from lockguard.flows.pipeline import run_requests
     from lockguard.scenarios import select
 
-    os.environ["LOCKGUARD_JOBS"] = str(args.jobs)  # read by lockguard.flows.pipeline.workers()
+    os.environ["LOCKGUARD_JOBS"] = str(args.jobs)  # read by lockguard.flows.pipeline.default_workers()
     config = load_config(Path(args.config))
     chosen = select(config, args.scenario)
     env = LocalEnv(config.python_path)

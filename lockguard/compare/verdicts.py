@@ -113,6 +113,9 @@ class _Findings:
         return [reason for _, reason in sorted(self._items, key=rank)]  # sorted() is stable
 
 
+NO_BASELINE = "no baseline to compare with: `lockguard record` stores one"
+
+
 def compare_runs(
     baselines: list[RunResult],
     candidates: list[RunResult],
@@ -124,6 +127,7 @@ def compare_runs(
     tolerance: Tolerance | None = None,
     hardware: HardwareChange | None = None,
     envelope: Envelope | None = None,
+    alone: tuple[Verdict, str] = (Verdict.new, NO_BASELINE),
 ) -> ScenarioVerdict:
     """One scenario's verdict: candidate runs (>= 1) against baseline runs (a golden, or the
     old lock's runs; none for a new scenario).
@@ -141,6 +145,9 @@ def compare_runs(
     bitwise equal. Then every candidate run is judged against it, two-sided: inside is
     `within_tolerance`, outside `drift` (bitwise equal to the first baseline stays `identical`).
     A golden of another hardware class is never judged by its envelope.
+
+    `alone`: the verdict and reason of a healthy candidate with no baseline (`new`, unless the
+    flow compares nothing by design: compare-frameworks' `measured`).
     """
     if not candidates:
         raise ValueError("compare_runs needs at least one candidate run")
@@ -166,7 +173,7 @@ def compare_runs(
     if miscompile is not None:
         findings.add(Verdict.compile_fallback, miscompile)
     if broken is None and not baselines:
-        findings.add(Verdict.new, "no baseline to compare with: `lockguard record` stores one")
+        findings.add(*alone)
     if broken is not None or not baselines:
         return _finish(found, findings)
 

@@ -8,6 +8,7 @@
 - bisect.py      the smallest set of changed packages behind a failing A/B verdict
 - shards.py      the plan as a CI matrix, one part of it, and merging the parts' reports
 - accept.py      adopt a check's candidate results as goldens, on purpose, saying why
+- frameworks.py  compare-frameworks: the bundled families in every pinned framework, measured
 
 goldens.py holds what record and the golden check share (hardware classes, inputs digest,
 comparing with a golden), report_parts.py what every flow puts into its Report.

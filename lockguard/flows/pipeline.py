@@ -152,18 +152,20 @@ def env_kind(config: Config, opts: Options) -> str:
 
 def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: list[LockRef], *,
              decide: Decide, judge: Judge, progress: Progress = QUIET,
-             backend: Backend | None = None) -> Outcome:
+             backend: Backend | None = None, jobs: int | None = None) -> Outcome:
     """Plan the scenarios, run what `decide` asks for, and `judge` each scenario's results.
 
     `decide` sees every runnable scenario before anything is built, so a flow validates its
     input (goldens, target directories) there: bad input fails with nothing built or run.
+    `jobs`: harness processes at once (default `default_workers()`).
     """
     kind = env_kind(config, opts)
     planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
                    local=kind == "local")
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
-    jobs = [job for mine in wanted.values() for job in mine]
-    ran = execute(config, kind, jobs, progress, backend) if jobs else []
+    wanted_jobs = [job for mine in wanted.values() for job in mine]
+    ran = execute(config, kind, wanted_jobs, progress, backend, workers=jobs) \
+        if wanted_jobs else []
     from lockguard.compare.verdicts import skipped
 
     by_scenario = {sid: Runs() for sid in wanted}
@@ -303,7 +305,8 @@ def request_for(p: Planned, config: Config) -> RunRequest:
 
 
 def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUIET,
-            backend: Backend | None = None) -> list[tuple[Job, str, RunResult]]:
+            backend: Backend | None = None, workers: int | None = None
+            ) -> list[tuple[Job, str, RunResult]]:
     """Prepare every job's environment, then run all jobs in parallel: (job, the label of the
     environment it ran in, result), in the order of `jobs`."""
     envs = Environments(config, kind, progress, backend)
@@ -313,7 +316,7 @@ def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUI
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
                  request_for(j.planned, config)) for j in jobs]
     _prewarm()
-    results = run_requests(prepared, progress)
+    results = run_requests(prepared, progress, workers)
     return [(job, env.label, result)
             for job, (env, _), result in zip(jobs, prepared, results, strict=True)]
 
@@ -334,7 +337,7 @@ def build_workers(n: int) -> int:
     return max(1, min(os.cpu_count() or 1, n, 4))
 
 
-def workers() -> int:
+def default_workers() -> int:
     """Parallel harness processes: LOCKGUARD_JOBS, else one per core (at most 8)."""
     configured = os.environ.get("LOCKGUARD_JOBS", "")
     if configured.isdigit() and int(configured) > 0:
@@ -342,8 +345,8 @@ def workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET
-                 ) -> list[RunResult]:
+def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
+                 workers: int | None = None) -> list[RunResult]:
     """Run harness processes in parallel (one thread waits on each process); results in order.
 
     Each harness is pinned to its own thread count, so running as many processes as there are
@@ -356,6 +359,7 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET
     from lockguard import process
 
     results: list[RunResult | None] = [None] * len(jobs)
+    workers = workers or default_workers()
     step = None
     with scratch_dir("run") as tmp:
         def one(index: int) -> None:
@@ -371,9 +375,9 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
                              else ""))
 
-        with progress.step(f"Running {len(jobs)} training run(s) on {workers()} worker(s)",
+        with progress.step(f"Running {len(jobs)} training run(s) on {workers} worker(s)",
                            total=len(jobs)) as step:
-            pool = ThreadPoolExecutor(max_workers=workers())
+            pool = ThreadPoolExecutor(max_workers=workers)
             try:
                 for future in [pool.submit(one, i) for i in range(len(jobs))]:
                     future.result()

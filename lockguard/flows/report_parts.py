@@ -63,7 +63,8 @@ def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
         return None
     from lockguard.report import Report, RuleFailure
 
-    return Report(command=command, mode="golden" if command == "check" else "record",
+    mode = {"check": "golden", "compare-frameworks": "frameworks"}.get(command, "record")
+    return Report(command=command, mode=mode,
                   locks=[lock_info(r, "candidate") for r in locks], passed=False,
                   rule_failures=[RuleFailure(lock=display_path(ref.path), rule=v.rule,
                                              message=v.message, lines=list(v.lines))

@@ -91,6 +91,58 @@ class ParityRow(BaseModel):
     max_rel_spread: float
 
 
+class FrameworkRow(BaseModel):
+    """One scenario of `compare-frameworks`: how one framework (and execution path) trains a
+    model family on this machine. Times are medians over the runs; ratios are computed by the
+    flow (lockguard/flows/frameworks.py), never by a renderer."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    family: str  # mlp | lm
+    scenario: str
+    framework: str
+    version: str | None = None  # the framework's version as the run reported it
+    execution: str  # eager, torch.compile (inductor), jax.jit (XLA), tf.function + XLA, ...
+    verdict: Verdict  # measured, or what went wrong (broken, compile_fallback, device_fallback)
+    runs: int = 0
+    step0_loss: float | None = None
+    step0_rel_diff: float | None = None  # |loss0 - the family's median loss0| / that median
+    final_loss: float | None = None
+    import_s: float | None = None
+    first_step_s: float | None = None  # includes compiling or tracing
+    step_s: float | None = None  # steady state: the median step after the first
+    step_vs_fastest: float | None = None  # step_s / the family's fastest step_s
+    peak_memory_bytes: int | None = None
+    peak_device_memory_bytes: int | None = None
+    # A compiled path against the scenario that runs the same training without it.
+    plain: str | None = None
+    step_vs_plain: float | None = None
+    first_step_vs_plain: float | None = None
+    memory_vs_plain: float | None = None
+    notes: list[str] = Field(default_factory=list)  # graph breaks, XLA off, fell back
+
+
+class FrameworkTable(BaseModel):
+    """`lockguard compare-frameworks`: the bundled model families in every pinned framework,
+    measured on this machine, with the caveats that bound what the figures say."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    device: str
+    threads: int
+    repeat: int  # runs per scenario, one at a time
+    steps: dict[str, int] = Field(default_factory=dict)  # family -> training steps
+    rows: list[FrameworkRow] = Field(default_factory=list)
+    caveats: list[str] = Field(default_factory=list)
+
+    def families(self) -> list[tuple[str, list[FrameworkRow]]]:
+        """The rows by family, in table order."""
+        out: dict[str, list[FrameworkRow]] = {}
+        for row in self.rows:
+            out.setdefault(row.family, []).append(row)
+        return list(out.items())
+
+
 class Side(BaseModel):
     """One side of a scenario's comparison as its run recorded it (the first of --repeat runs)."""
 
@@ -215,8 +267,8 @@ class Report(BaseModel):
     # Time-ordered and unique (20260101T120000Z-1a2b3c): the name of the report's artefact
     # directory, and what a golden adopted from it by `lockguard accept` names.
     id: str | None = None
-    command: Literal["check", "record", "diff", "propose"]
-    mode: Literal["golden", "ab", "record", "diff"]
+    command: Literal["check", "record", "diff", "propose", "compare-frameworks"]
+    mode: Literal["golden", "ab", "record", "diff", "frameworks"]
     device: str | None = None
     base: GitBase | None = None  # check --base: the ref and merge base of the baseline
     locks: list[LockInfo] = Field(default_factory=list)
@@ -227,6 +279,8 @@ class Report(BaseModel):
     failing: list[str] = Field(default_factory=list)  # scenarios whose verdict fails the gate
     rule_failures: list[RuleFailure] = Field(default_factory=list)
     parity: list[ParityRow] = Field(default_factory=list)
+    # compare-frameworks: the measurements table (optional, so version 2 holds it unchanged).
+    frameworks: FrameworkTable | None = None
     written: list[str] = Field(default_factory=list)  # golden files written by record
     # This machine's hardware class per device checked (lockguard/hardware.py), where readable.
     hardware: dict[str, HardwareClass] = Field(default_factory=dict)
@@ -276,10 +330,15 @@ class Report(BaseModel):
                 counts[v.verdict] = counts.get(v.verdict, 0) + 1
         return sorted(counts.items(), key=lambda item: _rank(item[0]))
 
+    def framework_row(self, scenario: str) -> FrameworkRow | None:
+        """compare-frameworks: the table's row of `scenario`."""
+        rows = self.frameworks.rows if self.frameworks is not None else []
+        return next((row for row in rows if row.scenario == scenario), None)
+
     def notable(self) -> list[ScenarioVerdict]:
         """Compared verdicts that pass the gate but are worth a look (slower, new, moved)."""
         return [v for v in self.ordered()
-                if not self.fails(v) and v.verdict != Verdict.identical]
+                if not self.fails(v) and v.verdict not in (Verdict.identical, Verdict.measured)]
 
     def skipped_groups(self) -> list[tuple[int, str]]:
         """Skipped scenarios collapsed by reason: (count, reason). Scenarios skipped because

@@ -10,7 +10,7 @@ from lockguard.names import Verdict
 from lockguard.locks.diff import Change, OptionChange
 
 if TYPE_CHECKING:
-    from lockguard.report import Bisection, MixTrial
+    from lockguard.report import Bisection, FrameworkRow, FrameworkTable, MixTrial
     from lockguard.results import CompileMemory
 
 SYMBOL = {
@@ -18,7 +18,7 @@ SYMBOL = {
     Verdict.compile_fallback: "✗", Verdict.device_fallback: "✗", Verdict.slower: "!",
     Verdict.heavier: "!",
     Verdict.broken: "✗", Verdict.new: "+", Verdict.incomparable: "?", Verdict.skipped: "-",
-    Verdict.other_hardware: "~",
+    Verdict.other_hardware: "~", Verdict.measured: "·",
 }
 
 
@@ -198,3 +198,81 @@ def bisection_lines(bisection: Bisection) -> list[str]:
     return ([bisection.sentence(), f"bisection: {bisection.cost()}"]
             + [f"  {trial_line(t)}" for t in bisection.trials]
             + [f"  note: {note}" for note in bisection.notes])
+
+
+# ------------------------------------------------------------------------- compare-frameworks
+
+FRAMEWORK_HEAD = ("scenario", "execution", "step 0 loss", "final loss", "1st step", "step",
+                  "×fastest", "peak mem")
+STEP0 = FRAMEWORK_HEAD.index("step 0 loss")
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.2f} s"
+
+
+def mib(value: float | None) -> str:
+    return "—" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def ratio(value: float | None) -> str:
+    return "—" if value is None else f"×{value:.2f}"
+
+
+def family_title(table: FrameworkTable, family: str) -> str:
+    steps = table.steps.get(family)
+    return (f"{family}" + (f", {steps} steps" if steps else "")
+            + ": same data and initial weights in every framework")
+
+
+def framework_cells(row: FrameworkRow) -> list[str]:
+    """A row of the compare-frameworks table, in FRAMEWORK_HEAD's order."""
+    name = row.scenario + ("" if row.verdict == Verdict.measured else f" ({row.verdict.value})")
+    step0 = fmt_float(row.step0_loss)
+    if row.step0_rel_diff:
+        step0 += f" (rel {row.step0_rel_diff:.0e})"
+    return [name, row.execution, step0, fmt_float(row.final_loss), seconds(row.first_step_s),
+            seconds(row.step_s), ratio(row.step_vs_fastest), mib(row.peak_memory_bytes)
+            + (f" (device {mib(row.peak_device_memory_bytes)})"
+               if row.peak_device_memory_bytes is not None else "")]
+
+
+def row_line(row: FrameworkRow) -> str:
+    """One row of the table as a sentence, for formats with no tables."""
+    return (f"{row.execution}: step {seconds(row.step_s)} ({ratio(row.step_vs_fastest)} the "
+            f"family's fastest), first step {seconds(row.first_step_s)}, peak memory "
+            f"{mib(row.peak_memory_bytes)}, step-0 loss {fmt_float(row.step0_loss)}, final loss "
+            f"{fmt_float(row.final_loss)}")
+
+
+def plain_line(row: FrameworkRow) -> str | None:
+    """A compiled path against its plain twin: 'torch.mlp.compile against torch.mlp: step
+    ×0.61, first step ×38.20, peak memory ×1.40'."""
+    if row.plain is None:
+        return None
+    parts = [f"{what} {ratio(value)}" for what, value in (
+        ("step", row.step_vs_plain), ("first step", row.first_step_vs_plain),
+        ("peak memory", row.memory_vs_plain)) if value is not None]
+    return f"{row.scenario} against {row.plain}: " + ", ".join(parts) if parts else None
+
+
+def framework_summary(table: FrameworkTable) -> list[str]:
+    """The compare-frameworks table in a few plain lines, for formats with no tables (a JUnit
+    suite's output, an Actions notice): each family by step time, the compiled paths against
+    their plain twins, what a compiled path did not do."""
+    lines = [fastest_line(family, rows) for family, rows in table.families()]
+    lines += [line for row in table.rows if (line := plain_line(row))]
+    lines += [f"{row.scenario}: {note}" for row in table.rows for note in row.notes]
+    return lines
+
+
+def fastest_line(family: str, rows: list[FrameworkRow]) -> str:
+    """One family in a sentence: its rows by steady step, fastest first."""
+    timed = sorted((row for row in rows if row.step_s is not None), key=lambda r: r.step_s)
+    if not timed:
+        return f"{family}: no healthy run to time"
+    return f"{family}: " + ", ".join(
+        f"{row.scenario} {seconds(row.step_s)}"
+        + ("" if row is timed[0] else f" {ratio(row.step_vs_fastest)}") for row in timed)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.report import LockLine, Report
-from lockguard.report._common import option_lines, summary_line
+from lockguard.report._common import framework_summary, option_lines, summary_line
 
 
 def _data(text: str) -> str:
@@ -86,6 +86,9 @@ def render(report: Report) -> str:
                     "warning", f"{text}: the lock installs from other sources or with other "
                     "installer options; every package may come from there",
                     file=file, line=line, title="lockguard: installer option changed"))
+    if report.frameworks is not None:
+        out.append(command("notice", "\n".join(framework_summary(report.frameworks)),
+                           title="lockguard compare-frameworks: steady step time"))
     if not report.passed and not any(line.startswith("::error") for line in out):
         out.append(command("error", "\n".join(report.notes) or "the gate failed",
                            title=f"lockguard {report.command} failed"))

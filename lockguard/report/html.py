@@ -22,7 +22,8 @@ from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.report import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
-    change_text, compile_rows, final_loss, fmt_float, option_lines, summary_line, timing,
+    FRAMEWORK_HEAD, change_text, compile_rows, family_title, final_loss, fmt_float,
+    framework_cells, mib, option_lines, plain_line, seconds, summary_line, timing,
 )
 from lockguard.report.svg import Line, Mark, chart
 from lockguard.results import RunResult
@@ -81,6 +82,8 @@ def render(report: Report) -> str:
     if report.command != "diff":
         title += ": pass" if report.passed else ": fail"
     body = [_header(report, title), *_locks(report)]
+    if report.frameworks is not None:
+        body += _frameworks(report)
     if report.command != "diff":
         body += _summary(report)
         body += [html for i, v in enumerate(report.ordered())
@@ -103,7 +106,8 @@ def _table(head: list[str] | None, rows: list[list[str]]) -> str:
 def _verdict_css(report: Report, v: ScenarioVerdict) -> str:
     if report.fails(v):
         return "bad"
-    return "good" if v.verdict in (Verdict.identical, Verdict.within_tolerance) else "warn"
+    return "good" if v.verdict in (Verdict.identical, Verdict.within_tolerance,
+                                   Verdict.measured) else "warn"
 
 
 def _header(report: Report, title: str) -> str:
@@ -388,13 +392,6 @@ def _machine(v: ScenarioVerdict, ev: Evidence | None) -> list[str]:
 
 def _side_row(role: str, result: RunResult, device: bool = False) -> list[str]:
     t = result.timings
-
-    def seconds(x: float | None) -> str:
-        return "—" if x is None else f"{x * 1000:.3g} ms" if x < 1 else f"{x:.3g} s"
-
-    def mib(x: int | None) -> str:
-        return "—" if x is None else f"{x / 2**20:.1f} MiB"
-
     return [e(role), e(result.device_name or result.device or "—"), seconds(t.first_step_s),
             seconds(t.step_median_s), mib(result.peak_memory_bytes)] \
         + ([mib(result.peak_device_memory_bytes)] if device else [])
@@ -415,6 +412,35 @@ def _fingerprints(ev: Evidence | None) -> list[str]:
         text = json.dumps(s.result.fingerprint, indent=1, sort_keys=True, ensure_ascii=False)
         out.append(f"<details><summary>{e(s.role)} fingerprint</summary><pre>{e(text)}</pre>"
                    "</details>")
+    return out
+
+
+def _frameworks(report: Report) -> list[str]:
+    """compare-frameworks: a table per model family, compiled paths against their plain twins,
+    what a compiled path did not do, and the caveats."""
+    table = report.frameworks
+    assert table is not None
+    out = ['<section id="frameworks"><h2>Frameworks on this machine</h2>',
+           f'<p class="meta">device {e(table.device)} · {table.threads} thread(s) · '
+           f"{table.repeat} run(s) per scenario, one at a time</p>"]
+    index = {v.scenario: i for i, v in enumerate(report.ordered())}
+    for family, rows in table.families():
+        cells = []
+        for row in rows:
+            shown = [e(c) for c in framework_cells(row)]
+            if row.scenario in index:
+                shown[0] = f'<a href="#s{index[row.scenario]}">{shown[0]}</a>'
+            shown.insert(1, e(f"{row.framework} {row.version or ''}".strip()))
+            cells.append(shown)
+        out.append(f"<h3>{e(family_title(table, family))}</h3>")
+        out.append(_table([FRAMEWORK_HEAD[0], "framework", *FRAMEWORK_HEAD[1:]], cells))
+        extra = [line for row in rows if (line := plain_line(row))]
+        extra += [f"{row.scenario}: {note}" for row in rows for note in row.notes]
+        if extra:
+            out.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in extra) + "</ul>")
+    out.append("<details><summary>What these figures say (caveats)</summary><ul>"
+               + "".join(f"<li>{e(c)}</li>" for c in table.caveats) + "</ul></details>")
+    out.append("</section>")
     return out
 
 

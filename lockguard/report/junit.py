@@ -12,7 +12,8 @@ import xml.etree.ElementTree as ET
 
 from lockguard.names import Verdict
 from lockguard.report import Report
-from lockguard.report._common import bisection_lines, final_loss, summary_line
+from lockguard.report._common import bisection_lines, final_loss, framework_summary, \
+    row_line, summary_line
 
 
 def _property(parent: ET.Element, name: str, value: str) -> None:
@@ -77,6 +78,9 @@ def render(report: Report) -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = f"{v.verdict.value}; final loss {final_loss(v)}\n{evidence}".rstrip()
+            row = report.framework_row(v.scenario)
+            if row is not None:
+                out.text += "\n" + row_line(row)
     for rule in report.rule_failures:
         tests += 1
         failures += 1
@@ -92,6 +96,11 @@ def render(report: Report) -> str:
         failure = ET.SubElement(case, "failure", type="gate",
                                 message=report.notes[0] if report.notes else "the gate failed")
         failure.text = "\n".join(report.notes)
+
+    if report.frameworks is not None:
+        table = report.frameworks
+        out = ET.SubElement(suite, "system-out")
+        out.text = "\n".join(framework_summary(table) + ["", *table.caveats])
 
     counts = {"tests": str(tests), "failures": str(failures), "errors": "0",
               "skipped": str(skipped)}

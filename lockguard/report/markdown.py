@@ -15,7 +15,8 @@ from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
-    compile_rows, final_loss, fmt_float, option_lines, summary_line, change_text, trial_line,
+    FRAMEWORK_HEAD, STEP0, change_text, compile_rows, family_title, final_loss, fmt_float,
+    framework_cells, option_lines, plain_line, summary_line, trial_line,
 )
 
 MARKER = "<!-- lockguard-report -->"
@@ -28,7 +29,7 @@ ICON = {
     Verdict.compile_fallback: "❌", Verdict.device_fallback: "❌", Verdict.slower: "⚠️",
     Verdict.heavier: "⚠️",
     Verdict.broken: "💥", Verdict.new: "🆕", Verdict.incomparable: "❓", Verdict.skipped: "➖",
-    Verdict.other_hardware: "🖥️",
+    Verdict.other_hardware: "🖥️", Verdict.measured: "📏",
 }
 
 # "1 of 3 scenarios <verb>"
@@ -39,7 +40,7 @@ VERB = {
     Verdict.heavier: "got heavier in memory",
     Verdict.broken: "broke", Verdict.new: "have no baseline",
     Verdict.incomparable: "could not be compared", Verdict.skipped: "skipped",
-    Verdict.other_hardware: "moved with the hardware only",
+    Verdict.other_hardware: "moved with the hardware only", Verdict.measured: "measured",
 }
 
 NAMED = 5  # at most this many --scenario options in a suggested command
@@ -126,7 +127,7 @@ def headline(report: Report) -> str:
         return f"✅ {name}: {_text(report.notes[-1]) if report.notes else 'nothing to check'}"
     tally = ", ".join(f"{n} {_verb(k)}" for k, n in report.tally() if k != Verdict.skipped)
     causes = _changes([line for d in report.lock_diffs for line in report.lock_lines(d)])
-    what = "recorded" if report.command == "record" else "passed"
+    what = {"record": "recorded", "compare-frameworks": "measured"}.get(report.command, "passed")
     return (f"✅ {name}: {_plural(len(compared), 'scenario')} {what}"
             + (f" with {causes}" if causes else "") + f" ({tally})")
 
@@ -259,6 +260,29 @@ def _tail(report: Report) -> list[str]:
     return lines
 
 
+def _frameworks(report: Report) -> list[str]:
+    """compare-frameworks: a table per model family (step-0 losses are in the parity section),
+    compiled paths against their plain twins, and the caveats folded."""
+    table = report.frameworks
+    if table is None:
+        return []
+    head = [h for i, h in enumerate(FRAMEWORK_HEAD) if i != STEP0]
+    lines: list[str] = []
+    for family, rows in table.families():
+        lines += ["", f"**{_text(family_title(table, family))}**", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for row in rows:
+            cells = [_text(c) for i, c in enumerate(framework_cells(row)) if i != STEP0]
+            lines.append("| " + " | ".join(cells) + " |")
+        extra = [line for row in rows if (line := plain_line(row))]
+        extra += [f"{row.scenario}: {note}" for row in rows for note in row.notes]
+        if extra:
+            lines += [""] + [f"- {_text(line)}" for line in extra]
+    lines += ["", "<details><summary>What these figures say (caveats)</summary>", ""]
+    lines += [f"- {_text(caveat)}" for caveat in table.caveats]
+    return lines + ["", "</details>"]
+
+
 def _all_scenarios(report: Report) -> list[str]:
     compared = report.compared
     lines = ["", f"<details><summary>All {_plural(len(compared), 'scenario')}</summary>", ""]
@@ -285,13 +309,13 @@ def render(report: Report, limit: int = LIMIT) -> str:
     # Folded sections, most severe first (the last ones are cut first), built only as far as
     # they fit: a report of thousands of scenarios need not render them all.
     makers = [lambda v=v: _details(report, v) for v in ordered
-              if v.verdict != Verdict.identical and (v.reasons or v.error)]
+              if v.verdict not in (Verdict.identical, Verdict.measured) and (v.reasons or v.error)]
     if any(v.verdict == Verdict.identical for v in report.compared):
         makers.append(lambda: _all_scenarios(report))
     tail = _tail(report) + ["", MARKER]
     bullets: int | None = None  # all of them, unless even they do not fit
     while True:
-        head = _head(report, failing, bullets)
+        head = _head(report, failing, bullets) + _frameworks(report)
         budget = limit - _size(head) - _size(tail) - _size(_cut_note(len(makers), len(makers)))
         if budget >= 0 or bullets == 0:
             break

@@ -17,8 +17,8 @@ from rich.table import Table
 from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import (
-    bisection_lines,
-    SYMBOL, change_line, compile_rows, final_loss, fmt_float, option_lines, summary_line, timing,
+    FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_title,
+    final_loss, fmt_float, framework_cells, option_lines, plain_line, summary_line, timing,
 )
 
 STYLE = {
@@ -26,7 +26,7 @@ STYLE = {
     Verdict.compile_fallback: "red", Verdict.device_fallback: "red", Verdict.slower: "yellow",
     Verdict.heavier: "yellow",
     Verdict.broken: "bold red", Verdict.new: "cyan", Verdict.incomparable: "yellow",
-    Verdict.skipped: "dim", Verdict.other_hardware: "yellow",
+    Verdict.skipped: "dim", Verdict.other_hardware: "yellow", Verdict.measured: "green",
 }
 
 DEFAULT_WIDTH = 100  # a log with no terminal behind it (CI): wide enough, never unbounded
@@ -59,7 +59,9 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
         where = failure.lock + (":" + ",".join(map(str, failure.lines)) if failure.lines else "")
         plain(f"✗ {where}: {failure.rule}: {failure.message}")
     compared = report.compared
-    if compared:
+    if report.frameworks is not None:
+        _frameworks(console, report)
+    elif compared:
         table = Table(show_edge=False, pad_edge=False, box=None, expand=False)
         table.add_column("", no_wrap=True)
         table.add_column("scenario", overflow="fold", max_width=28)
@@ -76,7 +78,7 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
     for count, reason in report.skipped_groups():
         plain(f"-  {count} skipped: {reason}")
     for v in report.ordered():
-        if v.verdict == Verdict.identical or not v.reasons:
+        if v.verdict in (Verdict.identical, Verdict.measured) or not v.reasons:
             continue
         console.print(f"\n[bold]{escape(v.scenario)}[/bold]: {v.verdict.value}")
         for reason in v.reasons:
@@ -102,6 +104,8 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
         for row in report.parity:
             cells = ", ".join(f"{k} {fmt_float(v)}" for k, v in row.step0.items())
             plain(f"  {row.family}: {cells} (spread {row.max_rel_spread:.1e})")
+    if report.frameworks is not None:
+        _caveats(console, report)
     for path in report.written:
         plain(f"wrote {path}")
     for note in report.notes:
@@ -115,3 +119,41 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
     if not color:  # the table pads its last column; a log should not carry the spaces
         text = "\n".join(line.rstrip() for line in text.split("\n"))
     return text
+
+
+def _frameworks(console: Console, report: Report) -> None:
+    """compare-frameworks: a table per model family, its compiled paths against their plain
+    twins, what a compiled path did not do, and the caveats."""
+    table = report.frameworks
+    assert table is not None
+    for family, rows in table.families():
+        console.print(f"\n[bold]{escape(family_title(table, family))}[/bold]")
+        # Step-0 losses are in the parity lines below: 80 columns hold the rest.
+        grid = Table(show_edge=False, pad_edge=False, box=None, expand=False)
+        for name in FRAMEWORK_HEAD[:STEP0] + FRAMEWORK_HEAD[STEP0 + 1:]:
+            text = name in ("scenario", "execution")
+            grid.add_column(name, no_wrap=name != "execution", min_width=9 if text else None,
+                            justify="left" if text else "right")
+        for row in rows:
+            style = STYLE.get(row.verdict, "") if row.verdict != Verdict.measured else ""
+            cells = [escape(c) for c in framework_cells(row)]
+            del cells[STEP0]
+            if style:
+                cells[0] = f"[{style}]{cells[0]}[/]"
+            grid.add_row(*cells)
+        console.print(grid)
+        for row in rows:
+            line = plain_line(row)
+            if line:
+                console.print(f"  {escape(line)}", markup=True)
+            for note in row.notes:
+                console.print(f"  {escape(row.scenario)}: {escape(note)}")
+
+
+def _caveats(console: Console, report: Report) -> None:
+    table = report.frameworks
+    assert table is not None
+    console.print("\ncaveats:")
+    for caveat in table.caveats:
+        for i, piece in enumerate(textwrap.wrap(caveat, max(20, console.width - 4))):
+            console.print(("  • " if i == 0 else "    ") + escape(piece))

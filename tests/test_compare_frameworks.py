@@ -1,0 +1,168 @@
+"""`lockguard compare-frameworks`: the bundled families in every pinned framework, side by side.
+
+The flow's logic (selection, one run at a time, medians, ratios to the family's fastest and to a
+compiled path's plain twin, broken runs, every report format) is tested on the fake backend in
+milliseconds; the real test runs the mlp family in real torch, jax and tensorflow environments
+and checks that the table says what the runs themselves recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, QUICKSTART, make_project, run_cli
+from fakes import FakeBackend
+from lockguard.config import Config, Options
+from lockguard.flows.frameworks import compare_frameworks, comparison_scenarios
+from lockguard.flows.pipeline import LockRef, read_lock
+from lockguard.names import FORMATS, Verdict
+from lockguard.report import load_report, render
+
+MLP = ["torch.mlp", "torch.mlp.compile", "numpy.mlp", "jax.mlp", "tf.mlp", "tf.mlp.xla",
+       "tf.keras"]
+LM = ["torch.lm", "torch.lm.compile", "jax.lm", "tf.lm"]
+
+
+def lock(tmp_path: Path, name: str, text: str) -> LockRef:
+    path = tmp_path / name
+    path.write_text(text)
+    return LockRef(path, read_lock(path))
+
+
+@pytest.fixture
+def locks(tmp_path: Path) -> list[LockRef]:
+    return [lock(tmp_path, "torch.txt", "torch==2.13.0\nnumpy==2.0.2\n"),
+            lock(tmp_path, "jax.txt", "jax==0.10.2\njaxlib==0.10.2\n"),
+            lock(tmp_path, "tf.txt", "tensorflow-cpu==2.21.0\n")]
+
+
+def test_scenarios_are_the_float32_families_in_family_order():
+    ids = [s.id for s in comparison_scenarios([], [])]
+    assert ids == MLP + LM  # no bf16, no own-RNG scenario: other math
+    assert [s.id for s in comparison_scenarios(["lm", "mlp"], ["jax"])] == ["jax.lm", "jax.mlp"]
+    assert [s.id for s in comparison_scenarios(["mlp"], ["numpy", "torch"])] == [
+        "torch.mlp", "torch.mlp.compile", "numpy.mlp"]
+
+
+def test_runs_one_at_a_time_and_sets_the_families_side_by_side(tmp_path, locks):
+    fake = FakeBackend(run_s=0.02, step_s={"torch.mlp": 0.004, "torch.mlp.compile": 0.002,
+                                           "numpy.mlp": 0.001, "jax.mlp": 0.003},
+                       peak_bytes={"torch.mlp": 10 << 20, "torch.mlp.compile": 25 << 20})
+    config = Config(root=tmp_path, steps=6)
+    report = compare_frameworks(config, locks, comparison_scenarios([], []),
+                                Options(repeat=2), backend=fake)
+    # Timings are the point: a training never shares the machine with another one.
+    assert fake.most_runs_at_once == 1
+    assert len(fake.runs) == 2 * len(MLP + LM)
+    assert report.passed and report.command == "compare-frameworks"
+    assert {v.verdict for v in report.verdicts} == {Verdict.measured}
+    table = report.frameworks
+    assert table is not None and table.repeat == 2 and table.steps == {"mlp": 6, "lm": 6}
+    assert [family for family, _ in table.families()] == ["mlp", "lm"]
+    rows = {row.scenario: row for row in table.rows}
+    assert list(rows) == MLP + LM
+    assert rows["numpy.mlp"].step_vs_fastest == 1.0  # the family's fastest
+    assert rows["torch.mlp"].step_vs_fastest == pytest.approx(4.0)
+    assert rows["torch.mlp.compile"].plain == "torch.mlp"
+    assert rows["torch.mlp.compile"].step_vs_plain == pytest.approx(0.5)
+    assert rows["torch.mlp.compile"].memory_vs_plain == pytest.approx(2.5)
+    assert rows["tf.mlp.xla"].plain == "tf.mlp" and rows["jax.mlp"].plain is None
+    assert rows["torch.lm"].version == "2.13.0" and rows["tf.lm"].framework == "tensorflow"
+    assert rows["jax.mlp"].execution == "jax.jit (XLA)"
+    # Step 0 is the same for every framework (same data and weights): no difference to show.
+    assert all(row.step0_rel_diff == 0.0 for row in table.rows)
+    assert {row.family for row in report.parity} == {"mlp", "lm"}
+    assert any("not tuned per framework" in caveat for caveat in table.caveats)
+
+
+def test_a_broken_run_is_shown_and_fails_and_an_unpinned_framework_is_skipped(tmp_path, locks):
+    fake = FakeBackend(behaviour={("torch.mlp", "2.13.0"): "crash"})
+    config = Config(root=tmp_path, steps=6)
+    report = compare_frameworks(config, locks[:2], comparison_scenarios(["mlp"], []),
+                                Options(), backend=fake)
+    assert not report.passed and report.failing == ["torch.mlp"]
+    rows = {row.scenario: row for row in report.frameworks.rows}
+    assert rows["torch.mlp"].verdict == Verdict.broken and rows["torch.mlp"].step_s is None
+    assert rows["torch.mlp"].version == "2.13.0"  # from the lock: the run never said
+    # Nothing to set the compiled path against: no ratios, and no line saying any.
+    assert rows["torch.mlp.compile"].step_vs_plain is None
+    assert "against torch.mlp" not in render(report, "text")
+    assert report.skipped_groups() == [(3, "no lock pins tensorflow")]
+    assert "tf.mlp" not in rows
+
+
+def test_every_format_shows_the_table_and_json_renders_again(tmp_path, locks):
+    fake = FakeBackend(step_s={"numpy.mlp": 0.0005, "torch.mlp": 0.002,
+                               "torch.mlp.compile": 0.001})
+    report = compare_frameworks(Config(root=tmp_path, steps=6), locks[:1],
+                                comparison_scenarios(["mlp"], []), Options(), backend=fake)
+    against = "torch.mlp.compile against torch.mlp: step ×0.50"
+    text = render(report, "text", width=80)
+    assert "mlp, 6 steps: same data and initial weights" in text
+    assert re.search(r"numpy\.mlp +eager .* 0\.5 ms +×1\.00", text), text
+    assert against in text and "caveats:" in text
+    assert all(len(line) <= 80 for line in text.splitlines() if "×" in line), text
+    markdown = render(report, "markdown")
+    assert markdown.startswith("✅ lockguard compare-frameworks: 3 scenarios measured")
+    assert ("| scenario | execution | final loss | 1st step | step | ×fastest | peak mem |"
+            in markdown)
+    assert f"- {against}" in markdown and "(caveats)</summary>" in markdown
+    html = render(report, "html")
+    assert '<section id="frameworks">' in html and "torch 2.13.0" in html and against in html
+    junit = render(report, "junit")
+    assert "numpy.mlp 0.5 ms" in junit and "eager: step 2 ms (×4.00 the family" in junit
+    github = render(report, "github")
+    assert github.startswith("::notice title=lockguard compare-frameworks")
+    assert "::warning" not in github  # measured is not worth a warning
+    path = tmp_path / "r.json"
+    path.write_text(render(report, "json"))
+    again = load_report(path)
+    assert again.frameworks == report.frameworks
+    for fmt in FORMATS:
+        if fmt != "json":
+            assert render(again, fmt) == render(report, fmt)
+
+
+@pytest.mark.slow
+def test_mlp_family_in_real_torch_jax_and_tensorflow(tmp_path):
+    project = make_project(tmp_path / "p", """
+        locks = ["torch.txt", "jax.txt", "tf.txt"]
+        """, locks={"torch.txt": QUICKSTART / "requirements.txt",
+                    "jax.txt": DATA / "jax-0.10.2.txt", "tf.txt": DATA / "tf-2.21.0.txt"})
+    proc = run_cli("compare-frameworks", "--family", "mlp", "--report", "json=r.json",
+                   "--report", "markdown=r.md", cwd=project, env={"COLUMNS": "100"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((project / "r.json").read_text())
+    assert {v["scenario"]: v["verdict"] for v in report["verdicts"]} == {
+        sid: "measured" for sid in MLP}
+    rows = {row["scenario"]: row for row in report["frameworks"]["rows"]}
+    runs = {ev["scenario"]: ev["candidate"]["result"] for ev in report["evidence"]}
+    assert list(rows) == MLP
+    for sid, row in rows.items():
+        run = runs[sid]
+        # The table says what each run recorded (one run each: the medians are the runs').
+        assert row["step0_loss"] == run["losses"][0] and row["final_loss"] == run["losses"][-1]
+        assert row["step_s"] == run["timings"]["step_median_s"] > 0
+        assert row["first_step_s"] == run["timings"]["first_step_s"] > 0
+        assert row["peak_memory_bytes"] == run["peak_memory_bytes"] is not None
+        assert row["version"] == run["framework_version"]
+        assert row["step0_rel_diff"] < 1e-6, (sid, row)  # same data and initial weights
+    fastest = min(row["step_s"] for row in rows.values())
+    assert min(row["step_vs_fastest"] for row in rows.values()) == 1.0
+    assert all(row["step_vs_fastest"] == row["step_s"] / fastest for row in rows.values())
+    compiled = rows["torch.mlp.compile"]
+    assert compiled["plain"] == "torch.mlp"
+    assert compiled["step_vs_plain"] == compiled["step_s"] / rows["torch.mlp"]["step_s"]
+    assert compiled["notes"] == []  # the bundled MLP compiles whole: no break, no fallback
+    assert rows["tf.mlp.xla"]["plain"] == "tf.mlp" and rows["tf.mlp.xla"]["notes"] == []
+    assert rows["torch.mlp"]["version"].startswith("2.13.0")
+    assert rows["jax.mlp"]["version"] == "0.10.2"
+    assert rows["tf.mlp"]["version"] == "2.21.0"
+    assert "torch.mlp.compile against torch.mlp: step ×" in proc.stdout
+    assert "| torch.mlp.compile | torch.compile (inductor) |" in (project / "r.md").read_text()
+    html = run_cli("report", "r.json", "--format", "html", cwd=project)
+    assert html.returncode == 0 and '<section id="frameworks">' in html.stdout
