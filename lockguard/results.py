@@ -43,6 +43,16 @@ class Timings(BaseModel):
     first_step_s: float | None = None  # includes compilation / tracing
     step_median_s: float | None = None  # steady state, steps after the first
     total_s: float | None = None  # the whole harness process, as seen from inside
+    # Data-parallel scenarios, where the framework lets the gradient all-reduce be timed apart
+    # (torch DDP's comm hook): its median per step after the first. Absent elsewhere.
+    sync_median_s: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_sync(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if self.sync_median_s is None:
+            data.pop("sync_median_s", None)
+        return data
 
 
 class AccuracySeries(BaseModel):
@@ -142,8 +152,23 @@ class RunResult(BaseModel):
     # Peak accelerator memory of the training, where the framework reports one (torch on cuda:
     # torch.cuda.max_memory_allocated, reset before training). Absent from older results.
     peak_device_memory_bytes: int | None = None
+    # Data-pipeline scenarios: the sample ids of each step's batch in the order the pipeline
+    # delivered them, batches per epoch, and the sha256 of each epoch's order (harness
+    # gen.order_digest). Absent from other results, and from their JSON.
+    sample_order: list[list[int]] = Field(default_factory=list)
+    batches_per_epoch: int | None = Field(default=None, ge=1)
+    epoch_digests: list[str] = Field(default_factory=list)
     status: Status = Status.ok
     error: str | None = None  # last lines of the error, for crashed/nan/timeout
+
+    @model_serializer(mode="wrap")
+    def _without_absent_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only the data scenarios record an order: every other result's JSON stays as it was.
+        data = handler(self)
+        if not self.sample_order and not self.epoch_digests and self.batches_per_epoch is None:
+            for key in ("sample_order", "batches_per_epoch", "epoch_digests"):
+                data.pop(key, None)
+        return data
 
 
 class ResultError(LockguardError):
@@ -185,6 +210,8 @@ def contract_problems(result: RunResult, *, scenario: str, framework: str,
         problems.append(f"{len(result.losses)} losses for {steps} steps")
     if result.grad_norms and len(result.grad_norms) != steps:
         problems.append(f"{len(result.grad_norms)} gradient norms for {steps} steps")
+    if result.sample_order and len(result.sample_order) != steps:
+        problems.append(f"{len(result.sample_order)} batches' sample order for {steps} steps")
     if result.output_shape and math.prod(result.output_shape) != len(result.outputs):
         problems.append(f"{len(result.outputs)} outputs for shape {result.output_shape}")
     return problems

@@ -64,12 +64,27 @@ BUNDLED: tuple[Scenario, ...] = (
        execution=TORCH_COMPILE, plain_twin="torch.mlp"),
     _b("torch.lm.compile", "torch", "torch.lm through torch.compile (inductor)", 20, "lm",
        execution=TORCH_COMPILE, plain_twin="torch.lm"),
+    # Data pipelines: the MLP trained from the framework's input pipeline, 2 epochs of 12
+    # batches (harness gen.DATA); each batch's sample ids are recorded and compared exactly.
+    _b("torch.data", "torch", "torch.mlp fed by a DataLoader (seeded shuffle, 2 workers, "
+       "collate)", 24, None, execution="DataLoader + eager"),
+    # Data parallel on the CPU: the MLP's batch split over 2 workers whose gradients are
+    # all-reduced by the framework's own synchronisation path (torch DDP over gloo, jax sharded
+    # over 2 host devices, TF MirroredStrategy over 2 logical CPUs).
+    _b("torch.ddp", "torch", "torch.mlp under DistributedDataParallel, 2 processes over gloo",
+       30, None, execution="DDP (gloo, 2 processes)"),
+    _b("jax.dp", "jax", "jax.mlp jitted over 2 devices: batch sharded, gradients all-reduced",
+       30, None, execution="jax.jit sharded over 2 devices"),
+    _b("tf.dp", "tensorflow", "tf.mlp under MirroredStrategy over 2 logical CPUs", 30, None,
+       execution="MirroredStrategy (2 replicas)"),
     _b("numpy.mlp", "numpy", "MLP with hand-written backprop and Adam in numpy", 30, "mlp"),
     _b("jax.mlp", "jax", "MLP, jitted train step, Adam", 30, "mlp", execution=JAX_JIT),
     _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm",
        execution=JAX_JIT),
     _b("jax.lm.bf16", "jax", "tiny LM with bf16 matmuls", 20, "lm", "bfloat16", JAX_JIT),
     _b("jax.rng", "jax", "MLP initialised by jax.random", 30, None, execution=JAX_JIT),
+    _b("jax.data", "jax", "jax.mlp fed by a numpy pipeline (Generator shuffle, map, "
+       "prefetch thread)", 24, None, execution="numpy pipeline + jax.jit"),
     _b("tf.mlp", "tensorflow", "MLP in tf.function, Adam", 30, "mlp", execution=TF_FUNCTION),
     # Its plain twin is tf.mlp: the same tf.function, without XLA.
     _b("tf.mlp.xla", "tensorflow", "MLP in tf.function(jit_compile=True)", 30, "mlp",
@@ -80,6 +95,8 @@ BUNDLED: tuple[Scenario, ...] = (
        execution=TF_FUNCTION),
     _b("tf.rng", "tensorflow", "MLP initialised by TensorFlow's RNG", 30, None,
        execution=TF_FUNCTION),
+    _b("tf.data", "tensorflow", "tf.mlp fed by tf.data (shuffle, map, batch, prefetch, "
+       "deterministic)", 24, None, execution="tf.data + tf.function"),
 )
 
 

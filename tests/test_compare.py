@@ -804,3 +804,42 @@ def test_compare_is_pure_it_imports_no_io_module():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert name not in io_modules, f"{path.name} imports {name}"
+
+
+# ------------------------------------------------------------------------------ sample order
+
+ORDER = [[0, 1], [2, 3], [1, 0], [3, 2], [0, 2], [1, 3]]
+
+
+def test_the_same_sample_order_is_identical() -> None:
+    v = compare([run(sample_order=ORDER, batches_per_epoch=2)],
+                [run(sample_order=ORDER, batches_per_epoch=2)])
+    assert v.verdict == Verdict.identical and v.first_batch_differs is None
+
+
+def test_another_sample_order_is_drift_at_the_first_batch_that_differs() -> None:
+    reordered = ORDER[:3] + [[2, 3]] + ORDER[4:]  # batch 3: the same samples as batch 1
+    v = compare([run(sample_order=ORDER, batches_per_epoch=2, epoch_digests=["a", "b", "c"])],
+                [run(sample_order=reordered, batches_per_epoch=2,
+                     epoch_digests=["a", "x", "c"])])
+    # Even with bitwise-equal losses: a model fed other data is not the same training.
+    assert v.verdict == Verdict.drift and v.first_batch_differs == 3
+    assert v.reasons[0] == ("the sample order changed from batch 3 (epoch 1, batch 1 of it): "
+                            "the same samples in another order, sample ids [3, 2] → [2, 3]; "
+                            "epoch order digests differ in epoch(s) 1")
+    other = compare([run(sample_order=ORDER)], [run(sample_order=[[5, 1]] + ORDER[1:])])
+    assert other.first_batch_differs == 0
+    assert other.reasons[0] == ("the sample order changed from batch 0: other samples, sample "
+                                "ids [0, 1] → [5, 1]")
+
+
+def test_a_sample_order_on_one_side_only_is_said_not_judged() -> None:
+    v = compare([run()], [run(sample_order=ORDER)])
+    assert v.verdict == Verdict.identical
+    assert "only the candidate recorded its sample order" in v.reasons
+
+
+def test_results_without_an_order_keep_their_json() -> None:
+    assert "sample_order" not in run().model_dump(mode="json")
+    dumped = run(sample_order=ORDER, batches_per_epoch=2).model_dump(mode="json")
+    assert dumped["sample_order"] == ORDER and dumped["batches_per_epoch"] == 2

@@ -278,6 +278,13 @@ def test_user_script_raising_keeps_the_traceback(runs: Runs, tmp_path: Path) -> 
     ("{'losses': [1.0], 'metrics': {'m': 'high'}}", "metrics['m'] must be a number"),
     ("{'losses': [1.0], 'outputs': [[1.0, 2.0], [3.0]]}", "outputs is ragged"),
     ("None", "it returned NoneType None"),
+    ("{'losses': [1.0], 'batches': [[1, 2], [3]]}", "batches has 2 entries for 1 losses"),
+    ("{'losses': [1.0], 'batches': [[1, 2.5]]}", "batches[0][1] must be an integer sample id"),
+    ("{'losses': [1.0], 'batches': 7}", "batches must be a list of each step's sample ids"),
+    ("{'losses': [1.0], 'batches_per_epoch': 2}", "batches_per_epoch must be a positive int, "
+                                                  "given with batches"),
+    ("{'losses': [1.0], 'batches': [[1]], 'batches_per_epoch': True}",
+     "batches_per_epoch must be a positive int"),
 ])
 def test_numpy_user_script_validation(runs: Runs, tmp_path: Path, returned: str,
                                       message: str) -> None:

@@ -70,6 +70,9 @@ class ScenarioVerdict(BaseModel):
     # Set when the baseline is a noise envelope (a golden recorded with --repeat whose runs
     # differed, or an A/B baseline run --repeat K times that was not bitwise reproducible).
     envelope: EnvelopeCheck | None = None
+    # Data-pipeline scenarios: the first step whose batch holds other samples, or the same ones
+    # in another order (the sample order is exact: no tolerance, whatever the hardware).
+    first_batch_differs: int | None = None
 
 
 
@@ -191,6 +194,8 @@ def compare_runs(
     elif baseline.compile is not None:
         findings.note("the candidate reported no compile diagnostics, the baseline did")
 
+    # The order first: when a pipeline reorders, that is the cause of what the losses show.
+    found.update(_compare_order(baseline, candidate, findings))
     tol = effective_tolerance(policy, tolerance, candidate.dtype)
     found["tolerance"] = tol
     if envelope is None and hardware is None and len(baselines) > 1 \
@@ -399,6 +404,39 @@ def _compare_numerics(
             findings.add(verdict, f"for information: {reason}")
     return {"first_divergent_step": first_difference(baseline.losses, candidate.losses),
             **series, "param_digest_equal": digest_equal}
+
+
+def _compare_order(baseline: RunResult, candidate: RunResult,
+                   findings: _Findings) -> dict[str, Any]:
+    """A data pipeline's sample order, batch by batch: any difference is `drift` at the first
+    batch that differs (a model that sees other data trains differently, whatever the loss
+    curve shows so far)."""
+    old, new = baseline.sample_order, candidate.sample_order
+    if not old and not new:
+        return {}
+    if not old or not new:
+        findings.note(f"only the {'candidate' if new else 'baseline'} recorded its sample order")
+        return {}
+    first = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), None)
+    if first is None:
+        return {}
+    per = candidate.batches_per_epoch
+    where = f"batch {first}" + (f" (epoch {first // per}, batch {first % per} of it)"
+                                if per else "")
+    what = "the same samples in another order" if sorted(old[first]) == sorted(new[first]) \
+        else "other samples"
+    epochs = [i for i, (a, b) in enumerate(zip(baseline.epoch_digests,
+                                               candidate.epoch_digests)) if a != b]
+    findings.add(Verdict.drift,
+                 f"the sample order changed from {where}: {what}, sample ids "
+                 f"{_ids(old[first])} → {_ids(new[first])}"
+                 + (f"; epoch order digests differ in epoch(s) "
+                    f"{', '.join(map(str, epochs))}" if epochs else ""))
+    return {"first_batch_differs": first}
+
+
+def _ids(ids: list[int], shown: int = 8) -> str:
+    return "[" + ", ".join(map(str, ids[:shown])) + (", …" if len(ids) > shown else "") + "]"
 
 
 def _hardware_sentence(hardware: HardwareChange, scenario: str) -> str:

@@ -41,6 +41,8 @@ def final_loss(v: ScenarioVerdict) -> str:
 
 def summary_line(v: ScenarioVerdict) -> str:
     """The one most useful fact about a verdict, for the table's last column."""
+    if v.first_batch_differs is not None:
+        return f"sample order changed from batch {v.first_batch_differs}"
     across = v.hardware is not None and v.verdict in (Verdict.other_hardware,
                                                       Verdict.incomparable)
     if v.first_divergent_step is not None and (across or v.verdict in (

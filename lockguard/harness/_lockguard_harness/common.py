@@ -21,6 +21,8 @@ import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from .gen import order_digest
+
 SCHEMA_VERSION = 1
 
 # Environment variables that change numerics or threading; recorded in every fingerprint.
@@ -94,6 +96,13 @@ class Context:
             self.result["grad_norms"].append(float(grad_norm))
         self._step_times.append(seconds)
 
+    def record_batch(self, ids: Iterable[Any], per_epoch: Optional[int] = None) -> None:
+        """The sample ids of this step's batch, in the order the pipeline delivered them;
+        `per_epoch`: batches in an epoch, for the per-epoch order digests."""
+        self.result.setdefault("sample_order", []).append([int(i) for i in ids])
+        if per_epoch:
+            self.result["batches_per_epoch"] = int(per_epoch)
+
     def set_outputs(self, values: List[float], shape: List[int]) -> None:
         self.result["outputs"] = [float(v) for v in values]
         self.result["output_shape"] = [int(s) for s in shape]
@@ -116,6 +125,10 @@ class Context:
                 timings["step_median_s"] = statistics.median(times[1:])
         timings["total_s"] = time.perf_counter() - self.started
         self.end_training()
+        order, per = self.result.get("sample_order"), self.result.get("batches_per_epoch")
+        if order and per:
+            self.result["epoch_digests"] = [order_digest(order[e:e + per])
+                                            for e in range(0, len(order), per)]
         if self.result["status"] == "ok":
             bad = [i for i, v in enumerate(self.result["losses"]) if not math.isfinite(v)]
             if bad:

@@ -114,6 +114,32 @@ def mlp_data(seed: int) -> Tuple[Tensor, List[int], Tensor]:
     return (shape, x), labels, probe
 
 
+# --------------------------------------------------------------------------- data pipelines
+# The data scenarios (torch.data, tf.data, jax.data) train gen.MLP from a real input pipeline
+# of the framework: DATA["samples"] labelled samples (mlp_data's labelling rule), shuffled each
+# epoch by the framework's own seeded shuffler, mapped (x * scale, in float32, on the pipeline's
+# workers), batched and prefetched. What they guard is the pipeline: the exact sample order of
+# every batch is recorded (Context.record_batch), and a step's time includes fetching its batch.
+
+DATA = {"samples": 96, "batch": 8, "epochs": 2, "workers": 2, "prefetch": 2, "scale": 0.5}
+DATA_STEPS = DATA["samples"] // DATA["batch"] * DATA["epochs"]
+
+
+def pipeline_data(seed: int) -> Tuple[Tensor, List[int]]:
+    """(inputs, integer labels) of the data scenarios' dataset, before the pipeline's map."""
+    i, n = MLP["in"], DATA["samples"]
+    shape, x = uniform(seed, "data/x", (n, i), 1.0)
+    labels = [int((x[r * i] + x[r * i + 1] > 0)) * 2 + int(x[r * i + 2] * x[r * i + 3] > 0)
+              for r in range(n)]
+    return (shape, x), labels
+
+
+def order_digest(batches: List[List[int]]) -> str:
+    """The sha256 of a run of batches' sample ids, in order (one per epoch in a result)."""
+    return hashlib.sha256(";".join(",".join(str(i) for i in b) for b in batches)
+                          .encode()).hexdigest()
+
+
 # --------------------------------------------------------------------------- lm family
 # A tiny causal transformer language model (GPT-style, pre-LayerNorm):
 #   h = tok_emb[tokens] + pos_emb[:T]

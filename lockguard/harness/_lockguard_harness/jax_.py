@@ -21,6 +21,12 @@ so a linear layer is x @ W.T + b and the parameter digest is over gen's layout a
                  dtype "bfloat16"; probe logits are the bf16 values widened to float32.
     jax.rng      the mlp initialised by jax.random from the seed (PRNGKey(seed), split in four,
                  uniform(+-1/sqrt(fan_in)) like nn.Linear): jax's own RNG stream; data from gen
+    jax.dp       gen.MLP jitted over 2 devices (XLA's CPU client split in two on the CPU): the
+                 batch sharded, the parameters replicated, loss and gradients all-reduced
+    jax.data     gen.MLP trained from a numpy input pipeline (gen.DATA): each epoch shuffled by
+                 numpy's Generator (default_rng(seed).permutation), mapped, batched, and
+                 prefetched onto the device by a background thread; every batch's sample ids
+                 are recorded
 Adam / AdamW are written out to match torch.optim's single-tensor implementation operation by
 operation: m = m + (1-b1)(g-m); v = v*b2 + (1-b2)*g*g; bias corrections computed on the host in
 float64 each step (step_size = lr/(1-b1^t), sqrt(1-b2^t)) and passed in as float32 scalars (so the
@@ -57,10 +63,13 @@ are counted, by function name.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
+import queue
+import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from . import gen
 from .common import attempt as _try
@@ -94,6 +103,9 @@ def _env_before_import(ctx) -> Dict[str, Any]:
         # results differ from single-threaded Eigen (measured on jax.lm), so a pool whose size
         # depends on the machine could make goldens machine-dependent.
         wanted.append("--xla_cpu_multi_thread_eigen=false")
+    if ctx.scenario == "jax.dp" and ctx.device == "cpu":
+        # The data-parallel scenario's devices: XLA's CPU client split in DP_DEVICES.
+        wanted.append(f"--xla_force_host_platform_device_count={DP_DEVICES}")
     if ctx.device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     else:
@@ -254,17 +266,28 @@ def _adam_update(params: Dict[str, Any], grads: Dict[str, Any], m: Dict[str, Any
     return new_p, new_m, new_v
 
 
-def train(ctx, params: Dict[str, Any], loss_fn: Callable[[Dict[str, Any]], Any],
+class Batches(NamedTuple):
+    """A scenario's inputs per step, endlessly: ((inputs...), the sample ids of a data
+    pipeline's batch, or None where the inputs are one fixed batch)."""
+    iterator: Iterator[Tuple[Tuple[Any, ...], Optional[List[int]]]]
+    per_epoch: Optional[int] = None
+
+
+def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
           probe_fn: Callable[[Dict[str, Any]], Any], lr: float,
-          weight_decay: Optional[float] = None) -> None:
-    """The one training loop of every bundled jax scenario: a single jitted step."""
+          weight_decay: Optional[float] = None, batches: Optional[Batches] = None) -> None:
+    """The one training loop of every bundled jax scenario: a single jitted step.
+
+    `batches` (the data scenarios): each step's inputs, handed to loss_fn(params, *inputs) as
+    arguments of the jitted step (one trace: the shapes never change); a step's time includes
+    fetching its batch."""
     traces = [0]
     order = list(params)  # gen's order: jit returns dicts with sorted keys
     decay = None if weight_decay is None else 1 - lr * weight_decay
 
-    def train_step(params, m, v, step_size, bc2_sqrt):
+    def train_step(params, m, v, step_size, bc2_sqrt, *inputs):
         traces[0] += 1  # runs only while jax traces the function
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        loss, grads = jax.value_and_grad(loss_fn)(params, *inputs)
         new_p, new_m, new_v = _adam_update(params, grads, m, v, step_size, bc2_sqrt, decay)
         return new_p, new_m, new_v, loss, grads
 
@@ -274,10 +297,13 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[[Dict[str, Any]], Any],
     for step in range(1, ctx.steps + 1):
         step_size, bc2_sqrt = (np.float32(v) for v in gen.adam_host_scalars(step, lr))
         start = time.perf_counter()
-        params, m, v, loss, grads = step_fn(params, m, v, step_size, bc2_sqrt)
+        inputs, ids = next(batches.iterator) if batches is not None else ((), None)
+        params, m, v, loss, grads = step_fn(params, m, v, step_size, bc2_sqrt, *inputs)
         jax.block_until_ready((params, m, v, loss, grads))
         seconds = time.perf_counter() - start
         ctx.record_step(float(_host(loss)), global_norm(_host(g) for g in grads.values()), seconds)
+        if ids is not None:
+            ctx.record_batch(ids, batches.per_epoch)
     ctx.set_outputs(*host_floats(_host(jax.jit(probe_fn)(params))))
     _record_params(ctx, {name: params[name] for name in order})
     compile_info: Dict[str, Any] = {"traces": {"train_step": traces[0]}}
@@ -315,6 +341,77 @@ def _mlp(ctx, init: str = "gen") -> None:
     y = jax.device_put(np.array(labels, dtype=np.int32), _STATE["device"])
     train(ctx, params, lambda p: _cross_entropy(_mlp_forward(p, x), y),
           lambda p: _mlp_forward(p, probe), c["lr"])
+
+
+def _prefetched(source: Iterator[Any], depth: int) -> Iterator[Any]:
+    """`source` produced on a background thread, at most `depth` items ahead of the consumer."""
+    ready: "queue.Queue[Any]" = queue.Queue(maxsize=depth)
+
+    def produce() -> None:
+        for item in source:
+            ready.put(item)  # blocks while `depth` items wait; a daemon ends with the process
+
+    threading.Thread(target=produce, name="lockguard-prefetch", daemon=True).start()
+    while True:
+        yield ready.get()
+
+
+def _data(ctx) -> None:
+    d = gen.DATA
+    (shape, flat), labels = gen.pipeline_data(ctx.seed)
+    x = np.array(flat, dtype=np.float32).reshape(shape)
+    y = np.array(labels, dtype=np.int32)
+    per_epoch = len(labels) // d["batch"]
+    shuffler = np.random.default_rng(ctx.seed)
+
+    def batches() -> Iterator[Tuple[Tuple[Any, Any], List[int]]]:
+        while True:  # an epoch per permutation
+            order = shuffler.permutation(len(labels))
+            for b in range(per_epoch):
+                ids = order[b * d["batch"]:(b + 1) * d["batch"]]
+                inputs = x[ids] * np.float32(d["scale"])  # the map step
+                yield ((jax.device_put(inputs, _STATE["device"]),
+                        jax.device_put(y[ids], _STATE["device"])), [int(i) for i in ids])
+
+    params = {k: _to_jax(t) for k, t in gen.mlp_params(ctx.seed).items()}
+    _, _, probe_t = gen.mlp_data(ctx.seed)
+    probe = _to_jax(probe_t)
+    train(ctx, params, lambda p, xb, yb: _cross_entropy(_mlp_forward(p, xb), yb),
+          lambda p: _mlp_forward(p, probe), gen.MLP["lr"],
+          batches=Batches(_prefetched(batches(), d["prefetch"]), per_epoch))
+
+
+DP_DEVICES = 2
+
+
+def _dp(ctx) -> None:
+    """jax.dp: gen.MLP's training jitted over DP_DEVICES devices, the batch split between them
+    and the parameters replicated (NamedSharding over a 1-D mesh): XLA partitions the step and
+    all-reduces the loss and gradients across the devices."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = [d for d in jax.devices() if d.platform == _STATE["device"].platform][:DP_DEVICES]
+    if len(devices) < DP_DEVICES:
+        raise RuntimeError(f"jax.dp needs {DP_DEVICES} {_STATE['device'].platform} devices, "
+                           f"found {len(devices)}")
+    mesh = Mesh(np.array(devices), ("data",))
+    replicated, split = NamedSharding(mesh, PartitionSpec()), NamedSharding(
+        mesh, PartitionSpec("data"))
+
+    def put(t: gen.Tensor, sharding: Any) -> Any:
+        shape, flat = t
+        return jax.device_put(np.array(flat, dtype=np.float32).reshape(shape), sharding)
+
+    params = {k: put(t, replicated) for k, t in gen.mlp_params(ctx.seed).items()}
+    x_t, labels, probe_t = gen.mlp_data(ctx.seed)
+    inputs = (put(x_t, split), jax.device_put(np.array(labels, dtype=np.int32), split))
+    probe = put(probe_t, replicated)
+    ctx.result["fingerprint"]["distributed"] = {
+        "devices": [str(d) for d in devices], "sharding": "batch over ('data',), params "
+        "replicated"}
+    train(ctx, params, lambda p, xb, yb: _cross_entropy(_mlp_forward(p, xb), yb),
+          lambda p: _mlp_forward(p, probe), gen.MLP["lr"],
+          batches=Batches(itertools.repeat((inputs, None))))
 
 
 def _layer_norm(x: Any, w: Any, b: Any, eps: float = 1e-5) -> Any:
@@ -372,6 +469,8 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {
     "jax.lm": lambda ctx: _lm(ctx),
     "jax.lm.bf16": lambda ctx: _lm(ctx, bf16=True),
     "jax.rng": lambda ctx: _mlp(ctx, "jax"),
+    "jax.data": _data,
+    "jax.dp": _dp,
 }
 
 

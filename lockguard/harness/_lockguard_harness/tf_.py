@@ -25,6 +25,11 @@ gen's (out, in) layout, a linear layer is matmul(x, W, transpose_b=True) + b):
                 tf.random.set_seed(seed); w2, b2 by keras.initializers.RandomUniform under
                 keras.utils.set_random_seed(seed) (nn.Linear's +-1/sqrt(fan_in) bounds); data
                 from gen; trained like tf.mlp
+    tf.dp       gen.MLP under MirroredStrategy over 2 logical CPUs (2 GPUs where there are):
+                each replica on half the batch, gradients all-reduced (MEAN) in replica context
+    tf.data     gen.MLP trained like tf.mlp from a tf.data pipeline (gen.DATA): shuffle (seeded,
+                reshuffled each epoch), map (parallel calls, deterministic), batch, repeat,
+                prefetch, with Options.deterministic; every batch's sample ids are recorded
 Adam / AdamW are written out like torch.optim's single-tensor implementation (see jax_.py): bias
 corrections in float64 on the host each step, passed in as float32 scalar tensors, so the step
 traces once.
@@ -57,7 +62,7 @@ import functools
 import math
 import os
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from . import gen
 from .common import attempt as _try
@@ -102,6 +107,11 @@ def setup(ctx) -> None:
     # Threads and visible devices must be set before TF initialises its runtime (first op).
     tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    if ctx.scenario == "tf.dp" and ctx.device == "cpu":
+        # The data-parallel scenario's replicas: the CPU split in DP_REPLICAS logical devices.
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(DP_REPLICAS)])
     gpus = _try(lambda: tf.config.list_physical_devices("GPU"), []) or []
     if ctx.device != "cuda" and gpus:
         tf.config.set_visible_devices([], "GPU")
@@ -204,34 +214,33 @@ def _linear(a: Any, w: Any, b: Any = None) -> Any:
 BETAS, EPS = gen.BETAS, gen.EPS
 
 
-def train(ctx, params: Dict[str, Any], loss_fn: Callable[[], Any],
+class Batches(NamedTuple):
+    """A data scenario's input pipeline: ((inputs...), sample ids) per step, endlessly."""
+    iterator: Iterator[Tuple[Tuple[Any, ...], List[int]]]
+    per_epoch: int
+
+
+def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
           probe_fn: Callable[[], Any], lr: float, weight_decay: Optional[float] = None,
-          jit_compile: bool = False) -> None:
+          jit_compile: bool = False, batches: Optional[Batches] = None) -> None:
     """The training loop of the plain-TF scenarios: one tf.function for loss, grads and Adam.
 
     params: {gen name: tf.Variable in gen's layout}, in gen's order; loss_fn/probe_fn close
-    over them.
+    over them. `batches` (the data scenarios): each step's inputs, handed to loss_fn(*inputs)
+    through the tf.function's arguments (one trace: the shapes never change); a step's time
+    includes fetching its batch.
     """
-    b1, b2 = BETAS
     decay = None if weight_decay is None else 1 - lr * weight_decay
     names = list(params)
     variables = [params[n] for n in names]
     m = [tf.Variable(tf.zeros_like(v)) for v in variables]
     v2 = [tf.Variable(tf.zeros_like(v)) for v in variables]
 
-    def train_step(step_size, bc2_sqrt):
+    def train_step(step_size, bc2_sqrt, *inputs):
         with tf.GradientTape() as tape:
-            loss = loss_fn()
+            loss = loss_fn(*inputs)
         grads = [_dense_grad(g) for g in tape.gradient(loss, variables)]
-        for p, mv, vv, g in zip(variables, m, v2, grads):
-            if decay is not None:
-                p.assign(p * decay)  # AdamW: decoupled decay before the Adam step
-            mn = mv + (1 - b1) * (g - mv)              # exp_avg.lerp_(g, 1 - b1)
-            vn = vv * b2 + (1 - b2) * g * g            # mul_(b2).addcmul_(g, g, 1 - b2)
-            denom = tf.sqrt(vn) / bc2_sqrt + EPS
-            p.assign(p + (-step_size * mn) / denom)    # addcdiv_(m, denom, -step_size)
-            mv.assign(mn)
-            vv.assign(vn)
+        _adam_update(variables, m, v2, grads, step_size, bc2_sqrt, decay)
         return loss, grads
 
     step_fn = tf.function(train_step, jit_compile=jit_compile)
@@ -239,14 +248,31 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[[], Any],
         step_size, bc2_sqrt = (tf.constant(np.float32(v))
                                for v in gen.adam_host_scalars(step, lr))
         start = time.perf_counter()
-        loss, grads = step_fn(step_size, bc2_sqrt)
+        inputs, ids = next(batches.iterator) if batches is not None else ((), None)
+        loss, grads = step_fn(step_size, bc2_sqrt, *inputs)
         value = float(loss.numpy())  # waits for the step
         seconds = time.perf_counter() - start
         ctx.record_step(value, global_norm([g.numpy() for g in grads]), seconds)
+        if batches is not None:
+            ctx.record_batch(ids, batches.per_epoch)
     _set_outputs(ctx, probe_fn())
     _record_params(ctx, {n: p.numpy() for n, p in params.items()})
     ctx.result["compile"] = {"traces": {"train_step": _tracing_count(step_fn)},
                              "xla": bool(jit_compile)}
+
+
+def _adam_update(variables: List[Any], m: List[Any], v: List[Any], grads: List[Any],
+                 step_size: Any, bc2_sqrt: Any, decay: Optional[float]) -> None:
+    b1, b2 = BETAS
+    for p, mv, vv, g in zip(variables, m, v, grads):
+        if decay is not None:
+            p.assign(p * decay)  # AdamW: decoupled decay before the Adam step
+        mn = mv + (1 - b1) * (g - mv)              # exp_avg.lerp_(g, 1 - b1)
+        vn = vv * b2 + (1 - b2) * g * g            # mul_(b2).addcmul_(g, g, 1 - b2)
+        denom = tf.sqrt(vn) / bc2_sqrt + EPS
+        p.assign(p + (-step_size * mn) / denom)    # addcdiv_(m, denom, -step_size)
+        mv.assign(mn)
+        vv.assign(vn)
 
 
 def _tracing_count(fn: Any) -> int:
@@ -289,6 +315,99 @@ def _mlp(ctx, init: str = "gen", jit_compile: bool = False) -> None:
         x, y, probe = _mlp_data(ctx.seed)
         train(ctx, params, lambda: _cross_entropy(_mlp_forward(params, x), y),
               lambda: _mlp_forward(params, probe), gen.MLP["lr"], jit_compile=jit_compile)
+
+
+def _data(ctx) -> None:
+    d = gen.DATA
+    (shape, flat), labels = gen.pipeline_data(ctx.seed)
+    x = np.array(flat, dtype=np.float32).reshape(shape)
+    ids = np.arange(len(labels), dtype=np.int64)
+    scale = np.float32(d["scale"])
+    pipeline = (tf.data.Dataset.from_tensor_slices((x, np.array(labels, dtype=np.int32), ids))
+                .shuffle(len(labels), seed=ctx.seed, reshuffle_each_iteration=True)
+                .map(lambda a, b, i: (a * scale, b, i), num_parallel_calls=d["workers"],
+                     deterministic=True)
+                .batch(d["batch"], drop_remainder=True)
+                .repeat()
+                .prefetch(d["prefetch"]))
+    options = tf.data.Options()
+    options.deterministic = True
+    pipeline = pipeline.with_options(options)
+
+    def batches() -> Iterator[Tuple[Tuple[Any, Any], List[int]]]:
+        for xb, yb, idb in pipeline:
+            yield (xb, yb), [int(i) for i in idb.numpy()]
+
+    with tf.device(_STATE["device"]):
+        params = {k: tf.Variable(_const(t), name=k) for k, t in gen.mlp_params(ctx.seed).items()}
+        _, _, probe = _mlp_data(ctx.seed)
+        train(ctx, params, lambda xb, yb: _cross_entropy(_mlp_forward(params, xb), yb),
+              lambda: _mlp_forward(params, probe), gen.MLP["lr"],
+              batches=Batches(batches(), len(labels) // d["batch"]))
+
+
+DP_REPLICAS = 2
+
+
+def _dp(ctx) -> None:
+    """tf.dp: gen.MLP under tf.distribute.MirroredStrategy over DP_REPLICAS devices (logical
+    CPUs on the CPU), each replica on its share of the batch; the gradients and the loss are
+    all-reduced (MEAN) through the strategy's cross-device ops in a replica context, then every
+    replica applies the same Adam update (variables aggregated ONLY_FIRST_REPLICA)."""
+    kind = "GPU" if _STATE["device"].startswith("/GPU") else "CPU"
+    devices = [d.name for d in tf.config.list_logical_devices(kind)][:DP_REPLICAS]
+    if len(devices) < DP_REPLICAS:
+        raise RuntimeError(f"tf.dp needs {DP_REPLICAS} {kind} devices, found {len(devices)}")
+    strategy = tf.distribute.MirroredStrategy(devices)
+    x_t, labels, probe_t = gen.mlp_data(ctx.seed)
+    x = np.array(x_t[1], dtype=np.float32).reshape(x_t[0])
+    y = np.array(labels, dtype=np.int32)
+    share = len(labels) // DP_REPLICAS
+    once = tf.VariableAggregation.ONLY_FIRST_REPLICA
+    with strategy.scope():
+        params = {k: tf.Variable(_const(t), name=k, aggregation=once)
+                  for k, t in gen.mlp_params(ctx.seed).items()}
+        variables = list(params.values())
+        m = [tf.Variable(tf.zeros_like(v), aggregation=once) for v in variables]
+        v2 = [tf.Variable(tf.zeros_like(v), aggregation=once) for v in variables]
+    shards = strategy.experimental_distribute_values_from_function(
+        lambda replica: (tf.constant(x[replica.replica_id_in_sync_group * share:][:share]),
+                         tf.constant(y[replica.replica_id_in_sync_group * share:][:share])))
+
+    def replica_step(step_size: Any, bc2_sqrt: Any, inputs: Any) -> Any:
+        xb, yb = inputs
+        with tf.GradientTape() as tape:
+            loss = _cross_entropy(_mlp_forward(params, xb), yb)
+        grads = [_dense_grad(g) for g in tape.gradient(loss, variables)]
+        replica = tf.distribute.get_replica_context()
+        grads = replica.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        loss = replica.all_reduce(tf.distribute.ReduceOp.MEAN, loss)
+        _adam_update(variables, m, v2, grads, step_size, bc2_sqrt, None)
+        return loss, grads
+
+    @tf.function
+    def step_fn(step_size: Any, bc2_sqrt: Any) -> Any:
+        loss, grads = strategy.run(replica_step, args=(step_size, bc2_sqrt, shards))
+        first = strategy.experimental_local_results
+        return first(loss)[0], [first(g)[0] for g in grads]
+
+    for step in range(1, ctx.steps + 1):
+        step_size, bc2_sqrt = (tf.constant(np.float32(v))
+                               for v in gen.adam_host_scalars(step, gen.MLP["lr"]))
+        start = time.perf_counter()
+        loss, grads = step_fn(step_size, bc2_sqrt)
+        value = float(loss.numpy())  # waits for the step
+        ctx.record_step(value, global_norm([g.numpy() for g in grads]),
+                        time.perf_counter() - start)
+    with tf.device(_STATE["device"]):
+        _set_outputs(ctx, _mlp_forward({k: tf.convert_to_tensor(p) for k, p in params.items()},
+                                       _const(probe_t)))
+    _record_params(ctx, {n: p.numpy() for n, p in params.items()})
+    ctx.result["compile"] = {"traces": {"train_step": _tracing_count(step_fn)}, "xla": False}
+    ctx.result["fingerprint"]["distributed"] = {
+        "strategy": "MirroredStrategy", "devices": devices,
+        # what the strategy chose to all-reduce with (a private attribute: best effort)
+        "cross_device_ops": _try(lambda: type(strategy.extended._cross_device_ops).__name__)}
 
 
 def _keras(ctx) -> None:
@@ -387,6 +506,8 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {
     "tf.keras": _keras,
     "tf.lm": _lm,
     "tf.rng": lambda ctx: _mlp(ctx, "tf"),
+    "tf.data": _data,
+    "tf.dp": _dp,
 }
 
 

@@ -12,6 +12,10 @@ Bundled scenarios (sizes and hyper-parameters from gen.py):
     torch.lm.bf16   torch.lm under torch.autocast(<device>, dtype=torch.bfloat16); dtype "bfloat16"
     torch.rng       the mlp initialised by torch's own RNG (manual_seed + nn.Linear's default
                     init), to catch RNG stream changes; data still from gen
+    torch.data      gen.MLP trained from a torch DataLoader (gen.DATA: seeded RandomSampler,
+                    worker processes, a collate step); every batch's sample ids are recorded
+    torch.ddp       gen.MLP under DistributedDataParallel, 2 processes over gloo (a forked rank),
+                    each on half the batch; the all-reduce timed through DDP's default hook
     torch.mlp.compile, torch.lm.compile
                     the twins above trained through torch.compile(model) (default backend,
                     inductor): the compiled module runs every training step, the optimiser and
@@ -41,8 +45,9 @@ import ctypes
 import math
 import os
 import re
+import statistics
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -328,6 +333,12 @@ def _autocast(device: torch.device, dtype: Optional[torch.dtype]):
     return torch.autocast(device.type, dtype=dtype)
 
 
+class Batches(NamedTuple):
+    """A data scenario's input pipeline: ((inputs...), sample ids) per step, endlessly."""
+    iterator: Iterator[Tuple[Tuple[torch.Tensor, ...], List[int]]]
+    per_epoch: int
+
+
 class _NullContext:
     def __enter__(self) -> None:
         return None
@@ -336,16 +347,18 @@ class _NullContext:
         return False
 
 
-def train(ctx, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor],
+def train(ctx, model: nn.Module, loss_fn: Callable[..., torch.Tensor],
           probe_fn: Callable[[nn.Module], torch.Tensor], optimizer: torch.optim.Optimizer,
           named_params: Dict[str, torch.Tensor], amp_dtype: Optional[torch.dtype] = None,
-          probe_model: Optional[nn.Module] = None) -> None:
+          probe_model: Optional[nn.Module] = None, batches: Optional[Batches] = None) -> None:
     """The one training loop of every bundled torch scenario.
 
     `model` is what runs (a compiled wrapper may be passed here); `probe_model` (default:
     `model`) computes the probe outputs; `named_params` are the parameters in digest order.
+    `batches` (the data scenarios): where each step's inputs come from, handed to
+    loss_fn(model, *inputs); without it loss_fn(model) closes over one fixed batch.
     Per step: loss (the float32 value as a Python float), total gradient norm, wall time of
-    the whole step (synchronised on cuda).
+    the whole step, fetching its batch included (synchronised on cuda).
     """
     device = _device(ctx)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -353,15 +366,21 @@ def train(ctx, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor],
         torch.cuda.reset_peak_memory_stats()
     for _ in range(ctx.steps):
         start = time.perf_counter()
+        inputs: Tuple[torch.Tensor, ...] = ()
+        if batches is not None:
+            fetched, ids = next(batches.iterator)
+            inputs = tuple(t.to(device) for t in fetched)
         optimizer.zero_grad(set_to_none=True)
         with _autocast(device, amp_dtype):
-            loss = loss_fn(model)
+            loss = loss_fn(model, *inputs)
         loss.backward()
         norm = _grad_norm(params)
         optimizer.step()
         value = loss.detach().float().item()
         _sync(device)
         ctx.record_step(value, norm, time.perf_counter() - start)
+        if batches is not None:
+            ctx.record_batch(ids, batches.per_epoch)
     with torch.no_grad(), _autocast(device, amp_dtype):
         out = probe_fn(model if probe_model is None else probe_model)
     _set_outputs(ctx, out)
@@ -431,6 +450,152 @@ def _lm(ctx, amp_dtype: Optional[torch.dtype] = None, wrap: Wrap = None,
           amp_dtype, probe_model=model)
 
 
+class _Samples(torch.utils.data.Dataset):
+    """gen.pipeline_data as a map-style dataset. The map step (x * scale) runs here, on the
+    DataLoader's worker processes; each sample carries its id."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, torch.Tensor, int]:
+        return self.x[i] * gen.DATA["scale"], self.y[i], i
+
+
+def _collate(items: List[Tuple[torch.Tensor, torch.Tensor, int]]
+             ) -> Tuple[Tuple[torch.Tensor, torch.Tensor], List[int]]:
+    xs, ys, ids = zip(*items)
+    return (torch.stack(xs), torch.stack(ys)), [int(i) for i in ids]
+
+
+def _endless(loader: Any) -> Iterator[Any]:
+    while True:  # one pass of the loader is an epoch; the sampler reshuffles for the next
+        yield from loader
+
+
+def _data(ctx) -> None:
+    """torch.data: gen.MLP trained from a DataLoader: shuffled by its RandomSampler through a
+    seeded torch.Generator, num_workers worker processes (persistent), a collate step."""
+    d = gen.DATA
+    (shape, flat), labels = gen.pipeline_data(ctx.seed)
+    x = torch.tensor(flat, dtype=torch.float32).reshape(shape)
+    y = torch.tensor(labels, dtype=torch.long)
+    order = torch.Generator()
+    order.manual_seed(ctx.seed)
+    loader = torch.utils.data.DataLoader(
+        _Samples(x, y), batch_size=d["batch"], shuffle=True, generator=order,
+        num_workers=d["workers"], collate_fn=_collate, drop_last=True,
+        persistent_workers=True, prefetch_factor=d["prefetch"])
+    model, _, probe_fn, named = _mlp_setup(ctx, "gen")
+    optimizer = torch.optim.Adam(model.parameters(), lr=gen.MLP["lr"], betas=(0.9, 0.999),
+                                 eps=1e-8)
+    batches = _endless(loader)
+    try:
+        train(ctx, model, lambda m, xb, yb: F.cross_entropy(m(xb), yb), probe_fn, optimizer,
+              named, batches=Batches(batches, len(loader)))
+    finally:
+        batches.close()  # the workers stop with the loader's iterator, not at exit
+        del loader
+
+
+# The data-parallel scenario's processes: this one (rank 0, which records) and the ones it forks.
+WORLD = 2
+DDP_TIMEOUT_S = 120  # a rank that died leaves the others in a collective until then
+
+
+def _ddp(ctx) -> None:
+    """torch.ddp: gen.MLP under DistributedDataParallel over gloo, WORLD processes, each on its
+    share of the batch; DDP's reducer all-reduces the gradients (mean over ranks) through the
+    default allreduce hook, timed: the synchronisation time per step. Rank 0 records its own
+    loss, the all-reduced gradients' norm, outputs and parameters (equal on every rank)."""
+    import multiprocessing
+    import shutil
+    import tempfile
+
+    rendezvous = tempfile.mkdtemp(prefix="lockguard-ddp-")
+    init = "file://" + os.path.join(rendezvous, "init")
+    forked = multiprocessing.get_context("fork")
+    others = [forked.Process(target=_ddp_other_rank, args=(_shadow_context(ctx), rank, init),
+                             name=f"lockguard-ddp-rank{rank}", daemon=True)
+              for rank in range(1, WORLD)]
+    try:
+        for process in others:
+            process.start()
+        sync: List[float] = []
+        _ddp_rank(ctx, 0, init, sync)
+        for process in others:
+            process.join(DDP_TIMEOUT_S)
+            if process.exitcode != 0:
+                raise RuntimeError(f"{process.name} ended with exit code {process.exitcode}")
+        if len(sync) > 1:
+            ctx.result["timings"]["sync_median_s"] = statistics.median(sync[1:])
+    finally:
+        for process in others:
+            if process.is_alive():
+                process.kill()
+        shutil.rmtree(rendezvous, ignore_errors=True)
+
+
+def _ddp_other_rank(ctx, rank: int, init: str) -> None:
+    """A forked rank: trains, then leaves at once. Its objects are not torn down: a DDP
+    reducer's and gloo's destructors in a forked child were seen to hang now and then (2 runs
+    in 15), leaving the harness waiting for a rank that had finished its work."""
+    import traceback
+
+    try:
+        _ddp_rank(ctx, rank, init)
+    except BaseException:  # noqa: BLE001 - said on stderr; the exit code tells rank 0
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def _ddp_rank(ctx, rank: int, init: str, sync: Optional[List[float]] = None) -> None:
+    import datetime
+
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=DDP_TIMEOUT_S))
+    try:
+        model, _, probe_fn, named = _mlp_setup(ctx, "gen")
+        (shape, flat), labels, _ = gen.mlp_data(ctx.seed)
+        share = len(labels) // WORLD
+        x = torch.tensor(flat, dtype=torch.float32).reshape(shape)[rank * share:][:share]
+        y = torch.tensor(labels, dtype=torch.long)[rank * share:][:share]
+        ddp = DistributedDataParallel(model)
+        times = sync if sync is not None else []
+
+        # No annotations: DDP checks a hook's annotations against dist.GradBucket and Future,
+        # and this module's are strings (from __future__ import annotations).
+        def timed_allreduce(state, bucket):  # type: ignore[no-untyped-def]
+            start = time.perf_counter()
+
+            def done(future: Any) -> torch.Tensor:
+                times[-1] += time.perf_counter() - start
+                return future.value()
+            return default_hooks.allreduce_hook(state, bucket).then(done)
+
+        ddp.register_comm_hook(None, timed_allreduce)
+
+        def loss_fn(m: nn.Module) -> torch.Tensor:
+            times.append(0.0)  # this step's synchronisation, summed over its buckets
+            return F.cross_entropy(m(x), y)
+
+        optimizer = torch.optim.Adam(model.parameters(), lr=gen.MLP["lr"], betas=(0.9, 0.999),
+                                     eps=1e-8)
+        train(ctx, ddp, loss_fn, probe_fn, optimizer, named, probe_model=model)
+        ctx.result["fingerprint"]["distributed"] = {"backend": "gloo", "world_size": WORLD,
+                                                    "hook": "default_hooks.allreduce_hook"}
+        del ddp  # the reducer goes while its process group still exists
+    finally:
+        dist.destroy_process_group()
+
+
 def _compiled(ctx, family: str) -> None:
     """The compiled twin of torch.<family>, then its eager and fp64 twins for the accuracy rule."""
     build = {"mlp": lambda c, **kw: _mlp(c, "gen", **kw), "lm": lambda c, **kw: _lm(c, **kw)}[
@@ -486,6 +651,8 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {sid: _with_diagnostics(fn) for si
     "torch.rng": lambda ctx: _mlp(ctx, "torch"),
     "torch.mlp.compile": lambda ctx: _compiled(ctx, "mlp"),
     "torch.lm.compile": lambda ctx: _compiled(ctx, "lm"),
+    "torch.data": _data,
+    "torch.ddp": _ddp,
 }.items()}
 
 

@@ -9,7 +9,9 @@ diagnostics (seeding, device sync, compile/trace counting).
 The contract: run(steps, seed) returns either a list of per-step losses, or a dict
     {"losses": [...], "outputs": optional, "grad_norms": optional,
      "metrics": optional {str: number}, "params": optional {name: tensor},
-     "step_times": optional [seconds per step]}
+     "step_times": optional [seconds per step],
+     "batches": optional [the sample ids of each step's batch, in the pipeline's order],
+     "batches_per_epoch": optional int (with batches: per-epoch order digests)}
 A number is a Python int or float (never a bool) or a one-element array of the framework (its
 tensors, numpy arrays, numpy scalars) of a real dtype: integers or floats, bfloat16 and float8
 widened exactly; bool and complex are refused everywhere. losses, grad_norms and step_times are
@@ -33,7 +35,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from .common import host_floats, le_bytes, sum_squares
 
-USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times")
+USER_KEYS = ("losses", "outputs", "grad_norms", "metrics", "params", "step_times", "batches",
+             "batches_per_epoch")
 
 Floats = Tuple[List[float], List[int]]  # (flat row-major values, shape)
 
@@ -147,6 +150,15 @@ def _seq(value: Any, what: str, adapter: Adapter) -> List[float]:
     return [_number(v, f"{what}[{i}]", adapter) for i, v in enumerate(value)]
 
 
+def _sample_ids(value: Any, what: str, adapter: Adapter) -> List[int]:
+    """A batch's sample ids: a list / tuple / one-dimensional array of integers."""
+    values = _seq(value, what, adapter)
+    for i, v in enumerate(values):
+        if not float(v).is_integer():
+            raise UserResultError(f"{what}[{i}] must be an integer sample id, got {v!r}")
+    return [int(v) for v in values]
+
+
 def _params(params: Dict[Any, Any], adapter: Adapter) -> Tuple[List[Tuple[str, bytes]],
                                                                Dict[str, float]]:
     named: List[Tuple[str, bytes]] = []
@@ -191,6 +203,20 @@ def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adap
         if len(step_times) != len(losses):
             raise UserResultError(f"step_times has {len(step_times)} entries for "
                                   f"{len(losses)} losses")
+    batches: Optional[List[List[int]]] = None
+    per_epoch = spec.get("batches_per_epoch")
+    if spec.get("batches") is not None:
+        if not isinstance(spec["batches"], (list, tuple)):
+            raise UserResultError(f"batches must be a list of each step's sample ids, got "
+                                  f"{describe(spec['batches'])}")
+        batches = [_sample_ids(b, f"batches[{i}]", adapter)
+                   for i, b in enumerate(spec["batches"])]
+        if len(batches) != len(losses):
+            raise UserResultError(f"batches has {len(batches)} entries for {len(losses)} losses")
+    if per_epoch is not None and (isinstance(per_epoch, bool) or not isinstance(per_epoch, int)
+                                  or per_epoch < 1 or batches is None):
+        raise UserResultError("batches_per_epoch must be a positive int, given with batches; "
+                              f"got {describe(per_epoch)}")
     metrics = {}
     if spec.get("metrics") is not None:
         if not isinstance(spec["metrics"], dict):
@@ -213,6 +239,8 @@ def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adap
         ctx.result["losses"].extend(losses)
     if grad_norms is not None:
         ctx.result["grad_norms"] = grad_norms
+    for ids in batches or []:
+        ctx.record_batch(ids, per_epoch)
     ctx.result["metrics"].update(metrics)
     ctx.result["metrics"]["run_s"] = run_seconds
 
