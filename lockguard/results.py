@@ -28,6 +28,17 @@ def _json_float(value: float) -> float | str:
 JsonFloat = Annotated[float, PlainSerializer(_json_float, when_used="json")]
 
 
+def without_absent(model: BaseModel, data: dict[str, Any], keys: tuple[str, ...]
+                   ) -> dict[str, Any]:
+    """`data` (a model's serialised fields) without those of `keys` the model does not hold
+    (None, empty): fields added to the contract later leave the JSON of runs that have none of
+    them exactly as it was, and the files written before them."""
+    for key in keys:
+        if getattr(model, key) in (None, [], {}):
+            data.pop(key, None)
+    return data
+
+
 class Status(str, Enum):
     ok = "ok"
     crashed = "crashed"
@@ -48,11 +59,8 @@ class Timings(BaseModel):
     sync_median_s: float | None = None
 
     @model_serializer(mode="wrap")
-    def _without_absent_sync(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        if self.sync_median_s is None:
-            data.pop("sync_median_s", None)
-        return data
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_absent(self, handler(self), ("sync_median_s",))
 
 
 class AccuracySeries(BaseModel):
@@ -114,13 +122,9 @@ class CompileDiagnostics(BaseModel):
     memory: CompileMemory | None = None  # torch on cuda: compiled vs eager peak device memory
 
     @model_serializer(mode="wrap")
-    def _without_absent_accuracy(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Only torch's compiled runs carry these; the others' JSON stays as it was.
-        data = handler(self)
-        for key in ("accuracy", "memory"):
-            if getattr(self, key) is None:
-                data.pop(key, None)
-        return data
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only torch's compiled runs carry these.
+        return without_absent(self, handler(self), ("accuracy", "memory"))
 
 
 class RunResult(BaseModel):
@@ -162,13 +166,10 @@ class RunResult(BaseModel):
     error: str | None = None  # last lines of the error, for crashed/nan/timeout
 
     @model_serializer(mode="wrap")
-    def _without_absent_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Only the data scenarios record an order: every other result's JSON stays as it was.
-        data = handler(self)
-        if not self.sample_order and not self.epoch_digests and self.batches_per_epoch is None:
-            for key in ("sample_order", "batches_per_epoch", "epoch_digests"):
-                data.pop(key, None)
-        return data
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only the data scenarios record an order.
+        return without_absent(self, handler(self),
+                              ("sample_order", "batches_per_epoch", "epoch_digests"))
 
 
 class ResultError(LockguardError):

@@ -843,3 +843,25 @@ def test_results_without_an_order_keep_their_json() -> None:
     assert "sample_order" not in run().model_dump(mode="json")
     dumped = run(sample_order=ORDER, batches_per_epoch=2).model_dump(mode="json")
     assert dumped["sample_order"] == ORDER and dumped["batches_per_epoch"] == 2
+
+
+def test_every_candidate_runs_order_is_compared() -> None:
+    """With --repeat, a run that delivers another order is drift, even when the numbers of
+    every run sit inside a noise envelope."""
+    same = run(sample_order=ORDER, batches_per_epoch=2)
+    other = run(sample_order=ORDER[:4] + [[2, 0], [1, 3]], batches_per_epoch=2)
+    v = compare([same], [same, other])
+    assert v.verdict == Verdict.drift and v.first_batch_differs == 4
+    assert v.reasons[0].startswith("the sample order changed in candidate run 2 from batch 4 "
+                                   "(epoch 2, batch 0 of it): the same samples in another order")
+    from lockguard.compare.envelope import deterministic, run_difference
+
+    assert run_difference(same, other) == "sample order" and not deterministic([same, other])
+
+
+@pytest.mark.parametrize("value, shown", [(None, "—"), (0.0004, "0.4 ms"), (0.99949, "999 ms"),
+                                          (0.99962, "1.00 s"), (1.5, "1.50 s")])
+def test_seconds_choose_the_unit_after_rounding(value, shown) -> None:
+    from lockguard.compare.figures import seconds
+
+    assert seconds(value) == shown

@@ -184,7 +184,7 @@ def test_the_report_json_carries_both_sides_per_step(project, tmp_path):
     [proof] = document["evidence"]
     assert len(proof["baseline"]["result"]["losses"]) == 6
     assert proof["fingerprint_diff"] == {}
-    assert document["schema_version"] == 2
+    assert document["schema_version"] == 3
 
 
 # ------------------------------------------------------------------ noise envelopes (--repeat)

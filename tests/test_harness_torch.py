@@ -314,3 +314,21 @@ def test_numpy_user_script_ok(runs: Runs, tmp_path: Path) -> None:
     assert r["output_shape"] == [2, 2] and r["outputs"] == [1.0, 2.0, 3.0, 4.0]
     assert r["timings"]["step_median_s"] == pytest.approx(0.01)
     assert r["framework"] == "numpy" and r["framework_version"] == NUMPY
+
+
+def test_user_script_sample_ids_stay_exact_integers(runs: Runs, tmp_path: Path) -> None:
+    # Hashed sample ids beyond 2**53 would collide through a float: they are read as integers.
+    r = user_run(runs, tmp_path, "numpy", """
+        import numpy as np
+
+        BIG = 2 ** 60
+
+        def run(steps, seed):
+            batches = [np.array([BIG + 2 * s, BIG + 2 * s + 1], dtype=np.int64)
+                       for s in range(steps)]
+            return {"losses": [1.0] * steps, "batches": batches, "batches_per_epoch": 1}
+    """)
+    assert_ok(r)
+    big = 2 ** 60
+    assert r["sample_order"] == [[big + 2 * s, big + 2 * s + 1] for s in range(5)]
+    assert r["batches_per_epoch"] == 1 and len(r["epoch_digests"]) == 5

@@ -144,7 +144,7 @@ def test_one_ab_run_writes_every_report_and_they_agree(tmp_path, numpy_locks):
     assert "lockguard check --baseline-lock old.txt --scenario loss_ema" in md
 
     document = json.loads((reports / "report.json").read_text())
-    assert document["schema_version"] == 2 and document["failing"] == ["loss_ema"]
+    assert document["schema_version"] == 3 and document["failing"] == ["loss_ema"]
     # Both sides' per-step losses travel with the report: the curves, and what `accept` adopts.
     [proof] = document["evidence"]
     old_losses = proof["baseline"]["result"]["losses"]
@@ -534,6 +534,6 @@ def test_record_replaces_a_corrupt_or_old_schema_golden(tmp_path, numpy_locks):
         notes = " ".join(json.loads(rec.stdout)["notes"])
         assert "replacing unusable golden" in notes and "removed" in notes
         assert not legacy.exists()
-        assert json.loads(path.read_text())["schema_version"] == 2
+        assert json.loads(path.read_text())["schema_version"] == 3
         check = run_cli("check", "--format", "json", cwd=project)
         assert check.returncode == 0, check.stdout + check.stderr

@@ -6,6 +6,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from lockguard.compare.figures import mib
 from lockguard.results import CompileDiagnostics, CompileMemory
 
 
@@ -123,8 +124,8 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
             and _saves_device_memory(after) is False:
         notes.append(
             "compiling no longer saves device memory: the compiled training peaks at"
-            f" {_mib(after.compiled_device)} against {_mib(after.eager_device)} eager"
-            f" (baseline: {_mib(before.compiled_device)} against {_mib(before.eager_device)})")
+            f" {mib(after.compiled_device, '?')} against {mib(after.eager_device, '?')} eager"
+            f" (baseline: {mib(before.compiled_device, '?')} against {mib(before.eager_device, '?')})")
     return CompileDiff(
         graph_breaks_old=old.graph_breaks,
         graph_breaks_new=new.graph_breaks,
@@ -162,10 +163,6 @@ def _saves_device_memory(memory: CompileMemory) -> bool | None:
     if memory.compiled_device is None or memory.eager_device is None:
         return None
     return memory.compiled_device < memory.eager_device
-
-
-def _mib(size: int | None) -> str:
-    return "?" if size is None else f"{size / 2**20:.1f} MiB"
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -111,6 +111,8 @@ def run_difference(first: RunResult, other: RunResult) -> str | None:
             return f"{name.replace('_', ' ')} from {unit} {index}"
     if first.param_digest != other.param_digest:
         return "parameter digest"
+    if first.sample_order != other.sample_order:
+        return "sample order"
     return None
 
 

@@ -16,6 +16,7 @@ from lockguard.compare.compile import CompileDiff, accuracy_failure, compare_com
 from lockguard.compare.envelope import (
     Envelope, EnvelopeCheck, describe, deterministic, envelope_of, judge_envelope, run_difference,
 )
+from lockguard.compare.figures import median, mib
 from lockguard.compare.numerics import SeriesDiff, compare_series, first_difference
 from lockguard.compare.tolerance import Policy, Tolerance, effective_tolerance, normalise_dtype
 from lockguard.errors import tail
@@ -195,7 +196,8 @@ def compare_runs(
         findings.note("the candidate reported no compile diagnostics, the baseline did")
 
     # The order first: when a pipeline reorders, that is the cause of what the losses show.
-    found.update(_compare_order(baseline, candidate, findings))
+    # Every candidate run's: a noise envelope judges numbers, never an order.
+    found.update(_compare_order(baseline, candidates, findings))
     tol = effective_tolerance(policy, tolerance, candidate.dtype)
     found["tolerance"] = tol
     if envelope is None and hardware is None and len(baselines) > 1 \
@@ -406,20 +408,30 @@ def _compare_numerics(
             **series, "param_digest_equal": digest_equal}
 
 
-def _compare_order(baseline: RunResult, candidate: RunResult,
+def _compare_order(baseline: RunResult, candidates: list[RunResult],
                    findings: _Findings) -> dict[str, Any]:
-    """A data pipeline's sample order, batch by batch: any difference is `drift` at the first
-    batch that differs (a model that sees other data trains differently, whatever the loss
-    curve shows so far)."""
+    """A data pipeline's sample order, batch by batch, in every candidate run: any difference
+    is `drift` at the first batch that differs (a model that sees other data trains
+    differently, whatever the loss curve shows so far)."""
+    old = baseline.sample_order
+    for number, candidate in enumerate(candidates, start=1):
+        new = candidate.sample_order
+        if not old and not new:
+            continue
+        if not old or not new:
+            findings.note(f"only the {'candidate' if new else 'baseline'} recorded its sample "
+                          "order")
+            return {}
+        first = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), None)
+        if first is not None:
+            which = "" if len(candidates) == 1 else f" in candidate run {number}"
+            return _order_drift(baseline, candidate, first, which, findings)
+    return {}
+
+
+def _order_drift(baseline: RunResult, candidate: RunResult, first: int, which: str,
+                 findings: _Findings) -> dict[str, Any]:
     old, new = baseline.sample_order, candidate.sample_order
-    if not old and not new:
-        return {}
-    if not old or not new:
-        findings.note(f"only the {'candidate' if new else 'baseline'} recorded its sample order")
-        return {}
-    first = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), None)
-    if first is None:
-        return {}
     per = candidate.batches_per_epoch
     where = f"batch {first}" + (f" (epoch {first // per}, batch {first % per} of it)"
                                 if per else "")
@@ -428,7 +440,7 @@ def _compare_order(baseline: RunResult, candidate: RunResult,
     epochs = [i for i, (a, b) in enumerate(zip(baseline.epoch_digests,
                                                candidate.epoch_digests)) if a != b]
     findings.add(Verdict.drift,
-                 f"the sample order changed from {where}: {what}, sample ids "
+                 f"the sample order changed{which} from {where}: {what}, sample ids "
                  f"{_ids(old[first])} → {_ids(new[first])}"
                  + (f"; epoch order digests differ in epoch(s) "
                     f"{', '.join(map(str, epochs))}" if epochs else ""))
@@ -585,8 +597,8 @@ def _compare_memory(
     ratios: dict[str, float | None] = {}
     for field, key, what in (("peak_memory_bytes", "memory_ratio", "host"),
                              ("peak_device_memory_bytes", "device_memory_ratio", "device")):
-        old = _median([getattr(run, field) for run in baselines])
-        new = _median([getattr(run, field) for run in candidates])
+        old = median([getattr(run, field) for run in baselines])
+        new = median([getattr(run, field) for run in candidates])
         ratio = _median_ratio([old], [new])
         ratios[key] = ratio
         limit = policy.heavier_ratio
@@ -598,20 +610,11 @@ def _compare_memory(
             continue
         findings.add(
             Verdict.heavier,
-            f"the training's peak {what} memory is {_mib(new)} against the baseline's"
-            f" {_mib(old)}: " + (f"{ratio:.2f}× (limit {limit:.2f}×)" if ratio is not None
-                                 else f"up {_mib(new - old)} from none"),
+            f"the training's peak {what} memory is {mib(new)} against the baseline's"
+            f" {mib(old)}: " + (f"{ratio:.2f}× (limit {limit:.2f}×)" if ratio is not None
+                                 else f"up {mib(new - old)} from none"),
         )
     return ratios
-
-
-def _mib(size: float) -> str:
-    return f"{size / 2**20:.1f} MiB"
-
-
-def _median(values: list[int | None]) -> float | None:
-    known = [value for value in values if value is not None]
-    return statistics.median(known) if known else None
 
 
 def _median_ratio(old: list[float | None], new: list[float | None]) -> float | None:

@@ -10,15 +10,15 @@ with the caveats that bound the answer stated in the report itself.
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
 from lockguard.config import Config, ConfigError, Options
 from lockguard.flows.goldens import Hosts
 from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, pipeline
+from lockguard.compare.figures import median
 from lockguard.flows.report_parts import (
-    evidence, family_rule_report, lock_info, nothing_done, parity, policy_for,
+    evidence, family_rule_report, lock_info, nothing_done, policy_for, relative_spread,
 )
 from lockguard.locks.families import framework_version
 from lockguard.progress import QUIET, Progress
@@ -82,26 +82,20 @@ def compare_frameworks(config: Config, locks: list[LockRef], scenarios: list[Sce
     verdicts = {v.scenario: v for v in outcome.verdicts}
     measured = [_measure(p, verdicts[p.scenario.id], runs_of[p.scenario.id])
                 for p in outcome.planned if p.scenario.id in runs_of]
-    device = opts.device or config.device
-    table = _table(measured, outcome.planned, config, opts, device)
+    devices = sorted({p.device for p in outcome.planned if not p.skip_reason})
+    table = _table(measured, outcome.planned, config, opts, ", ".join(devices)) \
+        if measured else None
     idle = nothing_done(outcome.verdicts, "measured")
-    return Report(command="compare-frameworks", mode="frameworks", device=device,
+    return Report(command="compare-frameworks", mode="frameworks",
+                  device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=outcome.verdicts,
-                  evidence=outcome.evidence,
-                  parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
-                                outcome.results),
-                  frameworks=table, notes=[idle] if idle else [],
+                  evidence=outcome.evidence, frameworks=table, notes=[idle] if idle else [],
                   passed=gate_passes(outcome.verdicts, policy) and not idle,
                   failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
                   hardware=hosts.known(), duration_s=time.perf_counter() - start)
 
 
 # ------------------------------------------------------------------------------------ table
-
-def _median(values: list[float | int | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
@@ -113,25 +107,25 @@ def _measure(p: Planned, verdict: ScenarioVerdict, runs: list[RunResult]) -> dic
     sc = p.scenario
     ok = [r for r in runs if r.status == Status.ok]
     first = ok[0] if ok else runs[0]
-    peak = _median([r.peak_memory_bytes for r in ok])
-    device_peak = _median([r.peak_device_memory_bytes for r in ok])
+    peak = median([r.peak_memory_bytes for r in ok])
+    device_peak = median([r.peak_device_memory_bytes for r in ok])
     return dict(
         family=sc.family or "", scenario=sc.id, framework=sc.framework,
         version=first.framework_version or (framework_version(p.lock.lock, sc.framework)
                                             if p.lock else None),
-        execution=sc.execution or "eager",
+        execution=sc.execution or "eager", device=p.device,
         verdict=verdict.verdict, runs=len(runs),
         step0_loss=first.losses[0] if ok and first.losses else None,
         final_loss=first.losses[-1] if ok and first.losses else None,
-        import_s=_median([r.timings.import_s for r in ok]),
-        first_step_s=_median([r.timings.first_step_s for r in ok]),
-        step_s=_median([r.timings.step_median_s for r in ok]),
+        import_s=median([r.timings.import_s for r in ok]),
+        first_step_s=median([r.timings.first_step_s for r in ok]),
+        step_s=median([r.timings.step_median_s for r in ok]),
         peak_memory_bytes=int(peak) if peak is not None else None,
         peak_device_memory_bytes=int(device_peak) if device_peak is not None else None,
-        notes=_path_notes(first) if ok else [])
+        notes=_path_notes(first, sc.execution or "") if ok else [])
 
 
-def _path_notes(run: RunResult) -> list[str]:
+def _path_notes(run: RunResult, execution: str) -> list[str]:
     """What the compiled path actually did, where it did not do all it was asked: the figures of
     a torch.compile that fell back are eager's, and the reader must know."""
     c = run.compile
@@ -150,7 +144,7 @@ def _path_notes(run: RunResult) -> list[str]:
     if retraced:
         notes.append("traced more than once: "
                      + ", ".join(f"{name} ×{n}" for name, n in sorted(retraced.items())))
-    if run.scenario.endswith(".xla") and c.xla is False:
+    if "XLA" in execution and c.xla is False:
         notes.append("XLA was not used")
     return notes
 
@@ -165,12 +159,10 @@ def _table(measured: list[dict[str, Any]], planned: list[Planned], config: Confi
     twins = {p.scenario.id: p.scenario.plain_twin for p in planned}
     rows = []
     for m in measured:
-        family = [other for other in measured if other["family"] == m["family"]]
-        step0 = _median([other["step0_loss"] for other in family])
-        fastest = min((other["step_s"] for other in family if other["step_s"]), default=None)
+        peers = [other for other in measured
+                 if (other["family"], other["device"]) == (m["family"], m["device"])]
+        fastest = min((other["step_s"] for other in peers if other["step_s"]), default=None)
         relative: dict[str, Any] = {"step_vs_fastest": _ratio(m["step_s"], fastest)}
-        if m["step0_loss"] is not None and step0:
-            relative["step0_rel_diff"] = abs(m["step0_loss"] - step0) / abs(step0)
         plain = by_id.get(twins.get(m["scenario"]) or "")
         if plain is not None:
             relative.update(
@@ -179,8 +171,15 @@ def _table(measured: list[dict[str, Any]], planned: list[Planned], config: Confi
                 memory_vs_plain=_ratio(m["peak_memory_bytes"], plain["peak_memory_bytes"]))
         rows.append(FrameworkRow(**m, **relative))
     steps = {p.scenario.family or "": p.steps for p in planned if not p.skip_reason}
+    step0: dict[str, list[float]] = {}
+    for row in rows:
+        if row.step0_loss is not None:
+            step0.setdefault(row.family, []).append(row.step0_loss)
+    spread = {family: relative_spread(values) for family, values in step0.items()
+              if len(values) > 1}
     return FrameworkTable(device=device, threads=config.threads, repeat=opts.repeat,
-                          steps=steps, rows=rows, caveats=caveats(config, opts, rows))
+                          steps=steps, step0_spread=spread, rows=rows,
+                          caveats=caveats(config, opts, rows))
 
 
 def caveats(config: Config, opts: Options, rows: list[FrameworkRow]) -> list[str]:

@@ -142,6 +142,9 @@ def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
             pinned = sorted({f for r in locks for f in r.lock.frameworks()})
             reason = (f"no lock pins {sc.framework} (locks pin: "
                       f"{', '.join(pinned) or 'no framework'})")
+        elif sc.cpu_only and expected != "cpu":
+            reason = (f"runs on the CPU only (its data-parallel workers split the CPU), not on "
+                      f"{expected}")
         planned.append(Planned(sc, ref, expected, n, reason))
     return planned
 

@@ -89,11 +89,14 @@ def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> lis
     for (family, dtype), step0 in groups.items():
         if len({scenarios[s].framework for s in step0}) < 2:
             continue
-        values = list(step0.values())
         rows.append(ParityRow(family=family if dtype == "float32" else f"{family} ({dtype})",
-                              step0=step0,
-                              max_rel_spread=(max(values) - min(values)) / (abs(values[0]) or 1.0)))
+                              step0=step0, max_rel_spread=relative_spread(list(step0.values()))))
     return rows
+
+
+def relative_spread(values: list[float]) -> float:
+    """How far values that should agree spread: (max - min) / |first|."""
+    return (max(values) - min(values)) / (abs(values[0]) or 1.0)
 
 
 def nothing_done(verdicts: list[ScenarioVerdict], what: str) -> str | None:

@@ -36,8 +36,12 @@ from lockguard.report._common import change_short, change_text, option_lines
 # 2: `evidence`: both sides' RunResults per scenario (per-step losses for curves, what `accept`
 #    adopts) and the environment fingerprint difference. Version 1 files are read as version 2
 #    without evidence.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: `frameworks` (compare-frameworks: command "compare-frameworks", mode "frameworks", verdict
+#    "measured"), a verdict's first_batch_differs, results' sample order and sync time. A
+#    version 2 file is read as 3 (it holds none of these); a lockguard that reads only 2 says
+#    the file is of a version it does not know, instead of failing on a field.
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class ReportError(LockguardError):
@@ -103,15 +107,15 @@ class FrameworkRow(BaseModel):
     framework: str
     version: str | None = None  # the framework's version as the run reported it
     execution: str  # eager, torch.compile (inductor), jax.jit (XLA), tf.function + XLA, ...
+    device: str  # the device class it was planned for: ×fastest compares runs of one device
     verdict: Verdict  # measured, or what went wrong (broken, compile_fallback, device_fallback)
     runs: int = 0
     step0_loss: float | None = None
-    step0_rel_diff: float | None = None  # |loss0 - the family's median loss0| / that median
     final_loss: float | None = None
     import_s: float | None = None
     first_step_s: float | None = None  # includes compiling or tracing
     step_s: float | None = None  # steady state: the median step after the first
-    step_vs_fastest: float | None = None  # step_s / the family's fastest step_s
+    step_vs_fastest: float | None = None  # step_s / the fastest step_s of its family and device
     peak_memory_bytes: int | None = None
     peak_device_memory_bytes: int | None = None
     # A compiled path against the scenario that runs the same training without it.
@@ -128,10 +132,13 @@ class FrameworkTable(BaseModel):
 
     model_config = ConfigDict(defer_build=True)
 
-    device: str
+    device: str  # the devices of the rows, comma-separated
     threads: int
     repeat: int  # runs per scenario, one at a time
     steps: dict[str, int] = Field(default_factory=dict)  # family -> training steps
+    # family -> the relative spread of its rows' step-0 losses (report_parts.relative_spread,
+    # as the parity rows compute it), where two or more rows have one
+    step0_spread: dict[str, float] = Field(default_factory=dict)
     rows: list[FrameworkRow] = Field(default_factory=list)
     caveats: list[str] = Field(default_factory=list)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lockguard.compare.compile import CompileDiff
+from lockguard.compare.figures import mib, seconds
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.locks.diff import Change, OptionChange
@@ -209,16 +210,6 @@ FRAMEWORK_HEAD = ("scenario", "execution", "step 0 loss", "final loss", "1st ste
 STEP0 = FRAMEWORK_HEAD.index("step 0 loss")
 
 
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.2f} s"
-
-
-def mib(value: float | None) -> str:
-    return "—" if value is None else f"{value / 2**20:.1f} MiB"
-
-
 def ratio(value: float | None) -> str:
     return "—" if value is None else f"×{value:.2f}"
 
@@ -229,45 +220,60 @@ def family_title(table: FrameworkTable, family: str) -> str:
             + ": same data and initial weights in every framework")
 
 
+def step0_line(table: FrameworkTable, family: str, rows: list[FrameworkRow]) -> str | None:
+    """The family's step-0 losses in one line: they agree to float rounding, or the harness
+    is wrong."""
+    losses = [row.step0_loss for row in rows if row.step0_loss is not None]
+    if not losses:
+        return None
+    spread = table.step0_spread.get(family)
+    if spread is None:
+        return f"step 0 loss {fmt_float(losses[0])}"
+    if spread == 0:
+        return f"step 0 loss {fmt_float(losses[0])} in all {len(losses)} scenarios"
+    return (f"step 0 loss {min(losses):.9g} to {max(losses):.9g} over {len(losses)} scenarios: "
+            f"relative spread {spread:.1e}")
+
+
 def framework_cells(row: FrameworkRow) -> list[str]:
-    """A row of the compare-frameworks table, in FRAMEWORK_HEAD's order."""
-    name = row.scenario + ("" if row.verdict == Verdict.measured else f" ({row.verdict.value})")
-    step0 = fmt_float(row.step0_loss)
-    if row.step0_rel_diff:
-        step0 += f" (rel {row.step0_rel_diff:.0e})"
-    return [name, row.execution, step0, fmt_float(row.final_loss), seconds(row.first_step_s),
-            seconds(row.step_s), ratio(row.step_vs_fastest), mib(row.peak_memory_bytes)
-            + (f" (device {mib(row.peak_device_memory_bytes)})"
-               if row.peak_device_memory_bytes is not None else "")]
+    """A row of the compare-frameworks table, in FRAMEWORK_HEAD's order; what does not fit a
+    cell (the verdict of a run that broke, a device peak, the compiled path's notes) is in
+    row_notes."""
+    return [row.scenario, row.execution, fmt_float(row.step0_loss), fmt_float(row.final_loss),
+            seconds(row.first_step_s), seconds(row.step_s), ratio(row.step_vs_fastest),
+            mib(row.peak_memory_bytes)]
+
+
+def row_notes(row: FrameworkRow) -> list[str]:
+    """What a reader must know of a row beyond its cells, one sentence each."""
+    out = []
+    if row.verdict != Verdict.measured:
+        out.append(f"{row.scenario}: {row.verdict.value} (below): its figures are missing")
+    if row.peak_device_memory_bytes is not None:
+        out.append(f"{row.scenario}: peak device memory {mib(row.peak_device_memory_bytes)}")
+    if row.plain is not None:
+        parts = [f"{what} {ratio(value)}" for what, value in (
+            ("step", row.step_vs_plain), ("first step", row.first_step_vs_plain),
+            ("peak memory", row.memory_vs_plain)) if value is not None]
+        if parts:
+            out.append(f"{row.scenario} against {row.plain}: " + ", ".join(parts))
+    out += [f"{row.scenario}: {note}" for note in row.notes]
+    return out
 
 
 def row_line(row: FrameworkRow) -> str:
     """One row of the table as a sentence, for formats with no tables."""
-    return (f"{row.execution}: step {seconds(row.step_s)} ({ratio(row.step_vs_fastest)} the "
-            f"family's fastest), first step {seconds(row.first_step_s)}, peak memory "
-            f"{mib(row.peak_memory_bytes)}, step-0 loss {fmt_float(row.step0_loss)}, final loss "
-            f"{fmt_float(row.final_loss)}")
-
-
-def plain_line(row: FrameworkRow) -> str | None:
-    """A compiled path against its plain twin: 'torch.mlp.compile against torch.mlp: step
-    ×0.61, first step ×38.20, peak memory ×1.40'."""
-    if row.plain is None:
-        return None
-    parts = [f"{what} {ratio(value)}" for what, value in (
-        ("step", row.step_vs_plain), ("first step", row.first_step_vs_plain),
-        ("peak memory", row.memory_vs_plain)) if value is not None]
-    return f"{row.scenario} against {row.plain}: " + ", ".join(parts) if parts else None
+    return (f"{row.execution} on {row.device}: step {seconds(row.step_s)} "
+            f"({ratio(row.step_vs_fastest)} the family's fastest), first step "
+            f"{seconds(row.first_step_s)}, peak memory {mib(row.peak_memory_bytes)}, step-0 loss "
+            f"{fmt_float(row.step0_loss)}, final loss {fmt_float(row.final_loss)}")
 
 
 def framework_summary(table: FrameworkTable) -> list[str]:
     """The compare-frameworks table in a few plain lines, for formats with no tables (a JUnit
-    suite's output, an Actions notice): each family by step time, the compiled paths against
-    their plain twins, what a compiled path did not do."""
+    suite's output, an Actions notice): each family by step time, then every row's notes."""
     lines = [fastest_line(family, rows) for family, rows in table.families()]
-    lines += [line for row in table.rows if (line := plain_line(row))]
-    lines += [f"{row.scenario}: {note}" for row in table.rows for note in row.notes]
-    return lines
+    return lines + [note for row in table.rows for note in row_notes(row)]
 
 
 def fastest_line(family: str, rows: list[FrameworkRow]) -> str:

@@ -16,7 +16,7 @@ from lockguard.names import Verdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, change_text, compile_rows, family_title, final_loss, fmt_float,
-    framework_cells, option_lines, plain_line, summary_line, trial_line,
+    framework_cells, option_lines, row_notes, step0_line, summary_line, trial_line,
 )
 
 MARKER = "<!-- lockguard-report -->"
@@ -261,7 +261,7 @@ def _tail(report: Report) -> list[str]:
 
 
 def _frameworks(report: Report) -> list[str]:
-    """compare-frameworks: a table per model family (step-0 losses are in the parity section),
+    """compare-frameworks: a table per model family (its step-0 losses in one line under it),
     compiled paths against their plain twins, and the caveats folded."""
     table = report.frameworks
     if table is None:
@@ -274,8 +274,8 @@ def _frameworks(report: Report) -> list[str]:
         for row in rows:
             cells = [_text(c) for i, c in enumerate(framework_cells(row)) if i != STEP0]
             lines.append("| " + " | ".join(cells) + " |")
-        extra = [line for row in rows if (line := plain_line(row))]
-        extra += [f"{row.scenario}: {note}" for row in rows for note in row.notes]
+        extra = [line for line in [step0_line(table, family, rows)] if line]
+        extra += [note for row in rows for note in row_notes(row)]
         if extra:
             lines += [""] + [f"- {_text(line)}" for line in extra]
     lines += ["", "<details><summary>What these figures say (caveats)</summary>", ""]

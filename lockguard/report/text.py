@@ -18,7 +18,8 @@ from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_title,
-    final_loss, fmt_float, framework_cells, option_lines, plain_line, summary_line, timing,
+    final_loss, fmt_float, framework_cells, option_lines, row_notes, step0_line, summary_line,
+    timing,
 )
 
 STYLE = {
@@ -128,26 +129,22 @@ def _frameworks(console: Console, report: Report) -> None:
     assert table is not None
     for family, rows in table.families():
         console.print(f"\n[bold]{escape(family_title(table, family))}[/bold]")
-        # Step-0 losses are in the parity lines below: 80 columns hold the rest.
+        # 80 columns: the execution path under the scenario's name, the step-0 losses on a line
+        # of their own; the name column wraps, the figures never do (nor are they cut).
         grid = Table(show_edge=False, pad_edge=False, box=None, expand=False)
-        for name in FRAMEWORK_HEAD[:STEP0] + FRAMEWORK_HEAD[STEP0 + 1:]:
-            text = name in ("scenario", "execution")
-            grid.add_column(name, no_wrap=name != "execution", min_width=9 if text else None,
-                            justify="left" if text else "right")
+        grid.add_column("scenario", overflow="fold", ratio=1)
+        for name in FRAMEWORK_HEAD[STEP0 + 1:]:
+            grid.add_column(name, no_wrap=True, justify="right")
         for row in rows:
-            style = STYLE.get(row.verdict, "") if row.verdict != Verdict.measured else ""
             cells = [escape(c) for c in framework_cells(row)]
-            del cells[STEP0]
-            if style:
-                cells[0] = f"[{style}]{cells[0]}[/]"
-            grid.add_row(*cells)
+            style = STYLE.get(row.verdict, "") if row.verdict != Verdict.measured else ""
+            name = f"[{style}]{cells[0]}[/]" if style else cells[0]
+            grid.add_row(f"{name}\n  [dim]{cells[1]}[/]", *cells[STEP0 + 1:])
         console.print(grid)
-        for row in rows:
-            line = plain_line(row)
-            if line:
-                console.print(f"  {escape(line)}", markup=True)
-            for note in row.notes:
-                console.print(f"  {escape(row.scenario)}: {escape(note)}")
+        for line in filter(None, [step0_line(table, family, rows)]
+                           + [note for row in rows for note in row_notes(row)]):
+            for i, piece in enumerate(textwrap.wrap(line, max(20, console.width - 4))):
+                console.print(("  " if i == 0 else "    ") + escape(piece))
 
 
 def _caveats(console: Console, report: Report) -> None:

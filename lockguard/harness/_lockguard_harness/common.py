@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .gen import order_digest
 
@@ -135,6 +135,13 @@ class Context:
                 self.result["status"] = "nan"
                 self.result["error"] = f"loss is {self.result['losses'][bad[0]]} at step {bad[0]}"
         return self.result
+
+
+class Batches(NamedTuple):
+    """A scenario's inputs per step, endlessly: ((inputs...), the sample ids of a data
+    pipeline's batch, or None where the inputs are one fixed batch); batches per epoch."""
+    iterator: Iterator[Tuple[Tuple[Any, ...], Optional[List[int]]]]
+    per_epoch: Optional[int] = None
 
 
 class TrainingMemory:

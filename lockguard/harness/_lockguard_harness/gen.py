@@ -124,6 +124,10 @@ def mlp_data(seed: int) -> Tuple[Tensor, List[int], Tensor]:
 DATA = {"samples": 96, "batch": 8, "epochs": 2, "workers": 2, "prefetch": 2, "scale": 0.5}
 DATA_STEPS = DATA["samples"] // DATA["batch"] * DATA["epochs"]
 
+# The data-parallel scenarios (torch.ddp, jax.dp, tf.dp): the MLP's batch split over this many
+# workers (processes, host devices, logical CPUs).
+DATA_PARALLEL = 2
+
 
 def pipeline_data(seed: int) -> Tuple[Tensor, List[int]]:
     """(inputs, integer labels) of the data scenarios' dataset, before the pipeline's map."""

@@ -69,11 +69,11 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import gen
 from .common import attempt as _try
-from .common import (global_norm, host_floats, le_bytes, recorded_env,
+from .common import (Batches, global_norm, host_floats, le_bytes, recorded_env,
                     seed_host_rngs, sum_squares)
 from .userscript import host_array_adapter, run_script
 
@@ -266,13 +266,6 @@ def _adam_update(params: Dict[str, Any], grads: Dict[str, Any], m: Dict[str, Any
     return new_p, new_m, new_v
 
 
-class Batches(NamedTuple):
-    """A scenario's inputs per step, endlessly: ((inputs...), the sample ids of a data
-    pipeline's batch, or None where the inputs are one fixed batch)."""
-    iterator: Iterator[Tuple[Tuple[Any, ...], Optional[List[int]]]]
-    per_epoch: Optional[int] = None
-
-
 def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
           probe_fn: Callable[[Dict[str, Any]], Any], lr: float,
           weight_decay: Optional[float] = None, batches: Optional[Batches] = None) -> None:
@@ -346,14 +339,21 @@ def _mlp(ctx, init: str = "gen") -> None:
 def _prefetched(source: Iterator[Any], depth: int) -> Iterator[Any]:
     """`source` produced on a background thread, at most `depth` items ahead of the consumer."""
     ready: "queue.Queue[Any]" = queue.Queue(maxsize=depth)
+    failed = object()
 
     def produce() -> None:
-        for item in source:
-            ready.put(item)  # blocks while `depth` items wait; a daemon ends with the process
+        try:
+            for item in source:
+                ready.put(item)  # blocks while `depth` items wait; a daemon ends with the process
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            ready.put((failed, exc))
 
     threading.Thread(target=produce, name="lockguard-prefetch", daemon=True).start()
     while True:
-        yield ready.get()
+        item = ready.get()
+        if isinstance(item, tuple) and len(item) == 2 and item[0] is failed:
+            raise RuntimeError("the input pipeline's prefetch thread failed") from item[1]
+        yield item
 
 
 def _data(ctx) -> None:
@@ -381,7 +381,7 @@ def _data(ctx) -> None:
           batches=Batches(_prefetched(batches(), d["prefetch"]), per_epoch))
 
 
-DP_DEVICES = 2
+DP_DEVICES = gen.DATA_PARALLEL
 
 
 def _dp(ctx) -> None:

@@ -62,12 +62,12 @@ import functools
 import math
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import gen
 from .common import attempt as _try
-from .common import (global_norm, host_floats, installed_version, le_bytes, recorded_env,
-                    seed_host_rngs, sum_squares)
+from .common import (Batches, global_norm, host_floats, installed_version, le_bytes,
+                     recorded_env, seed_host_rngs, sum_squares)
 from .userscript import host_array_adapter, run_script
 
 NAME = "tensorflow"
@@ -214,12 +214,6 @@ def _linear(a: Any, w: Any, b: Any = None) -> Any:
 BETAS, EPS = gen.BETAS, gen.EPS
 
 
-class Batches(NamedTuple):
-    """A data scenario's input pipeline: ((inputs...), sample ids) per step, endlessly."""
-    iterator: Iterator[Tuple[Tuple[Any, ...], List[int]]]
-    per_epoch: int
-
-
 def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
           probe_fn: Callable[[], Any], lr: float, weight_decay: Optional[float] = None,
           jit_compile: bool = False, batches: Optional[Batches] = None) -> None:
@@ -253,7 +247,7 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
         value = float(loss.numpy())  # waits for the step
         seconds = time.perf_counter() - start
         ctx.record_step(value, global_norm([g.numpy() for g in grads]), seconds)
-        if batches is not None:
+        if ids is not None:
             ctx.record_batch(ids, batches.per_epoch)
     _set_outputs(ctx, probe_fn())
     _record_params(ctx, {n: p.numpy() for n, p in params.items()})
@@ -346,7 +340,7 @@ def _data(ctx) -> None:
               batches=Batches(batches(), len(labels) // d["batch"]))
 
 
-DP_REPLICAS = 2
+DP_REPLICAS = gen.DATA_PARALLEL
 
 
 def _dp(ctx) -> None:

@@ -47,15 +47,15 @@ import os
 import re
 import statistics
 import time
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import gen
+from .common import Batches, seed_host_rngs
 from .common import attempt as _try
-from .common import seed_host_rngs
 from .compile_torch import RECORDER, accuracy
 from .userscript import Adapter, UserResultError, describe, host_array_adapter, run_script
 
@@ -333,12 +333,6 @@ def _autocast(device: torch.device, dtype: Optional[torch.dtype]):
     return torch.autocast(device.type, dtype=dtype)
 
 
-class Batches(NamedTuple):
-    """A data scenario's input pipeline: ((inputs...), sample ids) per step, endlessly."""
-    iterator: Iterator[Tuple[Tuple[torch.Tensor, ...], List[int]]]
-    per_epoch: int
-
-
 class _NullContext:
     def __enter__(self) -> None:
         return None
@@ -367,6 +361,7 @@ def train(ctx, model: nn.Module, loss_fn: Callable[..., torch.Tensor],
     for _ in range(ctx.steps):
         start = time.perf_counter()
         inputs: Tuple[torch.Tensor, ...] = ()
+        ids = None
         if batches is not None:
             fetched, ids = next(batches.iterator)
             inputs = tuple(t.to(device) for t in fetched)
@@ -379,7 +374,7 @@ def train(ctx, model: nn.Module, loss_fn: Callable[..., torch.Tensor],
         value = loss.detach().float().item()
         _sync(device)
         ctx.record_step(value, norm, time.perf_counter() - start)
-        if batches is not None:
+        if ids is not None:
             ctx.record_batch(ids, batches.per_epoch)
     with torch.no_grad(), _autocast(device, amp_dtype):
         out = probe_fn(model if probe_model is None else probe_model)
@@ -501,7 +496,7 @@ def _data(ctx) -> None:
 
 
 # The data-parallel scenario's processes: this one (rank 0, which records) and the ones it forks.
-WORLD = 2
+WORLD = gen.DATA_PARALLEL
 DDP_TIMEOUT_S = 120  # a rank that died leaves the others in a collective until then
 
 

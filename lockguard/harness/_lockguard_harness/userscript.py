@@ -150,13 +150,25 @@ def _seq(value: Any, what: str, adapter: Adapter) -> List[float]:
     return [_number(v, f"{what}[{i}]", adapter) for i, v in enumerate(value)]
 
 
-def _sample_ids(value: Any, what: str, adapter: Adapter) -> List[int]:
-    """A batch's sample ids: a list / tuple / one-dimensional array of integers."""
-    values = _seq(value, what, adapter)
-    for i, v in enumerate(values):
-        if not float(v).is_integer():
-            raise UserResultError(f"{what}[{i}] must be an integer sample id, got {v!r}")
-    return [int(v) for v in values]
+def _sample_ids(value: Any, what: str) -> List[int]:
+    """A batch's sample ids: a list / tuple / one-dimensional array of integers, read as
+    integers (never through a float: hashed ids above 2**53 would collide)."""
+    if not isinstance(value, (list, tuple)):
+        if hasattr(value, "numpy") and not hasattr(value, "tolist"):
+            value = value.numpy()  # a TensorFlow tensor
+        if hasattr(value, "tolist"):
+            value = value.tolist()  # any framework's array: Python ints for integer dtypes
+    if not isinstance(value, (list, tuple)):
+        raise UserResultError(f"{what} must be a sequence of integer sample ids, got "
+                              f"{describe(value)}")
+    ids = []
+    for i, v in enumerate(value):
+        if hasattr(v, "item") and not isinstance(v, (int, float)):
+            v = v.item()  # a numpy integer scalar
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UserResultError(f"{what}[{i}] must be an integer sample id, got {describe(v)}")
+        ids.append(v)
+    return ids
 
 
 def _params(params: Dict[Any, Any], adapter: Adapter) -> Tuple[List[Tuple[str, bytes]],
@@ -209,7 +221,7 @@ def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adap
         if not isinstance(spec["batches"], (list, tuple)):
             raise UserResultError(f"batches must be a list of each step's sample ids, got "
                                   f"{describe(spec['batches'])}")
-        batches = [_sample_ids(b, f"batches[{i}]", adapter)
+        batches = [_sample_ids(b, f"batches[{i}]")
                    for i, b in enumerate(spec["batches"])]
         if len(batches) != len(losses):
             raise UserResultError(f"batches has {len(batches)} entries for {len(losses)} losses")
