@@ -58,6 +58,8 @@ def test_runs_one_at_a_time_and_sets_the_families_side_by_side(tmp_path, locks):
     # Timings are the point: a training never shares the machine with another one.
     assert fake.most_runs_at_once == 1
     assert len(fake.runs) == 2 * len(MLP + LM)
+    # Repeats in rounds: every scenario once, then every scenario again.
+    assert [sid for sid, _ in fake.runs] == (MLP + LM) * 2
     assert report.passed and report.command == "compare-frameworks"
     assert {v.verdict for v in report.verdicts} == {Verdict.measured}
     table = report.frameworks

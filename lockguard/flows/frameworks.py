@@ -73,9 +73,10 @@ def compare_frameworks(config: Config, locks: list[LockRef], scenarios: list[Sce
                                  ("lock", p.lock.name if p.lock else "local", runs.candidate[0]))
 
     # One run at a time: two trainings sharing the cores and the memory bandwidth slow each
-    # other unevenly, and the step times are the point here.
+    # other unevenly, and the step times are the point here; repeats in rounds, so that a
+    # change in the machine's load over the minutes this takes touches every framework alike.
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
-                       progress=progress, backend=backend, jobs=1)
+                       progress=progress, backend=backend, jobs=1, rounds=True)
     from lockguard.compare.verdicts import gate_passes, is_failure
     from lockguard.report import Report
 

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -155,18 +156,25 @@ def env_kind(config: Config, opts: Options) -> str:
 
 def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: list[LockRef], *,
              decide: Decide, judge: Judge, progress: Progress = QUIET,
-             backend: Backend | None = None, jobs: int | None = None) -> Outcome:
+             backend: Backend | None = None, jobs: int | None = None,
+             rounds: bool = False) -> Outcome:
     """Plan the scenarios, run what `decide` asks for, and `judge` each scenario's results.
 
     `decide` sees every runnable scenario before anything is built, so a flow validates its
     input (goldens, target directories) there: bad input fails with nothing built or run.
-    `jobs`: harness processes at once (default `default_workers()`).
+    `jobs`: harness processes at once (default `default_workers()`). `rounds`: run every
+    scenario's first job, then every scenario's second, and so on (repeats spread over the
+    time the check takes, so a drift in the machine's load spreads over every scenario).
     """
     kind = env_kind(config, opts)
     planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
                    local=kind == "local")
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
-    wanted_jobs = [job for mine in wanted.values() for job in mine]
+    if rounds:
+        wanted_jobs = [job for round_ in zip_longest(*wanted.values()) for job in round_
+                       if job is not None]
+    else:
+        wanted_jobs = [job for mine in wanted.values() for job in mine]
     ran = execute(config, kind, wanted_jobs, progress, backend, workers=jobs) \
         if wanted_jobs else []
     from lockguard.compare.verdicts import skipped
