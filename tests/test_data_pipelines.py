@@ -53,11 +53,11 @@ SAMPLER_V1 = """\
 
 # 2.0 draws epoch 0 as 1.0 does, then repeats it: it no longer moves to the next epoch.
 SAMPLER_V2_ORDER = SAMPLER_V1.replace("            self.epoch += 1\n", "")
-# 2.0 draws the same order, and loading a sample takes 20 ms more (on the worker processes).
+# 2.0 draws the same order, and loading a sample takes 50 ms more (on the worker processes).
 SAMPLER_V2_SLOW = SAMPLER_V1.replace("""    def load(x):
         return x""", """    def load(x):
         import time
-        time.sleep(0.02)
+        time.sleep(0.05)
         return x""")
 
 SCRIPT = """\
@@ -171,9 +171,10 @@ def test_a_pipeline_that_loads_slower_is_slower(tmp_path):
                               SAMPLER_V2_SLOW, CONFIG, {"train_loader.py": SCRIPT})
     code, report = ab(project, "v1.txt")
     [v] = report["verdicts"]
-    # 8 samples of 20 ms on 2 workers: 80 ms a batch against well under 10 ms.
+    # 8 samples of 50 ms on 2 workers: 200 ms a batch, against a few ms (tens on a loaded
+    # machine, where a CI run of this test measured ×2.1 with 20 ms samples).
     assert v["verdict"] == "slower" and code == 1, v["reasons"]
-    assert v["step_time_ratio"] > 3, v["step_time_ratio"]
+    assert v["step_time_ratio"] > 2, v["step_time_ratio"]
     assert v["first_batch_differs"] is None and v["param_digest_equal"] is True
 
 

@@ -534,6 +534,6 @@ def test_record_replaces_a_corrupt_or_old_schema_golden(tmp_path, numpy_locks):
         notes = " ".join(json.loads(rec.stdout)["notes"])
         assert "replacing unusable golden" in notes and "removed" in notes
         assert not legacy.exists()
-        assert json.loads(path.read_text())["schema_version"] == 3
+        assert json.loads(path.read_text())["schema_version"] == 2
         check = run_cli("check", "--format", "json", cwd=project)
         assert check.returncode == 0, check.stdout + check.stderr
