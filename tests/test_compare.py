@@ -865,3 +865,16 @@ def test_seconds_choose_the_unit_after_rounding(value, shown) -> None:
     from lockguard.compare.figures import seconds
 
     assert seconds(value) == shown
+
+
+def test_a_data_pipeline_is_judged_slower_on_its_mean_step() -> None:
+    """Two workers: one step in two waits. The medians (a step that did not wait) are equal;
+    the means carry every wait."""
+    def pipeline(median: float, mean: float) -> RunResult:
+        return run(sample_order=ORDER, timings={"step_median_s": median, "step_mean_s": mean})
+
+    v = compare_runs([pipeline(0.005, 0.006)], [pipeline(0.005, 0.1)], policy=Policy(),
+                     baseline_kind="lock", expected_device=None, timed_together=True)
+    assert v.verdict == Verdict.slower and v.step_time_ratio == pytest.approx(0.1 / 0.006)
+    assert v.reasons[0].startswith("steady-state steps take 16.67× the baseline's (mean step, "
+                                   "a data pipeline's)"), v.reasons
