@@ -228,9 +228,8 @@ def keep_evidence(target: Any, report: Any) -> None:
     from lockguard.report import artifacts
 
     if target.pruned and report.command == "check" and not report.evidence:
-        # A check that ran nothing (answered from the goldens) has no evidence to keep; the
-        # last-check pointer goes, so that `accept` never adopts an older check's runs.
-        artifacts.forget_last_check(target)
+        # A check that ran nothing (answered from the goldens) has no evidence to keep, and
+        # no last-check pointer (artifacts.prepare took it away as the check started).
         return
     directory = artifacts.save(target, report)
     click.echo(f"artefacts kept in {directory}", err=True)
@@ -393,7 +392,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         chosen = select(config, list(scenarios))
         part = _shard_part(shard, config, opts, chosen, locks, entry=plan_entry,
                            plan_shards=plan_shards)
-        keep = artifacts.prepare(artifacts_dir, config.root)
+        keep = artifacts.prepare(artifacts_dir, config.root, check=True)
         if part is not None and not part[1]:
             report = part[2]
         else:
@@ -407,7 +406,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
         part = _shard_part(shard, config, opts, chosen, locks, lock_refs, plan_entry,
                            plan_shards)
-        keep = artifacts.prepare(artifacts_dir, config.root)
+        keep = artifacts.prepare(artifacts_dir, config.root, check=True)
         if part is not None and not part[1]:
             report = part[2]
         else:

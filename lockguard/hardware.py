@@ -13,7 +13,7 @@ tolerance in bf16, and that says nothing about the dependencies being checked.
   +cuXXX build) or the image, and a change of them is a dependency change to be judged.
 - tpu: the device kind jax reports (`tpu-v4`).
 
-Everything here is a pure function of a fingerprint, except `host_class`, which reads the host's
+Everything here is a pure function of a fingerprint, except `host_class` and `visible_gpus`, which read the host's
 facts through the harness's own functions (lockguard/harness/_lockguard_harness/common.py:
 stdlib only, and never importing lockguard), so that the host and a run on it land in the same class. Changing what goes
 into a class id changes the ids of existing goldens: bump golden.SCHEMA_VERSION with it.
@@ -22,7 +22,9 @@ into a class id changes the ids of existing goldens: bump golden.SCHEMA_VERSION 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -96,6 +98,36 @@ def host_class(device: str) -> HardwareClass | None:
             return None
         return _gpu_class(nvidia, None)
     return None
+
+
+def visible_gpus(environ: Mapping[str, str] = os.environ) -> int | None:
+    """How many NVIDIA GPUs a run started from here sees: the driver's (from /proc) narrowed by
+    CUDA_VISIBLE_DEVICES. None where the driver is not visible (no NVIDIA GPU, or a container
+    that hides /proc/driver/nvidia): then nobody can tell without loading CUDA."""
+    nvidia = nvidia_info()
+    if not nvidia:
+        return None
+    return count_visible(len(nvidia.get("gpus") or []), environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def count_visible(physical: int, mask: str | None) -> int:
+    """CUDA's reading of CUDA_VISIBLE_DEVICES over `physical` GPUs: unset, all of them; else a
+    comma list of indices or GPU-/MIG- UUIDs read up to the first entry that names no device
+    (so "" and "-1" hide them all, and "0,7,1" on 2 GPUs shows one)."""
+    if mask is None:
+        return physical
+    shown: set[str] = set()
+    for entry in (e.strip() for e in mask.split(",")):
+        if entry.isdigit() and int(entry) < physical:
+            name = str(int(entry))
+        elif entry.startswith(("GPU-", "MIG-")):
+            name = entry  # a UUID: not checkable without the driver's library; trusted
+        else:
+            break
+        if name in shown:
+            break
+        shown.add(name)
+    return min(len(shown), physical)
 
 
 def difference(golden: HardwareClass, current: HardwareClass) -> str | None:

@@ -142,6 +142,35 @@ def _ask_pip_config() -> dict[str, str] | None:
     return merged
 
 
+# uv's environment settings that change how it fetches, caches and reports, never what it
+# installs or whether it builds: passed on. Every other UV_* variable is not (UV_INDEX_URL,
+# UV_NO_BINARY, UV_OVERRIDE, UV_TORCH_BACKEND, UV_NO_VERIFY_HASHES, UV_CONFIG_FILE, ...): each
+# would change what a lock installs, or let a source build run, behind the lock and the
+# command line's --no-config. Where to install from comes from pip's settings, for uv as for
+# pip (pip_config_as_uv_args).
+UV_PASSED = frozenset({
+    "UV_CACHE_DIR", "UV_NO_CACHE", "UV_LINK_MODE", "UV_OFFLINE", "UV_HTTP_TIMEOUT",
+    "UV_REQUEST_TIMEOUT", "UV_HTTP_RETRIES", "UV_CONCURRENT_DOWNLOADS", "UV_CONCURRENT_BUILDS",
+    "UV_CONCURRENT_INSTALLS", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS", "UV_INSECURE_HOST",
+    "UV_KEYRING_PROVIDER", "UV_NO_PROGRESS", "UV_NO_WRAP", "UV_LOG_CONTEXT"})
+_UV_CREDENTIALS = re.compile(r"UV_INDEX_[A-Z0-9_]+_(USERNAME|PASSWORD)")
+
+
+def drop_uv_settings(env: dict[str, str]) -> list[str]:
+    """Remove from `env` the UV_* variables that could change what uv installs; their names,
+    sorted (for a line saying so)."""
+    dropped = sorted(k for k in env if k.startswith("UV_") and k not in UV_PASSED
+                     and not _UV_CREDENTIALS.fullmatch(k))
+    for name in dropped:
+        del env[name]
+    return dropped
+
+
+def uv_settings_note(dropped: list[str]) -> str:
+    return (f"not passed to uv: {', '.join(dropped)} (settings that would change what a lock "
+            "installs; uv installs from pip's index settings)")
+
+
 def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None = None,
              error: type[LockguardError] = ToolError) -> subprocess.CompletedProcess[str]:
     """A packaging tool's command through the one process runner; stdout and stderr as text
@@ -150,6 +179,7 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
     from lockguard import process
 
     env = dict(os.environ)
+    drop_uv_settings(env)
     # Never wait on a credentials prompt or print upgrade nags into the captured output.
     env.setdefault("PIP_NO_INPUT", "1")
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")

@@ -28,9 +28,10 @@ class Scenario:
     # tf.function without XLA): what compare-frameworks sets side by side.
     execution: str | None = None
     plain_twin: str | None = None
-    # Runs on the CPU only: the data-parallel scenarios split the CPU into workers (processes,
-    # host devices, logical CPUs); on an accelerator they are skipped, saying so.
-    cpu_only: bool = False
+    # Devices the training runs on at once (the data-parallel scenarios: 2). On the CPU they
+    # are the CPU split in workers; on cuda, GPUs (NCCL refuses two workers on one GPU), so a
+    # host that shows fewer GPUs skips the scenario, saying so.
+    replicas: int = 1
 
     @property
     def source(self) -> str:
@@ -46,10 +47,10 @@ class Scenario:
 
 def _b(id: str, framework: str, description: str, steps: int, family: str | None,
        dtype: str = "float32", execution: str = "eager", plain_twin: str | None = None,
-       cpu_only: bool = False) -> Scenario:
+       replicas: int = 1) -> Scenario:
     return Scenario(id=id, framework=framework, description=description, steps=steps,
                     dtype=dtype, family=family, execution=execution, plain_twin=plain_twin,
-                    cpu_only=cpu_only)
+                    replicas=replicas)
 
 
 TORCH_COMPILE = "torch.compile (inductor)"
@@ -72,16 +73,16 @@ BUNDLED: tuple[Scenario, ...] = (
     # batches (harness gen.DATA); each batch's sample ids are recorded and compared exactly.
     _b("torch.data", "torch", "torch.mlp fed by a DataLoader (seeded shuffle, 2 workers, "
        "collate)", 24, None, execution="DataLoader + eager"),
-    # Data parallel on the CPU: the MLP's batch split over 2 workers whose gradients are
-    # all-reduced by the framework's own synchronisation path (torch DDP over gloo, jax sharded
-    # over 2 host devices, TF MirroredStrategy over 2 logical CPUs). Not on accelerators yet
-    # (NCCL, 2 GPUs): skipped there.
-    _b("torch.ddp", "torch", "torch.mlp under DistributedDataParallel, 2 processes over gloo",
-       30, None, execution="DDP (gloo, 2 processes)", cpu_only=True),
+    # Data parallel: the MLP's batch split over 2 workers whose gradients are all-reduced by
+    # the framework's own synchronisation path: on the CPU torch DDP over gloo, jax sharded over
+    # 2 host devices, TF MirroredStrategy over 2 logical CPUs; on cuda the same over 2 GPUs
+    # (NCCL for torch and XLA, TF's choice of cross-device ops for MirroredStrategy).
+    _b("torch.ddp", "torch", "torch.mlp under DistributedDataParallel, 2 processes (gloo on "
+       "the CPU, NCCL on GPUs)", 30, None, execution="DDP (2 processes)", replicas=2),
     _b("jax.dp", "jax", "jax.mlp jitted over 2 devices: batch sharded, gradients all-reduced",
-       30, None, execution="jax.jit sharded over 2 devices", cpu_only=True),
-    _b("tf.dp", "tensorflow", "tf.mlp under MirroredStrategy over 2 logical CPUs", 30, None,
-       execution="MirroredStrategy (2 replicas)", cpu_only=True),
+       30, None, execution="jax.jit sharded over 2 devices", replicas=2),
+    _b("tf.dp", "tensorflow", "tf.mlp under MirroredStrategy over 2 devices (logical CPUs or "
+       "GPUs)", 30, None, execution="MirroredStrategy (2 replicas)", replicas=2),
     _b("numpy.mlp", "numpy", "MLP with hand-written backprop and Adam in numpy", 30, "mlp"),
     _b("jax.mlp", "jax", "MLP, jitted train step, Adam", 30, "mlp", execution=JAX_JIT),
     _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm",

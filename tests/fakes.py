@@ -19,11 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockguard.envs.base import EnvError
-from lockguard.flows.pipeline import LockRef
+from lockguard.flows.pipeline import LockRef, read_lock
 from lockguard.hardware import cpu_info
 from lockguard.locks.families import framework_version
 from lockguard.locks.model import Lock
 from lockguard.results import SCHEMA_VERSION, RunResult, Status
+
+
+def lock(tmp_path: Path, name: str, text: str) -> LockRef:
+    """A lock file `name` with `text` in tmp_path, parsed, as a flow takes it."""
+    path = tmp_path / name
+    path.write_text(text)
+    return LockRef(path, read_lock(path))
 
 
 def losses_for(scenario: str, version: str, seed: int, steps: int) -> list[float]:

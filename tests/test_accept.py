@@ -330,6 +330,25 @@ def test_accept_without_a_check_says_so(tmp_path):
     assert proc.stderr.count("\n") == 1
 
 
+def test_a_check_that_does_not_finish_leaves_no_last_check(tmp_path):
+    """A check kept artefacts; the next one stops with exit 2 after it started (a corrupt
+    golden): `accept` must not adopt the earlier check's runs in the later one's name."""
+    project = make_project(tmp_path / "p", """
+        lock = "l.txt"
+        steps = 3
+        """, locks={"l.txt": DATA / "numpy-2.0.2.txt"})
+    env = {"LOCKGUARD_CACHE": str(tmp_path / "cache")}
+    kept = run_cli("check", "--scenario", "numpy.mlp", "--allow-new", cwd=project, env=env)
+    assert kept.returncode == 0 and "artefacts kept" in kept.stderr, kept.stderr
+    golden = golden_file(project, "numpy.mlp")
+    golden.parent.mkdir(parents=True)
+    golden.write_text("{not json")
+    broken = run_cli("check", "--scenario", "numpy.mlp", cwd=project, env=env)
+    assert broken.returncode == 2 and "numpy.mlp.json" in broken.stderr, broken.stderr
+    proc = run_cli("accept", "--reason", "x", "--yes", cwd=project, env=env)
+    assert proc.returncode == 2 and "run `lockguard check` first" in proc.stderr, proc.stderr
+
+
 def test_prune_keeps_the_newest_per_project(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     project = artifacts.project_dir(tmp_path / "p")

@@ -209,14 +209,23 @@ def test_the_text_table_fits_80_columns_with_real_figures_and_cuts_nothing():
     assert "relative spread 8.6e-08" in text
 
 
-def test_data_parallel_scenarios_are_skipped_off_the_cpu(tmp_path, locks):
-    """They split the CPU into workers: on an accelerator they say why they did not run."""
-    from lockguard.flows.pipeline import plan
+def test_data_parallel_scenarios_need_a_gpu_a_worker_on_cuda(tmp_path, locks, monkeypatch):
+    """On the CPU they split the CPU; on cuda each worker takes a GPU (NCCL refuses two on
+    one): a host that shows fewer is skipped, saying so, and one without a visible driver runs
+    them (they fall back to the CPU: device_fallback, like every scenario there)."""
+    from lockguard.flows import pipeline
     from lockguard.scenarios import bundled
 
     dp = [s for s in bundled() if s.id in ("torch.ddp", "jax.dp", "tf.dp")]
+    assert {s.replicas for s in dp} == {2}
     config = Config(root=tmp_path)
-    assert all(p.skip_reason is None for p in plan(config, dp, locks, device="cpu"))
-    for p in plan(config, dp, locks, device="cuda"):
-        assert p.skip_reason == ("runs on the CPU only (its data-parallel workers split the "
-                                 "CPU), not on cuda"), p
+
+    def reasons(device: str, shown: int | None) -> set:
+        monkeypatch.setattr(pipeline, "visible_gpus", lambda: shown)
+        return {p.skip_reason for p in pipeline.plan(config, dp, locks, device=device)}
+
+    assert reasons("cpu", 1) == {None}
+    assert reasons("cuda", 1) == {"trains on 2 GPUs at once (a worker a GPU); this host "
+                                  "shows 1"}
+    assert reasons("cuda", 2) == reasons("cuda", 8) == {None}
+    assert reasons("cuda", 0) == reasons("cuda", None) == reasons("tpu", 1) == {None}

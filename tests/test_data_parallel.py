@@ -173,3 +173,24 @@ def test_bundled_data_parallel_scenarios_are_identical_and_distributed(tmp_path)
     # rounding); torch.ddp records rank 0's own loss, on its half.
     jax0, tf0 = runs["jax.dp"]["losses"][0], runs["tf.dp"]["losses"][0]
     assert abs(jax0 - tf0) < 1e-6 * jax0, (jax0, tf0)
+
+
+def test_expected_cuda_without_a_gpu_falls_back_with_its_two_workers(tmp_path):
+    """--device cuda on a host that shows no GPU: each scenario runs anyway, on its 2 CPU
+    workers (the host split as on the CPU), and says so: device_fallback, not a crash."""
+    project = make_project(tmp_path / "p", """
+        locks = ["torch.txt", "jax.txt", "tf.txt"]
+        steps = 3
+        """, locks={"torch.txt": TORCH_LOCK, "jax.txt": DATA / "jax-0.10.2.txt",
+                    "tf.txt": DATA / "tf-2.21.0.txt"})
+    args = [a for sid in BUNDLED for a in ("--scenario", sid)]
+    proc = run_cli("check", *args, "--device", "cuda", "--allow-new", "--format", "json",
+                   cwd=project, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
+    report = json.loads(proc.stdout)
+    assert {v["scenario"]: (v["verdict"], v["found_device"]) for v in report["verdicts"]} == {
+        sid: ("device_fallback", "cpu") for sid in BUNDLED}
+    runs = {ev["scenario"]: ev["candidate"]["result"] for ev in report["evidence"]}
+    assert runs["torch.ddp"]["fingerprint"]["distributed"]["backend"] == "gloo"
+    assert runs["jax.dp"]["fingerprint"]["distributed"]["devices"] == ["cpu:0", "cpu:1"]
+    assert len(runs["tf.dp"]["fingerprint"]["distributed"]["devices"]) == 2

@@ -56,6 +56,29 @@ def test_the_installers_share_wheel_caches_under_lockguards_cache(monkeypatch, t
     assert venv.installer_env()["UV_CACHE_DIR"] == str(tmp_path / "mine")
 
 
+def test_uv_gets_none_of_the_settings_that_change_what_it_installs(monkeypatch, tmp_path):
+    """Kept: where uv caches, how it fetches, index credentials. Dropped: everything else,
+    from the builds and from the resolver alike (installers.run_tool)."""
+    from lockguard import installers
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    kept = {"UV_CACHE_DIR": "/c", "UV_HTTP_TIMEOUT": "60", "UV_OFFLINE": "1",
+            "UV_INDEX_CORP_USERNAME": "me", "UV_INDEX_CORP_PASSWORD": "pw"}
+    dropped = {"UV_CONFIG_FILE": "/x/uv.toml", "UV_NO_BINARY": "1", "UV_INDEX_URL": "https://x",
+               "UV_OVERRIDE": "/x/o.txt", "UV_TORCH_BACKEND": "cu126",
+               "UV_NO_VERIFY_HASHES": "1", "UV_SOMETHING_NEW": "1"}
+    for name, value in {**kept, **dropped}.items():
+        monkeypatch.setenv(name, value)
+    env = venv.installer_env()
+    assert {k: env.get(k) for k in kept} == kept
+    assert not set(dropped) & set(env)
+    mine = dict(os.environ)
+    assert installers.drop_uv_settings(mine) == sorted(dropped)
+    assert installers.uv_settings_note(["UV_INDEX_URL"]) == (
+        "not passed to uv: UV_INDEX_URL (settings that would change what a lock installs; uv "
+        "installs from pip's index settings)")
+
+
 @pytest.mark.slow
 def test_a_second_lock_installs_its_shared_wheels_from_the_cache_with_no_index(
         monkeypatch, tmp_path):

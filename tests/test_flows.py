@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fakes import FakeBackend, losses_for
+from fakes import FakeBackend, lock, losses_for
 from lockguard.config import Config, Options
 from lockguard.flows.ab import check_ab
 from lockguard.flows.check import check
-from lockguard.flows.pipeline import LockRef, read_lock
+from lockguard.flows.pipeline import LockRef
 from lockguard.flows.record import record
 from lockguard import golden
 from lockguard.golden import GoldenError
@@ -24,12 +24,6 @@ from lockguard.scenarios import bundled
 
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
 TORCH_AND_NUMPY = [s for s in bundled() if s.id in ("numpy.mlp", "torch.mlp")]
-
-
-def lock(tmp_path: Path, name: str, text: str) -> LockRef:
-    path = tmp_path / name
-    path.write_text(text)
-    return LockRef(path, read_lock(path))
 
 
 @pytest.fixture

@@ -56,6 +56,30 @@ def test_gpurun_help_runs_with_the_stdlib_alone():
     assert proc.returncode == 0 and "summarize" in proc.stdout
 
 
+def test_select_leaves_out_what_the_plan_skips_on_this_host(tmp_path, monkeypatch, capsys):
+    """One GPU: the data-parallel scenarios (a worker a GPU) are not measured, and said so."""
+    from lockguard.flows import pipeline
+
+    config = tmp_path / "lockguard.toml"
+    config.write_text('lock = "host-numpy.txt"\n')
+    (tmp_path / "host-numpy.txt").write_text("numpy==2.4.6\n")
+    monkeypatch.setattr(pipeline, "visible_gpus", lambda: 1)
+
+    def select(device: str) -> tuple[int, list[str], str]:
+        code = gpurun.main(["select", "--config", str(config), "--device", device,
+                            "--scenario", "torch.mlp", "--scenario", "torch.ddp",
+                            "--scenario", "jax.dp"])
+        out, err = capsys.readouterr()
+        return code, out.split(), err
+
+    assert select("cpu") == (0, ["torch.mlp", "torch.ddp", "jax.dp"], "")
+    code, ids, err = select("cuda")
+    assert (code, ids) == (0, ["torch.mlp"])
+    assert err.splitlines() == [
+        f"not measured on cuda: {sid}: trains on 2 GPUs at once (a worker a GPU); this host "
+        "shows 1" for sid in ("torch.ddp", "jax.dp")]
+
+
 # ----------------------------------------------------------------------------- spreads
 
 def test_spread_of_identical_runs_is_zero():

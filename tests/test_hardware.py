@@ -20,7 +20,8 @@ from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy
 from lockguard.compare.verdicts import HardwareChange, compare_runs, is_failure
 from lockguard.names import Verdict
 from lockguard.golden import GoldenError, class_paths, golden_path
-from lockguard.hardware import HardwareClass, difference, hardware_class, host_class
+from lockguard.hardware import (HardwareClass, count_visible, difference, hardware_class,
+                                host_class)
 from lockguard.harness._lockguard_harness.common import parse_cpuinfo, parse_nvidia
 from lockguard.results import RunResult
 
@@ -227,3 +228,13 @@ def test_inputs_digest_names_the_environment_and_a_scripts_neighbours(tmp_path):
     assert digest("venv cpython 3.12.1 x86_64") != first
     (tmp_path / "helper.py").write_text("def f(n): return [2.0] * n\n")
     assert digest() != first
+
+
+@pytest.mark.parametrize("mask, shown", [
+    (None, 2), ("", 0), ("-1", 0), ("0", 1), ("1,0", 2), ("0,1,2", 2), ("0,7,1", 1),
+    ("0,0", 1), ("GPU-5d2c8e1f-aaaa", 1), ("0,GPU-5d2c8e1f-aaaa", 2), ("x,0", 0), (" 1 , 0", 2),
+])
+def test_visible_gpus_read_cuda_visible_devices_as_cuda_does(mask, shown):
+    """Up to the first entry that names no device; over 2 physical GPUs."""
+    assert count_visible(2, mask) == shown
+

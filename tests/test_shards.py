@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICKSTART, run_cli
-from fakes import FakeBackend
+from fakes import FakeBackend, lock
 from lockguard.config import Config, ConfigError, Options, parse_config
 from lockguard.flows import shards
 from lockguard.flows.ab import check_ab
@@ -29,12 +29,6 @@ from lockguard.scenarios import bundled
 TORCH = [s for s in bundled() if s.framework == "torch"][:4]
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
 JAX = [s for s in bundled() if s.id == "jax.mlp"]
-
-
-def lock(tmp_path: Path, name: str, text: str) -> LockRef:
-    path = tmp_path / name
-    path.write_text(text)
-    return LockRef(path, read_lock(path))
 
 
 @pytest.fixture

@@ -135,6 +135,12 @@ def test_a_hashed_sdist_in_a_lock_never_runs_its_setup_py(tmp_path, installer):
         "uv is a test dependency (pip install -e '.[test]')"
     project, marker, line = sdist_project(tmp_path, installer)
     env = installer_env(tmp_path)
+    # uv reads a config file named by UV_CONFIG_FILE even under --no-config, and its
+    # `no-binary` beats the command line's --only-binary :all: (seen with uv 0.13): lockguard
+    # passes uv none of the settings that change what it installs.
+    uv_toml = tmp_path / "uv.toml"
+    uv_toml.write_text(f'[pip]\nno-binary = ["{PROBE}"]\n')
+    env.update(UV_CONFIG_FILE=str(uv_toml), UV_NO_BINARY="1", UV_NO_BINARY_PACKAGE=PROBE)
     before = snapshot(project)
     for command in (["record"], ["check", "--baseline-lock", "lock.txt"]):
         proc = run_cli(*command, "--format", "json", cwd=project, env=env)

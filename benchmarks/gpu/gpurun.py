@@ -419,13 +419,22 @@ def collect(args: argparse.Namespace) -> int:
 
 
 def select_ids(args: argparse.Namespace) -> int:
-    """The scenario ids the prefixes select, one a line (what summarize expects results for)."""
+    """The scenario ids the prefixes select that can run on --device here, one a line (what
+    measure runs and summarize expects results for); the ones lockguard's plan skips here
+    (the data-parallel ones on a host with one GPU) are said on stderr."""
     from lockguard.config import load_config
+    from lockguard.flows.pipeline import plan
     from lockguard.scenarios import select
 
-    for sc in select(load_config(Path(args.config)), args.scenario):
-        print(sc.id)
-    return 0
+    config = load_config(Path(args.config))
+    planned = plan(config, select(config, args.scenario), [], device=args.device, local=True)
+    for p in planned:
+        if p.skip_reason:
+            print(f"not measured on {args.device}: {p.scenario.id}: {p.skip_reason}",
+                  file=sys.stderr)
+        else:
+            print(p.scenario.id)
+    return 0 if any(p.skip_reason is None for p in planned) else 2
 
 
 def main(argv: list[str]) -> int:
@@ -449,6 +458,7 @@ def main(argv: list[str]) -> int:
     h.add_argument("--nvidia-smi")
     c = sub.add_parser("select")
     c.add_argument("--config", required=True)
+    c.add_argument("--device", required=True, choices=["cpu", "cuda", "tpu"])
     c.add_argument("--scenario", action="append", default=[])
     k = sub.add_parser("collect")
     k.add_argument("files", help="the folder holding the run's returned files")

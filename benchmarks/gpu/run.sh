@@ -165,8 +165,12 @@ scenario_args=()
 for s in "${scenario_prefixes[@]}"; do scenario_args+=(--scenario "$s"); done
 steps_args=()
 [ -n "$steps" ] && steps_args=(--steps "$steps")
-"$python" "$here/gpurun.py" select --config "$config" "${scenario_args[@]}" > "$work/scenarios.txt"
+"$python" "$here/gpurun.py" select --config "$config" --device "$device" "${scenario_args[@]}" \
+    > "$work/scenarios.txt"
 echo "scenarios: $(tr '\n' ' ' < "$work/scenarios.txt")"
+# The timing runs take exactly these (lockguard's runner has no plan to skip the others).
+measure_ids=()
+while read -r s; do [ -n "$s" ] && measure_ids+=(--scenario "$s"); done < "$work/scenarios.txt"
 common=(--config "$config" --env local "${scenario_args[@]}" ${steps_args[@]+"${steps_args[@]}"})
 cat > "$work/settings.json" <<EOF
 {"dry_run": $([ "$dry_run" = 1 ] && echo true || echo false), "device": "$device",
@@ -191,7 +195,7 @@ phase fallback 30 30 env CUDA_VISIBLE_DEVICES= "$python" -m lockguard check "${c
     --device cuda --rerun --allow-new --format json -o "$out/fallback.json"
 
 # 5. timings: the accelerator, then the CPU of the same host
-measure=("$python" "$here/gpurun.py" measure --config "$config" "${scenario_args[@]}"
+measure=("$python" "$here/gpurun.py" measure --config "$config" ${measure_ids[@]+"${measure_ids[@]}"}
          ${steps_args[@]+"${steps_args[@]}"} --jobs "$measure_jobs" --out "$runs")
 phase measure-accel 30 30 "${measure[@]}" --device "$device" --label accel \
     --repeat "$accel_repeat"

@@ -42,6 +42,7 @@ from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness
 from lockguard.errors import LockguardError, one_line
 from lockguard.errors import tail as last_lines
 from lockguard.files import scratch_dir, write_bytes, write_text
+from lockguard.installers import drop_uv_settings, uv_settings_note
 from lockguard.locks.model import Lock, Pin
 from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
@@ -176,6 +177,10 @@ def _keep_failed_log(path: Path) -> Path | None:
 def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
              progress: Progress) -> None:
     started = time.perf_counter()
+    # Said with -v, and in the error of a failed build (where a dropped index would matter).
+    dropped = drop_uv_settings(dict(os.environ)) if installer == "uv" else []
+    if dropped:
+        progress.detail(uv_settings_note(dropped))
     with progress.step(f"Building venv for {Path(lock.source).name} ({len(lock.pins)} pins, "
                        f"{installer}, {build_policy(allow_sdist)})") as step:
         code, tail = _install_with(installer, path, lock, python, allow_sdist, step)
@@ -195,6 +200,8 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             if sdist is not None:
                 raise EnvError(one_line(sdist))
             reason = pip_reason(tail) or f"exit code {code}"
+            if dropped and used == "uv":
+                reason += f" ({uv_settings_note(dropped)})"
             raise EnvError(one_line(f"{lock.source}: {used} could not install the lock: "
                                     f"{reason}"))
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
@@ -503,6 +510,7 @@ def installer_env() -> dict[str, str]:
     of lockguard's folder keeps it). A cache the user chose for the installer is kept."""
     wheels = cache_dir() / "wheels"
     env = harness_env()
+    drop_uv_settings(env)
     env.setdefault("UV_CACHE_DIR", str(wheels / "uv"))
     env.setdefault("PIP_CACHE_DIR", str(wheels / "pip"))
     # uv hardlinks from its cache when the venvs share its filesystem (they lie beside it) and

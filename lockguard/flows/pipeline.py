@@ -22,6 +22,7 @@ from lockguard.cache import cache_root
 from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
 from lockguard.files import scratch_dir, writable_dir
+from lockguard.hardware import visible_gpus
 from lockguard.locks.model import Lock
 from lockguard.locks.parser import parse_lock
 from lockguard.progress import QUIET, Progress
@@ -143,9 +144,12 @@ def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
             pinned = sorted({f for r in locks for f in r.lock.frameworks()})
             reason = (f"no lock pins {sc.framework} (locks pin: "
                       f"{', '.join(pinned) or 'no framework'})")
-        elif sc.cpu_only and expected != "cpu":
-            reason = (f"runs on the CPU only (its data-parallel workers split the CPU), not on "
-                      f"{expected}")
+        elif sc.replicas > 1 and expected == "cuda":
+            # A host without a visible driver runs it: it falls back to the CPU and says so.
+            shown = visible_gpus()
+            if shown and shown < sc.replicas:
+                reason = (f"trains on {sc.replicas} GPUs at once (a worker a GPU); this host "
+                          f"shows {shown}")
         planned.append(Planned(sc, ref, expected, n, reason))
     return planned
 

@@ -59,8 +59,10 @@ class Target:
     pruned: bool  # whether `directory` is one of the cache's, pruned to the newest KEEP
 
 
-def prepare(option: Path | None, root: Path) -> Target:
-    """Where this run's artefacts go, checked writable now, before anything runs."""
+def prepare(option: Path | None, root: Path, *, check: bool = False) -> Target:
+    """Where this run's artefacts go, checked writable now, before anything runs. A `check`
+    takes the project's last-check pointer away as it starts: one that does not finish
+    (Ctrl-C, exit 2 or 3) leaves `accept` nothing to adopt, never an older check's runs."""
     report_id = new_id()
     project = project_dir(root)
     directory = option if option is not None else project / report_id
@@ -77,7 +79,10 @@ def prepare(option: Path | None, root: Path) -> Target:
     # The directory is assembled beside its place and renamed into it.
     writable_dir(directory.parent, "the artefact directory")
     writable_dir(project, "the artefact cache")
-    return Target(report_id, directory, project, pruned=option is None)
+    target = Target(report_id, directory, project, pruned=option is None)
+    if check:
+        forget_last_check(target)
+    return target
 
 
 ARTEFACT_NAMES = frozenset({"report.json", "baseline", "candidate"})
@@ -120,7 +125,7 @@ def save(target: Target, report: Report) -> Path:
 
 
 def forget_last_check(target: Target) -> None:
-    """The project's latest check kept nothing: no pointer to an earlier one's artefacts."""
+    """No pointer to an earlier check's artefacts (a check is starting)."""
     try:
         (target.project / LAST_CHECK).unlink(missing_ok=True)
     except OSError as exc:

@@ -21,8 +21,9 @@ so a linear layer is x @ W.T + b and the parameter digest is over gen's layout a
                  dtype "bfloat16"; probe logits are the bf16 values widened to float32.
     jax.rng      the mlp initialised by jax.random from the seed (PRNGKey(seed), split in four,
                  uniform(+-1/sqrt(fan_in)) like nn.Linear): jax's own RNG stream; data from gen
-    jax.dp       gen.MLP jitted over 2 devices (XLA's CPU client split in two on the CPU): the
-                 batch sharded, the parameters replicated, loss and gradients all-reduced
+    jax.dp       gen.MLP jitted over 2 devices (XLA's CPU client split in two on the CPU, 2 GPUs
+                 on cuda, where XLA all-reduces over NCCL): the batch sharded, the parameters
+                 replicated, loss and gradients all-reduced
     jax.data     gen.MLP trained from a numpy input pipeline (gen.DATA): each epoch shuffled by
                  numpy's Generator (default_rng(seed).permutation), mapped, batched, and
                  prefetched onto the device by a background thread; every batch's sample ids
@@ -103,8 +104,10 @@ def _env_before_import(ctx) -> Dict[str, Any]:
         # results differ from single-threaded Eigen (measured on jax.lm), so a pool whose size
         # depends on the machine could make goldens machine-dependent.
         wanted.append("--xla_cpu_multi_thread_eigen=false")
-    if ctx.scenario == "jax.dp" and ctx.device == "cpu":
-        # The data-parallel scenario's devices: XLA's CPU client split in DP_DEVICES.
+    if ctx.scenario == "jax.dp":
+        # The data-parallel scenario's devices on the CPU: XLA's CPU client split in DP_DEVICES.
+        # Only the CPU client reads it: on GPUs the devices are the GPUs, and a fallback from
+        # them to the CPU still trains on DP_DEVICES (a device_fallback, not a crash).
         wanted.append(f"--xla_force_host_platform_device_count={DP_DEVICES}")
     if ctx.device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"

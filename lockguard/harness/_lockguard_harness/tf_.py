@@ -58,6 +58,7 @@ for jit_compile.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -107,8 +108,9 @@ def setup(ctx) -> None:
     # Threads and visible devices must be set before TF initialises its runtime (first op).
     tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    if ctx.scenario == "tf.dp" and ctx.device == "cpu":
-        # The data-parallel scenario's replicas: the CPU split in DP_REPLICAS logical devices.
+    if ctx.scenario == "tf.dp":
+        # The data-parallel scenario's replicas on the CPU: the CPU split in DP_REPLICAS logical
+        # devices (with GPUs the replicas are GPUs; without, a fallback still has its replicas).
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(DP_REPLICAS)])
@@ -216,28 +218,45 @@ BETAS, EPS = gen.BETAS, gen.EPS
 
 def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
           probe_fn: Callable[[], Any], lr: float, weight_decay: Optional[float] = None,
-          jit_compile: bool = False, batches: Optional[Batches] = None) -> None:
+          jit_compile: bool = False, batches: Optional[Batches] = None,
+          mirrored: Optional[Tuple[Any, Any]] = None) -> None:
     """The training loop of the plain-TF scenarios: one tf.function for loss, grads and Adam.
 
     params: {gen name: tf.Variable in gen's layout}, in gen's order; loss_fn/probe_fn close
     over them. `batches` (the data scenarios): each step's inputs, handed to loss_fn(*inputs)
     through the tf.function's arguments (one trace: the shapes never change); a step's time
-    includes fetching its batch.
+    includes fetching its batch. `mirrored` (tf.dp): (strategy, per-replica inputs), params
+    made in its scope: each replica runs loss_fn(its inputs), the gradients and the loss are
+    all-reduced (MEAN) in replica context, and every replica applies the same update to its
+    copy (the variables, Adam's included, aggregated ONLY_FIRST_REPLICA); what is recorded is
+    the first replica's, equal on all.
     """
     decay = None if weight_decay is None else 1 - lr * weight_decay
     names = list(params)
     variables = [params[n] for n in names]
-    m = [tf.Variable(tf.zeros_like(v)) for v in variables]
-    v2 = [tf.Variable(tf.zeros_like(v)) for v in variables]
+    strategy, per_replica = mirrored if mirrored else (None, None)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        slot = {"aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA} if strategy else {}
+        m = [tf.Variable(tf.zeros_like(v), **slot) for v in variables]
+        v2 = [tf.Variable(tf.zeros_like(v), **slot) for v in variables]
 
     def train_step(step_size, bc2_sqrt, *inputs):
         with tf.GradientTape() as tape:
             loss = loss_fn(*inputs)
         grads = [_dense_grad(g) for g in tape.gradient(loss, variables)]
+        if strategy is not None:
+            replica = tf.distribute.get_replica_context()
+            grads = replica.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+            loss = replica.all_reduce(tf.distribute.ReduceOp.MEAN, loss)
         _adam_update(variables, m, v2, grads, step_size, bc2_sqrt, decay)
         return loss, grads
 
-    step_fn = tf.function(train_step, jit_compile=jit_compile)
+    def mirrored_step(step_size, bc2_sqrt):
+        loss, grads = strategy.run(train_step, args=(step_size, bc2_sqrt, per_replica))
+        first = strategy.experimental_local_results
+        return first(loss)[0], [first(g)[0] for g in grads]
+
+    step_fn = tf.function(mirrored_step if strategy else train_step, jit_compile=jit_compile)
     for step in range(1, ctx.steps + 1):
         step_size, bc2_sqrt = (tf.constant(np.float32(v))
                                for v in gen.adam_host_scalars(step, lr))
@@ -345,9 +364,8 @@ DP_REPLICAS = gen.DATA_PARALLEL
 
 def _dp(ctx) -> None:
     """tf.dp: gen.MLP under tf.distribute.MirroredStrategy over DP_REPLICAS devices (logical
-    CPUs on the CPU), each replica on its share of the batch; the gradients and the loss are
-    all-reduced (MEAN) through the strategy's cross-device ops in a replica context, then every
-    replica applies the same Adam update (variables aggregated ONLY_FIRST_REPLICA)."""
+    CPUs on the CPU, GPUs on cuda), each replica on its share of the batch, trained by `train`
+    (mirrored)."""
     kind = "GPU" if _STATE["device"].startswith("/GPU") else "CPU"
     devices = [d.name for d in tf.config.list_logical_devices(kind)][:DP_REPLICAS]
     if len(devices) < DP_REPLICAS:
@@ -357,47 +375,22 @@ def _dp(ctx) -> None:
     x = np.array(x_t[1], dtype=np.float32).reshape(x_t[0])
     y = np.array(labels, dtype=np.int32)
     share = len(labels) // DP_REPLICAS
-    once = tf.VariableAggregation.ONLY_FIRST_REPLICA
     with strategy.scope():
-        params = {k: tf.Variable(_const(t), name=k, aggregation=once)
+        params = {k: tf.Variable(_const(t), name=k,
+                                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                   for k, t in gen.mlp_params(ctx.seed).items()}
-        variables = list(params.values())
-        m = [tf.Variable(tf.zeros_like(v), aggregation=once) for v in variables]
-        v2 = [tf.Variable(tf.zeros_like(v), aggregation=once) for v in variables]
     shards = strategy.experimental_distribute_values_from_function(
         lambda replica: (tf.constant(x[replica.replica_id_in_sync_group * share:][:share]),
                          tf.constant(y[replica.replica_id_in_sync_group * share:][:share])))
 
-    def replica_step(step_size: Any, bc2_sqrt: Any, inputs: Any) -> Any:
-        xb, yb = inputs
-        with tf.GradientTape() as tape:
-            loss = _cross_entropy(_mlp_forward(params, xb), yb)
-        grads = [_dense_grad(g) for g in tape.gradient(loss, variables)]
-        replica = tf.distribute.get_replica_context()
-        grads = replica.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
-        loss = replica.all_reduce(tf.distribute.ReduceOp.MEAN, loss)
-        _adam_update(variables, m, v2, grads, step_size, bc2_sqrt, None)
-        return loss, grads
+    def probe() -> Any:
+        with tf.device(_STATE["device"]):
+            return _mlp_forward({k: tf.convert_to_tensor(p) for k, p in params.items()},
+                                _const(probe_t))
 
-    @tf.function
-    def step_fn(step_size: Any, bc2_sqrt: Any) -> Any:
-        loss, grads = strategy.run(replica_step, args=(step_size, bc2_sqrt, shards))
-        first = strategy.experimental_local_results
-        return first(loss)[0], [first(g)[0] for g in grads]
-
-    for step in range(1, ctx.steps + 1):
-        step_size, bc2_sqrt = (tf.constant(np.float32(v))
-                               for v in gen.adam_host_scalars(step, gen.MLP["lr"]))
-        start = time.perf_counter()
-        loss, grads = step_fn(step_size, bc2_sqrt)
-        value = float(loss.numpy())  # waits for the step
-        ctx.record_step(value, global_norm([g.numpy() for g in grads]),
-                        time.perf_counter() - start)
-    with tf.device(_STATE["device"]):
-        _set_outputs(ctx, _mlp_forward({k: tf.convert_to_tensor(p) for k, p in params.items()},
-                                       _const(probe_t)))
-    _record_params(ctx, {n: p.numpy() for n, p in params.items()})
-    ctx.result["compile"] = {"traces": {"train_step": _tracing_count(step_fn)}, "xla": False}
+    train(ctx, params, lambda inputs: _cross_entropy(_mlp_forward(params, inputs[0]),
+                                                     inputs[1]),
+          probe, gen.MLP["lr"], mirrored=(strategy, shards))
     ctx.result["fingerprint"]["distributed"] = {
         "strategy": "MirroredStrategy", "devices": devices,
         # what the strategy chose to all-reduce with (a private attribute: best effort)

@@ -14,8 +14,9 @@ Bundled scenarios (sizes and hyper-parameters from gen.py):
                     init), to catch RNG stream changes; data still from gen
     torch.data      gen.MLP trained from a torch DataLoader (gen.DATA: seeded RandomSampler,
                     worker processes, a collate step); every batch's sample ids are recorded
-    torch.ddp       gen.MLP under DistributedDataParallel, 2 processes over gloo (a forked rank),
-                    each on half the batch; the all-reduce timed through DDP's default hook
+    torch.ddp       gen.MLP under DistributedDataParallel, 2 processes (a spawned rank), each on
+                    half the batch: gloo on the CPU, NCCL on 2 GPUs; the all-reduce timed
+                    through DDP's default hook
     torch.mlp.compile, torch.lm.compile
                     the twins above trained through torch.compile(model) (default backend,
                     inductor): the compiled module runs every training step, the optimiser and
@@ -495,25 +496,34 @@ def _data(ctx) -> None:
         del loader
 
 
-# The data-parallel scenario's processes: this one (rank 0, which records) and the ones it forks.
+# The data-parallel scenario's processes: this one (rank 0, which records) and the ones it starts.
 WORLD = gen.DATA_PARALLEL
 DDP_TIMEOUT_S = 120  # a rank that died leaves the others in a collective until then
 
 
 def _ddp(ctx) -> None:
-    """torch.ddp: gen.MLP under DistributedDataParallel over gloo, WORLD processes, each on its
-    share of the batch; DDP's reducer all-reduces the gradients (mean over ranks) through the
-    default allreduce hook, timed: the synchronisation time per step. Rank 0 records its own
-    loss, the all-reduced gradients' norm, outputs and parameters (equal on every rank)."""
+    """torch.ddp: gen.MLP under DistributedDataParallel, WORLD processes, each on its share of
+    the batch: over gloo on the CPU, over NCCL on WORLD GPUs (one a rank: NCCL refuses two ranks
+    on one GPU). DDP's reducer all-reduces the gradients (mean over ranks) through the default
+    allreduce hook, timed: the synchronisation time per step. Rank 0 records its own loss, the
+    all-reduced gradients' norm, outputs and parameters (equal on every rank).
+
+    The other ranks are spawned, not forked, on every device: a forked child cannot use CUDA
+    once this process has (setup() has), and one start method for both devices keeps the CUDA
+    path the one the CPU tests run. A spawned rank imports torch and repeats setup() itself."""
     import multiprocessing
     import shutil
     import tempfile
 
+    cuda = _device(ctx).type == "cuda"
+    if cuda and torch.cuda.device_count() < WORLD:
+        raise RuntimeError(f"torch.ddp needs {WORLD} GPUs (one a rank, NCCL), found "
+                           f"{torch.cuda.device_count()}")
     rendezvous = tempfile.mkdtemp(prefix="lockguard-ddp-")
     init = "file://" + os.path.join(rendezvous, "init")
-    forked = multiprocessing.get_context("fork")
-    others = [forked.Process(target=_ddp_other_rank, args=(_shadow_context(ctx), rank, init),
-                             name=f"lockguard-ddp-rank{rank}", daemon=True)
+    spawned = multiprocessing.get_context("spawn")
+    others = [spawned.Process(target=_ddp_other_rank, args=(_shadow_context(ctx), rank, init),
+                              name=f"lockguard-ddp-rank{rank}", daemon=True)
               for rank in range(1, WORLD)]
     try:
         for process in others:
@@ -534,12 +544,13 @@ def _ddp(ctx) -> None:
 
 
 def _ddp_other_rank(ctx, rank: int, init: str) -> None:
-    """A forked rank: trains, then leaves at once. Its objects are not torn down: a DDP
-    reducer's and gloo's destructors in a forked child were seen to hang now and then (2 runs
-    in 15), leaving the harness waiting for a rank that had finished its work."""
+    """A spawned rank: sets up as the harness did, trains, then leaves at once. Its objects are
+    not torn down: a DDP reducer's and gloo's destructors in a child were seen to hang now and
+    then (2 runs in 15), leaving the harness waiting for a rank that had finished its work."""
     import traceback
 
     try:
+        setup(ctx)
         _ddp_rank(ctx, rank, init)
     except BaseException:  # noqa: BLE001 - said on stderr; the exit code tells rank 0
         traceback.print_exc()
@@ -554,7 +565,11 @@ def _ddp_rank(ctx, rank: int, init: str, sync: Optional[List[float]] = None) -> 
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD,
+    cuda = _device(ctx).type == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)  # _device(ctx), "cuda", is this rank's GPU from here on
+    backend = "nccl" if cuda else "gloo"
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=DDP_TIMEOUT_S))
     try:
         model, _, probe_fn, named = _mlp_setup(ctx, "gen")
@@ -562,16 +577,24 @@ def _ddp_rank(ctx, rank: int, init: str, sync: Optional[List[float]] = None) -> 
         share = len(labels) // WORLD
         x = torch.tensor(flat, dtype=torch.float32).reshape(shape)[rank * share:][:share]
         y = torch.tensor(labels, dtype=torch.long)[rank * share:][:share]
-        ddp = DistributedDataParallel(model)
+        x, y = x.to(_device(ctx)), y.to(_device(ctx))
+        ddp = DistributedDataParallel(model, device_ids=[rank] if cuda else None)
         times = sync if sync is not None else []
+        # On a GPU the all-reduce runs on NCCL's stream and a future's callback runs when it is
+        # queued, not done: it is timed by CUDA events around it, read after the training.
+        events: List[Tuple[int, Any, Any]] = []
 
         # No annotations: DDP checks a hook's annotations against dist.GradBucket and Future,
         # and this module's are strings (from __future__ import annotations).
         def timed_allreduce(state, bucket):  # type: ignore[no-untyped-def]
             start = time.perf_counter()
+            begin = _cuda_event() if cuda else None
 
             def done(future: Any) -> torch.Tensor:
-                times[-1] += time.perf_counter() - start
+                if cuda:
+                    events.append((len(times) - 1, begin, _cuda_event()))
+                else:
+                    times[-1] += time.perf_counter() - start
                 return future.value()
             return default_hooks.allreduce_hook(state, bucket).then(done)
 
@@ -584,11 +607,25 @@ def _ddp_rank(ctx, rank: int, init: str, sync: Optional[List[float]] = None) -> 
         optimizer = torch.optim.Adam(model.parameters(), lr=gen.MLP["lr"], betas=(0.9, 0.999),
                                      eps=1e-8)
         train(ctx, ddp, loss_fn, probe_fn, optimizer, named, probe_model=model)
-        ctx.result["fingerprint"]["distributed"] = {"backend": "gloo", "world_size": WORLD,
-                                                    "hook": "default_hooks.allreduce_hook"}
+        if events:
+            torch.cuda.synchronize()
+            for step, begin, end in events:
+                times[step] += begin.elapsed_time(end) / 1000.0  # milliseconds
+        ctx.result["fingerprint"]["distributed"] = {
+            "backend": backend, "world_size": WORLD, "hook": "default_hooks.allreduce_hook"}
+        if cuda:
+            ctx.result["fingerprint"]["distributed"]["nccl"] = _try(
+                lambda: ".".join(map(str, torch.cuda.nccl.version())))
         del ddp  # the reducer goes while its process group still exists
     finally:
         dist.destroy_process_group()
+
+
+def _cuda_event() -> Any:
+    """A timing event recorded now on the current stream."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 def _compiled(ctx, family: str) -> None:
@@ -621,7 +658,8 @@ def _compiled(ctx, family: str) -> None:
 
 
 def _shadow_context(ctx):
-    """A scratch context for a twin run in this process: same settings, its own result."""
+    """A scratch context for a twin run in this process or another DDP rank: same settings,
+    its own result."""
     shadow = type(ctx)(ctx.scenario, ctx.framework, ctx.steps, ctx.seed, ctx.device,
                        ctx.threads)
     shadow.result["device"] = ctx.result["device"]
