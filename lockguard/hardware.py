@@ -13,10 +13,11 @@ tolerance in bf16, and that says nothing about the dependencies being checked.
   +cuXXX build) or the image, and a change of them is a dependency change to be judged.
 - tpu: the device kind jax reports (`tpu-v4`).
 
-Everything here is a pure function of a fingerprint, except `host_class` and `visible_gpus`, which read the host's
-facts through the harness's own functions (lockguard/harness/_lockguard_harness/common.py:
-stdlib only, and never importing lockguard), so that the host and a run on it land in the same class. Changing what goes
-into a class id changes the ids of existing goldens: bump golden.SCHEMA_VERSION with it.
+Everything here is a pure function of a fingerprint, except `host_class` and `visible_gpus`,
+which read the host's facts through the harness's own functions
+(lockguard/harness/_lockguard_harness/common.py: stdlib only, and never importing lockguard), so
+that the host and a run on it land in the same class. Changing what goes into a class id changes
+the ids of existing goldens: bump golden.SCHEMA_VERSION with it.
 """
 
 from __future__ import annotations
@@ -111,23 +112,34 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> int | None:
 
 
 def count_visible(physical: int, mask: str | None) -> int:
-    """CUDA's reading of CUDA_VISIBLE_DEVICES over `physical` GPUs: unset, all of them; else a
-    comma list of indices or GPU-/MIG- UUIDs read up to the first entry that names no device
-    (so "" and "-1" hide them all, and "0,7,1" on 2 GPUs shows one)."""
+    """The GPUs a CUDA process sees among `physical` under CUDA_VISIBLE_DEVICES, read as the
+    runtime reads it (and torch.cuda's _parse_visible_devices after it): unset, all; else a
+    comma list of ordinals, each read like strtoul ("1gpu" is 1), up to the first that is not
+    one ("", "-1", "x"), or of GPU-/MIG- UUIDs up to the first entry without the prefix; a
+    repeated entry hides them all; an ordinal past the last GPU ends the list there. A process
+    enumerates one MIG instance at most."""
     if mask is None:
         return physical
-    shown: set[str] = set()
-    for entry in (e.strip() for e in mask.split(",")):
-        if entry.isdigit() and int(entry) < physical:
-            name = str(int(entry))
-        elif entry.startswith(("GPU-", "MIG-")):
-            name = entry  # a UUID: not checkable without the driver's library; trusted
-        else:
+    entries = mask.split(",")
+    if mask.startswith(("GPU-", "MIG-")):
+        prefix, uuids = mask[:4], []
+        for entry in entries:
+            if entry in uuids:
+                return 0
+            if not entry.startswith(prefix):
+                break
+            uuids.append(entry)
+        return min(len(uuids), 1 if prefix == "MIG-" else physical)
+    ordinals: list[int] = []
+    for entry in entries:
+        digits = re.match(r"[+-]?\d+", entry.strip())
+        ordinal = int(digits.group()) if digits else -1
+        if ordinal in ordinals:
+            return 0
+        if ordinal < 0:
             break
-        if name in shown:
-            break
-        shown.add(name)
-    return min(len(shown), physical)
+        ordinals.append(ordinal)
+    return next((i for i, o in enumerate(ordinals) if o >= physical), len(ordinals))
 
 
 def difference(golden: HardwareClass, current: HardwareClass) -> str | None:

@@ -148,19 +148,20 @@ def _ask_pip_config() -> dict[str, str] | None:
 # would change what a lock installs, or let a source build run, behind the lock and the
 # command line's --no-config. Where to install from comes from pip's settings, for uv as for
 # pip (pip_config_as_uv_args).
+# (UV_INSECURE_HOST is not: TLS is checked as pip checks it, a lock's own --trusted-host aside.)
 UV_PASSED = frozenset({
     "UV_CACHE_DIR", "UV_NO_CACHE", "UV_LINK_MODE", "UV_OFFLINE", "UV_HTTP_TIMEOUT",
-    "UV_REQUEST_TIMEOUT", "UV_HTTP_RETRIES", "UV_CONCURRENT_DOWNLOADS", "UV_CONCURRENT_BUILDS",
-    "UV_CONCURRENT_INSTALLS", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS", "UV_INSECURE_HOST",
-    "UV_KEYRING_PROVIDER", "UV_NO_PROGRESS", "UV_NO_WRAP", "UV_LOG_CONTEXT"})
-_UV_CREDENTIALS = re.compile(r"UV_INDEX_[A-Z0-9_]+_(USERNAME|PASSWORD)")
+    "UV_HTTP_CONNECT_TIMEOUT", "UV_REQUEST_TIMEOUT", "UV_HTTP_RETRIES",
+    "UV_CONCURRENT_DOWNLOADS", "UV_CONCURRENT_BUILDS", "UV_CONCURRENT_INSTALLS",
+    "UV_NATIVE_TLS", "UV_SYSTEM_CERTS", "UV_KEYRING_PROVIDER", "UV_CREDENTIALS_DIR",
+    "UV_S3_ENDPOINT_URL", "UV_GCS_ENDPOINT_URL", "UV_AZURE_ENDPOINT_URL", "UV_NO_PROGRESS",
+    "UV_NO_WRAP", "UV_LOG_CONTEXT"})
 
 
 def drop_uv_settings(env: dict[str, str]) -> list[str]:
     """Remove from `env` the UV_* variables that could change what uv installs; their names,
     sorted (for a line saying so)."""
-    dropped = sorted(k for k in env if k.startswith("UV_") and k not in UV_PASSED
-                     and not _UV_CREDENTIALS.fullmatch(k))
+    dropped = sorted(k for k in env if k.startswith("UV_") and k not in UV_PASSED)
     for name in dropped:
         del env[name]
     return dropped

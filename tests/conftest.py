@@ -32,6 +32,11 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
                           timeout=timeout)
 
 
+def scenario_args(scenarios) -> list[str]:
+    """`--scenario ID` for each of `scenarios`, as a command line takes them."""
+    return [a for sid in scenarios for a in ("--scenario", sid)]
+
+
 def make_project(root: Path, config: str, files: dict[str, str] | None = None,
                  locks: dict[str, Path] | None = None) -> Path:
     """A project directory with a pyproject.toml holding `config` under [tool.lockguard].
@@ -124,6 +129,15 @@ FRAMEWORK_LOCKS = {
     "jax": DATA / "jax-0.10.2.txt",
     "tensorflow": DATA / "tf-2.21.0.txt",
 }
+
+
+def three_framework_project(root: Path, config: str = "", **kwargs) -> Path:
+    """make_project with one lock per framework, torch.txt, jax.txt and tf.txt (those of
+    FRAMEWORK_LOCKS), in `locks`, and `config` beside them."""
+    locks = {"torch.txt": FRAMEWORK_LOCKS["torch"], "jax.txt": FRAMEWORK_LOCKS["jax"],
+             "tf.txt": FRAMEWORK_LOCKS["tensorflow"]}
+    return make_project(root, 'locks = ["torch.txt", "jax.txt", "tf.txt"]\n'
+                        + textwrap.dedent(config), locks=locks, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

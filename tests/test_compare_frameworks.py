@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, make_project, run_cli
+from conftest import run_cli, three_framework_project
 from fakes import FakeBackend
 from lockguard.config import Config, Options
 from lockguard.flows.frameworks import compare_frameworks, comparison_scenarios
@@ -131,10 +131,7 @@ def test_every_format_shows_the_table_and_json_renders_again(tmp_path, locks):
 
 @pytest.mark.slow
 def test_mlp_family_in_real_torch_jax_and_tensorflow(tmp_path):
-    project = make_project(tmp_path / "p", """
-        locks = ["torch.txt", "jax.txt", "tf.txt"]
-        """, locks={"torch.txt": QUICKSTART / "requirements.txt",
-                    "jax.txt": DATA / "jax-0.10.2.txt", "tf.txt": DATA / "tf-2.21.0.txt"})
+    project = three_framework_project(tmp_path / "p")
     proc = run_cli("compare-frameworks", "--family", "mlp", "--report", "json=r.json",
                    "--report", "markdown=r.md", cwd=project, env={"COLUMNS": "100"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -211,8 +208,9 @@ def test_the_text_table_fits_80_columns_with_real_figures_and_cuts_nothing():
 
 def test_data_parallel_scenarios_need_a_gpu_a_worker_on_cuda(tmp_path, locks, monkeypatch):
     """On the CPU they split the CPU; on cuda each worker takes a GPU (NCCL refuses two on
-    one): a host that shows fewer is skipped, saying so, and one without a visible driver runs
-    them (they fall back to the CPU: device_fallback, like every scenario there)."""
+    one): a host that shows fewer skips them, saying so, and one without a visible driver runs
+    them (they fall back to the CPU: device_fallback, like every scenario there). The plan
+    itself reads no hardware (a shard plan is the same on every machine); TPUs are not wired."""
     from lockguard.flows import pipeline
     from lockguard.scenarios import bundled
 
@@ -222,10 +220,15 @@ def test_data_parallel_scenarios_need_a_gpu_a_worker_on_cuda(tmp_path, locks, mo
 
     def reasons(device: str, shown: int | None) -> set:
         monkeypatch.setattr(pipeline, "visible_gpus", lambda: shown)
-        return {p.skip_reason for p in pipeline.plan(config, dp, locks, device=device)}
+        planned = pipeline.plan(config, dp, locks, device=device)
+        if device != "tpu":
+            assert {p.skip_reason for p in planned} == {None}
+        return {p.skip_reason for p in pipeline.on_this_host(planned)}
 
     assert reasons("cpu", 1) == {None}
     assert reasons("cuda", 1) == {"trains on 2 GPUs at once (a worker a GPU); this host "
                                   "shows 1"}
     assert reasons("cuda", 2) == reasons("cuda", 8) == {None}
-    assert reasons("cuda", 0) == reasons("cuda", None) == reasons("tpu", 1) == {None}
+    assert reasons("cuda", 0) == reasons("cuda", None) == {None}
+    assert reasons("tpu", 4) == {"trains on 2 devices at once: on the CPU or on GPUs, not on "
+                                 "tpu"}

@@ -67,6 +67,15 @@ def package_project(root: Path, base_lock: str, v1: str, v2: str, config: str,
     return project
 
 
+def ab(project: Path, baseline: str, scenario: str, *extra: str) -> tuple[int, dict]:
+    """`check` of `scenario` with `baseline` (v1.txt or v2.txt) against v2.txt: the exit code
+    (0 or 1, else the test fails here) and the JSON report."""
+    proc = run_cli("check", "--baseline-lock", baseline, "--lock", "v2.txt", "--scenario",
+                   scenario, "--format", "json", *extra, cwd=project)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
 def only_change(report: dict) -> dict:
     [diff] = report["lock_diffs"]
     changes = [c for c in diff["changes"] if c["kind"] != "unchanged"]
@@ -153,12 +162,9 @@ def torch_project(tmp_path_factory) -> Path:
 
 
 def test_torch_graph_break_from_an_upgrade_is_compile_fallback(torch_project: Path) -> None:
-    proc = run_cli("check", "--baseline-lock", "v1.txt", "--lock", "v2.txt", "--scenario",
-                   "layer", "--format", "json", cwd=torch_project)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout)
+    code, report = ab(torch_project, "v1.txt", "layer")
     [v] = report["verdicts"]
-    assert v["verdict"] == "compile_fallback", v["reasons"]
+    assert code == 1 and v["verdict"] == "compile_fallback", v["reasons"]
     diff = v["compile_diff"]
     assert (diff["graph_breaks_old"], diff["backend_old"], diff["backend_new"]) == (
         0, "inductor", "inductor")
@@ -181,11 +187,9 @@ def test_torch_graph_break_from_an_upgrade_is_compile_fallback(torch_project: Pa
 
 
 def test_torch_same_lock_on_both_sides_is_clean(torch_project: Path) -> None:
-    proc = run_cli("check", "--baseline-lock", "v2.txt", "--lock", "v2.txt", "--scenario",
-                   "layer", "--format", "json", cwd=torch_project)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    [v] = json.loads(proc.stdout)["verdicts"]
-    assert v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
+    code, report = ab(torch_project, "v2.txt", "layer")
+    [v] = report["verdicts"]
+    assert code == 0 and v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
     assert v["compile_diff"]["regressions"] == []
     assert v["compile_diff"]["graph_breaks_new"] >= 1  # the break is there, on both sides
 
@@ -406,12 +410,9 @@ def retrace_project(request, tmp_path_factory) -> tuple[Path, str]:
 
 def test_retrace_from_an_upgrade_is_compile_fallback(retrace_project: tuple[Path, str]) -> None:
     project, scenario = retrace_project
-    proc = run_cli("check", "--baseline-lock", "v1.txt", "--lock", "v2.txt", "--scenario",
-                   scenario, "--format", "json", cwd=project)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout)
+    code, report = ab(project, "v1.txt", scenario)
     [v] = report["verdicts"]
-    assert v["verdict"] == "compile_fallback", v["reasons"]
+    assert code == 1 and v["verdict"] == "compile_fallback", v["reasons"]
     assert v["compile_diff"]["traces"]["sgd_step"] == {"old": 1, "new": 4}
     assert "traces of sgd_step 1 → 4" in v["reasons"][0]
     change = only_change(report)
@@ -424,9 +425,7 @@ def test_retrace_from_an_upgrade_is_compile_fallback(retrace_project: tuple[Path
 
 def test_retrace_same_lock_on_both_sides_is_clean(retrace_project: tuple[Path, str]) -> None:
     project, scenario = retrace_project
-    proc = run_cli("check", "--baseline-lock", "v2.txt", "--lock", "v2.txt", "--scenario",
-                   scenario, "--format", "json", cwd=project)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    [v] = json.loads(proc.stdout)["verdicts"]
-    assert v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
+    code, report = ab(project, "v2.txt", scenario)
+    [v] = report["verdicts"]
+    assert code == 0 and v["verdict"] in ("identical", "within_tolerance"), v["reasons"]
     assert v["compile_diff"]["regressions"] == []

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, make_project, run_cli
-from test_compile import only_change, package_project
+from conftest import QUICKSTART, run_cli, scenario_args, three_framework_project
+from test_compile import ab, only_change, package_project
 
 pytestmark = pytest.mark.slow
 
@@ -122,15 +122,8 @@ def project(tmp_path_factory) -> Path:
                            {"train_ddp.py": SCRIPT})
 
 
-def ab(project: Path, baseline: str) -> tuple[int, dict]:
-    proc = run_cli("check", "--baseline-lock", baseline, "--lock", "v2.txt", "--scenario",
-                   "ddp", "--format", "json", cwd=project)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
-
-
 def test_a_reduction_that_weighs_the_ranks_otherwise_is_drift(project):
-    code, report = ab(project, "v1.txt")
+    code, report = ab(project, "v1.txt", "ddp")
     [v] = report["verdicts"]
     assert code == 1 and v["verdict"] == "drift", v["reasons"]
     # Step 0's loss is computed before any gradient is reduced: the same on both sides.
@@ -142,20 +135,16 @@ def test_a_reduction_that_weighs_the_ranks_otherwise_is_drift(project):
 
 
 def test_the_same_reduction_is_identical(project):
-    code, report = ab(project, "v2.txt")
+    code, report = ab(project, "v2.txt", "ddp")
     [v] = report["verdicts"]
     assert code == 0 and v["verdict"] == "identical", v["reasons"]
 
 
 def test_bundled_data_parallel_scenarios_are_identical_and_distributed(tmp_path):
-    project = make_project(tmp_path / "p", """
-        locks = ["torch.txt", "jax.txt", "tf.txt"]
-        slower_ratio = 1000.0
-        """, locks={"torch.txt": TORCH_LOCK, "jax.txt": DATA / "jax-0.10.2.txt",
-                    "tf.txt": DATA / "tf-2.21.0.txt"})
-    args = [a for sid in BUNDLED for a in ("--scenario", sid)]
-    proc = run_cli("check", *args, "--baseline-lock", "torch.txt", "--baseline-lock",
-                   "jax.txt", "--baseline-lock", "tf.txt", "--format", "json", cwd=project)
+    project = three_framework_project(tmp_path / "p", "slower_ratio = 1000.0")
+    proc = run_cli("check", *scenario_args(BUNDLED), "--baseline-lock", "torch.txt",
+                   "--baseline-lock", "jax.txt", "--baseline-lock", "tf.txt", "--format", "json",
+                   cwd=project)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     report = json.loads(proc.stdout)
     assert {v["scenario"]: v["verdict"] for v in report["verdicts"]} == {
@@ -178,14 +167,9 @@ def test_bundled_data_parallel_scenarios_are_identical_and_distributed(tmp_path)
 def test_expected_cuda_without_a_gpu_falls_back_with_its_two_workers(tmp_path):
     """--device cuda on a host that shows no GPU: each scenario runs anyway, on its 2 CPU
     workers (the host split as on the CPU), and says so: device_fallback, not a crash."""
-    project = make_project(tmp_path / "p", """
-        locks = ["torch.txt", "jax.txt", "tf.txt"]
-        steps = 3
-        """, locks={"torch.txt": TORCH_LOCK, "jax.txt": DATA / "jax-0.10.2.txt",
-                    "tf.txt": DATA / "tf-2.21.0.txt"})
-    args = [a for sid in BUNDLED for a in ("--scenario", sid)]
-    proc = run_cli("check", *args, "--device", "cuda", "--allow-new", "--format", "json",
-                   cwd=project, env={"CUDA_VISIBLE_DEVICES": ""})
+    project = three_framework_project(tmp_path / "p", "steps = 3")
+    proc = run_cli("check", *scenario_args(BUNDLED), "--device", "cuda", "--allow-new",
+                   "--format", "json", cwd=project, env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
     report = json.loads(proc.stdout)
     assert {v["scenario"]: (v["verdict"], v["found_device"]) for v in report["verdicts"]} == {

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, lockguard_python, make_project, run_cli
-from test_compile import only_change, package_project
+from conftest import (DATA, QUICKSTART, lockguard_python, run_cli, scenario_args,
+                      three_framework_project)
+from test_compile import ab, only_change, package_project
 from test_harness_torch import harness
 
 pytestmark = pytest.mark.slow
@@ -124,13 +125,6 @@ CONFIG = """
     """
 
 
-def ab(project: Path, baseline: str, *extra: str) -> tuple[int, dict]:
-    proc = run_cli("check", "--baseline-lock", baseline, "--lock", "v2.txt", "--scenario",
-                   "loader", "--format", "json", *extra, cwd=project)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
-
-
 @pytest.fixture(scope="module")
 def reordering(tmp_path_factory) -> Path:
     return package_project(tmp_path_factory.mktemp("order") / "p", TORCH_LOCK.read_text(),
@@ -139,7 +133,7 @@ def reordering(tmp_path_factory) -> Path:
 
 
 def test_a_sampler_that_draws_differently_is_drift_at_the_first_batch_that_differs(reordering):
-    code, report = ab(reordering, "v1.txt")
+    code, report = ab(reordering, "v1.txt", "loader")
     [v] = report["verdicts"]
     assert code == 1 and v["verdict"] == "drift", v["reasons"]
     # 6 batches an epoch: 2.0 repeats epoch 0, so batch 6 is the first to differ.
@@ -161,7 +155,7 @@ def test_a_sampler_that_draws_differently_is_drift_at_the_first_batch_that_diffe
 
 
 def test_the_same_lock_keeps_its_order(reordering):
-    code, report = ab(reordering, "v2.txt")
+    code, report = ab(reordering, "v2.txt", "loader")
     [v] = report["verdicts"]
     assert code == 0 and v["verdict"] == "identical", v["reasons"]
     assert v["first_batch_differs"] is None
@@ -170,7 +164,7 @@ def test_the_same_lock_keeps_its_order(reordering):
 def test_a_pipeline_that_loads_slower_is_slower(tmp_path):
     project = package_project(tmp_path / "p", TORCH_LOCK.read_text(), SAMPLER_V1,
                               SAMPLER_V2_SLOW, CONFIG, {"train_loader.py": SCRIPT})
-    code, report = ab(project, "v1.txt")
+    code, report = ab(project, "v1.txt", "loader")
     [v] = report["verdicts"]
     # 8 samples of 50 ms on 2 workers: 200 ms a batch, against 5 ms steps. Judged on the mean
     # step: with 2 workers one step in two waits, and a median of steps that did not wait said
@@ -187,17 +181,13 @@ def test_a_pipeline_that_loads_slower_is_slower(tmp_path):
 
 @pytest.fixture(scope="module")
 def bundled_project(tmp_path_factory) -> Path:
-    return make_project(tmp_path_factory.mktemp("bundled") / "p", """
-        locks = ["torch.txt", "jax.txt", "tf.txt"]
-        slower_ratio = 1000.0
-        """, locks={"torch.txt": TORCH_LOCK, "jax.txt": DATA / "jax-0.10.2.txt",
-                    "tf.txt": DATA / "tf-2.21.0.txt"})
+    return three_framework_project(tmp_path_factory.mktemp("bundled") / "p",
+                                   "slower_ratio = 1000.0")
 
 
 def test_bundled_pipelines_are_identical_under_the_same_lock(bundled_project):
-    args = [a for sid in BUNDLED for a in ("--scenario", sid)]
-    proc = run_cli("check", *args, "--baseline-lock", "torch.txt", "--baseline-lock",
-                   "jax.txt", "--baseline-lock", "tf.txt", "--format", "json",
+    proc = run_cli("check", *scenario_args(BUNDLED), "--baseline-lock", "torch.txt",
+                   "--baseline-lock", "jax.txt", "--baseline-lock", "tf.txt", "--format", "json",
                    cwd=bundled_project)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     report = json.loads(proc.stdout)

@@ -57,16 +57,20 @@ def test_the_installers_share_wheel_caches_under_lockguards_cache(monkeypatch, t
 
 
 def test_uv_gets_none_of_the_settings_that_change_what_it_installs(monkeypatch, tmp_path):
-    """Kept: where uv caches, how it fetches, index credentials. Dropped: everything else,
-    from the builds and from the resolver alike (installers.run_tool)."""
+    """Kept: where uv caches, how it fetches, its credential stores. Dropped: everything else
+    (named indexes' credentials too: uv is given no named index), from the builds and from
+    the resolver alike (installers.run_tool)."""
     from lockguard import installers
 
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    for name in [k for k in os.environ if k.startswith("UV_")]:
+        monkeypatch.delenv(name)  # whatever this machine's shell sets
     kept = {"UV_CACHE_DIR": "/c", "UV_HTTP_TIMEOUT": "60", "UV_OFFLINE": "1",
-            "UV_INDEX_CORP_USERNAME": "me", "UV_INDEX_CORP_PASSWORD": "pw"}
+            "UV_CREDENTIALS_DIR": "/creds", "UV_S3_ENDPOINT_URL": "https://s3.example"}
     dropped = {"UV_CONFIG_FILE": "/x/uv.toml", "UV_NO_BINARY": "1", "UV_INDEX_URL": "https://x",
                "UV_OVERRIDE": "/x/o.txt", "UV_TORCH_BACKEND": "cu126",
-               "UV_NO_VERIFY_HASHES": "1", "UV_SOMETHING_NEW": "1"}
+               "UV_NO_VERIFY_HASHES": "1", "UV_INSECURE_HOST": "x.example",
+               "UV_INDEX_CORP_PASSWORD": "pw", "UV_SOMETHING_NEW": "1"}
     for name, value in {**kept, **dropped}.items():
         monkeypatch.setenv(name, value)
     env = venv.installer_env()
@@ -233,3 +237,30 @@ def test_a_release_split_over_two_indexes_installs_the_file_the_lock_hashes(
                           str(tmp_path / "bad.txt"))
     with pytest.raises(venv.EnvError, match=r"bad\.txt: pip could not install the lock"):
         venv.prepare(bad)
+
+
+@pytest.mark.slow
+def test_a_wrong_hash_from_one_place_fails_at_once_without_a_pip_rebuild(monkeypatch, tmp_path,
+                                                                         capsys):
+    """Only several indexes give uv's first-index choice its way to miss the hashed file: from
+    one place a hash mismatch is the lock's own, and is said as uv said it."""
+    import hashlib
+
+    from lockguard import installers
+    from lockguard.progress import Progress
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv"))
+    monkeypatch.setattr(installers, "pip_config", lambda: {})  # this machine's pip.conf aside
+    (tmp_path / "wheels").mkdir()
+    wheel = _wheel(tmp_path / "wheels", "1.0", "py3-none-any", "WHICH = 'pure'\n")
+    good = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    one = f"--no-index\n--find-links {tmp_path / 'wheels'}\n\nlgfb-pkg==1.0 \\\n"
+    assert venv.file_sources(parse_lock_text(one + f"    --hash=sha256:{good}\n", "a.txt")) == 1
+    two = one.replace("--no-index\n", "")  # PyPI and the folder: two places
+    assert venv.file_sources(parse_lock_text(two + f"    --hash=sha256:{good}\n", "b.txt")) == 2
+    bad = parse_lock_text(one + f"    --hash=sha256:{'0' * 64}\n", str(tmp_path / "bad.txt"))
+    with pytest.raises(venv.EnvError, match=r"bad\.txt: uv could not install the lock") as e:
+        venv.prepare(bad, progress=Progress())
+    assert "hash" in str(e.value).lower()
+    assert "installing with pip" not in capsys.readouterr().err

@@ -231,10 +231,14 @@ def test_inputs_digest_names_the_environment_and_a_scripts_neighbours(tmp_path):
 
 
 @pytest.mark.parametrize("mask, shown", [
-    (None, 2), ("", 0), ("-1", 0), ("0", 1), ("1,0", 2), ("0,1,2", 2), ("0,7,1", 1),
-    ("0,0", 1), ("GPU-5d2c8e1f-aaaa", 1), ("0,GPU-5d2c8e1f-aaaa", 2), ("x,0", 0), (" 1 , 0", 2),
+    (None, 2), ("", 0), ("-1", 0), ("x,0", 0), ("0", 1), ("1,0", 2), (" 1 , 0", 2),
+    ("0,1,2", 2), ("0,7,1", 1), ("7", 0), ("1,-1,0", 1), ("1gpu", 1), ("+1", 1),
+    ("0,0", 0), ("1,0,1", 0),
+    ("GPU-5d2c8e1f-aaaa", 1), ("GPU-a,GPU-b,GPU-c", 2), ("GPU-a,0", 1), ("GPU-a,GPU-a", 0),
+    ("MIG-a,MIG-b", 1), ("0,GPU-a", 1),
 ])
 def test_visible_gpus_read_cuda_visible_devices_as_cuda_does(mask, shown):
-    """Up to the first entry that names no device; over 2 physical GPUs."""
+    """Over 2 physical GPUs, as torch.cuda's _parse_visible_devices and device count read the
+    variable: ordinals like strtoul up to the first that is none, UUIDs up to the first without
+    their prefix, a repeat hides every GPU, an ordinal past the last ends the list, one MIG."""
     assert count_visible(2, mask) == shown
-

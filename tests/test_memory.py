@@ -13,14 +13,13 @@ a training that needs a few.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import DATA, lockguard_python, run_cli
-from test_compile import only_change, package_project
+from conftest import DATA, lockguard_python
+from test_compile import ab, only_change, package_project
 from test_harness_torch import harness
 
 pytestmark = pytest.mark.slow
@@ -92,15 +91,8 @@ def project(tmp_path_factory) -> Path:
         """, {"train_table.py": SCRIPT})
 
 
-def check(project: Path, baseline: str) -> tuple[int, dict]:
-    proc = run_cli("check", "--baseline-lock", baseline, "--lock", "v2.txt", "--scenario",
-                   "table", "--format", "json", cwd=project)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
-
-
 def test_an_upgrade_that_allocates_more_is_heavier(project: Path) -> None:
-    code, report = check(project, "v1.txt")
+    code, report = ab(project, "v1.txt", "table")
     [v] = report["verdicts"]
     assert v["verdict"] == "heavier", v["reasons"]
     assert code == 1  # fail_on names heavier
@@ -116,7 +108,7 @@ def test_an_upgrade_that_allocates_more_is_heavier(project: Path) -> None:
 
 def test_the_same_lock_on_both_sides_is_never_heavier(project: Path) -> None:
     # Both sides keep the 96 MiB table: the ratio is the noise of the measure itself.
-    code, report = check(project, "v2.txt")
+    code, report = ab(project, "v2.txt", "table")
     [v] = report["verdicts"]
     assert code == 0, v["reasons"]
     assert v["verdict"] == "identical", v["reasons"]

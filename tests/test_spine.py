@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, golden_file, make_project, run_cli, snapshot
+from conftest import QUICKSTART, golden_file, make_project, run_cli, scenario_args, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -391,7 +391,7 @@ def test_the_projects_own_goldens_reproduce():
     here = host_class("cpu")
     chosen = ["torch.mlp", "numpy.mlp", "jax.mlp", "tf.keras"]
     ours = {sid for sid in chosen if (REPO / "golden" / "cpu" / here.id / f"{sid}.json").is_file()}
-    proc = run_cli("check", "--rerun", *[a for sid in chosen for a in ("--scenario", sid)],
+    proc = run_cli("check", "--rerun", *scenario_args(chosen),
                    "--format", "json", cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     verdicts = {v["scenario"]: v for v in json.loads(proc.stdout)["verdicts"]}

@@ -423,11 +423,12 @@ def select_ids(args: argparse.Namespace) -> int:
     measure runs and summarize expects results for); the ones lockguard's plan skips here
     (the data-parallel ones on a host with one GPU) are said on stderr."""
     from lockguard.config import load_config
-    from lockguard.flows.pipeline import plan
+    from lockguard.flows.pipeline import on_this_host, plan
     from lockguard.scenarios import select
 
     config = load_config(Path(args.config))
-    planned = plan(config, select(config, args.scenario), [], device=args.device, local=True)
+    planned = on_this_host(plan(config, select(config, args.scenario), [], device=args.device,
+                                local=True))
     for p in planned:
         if p.skip_reason:
             print(f"not measured on {args.device}: {p.scenario.id}: {p.skip_reason}",

@@ -194,12 +194,18 @@ phase check 40 30 "$python" -m lockguard check "${common[@]}" --device "$device"
 phase fallback 30 30 env CUDA_VISIBLE_DEVICES= "$python" -m lockguard check "${common[@]}" \
     --device cuda --rerun --allow-new --format json -o "$out/fallback.json"
 
-# 5. timings: the accelerator, then the CPU of the same host
-measure=("$python" "$here/gpurun.py" measure --config "$config" ${measure_ids[@]+"${measure_ids[@]}"}
-         ${steps_args[@]+"${steps_args[@]}"} --jobs "$measure_jobs" --out "$runs")
-phase measure-accel 30 30 "${measure[@]}" --device "$device" --label accel \
-    --repeat "$accel_repeat"
-phase measure-cpu 25 30 "${measure[@]}" --device cpu --label cpu --repeat "$cpu_repeat"
+# 5. timings: the accelerator, then the CPU of the same host (never a measure without ids: it
+# would take every bundled scenario)
+if [ ${#measure_ids[@]} -gt 0 ]; then
+    measure=("$python" "$here/gpurun.py" measure --config "$config" "${measure_ids[@]}"
+             ${steps_args[@]+"${steps_args[@]}"} --jobs "$measure_jobs" --out "$runs")
+    phase measure-accel 30 30 "${measure[@]}" --device "$device" --label accel \
+        --repeat "$accel_repeat"
+    phase measure-cpu 25 30 "${measure[@]}" --device cpu --label cpu --repeat "$cpu_repeat"
+else
+    echo "-- measure: skipped, no scenario this host runs (scenarios.txt is empty)"
+    printf 'measure\t-\t0\tskipped: no scenario\n' >> "$work/phases.tsv"
+fi
 
 # 6. summary and what goes back
 dry_flag=()

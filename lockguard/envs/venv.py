@@ -42,7 +42,7 @@ from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness
 from lockguard.errors import LockguardError, one_line
 from lockguard.errors import tail as last_lines
 from lockguard.files import scratch_dir, write_bytes, write_text
-from lockguard.installers import drop_uv_settings, uv_settings_note
+from lockguard.installers import drop_uv_settings, pip_config_as_uv_args, uv_settings_note
 from lockguard.locks.model import Lock, Pin
 from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
@@ -79,9 +79,14 @@ def build_policy(allow_sdist: bool) -> str:
     return "sdist-allowed" if allow_sdist else "wheels-only"
 
 
+# How venvs are built, in their key: 2 since uv gets no UV_* setting that changes what it
+# installs (under 1, a UV_CONFIG_FILE could have built a lock's sdist into a "wheels-only" venv).
+RECIPE = 2
+
+
 def venv_key(lock: Lock, python: str, installer: str, allow_sdist: bool = False) -> str:
     tag = interpreter_tag(python)
-    recipe = f"{lock.lock_hash}\0{tag}\0{installer}\0{build_policy(allow_sdist)}"
+    recipe = f"{RECIPE}\0{lock.lock_hash}\0{tag}\0{installer}\0{build_policy(allow_sdist)}"
     return hashlib.sha256(recipe.encode()).hexdigest()[:20]
 
 
@@ -185,11 +190,13 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
                        f"{installer}, {build_policy(allow_sdist)})") as step:
         code, tail = _install_with(installer, path, lock, python, allow_sdist, step)
         used = installer
-        if code != 0 and installer == "uv" and any("Hash mismatch" in ln for ln in tail):
+        if (code != 0 and installer == "uv" and any("Hash mismatch" in ln for ln in tail)
+                and file_sources(lock) > 1):
             # With several indexes, uv takes a release's files from the first index that has
             # the version, even under unsafe-best-match (astral-sh/uv#14000), so a lock
             # hashing another index's wheel of it fails where pip, which chooses among every
             # index's files those the lock hashes, installs. Same pins and hashes either way.
+            # From one place, a mismatch is the lock's own: said at once, no pip rebuild.
             progress.info("  uv took a file the lock does not hash; installing with pip")
             shutil.rmtree(path)
             path.mkdir()
@@ -209,13 +216,21 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
                built_s=time.perf_counter() - started)
 
 
+def file_sources(lock: Lock) -> int:
+    """How many places the installer may take a release's files from: the index (the lock's,
+    else pip's, else PyPI; none under --no-index), extra indexes and find-links, the lock's
+    and pip's configuration's."""
+    args = lock.options.pip_args() + pip_config_as_uv_args(
+        constraints=False, index_url=not lock.options.index_url)
+    extra = sum(a in ("--extra-index-url", "--find-links") for a in args)
+    return extra + (0 if "--no-index" in args else 1)
+
+
 def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdist: bool,
                   step) -> tuple[int, list[str]]:
     """Create the venv at `path` and install the lock into it with `installer`: (exit code,
     the output's last lines)."""
     if installer == "uv":
-        from lockguard.installers import pip_config_as_uv_args
-
         uv = uv_binary()
         if python == sys.executable:
             # The host interpreter's venv, made in-process as `python -m venv` makes it

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -144,14 +144,26 @@ def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
             pinned = sorted({f for r in locks for f in r.lock.frameworks()})
             reason = (f"no lock pins {sc.framework} (locks pin: "
                       f"{', '.join(pinned) or 'no framework'})")
-        elif sc.replicas > 1 and expected == "cuda":
-            # A host without a visible driver runs it: it falls back to the CPU and says so.
-            shown = visible_gpus()
-            if shown and shown < sc.replicas:
-                reason = (f"trains on {sc.replicas} GPUs at once (a worker a GPU); this host "
-                          f"shows {shown}")
+        elif sc.replicas > 1 and expected == "tpu":
+            reason = f"trains on {sc.replicas} devices at once: on the CPU or on GPUs, not on tpu"
         planned.append(Planned(sc, ref, expected, n, reason))
     return planned
+
+
+def on_this_host(planned: list[Planned]) -> list[Planned]:
+    """What this host cannot run, skipped, saying why: a scenario that trains on several GPUs
+    at once (a worker a GPU: NCCL refuses two on one) where fewer show. Apart from plan(),
+    which reads no hardware, so that a shard plan is the same on every machine; a host that
+    shows none runs it (it falls back to the CPU and says so, like every scenario there)."""
+    def short(p: Planned) -> bool:
+        return p.scenario.replicas > 1 and p.device == "cuda" and not p.skip_reason
+
+    shown = visible_gpus() if any(short(p) for p in planned) else None
+    if not shown:
+        return planned
+    return [replace(p, skip_reason=f"trains on {p.scenario.replicas} GPUs at once (a worker a "
+                                   f"GPU); this host shows {shown}")
+            if short(p) and shown < p.scenario.replicas else p for p in planned]
 
 
 def env_kind(config: Config, opts: Options) -> str:
@@ -171,8 +183,8 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
     time the check takes, so a drift in the machine's load spreads over every scenario).
     """
     kind = env_kind(config, opts)
-    planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
-                   local=kind == "local")
+    planned = on_this_host(plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
+                                local=kind == "local"))
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
     if rounds:
         wanted_jobs = [job for round_ in zip_longest(*wanted.values()) for job in round_

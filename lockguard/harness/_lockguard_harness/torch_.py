@@ -550,6 +550,8 @@ def _ddp_other_rank(ctx, rank: int, init: str) -> None:
     import traceback
 
     try:
+        if ctx.result["device"] == "cuda":
+            torch.cuda.set_device(rank)  # before setup() asks CUDA anything: this rank's GPU
         setup(ctx)
         _ddp_rank(ctx, rank, init)
     except BaseException:  # noqa: BLE001 - said on stderr; the exit code tells rank 0
@@ -587,14 +589,13 @@ def _ddp_rank(ctx, rank: int, init: str, sync: Optional[List[float]] = None) -> 
         # No annotations: DDP checks a hook's annotations against dist.GradBucket and Future,
         # and this module's are strings (from __future__ import annotations).
         def timed_allreduce(state, bucket):  # type: ignore[no-untyped-def]
-            start = time.perf_counter()
-            begin = _cuda_event() if cuda else None
+            begin = _cuda_event() if cuda else time.perf_counter()
 
             def done(future: Any) -> torch.Tensor:
                 if cuda:
                     events.append((len(times) - 1, begin, _cuda_event()))
                 else:
-                    times[-1] += time.perf_counter() - start
+                    times[-1] += time.perf_counter() - begin
                 return future.value()
             return default_hooks.allreduce_hook(state, bucket).then(done)
 
