@@ -49,7 +49,7 @@ class FakeEnv:
     backend: "FakeBackend"
 
     def run(self, request, out_dir: Path) -> RunResult:
-        with self.backend.running():
+        with self.backend.running(request.scenario_id):
             return self._run(request)
 
     def _run(self, request) -> RunResult:
@@ -90,8 +90,8 @@ class FakeBackend:
     """Counts what a flow prepared and ran; `behaviour[(scenario, version)]` makes a run crash
     ("crash"), end in NaN ("nan"), land on the CPU ("cpu-fallback") or differ from run to run
     ("noisy", "noisy:+0.01" shifted by +1 %). `step_s` and `peak_bytes` set a scenario's
-    reported step time and peak memory; `run_s` how long each run takes, and `most_runs_at_once`
-    says how many ran together."""
+    reported step time and peak memory; `run_s` how long each run takes, and `together` which
+    scenarios ran at the same time (a pair; one id alone: two runs of that scenario)."""
 
     behaviour: dict[tuple[str, str], str] = field(default_factory=dict)
     prepared: list[str] = field(default_factory=list)
@@ -106,8 +106,8 @@ class FakeBackend:
     step_s: dict[str, float] = field(default_factory=dict)
     peak_bytes: dict[str, int] = field(default_factory=dict)
     run_s: float = 0.0
-    most_runs_at_once: int = 0
-    _running: int = 0
+    together: set[frozenset[str]] = field(default_factory=set)  # scenarios seen running at once
+    _active: list[str] = field(default_factory=list)
     _building: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _noise: int = 0
@@ -138,16 +138,16 @@ class FakeBackend:
                        lock=ref.lock, backend=self)
 
     @contextmanager
-    def running(self) -> Iterator[None]:
+    def running(self, scenario: str) -> Iterator[None]:
         with self._lock:
-            self._running += 1
-            self.most_runs_at_once = max(self.most_runs_at_once, self._running)
+            self.together.update(frozenset((scenario, other)) for other in self._active)
+            self._active.append(scenario)
         try:
             time.sleep(self.run_s)
             yield
         finally:
             with self._lock:
-                self._running -= 1
+                self._active.remove(scenario)
 
     def record_run(self, scenario: str, version: str) -> None:
         with self._lock:

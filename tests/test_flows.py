@@ -98,6 +98,25 @@ def test_ab_pairs_results_with_their_own_lock(project, tmp_path):
     assert [d.new_source for d in report.lock_diffs] == [str(new.path)]
 
 
+def test_a_data_parallel_run_takes_as_many_workers_as_it_has_workers(project, tmp_path,
+                                                                     monkeypatch):
+    """torch.ddp's two processes take both of 2 workers: neither side of its A/B shares the
+    machine with anything (side by side they were ×1.4 apart on 2 cores), while single runs
+    still pair up; jobs start in order, so the wide one is not starved."""
+    old = lock(tmp_path, "old.txt", "numpy==2.0.2\ntorch==2.13.0\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\ntorch==2.13.0\n")
+    chosen = [s for s in bundled() if s.id in ("numpy.mlp", "torch.mlp", "torch.ddp")]
+    monkeypatch.setenv("LOCKGUARD_JOBS", "2")
+    fake = FakeBackend(run_s=0.05)
+    report = check_ab(project, [new], [old], chosen, Options(repeat=2), backend=fake)
+    assert {v.scenario: v.verdict for v in report.verdicts} == {
+        sid: Verdict.identical for sid in ("numpy.mlp", "torch.mlp", "torch.ddp")}
+    assert len([s for s, _ in fake.runs if s == "torch.ddp"]) == 4
+    assert not any("torch.ddp" in pair for pair in fake.together), fake.together
+    assert frozenset(("numpy.mlp", "torch.mlp")) in fake.together or frozenset(
+        ("numpy.mlp",)) in fake.together
+
+
 def test_ab_without_a_baseline_for_the_framework_is_new(project, tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==1.26.4\ntorch==2.13.0\n")
