@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from lockguard.compare.figures import median
 from lockguard.config import Config, ConfigError, Options
 from lockguard.flows.goldens import Hosts
 from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, pipeline
-from lockguard.compare.figures import median
 from lockguard.flows.report_parts import (
     evidence, family_rule_report, lock_info, nothing_done, policy_for, relative_spread,
 )

@@ -261,6 +261,13 @@ def row_notes(row: FrameworkRow) -> list[str]:
     return out
 
 
+def family_notes(table: FrameworkTable, family: str, rows: list[FrameworkRow]) -> list[str]:
+    """The lines under a family's table in every format: its step-0 losses, then each row's
+    notes."""
+    step0 = step0_line(table, family, rows)
+    return ([step0] if step0 else []) + [note for row in rows for note in row_notes(row)]
+
+
 def row_line(row: FrameworkRow) -> str:
     """One row of the table as a sentence, for formats with no tables."""
     return (f"{row.execution} on {row.device}: step {seconds(row.step_s)} "

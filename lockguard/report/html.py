@@ -22,8 +22,8 @@ from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.report import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
-    FRAMEWORK_HEAD, change_text, compile_rows, family_title, final_loss, fmt_float,
-    framework_cells, mib, option_lines, row_notes, seconds, step0_line, summary_line, timing,
+    FRAMEWORK_HEAD, change_text, compile_rows, family_notes, family_title, final_loss, fmt_float,
+    framework_cells, mib, option_lines, seconds, summary_line, timing,
 )
 from lockguard.report.svg import Line, Mark, chart
 from lockguard.results import RunResult
@@ -434,8 +434,7 @@ def _frameworks(report: Report) -> list[str]:
             cells.append(shown)
         out.append(f"<h3>{e(family_title(table, family))}</h3>")
         out.append(_table([FRAMEWORK_HEAD[0], "framework", *FRAMEWORK_HEAD[1:]], cells))
-        extra = [line for line in [step0_line(table, family, rows)] if line]
-        extra += [note for row in rows for note in row_notes(row)]
+        extra = family_notes(table, family, rows)
         if extra:
             out.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in extra) + "</ul>")
     out.append("<details><summary>What these figures say (caveats)</summary><ul>"

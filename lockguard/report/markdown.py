@@ -15,8 +15,8 @@ from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
-    FRAMEWORK_HEAD, STEP0, change_text, compile_rows, family_title, final_loss, fmt_float,
-    framework_cells, option_lines, row_notes, step0_line, summary_line, trial_line,
+    FRAMEWORK_HEAD, STEP0, change_text, compile_rows, family_notes, family_title, final_loss,
+    fmt_float, framework_cells, option_lines, summary_line, trial_line,
 )
 
 MARKER = "<!-- lockguard-report -->"
@@ -274,8 +274,7 @@ def _frameworks(report: Report) -> list[str]:
         for row in rows:
             cells = [_text(c) for i, c in enumerate(framework_cells(row)) if i != STEP0]
             lines.append("| " + " | ".join(cells) + " |")
-        extra = [line for line in [step0_line(table, family, rows)] if line]
-        extra += [note for row in rows for note in row_notes(row)]
+        extra = family_notes(table, family, rows)
         if extra:
             lines += [""] + [f"- {_text(line)}" for line in extra]
     lines += ["", "<details><summary>What these figures say (caveats)</summary>", ""]

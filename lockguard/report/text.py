@@ -17,9 +17,8 @@ from rich.table import Table
 from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import (
-    FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_title,
-    final_loss, fmt_float, framework_cells, option_lines, row_notes, step0_line, summary_line,
-    timing,
+    FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_notes,
+    family_title, final_loss, fmt_float, framework_cells, option_lines, summary_line, timing,
 )
 
 STYLE = {
@@ -141,8 +140,7 @@ def _frameworks(console: Console, report: Report) -> None:
             name = f"[{style}]{cells[0]}[/]" if style else cells[0]
             grid.add_row(f"{name}\n  [dim]{cells[1]}[/]", *cells[STEP0 + 1:])
         console.print(grid)
-        for line in filter(None, [step0_line(table, family, rows)]
-                           + [note for row in rows for note in row_notes(row)]):
+        for line in family_notes(table, family, rows):
             for i, piece in enumerate(textwrap.wrap(line, max(20, console.width - 4))):
                 console.print(("  " if i == 0 else "    ") + escape(piece))
 

@@ -567,9 +567,9 @@ def _ddp_rank(ctx, rank: int, init: str, sync: Optional[List[float]] = None) -> 
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
+    # On cuda, _device(ctx) is this rank's GPU: the current device, GPU 0 for rank 0 as setup()
+    # found it, and set by _ddp_other_rank before its setup() for the others.
     cuda = _device(ctx).type == "cuda"
-    if cuda:
-        torch.cuda.set_device(rank)  # _device(ctx), "cuda", is this rank's GPU from here on
     backend = "nccl" if cuda else "gloo"
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=DDP_TIMEOUT_S))
