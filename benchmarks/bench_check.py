@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
-TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
+TORCH_LOCK = REPO / "tests" / "data" / "torch-2.13.0.txt"
 RESULTS = REPO / "benchmarks" / "results"
 
 

@@ -40,7 +40,7 @@ from lockguard.locks.parser import parse_lock  # noqa: E402
 DATA = REPO / "tests" / "data"
 LOCKS = {
     "numpy": DATA / "docker-numpy.lock",
-    "torch": REPO / "examples" / "quickstart" / "requirements.txt",
+    "torch": REPO / "tests" / "data" / "torch-2.13.0.txt",
     "jax": DATA / "jax-0.10.2.txt",
     "tensorflow": DATA / "tf-2.21.0.txt",
 }

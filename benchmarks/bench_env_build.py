@@ -3,7 +3,7 @@
     python benchmarks/bench_env_build.py [--repeat 3] [--lock PATH ...] [--skip-pip]
                                          [--skip-copy] [--out FILE]
 
-In one run, side by side, for each lock (default: the quickstart torch lock and a numpy lock):
+In one run, side by side, for each lock (default: the tests' torch lock and a numpy lock):
 
 - bare uv: `uv venv --python PY DIR` then `uv pip install --python DIR/bin/python
   --only-binary :all: INDEXES --require-hashes -r LOCK`, the same interpreter and the same
@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
+TORCH_LOCK = REPO / "tests" / "data" / "torch-2.13.0.txt"
 NUMPY_LOCK = REPO / "tests" / "data" / "numpy-2.0.2.txt"
 NUMPY_OLD = REPO / "tests" / "data" / "numpy-1.26.4.txt"
 RESULTS = REPO / "benchmarks" / "results"

@@ -4,7 +4,7 @@ unsharded `check` with the same number of workers in one process, and with one w
 
     python benchmarks/bench_shards.py [--shards 2] [--repeat 1]
 
-Runs the six torch scenarios of the quickstart lock (real venv, cached after the first run)
+Runs the six torch scenarios of the tests' torch lock (real venv, cached after the first run)
 with --rerun against the repository's goldens, whose recorded timings are the plan's estimates.
 Writes benchmarks/results/shards.json and prints a table. Medians of --repeat runs.
 """
@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
+TORCH_LOCK = REPO / "tests" / "data" / "torch-2.13.0.txt"
 RESULTS = REPO / "benchmarks" / "results"
 SCENARIOS = ["torch.mlp", "torch.lm", "torch.rng", "torch.lm.bf16", "torch.mlp.compile",
              "torch.lm.compile"]

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_venv.py [--repeat 20] [--lock PATH]
 
-Prepares (builds once, then reuses) the venv of the quickstart torch lock (~1 GB, ~22,000
+Prepares (builds once, then reuses) the venv of the tests' torch lock (~1 GB, ~22,000
 installed files) with lockguard's own builder, then times `verify` — the marker, bin/python and
 one stat per file of the manifest — warm, best and median of --repeat runs. For scale it also
 times a fixed pure-Python loop: on a loaded machine both grow together.
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
+TORCH_LOCK = REPO / "tests" / "data" / "torch-2.13.0.txt"
 RESULTS = REPO / "benchmarks" / "results"
 
 

@@ -18,7 +18,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-QUICKSTART = REPO / "examples" / "quickstart"
+# The integration tests' torch lock (torch 2.13.0+cpu from this machine kind's local wheel
+# folder, numpy 2.0.2), its numpy 1.26.4 twin, and a project's own metric code (a float32
+# loss EMA that NumPy 2's NEP 50 promotion changes) as a user scenario.
+TORCH_LOCK = DATA / "torch-2.13.0.txt"
+TORCH_OLD_LOCK = DATA / "torch-2.13.0-numpy-1.26.4.txt"
+LOSS_EMA = DATA / "loss_ema.py"
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
@@ -125,7 +130,7 @@ def lockguard_python(lock: Path) -> Path:
 # The environments harness tests run in: the same locks the integration tests use, so a test
 # session builds each framework's venv once, with lockguard's own builder.
 FRAMEWORK_LOCKS = {
-    "torch": QUICKSTART / "requirements.txt",  # torch 2.13.0+cpu, numpy 2.0.2
+    "torch": TORCH_LOCK,  # torch 2.13.0+cpu, numpy 2.0.2
     "jax": DATA / "jax-0.10.2.txt",
     "tensorflow": DATA / "tf-2.21.0.txt",
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, REPO, golden_file, make_project, run_cli, snapshot
+from conftest import DATA, LOSS_EMA, REPO, golden_file, make_project, run_cli, snapshot
 from lockguard import golden
 from lockguard.report import artifacts
 from lockguard.hardware import hardware_class, host_class
@@ -25,7 +25,7 @@ from lockguard.harness._lockguard_harness.common import cpu_info
 from lockguard.report import load_report
 from lockguard.results import RunResult, parse_result
 
-EMA = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
+EMA = LOSS_EMA.read_text()
 # Crashes under numpy 2 only: the candidate of an A/B from 1.26.4 is broken.
 CRASH_ON_2 = '''
 import numpy as np

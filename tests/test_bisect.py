@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, build_wheels, make_project, run_cli
+from conftest import DATA, LOSS_EMA, TORCH_LOCK, build_wheels, make_project, run_cli
 from lockguard.report import Report, render
 
 pytestmark = pytest.mark.slow
 
-EMA_SCRIPT = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
+EMA_SCRIPT = LOSS_EMA.read_text()
 
 
 def pin(name: str, version: str, wheel: Path) -> str:
@@ -156,7 +156,7 @@ def test_two_packages_needed_together_are_found_as_the_pair(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# torch: a graph break among harmless bumps and a torch-family move, on the quickstart lock
+# torch: a graph break among harmless bumps and a torch-family move, on the torch test lock
 
 CULPRIT = "vendored-testlayer"  # test_compile's lg_testlayer module, under another name
 FAMILY_STUB = "# a stand-in: nothing imports this module, only its distribution name counts\n"
@@ -189,8 +189,8 @@ def test_torch_graph_break_is_found_and_the_family_moves_as_one(tmp_path):
                 **{f"zz-harmless-{i}": {"old": ("1.0", "VERSION = '1.0'\n", ()),
                                         "new": ("1.1", "VERSION = '1.1'\n", ())}
                    for i in range(2)}}
-    quickstart = (QUICKSTART / "requirements.txt").read_text()
-    locks_with(project, packages, quickstart, quickstart, modules={
+    torch_lock = TORCH_LOCK.read_text()
+    locks_with(project, packages, torch_lock, torch_lock, modules={
         CULPRIT: MODULE, "torchaudio": "lg_stub_torchaudio", "torchvision": "lg_stub_torchvision"})
     _, report = bisect_json(project)
     [verdict] = report["verdicts"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FRAMEWORK_LOCKS, QUICKSTART, make_project, run_cli
+from conftest import FRAMEWORK_LOCKS, TORCH_LOCK, make_project, run_cli
 from conftest import build_wheels as build_local_wheels
 from lockguard.report import Report, render
 from test_harness_torch import harness, venv_python  # noqa: F401 - fixture
@@ -151,7 +151,7 @@ TORCH_SCRIPT = """\
 def torch_project(tmp_path_factory) -> Path:
     return package_project(
         tmp_path_factory.mktemp("torch-compile") / "p",
-        (QUICKSTART / "requirements.txt").read_text(), TORCH_V1, TORCH_V2,
+        TORCH_LOCK.read_text(), TORCH_V1, TORCH_V2,
         """
         lock = "v2.txt"
         [scenario.layer]

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, run_cli, scenario_args, three_framework_project
+from conftest import TORCH_LOCK, run_cli, scenario_args, three_framework_project
 from test_compile import ab, only_change, package_project
 
 pytestmark = pytest.mark.slow
 
-TORCH_LOCK = QUICKSTART / "requirements.txt"
 BUNDLED = ["torch.ddp", "jax.dp", "tf.dp"]
 
 # The ranks hold 40 and 24 of the batch's 64 samples. 1.0 all-reduces the sum of the ranks'

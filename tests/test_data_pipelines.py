@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (DATA, QUICKSTART, lockguard_python, run_cli, scenario_args,
+from conftest import (DATA, TORCH_LOCK, lockguard_python, run_cli, scenario_args,
                       three_framework_project)
 from test_compile import ab, only_change, package_project
 from test_harness_torch import harness
 
 pytestmark = pytest.mark.slow
 
-TORCH_LOCK = QUICKSTART / "requirements.txt"
 BUNDLED = ["torch.data", "jax.data", "tf.data"]
 
 SAMPLER_V1 = """\

@@ -47,7 +47,7 @@ from conftest import TEST_BASE
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 NUMPY_LOCK = DATA / "docker-numpy.lock"
-TORCH_LOCK = REPO / "examples" / "quickstart" / "requirements.txt"
+TORCH_LOCK = REPO / "tests" / "data" / "torch-2.13.0.txt"
 USER_SCRIPT = DATA / "docker_numpy_scenario.py"
 PROBE_SCRIPT = DATA / "docker_probe_scenario.py"
 
@@ -550,7 +550,7 @@ def test_images_pin_without_registry(engine, tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_torch_image_equals_the_venv(engine, tmp_path):
-    """torch 2.13.0+cpu (the quickstart lock, from /opt/wheels): torch.mlp bitwise equal."""
+    """torch 2.13.0+cpu (tests/data/torch-2.13.0.txt, from /opt/wheels): torch.mlp bitwise equal."""
     from lockguard.envs import venv
 
     lock = parse_lock(TORCH_LOCK)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (DATA, QUICKSTART, golden_file, make_project, run_cli, scenario_args,
+from conftest import (DATA, TORCH_LOCK, golden_file, make_project, run_cli, scenario_args,
                       three_framework_project)
 
 pytestmark = pytest.mark.slow
 
-TORCH = QUICKSTART / "requirements.txt"
+TORCH = TORCH_LOCK
 # Scenarios of issue 3's suite (the compiled ones have tests of their own).
 SUITE = ["torch.mlp", "torch.lm", "torch.lm.bf16", "torch.rng", "numpy.mlp",
          "jax.mlp", "jax.lm", "jax.lm.bf16", "jax.rng",

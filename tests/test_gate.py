@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, make_project, run_cli, snapshot
+from conftest import DATA, LOSS_EMA, TORCH_LOCK, make_project, run_cli, snapshot
 from lockguard.envs.venv import LOCK_FILE
 from lockguard.locks.parser import parse_lock
 
-EMA = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
+EMA = LOSS_EMA.read_text()
 CONFIG = """
     lock = "requirements.txt"
     scenarios = ["loss_ema"]
@@ -128,7 +128,7 @@ def test_propose_leaves_user_files_alone_and_reports_drift(tmp_path):
 
 
 def test_family_rule_fails_fast_before_any_build(tmp_path):
-    lock = (QUICKSTART / "requirements.txt").read_text() + (
+    lock = TORCH_LOCK.read_text() + (
         "torchvision==0.20.0 \\\n    --hash=sha256:" + "b" * 64 + "\n")
     project = make_project(tmp_path / "p", 'lock = "requirements.txt"',
                            files={"requirements.txt": lock})

@@ -1,6 +1,6 @@
 """The torch and numpy harness modules, run for real in a real virtualenv.
 
-The venv is the one lockguard itself builds for the quickstart lock (torch 2.13.0+cpu, numpy
+The venv is the one lockguard itself builds for the torch test lock (torch 2.13.0+cpu, numpy
 2.0.2), cached and shared with the integration tests. Each harness run is a subprocess of `<venv>/bin/python lockguard/harness/run.py`, and its JSON is
 validated against lockguard.results.RunResult before anything else is asserted.
 """
@@ -33,7 +33,7 @@ RUN_TIMEOUT = 300
 
 @pytest.fixture(scope="session")
 def venv_python() -> Path:
-    """lockguard's own venv for the quickstart lock: torch 2.13.0+cpu with numpy 2.0.2."""
+    """lockguard's own venv for the torch test lock: torch 2.13.0+cpu with numpy 2.0.2."""
     return lockguard_python(FRAMEWORK_LOCKS["torch"])
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, make_project, run_cli
+from conftest import DATA, TORCH_LOCK, make_project, run_cli
 from lockguard.cache import cache_root
 from lockguard.envs.docker.push import check_registry
 from lockguard.errors import UsageError
@@ -193,7 +193,7 @@ def test_registry_names(registry: str, ok: bool) -> None:
 
 
 def test_build_refuses_a_bad_registry_before_building(tmp_path: Path) -> None:
-    proc = run_cli("build", "--lock", str(QUICKSTART / "requirements.txt"),
+    proc = run_cli("build", "--lock", str(TORCH_LOCK),
                    "--push", "https://ghcr.io/acme", cwd=tmp_path,
                    env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     # Exit 2 on the registry name, not on the missing engine: nothing was attempted.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, make_project, run_cli
+from conftest import TORCH_LOCK, make_project, run_cli
 from lockguard.names import FORMATS
 from lockguard.flows.report_parts import lock_info
 from lockguard.compare.tolerance import Policy
@@ -472,7 +472,7 @@ def test_no_color_is_honoured_on_a_terminal_and_the_width_followed(drift_report,
 def test_under_github_actions_the_summary_annotations_and_table_appear(tmp_path):
     """A lock that breaks a family rule fails in a second: enough to see what a workflow
     step shows without being asked, with JSON on stdout kept clean."""
-    lock = (QUICKSTART / "requirements.txt").read_text() + (
+    lock = TORCH_LOCK.read_text() + (
         "torchvision==0.20.0 \\\n    --hash=sha256:" + "b" * 64 + "\n")
     project = make_project(tmp_path / "p", 'lock = "requirements.txt"',
                            files={"requirements.txt": lock})

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from browser import visit
-from conftest import DATA, QUICKSTART, make_project, run_cli
+from conftest import DATA, LOSS_EMA, make_project, run_cli
 from lockguard.flows.ab import diff as diff_report
 from lockguard.flows.report_parts import evidence, lock_info
 from lockguard.compare.tolerance import Policy
@@ -394,7 +394,7 @@ def test_a_real_ab_check_writes_the_html_report(tmp_path):
         script = "loss_ema.py"
         framework = "numpy"
         tolerance = "exact"
-        """, files={"loss_ema.py": (QUICKSTART / "scenarios" / "loss_ema.py").read_text()},
+        """, files={"loss_ema.py": LOSS_EMA.read_text()},
         locks={"new.txt": DATA / "numpy-2.0.2.txt", "old.txt": DATA / "numpy-1.26.4.txt"})
     proc = run_cli("check", "--baseline-lock", "old.txt", "--format", "html", "--report",
                    "json=r.json", "--report", "html=r.html", cwd=project)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, run_cli
+from conftest import LOSS_EMA, TORCH_LOCK, TORCH_OLD_LOCK, make_project, run_cli
 from fakes import FakeBackend, lock
 from lockguard.config import Config, ConfigError, Options, parse_config
 from lockguard.flows import shards
@@ -226,19 +226,25 @@ def test_parity_of_a_family_split_over_shards_is_rebuilt(project, tmp_path):
 
 # ------------------------------------------------------------- real processes, real venvs
 
-def quickstart(root: Path) -> Path:
-    """The quickstart project (torch.mlp, torch.lm and a numpy metric, numpy 1.26 → 2.0), with
-    `slower` out of reach: shards running side by side must not turn timing into a verdict."""
-    shutil.copytree(QUICKSTART, root, ignore=shutil.ignore_patterns("golden", "*.json"))
-    text = (root / "pyproject.toml").read_text()
-    (root / "pyproject.toml").write_text(text.replace(
-        'golden_dir = "golden"', 'golden_dir = "golden"\nslower_ratio = 1000.0'))
-    return root
+def torch_numpy_project(root: Path) -> Path:
+    """A torch project whose numpy moves 1.26 → 2.0 (torch.mlp, torch.lm and a float32 metric
+    that NEP 50 changes, judged exactly), with `slower` out of reach: shards running side by
+    side must not turn timing into a verdict."""
+    return make_project(root, """
+        lock = "requirements.txt"
+        slower_ratio = 1000.0
+        scenarios = ["torch.mlp", "torch.lm", "loss_ema"]
+        [scenario.loss_ema]
+        script = "loss_ema.py"
+        framework = "numpy"
+        tolerance = "exact"
+        """, files={"loss_ema.py": LOSS_EMA.read_text()},
+        locks={"requirements.txt": TORCH_LOCK, "requirements-old.txt": TORCH_OLD_LOCK})
 
 
 @pytest.mark.slow
 def test_plan_three_shard_processes_and_merge_equal_the_unsharded_run(tmp_path):
-    root = quickstart(tmp_path / "q")
+    root = torch_numpy_project(tmp_path / "q")
     ab = ("--baseline-lock", "requirements-old.txt")
     env = {"LOCKGUARD_JOBS": "1"}
     planned = run_cli("plan", "--shards", "3", "--format", "json", cwd=root)

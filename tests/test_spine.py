@@ -1,7 +1,7 @@
 """The spine end to end: lock → venv → harness → RunResult → compare → report → exit code.
 
 Everything here runs the real CLI in a subprocess against real virtualenvs built by lockguard.
-The numpy locks are cheap (one wheel); the torch lock is the quickstart example's.
+The numpy locks are cheap (one wheel); the torch lock is tests/data/torch-2.13.0.txt.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICKSTART, golden_file, make_project, run_cli, scenario_args, snapshot
+from conftest import (LOSS_EMA, TORCH_LOCK, golden_file, make_project, run_cli, scenario_args,
+                      snapshot)
 
 pytestmark = pytest.mark.slow
 
-EMA_SCRIPT = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
+EMA_SCRIPT = LOSS_EMA.read_text()
 
 
 def _f32(x: float) -> float:
@@ -186,7 +187,7 @@ def test_torch_record_check_identical_then_corrupt_golden(tmp_path):
         lock = "requirements.txt"
         steps = 6
         scenarios = ["torch.mlp", "torch.lm", "torch.lm.bf16"]
-        """, locks={"requirements.txt": QUICKSTART / "requirements.txt"})
+        """, locks={"requirements.txt": TORCH_LOCK})
     rec = run_cli("record", cwd=project)
     assert rec.returncode == 0, rec.stdout + rec.stderr
     for sid in ("torch.mlp", "torch.lm", "torch.lm.bf16"):
@@ -211,7 +212,7 @@ def test_expected_cuda_on_a_cpu_machine_is_device_fallback(tmp_path):
     project = make_project(tmp_path / "d", """
         lock = "requirements.txt"
         steps = 3
-        """, locks={"requirements.txt": QUICKSTART / "requirements.txt"})
+        """, locks={"requirements.txt": TORCH_LOCK})
     proc = run_cli("check", "--scenario", "torch.mlp", "--device", "cuda", "--allow-new",
                    "--format", "json", cwd=project)
     assert proc.returncode == 1, proc.stderr

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, QUICKSTART, make_project, run_cli, snapshot
+from conftest import DATA, LOSS_EMA, make_project, run_cli, snapshot
 from test_cli_errors import assert_one_line_error
 
 from lockguard.envs import venv
@@ -32,7 +32,7 @@ from lockguard.locks.parser import parse_lock_text
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
 NUMPY_PIN = NUMPY_LOCK[NUMPY_LOCK.index("numpy==2.0.2"):].split("# via")[0]
-EMA_SCRIPT = (QUICKSTART / "scenarios" / "loss_ema.py").read_text()
+EMA_SCRIPT = LOSS_EMA.read_text()
 PROBE = "lockguard-sdist-probe"  # a name no index serves: only the --find-links dir has it
 PROBE_FILE = PROBE.replace("-", "_")
 

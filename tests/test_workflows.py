@@ -152,7 +152,7 @@ def test_the_plans_github_matrix_drives_the_sharded_workflow(tmp_path: Path) -> 
     """`lockguard plan --format github-matrix` put where the sharded workflow reads it
     (`strategy.matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}`): actionlint then checks every
     `matrix.*` the jobs use against the entries, and `runs-on` against their runner labels."""
-    from conftest import QUICKSTART, make_project, run_cli
+    from conftest import TORCH_LOCK, make_project, run_cli
 
     project = make_project(tmp_path / "p", """
         lock = "requirements.txt"
@@ -163,7 +163,7 @@ def test_the_plans_github_matrix_drives_the_sharded_workflow(tmp_path: Path) -> 
         script = "probe.py"
         framework = "numpy"
         device = "cuda"
-    """, files={"probe.py": "pass\n"}, locks={"requirements.txt": QUICKSTART / "requirements.txt"})
+    """, files={"probe.py": "pass\n"}, locks={"requirements.txt": TORCH_LOCK})
     proc = run_cli("plan", "--shards", "3", "--format", "github-matrix", cwd=project)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("\n") == 1  # one line, as $GITHUB_OUTPUT takes it

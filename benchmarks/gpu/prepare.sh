@@ -34,7 +34,7 @@ pin_of() {  # pin_of LOCK NAME -> the version LOCK pins NAME to
 
 if [ "$dry_run" = 1 ]; then
     venv=${LOCKGUARD_GPU_DRYRUN_VENV:-$HOME/.cache/lockguard-gpu-dryrun/venv}
-    torch_lock=examples/quickstart/requirements.txt
+    torch_lock=tests/data/torch-2.13.0.txt
     jax_lock=tests/data/jax-0.10.2.txt
     torch_v=$(pin_of "$torch_lock" torch)
     jax_v=$(pin_of "$jax_lock" jax)
