@@ -21,6 +21,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -278,6 +280,31 @@ def test_no_engine_says_where_and_how(tmp_path, monkeypatch):
         dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
     monkeypatch.delenv("DOCKER_HOST")
     assert "(DOCKER_HOST is not set)" in no_engine_message(FileNotFoundError(2, "x"))
+
+
+def test_without_the_docker_extra_the_backend_says_how_to_install_it(tmp_path):
+    """The SDK is the `docker` extra: a lean install runs everything else, and the docker
+    backend, asked for, is one line and exit 2 (here the SDK is hidden from the CLI's
+    interpreter; test_packaging installs the wheel without it)."""
+    from conftest import make_project
+
+    project = make_project(tmp_path / "p", 'lock = "numpy.lock"\nenv = "docker"',
+                           locks={"numpy.lock": NUMPY_LOCK})
+
+    def without_sdk(*args: str) -> subprocess.CompletedProcess[str]:
+        hide = "import sys; sys.modules['docker'] = None; from lockguard.cli import main; main()"
+        return subprocess.run([sys.executable, "-c", hide, *args], cwd=project,
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "LOCKGUARD_CACHE": str(tmp_path / "cache")})
+
+    for args in (["check", "--allow-new"], ["build", "--framework", "numpy"],
+                 ["images", "pin"]):
+        proc = without_sdk(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr == ("lockguard: error: the docker backend needs lockguard[docker]: "
+                               "pip install 'lockguard[docker]'\n"), args
+    proc = without_sdk("plan")  # builds nothing: no SDK needed
+    assert proc.returncode == 0 and "docker image numpy/cpu" in proc.stdout, proc.stderr
 
 
 def test_disk_full_while_downloading_is_clear(tmp_path, monkeypatch):

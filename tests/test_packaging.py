@@ -9,6 +9,7 @@ installer builds it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -48,6 +49,56 @@ def test_wheel_ships_the_image_templates_and_every_module(wheel):
     assert modules - names == set()
 
 
+def install(wheel: Path, venv: Path, extras: str = "") -> Path:
+    """A fresh venv with the wheel (and `extras`) installed: lockguard's dependencies come
+    from wherever this machine's pip configuration points."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                                f"{wheel}{extras}"], capture_output=True, text=True, timeout=1200)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return venv
+
+
+def test_the_wheel_needs_only_what_the_core_uses(wheel, tmp_path):
+    """`pip install lockguard`: no docker SDK, no pip-tools (lockguard lock runs its own pinned
+    copy in a tool venv). The lean install checks a lock in venvs; the docker backend is the
+    `docker` extra, and without it says how to install it, in one line, exit 2."""
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        metadata = next(z.read(n).decode() for n in z.namelist()
+                        if n.endswith(".dist-info/METADATA"))
+    requires = [Requirement(line.split(":", 1)[1].strip()) for line in metadata.splitlines()
+                if line.startswith("Requires-Dist:")]
+    core = {r.name.lower() for r in requires if not r.marker or "extra" not in str(r.marker)}
+    assert core == {"packaging", "pydantic", "gitpython", "rich", "click", "uv", "tomli"}
+    docker = [r for r in requires if r.name == "docker"]
+    assert [str(r.marker) for r in docker] == ['extra == "docker"']
+
+    venv = install(wheel, tmp_path / "venv")
+    listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format",
+                             "json"], capture_output=True, text=True, timeout=120)
+    names = {d["name"].lower() for d in json.loads(listed.stdout)}
+    assert "lockguard" in names and not names & {"docker", "pip-tools"}, sorted(names)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(DATA / "numpy-1.26.4.txt", project / "requirements.txt")
+    (project / "pyproject.toml").write_text(
+        "[tool.lockguard]\nlock = 'requirements.txt'\nscenarios = ['numpy.mlp']\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    lockguard = str(venv / "bin" / "lockguard")
+    checked = subprocess.run([lockguard, "check", "--allow-new"], cwd=project, env=env,
+                             capture_output=True, text=True, timeout=1800)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "numpy.mlp" in checked.stdout
+    docker = subprocess.run([lockguard, "check", "--allow-new", "--env", "docker"], cwd=project,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert docker.returncode == 2
+    assert docker.stderr == ("lockguard: error: the docker backend needs lockguard[docker]: "
+                             "pip install 'lockguard[docker]'\n")
+
+
 @pytest.mark.docker
 def test_installed_wheel_builds_an_image_outside_the_checkout(wheel, engine, tmp_path):
     """`lockguard build --framework numpy` from the wheel: templates found, image built (or the
@@ -55,12 +106,7 @@ def test_installed_wheel_builds_an_image_outside_the_checkout(wheel, engine, tmp
     import lockguard.envs.docker as dk
     from lockguard.locks.parser import parse_lock
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    # lockguard's dependencies come from wherever this machine's pip configuration points
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                                str(wheel)], capture_output=True, text=True, timeout=1200)
-    assert installed.returncode == 0, installed.stderr[-2000:]
+    venv = install(wheel, tmp_path / "venv", extras="[docker]")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     shutil.copy(DATA / "docker-numpy.lock", elsewhere / "numpy.lock")

@@ -129,6 +129,7 @@ def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
             progress: Progress = QUIET, base_image: str | None = None) -> DockerEnv:
     """The env for `lock`'s `framework` on `accelerator`: its image built or reused, the
     accelerator checked (cuda: GPU request and driver CUDA; tpu: device nodes)."""
+    engine.sdk()  # before anything else: an install without the docker extra says so first
     docker_cli = shutil.which("docker")
     if docker_cli is None:
         raise EnvError("the docker backend runs containers with the `docker` command, which is "

@@ -4,7 +4,8 @@ probes in throwaway containers.
 This is the edge where the SDK's exceptions (and those of the HTTP stack under it) become
 EnvError, picked by class: `connect` for an engine that does not answer, each call site for what
 its failure means. The SDK is imported when first used, here and nowhere else in lockguard, so
-that commands which never touch Docker do not pay for importing it.
+that commands which never touch Docker do not pay for importing it, and an install without the
+`docker` extra works until the docker backend is asked for (then: one line, exit 2).
 """
 
 from __future__ import annotations
@@ -23,29 +24,37 @@ from lockguard.progress import QUIET, Progress
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 CLIENT_TIMEOUT = 3600  # seconds without a byte from the engine (a big wheel installs silently)
+NO_SDK = "the docker backend needs lockguard[docker]: pip install 'lockguard[docker]'"
+
+
+def sdk() -> ModuleType:
+    """The docker SDK (the `docker` extra), or EnvError saying how to install it."""
+    try:
+        import docker
+        import docker.errors
+        import docker.types
+    except ImportError:
+        raise EnvError(NO_SDK) from None
+    return docker
 
 
 def sdk_errors() -> ModuleType:
     """docker.errors: ImageNotFound, APIError, ContainerError, DockerException."""
-    from docker import errors
-
-    return errors
+    return sdk().errors
 
 
 def _unreachable() -> tuple[type[BaseException], ...]:
     """What the SDK raises when no engine answers: its own errors, OSError, and the errors of
     the HTTP stack under it (requests' derive from OSError; urllib3's do not)."""
-    from docker.errors import DockerException
     from requests.exceptions import RequestException
     from urllib3.exceptions import HTTPError
 
-    return (DockerException, OSError, RequestException, HTTPError)
+    return (sdk_errors().DockerException, OSError, RequestException, HTTPError)
 
 
 def connect() -> Any:
     """A docker SDK client for DOCKER_HOST (or the default socket) that has answered a ping."""
-    import docker
-
+    docker = sdk()
     try:
         client = docker.from_env(timeout=CLIENT_TIMEOUT)
         client.ping()
@@ -78,9 +87,7 @@ def api_reason(exc: BaseException) -> str:
 
 def gpu_request() -> list[Any]:
     """Every GPU, as a device request (what `docker run --gpus all` sends)."""
-    from docker.types import DeviceRequest
-
-    return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [sdk().types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
 
 def remove_quietly(client: Any, ref: str) -> None:
