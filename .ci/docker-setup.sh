@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Make sure a Docker engine answers, for lockguard's docker tests (`pytest -m docker`).
+# What lockguard's docker tests (`pytest -m docker`) need: a Docker engine that answers, with
+# the base image they build on (.ci/test-base.sh). The tests never start or install anything:
+# run this once, as root (`sudo bash .ci/docker-setup.sh`); .ci/run does.
 #
-# Idempotent: does nothing when an engine already answers on DOCKER_HOST (default: the
-# standard socket). Otherwise installs docker.io and debootstrap with apt (root), starts
-# dockerd in the background on that socket, and waits until it answers.
+# Idempotent: leaves an engine that already answers on DOCKER_HOST (default: the standard
+# socket) alone. Otherwise installs docker.io with apt (root), starts dockerd in the background
+# on that socket, and waits until it answers. Then makes the base image if it is missing.
 #   LOCKGUARD_DOCKERD_LOG   where dockerd's log goes (default /tmp/lockguard-dockerd.log)
 #   LOCKGUARD_DOCKER_WAIT   seconds to wait for the engine (default 60)
 set -euo pipefail
@@ -26,8 +28,13 @@ answers() {
   fi
 }
 
+base_image() {
+  DOCKER_HOST="$sock_url" bash "$(dirname "$0")/test-base.sh"
+}
+
 if answers; then
   echo "docker-setup: engine already answers on $sock_url"
+  base_image
   exit 0
 fi
 
@@ -36,14 +43,11 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-need=()
-command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
-command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
-if [ "${#need[@]}" -gt 0 ]; then
-  echo "docker-setup: installing ${need[*]}"
+if ! command -v dockerd >/dev/null 2>&1; then
+  echo "docker-setup: installing docker.io"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt-get install -y -qq --no-install-recommends docker.io >/dev/null
 fi
 
 # A dockerd left over from an earlier run that no longer answers: leave its pid file alone
@@ -62,6 +66,7 @@ fi
 for _ in $(seq 1 "$wait_s"); do
   if answers; then
     echo "docker-setup: engine answers on $sock_url"
+    base_image
     exit 0
   fi
   sleep 1

@@ -10,9 +10,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -150,77 +150,56 @@ def three_framework_project(root: Path, config: str = "", **kwargs) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 # Debian bookworm with python3.11, made by debootstrap: no registry is needed (nor reachable).
+# .ci/test-base.sh makes it under this name (`sudo bash .ci/docker-setup.sh` runs it); the tests
+# never install or start anything themselves.
 TEST_BASE = "lockguard-test/python:3.11-bookworm"
+DOCKER_SETUP = "sudo bash .ci/docker-setup.sh"
+
+
+def in_ci() -> bool:
+    """Whether this is CI (CI=true, as GitHub, GitLab and .ci/run set it)."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def unavailable(what: str, reason: str) -> NoReturn:
+    """A test needs `what`, which this machine lacks: skip it, saying why and how to get it,
+    except under CI, where everything the suite needs is part of the contract (.ci/run
+    installs it) and its absence fails the test."""
+    if in_ci():
+        pytest.fail(f"CI must run the tests that need {what}, but: {reason}")
+    pytest.skip(f"needs {what}: {reason}")
 
 
 def _engine_or_reason() -> str | None:
+    """None when a Docker engine answers and TEST_BASE is on it; else why not, and the fix."""
     from lockguard.envs.base import EnvError
     from lockguard.envs.docker import connect
+    from lockguard.envs.docker.engine import NO_SDK, sdk_errors
 
     try:
-        connect()
-        return None
+        client = connect()
     except EnvError as exc:
-        first = str(exc)
-    setup = REPO / ".ci" / "docker-setup.sh"
-    if os.geteuid() != 0:
-        return f"{first} (and not root, so .ci/docker-setup.sh cannot start one)"
-    proc = subprocess.run(["bash", str(setup)], capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        return f".ci/docker-setup.sh could not start an engine: {proc.stderr.strip()[-300:]}"
+        if str(exc) == NO_SDK:
+            return f"{exc} (the test extra has it: pip install -e '.[test]')"
+        return f"{exc} ({DOCKER_SETUP} starts one and makes {TEST_BASE})"
     try:
-        connect()
-        return None
-    except EnvError as exc:
-        return str(exc)
-
-
-def _make_test_base() -> None:
-    """Debian bookworm (python3.11 + venv) by debootstrap, imported as TEST_BASE (~1-2 min)."""
-    if shutil.which("debootstrap") is None:
-        pytest.fail("debootstrap is not installed (.ci/docker-setup.sh installs it)")
-    with tempfile.TemporaryDirectory(prefix="lockguard-debootstrap-") as tmp:
-        root = Path(tmp) / "root"
-        proc = subprocess.run(
-            ["debootstrap", "--variant=minbase",
-             "--include=python3,python3-venv,ca-certificates", "bookworm", str(root)],
-            capture_output=True, text=True, timeout=1200)
-        if proc.returncode != 0:
-            pytest.fail(f"debootstrap failed: {(proc.stdout + proc.stderr)[-1000:]}")
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for path in (root / junk).glob("*"):
-                if path.is_file():
-                    path.unlink()
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            ["docker", "import",
-             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "--change", "ENV LANG=C.UTF-8", "-", TEST_BASE],
-            stdin=tar.stdout, capture_output=True, text=True, timeout=600)
-        tar.wait()
-        if imported.returncode != 0:
-            pytest.fail(f"docker import failed: {imported.stderr}")
+        client.images.get(TEST_BASE)
+    except sdk_errors().ImageNotFound:
+        return (f"the engine has no {TEST_BASE}, the base image the docker tests build on "
+                f"({DOCKER_SETUP} makes it, with debootstrap)")
+    return None
 
 
 @pytest.fixture(scope="session")
 def engine():
-    """A docker SDK client of a running engine, with LOCKGUARD_BASE_IMAGE set to TEST_BASE.
-
-    Starts dockerd with .ci/docker-setup.sh when none answers (root only); without an engine
-    the test skips, saying why, except under CI, where an engine is part of the contract.
-    """
+    """A docker SDK client of a running engine that has TEST_BASE, with LOCKGUARD_BASE_IMAGE
+    set to it. Without them the test skips, saying why, except under CI (`unavailable`)."""
     from lockguard.envs.docker import BASE_IMAGE_ENV, connect
 
     reason = _engine_or_reason()
     if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the docker tests, but: {reason}")
-        pytest.skip(f"no Docker engine: {reason}")
+        unavailable("a Docker engine", reason)
     client = connect()
-    try:
-        client.images.get(TEST_BASE)
-    except Exception:  # noqa: BLE001 - not there yet: make it
-        _make_test_base()
     old = os.environ.get(BASE_IMAGE_ENV)
     os.environ[BASE_IMAGE_ENV] = TEST_BASE
     yield client
