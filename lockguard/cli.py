@@ -179,9 +179,11 @@ def report_targets(fmt: str, output: Path | None, reports: tuple[str, ...]
 def deliver(report: Any, targets: list[tuple[str, Path | None]], *, ci: bool = True) -> None:
     """Write the report in every asked-for format; under GitHub Actions also the job summary,
     the annotations and, in the log, the verdict table."""
-    from lockguard.files import write_text
+    from lockguard.files import repo_workdir, write_text
     from lockguard.report import render
 
+    if report.workdir is None:
+        report.workdir = repo_workdir()
     for fmt, path in targets:
         if path is None:
             color = fmt == "text" and color_wanted()

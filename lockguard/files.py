@@ -57,6 +57,27 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+def repo_root(cwd: Path | None = None) -> Path | None:
+    """The repository the working directory is in, as CI sees it: GITHUB_WORKSPACE when it
+    holds the directory, else the git top level (the nearest parent with `.git`, a directory or
+    a worktree's file); None outside any."""
+    here = (cwd or Path.cwd()).resolve()
+    workspace = os.environ.get("GITHUB_WORKSPACE")
+    if workspace:
+        root = Path(workspace).resolve()
+        if here == root or root in here.parents:
+            return root
+    return next((p for p in (here, *here.parents) if (p / ".git").exists()), None)
+
+
+def repo_workdir(cwd: Path | None = None) -> str:
+    """The working directory as a path from the repository root ("ml" for a project in ml/,
+    "" at the root or outside any repository): what display paths are relative to."""
+    here = (cwd or Path.cwd()).resolve()
+    root = repo_root(here)
+    return "" if root is None or root == here else here.relative_to(root).as_posix()
+
+
 def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 

@@ -375,7 +375,8 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
         # verdict (a family rule) fails the whole. A part that compared nothing (its locks did
         # not change since --base) is judged with the others, by `idle` above.
         passed=not any(_failed(r) for r in ranked) and not idle,
-        duration_s=max(durations) if durations else None, invocation=base.invocation)
+        duration_s=max(durations) if durations else None, invocation=base.invocation,
+        workdir=base.workdir)
     return merged
 
 

@@ -298,6 +298,11 @@ class Report(BaseModel):
     invocation: list[str] = Field(default_factory=list)
     # A partial Report of `check --shard K/N`; `lockguard merge` joins the parts (none after).
     shard: ShardInfo | None = None
+    # Where the run's relative paths (locks, goldens) start, as a path from the repository root
+    # ("ml" for a project in ml/, "" at the root; files.repo_workdir): annotations name
+    # repository files from it wherever the report is rendered again. None: not recorded (a
+    # report of an older lockguard), read as the working directory of the rendering.
+    workdir: str | None = None
     _failing_set: tuple[int, int, frozenset[str]] = PrivateAttr(default=(0, -1, frozenset()))
 
     # ------------------------------------------------------------------ what renderers read

@@ -4,14 +4,22 @@ A scenario that fails the gate is an `::error` at each changed line of its candi
 belongs to its framework's family (every changed line of that lock when none does); a verdict
 that passes but is worth a look (slower, new, within tolerance) is a `::warning` there; a
 family-rule failure is an `::error` at the lines of the pins it names. An added or changed
-index or installer option is a `::warning` at its line. Paths are the lock paths as shown in the
-report (relative to the working directory, which is the repository root in a workflow); a lock
-outside it (a proposal in the cache) gets no file, so the annotation shows on the run.
+index or installer option is a `::warning` at its line.
+
+GitHub places an annotation by a path from the repository root, whatever directory the step ran
+in: the report's lock paths (relative to where lockguard ran) are joined to `Report.workdir`
+(where that was, from the repository root), so a project in ml/ annotates ml/requirements.txt.
+A lock outside the repository (a proposal in the cache) gets no file, so the annotation shows
+on the run.
 """
 
 from __future__ import annotations
 
+import posixpath
+from pathlib import Path
+
 from lockguard.compare.verdicts import ScenarioVerdict
+from lockguard.files import repo_root, repo_workdir
 from lockguard.report import LockLine, Report
 from lockguard.report._common import framework_summary, option_lines, summary_line
 
@@ -37,8 +45,23 @@ def command(level: str, message: str, *, file: str | None = None, line: int | No
     return f"::{level}{(' ' + ','.join(props)) if props else ''}::{_data(message)}"
 
 
-def _annotatable(path: str) -> str | None:
-    return None if path.startswith("/") else path
+class _Paths:
+    """A report's paths as paths from the repository root, or None where they leave it."""
+
+    def __init__(self, report: Report) -> None:
+        self.workdir = report.workdir if report.workdir is not None else repo_workdir()
+
+    def __call__(self, path: str) -> str | None:
+        if posixpath.isabs(path):
+            # Only meaningful where the report was made; a path of another machine is under no
+            # root here, and gets no file.
+            root = repo_root()
+            resolved = Path(path).resolve()
+            if root is None or root not in resolved.parents:
+                return None
+            return resolved.relative_to(root).as_posix()
+        joined = posixpath.normpath(posixpath.join(self.workdir, path))
+        return None if joined == ".." or joined.startswith("../") else joined
 
 
 def _message(v: ScenarioVerdict, culprits: list[LockLine]) -> str:
@@ -49,7 +72,7 @@ def _message(v: ScenarioVerdict, culprits: list[LockLine]) -> str:
     return "\n".join(lines)
 
 
-def _scenario(report: Report, v: ScenarioVerdict, level: str) -> list[str]:
+def _scenario(report: Report, v: ScenarioVerdict, level: str, where: _Paths) -> list[str]:
     evidence = summary_line(v)
     title = f"lockguard: {v.scenario} {v.verdict.value}" + (f": {evidence}" if evidence else "")
     culprits = report.bisected(v) or report.culprits(v)
@@ -57,29 +80,31 @@ def _scenario(report: Report, v: ScenarioVerdict, level: str) -> list[str]:
     bisection = report.bisection_of(v.scenario)
     if bisection is not None:
         message += "\n" + bisection.sentence()
-    lines = [c for c in culprits if c.line is not None and _annotatable(c.lock)]
+    lines = [(where(c.lock), c.line) for c in culprits if c.line is not None]
+    lines = [(file, line) for file, line in lines if file]
     if not lines:
         lock = report.candidate_lock(v.framework)
-        file = _annotatable(lock.path) if lock else None
+        file = where(lock.path) if lock else None
         return [command(level, message, file=file, title=title)]
-    return [command(level, message, file=c.lock, line=c.line, title=title) for c in lines]
+    return [command(level, message, file=file, line=line, title=title) for file, line in lines]
 
 
 def render(report: Report) -> str:
+    where = _Paths(report)
     out: list[str] = []
     for rule in report.rule_failures:
         title = f"lockguard: {rule.rule}"
-        file = _annotatable(rule.lock)
+        file = where(rule.lock)
         for line in rule.lines or [None]:
             out.append(command("error", rule.message, file=file, line=line, title=title))
     for v in report.ordered():
         if report.fails(v):
-            out += _scenario(report, v, "error")
+            out += _scenario(report, v, "error", where)
     for v in report.notable():
-        out += _scenario(report, v, "warning")
+        out += _scenario(report, v, "warning", where)
     for diff in report.lock_diffs:
         lock = next((info for info in report.locks if info.source == diff.new_source), None)
-        file = _annotatable(lock.path) if lock else None
+        file = where(lock.path) if lock else None
         for option in diff.option_changes:
             for line, text in option_lines(option):
                 out.append(command(
@@ -93,3 +118,18 @@ def render(report: Report) -> str:
         out.append(command("error", "\n".join(report.notes) or "the gate failed",
                            title=f"lockguard {report.command} failed"))
     return "\n".join(out) + ("\n" if out else "")
+
+
+def step_outputs(report: Report) -> str:
+    """The report as step outputs (`name=value` lines for $GITHUB_OUTPUT), what the composite
+    action exposes: passed, how many scenarios fail the gate and how many were compared, and
+    the count of every verdict (0 when none has it) under its name with hyphens."""
+    from lockguard.names import Verdict
+
+    counts = dict(report.tally())
+    lines = [f"passed={'true' if report.passed else 'false'}",
+             f"failing={len(report.failing)}",
+             f"compared={len(report.compared)}",
+             f"rule-failures={len(report.rule_failures)}"]
+    lines += [f"{v.value.replace('_', '-')}={counts.get(v, 0)}" for v in Verdict]
+    return "\n".join(lines) + "\n"
