@@ -379,7 +379,7 @@ def test_the_action_annotates_from_the_repository_root_and_counts(tmp_path: Path
     assert f"::error file=ml/requirements.txt,line={vision}," in rerendered.stdout
 
     # A second run that cannot check (exit 2) leaves no report of the first behind.
-    proc, out = run_gate(repo, tmp_path, ARGS="--lock missing.txt")
+    proc, out = run_gate(repo, tmp_path, ARGS="--repeat 0")
     assert out["exit-code"] == "2" and "passed" not in out
     assert not Path(out["json-report"]).exists() and not Path(out["evidence-dir"]).exists()
 
