@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError,
 from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
 from lockguard.names import DEVICES, ENV_KINDS, FRAMEWORKS, VERDICT_NAMES
+from lockguard.sizes import SIZE_RULE, format_size, parse_size
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,6 +56,8 @@ SCENARIO_ID_RULE = ("letters, digits, '.', '_' and '-', starting with a letter o
 MAX_STEPS = 1_000_000
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_SEED = 2**31 - 1  # what every framework's seeding API accepts (numpy: < 2**32, jax: int32)
+MIN_MEMORY_LIMIT = 32 << 20  # below this no interpreter starts: a size missing its unit
+MEMORY_LIMIT_RULE = f'{SIZE_RULE}; "auto" (3/4 of this machine\'s memory) or "none"'
 
 
 class ScenarioConfig(_Strict):
@@ -99,6 +102,9 @@ class Config(_Strict):
     device: Device = "cpu"
     steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)  # overrides every scenario's
     timeout: float = Field(default=600.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)  # per run, s
+    # Resident memory a training run's processes may hold together (bytes); "auto": 3/4 of
+    # this machine's (flows/pipeline.memory_limit); "none": no limit. See MEMORY_LIMIT_RULE.
+    memory_limit: Union[int, Literal["auto", "none"]] = "auto"
     threads: int = Field(default=1, gt=0, le=1024)  # fixed, recorded in the fingerprint
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     tolerance: ToleranceSetting | None = None  # default: per dtype, like torch.testing
@@ -134,6 +140,25 @@ class Config(_Strict):
                 raise ValueError(f"scenario id {one_line(repr(name), 60)} is not valid: "
                                  f"{SCENARIO_ID_RULE}")
         return value
+
+    @field_validator("memory_limit", mode="before")
+    @classmethod
+    def _memory_limit(cls, value: Any) -> Union[int, str]:
+        if isinstance(value, str) and value.strip().lower() in ("auto", "none"):
+            return value.strip().lower()
+        size = None
+        if isinstance(value, str):
+            size = parse_size(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            size = value
+        if size is None:
+            raise ValueError(f"{one_line(repr(value), 60)} is not a memory limit: "
+                             f"{MEMORY_LIMIT_RULE}")
+        if size < MIN_MEMORY_LIMIT:
+            raise ValueError(f"{one_line(repr(value), 60)} is {format_size(size)}, less than "
+                             f"any interpreter needs ({format_size(MIN_MEMORY_LIMIT)} at "
+                             'least; a number without a unit is bytes: "512MiB")')
+        return size
 
     @model_validator(mode="after")
     def _python_exists(self) -> "Config":

@@ -13,8 +13,8 @@ tolerance in bf16, and that says nothing about the dependencies being checked.
   +cuXXX build) or the image, and a change of them is a dependency change to be judged.
 - tpu: the device kind jax reports (`tpu-v4`).
 
-Everything here is a pure function of a fingerprint, except `host_class` and `visible_gpus`,
-which read the host's facts through the harness's own functions
+Everything here is a pure function of a fingerprint, except `host_memory` (what a memory limit
+of "auto" is made of) and `host_class` and `visible_gpus`, which read the host's facts through the harness's own functions
 (lockguard/harness/_lockguard_harness/common.py: stdlib only, and never importing lockguard), so
 that the host and a run on it land in the same class. Changing what goes into a class id changes
 the ids of existing goldens: bump golden.SCHEMA_VERSION with it.
@@ -109,6 +109,44 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> int | None:
     if not nvidia:
         return None
     return count_visible(len(nvidia.get("gpus") or []), environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def host_memory() -> int | None:
+    """Bytes of memory lockguard's processes may use on this host: the machine's (MemTotal), or
+    the limit of the control group lockguard runs in where that is lower (a container, a CI
+    job's slice); None where neither can be read."""
+    limits = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    limits.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    files = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                path = path.rstrip("/")
+                if controllers == "":  # cgroup v2: every level's limit applies
+                    while path:
+                        files.append(f"/sys/fs/cgroup{path}/memory.max")
+                        path = path.rpartition("/")[0]
+                elif "memory" in controllers.split(","):
+                    files.append(f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+    except (OSError, ValueError):
+        pass
+    for name in files:
+        try:
+            with open(name, encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:  # "max" or v1's huge "unlimited"
+            limits.append(int(text))
+    return min(limits) if limits else None
 
 
 def count_visible(physical: int, mask: str | None) -> int:

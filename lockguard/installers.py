@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from lockguard.allowlist import UV_PASSED, install_env
 from lockguard.errors import LockguardError
 from lockguard.files import scratch_dir, write_text
 
@@ -142,25 +143,9 @@ def _ask_pip_config() -> dict[str, str] | None:
     return merged
 
 
-# uv's environment settings that change how it fetches, caches and reports, never what it
-# installs or whether it builds: passed on. Every other UV_* variable is not (UV_INDEX_URL,
-# UV_NO_BINARY, UV_OVERRIDE, UV_TORCH_BACKEND, UV_NO_VERIFY_HASHES, UV_CONFIG_FILE, ...): each
-# would change what a lock installs, or let a source build run, behind the lock and the
-# command line's --no-config. Where to install from comes from pip's settings, for uv as for
-# pip (pip_config_as_uv_args).
-# (UV_INSECURE_HOST is not: TLS is checked as pip checks it, a lock's own --trusted-host aside.)
-UV_PASSED = frozenset({
-    "UV_CACHE_DIR", "UV_NO_CACHE", "UV_LINK_MODE", "UV_OFFLINE", "UV_HTTP_TIMEOUT",
-    "UV_HTTP_CONNECT_TIMEOUT", "UV_REQUEST_TIMEOUT", "UV_HTTP_RETRIES",
-    "UV_CONCURRENT_DOWNLOADS", "UV_CONCURRENT_BUILDS", "UV_CONCURRENT_INSTALLS",
-    "UV_NATIVE_TLS", "UV_SYSTEM_CERTS", "UV_KEYRING_PROVIDER", "UV_CREDENTIALS_DIR",
-    "UV_S3_ENDPOINT_URL", "UV_GCS_ENDPOINT_URL", "UV_AZURE_ENDPOINT_URL", "UV_NO_PROGRESS",
-    "UV_NO_WRAP", "UV_LOG_CONTEXT"})
-
-
 def drop_uv_settings(env: dict[str, str]) -> list[str]:
-    """Remove from `env` the UV_* variables that could change what uv installs; their names,
-    sorted (for a line saying so)."""
+    """Remove from `env` the UV_* variables that could change what uv installs (all but
+    allowlist.UV_PASSED); their names, sorted (for a line saying so)."""
     dropped = sorted(k for k in env if k.startswith("UV_") and k not in UV_PASSED)
     for name in dropped:
         del env[name]
@@ -179,7 +164,7 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
     failure to run as `error`."""
     from lockguard import process
 
-    env = dict(os.environ)
+    env = install_env()  # the allowlist: no CI secret reaches a resolver's build code
     drop_uv_settings(env)
     # Never wait on a credentials prompt or print upgrade nags into the captured output.
     env.setdefault("PIP_NO_INPUT", "1")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockguard.errors import LockguardError, tail
+from lockguard.sizes import format_size
 
 # -I -S: the supervisor needs nothing but the standard library, and no user site, PYTHONPATH or
 # sitecustomize may slow it down or change what it does. Imported rather than run as a script,
@@ -60,6 +61,8 @@ class Completed:
     timeout: float | None = None
     leftovers: int = 0  # processes still running when the child exited, killed
     omitted: int = 0  # bytes of output the cap left out of the log(s)
+    memory_limit: int | None = None  # bytes the child's tree may hold resident
+    memory_killed: int | None = None  # bytes it held when it was killed for exceeding them
 
     def tail(self, lines: int = 15) -> str:
         return tail(self.output, lines)
@@ -68,6 +71,9 @@ class Completed:
         """How it ended, for messages: 'exit code 1', 'killed by SIGSEGV', 'timed out ...'."""
         if self.timed_out:
             return f"no result after {self.timeout:g} s (killed)"
+        if self.memory_killed is not None:
+            return (f"killed at {format_size(self.memory_killed)} resident, over its memory "
+                    f"limit of {format_size(self.memory_limit or 0)}")
         if self.code is not None and self.code < 0:
             try:
                 return f"killed by {signal.Signals(-self.code).name}"
@@ -92,13 +98,16 @@ _first_signal = 0.0
 def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
         env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
         stderr_log: Path | None = None, header: str | None = None,
-        on_line: Callable[[str], None] | None = None) -> Completed:
+        on_line: Callable[[str], None] | None = None,
+        memory_limit: int | None = None) -> Completed:
     """Run `argv` to completion under a supervisor and say how it ended.
 
     stdout and stderr go to `log` (stderr to `stderr_log` if given), truncated first and
     started with `header`; each stream keeps its first HEAD_BYTES and last TAIL_BYTES. At
-    `timeout` seconds the tree is killed and `timed_out` is set. `on_line` is called from this
-    thread with the latest line of the log, a few times a second (progress display).
+    `timeout` seconds the tree is killed and `timed_out` is set; once the tree holds more than
+    `memory_limit` bytes resident it is killed and `memory_killed` says how much it held
+    (supervisor.py: how that is measured). `on_line` is called from this thread with the
+    latest line of the log, a few times a second (progress display).
     Raises ProcessError when the command cannot start, Interrupted after an interrupt.
     """
     argv = tuple(str(a) for a in argv)
@@ -117,7 +126,8 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
            "stderr": str(Path(stderr_log).resolve()) if stderr_log else None,
            "env": dict(env) if env is not None else None,
            "cwd": str(cwd) if cwd is not None else None,
-           "timeout": timeout, "head": HEAD_BYTES, "tail": TAIL_BYTES, "grace": GRACE_S}
+           "timeout": timeout, "head": HEAD_BYTES, "tail": TAIL_BYTES, "grace": GRACE_S,
+           "memory_limit": int(memory_limit) if memory_limit else None}
     start = time.perf_counter()
     live = _start(job)
     try:
@@ -133,7 +143,8 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
                      log=log, output=_read_end(log, OUTPUT_TAIL_BYTES), seconds=seconds,
                      timeout=timeout,
                      leftovers=int(report.get("leftovers") or 0),
-                     omitted=int(report.get("omitted") or 0))
+                     omitted=int(report.get("omitted") or 0), memory_limit=memory_limit,
+                     memory_killed=report.get("memory"))
 
 
 def _start(job: dict) -> _Live:

@@ -38,11 +38,13 @@ class Scenario:
         return "user" if self.script else "bundled"
 
     def request(self, *, steps: int, seed: int, device: str, threads: int,
-                timeout: float) -> RunRequest:
+                timeout: float, memory_limit: int | None = None,
+                memory_limit_source: str = "config key memory_limit") -> RunRequest:
         """This scenario as a harness run, in the env layer's terms."""
         return RunRequest(scenario_id=self.id, framework=self.framework, steps=steps, seed=seed,
                           device=device, threads=threads, timeout=timeout, dtype=self.dtype,
-                          script=self.script)
+                          script=self.script, memory_limit=memory_limit,
+                          memory_limit_source=memory_limit_source)
 
 
 def _b(id: str, framework: str, description: str, steps: int, family: str | None,

@@ -5,7 +5,7 @@ paths no test runs:
 
     cli → flows → report → domain (locks, compare, results, golden, hardware, scenarios,
     config, gitref) → envs → bottom (errors, files, process, supervisor, cache, names,
-    progress); the harness apart, importing nothing of lockguard.
+    progress, installers, allowlist, sizes, envvars); the harness apart, importing nothing of lockguard.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lockguard"
 
 BOTTOM = {"lockguard.errors", "lockguard.files", "lockguard.process", "lockguard.supervisor",
           "lockguard.cache", "lockguard.names", "lockguard.progress", "lockguard.installers",
-          "lockguard"}
+          "lockguard.allowlist", "lockguard.sizes", "lockguard.envvars", "lockguard"}
 # What the environment layer may not know: the project (config, scenarios), the flows, the
 # report and the command line. It takes a parsed lock and a run request.
 NOT_IN_ENVS = ("lockguard.flows", "lockguard.config", "lockguard.scenarios", "lockguard.report",

@@ -2,7 +2,9 @@
 
 The CLI tests run `--env local` user scenarios of framework numpy in this interpreter (it has
 numpy), so no environment is built and each test takes seconds. Processes are found through a
-marker in their environment (every child inherits lockguard's environment), read from /proc.
+marker in their environment, read from /proc: MARKER=token for the processes a test starts
+itself, and for trainings (which see only the allowlisted variables, lockguard/allowlist.py) the
+TMPDIR the test gave lockguard, unique to the test.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ MARKER = "LOCKGUARD_PROCESS_TEST"
 
 
 def marked(token: str) -> list[int]:
-    """Live processes (not zombies) whose environment carries MARKER=token."""
+    """Live processes (not zombies) whose environment carries MARKER=token, or a TMPDIR naming
+    `token` (start's)."""
     needle = f"{MARKER}={token}".encode()
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+            variables = (entry / "environ").read_bytes().split(b"\0")
+            if needle not in variables and not any(
+                    v.startswith(b"TMPDIR=") and token.encode() in v for v in variables):
                 continue
             stat = (entry / "stat").read_bytes()
         except OSError:
@@ -66,7 +71,7 @@ SLOW = """
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                          start_new_session=True)
         print("training", flush=True)
-        open(os.environ["LG_STARTED"], "w").close()
+        open(os.path.join(os.path.dirname(os.environ["TMPDIR"]), "started"), "w").close()
         time.sleep(600)
         return [1.0] * steps
     """
@@ -83,16 +88,20 @@ def project(root: Path, scripts: dict[str, str], timeout: float = 120) -> Path:
 
 def start(cwd: Path, token: str, tmp: Path, *args: str, wrapper: str | None = None,
           stdin=subprocess.DEVNULL) -> subprocess.Popen[str]:
-    """lockguard in a session of its own (so a signal to its group reaches only it)."""
-    env = {**os.environ, MARKER: token, "LG_STARTED": str(tmp / "started"),
-           "TMPDIR": str(tmp / "tmpdir")}
+    """lockguard in a session of its own (so a signal to its group reaches only it), with a
+    TMPDIR of its own that names `token` (the trainings see it: `started` is written beside it)."""
+    env = {**os.environ, MARKER: token, "TMPDIR": str(tmpdir(tmp, token))}
     env.pop("PYTHONPATH", None)
-    (tmp / "tmpdir").mkdir(exist_ok=True)
+    tmpdir(tmp, token).mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "lockguard", *args]
     if wrapper:
         cmd = [sys.executable, "-c", wrapper, *args]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def tmpdir(tmp: Path, token: str) -> Path:
+    return tmp / f"tmpdir-{token}"
 
 
 def wait_started(proc: subprocess.Popen[str], tmp: Path) -> None:
@@ -119,7 +128,7 @@ def test_killing_lockguard_leaves_no_process_behind(tmp_path, token, how):
     assert gone_within(token, 2.0) == []
     if how == "SIGTERM":  # handled like Ctrl-C: exit 130, temporary directories removed
         assert proc.returncode == 130
-        assert list((tmp_path / "tmpdir").iterdir()) == []
+        assert list(tmpdir(tmp_path, token).iterdir()) == []
 
 
 def test_ctrl_c_returns_within_seconds_with_130(tmp_path, token):
@@ -134,7 +143,7 @@ def test_ctrl_c_returns_within_seconds_with_130(tmp_path, token):
     assert err.strip().splitlines()[-1] == "lockguard: interrupted"
     assert "Traceback" not in err
     assert gone_within(token, 2.0) == []
-    assert list((tmp_path / "tmpdir").iterdir()) == []
+    assert list(tmpdir(tmp_path, token).iterdir()) == []
 
 
 # --- what a training can do to lockguard ------------------------------------------------------

@@ -8,15 +8,16 @@ here once, so all backends report failures the same way.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from lockguard import process
+from lockguard.allowlist import training_env
 from lockguard.envs.harness import ENTRY, HARNESS_DIR
 from lockguard.errors import LockguardError
 from lockguard.progress import show_command
+from lockguard.sizes import format_size
 from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
 
 
@@ -38,6 +39,8 @@ class RunRequest:
     timeout: float  # seconds
     dtype: str = "float32"  # for the result of a run that wrote none
     script: Path | None = None  # a user scenario's script; None for a bundled scenario
+    memory_limit: int | None = None  # bytes its processes may hold resident together
+    memory_limit_source: str = "config key memory_limit"  # where the limit came from, for errors
 
 
 class Env(Protocol):
@@ -58,12 +61,17 @@ def harness_args(request: RunRequest, harness_dir: str, out_path: str,
     return args
 
 
+# What every harness run is given, whatever the host sets: hashing, imports and logging that
+# do not vary from run to run.
+HARNESS_SETTINGS = {"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
+                    "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
 def harness_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The process environment for a harness run: inherited, minus what breaks isolation."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
-    env.update({"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                "TF_CPP_MIN_LOG_LEVEL": "2"})
+    """The process environment for a harness run: the training allowlist of lockguard's own
+    (lockguard/allowlist.py: no CI secret, no PYTHONPATH), HARNESS_SETTINGS, then `extra`."""
+    env = training_env()
+    env.update(HARNESS_SETTINGS)
     env.update(extra or {})
     return env
 
@@ -81,7 +89,7 @@ def run_with(python: str, request: RunRequest, out_dir: Path,
     out = out_dir / f"{request.scenario_id}.json"
     script = str(request.script) if request.script is not None else None
     argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script)]
-    return execute(argv, request, out, env=env)
+    return execute(argv, request, out, env=env, memory_limit=request.memory_limit)
 
 
 def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
@@ -90,22 +98,37 @@ def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
                      seed=request.seed, dtype=request.dtype, status=status, error=error)
 
 
+def memory_error(request: RunRequest) -> str:
+    """The start of the error of a run its memory limit stopped."""
+    return (f"exceeded the memory limit of {format_size(request.memory_limit or 0)} "
+            f"({request.memory_limit_source})")
+
+
 def execute(argv: list[str], request: RunRequest, result_path: Path,
-            env: dict[str, str] | None = None, cwd: Path | None = None) -> RunResult:
+            env: dict[str, str] | None = None, cwd: Path | None = None,
+            memory_limit: int | None = None) -> RunResult:
     """Run a harness command; always return a RunResult, never raise for a failing training.
 
     Its output goes to a log beside the result file (the run's temporary directory); the log's
-    last lines become the error of a run that failed or timed out."""
+    last lines become the error of a run that failed or timed out. `memory_limit`: the bytes
+    the process tree may hold resident (the host backends pass the request's; a container is
+    limited by its engine instead)."""
     result_path.unlink(missing_ok=True)
     log = result_path.with_name(result_path.name.removesuffix(".json") + ".log")
     show_command(argv)
     try:
-        done = process.run(argv, log=log, timeout=request.timeout, env=env, cwd=cwd)
+        done = process.run(argv, log=log, timeout=request.timeout, env=env, cwd=cwd,
+                           memory_limit=memory_limit)
     except process.ProcessError as exc:
         raise EnvError(f"cannot start the harness: {exc}") from None
     if done.timed_out:
         return failed_result(request, Status.timeout,
                              f"no result after {request.timeout:g} s (killed)\n{done.tail()}")
+    if done.memory_killed is not None:
+        # Last: a broken verdict's reason is the error's last line.
+        return failed_result(request, Status.crashed,
+                             f"{done.tail()}\n{memory_error(request)}: killed at "
+                             f"{format_size(done.memory_killed)} resident")
     if not result_path.is_file():
         return failed_result(request, Status.crashed,
                              f"harness ended with {done.describe()} and wrote no result\n"

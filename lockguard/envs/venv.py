@@ -16,6 +16,13 @@ A cached env is verified before every use, not trusted: beside the marker lies a
 every file each installed distribution's RECORD lists, with its size; `prepare` checks the
 marker, `bin/python` and every file's existence and size (one stat per file; benchmarks/
 bench_venv.py measures it for the torch env) and rebuilds a damaged env, saying why.
+
+The marker also names the files the lock's distributions installed that run at every start of
+the env's interpreter, before any training (.pth files, sitecustomize: `startup_files`), so
+that a check can say which changed pin brought one.
+
+Installers run with the install allowlist of lockguard's environment, trainings with the
+training allowlist (lockguard/allowlist.py): no CI secret reaches a lock's code.
 """
 
 from __future__ import annotations
@@ -38,7 +45,10 @@ from packaging.version import InvalidVersion, Version
 
 from lockguard import process
 from lockguard.cache import cache_dir, file_lock
-from lockguard.envs.base import EnvError, RunRequest, compile_cache_env, harness_env, run_with
+from lockguard.allowlist import install_env
+from lockguard.envs.base import (
+    HARNESS_SETTINGS, EnvError, RunRequest, compile_cache_env, harness_env, run_with,
+)
 from lockguard.errors import LockguardError, one_line
 from lockguard.errors import tail as last_lines
 from lockguard.files import scratch_dir, write_bytes, write_text
@@ -91,12 +101,15 @@ def venv_key(lock: Lock, python: str, installer: str, allow_sdist: bool = False)
 
 
 class VenvEnv:
-    def __init__(self, path: Path, lock_hash: str, inductor_cache: Path) -> None:
+    def __init__(self, path: Path, lock_hash: str, inductor_cache: Path,
+                 startup: dict[str, tuple[tuple[str, bool], ...]] | None = None) -> None:
         self.path = path
         self.lock_hash = lock_hash
         self.python = path / "bin" / "python"
         self.label = f"venv {path.name}"
         self.inductor_cache = inductor_cache
+        # distribution -> ((file, runs code), ...): see startup_files
+        self.startup_files = startup or {}
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         env = harness_env(compile_cache_env(str(self.inductor_cache)))
@@ -123,7 +136,8 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
                 progress.info(escape(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
                                               f"({path}): {problem}")))
             _build(path, lock, python, installer, allow_sdist, progress)
-    return VenvEnv(path, lock.lock_hash, root / f"{key}.compile-cache")
+        startup = recorded_startup_files(path)
+    return VenvEnv(path, lock.lock_hash, root / f"{key}.compile-cache", startup)
 
 
 def refuse_source_options(lock: Lock) -> None:
@@ -328,14 +342,66 @@ def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdi
                built_s: float) -> None:
     """Write the manifest of what is installed, then the marker that binds it (last: an env
     without a marker is an unfinished build)."""
-    manifest = json.dumps(build_manifest(path), separators=(",", ":"))
+    files = build_manifest(path)
+    manifest = json.dumps(files, separators=(",", ":"))
     write_text(path / MANIFEST, manifest)
     ready = {"lock_hash": lock.lock_hash, "lock": lock.source, "python": python,
              "installer": installer, "policy": build_policy(allow_sdist),
              "manifest_sha256": hashlib.sha256(manifest.encode()).hexdigest(),
+             "startup_files": startup_files(path, files),
              "built_s": round(built_s, 1),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     write_text(path / READY, json.dumps(ready, indent=1))
+
+
+# What a distribution can install that runs at every start of the env's interpreter (site.py,
+# before any user code): a .pth file at the top of site-packages (its `import` lines are
+# executed, its other lines added to sys.path) and the sitecustomize/usercustomize modules.
+# Only files a distribution's RECORD lists count: a venv tool's own (uv's _virtualenv.pth,
+# virtualenv's) are not the lock's, and the stdlib venv writes none.
+STARTUP_MODULES = ("sitecustomize.py", "usercustomize.py")
+
+
+def startup_files(path: Path, manifest: dict) -> dict[str, list[list]]:
+    """{distribution (canonical name): [[file, runs code], ...]} of the startup files the
+    manifest lists; a .pth without an `import` line only adds to sys.path."""
+    found: dict[str, list[list]] = {}
+    for owner, directory, names, _ in manifest["files"]:
+        if owner == "the venv" or not re.fullmatch(r"lib/python[^/]*/site-packages", directory):
+            continue
+        for name in names:
+            if name.endswith(".pth"):
+                runs = _pth_runs_code(path / directory / name)
+            elif name in STARTUP_MODULES:
+                runs = True
+            else:
+                continue
+            distribution = canonicalize_name(owner.rpartition("-")[0] or owner)
+            found.setdefault(distribution, []).append([name, runs])
+    return {name: sorted(files) for name, files in sorted(found.items())}
+
+
+def _pth_runs_code(pth: Path) -> bool:
+    """Whether site.py executes a line of `pth` (one starting with `import`, as site.py tests)."""
+    try:
+        lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return True  # unreadable now: assume the worst
+    return any(line.startswith(("import ", "import\t")) for line in lines)
+
+
+def recorded_startup_files(path: Path) -> dict[str, tuple[tuple[str, bool], ...]]:
+    """The startup files of a ready env, from its marker (an env built before the marker held
+    them: from its manifest)."""
+    try:
+        ready = json.loads((path / READY).read_text(encoding="utf-8"))
+        found = ready.get("startup_files")
+        if found is None:
+            found = startup_files(path, json.loads((path / MANIFEST).read_bytes()))
+        return {str(name): tuple((str(f), bool(runs)) for f, runs in files)
+                for name, files in found.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}  # verified a moment ago; a marker changed since is the next check's to find
 
 
 # What pip and uv say when the only distribution of a pin is an sdist and builds are off.
@@ -520,11 +586,14 @@ def uv_binary() -> str:
 
 
 def installer_env() -> dict[str, str]:
-    """The installers' process environment: one wheel cache per installer under lockguard's
+    """The installers' process environment: the install allowlist (lockguard/allowlist.py:
+    what a training sees, and the proxies, certificates, pip and uv settings and credential
+    stores an install needs; no CI secret), and one wheel cache per installer under lockguard's
     cache, shared by every env, so a wheel two locks pin is downloaded once (and the CI cache
     of lockguard's folder keeps it). A cache the user chose for the installer is kept."""
     wheels = cache_dir() / "wheels"
-    env = harness_env()
+    env = install_env()
+    env.update(HARNESS_SETTINGS)  # an installer's Python as isolated as the harness's
     drop_uv_settings(env)
     env.setdefault("UV_CACHE_DIR", str(wheels / "uv"))
     env.setdefault("PIP_CACHE_DIR", str(wheels / "pip"))

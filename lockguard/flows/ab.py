@@ -14,7 +14,7 @@ from lockguard.flows.pipeline import (
 )
 from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
     tolerance_of
-from lockguard.locks.diff import diff_locks
+from lockguard.locks.diff import diff_locks, with_startup_files
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, harness_digest
 
@@ -68,7 +68,9 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
     for new in locks:
         old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
         if old is not None:
-            diffs.append(diff_locks(old.lock, new.lock))
+            # Naming the .pth files (and the like) the candidate's changed pins installed.
+            diffs.append(with_startup_files(diff_locks(old.lock, new.lock),
+                                            outcome.startup_files.get(new.lock.lock_hash)))
     idle = nothing_done(outcome.verdicts, "compared")
     report = Report(command="check", mode="ab", device=opts.device or config.device,
                   locks=[lock_info(r, "baseline") for r in baseline]

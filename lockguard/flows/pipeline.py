@@ -18,11 +18,12 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from lockguard.allowlist import withheld
 from lockguard.cache import cache_root
 from lockguard.config import Config, ConfigError, lock_paths
 from lockguard.envs.base import Env, RunRequest
 from lockguard.files import scratch_dir, writable_dir
-from lockguard.hardware import visible_gpus
+from lockguard.hardware import host_memory, visible_gpus
 from lockguard.locks.model import Lock
 from lockguard.locks.parser import parse_lock
 from lockguard.progress import QUIET, Progress
@@ -78,6 +79,10 @@ class Outcome:
     verdicts: list[ScenarioVerdict]  # in plan order, skipped scenarios included
     evidence: list[Evidence] = field(default_factory=list)
     results: dict[str, RunResult] = field(default_factory=dict)  # candidate's first run each
+    # lock hash -> distribution -> ((file, runs code), ...): what the environments built for a
+    # lock run at every interpreter start (.pth files: envs/venv.startup_files), where known.
+    startup_files: dict[str, dict[str, tuple[tuple[str, bool], ...]]] = field(
+        default_factory=dict)
 
 
 class Backend(Protocol):
@@ -196,9 +201,12 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
     from lockguard.compare.verdicts import skipped
 
     by_scenario = {sid: Runs() for sid in wanted}
-    for job, env_label, result in ran:
-        by_scenario[job.planned.scenario.id].add(job, env_label, result)
     outcome = Outcome(planned=planned, verdicts=[])
+    for job, env, result in ran:
+        by_scenario[job.planned.scenario.id].add(job, env.label, result)
+        shipped = getattr(env, "startup_files", None)  # the venv backend's
+        if job.ref is not None and shipped:
+            outcome.startup_files.setdefault(job.ref.lock.lock_hash, {}).update(shipped)
     for p in planned:
         if p.skip_reason:
             outcome.verdicts.append(skipped(p.scenario.id, p.scenario.framework, p.skip_reason))
@@ -327,25 +335,52 @@ def real_backend(config: Config, kind: str) -> Backend:
 # ----------------------------------------------------------------------------------- execute
 
 def request_for(p: Planned, config: Config) -> RunRequest:
+    limit, source = memory_limit(config)
     return p.scenario.request(steps=p.steps, seed=config.seed, device=p.device,
-                              threads=config.threads, timeout=config.timeout)
+                              threads=config.threads, timeout=config.timeout,
+                              memory_limit=limit, memory_limit_source=source)
+
+
+# The default memory limit, of the memory this host gives lockguard: a runaway run is stopped
+# (and judged broken) before the kernel's OOM killer or the CI runner's watchdog ends the job,
+# and the headroom left is the rest of the check's (other runs, the installer, lockguard).
+AUTO_MEMORY_SHARE = 0.75
+
+
+def memory_limit(config: Config) -> tuple[int | None, str]:
+    """The bytes one training run may hold resident (None: no limit), and where that figure
+    comes from, for the error of a run that exceeds it."""
+    if config.memory_limit == "none":
+        return None, "config key memory_limit"
+    if config.memory_limit == "auto":
+        host = host_memory()
+        if host is None:
+            return None, "config key memory_limit"  # nothing to take a share of
+        return int(host * AUTO_MEMORY_SHARE), ("3/4 of this machine's memory, the default; "
+                                               "config key memory_limit sets another")
+    return int(config.memory_limit), "config key memory_limit"
 
 
 def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUIET,
             backend: Backend | None = None, workers: int | None = None
-            ) -> list[tuple[Job, str, RunResult]]:
-    """Prepare every job's environment, then run all jobs in parallel: (job, the label of the
-    environment it ran in, result), in the order of `jobs`."""
+            ) -> list[tuple[Job, Env, RunResult]]:
+    """Prepare every job's environment, then run all jobs in parallel: (job, the environment
+    it ran in, result), in the order of `jobs`."""
     envs = Environments(config, kind, progress, backend)
     wanted = [(j.ref, j.planned.scenario.framework, j.planned.device) for j in jobs]
     envs.expect(wanted)
     envs.prepare_all(wanted)
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
                  request_for(j.planned, config)) for j in jobs]
+    hidden = withheld()
+    if hidden:  # how many, never which or what: -v output ends up in public CI logs
+        progress.detail(f"{hidden} of lockguard's {len(os.environ)} environment variables are "
+                        "withheld from the trainings (only locale, paths and thread, "
+                        "accelerator and framework settings pass)")
     _prewarm()
     results = run_requests(prepared, progress, workers,
                            slots=[j.planned.scenario.replicas for j in jobs])
-    return [(job, env.label, result)
+    return [(job, env, result)
             for job, (env, _), result in zip(jobs, prepared, results, strict=True)]
 
 

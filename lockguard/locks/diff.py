@@ -3,6 +3,7 @@
 `LockDiff`, `Change` and `OptionChange` are part of the Report's JSON, hence pydantic models.
 """
 
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from packaging.version import Version
@@ -13,6 +14,16 @@ from lockguard.locks.model import Lock, LockOptions, Pin
 
 ChangeKind = Literal["added", "removed", "upgraded", "downgraded", "rehashed", "unchanged"]
 BumpKind = Literal["major", "minor", "patch", "pre", "local"]
+
+
+class StartupFile(BaseModel):
+    """A file a distribution installs that runs at every start of the environment's interpreter
+    (a .pth file at the top of site-packages, a sitecustomize module)."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    file: str
+    runs_code: bool  # False: a .pth whose lines only add to sys.path
 
 
 class Change(BaseModel):
@@ -30,6 +41,8 @@ class Change(BaseModel):
     families: tuple[str, ...] = ()  # see package_families
     old_line: int | None = None
     new_line: int | None = None
+    # Of an added or changed pin, where the candidate's environment was built (with_startup_files).
+    startup_files: tuple[StartupFile, ...] = ()
 
 
 class OptionChange(BaseModel):
@@ -118,6 +131,21 @@ def _change(old: Pin | None, new: Pin | None) -> Change:
     if old.hashes and new.hashes and old.hashes != new.hashes:
         return Change(kind="rehashed", **common)
     return Change(kind="unchanged", **common)
+
+
+def with_startup_files(diff: LockDiff,
+                       shipped: Mapping[str, Sequence[tuple[str, bool]]] | None) -> LockDiff:
+    """`diff` with the startup files each added or changed pin's distribution installed in the
+    candidate's environment (distribution -> (file, runs code) pairs, from the environment
+    build): a lock that brings in one brings code that runs before any training does."""
+    if not shipped:
+        return diff
+    changes = tuple(
+        c.model_copy(update={"startup_files": tuple(
+            StartupFile(file=f, runs_code=runs) for f, runs in shipped[c.name])})
+        if c.kind in ("added", "upgraded", "downgraded", "rehashed") and c.name in shipped
+        else c for c in diff.changes)
+    return diff.model_copy(update={"changes": changes})
 
 
 def bump_kind(old: Version | str, new: Version | str) -> BumpKind | None:

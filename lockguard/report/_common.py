@@ -70,16 +70,32 @@ def timing(v: ScenarioVerdict) -> str:
 
 
 def change_text(change: Change) -> str:
-    """One package change, e.g. 'numpy 1.26.4 → 2.0.2 (upgraded, major)'."""
+    """One package change, e.g. 'numpy 1.26.4 → 2.0.2 (upgraded, major)', and what it installs
+    that runs at every interpreter start (startup_note)."""
     name = change.display_name or change.name
+    note = startup_note(change)
+    note = f"; {note}" if note else ""
     if change.kind == "added":
-        return f"+ {name} {change.new_version}"
+        return f"+ {name} {change.new_version}{note}"
     if change.kind == "removed":
         return f"- {name} {change.old_version}"
     if change.kind == "rehashed":
-        return f"~ {name} {change.new_version} (same version, different hashes)"
+        return f"~ {name} {change.new_version} (same version, different hashes){note}"
     bump = f", {change.bump}" if change.bump else ""
-    return f"{name} {change.old_version} → {change.new_version} ({change.kind}{bump})"
+    return f"{name} {change.old_version} → {change.new_version} ({change.kind}{bump}){note}"
+
+
+def startup_note(change: Change) -> str | None:
+    """'ships foo.pth: code that runs at every interpreter start' for a pin whose distribution
+    installed such files; None for one that did not (or that was not installed here)."""
+    runs = [f.file for f in change.startup_files if f.runs_code]
+    paths = [f.file for f in change.startup_files if not f.runs_code]
+    said = []
+    if runs:
+        said.append(f"ships {', '.join(runs)}: code that runs at every interpreter start")
+    if paths:
+        said.append(f"ships {', '.join(paths)}: adds to sys.path at every interpreter start")
+    return "; ".join(said) or None
 
 
 def change_short(change: Change) -> str:
@@ -87,7 +103,9 @@ def change_short(change: Change) -> str:
     name = change.display_name or change.name
     if change.kind in ("upgraded", "downgraded"):
         return f"{name} {change.old_version} → {change.new_version}"
-    return change_text(change).removesuffix(" (same version, different hashes)")
+    if change.kind == "removed":
+        return f"- {name} {change.old_version}"
+    return f"{'+' if change.kind == 'added' else '~'} {name} {change.new_version}"
 
 
 def change_line(change: Change) -> str:

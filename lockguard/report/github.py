@@ -21,7 +21,9 @@ from pathlib import Path
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.files import repo_root, repo_workdir
 from lockguard.report import LockLine, Report
-from lockguard.report._common import framework_summary, option_lines, summary_line
+from lockguard.report._common import (
+    change_text, framework_summary, option_lines, startup_note, summary_line,
+)
 
 
 def _data(text: str) -> str:
@@ -105,6 +107,11 @@ def render(report: Report) -> str:
     for diff in report.lock_diffs:
         lock = next((info for info in report.locks if info.source == diff.new_source), None)
         file = where(lock.path) if lock else None
+        for change in diff.changed:
+            if startup_note(change):
+                out.append(command(
+                    "warning", change_text(change), file=file, line=change.new_line,
+                    title="lockguard: a changed pin installs code run at interpreter start"))
         for option in diff.option_changes:
             for line, text in option_lines(option):
                 out.append(command(

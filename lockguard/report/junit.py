@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 
 from lockguard.names import Verdict
 from lockguard.report import Report
-from lockguard.report._common import bisection_lines, final_loss, framework_summary, \
-    row_line, summary_line
+from lockguard.report._common import bisection_lines, change_text, final_loss, \
+    framework_summary, row_line, startup_note, summary_line
 
 
 def _property(parent: ET.Element, name: str, value: str) -> None:
@@ -37,6 +37,10 @@ def render(report: Report) -> str:
         _property(props, f"{key}.hash", lock.lock_hash)
         for framework, version in sorted(lock.versions.items()):
             _property(props, f"{key}.{framework}", version)
+    for diff in report.lock_diffs:
+        for change in diff.changed:
+            if startup_note(change):  # code a changed pin runs at every interpreter start
+                _property(props, f"startup.{change.name}", change_text(change))
 
     tests = failures = skipped = 0
     for v in report.verdicts:

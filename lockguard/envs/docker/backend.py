@@ -2,7 +2,10 @@
 line and envs.base.execute, like every other backend's process.
 
 Runs use network none, a read-only root, the harness and the user script mounted read-only, the
-output directory read-write; GPUs by device request (`--gpus`), TPUs by device mounts. The SDK
+output directory read-write; GPUs by device request (`--gpus`), TPUs by device mounts. The
+container sees the allowlist's container variables only (lockguard/allowlist.py), and a run's
+memory limit is the container's (`--memory`, swap included): one the kernel's OOM killer ended
+is told by the engine's `oom` event and reported as over the limit. The SDK
 builds images (engine.py, build.py) and the CLI runs them: a run is then a process whose
 timeout, output and exit status are handled once, in envs.base, for every backend.
 """
@@ -11,12 +14,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from lockguard.allowlist import container_env, docker_client_env
 from lockguard.envs.base import (
-    EnvError, RunRequest, compile_cache_env, execute, harness_args, harness_env,
+    HARNESS_SETTINGS, EnvError, RunRequest, compile_cache_env, execute, failed_result,
+    harness_args, memory_error,
 )
 from lockguard.envs.docker import accelerators, engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
@@ -31,10 +37,6 @@ HARNESS_MOUNT = "/lockguard/harness"
 OUT_MOUNT = "/lockguard/out"
 USER_MOUNT = "/lockguard/user"
 CACHE_MOUNT = "/lockguard/cache"
-# Variables that change numerics: set on the host, they reach the container as they reach a venv.
-FORWARDED_ENV = ("CUBLAS_WORKSPACE_CONFIG", "XLA_FLAGS", "TF_DETERMINISTIC_OPS",
-                 "TF_ENABLE_ONEDNN_OPTS", "JAX_ENABLE_X64", "JAX_PLATFORMS",
-                 "KMP_DETERMINISTIC_REDUCTION", "OPENBLAS_CORETYPE")
 
 
 class DockerEnv:
@@ -67,19 +69,21 @@ class DockerEnv:
             script = f"{USER_MOUNT}/{path.name}"
         for key, value in self.container_env().items():
             argv += ["-e", f"{key}={value}"]
+        if request.memory_limit:
+            # The engine holds the container to it, swap included (no swapping past it).
+            argv += ["--memory", str(request.memory_limit),
+                     "--memory-swap", str(request.memory_limit)]
         argv += self.device_args()
         argv += [self.tag, VENV_PYTHON,
                  *harness_args(request, HARNESS_MOUNT, f"{OUT_MOUNT}/{out_name}", script)]
         return argv
 
     def container_env(self) -> dict[str, str]:
-        # What harness_env sets for every backend, plus the host's numerics variables; never the
-        # host's whole environment (paths and tokens have no business in the container).
-        caches = compile_cache_env(CACHE_MOUNT)
-        env = harness_env({**caches, "HOME": "/tmp", "USER": "lockguard", "LOGNAME": "lockguard"})
-        keep = ("PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE",
-                "TF_CPP_MIN_LOG_LEVEL", *caches, "HOME", "USER", "LOGNAME", *FORWARDED_ENV)
-        return {k: env[k] for k in keep if k in env}
+        # The allowlist's container families (the host's numerics variables), what every
+        # harness run is given, and the container's own paths: the training allowlist's other
+        # variables are host facts (paths, the host's device numbering) with no meaning there.
+        return {**container_env(), **HARNESS_SETTINGS, **compile_cache_env(CACHE_MOUNT),
+                "HOME": "/tmp", "USER": "lockguard", "LOGNAME": "lockguard"}
 
     def device_args(self) -> list[str]:
         if self.accelerator == "cuda":
@@ -96,15 +100,33 @@ class DockerEnv:
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         out = out_dir / f"{request.scenario_id}.json"
         name = f"lockguard-{uuid.uuid4().hex[:16]}"
+        started = time.time()
         result = execute(self.docker_argv(request, out_dir, name), request, out,
-                         env=harness_env())
+                         env=docker_client_env())
         if result.status == Status.timeout:
             self._kill(name)  # killing the docker client does not stop the container
+        elif (result.status == Status.crashed and request.memory_limit
+              and self._oom_killed(name, started)):
+            result = failed_result(request, Status.crashed,
+                                   f"{result.error or ''}\n{memory_error(request)}: the "
+                                   "kernel's OOM killer stopped the container")
         result.fingerprint["image"] = {
             "tag": self.tag, "id": self.image.id, "lock_hash": self.lock_hash,
             "base": self.image.recipe.base.ref, "base_digest": self.image.recipe.base.digest,
             "accelerator": self.accelerator}
         return result
+
+    def _oom_killed(self, name: str, since: float) -> bool:
+        """Whether the engine saw container `name` run out of memory (its `oom` event: the
+        container itself is gone, --rm)."""
+        try:
+            client = self._client or engine.connect()
+            # `until` bounds the stream: the events up to a second from now, then it ends.
+            events = client.events(since=int(since) - 1, until=int(time.time()) + 1,
+                                   filters={"container": name, "event": "oom"}, decode=True)
+            return any(True for _ in events)
+        except Exception:  # noqa: BLE001 - no engine or no events: the crash stays as it was
+            return False
 
     def _kill(self, name: str) -> None:
         try:
