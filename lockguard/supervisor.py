@@ -20,19 +20,19 @@ they come, after that only the last `tail` bytes are kept and written at the end
 of output costs bounded disk and memory. Killing starts with SIGTERM (a `docker run` client
 forwards it to its container) and ends with SIGKILL after `grace` seconds.
 
-A job with a `memory_limit` (bytes) has the resident memory of the child's whole tree measured
-a few times a second (every MEMORY_POLL_S, every MEMORY_POLL_NEAR_S once above half the limit;
-the first after MEMORY_FIRST_S, so a short child is never measured) and the tree killed when it
+A job with a `memory_limit` (bytes) has the resident memory of the child's whole tree measured a
+few times a second (every MEMORY_POLL_S, every MEMORY_POLL_NEAR_S once above half the limit; the
+first after MEMORY_FIRST_S, so a short child is never measured) and the tree killed when it
 exceeds the limit. The tree is found through /proc/<pid>/task/<tid>/children (1.3 ms for a
 training of 31 threads, where descendants()'s read of all of /proc took 18 ms on a host of 170
-processes) and measured by the sum of its processes' RSS (one small read each, 2-3 ms of CPU per
-second of run in all: benchmarks/bench_process.py); only a sum over the limit is measured by PSS
-(smaps_rollup), which counts a page shared by several processes of the tree once -- a forked
-worker's copy-on-write pages, the libraries every rank maps -- so that only a tree really over
-the limit is killed. Such a child is also made the kernel's first choice should the machine run
-out of memory before a measurement sees it (oom_score_adj 1000). An address-space limit
-(RLIMIT_AS) is no substitute: jax, XLA, TensorFlow and CUDA reserve far more address space than
-they ever touch.
+processes) and measured by the sum of its processes' RSS (one small read each; 2-5 ms of CPU per
+second of run in all on a loaded host, benchmarks/bench_process.py); only a sum over the limit
+is measured again, by PSS (smaps_rollup), which counts a page shared by several processes of the
+tree once -- a forked worker's copy-on-write pages, the libraries every rank maps -- so that
+only a tree really over the limit is killed. Such a child is also made the kernel's first choice
+should the machine run out of memory before a measurement sees it (oom_score_adj 1000). An
+address-space limit (RLIMIT_AS) is no substitute: jax, XLA, TensorFlow and CUDA reserve far more
+address space than they ever touch.
 
 When everything is dead it writes its report (marshalled the same way) on stdout and exits 0:
     {"code": <exit code, -N for signal N, None if it never ran>, "timed_out": bool,
