@@ -27,6 +27,10 @@ from lockguard.errors import (
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 MACHINE_FORMATS = ("json", "junit", "github")  # read by programs: progress stays quiet
+FORMAT_HELP = ("How the report is written, on stdout or to -o: text for people; json for "
+               "programs and `lockguard report`; markdown; html; junit; github (workflow "
+               "annotations).")
+CONFIG_HELP = "Config file (default: pyproject.toml or lockguard.toml, searched upwards)."
 
 
 def fail(message: str, code: int) -> None:
@@ -97,7 +101,7 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Expected device class."),
         click.option("--steps", type=click.IntRange(min=1), help="Override training steps."),
         click.option("--format", "fmt", type=click.Choice(FORMATS), default="text",
-                     show_default=True),
+                     show_default=True, help=FORMAT_HELP),
         click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                      help="Write the report here instead of stdout."),
         report_option,
@@ -270,7 +274,15 @@ def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[st
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lockguard")
 def cli() -> None:
-    """Catch silent training drift when an ML stack's lock changes."""
+    """Catch silent training drift when an ML stack's lock changes.
+
+    \b
+    Examples:
+      lockguard init                       # add lockguard to this project
+      lockguard check --base origin/main   # A/B the locks changed since main (the PR gate)
+      lockguard check                      # compare with the goldens
+      lockguard check --help               # every option of a command
+    """
     from lockguard.process import install_signal_handlers
 
     # Ctrl-C and SIGTERM kill every training and build at once and exit 130 (handles_errors).
@@ -292,11 +304,18 @@ def main(argv: list[str] | None = None) -> None:
 
 
 @cli.command()
-@click.option("--config", "config_path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help=CONFIG_HELP)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text: a table; json: for programs.")
 @handles_errors
 def scenarios(config_path: Path | None, fmt: str) -> None:
-    """List bundled and user scenarios."""
+    """List bundled and user scenarios.
+
+    \b
+    Examples:
+      lockguard scenarios
+      lockguard scenarios --format json
+    """
     import json
 
     from lockguard.config import load_config
@@ -324,7 +343,14 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
 def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
            config_path, verbose, repeat) -> None:
     """Run scenarios and write golden/<device>/<hardware class>/<scenario>.json (only those
-    whose results or inputs changed)."""
+    whose results or inputs changed).
+
+    \b
+    Examples:
+      lockguard record                                 # every configured scenario
+      lockguard record --scenario torch.mlp --repeat 3
+      lockguard record --lock requirements.txt --scenario jax
+    """
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
     from lockguard.flows.record import record as record_flow
@@ -370,7 +396,15 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
 def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
           config_path, verbose, baseline_locks, repeat, rerun, allow_new, exact,
           base_ref, shard, plan_entry, plan_shards, bisect=False) -> None:
-    """Run scenarios against the lock and compare with goldens (or a baseline lock)."""
+    """Run scenarios against the lock and compare with goldens (or a baseline lock).
+
+    \b
+    Examples:
+      lockguard check                              # against the goldens
+      lockguard check --base origin/main           # A/B: the merge base's locks against these
+      lockguard check --baseline-lock old.txt --scenario torch --report junit=junit.xml
+      lockguard check --base origin/main --bisect  # which changed packages fail the gate
+    """
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
     from lockguard.config import Options
@@ -459,20 +493,31 @@ def _shard_part(shard: str | None, config, opts, chosen, locks: tuple[str, ...],
               help="Lock file (repeatable); overrides [tool.lockguard] lock/locks.")
 @click.option("--scenario", "scenarios", multiple=True, metavar="ID",
               help="Scenario id or prefix (repeatable). Default: all.")
-@click.option("--env", type=click.Choice(ENV_KINDS))
-@click.option("--device", type=click.Choice(DEVICES))
-@click.option("--steps", type=click.IntRange(min=1))
+@click.option("--env", type=click.Choice(ENV_KINDS),
+              help="Where scenarios run (default from config: venv).")
+@click.option("--device", type=click.Choice(DEVICES),
+              help="Expected device class (default from config: cpu).")
+@click.option("--steps", type=click.IntRange(min=1), help="Override training steps.")
 @click.option("--shards", type=click.IntRange(min=1), metavar="N",
               help="Number of parts (default: one per device, framework and lock).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github-matrix"]),
-              default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--config", "config_path", type=click.Path(path_type=Path))
+              default="text", show_default=True,
+              help="text for people; json: the whole plan; github-matrix: one line for a "
+                   "workflow's strategy.matrix.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the plan here instead of stdout.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help=CONFIG_HELP)
 @handles_errors
 def plan(locks, scenarios, env, device, steps, shards, fmt, output, config_path) -> None:
     """Print the work as CI matrix entries: one per device, framework, lock and shard, with
     its runner label, the environments it builds and its estimated seconds. Run every entry
-    with the same options plus `check --shard K/N`, then `lockguard merge` the parts."""
+    with the same options plus `check --shard K/N`, then `lockguard merge` the parts.
+
+    \b
+    Examples:
+      lockguard plan --shards 4
+      lockguard plan --format github-matrix -o matrix.json
+    """
     import json
 
     check_output(output)
@@ -503,7 +548,8 @@ def plan(locks, scenarios, env, device, steps, shards, fmt, output, config_path)
 @cli.command()
 @click.argument("parts", nargs=-1, required=True, metavar="PART.json...",
                 type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help=FORMAT_HELP)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here instead of stdout.")
 @report_option
@@ -512,7 +558,13 @@ def merge(parts: tuple[Path, ...], fmt: str, output: Path | None,
           reports: tuple[str, ...]) -> None:
     """Join the partial JSON reports of every `check --shard K/N` of one plan into one report
     and gate decision. A missing, duplicated or foreign part is an error (exit 2) naming it.
-    Exits 0 when the joined gate passes, 1 when it fails."""
+    Exits 0 when the joined gate passes, 1 when it fails.
+
+    \b
+    Examples:
+      lockguard merge parts/*.json
+      lockguard merge parts/*.json --format markdown -o report.md --report junit=junit.xml
+    """
     targets = report_targets(fmt, output, reports)
     from lockguard.flows.shards import merge_files
 
@@ -534,7 +586,13 @@ def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, repor
                    artifacts_dir, config_path, verbose, baseline_locks, base_ref,
                    exact) -> None:
     """A/B the lock against a baseline, then find the smallest set of changed packages that
-    reproduces each failing verdict (`check --bisect`)."""
+    reproduces each failing verdict (`check --bisect`).
+
+    \b
+    Examples:
+      lockguard bisect --baseline-lock old.txt
+      lockguard bisect --base origin/main --scenario torch.mlp
+    """
     if not (baseline_locks or base_ref):
         raise UsageError("bisect needs a baseline: --baseline-lock OLD or --base GITREF")
     ctx.invoke(check, locks=locks, scenarios=scenarios, env=env, device=device, steps=steps,
@@ -551,12 +609,20 @@ def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, repor
               help="The requirements.in the lock is compiled from (default: <lock>.in).")
 @click.option("--resolver", type=click.Choice(RESOLVERS), default="pip-tools",
               show_default=True)
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run each scenario K times on each side (detects nondeterminism, steadier "
+                   "timings).")
 @handles_errors
 def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports,
             artifacts_dir, config_path, verbose, inputs, resolver, repeat) -> None:
     """Resolve a candidate lock with UPGRADES (e.g. torch==2.14.1 'jax>=0.10') into the cache
-    and A/B-check it against the current lock. Your files are not touched."""
+    and A/B-check it against the current lock. Your files are not touched.
+
+    \b
+    Examples:
+      lockguard propose torch==2.14.1
+      lockguard propose 'jax>=0.10' --scenario jax --repeat 3
+    """
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
     from lockguard.flows.propose import propose as propose_flow
@@ -592,7 +658,8 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
 @click.option("--steps", type=click.IntRange(min=2), help="Override training steps.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs per scenario; the table shows their medians.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help=FORMAT_HELP)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here instead of stdout.")
 @report_option
@@ -607,7 +674,13 @@ def compare_frameworks(locks, families, frameworks, env, device, steps, repeat, 
     side: step-0 parity, final loss, first-step (compile) and steady step time, peak memory,
     compiled paths against their plain twins.
 
-    Exits 0 when every run was healthy, 1 when one broke or ran on the wrong device."""
+    Exits 0 when every run was healthy, 1 when one broke or ran on the wrong device.
+
+    \b
+    Examples:
+      lockguard compare-frameworks
+      lockguard compare-frameworks --family mlp --repeat 3 --format html -o frameworks.html
+    """
     targets = report_targets(fmt, output, reports)
     from lockguard.config import Options, load_config
     from lockguard.flows.frameworks import compare_frameworks as compare_flow
@@ -640,7 +713,7 @@ def compare_frameworks(locks, families, frameworks, env, device, steps, repeat, 
               help="An artefact directory or JSON report (default: the last check's artefacts).")
 @click.option("--yes", "-y", is_flag=True,
               help="Do not ask for confirmation (required when stdin is not a terminal).")
-@click.option("--config", "config_path", type=click.Path(path_type=Path))
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help=CONFIG_HELP)
 @handles_errors
 def accept(scenarios, reason, source, yes, config_path) -> None:
     """Adopt the last check's candidate results as goldens, on purpose. Shows what will change,
@@ -648,7 +721,13 @@ def accept(scenarios, reason, source, yes, config_path) -> None:
 
     Exits 0 when written (or nothing to accept), 1 when declined at the prompt, 2 when refused:
     no --reason, a candidate that is not a healthy run, a scenario not in the report, or no
-    terminal to ask and no --yes."""
+    terminal to ask and no --yes.
+
+    \b
+    Examples:
+      lockguard accept --reason "numpy 2 promotion, reviewed in #123"
+      lockguard accept --from lockguard-report/evidence --scenario torch.mlp --reason "..." --yes
+    """
     if not reason or not reason.strip():
         raise UsageError('accept needs --reason "why this change is intended" (it is recorded '
                          "in each golden's provenance)")
@@ -691,12 +770,22 @@ def accept(scenarios, reason, source, yes, config_path) -> None:
               show_default=True)
 @handles_errors
 def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, resolver) -> None:
-    """Write a fully pinned, hashed lock (pip-compile format) from REQUIREMENTS_IN."""
+    """Write a fully pinned, hashed lock (pip-compile format) from REQUIREMENTS_IN.
+
+    \b
+    Examples:
+      lockguard lock                       # requirements.in -> requirements.txt
+      lockguard lock ml/requirements.in -o ml/requirements.txt --resolver uv
+      lockguard lock -P torch==2.14.1      # one package moves, every other pin stays
+    """
     from lockguard.locks import resolve
     from lockguard.progress import Progress
 
     if not requirements_in.is_file():
-        raise UsageError(f"{requirements_in}: requirements input not found")
+        from lockguard.files import near_miss
+
+        raise UsageError(f"{requirements_in}: requirements input not found"
+                         f"{near_miss(requirements_in)}")
     target = output or requirements_in.with_suffix(".txt")
     progress = Progress()
     with progress.step(f"Resolving {requirements_in} with {resolver}"):
@@ -706,13 +795,21 @@ def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, r
 
 
 @cli.command()
-@click.option("--lock", "locks", multiple=True, metavar="PATH")
-@click.option("--config", "config_path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--lock", "locks", multiple=True, metavar="PATH",
+              help="Lock file (repeatable); overrides [tool.lockguard] lock/locks.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help=CONFIG_HELP)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text: a table; json: for programs.")
 @click.option("--index-url", metavar="URL", help="Default: the index pip is configured with.")
 @handles_errors
 def outdated(locks, config_path, fmt, index_url) -> None:
-    """Newer releases of the framework families pinned in the lock(s)."""
+    """Newer releases of the framework families pinned in the lock(s).
+
+    \b
+    Examples:
+      lockguard outdated
+      lockguard outdated --lock requirements.txt --format json
+    """
     import dataclasses
     import json
 
@@ -742,12 +839,20 @@ def outdated(locks, config_path, fmt, index_url) -> None:
 @cli.command()
 @click.argument("old", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help=FORMAT_HELP)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here instead of stdout.")
 @report_option
 @handles_errors
 def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str, ...]) -> None:
-    """Show what changed between two locks: versions, bump kinds, frameworks touched."""
+    """Show what changed between two locks: versions, bump kinds, frameworks touched.
+
+    \b
+    Examples:
+      lockguard diff requirements-old.txt requirements.txt
+      lockguard diff old.txt new.txt --format markdown -o diff.md
+    """
     targets = report_targets(fmt, output, reports)
     from lockguard.flows.ab import diff as diff_flow
     from lockguard.flows.pipeline import LockRef, read_lock
@@ -759,7 +864,8 @@ def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str
 
 @cli.command("report")
 @click.argument("report_file", metavar="REPORT.json", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help=FORMAT_HELP)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here instead of stdout.")
 @report_option
@@ -767,7 +873,13 @@ def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str
 def report_command(report_file: Path, fmt: str, output: Path | None,
                    reports: tuple[str, ...]) -> None:
     """Re-render a JSON report (--format json / --report json=PATH) in other formats, without
-    running anything. Exits with the report's gate decision: 0 passed, 1 failed."""
+    running anything. Exits with the report's gate decision: 0 passed, 1 failed.
+
+    \b
+    Examples:
+      lockguard report report.json --format html -o report.html
+      lockguard report report.json --report junit=junit.xml --report markdown=report.md
+    """
     targets = report_targets(fmt, output, reports)
     from lockguard.report import load_report
 
@@ -780,18 +892,25 @@ def report_command(report_file: Path, fmt: str, output: Path | None,
 @click.option("--framework", type=click.Choice(FRAMEWORKS),
               help="Default: every framework the lock pins.")
 @click.option("--accelerator", type=click.Choice(DEVICES), default="cpu",
-              show_default=True)
+              show_default=True,
+              help="The device the image is for: its base image and the framework's build.")
 @click.option("--lock", "locks", multiple=True, metavar="PATH",
               help="Lock file (repeatable); default: the config's.")
 @click.option("--base-image", metavar="IMAGE",
               help="Build on this local image instead of the pinned base (air gaps, tests).")
-@click.option("--config", "config_path", type=click.Path(path_type=Path))
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help=CONFIG_HELP)
 @click.option("--push", "registry", metavar="REGISTRY",
               help="Also tag the image below REGISTRY (e.g. ghcr.io/your-org) and push it; "
                    "the pushed digest is printed and recorded. Nothing is pushed without it.")
 @handles_errors
 def build(framework, accelerator, locks, base_image, config_path, registry) -> None:
-    """Build (or reuse) the pinned container image of a lock for one framework."""
+    """Build (or reuse) the pinned container image of a lock for one framework.
+
+    \b
+    Examples:
+      lockguard build --framework torch
+      lockguard build --framework jax --accelerator cuda --push ghcr.io/your-org
+    """
     from lockguard.config import load_config
     from lockguard.envs import docker
     from lockguard.progress import Progress
@@ -824,15 +943,120 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
                 click.echo(f"pushed {pushed.ref}  (recorded in {pushed.record})")
 
 
+@cli.command("init")
+@click.argument("directory", required=False, default=".",
+                type=click.Path(file_okay=False, path_type=Path))
+@click.option("--lock", "locks", multiple=True, metavar="PATH",
+              help="Guard this lock (repeatable) instead of the requirements*.txt locks found "
+                   "in DIRECTORY.")
+@click.option("--config-file", "config_name", type=click.Choice(["pyproject.toml",
+                                                                  "lockguard.toml"]),
+              help="Where the settings go. Default: a [tool.lockguard] table appended to "
+                   "pyproject.toml when there is one, else lockguard.toml.")
+@click.option("--scenario-template/--no-scenario-template", "template", default=None,
+              help="Also write scenarios/my_model.py, a scenario that trains your own model, "
+                   "to edit. Default: asked on a terminal; not written with --yes.")
+@click.option("--record/--no-record", "record_goldens", default=None,
+              help="Record the goldens of the chosen scenarios on this machine (builds their "
+                   "environments). Default: yes (asked on a terminal).")
+@click.option("--workflow/--no-workflow", "workflow", default=None,
+              help="Write .github/workflows/lockguard.yml, the gate on pull requests with the "
+                   "lockguard action. Default: yes (asked on a terminal).")
+@click.option("--action", "action", metavar="OWNER/REPO@REF", default=None,
+              help="The lockguard action the workflow uses (default: your-org/lockguard@v1).")
+@click.option("--yes", "-y", is_flag=True,
+              help="Ask nothing, take the defaults (required when stdin is not a terminal).")
+@click.option("-v", "--verbose", is_flag=True, help="Show more progress detail.")
+@handles_errors
+def init(directory, locks, config_name, template, record_goldens, workflow, action, yes,
+         verbose) -> None:
+    """Add lockguard to the project in DIRECTORY (default: here): find its locks and the
+    frameworks they pin, write the config with the bundled scenarios that apply, record their
+    goldens on this machine and write a GitHub workflow that runs the gate with the action.
+    Optionally a scenario template that trains your own model. Asks on a terminal; --yes takes
+    the defaults. What is there already (a config, a workflow, goldens) is left as it is: a
+    second run changes nothing.
+
+    Exits 0 when done (or nothing to do), 1 when a golden could not be recorded or the config
+    was declined at the prompt, 2 when refused: no lock found, or no terminal to ask on and
+    no --yes.
+
+    \b
+    Examples:
+      lockguard init
+      lockguard init --yes
+      lockguard init --yes --no-record --lock requirements/gpu.txt
+      lockguard init ml --scenario-template --action my-org/lockguard@v1"""
+    from lockguard.flows import init as setup
+    from lockguard.flows.init_files import ACTION, WORKFLOW_PATH
+    from lockguard.progress import Progress
+
+    def ask(flag: bool | None, question: str, default: bool) -> bool:
+        return flag if flag is not None else click.confirm(question, default=default)
+
+    found = setup.survey(directory, list(locks), config_name)
+    choices = setup.Choices(template=bool(template), record=record_goldens is not False,
+                            workflow=workflow is not False, action=action or ACTION)
+    plan = setup.prepare(found, choices)
+    if not plan.actions():
+        for line in setup.describe(found) + plan.notes:
+            click.echo(line)
+        click.echo("lockguard is set up here: nothing to do")
+        return
+    if not yes and not sys.stdin.isatty():
+        raise UsageError("not a terminal to ask on: pass --yes to take the defaults (--no-record, "
+                         "--no-workflow, --scenario-template to change them); nothing written")
+    for line in setup.describe(found):
+        click.echo(line)
+    if not yes:
+        if plan.config_text is not None and not click.confirm(
+                f"Write the config ({plan.config_summary}) to {setup.config_place(found)}?",
+                default=True):
+            click.echo("lockguard: nothing written", err=True)
+            sys.exit(1)
+        new_template = not os.path.lexists(found.project / found.template)
+        choices = setup.Choices(
+            template=ask(template, f"Also write {found.template.as_posix()}, a scenario that "
+                         "trains your own model, to edit?", False) if new_template
+            else choices.template,
+            record=ask(record_goldens, f"Record the goldens of {len(plan.unrecorded)} "
+                       "scenario(s) now (builds the environments: minutes the first time)?",
+                       True) if plan.unrecorded else choices.record,
+            workflow=ask(workflow, f"Write {WORKFLOW_PATH}?", True)
+            if plan.workflow_text is not None else choices.workflow,
+            action=choices.action)
+        plan = setup.prepare(found, choices)
+    done = setup.apply(plan, Progress(verbose=verbose))
+    for line in done.lines:
+        click.echo(line)
+    if done.report is not None:
+        deliver(done.report, [("text", None)], ci=False)
+    click.echo("next:")
+    for line in done.next_steps:
+        click.echo(f"  {line}")
+    if done.report is not None and not done.report.passed:
+        sys.exit(1)
+
+
 @cli.group()
 def images() -> None:
-    """Container image templates and their pinned bases."""
+    """Container image templates and their pinned bases.
+
+    \b
+    Examples:
+      lockguard images pin
+    """
 
 
 @images.command("pin")
 @handles_errors
 def images_pin() -> None:
-    """Refresh the base image digests in images/bases.toml from the registry."""
+    """Refresh the base image digests in images/bases.toml from the registry.
+
+    \b
+    Examples:
+      lockguard images pin
+    """
     from lockguard.envs import docker
     from lockguard.progress import Progress
 

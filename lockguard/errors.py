@@ -8,7 +8,9 @@ the CLI raise subclasses that say which layer failed; none of them chooses an ex
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Callable, Iterable
 
 EXIT_PASS = 0  # the gate passes
 EXIT_FAILED = 1  # the gate fails: a verdict in fail_on, a broken family rule, nothing compared
@@ -43,6 +45,31 @@ def one_line(text: str, limit: int = 2000) -> str:
     """`text` as a single printable line: what an error message on stderr may be."""
     line = " ".join(printable(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def closest(word: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """The few of `known` a mistyped `word` most likely meant (case aside), best first: those
+    nearly as close as the closest, so that one clear fix is not drowned by distant ones."""
+    names = list(dict.fromkeys(known))
+    lowered = word.lower()
+    scored = sorted(((difflib.SequenceMatcher(None, lowered, name.lower()).ratio(), name)
+                     for name in names if name != word), key=lambda pair: -pair[0])
+    if not scored or scored[0][0] < 0.6:
+        return []
+    best = scored[0][0]
+    return [name for score, name in scored[:n] if score >= max(0.6, best - 0.05)]
+
+
+def did_you_mean(word: str, known: Iterable[str],
+                 spell: Callable[[str], str] = str) -> str:
+    """"did you mean X?" (or "X or Y?") naming what `word` was most likely meant to be, each
+    as `spell` shows it; "" when nothing in `known` is close. The one "did you mean" of every
+    error line."""
+    found = [spell(name) for name in closest(word, known)]
+    if not found:
+        return ""
+    names = found[0] if len(found) == 1 else ", ".join(found[:-1]) + " or " + found[-1]
+    return f"did you mean {names}?"
 
 
 def tail(text: str | None, lines: int = 15) -> str:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from lockguard.errors import LockguardError
+from lockguard.errors import LockguardError, did_you_mean
 
 _TMP_SUFFIX = ".lockguard-tmp"
 _umask_lock = threading.Lock()
@@ -200,6 +200,25 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# A directory listed for a "did you mean": no more entries than this are compared.
+MAX_NEAR_MISS_ENTRIES = 10_000
+
+
+def near_miss(path: Path) -> str:
+    """For a path that does not exist: "; did you mean X?" naming the files beside it whose
+    names are closest to its name (a typo, `requirments.txt`), spelled as `path` was; ""
+    when none is close or its folder cannot be listed."""
+    path = Path(path)
+    try:
+        with os.scandir(path.parent) as entries:
+            names = [entry.name for _, entry in zip(range(MAX_NEAR_MISS_ENTRIES), entries)
+                     if not entry.is_dir()]
+    except OSError:
+        return ""
+    hint = did_you_mean(path.name, names, spell=lambda name: str(path.with_name(name)))
+    return f"; {hint}" if hint else ""
 
 
 def writable_dir(path: Path, what: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from lockguard.config import Config, ConfigError, ToleranceSetting
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
-from lockguard.errors import one_line
+from lockguard.errors import did_you_mean, one_line
 
 
 @dataclass(frozen=True)
@@ -154,10 +154,22 @@ def select(config: Config, requested: list[str]) -> list[Scenario]:
         # A prefix such as "torch" or "jax.lm" selects every scenario below it.
         matches = [s for sid, s in known.items() if sid.startswith(name + ".")]
         if not matches:
-            raise ConfigError(f"{where}unknown scenario {one_line(repr(name), 80)} "
-                              "(see `lockguard scenarios`)")
+            hint = _spelling(name, known.values())
+            raise ConfigError(f"{where}unknown scenario {one_line(repr(name), 80)}"
+                              f"{': ' + hint if hint else ''} (see `lockguard scenarios`)")
         out.extend(matches)
     return list({s.id: s for s in out}.values())
+
+
+def _spelling(name: str, known) -> str:
+    """What an unknown scenario id was likely meant to be: a close id or prefix (`torch.mpl`,
+    `loss-ema`), or for a framework's name its scenarios' prefix (`tensorflow` → tf)."""
+    prefixes = sorted({s.id.split(".", 1)[0] for s in known if s.framework == name.lower()})
+    if prefixes and name not in prefixes:
+        return f"did you mean {' or '.join(prefixes)}?"
+    ids = [s.id for s in known]
+    parents = {sid.rsplit(".", k)[0] for sid in ids for k in range(1, sid.count(".") + 1)}
+    return did_you_mean(name, ids + sorted(parents))
 
 
 def harness_digest() -> str:
