@@ -1,13 +1,13 @@
-"""pip-tools vs uv resolving a realistic ML requirements set, cold and warm, side by side.
+"""pip-tools vs uv resolving a requirements set, cold and warm, side by side.
 
-    python benchmarks/bench_resolve.py [--repeat N] [--skip-cold] [--resolver pip-tools|uv ...]
+    python benchmarks/bench_resolve.py [--set ml|small] [--repeat N] [--skip-cold]
+                                       [--resolver pip-tools|uv ...]
 
 Both resolvers run through lockguard.locks.resolve.compile_lock, i.e. exactly what `lockguard lock`
-does: hashes generated, pip's index configuration applied to both (uv reads none of pip's
-configuration; lockguard hands it pip's indexes, find-links and constraint files). For
-reference, uv is also timed without pip's configuration ("uv, PyPI only"), which is what a
-plain `uv pip compile` sees; on a machine whose pip config caps torch (this one: torch<=2.14.1
-in /etc/xdg/pip/constraints.txt) that row resolves a different torch.
+does: hashes generated, from PyPI and whatever index requirements.in names, never the machine's
+pip configuration (a lock is the project's; see lockguard.locks.resolve). `--set ml` is a
+realistic ML stack (torch, jax, tensorflow and the data stack), `--set small` the small lock of
+the quickstart's kind (numpy and six).
 
 cold: every cache (pip's, pip-tools', uv's) is a fresh temp dir and there is no existing lock.
 warm: the same caches again, still without an existing lock (so the resolver does the whole
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from lockguard.locks import resolve  # noqa: E402
 
 # The three framework families with their usual companions, and the data stack around them.
-REQUIREMENTS = """\
+ML_REQUIREMENTS = """\
 torch
 torchvision
 torchaudio
@@ -49,13 +49,18 @@ scikit-learn
 matplotlib
 """
 
+SMALL_REQUIREMENTS = """\
+numpy
+six
+"""
+SETS = {"ml": ML_REQUIREMENTS, "small": SMALL_REQUIREMENTS}
+
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "jax", "jaxlib", "tensorflow-cpu", "numpy",
               "keras", "protobuf", "ml-dtypes")
 
 VARIANTS = {
-    "pip-tools": dict(resolver="pip-tools", use_pip_config=True),
-    "uv": dict(resolver="uv", use_pip_config=True),
-    "uv, PyPI only": dict(resolver="uv", use_pip_config=False),
+    "pip-tools": dict(resolver="pip-tools"),
+    "uv": dict(resolver="uv"),
 }
 
 
@@ -92,12 +97,20 @@ def _run_once(variant: str, src: Path, work: Path, caches: Path) -> dict[str, ob
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", dest="req_set", choices=sorted(SETS), default="ml",
+                        help="the requirements resolved (default: ml)")
     parser.add_argument("--repeat", type=int, default=1, help="warm runs per resolver (median)")
     parser.add_argument("--skip-cold", action="store_true")
     parser.add_argument("--resolver", action="append", choices=sorted(VARIANTS),
                         help="only these (repeatable); default: all")
-    parser.add_argument("-o", "--output", type=Path, default=ROOT / "benchmarks/results/resolve.json")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="default: benchmarks/results/resolve.json (resolve-small.json "
+                             "for --set small)")
     args = parser.parse_args()
+    requirements = SETS[args.req_set]
+    if args.output is None:
+        suffix = "" if args.req_set == "ml" else f"-{args.req_set}"
+        args.output = ROOT / f"benchmarks/results/resolve{suffix}.json"
     variants = args.resolver or list(VARIANTS)
 
     start = time.perf_counter()
@@ -108,7 +121,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lockguard-bench-") as tmp:
         work = Path(tmp)
         src = work / "requirements.in"
-        src.write_text(REQUIREMENTS)
+        src.write_text(requirements)
         for variant in variants:
             caches = work / "caches" / variant.replace(", ", "-").replace(" ", "-")
             row: dict[str, object] = {}
@@ -150,18 +163,15 @@ def main() -> int:
         "tools": {"pip-tools": resolve.PIP_TOOLS_VERSION, "pip": resolve.PIP_VERSION,
                   "uv": resolve._resolver_identity("uv"), "tool_python": tool_python,
                   "tool_env_bootstrap_s": round(bootstrap_s, 2)},
-        "requirements": REQUIREMENTS.split(),
+        "requirements": requirements.split(),
         "results": results,
         "ratio_pip_tools_over_uv": ratios,
         "pins_pip_tools_vs_uv_differ": disagree,
         "notes": [
             "cold: fresh pip, pip-tools and uv caches in a temp dir; warm: the same caches again; "
             "never an existing lock to seed from",
-            "pip's configuration on this machine adds local indexes/find-links and a constraint "
-            "file capping torch (<=2.14.1, torchvision<=0.29.1). pip-compile reads the indexes but "
-            "ignores constraint files from pip's configuration, and uv ignores all of it: "
-            "lockguard passes the constraint to pip-compile and the indexes, find-links and "
-            "constraint to uv (--index-strategy unsafe-best-match). 'uv, PyPI only' is plain uv",
+            "both resolvers see PyPI only: lockguard resolves with the lock's and "
+            "requirements.in's indexes, never the machine's pip configuration",
             "pip's HTTP cache stores nothing here (the network proxy sends no caching headers), "
             "so pip-compile downloads every resolved wheel in full on every run, warm or cold; "
             "its warm gain comes from pip-tools' own dependency cache",

@@ -607,8 +607,9 @@ def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, repor
 @common_options
 @click.option("--inputs", type=click.Path(path_type=Path),
               help="The requirements.in the lock is compiled from (default: <lock>.in).")
-@click.option("--resolver", type=click.Choice(RESOLVERS), default="pip-tools",
-              show_default=True)
+@click.option("--resolver", type=click.Choice(RESOLVERS), default=None,
+              help="Default: each lock's own, the tool its header names (pip-compile's "
+                   "header: pip-tools; uv's: uv); uv when the header names neither.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run each scenario K times on each side (detects nondeterminism, steadier "
                    "timings).")
@@ -635,7 +636,7 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
     report = propose_flow(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,
                             inputs=inputs, progress=progress)
     extra = (("--inputs", str(inputs)) if inputs else ()) + (
-        ("--resolver", resolver) if resolver != "pip-tools" else ())
+        ("--resolver", resolver) if resolver else ())
     report.id = keep.report_id
     report.invocation = invocation("propose", *upgrades, locks=locks, config_path=config_path,
                                    env=env, device=device, steps=steps, flags=extra)
@@ -766,11 +767,16 @@ def accept(scenarios, reason, source, yes, config_path) -> None:
               help="Default: the input with a .txt suffix.")
 @click.option("-P", "--upgrade-package", "upgrade_packages", multiple=True, metavar="P[==V]",
               help="Upgrade one package (to a version), keeping every other pin.")
-@click.option("--resolver", type=click.Choice(RESOLVERS), default="pip-tools",
-              show_default=True)
+@click.option("--resolver", type=click.Choice(RESOLVERS), default=None,
+              help="Default: the tool that wrote the existing lock, as its header says "
+                   "(pip-compile's header: pip-tools; uv's: uv); uv when there is no lock or "
+                   "its header names neither.")
 @handles_errors
 def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, resolver) -> None:
-    """Write a fully pinned, hashed lock (pip-compile format) from REQUIREMENTS_IN.
+    """Write a fully pinned, hashed lock (requirements.txt format, with the header of the
+    resolver that wrote it) from REQUIREMENTS_IN. Pins and index options of an existing lock
+    are kept; the machine's pip configuration is not used. An upgrade that a line of
+    REQUIREMENTS_IN rules out is refused, naming the line.
 
     \b
     Examples:
@@ -787,6 +793,7 @@ def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, r
         raise UsageError(f"{requirements_in}: requirements input not found"
                          f"{near_miss(requirements_in)}")
     target = output or requirements_in.with_suffix(".txt")
+    resolver = resolver or resolve.default_resolver(target if target.is_file() else None)
     progress = Progress()
     with progress.step(f"Resolving {requirements_in} with {resolver}"):
         resolve.compile_lock(requirements_in, target, upgrade_packages=list(upgrade_packages),

@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lockguard.allowlist import UV_PASSED, install_env
@@ -158,10 +158,13 @@ def uv_settings_note(dropped: list[str]) -> str:
 
 
 def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None = None,
-             error: type[LockguardError] = ToolError) -> subprocess.CompletedProcess[str]:
+             error: type[LockguardError] = ToolError,
+             env_changes: Mapping[str, str | None] | None = None,
+             ) -> subprocess.CompletedProcess[str]:
     """A packaging tool's command through the one process runner; stdout and stderr as text
     (each capped by the runner, which keeps the head and the end where errors are); its
-    failure to run as `error`."""
+    failure to run as `error`. `env_changes` are applied to the tool's environment last: a
+    value sets the variable, None removes it."""
     from lockguard import process
 
     env = install_env()  # the allowlist: no CI secret reaches a resolver's build code
@@ -169,6 +172,11 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
     # Never wait on a credentials prompt or print upgrade nags into the captured output.
     env.setdefault("PIP_NO_INPUT", "1")
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    for name, value in (env_changes or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     with scratch_dir("cmd") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         try:

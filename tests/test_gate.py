@@ -115,8 +115,11 @@ def test_base_in_a_shallow_clone_fetches_what_it_needs(tmp_path):
 
 @pytest.mark.slow
 def test_propose_leaves_user_files_alone_and_reports_drift(tmp_path):
+    # An ordinary requirements.in pins what the lock pins: the proposal reads that line as the
+    # upgrade (as a bot's pull request would edit it) and says so; the lock's header names
+    # pip-compile, so pip-tools resolves; pip's configuration adds no index line to the lock.
     project = make_project(tmp_path / "p", CONFIG, files={"loss_ema.py": EMA,
-                                                          "requirements.in": "numpy>=1.26\n"},
+                                                          "requirements.in": "numpy==1.26.4\n"},
                            locks={"requirements.txt": DATA / "numpy-1.26.4.txt"})
     before = snapshot(project)
     proc = run_cli("propose", "numpy==2.0.2", "--format", "json", cwd=project)
@@ -124,6 +127,12 @@ def test_propose_leaves_user_files_alone_and_reports_drift(tmp_path):
     report = json.loads(proc.stdout)
     assert report["command"] == "propose"
     assert [v["verdict"] for v in report["verdicts"]] == ["drift"]
+    assert any(n.startswith("proposed lock for requirements.txt (pip-tools): ")
+               for n in report["notes"])
+    assert any("requirements.in:1 pins numpy==1.26.4: proposed with numpy==2.0.2 there" in n
+               for n in report["notes"])
+    [diff] = report["lock_diffs"]
+    assert diff["option_changes"] == []
     assert snapshot(project) == before
 
 
@@ -147,7 +156,8 @@ def test_lock_writes_a_hashed_lock_and_a_failed_resolve_keeps_the_old_one(tmp_pa
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "requirements.txt").read_text()
     assert "six==1.16.0" in text and "--hash=sha256:" in text
-    assert "#    pip-compile" in text and "lockguard lock" in text
+    # no lock yet: uv, under its own header
+    assert "#    uv pip compile" in text and "lockguard lock requirements.in --resolver uv" in text
 
     (tmp_path / "requirements.in").write_text("six==99.0\n")
     before = (tmp_path / "requirements.txt").read_bytes()

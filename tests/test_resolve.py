@@ -1,30 +1,68 @@
-"""lockguard.locks.resolve and .outdated: fast tests of the pure parts, then real pip-compile / uv /
-pip runs (slow).
+"""lockguard.locks.resolve and .outdated: fast tests of the pure parts and of uv resolving
+against wheels built here (no network), then real pip-compile / uv / pip runs (slow).
 
-The slow tests resolve small packages (six, packaging) through the indexes pip is configured
-with on this machine; the pinned pip-tools env is built once per session in a temp cache.
+The slow tests resolve small packages (six, packaging) from PyPI; the pinned pip-tools env is
+built once per session in a temp cache.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shlex
+import time
 from pathlib import Path
 
 import pytest
 
+from conftest import build_wheels, run_cli, snapshot
 from lockguard import installers
 from lockguard.locks import outdated as releases, resolve
 from lockguard.locks.model import LockError
 from lockguard.locks.outdated import OutdatedRow, Release, outdated
+from lockguard.locks.parser import lock_writer, read_requirements_input
 from lockguard.locks.resolve import ResolveError, compile_lock, propose_lock
 
-# Renovate's pip-compile manager reads the command to re-run from the header with this pattern
-# (lib/modules/manager/pip-compile/common.ts, constraintLineRegex) and accepts only these options.
+# Renovate's pip-compile manager (renovatebot/renovate lib/modules/manager/pip-compile/
+# common.ts, c2dd4f8, 2026): the command it re-runs is the first "#    " line of the header
+# (constraintLineRegex), `pip-compile` or `uv pip compile`; each option must be in that
+# command's list, and those taking a value must join it with "=".
 RENOVATE_HEADER = re.compile(r"^(#.*?\r?\n)+# {4}(?P<command>\S*)(?P<arguments> .*?)?\r?\n")
-RENOVATE_OPTIONS = {"-v", "--all-extras", "--allow-unsafe", "--generate-hashes", "--no-emit-index-url",
-                    "--emit-index-url", "--strip-extras", "--index-url", "--output-file", "--extra",
-                    "--extra-index-url", "--resolver", "--constraint"}
+_RENOVATE_WITH_VALUE = {"--output-file", "--extra", "--extra-index-url", "--resolver",
+                        "--constraint", "--constraints", "--python-version", "--no-emit-package",
+                        "--prerelease", "--format", "--resolution", "--fork-strategy",
+                        "--exclude-newer", "--exclude-newer-package", "--group", "--override",
+                        "--overrides"}
+_RENOVATE_COMMON = {"-v", "--generate-hashes", "--emit-index-url", "--index-url", "--all-extras",
+                    "--output-file", "--extra", "--extra-index-url"}
+RENOVATE_OPTIONS = {
+    "pip-compile": _RENOVATE_COMMON | {"--allow-unsafe", "--no-emit-index-url", "--strip-extras",
+                                       "--resolver", "--constraint"},
+    "uv": _RENOVATE_COMMON | {"--no-strip-extras", "--universal", "--constraints", "--constraint",
+                              "--python-version", "--no-emit-package", "--prerelease", "--format",
+                              "--resolution", "--fork-strategy", "--exclude-newer",
+                              "--exclude-newer-package", "--group", "--override", "--overrides"},
+}
+
+
+def renovate_reads(text: str) -> tuple[str, list[str], list[str]]:
+    """(command, options, source files) as Renovate's extractHeaderCommand reads the header;
+    an AssertionError where Renovate would refuse it."""
+    match = RENOVATE_HEADER.match(text)
+    assert match, "no '#    command' line in the header"
+    argv = shlex.split(match["command"] + (match["arguments"] or ""))
+    kind = {"pip-compile": "pip-compile", "uv": "uv"}.get(argv[0])
+    assert kind, f"{argv[0]}: Renovate runs this only as a custom command"
+    args = argv[3:] if kind == "uv" else argv[1:]
+    if kind == "uv":
+        assert argv[1:3] == ["pip", "compile"]
+    options = [a for a in args if a.startswith("-")]
+    for option in options:
+        assert option not in _RENOVATE_WITH_VALUE, f"{option} needs '=value'"
+        assert option.split("=")[0] in RENOVATE_OPTIONS[kind], f"Renovate refuses {option}"
+    return kind, options, [a for a in args if not a.startswith("-")]
+
 
 PIP_TOOLS_NOT_FOUND = """\
   WARNING: Location 'file:///opt/pypi-more/simple/six/' is ignored: it is neither a file nor a directory.
@@ -87,18 +125,125 @@ def test_trim_uv_messages():
     )
 
 
-def test_header_is_pip_compiles_and_renovate_can_read_it():
+def test_header_is_the_resolvers_own_and_renovate_and_dependabot_read_it():
     extra = ["--no-emit-index-url", "-v", "-c", "c.txt", "--cache-dir", "/tmp/x", "-P", "six"]
-    header = resolve._header("requirements.txt", "requirements.in", extra,
-                             "pip-tools 7.5.2, pip 25.2", "lockguard lock requirements.in")
-    match = RENOVATE_HEADER.match(header)
-    assert match and match["command"] == "pip-compile"
-    args = match["arguments"].split()
+    options = resolve._header_options(extra)
+    invocation = "lockguard lock requirements.in -P six==1.17.0 --resolver pip-tools"
+    header = resolve._header("pip-tools", "requirements.txt", "requirements.in", options,
+                             "pip-tools 7.5.2, pip 25.2, Python 3.11", invocation, [], False)
+    kind, args, sources = renovate_reads(header)
+    assert kind == "pip-compile" and sources == ["requirements.in"]
     assert args == ["--allow-unsafe", "--constraint=c.txt", "--generate-hashes",
-                    "--no-emit-index-url", "--output-file=requirements.txt", "--strip-extras",
-                    "requirements.in"]
-    assert all(a.split("=")[0] in RENOVATE_OPTIONS for a in args if a.startswith("-"))
-    assert "#   lockguard lock requirements.in\n" in header
+                    "--no-emit-index-url", "--output-file=requirements.txt", "--strip-extras"]
+    # Dependabot: "autogenerated by pip-c" keeps its header on; it finds the lock of an .in by
+    # the --output-file line that ends in the .in's name.
+    assert "autogenerated by pip-c" in header
+    assert re.search(r"--output-file[=\s]+.*\srequirements\.in\s*$", header, re.M)
+    assert f"#   {invocation}\n" in header  # the lockguard command, -P and --resolver included
+    assert lock_writer(header + "six==1.17.0\n") == "pip-tools"
+
+    header = resolve._header("uv", "requirements.txt", "requirements.in", [],
+                             "uv 0.13.9, Python 3.11", "lockguard lock requirements.in "
+                             "--resolver uv", [], False)
+    assert header.startswith("# This file was autogenerated by uv via the following command:\n"
+                             "#    uv pip compile ")
+    kind, args, sources = renovate_reads(header)
+    assert kind == "uv" and sources == ["requirements.in"]
+    # what lockguard ran uv with, nothing pip-compile-only (--strip-extras, --allow-unsafe)
+    assert args == ["--generate-hashes", "--emit-index-url", "--output-file=requirements.txt"]
+    assert "pip-compile" not in header
+    assert lock_writer(header + "six==1.17.0\n") == "uv"
+
+
+def test_header_redacts_index_credentials():
+    options = resolve._header_options(["--extra-index-url", "https://me:s3cret@pypi.corp/simple",
+                                       "-i", "https://tok3n@pypi.corp/simple"])
+    assert options == ["--extra-index-url=https://me:****@pypi.corp/simple",
+                       "--index-url=https://****@pypi.corp/simple"]
+
+
+def test_lock_writer_and_the_default_resolver(tmp_path):
+    pip_compile = ("#\n# This file is autogenerated by pip-compile with Python 3.11\n"
+                   "# by the following command:\n#\n#    pip-compile requirements.in\n#\n")
+    uv = ("# This file was autogenerated by uv via the following command:\n"
+          "#    uv pip compile requirements.in -o requirements.txt\n")
+    # lockguard before this header followed the resolver: pip-compile's words over a uv resolve
+    old_lockguard_uv = pip_compile + "# Written by lockguard 0.1.0 (uv 0.13.9) via:\n#   x\n"
+    cases = {"pip": (pip_compile, "pip-tools"), "uv": (uv, "uv"),
+             "old": (old_lockguard_uv, "uv"), "bom": ("\ufeff" + uv, "uv"),
+             "bare": ("", None), "late": ("six==1.0\n# autogenerated by pip-compile\n", None),
+             "other": ("# This file is autogenerated by poetry\n", None)}
+    for name, (head, writer) in cases.items():
+        assert lock_writer(head + "six==1.17.0\n") == writer, name
+        lock = tmp_path / f"{name}.txt"
+        lock.write_text(head + "six==1.17.0\n", encoding="utf-8")
+        assert resolve.default_resolver(lock) == (writer or "uv"), name
+    assert resolve.default_resolver(None) == "uv"
+    assert resolve.default_resolver(tmp_path / "missing.txt") == "uv"
+
+
+def _inputs(tmp_path, files: dict[str, str]):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return read_requirements_input(tmp_path / next(iter(files)))
+
+
+def test_lines_of_requirements_in_that_rule_an_upgrade_out(tmp_path):
+    inputs = _inputs(tmp_path, {
+        "requirements.in": "--extra-index-url https://example.org/simple\n"
+                           "-r reqs/base.in\n-c cons.txt\n"
+                           "NumPy[dev]==1.26.4 ; python_version >= '3'\n"
+                           "pandas\nscipy<1.14\nold==1.0 ; python_version < '3'\n",
+        "reqs/base.in": "torch==2.13.0\n-r ../requirements.in\n",  # a cycle, followed once
+        "cons.txt": "jax==0.10.2\n",
+    })
+    assert [p.name for p in inputs.files] == ["requirements.in", "base.in", "cons.txt"]
+    assert [(o.option, o.value) for o in inputs.options()] == [
+        ("extra-index-url", "https://example.org/simple")]
+
+    def blocked(*upgrades):
+        return [b.refusal() for b in resolve.blocking_lines(inputs, upgrades)]
+
+    assert blocked("numpy==2.0.2") == [
+        f"{tmp_path}/requirements.in:4 pins NumPy[dev]==1.26.4 ; python_version >= \"3\", which "
+        "rules out -P numpy==2.0.2: loosen it there (e.g. NumPy>=1.26.4) and lock again, or "
+        "write NumPy[dev]==2.0.2 ; python_version >= \"3\" there and lock without -P"]
+    assert blocked("numpy") == [
+        f"{tmp_path}/requirements.in:4 pins NumPy[dev]==1.26.4 ; python_version >= \"3\", so "
+        "-P numpy cannot move it: loosen it there (e.g. NumPy>=1.26.4) and lock again"]
+    assert blocked("torch==2.14.1")[0].startswith(f"{tmp_path}/reqs/base.in:1 pins torch==2.13.0")
+    assert blocked("jax>=0.11")[0].startswith(f"{tmp_path}/cons.txt:1 pins jax==0.10.2")
+    assert blocked("scipy==1.14.1")[0].startswith(
+        f"{tmp_path}/requirements.in:6 requires scipy<1.14, which rules out -P scipy==1.14.1: "
+        "widen it there")
+    # allowed: inside the pin or the range, an unpinned package, two ranges, a marker that
+    # does not hold here
+    assert blocked("numpy==1.26.4", "numpy<2", "pandas==2.2.3", "scipy>=1.13",
+                   "old==2.0", "torch") == [blocked("torch")[0]]
+    assert blocked("numpy==1.26.4", "numpy<2", "pandas==2.2.3", "scipy>=1.13", "old==2.0") == []
+    [block] = resolve.blocking_lines(inputs, ["numpy==2.0.2"])
+    assert block.relaxed_line() == 'NumPy[dev]==2.0.2 ; python_version >= "3"'
+
+
+def test_pip_compile_runs_without_pips_index_settings(monkeypatch):
+    # pip's configuration says where this machine gets packages: none of it may reach a lock.
+    # How the network is reached (a certificate, a proxy) is passed on from it.
+    monkeypatch.setattr(installers, "pip_config", lambda: {
+        "extra-index-url": "file:///machine/simple", "find-links": "/machine/wheels",
+        "constraint": "/machine/cap.txt", "cert": "/corp/ca.pem", "proxy": "http://proxy:3128",
+        "index-url": "https://mirror.corp/simple"})
+    for name, value in {"PIP_FIND_LINKS": "/machine/wheels", "PIP_INDEX_URL": "https://x/simple",
+                        "PIP_NO_INDEX": "1", "PIP_CONSTRAINT": "/machine/cap.txt",
+                        "PIP_NO_INPUT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    env = resolve._pip_tools_env()
+    assert env["PIP_CONFIG_FILE"] == os.devnull
+    assert all(env[k] is None for k in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_NO_INDEX",
+                                        "PIP_CONSTRAINT"))
+    assert env["PIP_CERT"] == "/corp/ca.pem" and env["PIP_PROXY"] == "http://proxy:3128"
+    assert "PIP_NO_INPUT" not in env  # left as run_tool sets it
+    assert not {"PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"} & {k for k, v in env.items() if v}
 
 
 def test_propose_rejects_bad_requests_before_resolving(tmp_path):
@@ -133,6 +278,134 @@ def test_uv_missing_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(ResolveError, match=r"needs the uv command \(pip install uv\)"):
         compile_lock(tmp_path / "requirements.in", tmp_path / "out.txt", resolver="uv")
     assert not (tmp_path / "out.txt").exists()
+
+
+# --- uv resolving wheels built here (fast, no network) ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory) -> Path:
+    """alpha 1.0 and 2.0, gamma 1.0 and 2.0 (which needs alpha>=2): real wheels in a folder."""
+    root = tmp_path_factory.mktemp("wheelhouse")
+    build_wheels(root / "v1", {"alpha": ("1.0", "", (), None), "gamma": ("1.0", "", (), None)},
+                 root / "wheels")
+    build_wheels(root / "v2", {"alpha": ("2.0", "", (), None),
+                               "gamma": ("2.0", "", ("alpha>=2",), None)}, root / "wheels")
+    return root / "wheels"
+
+
+@pytest.fixture()
+def local_project(tmp_path, wheelhouse, monkeypatch):
+    """A project whose wheels are in ./wheels; pip's configuration and index variables name
+    places that do not exist (a lock must not take them up, nor need them)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "wheels").symlink_to(wheelhouse)
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nextra-index-url = file:///nonexistent/pypi/simple\n"
+                    "find-links = /nonexistent/wheels\n")
+    env = {"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": "/nonexistent/env-wheels",
+           "PIP_EXTRA_INDEX_URL": "file:///nonexistent/env/simple",
+           "LOCKGUARD_CACHE": str(tmp_path / "cache")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    installers.pip_config.cache_clear()
+    yield project
+    installers.pip_config.cache_clear()
+
+
+def index_lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.startswith("-")]
+
+
+def test_lock_keeps_the_locks_indexes_and_never_pips(local_project):
+    """`lockguard lock` resolves from the lock's --find-links when requirements.in no longer
+    says it, writes no index line of pip's configuration, and follows the lock's header."""
+    inputs, lock = local_project / "requirements.in", local_project / "requirements.txt"
+    inputs.write_text("--no-index\n--find-links wheels\nalpha\ngamma==1.0\n")
+    proc = run_cli("lock", cwd=local_project)
+    assert proc.returncode == 0, proc.stderr
+    text = lock.read_text()
+    assert text.startswith("# This file was autogenerated by uv via the following command:\n"
+                           "#    uv pip compile --generate-hashes --emit-index-url "
+                           "--emit-find-links --output-file=requirements.txt requirements.in\n")
+    assert "#   lockguard lock requirements.in --resolver uv\n" in text
+    assert index_lines(lock) == ["--find-links wheels"]
+    assert pins(lock) == {"alpha": "2.0", "gamma": "1.0"}
+
+    inputs.write_text("--no-index\nalpha\ngamma\n")  # the index now only in the lock
+    proc = run_cli("lock", "-P", "gamma==2.0", cwd=local_project)
+    assert proc.returncode == 0, proc.stderr
+    assert pins(lock) == {"alpha": "2.0", "gamma": "2.0"}
+    assert index_lines(lock) == ["--find-links wheels"]
+    assert "--find-links=wheels --output-file=requirements.txt requirements.in" in lock.read_text()
+    assert "#   lockguard lock requirements.in -P gamma==2.0 --resolver uv\n" in lock.read_text()
+    assert "nonexistent" not in lock.read_text()
+
+
+def test_lock_refuses_an_upgrade_requirements_in_rules_out(local_project):
+    inputs, lock = local_project / "requirements.in", local_project / "requirements.txt"
+    inputs.write_text("--no-index\n--find-links wheels\n\nalpha==1.0\ngamma\n")
+    assert run_cli("lock", cwd=local_project).returncode == 0
+    before = snapshot(local_project)
+    start = time.monotonic()
+    proc = run_cli("lock", "-P", "alpha==2.0", cwd=local_project)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (
+        "lockguard: error: requirements.in:4 pins alpha==1.0, which rules out -P alpha==2.0: "
+        "loosen it there (e.g. alpha>=1.0) and lock again, or write alpha==2.0 there and lock "
+        "without -P")
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert errors == [proc.stderr.splitlines()[-1]]
+    assert time.monotonic() - start < 20  # refused before any resolve (a pip resolve: 28 s)
+    assert snapshot(local_project) == before
+
+
+def test_a_failed_resolve_names_the_pin_that_holds(local_project):
+    inputs, lock = local_project / "requirements.in", local_project / "requirements.txt"
+    inputs.write_text("--no-index\n--find-links wheels\nalpha==1.0\ngamma\n")
+    compile_lock(inputs, lock)
+    assert pins(lock) == {"alpha": "1.0", "gamma": "1.0"}
+    before = digest(lock)
+    with pytest.raises(ResolveError) as err:
+        compile_lock(inputs, lock, upgrade_packages=["gamma==2.0"])
+    message = str(err.value)
+    assert message.startswith("uv could not resolve ") and "\n" not in message
+    assert "requirements.in:3 pins alpha==1.0: loosen it there" in message
+    assert "(requested upgrade: gamma==2.0)" in message
+    assert digest(lock) == before
+
+
+def test_propose_reads_a_blocking_pin_as_the_upgrade(local_project):
+    """What a bot's pull request does to the .in, in a copy: the proposal asks for the upgrade
+    where an included file pins the old version, and says so; the user's files stay as they
+    are and the annotations name them, not the copies."""
+    (local_project / "reqs").mkdir()
+    base = local_project / "reqs" / "base.in"
+    base.write_text("alpha==1.0  # pinned by hand\n")
+    inputs, lock = local_project / "requirements.in", local_project / "requirements.txt"
+    inputs.write_text("--no-index\n--find-links wheels\n-r reqs/base.in\ngamma==1.0\n")
+    compile_lock(inputs, lock)
+    before = snapshot(local_project)
+    cache = local_project.parent / "proposals"
+    proposal = propose_lock(inputs, lock, ["alpha==2.0"], cache)
+    assert proposal.resolver == "uv" and proposal.path.is_relative_to(cache)
+    assert pins(proposal.path) == {"alpha": "2.0", "gamma": "1.0"}
+    assert proposal.relaxed == (
+        f"{base}:1 pins alpha==1.0: proposed with alpha==2.0 there (write that in base.in to "
+        "adopt the proposed lock)",)
+    text = proposal.path.read_text()
+    assert "# via -r reqs/base.in" in text and "# via -r requirements.in" in text
+    assert "# reqs/base.in:1 pins alpha==1.0: proposed with alpha==2.0 there" in text
+    assert "#   lockguard propose alpha==2.0 --resolver uv\n" in text
+    assert str(cache) not in text.replace(str(proposal.path), "") and "/tmp" not in text
+    assert index_lines(proposal.path) == index_lines(lock)  # no index line grown
+    assert snapshot(local_project) == before
+    # the included file is part of the question: another pin there is another proposal
+    assert propose_lock(inputs, lock, ["alpha==2.0"], cache).path == proposal.path
+    base.write_text("alpha>=1.0\n")
+    again = propose_lock(inputs, lock, ["alpha==2.0"], cache)
+    assert again.path != proposal.path and again.relaxed == ()
 
 
 class _Pin:
@@ -207,47 +480,53 @@ def pins(path: Path) -> dict[str, str]:
 def test_compile_lock_pip_tools(project, tool_cache):
     messages: list[str] = []
     out = compile_lock(project / "requirements.in", project / "requirements.txt",
-                       progress=messages.append)
+                       resolver="pip-tools", progress=messages.append)
     text = out.read_text()
     assert out == project / "requirements.txt"
     assert text.startswith("#\n# This file is autogenerated by pip-compile with Python 3.")
     assert ("#    pip-compile --allow-unsafe --generate-hashes --output-file=requirements.txt "
             "--strip-extras requirements.in\n") in text
-    assert "#   lockguard lock" in text
+    assert "#   lockguard lock requirements.in --resolver pip-tools\n" in text
     assert set(pins(out)) == {"six", "packaging"}
     assert text.count("--hash=sha256:") >= 2 and "# via -r requirements.in" in text
     assert any("pip-tools" in m for m in messages)
     tools = [p for p in (tool_cache / "tools").glob(f"pip-tools-{resolve.PIP_TOOLS_VERSION}-pip-{resolve.PIP_VERSION}-*") if p.is_dir()]
     assert len(tools) == 1 and (tools[0] / ".complete").is_file()
     assert sorted(p.name for p in project.iterdir()) == ["requirements.in", "requirements.txt"]
+    # re-resolved without --resolver: the tool its header names
+    compile_lock(project / "requirements.in", out, progress=messages.append)
+    assert out.read_text().startswith("#\n# This file is autogenerated by pip-compile")
 
 
 @pytest.mark.slow
 def test_failed_resolve_leaves_the_lock_byte_for_byte(project):
     lock = project / "requirements.txt"
-    compile_lock(project / "requirements.in", lock)
+    compile_lock(project / "requirements.in", lock, resolver="pip-tools")
     before = digest(lock)
     (project / "requirements.in").write_text("six==99.0\n")
     with pytest.raises(ResolveError) as err:
         compile_lock(project / "requirements.in", lock)
     message = str(err.value)
+    assert message.startswith("pip-tools could not resolve")  # the lock's own resolver
     assert "Could not find a version that satisfies the requirement six==99.0" in message
-    assert "\n" not in message and "Traceback" not in message and len(message) < 400
+    assert "\n" not in message and "Traceback" not in message and len(message) < 700
     assert digest(lock) == before
     assert sorted(p.name for p in project.iterdir()) == ["requirements.in", "requirements.txt"]
 
 
 @pytest.mark.slow
-def test_upgrade_package_keeps_other_pins(project):
+@pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
+def test_upgrade_package_keeps_other_pins(project, resolver):
     lock = project / "requirements.txt"
     (project / "requirements.in").write_text("six\npackaging\n")
     (project / "requirements.txt").write_text("six==1.16.0\npackaging==24.2\n")  # a seed
-    compile_lock(project / "requirements.in", lock)
+    compile_lock(project / "requirements.in", lock, resolver=resolver)
     assert pins(lock) == {"six": "1.16.0", "packaging": "24.2"}  # existing pins are kept
     compile_lock(project / "requirements.in", lock, upgrade_packages=["six"])
     assert pins(lock)["packaging"] == "24.2" and pins(lock)["six"] != "1.16.0"
     compile_lock(project / "requirements.in", lock, upgrade_packages=["packaging<25"])
     assert pins(lock)["packaging"] == "24.2"
+    assert lock_writer(lock.read_text()) == resolver  # kept by the header, run after run
     before = digest(lock)
     with pytest.raises(ResolveError, match=r"requested upgrade: six==99"):
         compile_lock(project / "requirements.in", lock, upgrade_packages=["six==99"])
@@ -258,14 +537,15 @@ def test_upgrade_package_keeps_other_pins(project):
 def test_propose_lock_leaves_user_files_alone(project, tool_cache):
     inputs, lock = project / "requirements.in", project / "requirements.txt"
     lock.write_text("six==1.16.0\npackaging==24.2\n")
-    compile_lock(inputs, lock)
+    compile_lock(inputs, lock, resolver="pip-tools")
     before = {p.name: digest(p) for p in project.iterdir()}
     cache = tool_cache / "proposal-test"
     proposal = propose_lock(inputs, lock, ["six==1.17.0"], cache)
-    assert proposal.is_relative_to(cache) and proposal.name == "requirements.txt"
-    assert pins(proposal) == {"six": "1.17.0", "packaging": "24.2"}
-    assert "--output-file=requirements.txt" in proposal.read_text()
-    assert "#   lockguard propose six==1.17.0" in proposal.read_text()
+    assert proposal.resolver == "pip-tools"  # the lock's header names it
+    assert proposal.path.is_relative_to(cache) and proposal.path.name == "requirements.txt"
+    assert pins(proposal.path) == {"six": "1.17.0", "packaging": "24.2"}
+    assert "--output-file=requirements.txt" in proposal.path.read_text()
+    assert "#   lockguard propose six==1.17.0 --resolver pip-tools\n" in proposal.path.read_text()
     assert {p.name: digest(p) for p in project.iterdir()} == before
     # content-addressed: the same question is answered from the cache
     assert propose_lock(inputs, lock, ["six==1.17.0"], cache) == proposal
@@ -275,7 +555,7 @@ def test_propose_lock_leaves_user_files_alone(project, tool_cache):
 
 
 @pytest.mark.slow
-def test_uv_writes_the_same_lock_format(project):
+def test_uv_and_pip_tools_pin_alike_under_their_own_headers(project):
     assert installers.find_uv(), "uv is in the test extra: pip install -e '.[test]'"
     try:
         uv_lock = compile_lock(project / "requirements.in", project / "uv.txt", resolver="uv")
@@ -283,14 +563,16 @@ def test_uv_writes_the_same_lock_format(project):
         if re.search(r"connect|network|dns|timed out|certificate|proxy", str(exc), re.I):
             pytest.skip(f"uv cannot reach the index: {exc}")
         raise
-    pip_lock = compile_lock(project / "requirements.in", project / "pip.txt")
+    pip_lock = compile_lock(project / "requirements.in", project / "pip.txt",
+                            resolver="pip-tools")
     uv_text, pip_text = uv_lock.read_text(), pip_lock.read_text()
-    assert RENOVATE_HEADER.match(uv_text)["command"] == "pip-compile"
+    assert renovate_reads(uv_text)[0] == "uv" and renovate_reads(pip_text)[0] == "pip-compile"
     assert "--output-file=uv.txt" in uv_text and "--resolver uv" in uv_text
     assert pins(uv_lock) == pins(pip_lock)
-    # the same index options as pip-compile, from pip's configuration
+    # the same index options (none: requirements.in names none, and pip's configuration
+    # is not the lock's)
     options = lambda t: [ln for ln in t.splitlines() if ln.startswith("--")]  # noqa: E731
-    assert options(uv_text) == options(pip_text)
+    assert options(uv_text) == options(pip_text) == []
     assert "--hash=sha256:" in uv_text and "# via -r requirements.in" in uv_text
     before = digest(uv_lock)
     (project / "requirements.in").write_text("six==99.0\n")
@@ -301,22 +583,53 @@ def test_uv_writes_the_same_lock_format(project):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
-def test_pips_constraint_files_apply_to_both_resolvers(project, monkeypatch, resolver):
+def test_pips_configuration_does_not_shape_the_lock(project, monkeypatch, resolver):
+    """pip's constraint files and indexes are the machine's: a lock resolves without them."""
     assert resolver != "uv" or installers.find_uv(), "uv is in the test extra"
     cap = project / "cap.txt"
     cap.write_text("six<1.17\n")
-    monkeypatch.setenv("PIP_CONSTRAINT", str(cap))  # as pip.conf's `constraint =` would
+    conf = project / "pip.conf"
+    conf.write_text(f"[global]\nconstraint = {cap}\n"
+                    "extra-index-url = file:///nonexistent/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.setenv("PIP_CONSTRAINT", str(cap))
     installers.pip_config.cache_clear()
     try:
         lock = compile_lock(project / "requirements.in", project / "requirements.txt",
                             resolver=resolver)
-        assert pins(lock)["six"] == "1.16.0"
-        lock = compile_lock(project / "requirements.in", project / "free.txt", resolver=resolver,
-                            use_pip_config=False)
         assert pins(lock)["six"] != "1.16.0"
+        assert "nonexistent" not in lock.read_text() and "cap.txt" not in lock.read_text()
     finally:
-        monkeypatch.delenv("PIP_CONSTRAINT")
         installers.pip_config.cache_clear()
+
+
+@pytest.mark.slow
+def test_pip_tools_keeps_the_locks_indexes_and_never_pips(local_project, _session_cache,
+                                                          monkeypatch):
+    """As test_lock_keeps_the_locks_indexes_and_never_pips, with pip-compile."""
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(_session_cache))  # the pip-tools env, built once
+    inputs, lock = local_project / "requirements.in", local_project / "requirements.txt"
+    inputs.write_text("--no-index\n--find-links wheels\nalpha\ngamma==1.0\n")
+    proc = run_cli("lock", "--resolver", "pip-tools", cwd=local_project)
+    assert proc.returncode == 0, proc.stderr
+    assert index_lines(lock) == ["--find-links wheels"]
+    inputs.write_text("--no-index\nalpha\ngamma\n")
+    proc = run_cli("lock", "-P", "gamma==2.0", cwd=local_project)  # no --resolver: the header's
+    assert proc.returncode == 0, proc.stderr
+    text = lock.read_text()
+    assert pins(lock) == {"alpha": "2.0", "gamma": "2.0"}
+    assert index_lines(lock) == ["--find-links wheels"]
+    assert ("#    pip-compile --allow-unsafe --find-links=wheels --generate-hashes "
+            "--output-file=requirements.txt --strip-extras requirements.in\n") in text
+    assert "#   lockguard lock requirements.in -P gamma==2.0 --resolver pip-tools\n" in text
+    assert "nonexistent" not in text
+    # a proposal through a copy of the input that names the folder itself
+    inputs.write_text("--no-index\n--find-links wheels\nalpha\ngamma==2.0\n")
+    proposal = propose_lock(inputs, lock, ["gamma==1.0"], local_project.parent / "proposals")
+    assert proposal.resolver == "pip-tools" and len(proposal.relaxed) == 1
+    assert pins(proposal.path) == {"alpha": "2.0", "gamma": "1.0"}
+    assert index_lines(proposal.path) == ["--find-links wheels"]
+    assert "# via -r requirements.in" in proposal.path.read_text()
 
 
 @pytest.mark.slow

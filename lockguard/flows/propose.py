@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 
 def propose(config: Config, locks: list[LockRef], upgrades: list[str],
-            scenarios: list[Scenario], opts: Options, *, resolver: str = "pip-tools",
+            scenarios: list[Scenario], opts: Options, *, resolver: str | None = None,
             inputs: Path | None = None, progress: Progress = QUIET,
             backend: Backend | None = None) -> Report:
     """Resolve the locks with `upgrades` into the cache and A/B-check them against the current
-    locks. The user's files are only read."""
+    locks. The user's files are only read. `resolver` None: each lock's own (the tool its
+    header names, uv otherwise). A line of a lock's inputs that rules an upgrade out is read
+    as asking for it (as a bot's pull request would edit it), and a note says so."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
@@ -45,10 +47,13 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
         if not source.is_file():
             raise ConfigError(f"{source}: requirements input of {display_path(ref.path)} not "
                               "found (pass --inputs, or set `inputs` on the lock in config)")
-        proposal = resolve.propose_lock(source, ref.path, mine, cache_dir(), resolver,
+        proposal = resolve.propose_lock(source, ref.path, mine, cache_dir(),
+                                        resolver,  # type: ignore[arg-type]
                                         progress=progress.info)
-        notes.append(f"proposed lock for {display_path(ref.path)}: {proposal}")
-        candidates.append(LockRef(proposal, read_lock(proposal), ref.device))
+        notes.append(f"proposed lock for {display_path(ref.path)} ({proposal.resolver}): "
+                     f"{proposal.path}")
+        notes.extend(proposal.relaxed)
+        candidates.append(LockRef(proposal.path, read_lock(proposal.path), ref.device))
         baseline.append(ref)
     unpinned = [spec for spec, name in wanted.items()
                 if not any(name in ref.lock.by_name for ref in locks)]
