@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from lockguard import envvars
 from lockguard.errors import LockguardError
 
 
@@ -16,8 +16,10 @@ class CacheError(LockguardError):
 
 
 def cache_root() -> Path:
-    """LOCKGUARD_CACHE, or ~/.cache/lockguard; not created."""
-    return Path(os.environ.get("LOCKGUARD_CACHE") or Path.home() / ".cache" / "lockguard")
+    """LOCKGUARD_CACHE (`~` expanded: a CI template's env: does not), or ~/.cache/lockguard;
+    not created."""
+    configured = envvars.value("LOCKGUARD_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "lockguard"
 
 
 def cache_dir() -> Path:

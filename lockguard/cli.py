@@ -17,7 +17,9 @@ from typing import Any
 import click
 
 from lockguard import __version__
-from lockguard.names import DEVICES, ENV_KINDS, FORMATS, FRAMEWORKS, RESOLVERS
+from lockguard.names import (
+    DEVICES, ENV_KINDS, FORMATS, FRAMEWORKS, MAX_REPEAT, MAX_SHARDS, MAX_STEPS, RESOLVERS,
+)
 from lockguard.errors import (
     EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, LockguardError, UsageError, one_line,
 )
@@ -73,6 +75,9 @@ def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            from lockguard import envvars
+
+            envvars.check()  # LOCKGUARD_* variables, as config keys are: before anything runs
             return func(*args, **kwargs)
         except KeyboardInterrupt:
             fail("interrupted", EXIT_INTERRUPTED)
@@ -99,7 +104,8 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Where scenarios run (default from config: venv)."),
         click.option("--device", type=click.Choice(DEVICES),
                      help="Expected device class."),
-        click.option("--steps", type=click.IntRange(min=1), help="Override training steps."),
+        click.option("--steps", type=click.IntRange(min=1, max=MAX_STEPS),
+                     help="Override training steps."),
         click.option("--format", "fmt", type=click.Choice(FORMATS), default="text",
                      show_default=True, help=FORMAT_HELP),
         click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
@@ -178,6 +184,25 @@ def report_targets(fmt: str, output: Path | None, reports: tuple[str, ...]
         seen[key] = f"--report {value}"
         targets.append((name, path))
     return targets
+
+
+def refuse_inputs(targets: list[tuple[str, Path | None]],
+                  inputs: list[tuple[Path, str, bool]]) -> None:
+    """Refuse, before anything runs, a report target that is one of the run's own inputs
+    (config.project_inputs: the config file, a lock, a scenario script, anything below
+    golden_dir; or a file the command reads): a report written over it would replace the
+    project's input with itself. Compared by real paths, so no symlink or `../` gets round it."""
+    for index, (_, path) in enumerate(targets):
+        if path is None:
+            continue
+        flag = "-o" if index == 0 else "--report"
+        real = os.path.realpath(path)
+        for given, what, below in inputs:
+            root = os.path.realpath(given)
+            if real == root or (below and os.path.commonpath([root, real]) == root):
+                where = what if real == root else f"below {what}"
+                raise UsageError(f"{flag} {path}: is {where} ({given}), an input of this run; "
+                                 "a report never replaces it: write it elsewhere")
 
 
 def deliver(report: Any, targets: list[tuple[str, Path | None]], *, ci: bool = True) -> None:
@@ -336,7 +361,8 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
 
 @cli.command()
 @common_options
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), default=1,
+              show_default=True,
               help="Run each scenario K times: bitwise-equal runs make an exact golden, "
                    "differing ones a golden with their noise envelope.")
 @handles_errors
@@ -354,9 +380,10 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
     from lockguard.flows.record import record as record_flow
-    from lockguard.config import Options
+    from lockguard.config import Options, project_inputs
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+    refuse_inputs(targets, project_inputs(config, locks))
     keep = artifacts.prepare(artifacts_dir, config.root)
     opts = Options(device=device, steps=steps, env=env, repeat=repeat)
     report = record_flow(config, lock_refs, chosen, opts, progress)
@@ -373,7 +400,8 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
 @common_options
 @click.option("--baseline-lock", "baseline_locks", multiple=True, metavar="OLD",
               help="Also build OLD's environment and compare side by side (A/B).")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), default=1,
+              show_default=True,
               help="Run each scenario K times (detects nondeterminism, steadier timings).")
 @click.option("--rerun", is_flag=True, help="Run even when nothing changed since the golden.")
 @click.option("--allow-new", is_flag=True,
@@ -388,7 +416,8 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
 @click.option("--plan-entry", "plan_entry", metavar="ID",
               help="Run the plan entry ID (as `lockguard plan` prints it) instead of --shard; "
                    "with the plan's own --shards N, if it was made with one.")
-@click.option("--shards", "plan_shards", type=click.IntRange(min=1), metavar="N",
+@click.option("--shards", "plan_shards", type=click.IntRange(min=1, max=MAX_SHARDS),
+              metavar="N",
               help="With --plan-entry: the --shards the plan was made with.")
 @click.option("--bisect", "bisect", is_flag=True,
               help="A/B: find the smallest set of changed packages behind each failing verdict.")
@@ -407,7 +436,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
     """
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
-    from lockguard.config import Options
+    from lockguard.config import Options, project_inputs
 
     if bisect and not (baseline_locks or base_ref):
         raise UsageError("--bisect needs a baseline: --baseline-lock OLD or --base GITREF")
@@ -424,6 +453,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         from lockguard.scenarios import select
 
         config = load_config(config_path)
+        refuse_inputs(targets, project_inputs(config, locks))
         paths = [p for p, _, _ in lock_paths(config, list(locks))]
         chosen = select(config, list(scenarios))
         part = _shard_part(shard, config, opts, chosen, locks, entry=plan_entry,
@@ -439,6 +469,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         from lockguard.flows.pipeline import LockRef, read_lock
 
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+        refuse_inputs(targets, project_inputs(config, locks + baseline_locks))
         baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
         part = _shard_part(shard, config, opts, chosen, locks, lock_refs, plan_entry,
                            plan_shards)
@@ -497,8 +528,9 @@ def _shard_part(shard: str | None, config, opts, chosen, locks: tuple[str, ...],
               help="Where scenarios run (default from config: venv).")
 @click.option("--device", type=click.Choice(DEVICES),
               help="Expected device class (default from config: cpu).")
-@click.option("--steps", type=click.IntRange(min=1), help="Override training steps.")
-@click.option("--shards", type=click.IntRange(min=1), metavar="N",
+@click.option("--steps", type=click.IntRange(min=1, max=MAX_STEPS),
+              help="Override training steps.")
+@click.option("--shards", type=click.IntRange(min=1, max=MAX_SHARDS), metavar="N",
               help="Number of parts (default: one per device, framework and lock).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github-matrix"]),
               default="text", show_default=True,
@@ -521,12 +553,13 @@ def plan(locks, scenarios, env, device, steps, shards, fmt, output, config_path)
     import json
 
     check_output(output)
-    from lockguard.config import Options, load_config
+    from lockguard.config import Options, load_config, project_inputs
     from lockguard.flows import shards as sharding
     from lockguard.flows.pipeline import load_locks
     from lockguard.scenarios import select
 
     config = load_config(config_path)
+    refuse_inputs([("text", output)], project_inputs(config, locks))
     made = sharding.make_plan(config, Options(device=device, steps=steps, env=env),
                               select(config, list(scenarios)), load_locks(config, list(locks)),
                               shards)
@@ -568,6 +601,7 @@ def merge(parts: tuple[Path, ...], fmt: str, output: Path | None,
     targets = report_targets(fmt, output, reports)
     from lockguard.flows.shards import merge_files
 
+    refuse_inputs(targets, [(part, "a part being merged", False) for part in parts])
     report = merge_files(list(parts))
     deliver(report, targets)
     sys.exit(0 if report.passed else 1)
@@ -610,7 +644,8 @@ def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, repor
 @click.option("--resolver", type=click.Choice(RESOLVERS), default=None,
               help="Default: each lock's own, the tool its header names (pip-compile's "
                    "header: pip-tools; uv's: uv); uv when the header names neither.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), default=1,
+              show_default=True,
               help="Run each scenario K times on each side (detects nondeterminism, steadier "
                    "timings).")
 @handles_errors
@@ -627,9 +662,11 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
     targets = report_targets(fmt, output, reports)
     from lockguard.report import artifacts
     from lockguard.flows.propose import propose as propose_flow
-    from lockguard.config import Options
+    from lockguard.config import Options, project_inputs
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
+    refuse_inputs(targets, project_inputs(config, locks)
+                  + ([(inputs, "the requirements input", False)] if inputs else []))
     keep = artifacts.prepare(artifacts_dir, config.root)
     opts = Options(device=device, steps=steps, env=env,
                           repeat=repeat)
@@ -656,8 +693,10 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
 @click.option("--env", type=click.Choice(ENV_KINDS),
               help="Where scenarios run (default from config: venv).")
 @click.option("--device", type=click.Choice(DEVICES), help="Expected device class.")
-@click.option("--steps", type=click.IntRange(min=2), help="Override training steps.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--steps", type=click.IntRange(min=2, max=MAX_STEPS),
+              help="Override training steps.")
+@click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), default=1,
+              show_default=True,
               help="Runs per scenario; the table shows their medians.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
               help=FORMAT_HELP)
@@ -683,13 +722,14 @@ def compare_frameworks(locks, families, frameworks, env, device, steps, repeat, 
       lockguard compare-frameworks --family mlp --repeat 3 --format html -o frameworks.html
     """
     targets = report_targets(fmt, output, reports)
-    from lockguard.config import Options, load_config
+    from lockguard.config import Options, load_config, project_inputs
     from lockguard.flows.frameworks import compare_frameworks as compare_flow
     from lockguard.flows.frameworks import comparison_scenarios
     from lockguard.flows.pipeline import load_locks
     from lockguard.progress import Progress
 
     config = load_config(config_path)
+    refuse_inputs(targets, project_inputs(config, locks))
     chosen = comparison_scenarios(list(families), list(frameworks))
     lock_refs = load_locks(config, list(locks))
     progress = Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose)
@@ -864,6 +904,7 @@ def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str
     from lockguard.flows.ab import diff as diff_flow
     from lockguard.flows.pipeline import LockRef, read_lock
 
+    refuse_inputs(targets, [(old, "the old lock", False), (new, "the new lock", False)])
     report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)))
     report.invocation = invocation("diff", str(old), str(new))
     deliver(report, targets, ci=False)
@@ -890,6 +931,7 @@ def report_command(report_file: Path, fmt: str, output: Path | None,
     targets = report_targets(fmt, output, reports)
     from lockguard.report import load_report
 
+    refuse_inputs(targets, [(report_file, "the report being rendered", False)])
     report = load_report(report_file)
     deliver(report, targets, ci=False)
     sys.exit(0 if report.passed else 1)
@@ -922,6 +964,7 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
     from lockguard.envs import docker
     from lockguard.progress import Progress
     from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.trust import require_trusted
 
     if registry is not None:
         from lockguard.envs.docker.push import check_registry
@@ -930,7 +973,11 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
 
     config = load_config(config_path)
     progress = Progress()
-    for ref in load_locks(config, list(locks)):
+    refs = load_locks(config, list(locks))
+    for ref in refs:  # every lock before any image: nothing installs what it does not pin
+        require_trusted(ref.lock, allow_unhashed=config.allow_unhashed,
+                        allow_insecure_index=config.allow_insecure_index)
+    for ref in refs:
         pinned = sorted(ref.lock.frameworks() - {"numpy"}) or sorted(ref.lock.frameworks())
         for fw in [framework] if framework else pinned:
             if fw not in ref.lock.frameworks():

@@ -17,7 +17,8 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError,
 
 from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
-from lockguard.names import DEVICES, ENV_KINDS, FRAMEWORKS, VERDICT_NAMES
+from lockguard.files import ReadError, read_bytes
+from lockguard.names import DEVICES, ENV_KINDS, FRAMEWORKS, MAX_STEPS, VERDICT_NAMES
 from lockguard.sizes import SIZE_RULE, format_size, parse_size
 
 if sys.version_info >= (3, 11):
@@ -53,7 +54,6 @@ class LockEntry(_Strict):
 SCENARIO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 SCENARIO_ID_RULE = ("letters, digits, '.', '_' and '-', starting with a letter or digit, "
                     "at most 100 characters")
-MAX_STEPS = 1_000_000
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_SEED = 2**31 - 1  # what every framework's seeding API accepts (numpy: < 2**32, jax: int32)
 MIN_MEMORY_LIMIT = 32 << 20  # below this no interpreter starts: a size missing its unit
@@ -118,6 +118,11 @@ class Config(_Strict):
     installer: Literal["uv", "pip"] = "uv"  # both install the same wheels, hash-checked
     # Venvs install wheels only: building an sdist runs code from the lock on this machine.
     allow_sdist: StrictBool = False  # only a literal `true` opts in
+    # A lock whose pins carry no --hash, or that names a plain-http index, find-links or a
+    # --trusted-host, is refused before anything is installed from it (locks/trust.py); these
+    # opt in, and every report then carries a warning that says so.
+    allow_unhashed: StrictBool = False
+    allow_insecure_index: StrictBool = False
     python: str | None = None  # interpreter for venvs; default: the one running lockguard
     scenario: dict[str, ScenarioConfig] = Field(default_factory=dict)
     runners: RunnersConfig = Field(default_factory=RunnersConfig)  # `lockguard plan`
@@ -125,6 +130,7 @@ class Config(_Strict):
     # Where the config came from; relative paths resolve against it.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
     source: str = Field(default="(defaults)", exclude=True)
+    file: Path | None = Field(default=None, exclude=True)  # None: no config file (defaults)
 
     @model_validator(mode="after")
     def _one_lock_key(self) -> "Config":
@@ -212,6 +218,26 @@ def find_python(python: str, root: Path) -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
+def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
+                   ) -> list[tuple[Path, str, bool]]:
+    """(path, what it is, whether everything below it counts too) of each file a run reads
+    and a report must never replace: the config file, every lock (configured or given) and
+    its requirements input, every user scenario's script, and golden_dir."""
+    found: list[tuple[Path, str, bool]] = []
+    if config.file is not None:
+        found.append((config.file, "the config file", False))
+    for entry in config.lock_entries():
+        path = config.resolve(entry.path)
+        found.append((path, "a lock", False))
+        inputs = config.resolve(entry.inputs) if entry.inputs else path.with_suffix(".in")
+        found.append((inputs, "a lock's requirements input", False))
+    found += [(Path(p), "a lock", False) for p in cli_locks]
+    found += [(config.resolve(sc.script), f"the script of scenario {name}", False)
+              for name, sc in config.scenario.items()]
+    found.append((config.resolve(config.golden_dir), "golden_dir", True))
+    return found
+
+
 def lock_paths(config: Config, cli_locks: list[str]
                ) -> list[tuple[Path, str | None, Path | None]]:
     """(path, expected device, requirements.in) of each lock, without reading the locks:
@@ -245,35 +271,64 @@ def _describe(errors: list[Any]) -> str:
     return f"key '{loc}': {msg}" if loc else msg
 
 
-def parse_config(data: dict[str, Any], source: str, root: Path) -> Config:
+def parse_config(data: dict[str, Any], source: str, root: Path,
+                 file: Path | None = None) -> Config:
     try:
-        return Config.model_validate({**data, "root": root, "source": source})
+        return Config.model_validate({**data, "root": root, "source": source, "file": file})
     except ValidationError as exc:
         raise ConfigError(f"{source}: {_describe(exc.errors())}") from None
 
 
+CONFIG_NAMES = ("lockguard.toml", "pyproject.toml")  # looked for in this order
+
+
+# The largest config file read: a pyproject.toml is a few KiB.
+MAX_CONFIG_BYTES = 4 << 20
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        text = read_bytes(path, "config file", MAX_CONFIG_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ReadError as exc:
+        raise ConfigError(str(exc)) from None
+    return _parse_toml(text, str(path))
+
+
+def _parse_toml(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+
+
+def lockguard_table(text: str, name: str, where: str) -> dict[str, Any] | None:
+    """The lockguard settings a config file's text holds (a lockguard.toml is all settings; a
+    pyproject.toml holds them in [tool.lockguard]); None when a pyproject.toml has none.
+    `where` names the file in errors (a path, or `main:pyproject.toml` for one read from git)."""
+    data = _parse_toml(text, where)
+    if name != "pyproject.toml":
+        return data
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{where}: key 'tool': expected a table")
+    section = tool.get("lockguard")
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"{where} [tool.lockguard]: expected a table")
+    return section
 
 
 def load_config(path: Path | None = None, start: Path | None = None) -> Config:
     """Load an explicit config file, or find pyproject.toml / lockguard.toml upwards from start."""
     if path is not None:
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        return _load_file(path.resolve())
+        data = _read_toml(path)  # first: a FIFO, a device or a symlink loop is named so
+        return _load_file(path.resolve(), data)
     here = (start or Path.cwd()).resolve()
     for directory in (here, *here.parents):
-        for name in ("lockguard.toml", "pyproject.toml"):
+        for name in CONFIG_NAMES:
             candidate = directory / name
-            if candidate.is_file():
+            if os.path.lexists(candidate):  # read even when not a regular file: said so
                 data = _read_toml(candidate)
                 tool = data.get("tool", {})
                 if not isinstance(tool, dict):
@@ -298,4 +353,4 @@ def _load_file(path: Path, data: dict[str, Any] | None = None) -> Config:
         source = str(path)
     if not isinstance(section, dict):
         raise ConfigError(f"{source}: expected a table")
-    return parse_config(section, source, path.parent)
+    return parse_config(section, source, path.parent, path)

@@ -33,12 +33,43 @@ _ESCAPES = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+# Credentials in URLs: the user-info part (`https://user:password@host`, `https://TOKEN@host`)
+# and query parameters whose names say they carry a secret (`?token=`, `&X-Amz-Signature=`).
+# Index URLs in locks, pip's configuration and installer errors carry them; none may reach a
+# terminal, a CI log or a report.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s]*)@")
+_SECRET_PARAM = re.compile(
+    r"(?i)([?&;][^=&;#\s]*(?:token|key|secret|password|passwd|pwd|auth|sig|signature|credential)"
+    r"[^=&;#\s]*=)[^&;#\s]+")
+REDACTED = "***"
+
+
+def _userinfo(match: re.Match[str]) -> str:
+    user, colon, _ = match.group(2).partition(":")
+    # `user:password@` keeps the user (which account) and hides the password; a lone
+    # `TOKEN@` is the secret itself.
+    shown = f"{user}:{REDACTED}" if colon else REDACTED
+    return f"{match.group(1)}{shown}@"
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of every URL in it replaced by ***: the password of
+    `user:password@` (a lone `token@` wholly), and the values of query parameters named like a
+    secret (token, key, secret, password, auth, signature, credential). The one redaction:
+    `printable` applies it, so every error line and every rendered report does."""
+    if "@" in text:
+        text = _USERINFO.sub(_userinfo, text)
+    if "=" in text:
+        text = _SECRET_PARAM.sub(lambda m: m.group(1) + REDACTED, text)
+    return text
+
+
 def printable(text: str) -> str:
-    """`text` with terminal escape sequences and control characters removed (newlines and
-    tabs kept)."""
+    """`text` as it may be shown: terminal escape sequences and control characters removed
+    (newlines and tabs kept), credentials in URLs masked (`redact`)."""
     # A lone surrogate (a non-UTF-8 path in a traceback) cannot be encoded for any output.
     text = text.encode("utf-8", "replace").decode("utf-8")
-    return _CONTROL.sub("", _ESCAPES.sub("", text))
+    return redact(_CONTROL.sub("", _ESCAPES.sub("", text)))
 
 
 def one_line(text: str, limit: int = 2000) -> str:

@@ -9,21 +9,29 @@ umask's, or the replaced file's), not mkstemp's 0600. Anything else -- a FIFO, a
 destroy it; a symlink is followed and its target replaced. Temporary files left by a killed
 writer are removed by the next write into the same directory.
 
+The one reader: every config, lock, golden, report and harness result is read through
+`read_bytes` (bounded, regular files only, never a blocking open) and JSON through
+`parse_json` / `read_json` (no duplicate keys, no integer beyond float range).
+
 Paths are shown to the user with `display_path`, here beside the other path helpers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from lockguard.errors import LockguardError, did_you_mean
+from lockguard.sizes import format_size
 
 _TMP_SUFFIX = ".lockguard-tmp"
 _umask_lock = threading.Lock()
@@ -202,6 +210,93 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def writable_dir(path: Path, what: str) -> None:
+    """Fail now, before any training runs, if files cannot be written below `path` later."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise WriteError(f"{path}: {what} cannot be created: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise WriteError(f"{path}: {what} is not writable ({probe}: permission denied)")
+
+
+# ------------------------------------------------------------------------------------ reading
+#
+# The one reader: every config, lock, golden, report and harness result lockguard reads comes
+# through `read_bytes` (JSON through `parse_json` too). A FIFO, a device or a socket where a
+# file was expected is named for what it is -- "is a FIFO", not "not found" -- and never opened
+# in a way that could block; a file larger than its kind can be is refused before it is read,
+# rather than costing minutes and gigabytes before failing anyway.
+
+MiB = 1 << 20
+
+
+class ReadError(LockguardError):
+    """A file that cannot be read as asked: missing, not a regular file, too large, unreadable,
+    or not the JSON it should be. `str()` is one line naming the file (and line); `reason` is
+    the part after it, for callers that phrase the error their own way."""
+
+    def __init__(self, path: Path | str, reason: str, *, missing: bool = False,
+                 line: int | None = None) -> None:
+        self.path, self.reason, self.missing, self.line = Path(path), reason, missing, line
+        super().__init__(f"{path}:{line}: {reason}" if line else f"{path}: {reason}")
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode says a path is, as a message names it: "a FIFO (named pipe)", ..."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_bytes(path: Path, what: str, limit: int) -> bytes:
+    """The content of the regular file at `path` (symlinks followed), `what` naming it in
+    errors ("lock file", "golden file"). Anything but a regular file is refused with its kind
+    named; a file over `limit` bytes is refused before it is read. A missing file is a
+    ReadError with `missing` set, "<path>: <what> not found"."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ReadError(path, f"{what} not found{near_miss(path)}", missing=True) from None
+    except OSError as exc:
+        raise ReadError(path, f"cannot read the {what}: {exc.strerror or exc}") from None
+    _check_kind(path, st, what, limit)
+    try:
+        # O_NONBLOCK: should a FIFO be swapped in after the stat, opening it does not wait for
+        # a writer (fstat below refuses it); on a regular file the flag changes nothing.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ReadError(path, f"{what} not found", missing=True) from None
+    except OSError as exc:
+        raise ReadError(path, f"cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        _check_kind(path, os.fstat(fd), what, limit)
+        chunks, size = [], 0
+        while size <= limit:  # st_size can lie (/proc, a file growing): count what is read
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ReadError(path, f"cannot read the {what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ReadError(path, f"the {what} is larger than the {format_size(limit)} a {what} "
+                              "can be; not read")
+    return b"".join(chunks)
+
+
 # A directory listed for a "did you mean": no more entries than this are compared.
 MAX_NEAR_MISS_ENTRIES = 10_000
 
@@ -221,14 +316,63 @@ def near_miss(path: Path) -> str:
     return f"; {hint}" if hint else ""
 
 
-def writable_dir(path: Path, what: str) -> None:
-    """Fail now, before any training runs, if files cannot be written below `path` later."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise WriteError(f"{path}: {what} cannot be created: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise WriteError(f"{path}: {what} is not writable ({probe}: permission denied)")
+def _check_kind(path: Path, st: os.stat_result, what: str, limit: int) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise ReadError(path, f"the {what} is {file_kind(st.st_mode)}, not a regular file")
+    if st.st_size > limit:
+        raise ReadError(path, f"the {what} is {format_size(st.st_size)}, more than the "
+                              f"{format_size(limit)} a {what} can be; not read")
+
+
+# The largest integer a JSON document lockguard reads may hold: every number in a result,
+# golden or report is a float or must fit one (a count, a byte size), and an integer beyond
+# float range would fail in arithmetic long after it was read.
+_FLOAT_MAX_DIGITS = len(str(int(sys.float_info.max)))
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _Refused(f"duplicate key {key!r} in one object (a reader takes the last "
+                           "copy, a reviewer sees the first)")
+        obj[key] = value
+    return obj
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) <= _FLOAT_MAX_DIGITS:
+        value = int(text)
+        if abs(value) <= sys.float_info.max:
+            return value
+    digits = len(text.lstrip("-"))
+    raise _Refused(f"the integer {text[:12]}{'…' if len(text) > 12 else ''} ({digits} digits) "
+                   "is beyond the range of a float")
+
+
+def parse_json(text: str, source: Path | str) -> Any:
+    """`text` decoded as JSON, refusing what the json module would take silently: a key given
+    twice in one object, an integer beyond float range. Errors are ReadErrors naming `source`
+    (and the line, where the JSON is malformed)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_bounded_int)
+    except json.JSONDecodeError as exc:
+        raise ReadError(source, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
+    except _Refused as exc:
+        raise ReadError(source, str(exc)) from None
+    except RecursionError:
+        raise ReadError(source, "nested too deeply to read") from None
+
+
+def read_json(path: Path, what: str, limit: int) -> Any:
+    """The JSON document in the regular file `path`: read_bytes, UTF-8, then parse_json."""
+    data = read_bytes(path, what, limit)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReadError(path, f"the {what} is not UTF-8 text (byte {exc.start})") from None
+    return parse_json(text, path)

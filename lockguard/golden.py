@@ -48,7 +48,6 @@ import json
 import math
 import os
 import re
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,11 +58,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_serializer, f
 from lockguard import __version__
 from lockguard.compare.envelope import Envelope
 from lockguard.errors import LockguardError, printable
-from lockguard.files import write_text
+from lockguard.files import MiB, ReadError, parse_json, read_bytes, write_text
 from lockguard.hardware import HardwareClass, hardware_class
-from lockguard.results import SCHEMA_VERSION as RESULT_SCHEMA, RunResult, Status, verify
+from lockguard.sizes import format_size
+from lockguard.results import (
+    SCHEMA_VERSION as RESULT_SCHEMA, RunResult, Status, finite, shown_number, verify,
+)
 
 SCHEMA_VERSION = 2  # of the golden file; its "result" carries RunResult's own schema_version
+# The largest golden file read or written: the largest bundled scenario's takes 54 KiB, and a
+# million steps (names.MAX_STEPS) of losses and gradient norms 43 MiB. A larger file is
+# refused before it is read (an 80 MB one cost a minute and 1.5 GB before it failed anyway),
+# and `record` refuses to write one no check could read.
+MAX_GOLDEN_BYTES = 64 * MiB
 
 
 class GoldenError(LockguardError):
@@ -179,9 +186,18 @@ def _inside(golden_dir: Path, *parts: str) -> Path:
             raise GoldenError(f"{golden_dir}: {part!r} cannot be a golden file's path "
                               "component (it would leave golden_dir)")
     path = golden_dir.joinpath(*parts)
-    root = os.path.normpath(os.path.abspath(golden_dir))
-    if os.path.commonpath([root, os.path.normpath(os.path.abspath(path))]) != root:
-        raise GoldenError(f"{path}: outside golden_dir {golden_dir}")
+    # By real paths: a symlink below golden_dir (a device or class directory, a golden file)
+    # that leads out of it would have `record` write, and `check` read, wherever it points.
+    # golden_dir itself may be a symlink: where it leads is the golden directory.
+    root = os.path.realpath(golden_dir)
+    here = root
+    for depth, part in enumerate(parts, 1):
+        here = os.path.realpath(os.path.join(here, part))
+        if os.path.commonpath([root, here]) != root:
+            step = golden_dir.joinpath(*parts[:depth])
+            raise GoldenError(f"{step}: leads out of golden_dir {golden_dir} (to {here}); "
+                              "a golden is only read or written below it: replace the "
+                              "symlink with a directory or file of its own")
     return path
 
 
@@ -218,28 +234,21 @@ def load(path: Path) -> Golden | None:
     """The golden at `path`, verified in full (digest, model, result contract, class) — None
     when there is none. The one way a golden is read."""
     try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            raise GoldenError(f"{path}: is a directory, not a golden file")
-        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
-            raise GoldenError(f"{path}: is not a regular file, not a golden file")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise GoldenError(f"{path}: cannot read golden file: {exc.strerror or exc}") from None
+        data = read_bytes(path, "golden file", MAX_GOLDEN_BYTES)
+    except ReadError as exc:
+        if exc.missing:
+            return None
+        raise GoldenError(str(exc)) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise GoldenError(f"{path}: corrupt golden file: not UTF-8 (byte {exc.start}); "
                           "re-record it") from None
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GoldenError(f"{path}:{exc.lineno}: corrupt golden file: {exc.msg}; "
-                          "re-record it") from None
-    except RecursionError:
-        raise GoldenError(f"{path}: corrupt golden file: nested too deeply; re-record it") \
+        document = parse_json(text, path)
+    except ReadError as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise GoldenError(f"{where}: corrupt golden file: {exc.reason}; re-record it") \
             from None
     _verify_text(path, document, text)
     try:
@@ -325,14 +334,15 @@ def _unusable(result: dict[str, Any]) -> str | None:
         if _all_finite(values):
             continue
         for i, v in enumerate(values):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                return f"{name}[{i}] is {v!r}, not a finite number"
+            if not finite(v):
+                return f"{name}[{i}] is {shown_number(v)}, not a finite number"
     return None
 
 
 def _all_finite(values: list[Any]) -> bool:
-    # The common case in C: only numbers, and their exact sum is finite (so is every term).
-    if not set(map(type, values)) <= {float, int}:
+    # The common case in C: only floats, and their exact sum is finite (so is every term).
+    # Anything else (an int, which may be beyond float range) is left to `finite`, one by one.
+    if not set(map(type, values)) <= {float}:
         return False
     try:
         return math.isfinite(math.fsum(values))
@@ -382,7 +392,13 @@ def write(path: Path, result: RunResult, provenance: Provenance,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     file = GoldenFile(schema_version=SCHEMA_VERSION, hardware=hardware, provenance=stamped,
                       result=result, envelope=envelope)
-    write_text(path, file.text())
+    text = file.text()
+    if len(text.encode("utf-8")) > MAX_GOLDEN_BYTES:
+        raise GoldenError(f"{path}: not written: the golden of {result.scenario} would be "
+                          f"{format_size(len(text.encode('utf-8')))}, more than the "
+                          f"{format_size(MAX_GOLDEN_BYTES)} a golden file can be; record fewer "
+                          "steps")
+    write_text(path, text)
     return True
 
 

@@ -1,6 +1,6 @@
 """The names lockguard's layers share, each list defined once: frameworks, devices, environment
-backends, report formats and verdicts. (The harness keeps its own copy: it imports nothing of
-lockguard.)"""
+backends, report formats and verdicts, and the command line's bounds. (The harness keeps its
+own copy: it imports nothing of lockguard.)"""
 
 from enum import Enum
 
@@ -9,6 +9,15 @@ DEVICES = ("cpu", "cuda", "tpu")
 ENV_KINDS = ("venv", "docker", "local")
 FORMATS = ("text", "json", "markdown", "html", "junit", "github")
 RESOLVERS = ("pip-tools", "uv")
+
+# Bounds the command line declares its options with (and the config its keys).
+# steps: of a scenario, --steps or the `steps` keys.
+MAX_STEPS = 1_000_000
+# --repeat: runs per scenario; past 100 a median or a noise envelope no longer moves, and a
+# gate that repeats more is a typo (10**9 would plan a billion runs).
+MAX_REPEAT = 100
+# --shards / --shard K/N: parts of a plan; 256 is the most jobs one GitHub Actions matrix runs.
+MAX_SHARDS = 256
 
 
 class Verdict(str, Enum):

@@ -5,6 +5,7 @@ goes to stderr, and is switched off entirely with quiet=True. On a terminal a st
 spinner, its elapsed time and, when it counts something, "n of N"; in a log (no terminal) it
 prints one line when it starts and one with its duration when it ends. Colour follows NO_COLOR.
 With verbose=True every command lockguard runs (installers, harness processes) is shown.
+Every line goes through errors.redact: an index URL's password never reaches a CI log.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import shlex
 import threading
 import time
 from collections.abc import Iterator, Sequence
+
+from lockguard.errors import redact
 
 
 class Progress:
@@ -43,13 +46,13 @@ class Progress:
 
     def info(self, message: str) -> None:
         if self._console is not None:
-            self._console.print(message)
+            self._console.print(redact(message))
 
     def detail(self, message: str) -> None:
         if self._console is not None and self.verbose:
             from rich.markup import escape
 
-            self._console.print(f"[dim]{escape(message)}[/dim]", soft_wrap=True)
+            self._console.print(f"[dim]{escape(redact(message))}[/dim]", soft_wrap=True)
 
     def command(self, argv: Sequence[str], where: str | None = None) -> None:
         """Show a command about to run (verbose only), as a shell would take it."""
@@ -69,7 +72,7 @@ class Progress:
     def step(self, message: str, total: int | None = None) -> Iterator[StepHandle]:
         """A long step: spinner, elapsed time and n of `total` on a terminal; a line before
         and a line with the duration after it elsewhere."""
-        message = self.stage + message
+        message = self.stage + redact(message)
         start = time.perf_counter()
         handle = StepHandle(total)
         if self._console is None:
@@ -120,7 +123,7 @@ class StepHandle:
             from rich.markup import escape
 
             self._bar.update(self._task,
-                             description=f"{self._base} [dim]{escape(detail[:80])}[/dim]")
+                             description=f"{self._base} [dim]{escape(redact(detail)[:80])}[/dim]")
 
     def advance(self) -> int:
         """One more of `total` done; returns how many are done now (thread-safe)."""

@@ -6,6 +6,7 @@ written with Python's repr, which round-trips exactly, so losses are never round
 """
 
 import math
+import sys
 from enum import Enum
 from typing import Annotated, Any
 
@@ -15,6 +16,9 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, SerializerF
 from lockguard.errors import LockguardError
 
 SCHEMA_VERSION = 1
+# The largest result file read from a harness run: the size of the largest golden
+# (golden.MAX_GOLDEN_BYTES), since a result is what a golden keeps.
+MAX_RESULT_BYTES = 64 << 20
 
 
 def _json_float(value: float) -> float | str:
@@ -220,18 +224,35 @@ def contract_problems(result: RunResult, *, scenario: str, framework: str,
     return problems
 
 
+def finite(value: Any) -> bool:
+    """Whether `value` is a number a float holds: a finite float, or an integer within float
+    range (10**400 is not: math.isfinite cannot even take it). A bool is no number here. The
+    one finiteness check, for results as validated and for raw JSON alike."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -sys.float_info.max <= value <= sys.float_info.max
+    return False
+
+
+def shown_number(value: Any) -> str:
+    """A number for an error line: an integer of hundreds of digits shortened."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} characters)"
+
+
 def non_finite(result: RunResult) -> str | None:
     """Where an ok result holds NaN or inf, if anywhere: a NaN output is as broken as a NaN loss."""
     series = [("loss", result.losses), ("gradient norm", result.grad_norms),
               ("output", result.outputs)]
     for label, values in series:
         for i, v in enumerate(values):
-            if not math.isfinite(v):
-                return f"{label} {i} is {v}"
+            if not finite(v):
+                return f"{label} {i} is {shown_number(v)}"
     for label, named in (("parameter norm", result.param_norms), ("metric", result.metrics)):
         for name, v in named.items():
-            if not math.isfinite(v):
-                return f"{label} {name!r} is {v}"
+            if not finite(v):
+                return f"{label} {name!r} is {shown_number(v)}"
     return None
 
 

@@ -51,7 +51,8 @@ TOP = 'lock = "lock.txt"'
 RECORD = ("record", "--scenario", "s")
 CHECK = ("check", "--scenario", "s")
 # This machine's own golden of `s`: goldens live in one folder per hardware class.
-GOLDEN = f"golden/cpu/{host_class('cpu').id}/s.json"
+CLASS_DIR = f"golden/cpu/{host_class('cpu').id}"
+GOLDEN = f"{CLASS_DIR}/s.json"
 VALID_SHAPE = '{"schema_version": 1, "provenance": {}, "result": %s}'
 
 TIMEOUT_S = 20  # a refusal takes about a second; this only bounds a case that hangs
@@ -445,6 +446,135 @@ CASES = [
          env={"LOCKGUARD_CACHE": "{tmp}/cachelink"}, fragments=("cachelink",)),
     Case("cache-unwritable", env={"LOCKGUARD_CACHE": "/dev/null/lockguard"},
          fragments=("/dev/null",)),
+
+    # ---------------------------------------------------------------- locks that install unchecked
+    Case("lock-without-any-hash", **lock(f"{NUMPY_PIN}\n", "lock.txt:1", "no --hash",
+                                         "allow_unhashed = true")),
+    Case("lock-pip-freeze-style", **lock("# pip freeze\n\nsix==1.16.0\nnumpy==2.0.2\n",
+                                         "lock.txt:3", "six==1.16.0", "allow_unhashed")),
+    Case("lock-http-index", **lock("--index-url http://pypi.example.invalid/simple\n"
+                                   + NUMPY_LOCK, "lock.txt:1", "plain http",
+                                   "allow_insecure_index = true")),
+    Case("lock-http-extra-index-with-password",
+         **lock(NUMPY_LOCK + "--extra-index-url http://alice:s3cret@pypi.example.invalid/s\n",
+                f"lock.txt:{LOCK_LINES + 1}", "alice:***@", "allow_insecure_index"),
+         absent=("s3cret",)),
+    Case("lock-http-find-links", **lock("--find-links HTTP://wheels.example.invalid/\n"
+                                        + NUMPY_LOCK, "lock.txt:1", "plain http")),
+    Case("lock-trusted-host", **lock("--trusted-host pypi.example.invalid\n" + NUMPY_LOCK,
+                                     "lock.txt:1", "--trusted-host", "allow_insecure_index")),
+    Case("lock-unhashed-opt-in-is-not-insecure-opt-in",
+         **cfg("allow_unhashed = true"),
+         files={"lock.txt": f"--index-url http://pypi.example.invalid/simple\n{NUMPY_PIN}\n"},
+         fragments=("lock.txt:1", "allow_insecure_index")),
+    Case("allow-unhashed-not-a-bool", **cfg('allow_unhashed = "yes"'),
+         fragments=("pyproject.toml", "allow_unhashed")),
+    Case("allow-insecure-index-not-a-bool", **cfg("allow_insecure_index = 1"),
+         fragments=("pyproject.toml", "allow_insecure_index")),
+
+    # ---------------------------------------------------------------- not regular files
+    Case("lock-is-a-fifo", **lock(Fifo(), "lock.txt", "is a FIFO")),
+    Case("lock-is-dev-zero", top='lock = "/dev/zero"', fragments=("/dev/zero",
+                                                                   "is a character device")),
+    Case("cli-lock-is-a-fifo", args=RECORD + ("--lock", "l.txt"), files={"l.txt": Fifo()},
+         fragments=("l.txt", "is a FIFO")),
+    Case("cli-baseline-lock-is-dev-zero", args=CHECK + ("--baseline-lock", "/dev/zero"),
+         fragments=("/dev/zero", "is a character device")),
+    Case("pyproject-is-a-fifo", files={"pyproject.toml": Fifo()},
+         fragments=("pyproject.toml", "is a FIFO")),
+    Case("cli-config-is-a-fifo", args=CHECK + ("--config", "c.toml"), files={"c.toml": Fifo()},
+         fragments=("c.toml", "is a FIFO")),
+    Case("cli-config-is-dev-zero", args=CHECK + ("--config", "/dev/zero"),
+         fragments=("/dev/zero", "is a character device")),
+    Case("golden-is-a-fifo", **golden(Fifo(), "s.json", "is a FIFO")),
+    Case("golden-is-a-fifo-on-record", **golden(Fifo(), "s.json", "FIFO", args=RECORD)),
+    Case("cli-accept-from-a-fifo", args=("accept", "--from", "r.json", "--reason", "x", "--yes"),
+         files={"r.json": Fifo()}, fragments=("r.json", "is a FIFO")),
+    Case("cli-accept-from-dev-zero", args=("accept", "--from", "/dev/zero", "--reason", "x",
+                                           "--yes"),
+         fragments=("/dev/zero", "is a character device")),
+    Case("cli-report-of-a-fifo", args=("report", "r.json"), files={"r.json": Fifo()},
+         fragments=("r.json", "is a FIFO")),
+    Case("cli-merge-part-is-a-fifo", args=("merge", "a.json"), files={"a.json": Fifo()},
+         fragments=("a.json", "is a FIFO")),
+
+    # ---------------------------------------------------------------- JSON that reads two ways
+    Case("golden-duplicate-result-key",
+         **golden('{"schema_version": 2, "result": {"steps": 1}, "provenance": {},\n'
+                  ' "result": {"steps": 2}}', "s.json", "duplicate key 'result'")),
+    Case("golden-integer-beyond-float",
+         **golden(VALID_SHAPE % ('{"losses": [1' + "0" * 400 + "]}"), "s.json",
+                  "beyond the range of a float")),
+    Case("golden-integer-past-python-digit-limit",
+         **golden(VALID_SHAPE % ('{"losses": [' + "9" * 5000 + "]}"), "s.json",
+                  "beyond the range of a float")),
+    Case("cli-report-duplicate-key", args=("report", "r.json"),
+         files={"r.json": '{"command": "check", "verdicts": [], "command": "record"}'},
+         fragments=("r.json", "duplicate key 'command'")),
+    Case("cli-report-integer-beyond-float", args=("report", "r.json"),
+         files={"r.json": '{"command": "check", "verdicts": [], "duration_s": 1'
+                          + "0" * 400 + "}"},
+         fragments=("r.json", "beyond the range of a float")),
+
+    # ---------------------------------------------------------------- golden containment
+    Case("golden-class-dir-links-out", args=RECORD,
+         files={CLASS_DIR: Link("{tmp}/outside"), "../outside/keep": "x\n"},
+         fragments=(CLASS_DIR, "leads out of golden_dir")),
+    Case("golden-file-links-out", args=RECORD,
+         files={GOLDEN: Link("{tmp}/outside/s.json"), "../outside/keep": "x\n"},
+         fragments=("s.json", "leads out of golden_dir")),
+    Case("golden-device-dir-links-out", args=CHECK,
+         files={"golden/cpu": Link("{tmp}/outside"), "../outside/keep": "x\n"},
+         fragments=("golden/cpu", "leads out of golden_dir")),
+    Case("golden-class-dir-is-a-file", args=RECORD, files={CLASS_DIR: "not a directory\n"},
+         fragments=(CLASS_DIR, "not a directory")),
+
+    # ---------------------------------------------------------------- reports over inputs
+    Case("cli-output-is-the-lock", args=RECORD + ("-o", "lock.txt"),
+         fragments=("-o lock.txt", "a lock")),
+    Case("cli-output-is-the-config", args=CHECK + ("-o", "pyproject.toml"),
+         fragments=("-o pyproject.toml", "the config file")),
+    Case("cli-output-is-a-golden", args=CHECK + ("-o", GOLDEN),
+         files={GOLDEN: "{}\n"}, fragments=("-o", "below golden_dir")),
+    Case("cli-report-is-the-script", args=RECORD + ("--report", "json=s.py"),
+         fragments=("--report s.py", "the script of scenario s")),
+    Case("cli-output-is-the-lock-through-a-link", args=RECORD + ("-o", "out.txt"),
+         files={"out.txt": Link("lock.txt")}, fragments=("-o out.txt", "a lock")),
+    Case("cli-output-is-the-baseline-lock", args=CHECK + ("--baseline-lock", "old.txt",
+                                                          "-o", "old.txt"),
+         files={"old.txt": NUMPY_LOCK}, fragments=("-o old.txt", "a lock")),
+    Case("cli-diff-output-is-its-input", args=("diff", "lock.txt", "lock.txt", "-o",
+                                               "lock.txt"), fragments=("-o lock.txt", "lock")),
+    Case("cli-report-output-is-its-input", args=("report", "r.json", "-o", "r.json"),
+         files={"r.json": "{}\n"}, fragments=("-o r.json", "the report being rendered")),
+    Case("cli-plan-output-is-the-config", args=("plan", "-o", "pyproject.toml"),
+         fragments=("-o pyproject.toml", "the config file")),
+
+    # ---------------------------------------------------------------- bounds
+    Case("cli-repeat-10-pow-30", args=CHECK + ("--repeat", "1" + "0" * 30),
+         fragments=("--repeat",)),
+    Case("cli-repeat-over-the-bound", args=RECORD + ("--repeat", "101"),
+         fragments=("--repeat", "100")),
+    Case("cli-steps-over-the-bound", args=RECORD + ("--steps", "1" + "0" * 30),
+         fragments=("--steps", "1000000")),
+    Case("cli-shards-over-the-bound", args=("plan", "--shards", "257"),
+         fragments=("--shards", "256")),
+    Case("cli-shard-n-over-the-bound", args=CHECK + ("--shard", "1/1000000000000"),
+         fragments=("--shard", "256")),
+
+    # ---------------------------------------------------------------- LOCKGUARD_* variables
+    Case("env-jobs-abc", env={"LOCKGUARD_JOBS": "abc"}, fragments=("LOCKGUARD_JOBS",)),
+    Case("env-jobs-zero", env={"LOCKGUARD_JOBS": "0"}, fragments=("LOCKGUARD_JOBS",)),
+    Case("env-jobs-huge", env={"LOCKGUARD_JOBS": "9" * 5000}, fragments=("LOCKGUARD_JOBS",)),
+    Case("env-unknown-name", env={"LOCKGUARD_JOB": "2"},
+         fragments=("LOCKGUARD_JOB:", "did you mean LOCKGUARD_JOBS")),
+    Case("env-base-image-with-newline", env={"LOCKGUARD_BASE_IMAGE": "python:3.11\nRUN x"},
+         fragments=("LOCKGUARD_BASE_IMAGE",)),
+    Case("env-images-dir-missing", env={"LOCKGUARD_IMAGES_DIR": "{tmp}/nope"},
+         fragments=("LOCKGUARD_IMAGES_DIR", "nope")),
+    Case("env-pip-tools-python-not-executable",
+         env={"LOCKGUARD_PIP_TOOLS_PYTHON": "{tmp}/p/s.py"},
+         fragments=("LOCKGUARD_PIP_TOOLS_PYTHON", "s.py")),
 ]
 
 

@@ -30,6 +30,7 @@ import pytest
 
 import lockguard.envs.docker as dk
 from lockguard.envs.base import EnvError, RunRequest
+from lockguard.envvars import EnvVarError
 from lockguard.envs.docker import accelerators, wheelhouse
 from lockguard.envs.docker.backend import HARNESS_MOUNT, OUT_MOUNT, USER_MOUNT
 from lockguard.envs.docker.build import StageTracker
@@ -135,8 +136,12 @@ def test_images_dir_can_be_pointed_elsewhere(tmp_path, monkeypatch):
     monkeypatch.delenv(dk.IMAGES_DIR_ENV)
     assert custom.dockerfile.endswith("# custom\n")
     assert custom.tag != dk.recipe_for("numpy", "cpu", numpy_lock()).tag
-    monkeypatch.setenv(dk.IMAGES_DIR_ENV, str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv(dk.IMAGES_DIR_ENV, str(tmp_path / "empty"))
     with pytest.raises(EnvError, match="Dockerfile.in"):
+        dk.templates_dir()
+    monkeypatch.setenv(dk.IMAGES_DIR_ENV, str(tmp_path / "nowhere"))  # lockguard/envvars.py
+    with pytest.raises(EnvVarError, match="LOCKGUARD_IMAGES_DIR=.*must name a directory"):
         dk.templates_dir()
 
 

@@ -126,3 +126,88 @@ def test_scratch_dirs_of_dead_lockguards_are_swept(tmp_path, monkeypatch):
         assert mine.is_dir() and mine.name.startswith(f"lockguard-run-{os.getpid()}-")
         assert not stale.exists() and live.exists()
     assert not mine.exists()
+
+
+# ------------------------------------------------------------------------------- the reader
+
+def test_read_bytes_names_what_stands_there_and_never_blocks(tmp_path):
+    """A FIFO with no writer, a socket, a device, a directory: each refused at once, by kind."""
+    import re
+    import socket
+    import time
+
+    from lockguard.files import ReadError, read_bytes
+
+    os.mkfifo(tmp_path / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    (tmp_path / "link").symlink_to(tmp_path / "fifo")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    cases = {tmp_path / "fifo": "is a FIFO (named pipe), not a regular file",
+             tmp_path / "link": "is a FIFO",  # followed: what it leads to is what is read
+             tmp_path / "sock": "is a socket",
+             Path("/dev/zero"): "is a character device",
+             tmp_path: "is a directory",
+             tmp_path / "loop": "cannot read the lock file: Too many levels of symbolic links"}
+    for path, reason in cases.items():
+        began = time.monotonic()
+        with pytest.raises(ReadError, match=re.escape(reason)) as info:
+            read_bytes(path, "lock file", 1 << 20)
+        assert time.monotonic() - began < 2
+        assert str(info.value).startswith(f"{path}: ")
+        assert not info.value.missing
+    sock.close()
+    with pytest.raises(ReadError, match="lock file not found") as info:
+        read_bytes(tmp_path / "absent", "lock file", 10)
+    assert info.value.missing
+
+
+def test_read_bytes_refuses_a_file_over_its_bound_before_reading_it(tmp_path):
+    from lockguard.files import ReadError, read_bytes
+
+    (tmp_path / "big.json").write_bytes(b"x" * 2048)
+    with pytest.raises(ReadError, match=r"big.json: the golden file is 2 KiB, more than the "
+                                        r"1000 B a golden file can be; not read"):
+        read_bytes(tmp_path / "big.json", "golden file", 1000)
+    assert read_bytes(tmp_path / "big.json", "golden file", 2048) == b"x" * 2048
+
+
+def test_read_bytes_counts_what_it_reads_not_what_stat_says():
+    """/proc files say size 0 and hold more: the bound holds on what is read."""
+    from lockguard.files import ReadError, read_bytes
+
+    with pytest.raises(ReadError, match="larger than the 16 B"):
+        read_bytes(Path("/proc/self/status"), "report", 16)
+
+
+def test_parse_json_refuses_what_reads_two_ways(tmp_path):
+    from lockguard.files import ReadError, parse_json
+
+    with pytest.raises(ReadError, match=r"g.json: duplicate key 'result' in one object"):
+        parse_json('{"result": {"a": 1}, "result": {"a": 2}}', tmp_path / "g.json")
+    with pytest.raises(ReadError, match="duplicate key 'a'"):  # nested objects too
+        parse_json('{"x": [{"a": 1, "a": 1}]}', "r.json")
+    for big in ("1" + "0" * 400, "-" + "9" * 309, "9" * 5000):
+        with pytest.raises(ReadError, match="beyond the range of a float"):
+            parse_json(f"[{big}]", "r.json")
+    with pytest.raises(ReadError) as info:
+        parse_json('{\n "a": 1,\n}', "r.json")
+    assert info.value.line == 3 and str(info.value).startswith("r.json:3: invalid JSON")
+    with pytest.raises(ReadError, match="nested too deeply"):
+        parse_json("[" * 100_000 + "]" * 100_000, "r.json")
+    # What the harness writes for a diverged run stays readable: its checks judge it.
+    import math
+    values = parse_json('{"losses": [NaN, Infinity, 1e999, ' + str(int(sys.float_info.max))
+                        + "]}", "r.json")["losses"]
+    assert math.isnan(values[0]) and values[1] == values[2] == math.inf
+    assert values[3] == int(sys.float_info.max)
+
+
+def test_read_json_reads_a_regular_file(tmp_path):
+    from lockguard.files import ReadError, read_json
+
+    (tmp_path / "r.json").write_text('{"a": [1, 2.5]}')
+    assert read_json(tmp_path / "r.json", "JSON report", 100) == {"a": [1, 2.5]}
+    (tmp_path / "bad.json").write_bytes(b'{"a": "caf\xe9"}')
+    with pytest.raises(ReadError, match=r"bad.json: the JSON report is not UTF-8 text \(byte"):
+        read_json(tmp_path / "bad.json", "JSON report", 100)

@@ -187,7 +187,7 @@ def test_parse_lock_reads_a_file_and_names_it(tmp_path):
 
 
 def test_parse_lock_missing_file_is_a_lock_error(tmp_path):
-    with pytest.raises(LockError, match="cannot read the lock"):
+    with pytest.raises(LockError, match="missing.txt: lock file not found"):
         parse_lock(tmp_path / "missing.txt")
 
 

@@ -25,7 +25,7 @@ from conftest import DATA, make_project
 
 from lockguard import process
 
-MARKER = "LOCKGUARD_PROCESS_TEST"
+MARKER = "LG_PROCESS_TEST"  # not LOCKGUARD_: lockguard refuses names it does not know
 
 
 def marked(token: str) -> list[int]:

@@ -327,7 +327,7 @@ def test_diff_record_and_golden_reports():
 # ------------------------------------------------------------------- in a real browser
 
 def artefact_dir(tmp_path: Path) -> Path:
-    where = Path(os.environ.get("LOCKGUARD_TEST_ARTIFACTS") or tmp_path)
+    where = Path(os.environ.get("LG_TEST_ARTIFACTS") or tmp_path)
     where.mkdir(parents=True, exist_ok=True)
     return where
 

@@ -78,6 +78,9 @@ if [ -z "${_LOCKGUARD_GPU_LOGGED:-}" ]; then
         tee "$out/log.txt"
     exit "${PIPESTATUS[0]}"
 fi
+# The settings above are this script's: lockguard refuses a LOCKGUARD_* variable it does not
+# know, as it refuses an unknown config key.
+unset "${!LOCKGUARD_GPU_@}"
 
 t0=$SECONDS
 site=$work/site

@@ -7,7 +7,6 @@ here once, so all backends report failures the same way.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -18,7 +17,10 @@ from lockguard.envs.harness import ENTRY, HARNESS_DIR
 from lockguard.errors import LockguardError
 from lockguard.progress import show_command
 from lockguard.sizes import format_size
-from lockguard.results import SCHEMA_VERSION, ResultError, RunResult, Status, parse_result
+from lockguard.files import ReadError, read_json
+from lockguard.results import (
+    MAX_RESULT_BYTES, SCHEMA_VERSION, ResultError, RunResult, Status, parse_result,
+)
 
 
 class EnvError(LockguardError):
@@ -129,14 +131,18 @@ def execute(argv: list[str], request: RunRequest, result_path: Path,
         return failed_result(request, Status.crashed,
                              f"{done.tail()}\n{memory_error(request)}: killed at "
                              f"{format_size(done.memory_killed)} resident")
-    if not result_path.is_file():
-        return failed_result(request, Status.crashed,
-                             f"harness ended with {done.describe()} and wrote no result\n"
-                             f"{done.tail()}")
     try:
-        result = parse_result(json.loads(result_path.read_text(encoding="utf-8")),
-                              str(result_path))
-    except (ValueError, ResultError) as exc:
+        # Bounded, regular files only, no duplicate keys, no integer beyond float range: what
+        # a training wrote is checked like any other input.
+        data = read_json(result_path, "harness result", MAX_RESULT_BYTES)
+        result = parse_result(data, str(result_path))
+    except ReadError as exc:
+        if exc.missing:
+            return failed_result(request, Status.crashed,
+                                 f"harness ended with {done.describe()} and wrote no result\n"
+                                 f"{done.tail()}")
+        return failed_result(request, Status.crashed, f"unreadable harness result: {exc}")
+    except ResultError as exc:
         return failed_result(request, Status.crashed, f"unreadable harness result: {exc}")
     if result.timings.total_s is None:
         result.timings.total_s = done.seconds

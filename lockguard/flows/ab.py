@@ -13,7 +13,7 @@ from lockguard.flows.pipeline import (
     Backend, Job, LockRef, Planned, Runs, env_kind, lock_for, pipeline,
 )
 from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
-    tolerance_of
+    tolerance_of, trust_notes
 from lockguard.locks.diff import diff_locks, with_startup_files
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, harness_digest
@@ -76,7 +76,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
                   locks=[lock_info(r, "baseline") for r in baseline]
                   + [lock_info(r, "candidate") for r in locks],
                   lock_diffs=diffs, verdicts=outcome.verdicts, evidence=outcome.evidence,
-                  notes=[idle] if idle else [],
+                  notes=([idle] if idle else []) + trust_notes(config, baseline + locks),
                   parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
                                 outcome.results),
                   passed=gate_passes(outcome.verdicts, policy) and not idle,

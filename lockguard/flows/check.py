@@ -17,7 +17,7 @@ from lockguard.flows.goldens import (
 )
 from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline
 from lockguard.flows.report_parts import family_rule_report, lock_info, nothing_done, parity, \
-    policy_for
+    policy_for, trust_notes
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass
 from lockguard.progress import QUIET, Progress
@@ -115,7 +115,8 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
                   evidence=outcome.evidence,
                   parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
                                 outcome.results),
-                  notes=([idle] if idle else []) + crossed.notes(),
+                  notes=([idle] if idle else []) + crossed.notes()
+                  + trust_notes(config, locks),
                   hardware=hosts.known(),
                   passed=gate_passes(outcome.verdicts, policy) and not idle,
                   failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],

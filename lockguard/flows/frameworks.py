@@ -19,6 +19,7 @@ from lockguard.flows.goldens import Hosts
 from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, pipeline
 from lockguard.flows.report_parts import (
     evidence, family_rule_report, lock_info, nothing_done, policy_for, relative_spread,
+    trust_notes,
 )
 from lockguard.locks.families import framework_version
 from lockguard.progress import QUIET, Progress
@@ -90,7 +91,8 @@ def compare_frameworks(config: Config, locks: list[LockRef], scenarios: list[Sce
     return Report(command="compare-frameworks", mode="frameworks",
                   device=opts.device or config.device,
                   locks=[lock_info(r, "candidate") for r in locks], verdicts=outcome.verdicts,
-                  evidence=outcome.evidence, frameworks=table, notes=[idle] if idle else [],
+                  evidence=outcome.evidence, frameworks=table,
+                  notes=([idle] if idle else []) + trust_notes(config, locks),
                   passed=gate_passes(outcome.verdicts, policy) and not idle,
                   failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
                   hardware=hosts.known(), duration_s=time.perf_counter() - start)

@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from lockguard.allowlist import withheld
+from lockguard import envvars
 from lockguard.cache import cache_root
-from lockguard.config import Config, ConfigError, lock_paths
+from lockguard.config import Config, lock_paths
 from lockguard.envs.base import Env, RunRequest
 from lockguard.files import scratch_dir, writable_dir
 from lockguard.hardware import host_memory, visible_gpus
 from lockguard.locks.model import Lock
 from lockguard.locks.parser import parse_lock
+from lockguard.locks.trust import require_trusted
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
 from lockguard.scenarios import Scenario
@@ -120,8 +122,8 @@ def load_locks(config: Config, cli_locks: list[str]) -> list[LockRef]:
 
 
 def read_lock(path: Path) -> Lock:
-    if not path.is_file():
-        raise ConfigError(f"{path}: lock file not found")
+    """The lock at `path`, parsed: "lock file not found", or what else stands there (a FIFO,
+    a directory), or the line at fault -- LockError naming the file either way."""
     return parse_lock(path)
 
 
@@ -257,6 +259,9 @@ class Environments:
         then the failure first in plan order is raised — every build before it in plan order
         has finished. An interrupt kills the running builds' processes at once
         (process.kill_all) and returns without waiting for their threads."""
+        if isinstance(self.backend, _RealBackend):  # every lock, before any is installed
+            for ref in dict.fromkeys(w[0] for w in wanted if w[0] is not None):
+                self.backend.admit(ref)
         first: dict[tuple[str, str], tuple[LockRef | None, str, str]] = {}
         for w in wanted:
             first.setdefault(self._key(*w), w)
@@ -308,6 +313,13 @@ class _RealBackend:
     config: Config
     kind: str
 
+    def admit(self, ref: LockRef) -> None:
+        """Refuse a lock that would install unchecked files (no hashes, a plain-http index),
+        unless the config opts in: locks/trust.py. Nothing is installed under --env local."""
+        if self.kind != "local":
+            require_trusted(ref.lock, allow_unhashed=self.config.allow_unhashed,
+                            allow_insecure_index=self.config.allow_insecure_index)
+
     def prepare(self, ref: LockRef | None, framework: str, device: str,
                 progress: Progress) -> Env:
         if self.kind == "local":
@@ -315,6 +327,7 @@ class _RealBackend:
 
             return local.prepare(self.config.python_path, ref.lock.lock_hash if ref else "local")
         assert ref is not None
+        self.admit(ref)  # again here: a backend wrapped by bisect is prepared lock by lock
         if self.kind == "docker":
             from lockguard.envs import docker
 
@@ -402,8 +415,8 @@ def build_workers(n: int) -> int:
 
 def default_workers() -> int:
     """Parallel harness processes: LOCKGUARD_JOBS, else one per core (at most 8)."""
-    configured = os.environ.get("LOCKGUARD_JOBS", "")
-    if configured.isdigit() and int(configured) > 0:
+    configured = envvars.value("LOCKGUARD_JOBS")  # checked: 1 to envvars.MAX_JOBS
+    if configured:
         return int(configured)
     return max(1, min(os.cpu_count() or 1, 8))
 

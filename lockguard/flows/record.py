@@ -8,19 +8,20 @@ atomically, and only healthy runs on the intended device become references.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import golden
 from lockguard.config import Config, Options
-from lockguard.files import display_path, writable_dir
+from lockguard.files import display_path, file_kind, writable_dir
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, golden_dir, lock_hash, previous_goldens,
 )
 from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline
 from lockguard.flows.report_parts import (
-    family_rule_report, lock_info, nothing_done, parity, policy_for,
+    family_rule_report, lock_info, nothing_done, parity, policy_for, trust_notes,
 )
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass, hardware_class
@@ -53,13 +54,18 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     def decide(p: Planned) -> list[Job]:
         # Where the goldens go must be writable, and this class's old golden may be corrupt or
         # of an old schema (it is replaced: that is what the error told the user to do), but it
-        # may not be a directory, which a golden file cannot replace.
-        writable_dir(gdir / p.device, "the golden directory")
+        # may not be a directory, which a golden file cannot replace. All known before any run:
+        # this machine's class directory (not only the device's), and that it stays inside
+        # golden_dir (golden_path refuses a symlink out).
         host = hosts.get(p.device)
         if host is not None:
             target = golden_path(gdir, p.device, host.id, p.scenario.id)
-            if os.path.isdir(target):
-                raise GoldenError(f"{target}: is a directory, not a golden file; remove it")
+            writable_dir(target.parent, "the golden directory")
+            kind = _kind(target)
+            if kind is not None:  # a FIFO would block the write, a directory refuse it
+                raise GoldenError(f"{target}: is {kind}, not a golden file; remove it")
+        else:
+            writable_dir(gdir / p.device, "the golden directory")
         previous[p.scenario.id] = previous_goldens(gdir, p, host, notes)
         return [Job(p, p.lock)] * opts.repeat
 
@@ -114,9 +120,19 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                   parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
                                 outcome.results),
                   written=[str(path) for path in written], passed=not broken and not idle,
-                  notes=([idle] if idle else []) + notes + crossed.notes(),
+                  notes=([idle] if idle else []) + notes + crossed.notes()
+                  + trust_notes(config, locks),
                   hardware=hosts.known(), failing=[v.scenario for v in broken],
                   duration_s=time.perf_counter() - start)
+
+
+def _kind(path: Path) -> str | None:
+    """What stands at `path` if it is neither absent nor a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # absent, or a dangling link: written as a new file
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def _reference(runs: list[RunResult]) -> tuple[RunResult, Envelope | None]:

@@ -55,6 +55,16 @@ def lock_info(ref: LockRef, role: str) -> LockInfo:
                     label=ref.label)
 
 
+def trust_notes(config: Config, locks: list[LockRef]) -> list[str]:
+    """The warnings every report of a run carries for a lock let through by an opt-in
+    (allow_unhashed, allow_insecure_index; locks/trust.py)."""
+    from lockguard.locks.trust import warnings
+
+    return [w for ref in locks
+            for w in warnings(ref.lock, ref.name, allow_unhashed=config.allow_unhashed,
+                              allow_insecure_index=config.allow_insecure_index)]
+
+
 def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
     """A failing report when a lock breaks a framework family rule, before anything is built:
     a mismatched torch/torchvision pair is known in a second, not after a 20-minute build."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,8 +39,10 @@ from lockguard.config import Config, Options
 from lockguard.errors import LockguardError, UsageError
 from lockguard.flows.goldens import golden_dir
 from lockguard.flows.pipeline import LockRef, Planned, env_kind, plan
-from lockguard.golden import GoldenError, class_paths
+from lockguard.files import ReadError, read_json
+from lockguard.golden import MAX_GOLDEN_BYTES, GoldenError, class_paths
 from lockguard.hardware import HardwareClass
+from lockguard.names import MAX_SHARDS
 from lockguard.scenarios import Scenario
 
 if TYPE_CHECKING:
@@ -110,19 +113,20 @@ class _Group:
 # ----------------------------------------------------------------------------------- the plan
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """`K/N` of --shard: 1 <= K <= N."""
-    k, sep, n = text.partition("/")
-    if not sep or not k.isdigit() or not n.isdigit() or not 1 <= int(k) <= int(n):
-        raise UsageError(f"--shard {text}: expected K/N with 1 <= K <= N, e.g. 2/4")
-    return int(k), int(n)
+    """`K/N` of --shard: 1 <= K <= N <= MAX_SHARDS."""
+    match = re.fullmatch(r"([0-9]{1,6})/([0-9]{1,6})", text)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]) <= MAX_SHARDS:
+        raise UsageError(f"--shard {text}: expected K/N with 1 <= K <= N <= {MAX_SHARDS}, "
+                         "e.g. 2/4")
+    return int(match[1]), int(match[2])
 
 
 def parse_entry(text: str) -> str:
     """A plan entry id as `lockguard plan` prints it (`cpu-numpy-1a2b3c4d-2of3`: the second of
     three parts of that device, framework and lock)."""
     _, _, tail = text.rpartition("-")
-    k, sep, n = tail.partition("of")
-    if not sep or not k.isdigit() or not n.isdigit() or not 1 <= int(k) <= int(n):
+    match = re.fullmatch(r"([0-9]{1,6})of([0-9]{1,6})", tail)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
         raise UsageError(f"--plan-entry {text}: not a plan entry id (`lockguard plan` prints "
                          "them, e.g. cpu-numpy-1a2b3c4d-2of3)")
     return text
@@ -150,8 +154,9 @@ def estimate(config: Config, p: Planned) -> float:
         paths = []  # the check itself reports an unreadable golden directory
     for path in paths:
         try:
-            total = json.loads(path.read_text(encoding="utf-8"))["result"]["timings"]["total_s"]
-        except (OSError, ValueError, KeyError, TypeError):
+            total = read_json(path, "golden file", MAX_GOLDEN_BYTES)["result"]["timings"][
+                "total_s"]
+        except (ReadError, KeyError, TypeError):
             continue  # a golden the check will refuse is no estimate, and not the plan's error
         if isinstance(total, (int, float)) and total > 0 and total == total:
             timings.append(float(total))

@@ -6,8 +6,8 @@ Whatever else in lockguard needs the pins of a lock text calls these; nothing el
 requirement lines. Beside them: `lock_writer`, which resolver a lock's header names, and
 `read_requirements_input`, the lenient reader of a requirements.in (and the files it
 includes) that the resolver module consults before a resolve. The only I/O is `parse_lock`
-reading the file it is given and `read_requirements_input` reading the input and its
-includes.
+reading the file it is given (through files.read_bytes) and `read_requirements_input` reading
+the input and its includes.
 """
 
 import os
@@ -21,16 +21,23 @@ from typing import Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from lockguard.files import ReadError, read_bytes
 from lockguard.locks.model import Lock, LockError, LockOptions, Pin
 
 
+# The largest lock read: a resolved tensorflow stack with hashes is 40 KiB.
+MAX_LOCK_BYTES = 16 << 20
+
+
 def parse_lock(path: Path) -> Lock:
-    """Read and parse a lock file; `str(path)` becomes `Lock.source` and names it in errors."""
+    """Read and parse a lock file; `str(path)` becomes `Lock.source` and names it in errors.
+    Only a regular file is read (a FIFO, a device, a directory is named for what it is)."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # -sig: a BOM is not part of line 1
-    except OSError as exc:
-        raise LockError(source, None, f"cannot read the lock: {exc.strerror or exc}") from None
+        data = read_bytes(Path(path), "lock file", MAX_LOCK_BYTES)
+        text = data.decode("utf-8-sig")  # -sig: a BOM is not part of line 1
+    except ReadError as exc:
+        raise LockError(source, None, exc.reason) from None
     except UnicodeDecodeError:
         raise LockError(source, None, "the lock is not UTF-8 text") from None
     return parse_lock_text(text, source)

@@ -90,7 +90,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lockguard import installers
+from lockguard import envvars, installers
 from lockguard.errors import LockguardError, printable
 from lockguard.installers import ToolError, find_uv
 from lockguard.files import display_path, scratch_dir, write_text
@@ -767,7 +767,7 @@ def _relpath(path: Path, start: Path) -> str:
 
 def _pip_tools_python(say: Progress) -> str:
     """The interpreter that runs pip-compile: the pinned tool env, created on first use."""
-    override = os.environ.get("LOCKGUARD_PIP_TOOLS_PYTHON")
+    override = envvars.value("LOCKGUARD_PIP_TOOLS_PYTHON")
     if override:
         return override
     if _has_pinned_pair():

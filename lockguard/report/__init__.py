@@ -14,6 +14,7 @@ re-renders it later without running anything, and refuses a version it does not 
 import dataclasses
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -24,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from lockguard import __version__
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import PRECEDENCE, Verdict
-from lockguard.errors import LockguardError, printable
+from lockguard.errors import LockguardError, printable, redact
+from lockguard.files import MiB, ReadError, parse_json, read_bytes
 from lockguard.locks.diff import LockDiff
 from lockguard.hardware import HardwareClass
 from lockguard.results import RunResult
@@ -42,6 +44,10 @@ from lockguard.report._common import change_short, change_text, option_lines
 #    the file is of a version it does not know, instead of failing on a field.
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
+# The largest JSON report read (`lockguard report`, `accept --from`, `merge`): a report holds
+# its runs' curves, each a golden's size at most (golden.MAX_GOLDEN_BYTES); what is larger is
+# refused before it is read.
+MAX_REPORT_BYTES = 128 * MiB
 
 
 class ReportError(LockguardError):
@@ -441,7 +447,8 @@ def render(report: Report, fmt: str, color: bool = False, width: int | None = No
     if fmt == "json":
         from lockguard.report import json_
 
-        return json_.render(report)  # JSON escapes control characters itself
+        # JSON escapes control characters itself; credentials are masked in every format.
+        return json_.render(printable_report(report, redact))
     report = printable_report(report)
     if fmt == "markdown":
         from lockguard.report import markdown
@@ -466,16 +473,17 @@ def render(report: Report, fmt: str, color: bool = False, width: int | None = No
     return text.render(report, color=color, width=width)
 
 
-def printable_report(report: Report) -> Report:
-    """The report with every string stripped of terminal escapes: reasons quote pip, training
-    logs and golden files, and none of them may drive the reader's terminal."""
+def printable_report(report: Report, shown: Callable[[str], str] = printable) -> Report:
+    """The report with every string as it may be shown (`shown`, by default errors.printable:
+    no terminal escapes, no credentials): reasons quote pip, training logs, golden files and
+    index URLs, and none of them may drive the reader's terminal or leak a password."""
     # Copied model by model, not dumped and validated again: a report that skipped
     # validation (an unchanged check's) must not build the Report validator just to be shown.
     def clean(value: Any) -> Any:
         if isinstance(value, Enum):
             return value  # the verdict names (str enums) are lockguard's own
         if isinstance(value, str):
-            return printable(value)
+            return shown(value)
         if isinstance(value, BaseModel):
             copy = value.model_copy(update={name: clean(getattr(value, name))
                                             for name in type(value).model_fields})
@@ -498,13 +506,16 @@ def printable_report(report: Report) -> Report:
 def load_report(path: Path) -> Report:
     """A JSON report written by `--format json` / `--report json=PATH`, validated in full."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+        data = read_bytes(Path(path), "JSON report", MAX_REPORT_BYTES)
+    except ReadError as exc:
+        raise ReportError(str(exc)) from None
+    try:
+        raw = parse_json(data.decode("utf-8"), path)
     except UnicodeDecodeError:
         raise ReportError(f"{path}: not a lockguard JSON report (not UTF-8 text)") from None
-    except ValueError as exc:
-        raise ReportError(f"{path}: not a lockguard JSON report (invalid JSON: {exc})") from None
+    except ReadError as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise ReportError(f"{where}: not a lockguard JSON report ({exc.reason})") from None
     if not isinstance(raw, dict) or "verdicts" not in raw or "command" not in raw:
         raise ReportError(f"{path}: not a lockguard JSON report (no command and verdicts)")
     version = raw.get("schema_version")

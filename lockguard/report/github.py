@@ -118,6 +118,10 @@ def render(report: Report) -> str:
                     "warning", f"{text}: the lock installs from other sources or with other "
                     "installer options; every package may come from there",
                     file=file, line=line, title="lockguard: installer option changed"))
+    for note in report.notes:
+        if note.startswith("warning: "):  # e.g. a lock installed unchecked (locks/trust.py)
+            out.append(command("warning", note.removeprefix("warning: "),
+                               title="lockguard: warning"))
     if report.frameworks is not None:
         out.append(command("notice", "\n".join(framework_summary(report.frameworks)),
                            title="lockguard compare-frameworks: steady step time"))

@@ -101,10 +101,14 @@ def render(report: Report) -> str:
                                 message=report.notes[0] if report.notes else "the gate failed")
         failure.text = "\n".join(report.notes)
 
+    # The suite's one system-out: its warnings (e.g. a lock installed unchecked,
+    # locks/trust.py), then the compare-frameworks summary.
+    suite_out = [n for n in report.notes if n.startswith("warning: ")]
     if report.frameworks is not None:
         table = report.frameworks
-        out = ET.SubElement(suite, "system-out")
-        out.text = "\n".join(framework_summary(table) + ["", *table.caveats])
+        suite_out += ([""] if suite_out else []) + framework_summary(table) + ["", *table.caveats]
+    if suite_out:
+        ET.SubElement(suite, "system-out").text = "\n".join(suite_out)
 
     counts = {"tests": str(tests), "failures": str(failures), "errors": "0",
               "skipped": str(skipped)}

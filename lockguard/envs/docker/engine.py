@@ -15,6 +15,7 @@ import os
 from types import ModuleType
 from typing import Any
 
+from lockguard import envvars
 from lockguard.cache import cache_dir
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker.recipe import BASE_IMAGE_ENV, Base, base_for
@@ -109,7 +110,7 @@ def resolve_base(client: Any, accelerator: str, base_image: str | None = None) -
     A local override is addressed by its image id: rebuilding it changes every tag built on it.
     """
     pinned = base_for(accelerator)
-    override = base_image or os.environ.get(BASE_IMAGE_ENV)
+    override = base_image or envvars.value(BASE_IMAGE_ENV)
     if not override:
         return pinned
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import sys
 import time
@@ -24,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 import lockguard
+from lockguard import envvars
 from lockguard.envs.base import EnvError
 from lockguard.locks.model import Lock
 from lockguard.names import FRAMEWORKS
@@ -46,7 +46,7 @@ TEMPLATE = "Dockerfile.in"
 
 def templates_dir() -> Path:
     """The image templates: LOCKGUARD_IMAGES_DIR when set, else this package's templates/."""
-    configured = os.environ.get(IMAGES_DIR_ENV)
+    configured = envvars.value(IMAGES_DIR_ENV)
     if configured:
         root = Path(configured)
         if not (root / TEMPLATE).is_file():
