@@ -156,5 +156,6 @@ def test_a_report_over_the_bound_is_refused_before_it_is_read(tmp_path, monkeypa
 
     (tmp_path / "r.json").write_text('{"command": "check", "verdicts": []}' + " " * 2000)
     monkeypatch.setattr(report, "MAX_REPORT_BYTES", 1024)
-    with pytest.raises(ReportError, match="r.json: the JSON report is 1.99 KiB, more than the 1 KiB"):
+    with pytest.raises(ReportError,
+                       match="r.json: the JSON report is 1.99 KiB, more than the 1 KiB"):
         load_report(tmp_path / "r.json")

@@ -5,7 +5,8 @@ paths no test runs:
 
     cli → flows → report → domain (locks, compare, results, golden, hardware, scenarios,
     config, gitref) → envs → bottom (errors, files, process, supervisor, cache, names,
-    progress, installers, allowlist, sizes, envvars); the harness apart, importing nothing of lockguard.
+    progress, installers, allowlist, sizes, envvars); the harness apart, importing nothing of
+    lockguard.
 """
 
 from __future__ import annotations
