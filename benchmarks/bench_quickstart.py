@@ -14,9 +14,10 @@ nothing cached and nothing local:
 
 Reports the whole command (target <= 60 s), the venv and lockguard install, and the two checks
 (the harmless bump, then the jax upgrade; target <= 30 s together), with the load average
-before and after. Writes benchmarks/results/quickstart.json (medians of --repeat runs, every
-run kept) and the last run's output to benchmarks/results/quickstart.txt, which is where the
-README's sample output is copied from.
+before and after, and the CPU seconds the command used (a busy machine stretches wall times far
+more than the CPU a command needs). Writes benchmarks/results/quickstart.json (medians of
+--repeat runs, every run kept) and the last run's output to benchmarks/results/quickstart.txt,
+which is where the README's sample output is copied from.
 """
 
 from __future__ import annotations
@@ -68,12 +69,14 @@ def one_run(ref: str) -> dict:
         finally:
             sys.path.pop(0)
         load_before = os.getloadavg()
+        cpu_before = os.times()
         start = time.time()
         # bash does not take PS4 from the environment when run as root: set it in the script.
         script = f'PS4="+ \\$EPOCHREALTIME "; set -x; {command}'
         proc = subprocess.run(["bash", "-c", script], cwd=clone, env=pypi_only_env(tmp),
                               capture_output=True, text=True, timeout=1800)
         end = time.time()
+        cpu_after = os.times()
         load_after = os.getloadavg()
     traced = steps(proc.stderr)
     checks = [t for t, cmd in traced if "lockguard check" in cmd]
@@ -88,6 +91,10 @@ def one_run(ref: str) -> dict:
         "check_harmless_s": checks[1] - checks[0],
         "check_upgrade_s": end - checks[1],
         "checks_s": end - checks[0],
+        # CPU seconds (user + system) of everything the command ran: what another engineer's
+        # work on the same cores stretches far less than the wall times.
+        "cpu_s": (cpu_after.children_user - cpu_before.children_user
+                  + cpu_after.children_system - cpu_before.children_system),
         "summaries": re.findall(r"^(?:PASS|FAIL) check: .*$", proc.stdout, flags=re.M),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
@@ -103,7 +110,8 @@ def main() -> None:
     ref = subprocess.run(["git", "rev-parse", args.ref], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout.strip()
     runs = [one_run(ref) for _ in range(args.repeat)]
-    keys = ("total_s", "venv_and_install_s", "check_harmless_s", "check_upgrade_s", "checks_s")
+    keys = ("total_s", "venv_and_install_s", "check_harmless_s", "check_upgrade_s", "checks_s",
+            "cpu_s")
     medians = {k: round(statistics.median(r[k] for r in runs), 1) for k in keys}
     result = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
