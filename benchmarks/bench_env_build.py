@@ -157,8 +157,9 @@ def two_envs(locks: list[Path], parallel: bool, where: Path, caches: dict[str, s
     from lockguard.config import Config
     from lockguard.flows import pipeline
     from lockguard.locks.parser import parse_lock
+    from lockguard.locks.ref import LockRef
 
-    refs = [pipeline.LockRef(path=p, lock=parse_lock(p)) for p in locks]
+    refs = [LockRef(path=p, lock=parse_lock(p)) for p in locks]
     wanted = [(ref, "numpy", "cpu") for ref in refs]
     real = pipeline.build_workers
     if not parallel:

@@ -286,7 +286,7 @@ def _setup(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[st
            fmt: str, verbose: bool):
     from lockguard.config import load_config
     from lockguard.progress import Progress
-    from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.ref import load_locks
     from lockguard.scenarios import select
 
     config = load_config(config_path)
@@ -447,7 +447,8 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         if baseline_locks:
             raise UsageError("--base and --baseline-lock are two ways to pick a baseline: "
                             "use one")
-        from lockguard.config import load_config, lock_paths
+        from lockguard.config import load_config
+        from lockguard.locks.ref import lock_paths
         from lockguard.flows.git_base import check_base
         from lockguard.progress import Progress
         from lockguard.scenarios import select
@@ -466,11 +467,12 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                                 Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose))
     else:
         from lockguard.flows.check import check as check_flow
-        from lockguard.flows.pipeline import LockRef, read_lock
+        from lockguard.locks.ref import LockRef, lock_target, read_lock
 
         config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
         refuse_inputs(targets, project_inputs(config, locks + baseline_locks))
-        baseline = [LockRef(Path(p), read_lock(Path(p))) for p in baseline_locks]
+        baseline = [LockRef(Path(p), read_lock(Path(p), lock_target(config)))
+                    for p in baseline_locks]
         part = _shard_part(shard, config, opts, chosen, locks, lock_refs, plan_entry,
                            plan_shards)
         keep = artifacts.prepare(artifacts_dir, config.root, check=True)
@@ -508,7 +510,7 @@ def _shard_part(shard: str | None, config, opts, chosen, locks: tuple[str, ...],
     if shard is not None and entry is not None:
         raise UsageError("--shard and --plan-entry are two ways to name one part: use one")
     from lockguard.flows import shards
-    from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.ref import load_locks
 
     # An entry id names a part of the plan made with the same options (--shards included).
     k, n = shards.parse_shard(shard) if shard is not None else (0, plan_shards)
@@ -555,7 +557,7 @@ def plan(locks, scenarios, env, device, steps, shards, fmt, output, config_path)
     check_output(output)
     from lockguard.config import Options, load_config, project_inputs
     from lockguard.flows import shards as sharding
-    from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.ref import load_locks
     from lockguard.scenarios import select
 
     config = load_config(config_path)
@@ -725,7 +727,7 @@ def compare_frameworks(locks, families, frameworks, env, device, steps, repeat, 
     from lockguard.config import Options, load_config, project_inputs
     from lockguard.flows.frameworks import compare_frameworks as compare_flow
     from lockguard.flows.frameworks import comparison_scenarios
-    from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.ref import load_locks
     from lockguard.progress import Progress
 
     config = load_config(config_path)
@@ -861,7 +863,7 @@ def outdated(locks, config_path, fmt, index_url) -> None:
     import json
 
     from lockguard.config import load_config
-    from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.ref import load_locks
     from lockguard.locks.outdated import outdated as newer_releases
 
     config = load_config(config_path)
@@ -902,7 +904,7 @@ def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str
     """
     targets = report_targets(fmt, output, reports)
     from lockguard.flows.ab import diff as diff_flow
-    from lockguard.flows.pipeline import LockRef, read_lock
+    from lockguard.locks.ref import LockRef, read_lock
 
     refuse_inputs(targets, [(old, "the old lock", False), (new, "the new lock", False)])
     report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)))
@@ -942,7 +944,9 @@ def report_command(report_file: Path, fmt: str, output: Path | None,
               help="Default: every framework the lock pins.")
 @click.option("--accelerator", type=click.Choice(DEVICES), default="cpu",
               show_default=True,
-              help="The device the image is for: its base image and the framework's build.")
+              help="The device the image is for. A cuda or tpu image is the lock's own "
+                   "wheels (nvidia-*, libtpu) on the cpu images' base, its stack proven to "
+                   "load before any GPU is seen; the driver comes from the host at run time.")
 @click.option("--lock", "locks", multiple=True, metavar="PATH",
               help="Lock file (repeatable); default: the config's.")
 @click.option("--base-image", metavar="IMAGE",
@@ -963,7 +967,7 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
     from lockguard.config import load_config
     from lockguard.envs import docker
     from lockguard.progress import Progress
-    from lockguard.flows.pipeline import load_locks
+    from lockguard.locks.ref import load_locks
     from lockguard.locks.trust import require_trusted
 
     if registry is not None:
@@ -987,6 +991,8 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
             how = "reused" if image.reused else f"built in {image.seconds:.0f} s"
             click.echo(f"{image.tag}  {image.id[:19]}  {image.size / 1e6:.0f} MB  {how}  "
                        f"(log: {image.log})")
+            if image.stack is not None:
+                click.echo(f"  {docker.stack_line(image.stack)}")
             if registry is not None:
                 from lockguard.envs.docker import engine
                 from lockguard.envs.docker.build import image_dir

@@ -238,20 +238,6 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
     return found
 
 
-def lock_paths(config: Config, cli_locks: list[str]
-               ) -> list[tuple[Path, str | None, Path | None]]:
-    """(path, expected device, requirements.in) of each lock, without reading the locks:
-    --lock options (relative to the working directory) or the config's (relative to it)."""
-    if cli_locks:
-        refs = [(Path(p), None, None) for p in cli_locks]
-    else:
-        refs = [(config.resolve(e.path), e.device, config.resolve(e.inputs) if e.inputs else None)
-                for e in config.lock_entries()]
-    if not refs:
-        raise ConfigError("no lock given: pass --lock PATH or set `lock` in [tool.lockguard]")
-    return refs
-
-
 def _is_branch(part: object) -> bool:
     # Union members and validators appear in pydantic's error locations ("str", "LockEntry",
     # "literal['exact']", "function-after[...]"); the user's file has only keys and indices.

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockguard.envs.base import EnvError
-from lockguard.flows.pipeline import LockRef, read_lock
+from lockguard.locks.ref import LockRef, read_lock
 from lockguard.hardware import cpu_info
 from lockguard.locks.families import framework_version
 from lockguard.locks.model import Lock

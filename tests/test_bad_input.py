@@ -111,6 +111,52 @@ def golden(content, *fragments: str, args=CHECK) -> dict:
     return {"files": {GOLDEN: content}, "fragments": fragments or ("s.json",), "args": args}
 
 
+# The same pin (numpy 2.0.2, one wheel, its real hash) in each TOML format lockguard reads.
+WHEEL = "numpy-2.0.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+FOREIGN_WHEEL = "numpy-2.0.2-cp311-cp311-win_amd64.whl"  # installs on no CI machine
+UV_LOCK = f"""version = 1
+requires-python = ">=3.10"
+
+[[package]]
+name = "p"
+version = "0"
+source = {{ virtual = "." }}
+dependencies = [{{ name = "numpy" }}]
+
+[[package]]
+name = "numpy"
+version = "2.0.2"
+source = {{ registry = "https://pypi.org/simple" }}
+wheels = [{{ url = "https://files.pythonhosted.org/packages/x/{WHEEL}", hash = "sha256:{GOOD_HASH}" }}]
+"""
+PYLOCK = f"""lock-version = "1.0"
+created-by = "hand"
+
+[[packages]]
+name = "numpy"
+version = "2.0.2"
+wheels = [{{ url = "https://files.pythonhosted.org/packages/x/{WHEEL}", hashes = {{ sha256 = "{GOOD_HASH}" }} }}]
+"""
+POETRY_LOCK = f"""[[package]]
+name = "numpy"
+version = "2.0.2"
+optional = false
+python-versions = ">=3.9"
+groups = ["main"]
+files = [{{ file = "{WHEEL}", hash = "sha256:{GOOD_HASH}" }}]
+
+[metadata]
+lock-version = "2.1"
+python-versions = ">=3.10"
+content-hash = "0"
+"""
+
+
+def toml_lock(name: str, text: str, *fragments: str) -> dict:
+    """Case fields for a project whose lock is the TOML lock `name` holding `text`."""
+    return {"top": f'lock = "{name}"', "files": {name: text}, "fragments": fragments}
+
+
 NESTED = "[" * 100_000 + "]" * 100_000
 ESC = "\x1b]0;pwned\x07"
 LONG_ID = "a" * 300
@@ -575,6 +621,52 @@ CASES = [
     Case("env-pip-tools-python-not-executable",
          env={"LOCKGUARD_PIP_TOOLS_PYTHON": "{tmp}/p/s.py"},
          fragments=("LOCKGUARD_PIP_TOOLS_PYTHON", "s.py")),
+
+    # ---------------------------------------------------------------- TOML locks (issue 24)
+    Case("uv-lock-malformed-toml", **toml_lock("uv.lock", UV_LOCK.replace(
+        'name = "numpy"', 'name = "numpy'), "uv.lock:", "not a valid uv.lock (TOML)")),
+    Case("uv-lock-unknown-version", **toml_lock("uv.lock", UV_LOCK.replace(
+        "version = 1\n", "version = 7\n", 1), "uv.lock:1", "version: 7 is not a uv.lock")),
+    Case("uv-lock-missing-hashes", **toml_lock("uv.lock", UV_LOCK.replace(
+        f', hash = "sha256:{GOOD_HASH}"', ""), "uv.lock:10", "numpy==2.0.2 has no hash",
+        "allow_unhashed = true")),
+    Case("uv-lock-no-wheel-for-this-platform", **toml_lock("uv.lock", UV_LOCK.replace(
+        WHEEL, FOREIGN_WHEEL).replace("wheels = [", 'sdist = { url = "https://files.'
+        f'pythonhosted.org/packages/x/numpy-2.0.2.tar.gz", hash = "sha256:{GOOD_HASH}" }}\n'
+        "wheels = ["), "uv.lock:10", "numpy==2.0.2: none of its 1 wheels installs",
+        "only its sdist is left", "allow_sdist = true")),
+    Case("uv-lock-git-source", **toml_lock("uv.lock", UV_LOCK.replace(
+        'source = { registry = "https://pypi.org/simple" }',
+        'source = { git = "https://example.invalid/numpy.git?rev=v2#0123abc" }'),
+        "uv.lock:10", "package[1] (numpy)", "comes from a git")),
+    Case("uv-lock-http-index", **toml_lock("uv.lock", UV_LOCK.replace(
+        "https://pypi.org/simple", "http://pypi.example.invalid/simple"), "uv.lock:10",
+        "plain http", "allow_insecure_index")),
+    Case("pylock-malformed-toml", **toml_lock("pylock.toml", PYLOCK.replace(
+        "[[packages]]", "[[packages]"), "pylock.toml:4", "not a valid pylock.toml (TOML)")),
+    Case("pylock-unknown-lock-version", **toml_lock("pylock.toml", PYLOCK.replace(
+        'lock-version = "1.0"', 'lock-version = "2.0"'), "pylock.toml:1",
+        "lock-version: 2.0 is not a lock version lockguard reads")),
+    Case("pylock-missing-hashes", **toml_lock("pylock.toml", PYLOCK.replace(
+        f', hashes = {{ sha256 = "{GOOD_HASH}" }}', ""), "pylock.toml:4",
+        "packages[0] (numpy).wheels[0]", "has no hashes (PEP 751")),
+    Case("pylock-no-wheel-for-this-platform", **toml_lock("pylock.toml", PYLOCK.replace(
+        WHEEL, FOREIGN_WHEEL), "pylock.toml:4", "numpy==2.0.2: none of its 1 wheels installs",
+        "no installer can install it here")),
+    Case("poetry-lock-malformed-toml", **toml_lock("poetry.lock", POETRY_LOCK.replace(
+        "[[package]]", "[[package]] x"), "poetry.lock:1", "not a valid poetry.lock (TOML)")),
+    Case("poetry-lock-unknown-lock-version", **toml_lock("poetry.lock", POETRY_LOCK.replace(
+        'lock-version = "2.1"', 'lock-version = "9.0"'), "poetry.lock:",
+        "metadata.lock-version: 9.0 is not a lock version lockguard reads")),
+    Case("poetry-lock-of-poetry-1", **toml_lock("poetry.lock", POETRY_LOCK.replace(
+        'lock-version = "2.1"', 'lock-version = "2.0"'), "poetry.lock:",
+        "records no markers per package", "poetry lock")),
+    Case("poetry-lock-missing-hashes", **toml_lock("poetry.lock", POETRY_LOCK.replace(
+        f', hash = "sha256:{GOOD_HASH}"', ""), "poetry.lock:1", "numpy==2.0.2 has no hash",
+        "allow_unhashed")),
+    Case("poetry-lock-no-wheel-for-this-platform", **toml_lock("poetry.lock", POETRY_LOCK.replace(
+        WHEEL, FOREIGN_WHEEL), "poetry.lock:1", "none of its 1 wheels installs",
+        "no installer can install it here")),
 ]
 
 

@@ -14,7 +14,7 @@ from fakes import FakeBackend
 from lockguard.config import Config, Options
 from lockguard.flows.ab import check_ab
 from lockguard.flows.bisect import bisect_search, change_units, ddmin, inconsistency, mix_text
-from lockguard.flows.pipeline import LockRef, read_lock
+from lockguard.locks.ref import LockRef, read_lock
 from lockguard.locks.diff import diff_locks
 from lockguard.locks.parser import parse_lock_text
 from lockguard.names import Verdict
@@ -136,6 +136,7 @@ def test_cuda_wheels_alone_are_one_unit_and_ml_dtypes_joins_jax_and_tensorflow()
 
 def test_a_mix_is_the_baseline_with_the_chosen_units_from_the_candidate(tmp_path):
     h = {c: "sha256:" + c * 64 for c in "abcdef"}
+    (tmp_path / "wheels").mkdir()
     (tmp_path / "old.txt").write_text(
         f"--find-links wheels\nsix==1.16.0 --hash={h['a']}\nattrs==23.1.0 --hash={h['b']}\n"
         f"numpy==1.26.4 --hash={h['c']}\n")
@@ -145,14 +146,16 @@ def test_a_mix_is_the_baseline_with_the_chosen_units_from_the_candidate(tmp_path
     old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
     new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
     units = {u.label: u for u in change_units(diff_locks(old.lock, new.lock))}
-    mix = parse_lock_text(mix_text(old, new, [units["numpy"], units["attrs"], units["packaging"]]),
-                          "mix.txt")
+    form, text = mix_text(old, new, [units["numpy"], units["attrs"], units["packaging"]])
+    assert form == "requirements.txt" and text.startswith("# lockguard bisect: ")
+    mix = parse_lock_text(text, "mix.txt")
     pins = {p.name: (p.version, p.hashes) for p in mix.pins}
     assert pins == {"six": ("1.16.0", (h["a"],)), "numpy": ("2.0.2", (h["e"],)),
                     "packaging": ("24.0", (h["f"],))}  # attrs removed, packaging added
-    assert mix.options.find_links == (str(tmp_path / "wheels"),)  # made absolute
+    # made absolute: it lies beside the baseline lock (locks.writer.find_link, pip's rule)
+    assert mix.options.find_links == (str(tmp_path / "wheels"),)
     assert mix.options.extra_index_urls == ("https://example.org/simple",)
-    everything = parse_lock_text(mix_text(old, new, units.values()), "all.txt")
+    everything = parse_lock_text(mix_text(old, new, units.values())[1], "all.txt")
     assert {(p.name, p.version, p.hashes) for p in everything.pins} == {
         (p.name, p.version, p.hashes) for p in new.lock.pins}
 
@@ -234,7 +237,7 @@ def test_a_mix_keeps_both_locks_indexes_reachable(tmp_path):
     old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
     new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
     units = {u.label: u for u in change_units(diff_locks(old.lock, new.lock))}
-    mix = parse_lock_text(mix_text(old, new, [units["numpy"]]), "mix.txt")
+    mix = parse_lock_text(mix_text(old, new, [units["numpy"]])[1], "mix.txt")
     assert mix.options.index_url == "https://new.example/simple"
     assert mix.options.extra_index_urls == ("https://old.example/simple",)
 

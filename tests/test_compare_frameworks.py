@@ -18,7 +18,7 @@ from conftest import run_cli, three_framework_project
 from fakes import FakeBackend
 from lockguard.config import Config, Options
 from lockguard.flows.frameworks import compare_frameworks, comparison_scenarios
-from lockguard.flows.pipeline import LockRef, read_lock
+from lockguard.locks.ref import LockRef, read_lock
 from lockguard.names import FORMATS, Verdict
 from lockguard.report import load_report, render
 

@@ -14,7 +14,7 @@ from fakes import FakeBackend, lock, losses_for
 from lockguard.config import Config, Options
 from lockguard.flows.ab import check_ab
 from lockguard.flows.check import check
-from lockguard.flows.pipeline import LockRef
+from lockguard.locks.ref import LockRef
 from lockguard.flows.record import record
 from lockguard import golden
 from lockguard.golden import GoldenError
@@ -352,7 +352,8 @@ from pathlib import Path
 from fakes import FakeBackend
 from lockguard.config import Config
 from lockguard.flows import pipeline
-from lockguard.flows.pipeline import Environments, LockRef, read_lock
+from lockguard.flows.pipeline import Environments
+from lockguard.locks.ref import LockRef, read_lock
 pipeline.build_workers = lambda n: min(n, 2)
 root = Path({str(tmp_path)!r})
 refs = []

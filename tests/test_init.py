@@ -192,7 +192,7 @@ def test_no_lock_is_refused_naming_what_was_looked_for(tmp_path):
     before = snapshot(project)
     line = one_line_refusal(run_cli("init", "--yes", cwd=project))
     for fragment in ("no lock to guard", "requirements*.txt", "--generate-hashes",
-                     "lockguard lock", "uv.lock: not read yet", "uv export",
+                     "lockguard lock", "uv.lock: package: the lock pins no packages",
                      "requirements.in is not compiled",
                      "requirements-dev.txt: line 1: 'pytest' is not pinned"):
         assert fragment in line, (fragment, line)
@@ -209,11 +209,23 @@ def test_an_unhashed_lock_is_not_taken(tmp_path):
 
 def test_unsupported_lock_formats_are_named_beside_the_lock_used(tmp_path):
     project = sample_project(tmp_path / "sample")
-    (project / "poetry.lock").write_text("# poetry\n")
+    (project / "pdm.lock").write_text("# pdm\n")
     proc = run_cli("init", "--yes", "--no-record", "--no-workflow", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert "not used: poetry.lock: not read yet" in proc.stdout
-    assert "poetry export" in proc.stdout
+    assert "not used: pdm.lock: not read (lockguard reads requirements" in proc.stdout
+    assert "pdm export" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["uv.lock", "poetry.lock", "pylock.toml"])
+def test_the_toml_lock_formats_are_found_and_used(tmp_path, name):
+    project = sample_project(tmp_path / "sample")
+    (project / "requirements.txt").unlink()
+    (project / "ml").mkdir()
+    (project / "ml" / name).write_bytes((DATA / "locks" / "numpy-1.26.4" / name).read_bytes())
+    proc = run_cli("init", "--yes", "--no-record", "--no-workflow", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert f"lock ml/{name}: numpy 1.26.4" in proc.stdout
+    assert load_config(project / "pyproject.toml").lock == f"ml/{name}"
 
 
 def test_without_pyproject_it_writes_lockguard_toml(tmp_path):

@@ -103,6 +103,12 @@ def test_the_domain_and_envs_do_not_import_upwards(layer):
     assert violations(modules, NOT_IN_DOMAIN) == []
 
 
+def test_the_lock_model_is_the_bottom_of_locks():
+    """Every lock module builds on the model; the model on none of them (no cycle, lazy or not)."""
+    assert [i for i in imports(SOURCES["lockguard.locks.model"])
+            if within(i, ("lockguard.locks",))] == []
+
+
 def test_compare_does_no_io():
     modules = [m for m in SOURCES if within(m, ("lockguard.compare",))]
     assert violations(modules, IO_MODULES) == []
@@ -134,6 +140,10 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("the verdict names", r"^class Verdict\b|^VERDICT_NAMES\s*=", ["lockguard.names"]),
     ("the report formats", r"^FORMATS\s*=", ["lockguard.names"]),
     ("the lock parser", r"^def parse_lock_text\(", ["lockguard.locks.parser"]),
+    # Requirements text (and a pylock.toml) is written in one place, with one --find-links rule.
+    ("the lock writer", r"--hash=\{|^def find_link\(", ["lockguard.locks.writer"]),
+    ("where locks are loaded", r"^(class LockRef\b|def (load_locks|lock_paths|read_lock)\()",
+     ["lockguard.locks.ref"]),
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
 ])
 def test_each_mechanism_is_defined_once(what, pattern, expected_in):

@@ -11,6 +11,7 @@ from lockguard.locks.diff import bump_kind, diff_locks
 from lockguard.locks.families import framework_version, package_families
 from lockguard.locks.model import Lock, LockError
 from lockguard.locks.parser import parse_lock, parse_lock_text
+from lockguard.locks.writer import option_args
 from lockguard.locks.rules import RULES, check_family_rules
 
 
@@ -134,7 +135,7 @@ def test_records_the_installer_options():
         "https://storage.googleapis.com/jax-releases/jax_releases.html",
     )
     assert lock.options.other_options == ("--trusted-host=download.pytorch.org",)
-    assert lock.options.pip_args() == [
+    assert option_args(lock) == [
         "--index-url", "https://pypi.org/simple",
         "--extra-index-url", "https://download.pytorch.org/whl/cpu",
         "--find-links", "https://storage.googleapis.com/jax-releases/jax_releases.html",

@@ -32,7 +32,7 @@ from lockguard.report import (
 )
 from lockguard.report.markdown import LIMIT, MARKER
 from lockguard.results import SCHEMA_VERSION as RESULT_SCHEMA, RunResult
-from lockguard.flows.pipeline import LockRef
+from lockguard.locks.ref import LockRef
 
 HASH = {name: f"--hash=sha256:{name * 64}" for name in "abcdef"}
 OLD_LOCK = f"""\

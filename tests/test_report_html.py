@@ -30,7 +30,7 @@ from lockguard.report import Report, load_report, render
 from lockguard.report.html import CSP, NO_EVIDENCE
 from lockguard.report.svg import BOTTOM, HEIGHT
 from lockguard.results import SCHEMA_VERSION as RESULT_SCHEMA, RunResult
-from lockguard.flows.pipeline import LockRef
+from lockguard.locks.ref import LockRef
 
 HASH = {name: f"--hash=sha256:{name * 64}" for name in "abc"}
 OLD_LOCK = f"numpy==1.26.4 \\\n    {HASH['a']}\n"
@@ -422,7 +422,7 @@ def test_a_noisy_baselines_envelope_is_drawn_around_the_curves(tmp_path):
     from fakes import FakeBackend
     from lockguard.config import Config, Options
     from lockguard.flows.ab import check_ab
-    from lockguard.flows.pipeline import read_lock
+    from lockguard.locks.ref import read_lock
     from lockguard.scenarios import bundled
 
     locks = []

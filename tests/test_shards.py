@@ -20,7 +20,7 @@ from lockguard.config import Config, ConfigError, Options, parse_config
 from lockguard.flows import shards
 from lockguard.flows.ab import check_ab
 from lockguard.flows.check import check
-from lockguard.flows.pipeline import LockRef, read_lock
+from lockguard.locks.ref import LockRef, read_lock
 from lockguard.flows.record import record
 from lockguard.names import Verdict
 from lockguard.report import Report

@@ -29,6 +29,7 @@ from test_cli_errors import assert_one_line_error
 from lockguard.envs import venv
 from lockguard.envs.base import EnvError
 from lockguard.locks.parser import parse_lock_text
+from lockguard.locks.writer import requirements_text
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
 NUMPY_PIN = NUMPY_LOCK[NUMPY_LOCK.index("numpy==2.0.2"):].split("# via")[0]
@@ -184,7 +185,7 @@ six==1.17.0 ; python_version >= "3.13" \\
 
 def test_the_installer_reads_the_parsed_lock_line_for_line():
     lock = parse_lock_text(LAYOUT_LOCK, "requirements.txt")
-    text = venv.lock_text(lock)
+    text = requirements_text(lock)
     again = parse_lock_text(text, "requirements.txt")
     # Exactly what the venv's cache key (the lock hash) names, hashes and options included...
     assert again.lock_hash == lock.lock_hash
@@ -202,7 +203,7 @@ def test_a_relative_find_links_beside_the_lock_still_finds_it(tmp_path):
     (tmp_path / "wheels").mkdir()
     lock = parse_lock_text(f"--find-links wheels\n-f elsewhere\n{NUMPY_PIN}",
                            str(tmp_path / "lock.txt"))
-    again = parse_lock_text(venv.lock_text(lock), "x")
+    again = parse_lock_text(requirements_text(lock), "x")
     assert again.options.find_links == (str(tmp_path / "wheels"), "elsewhere")
     assert again.pins == lock.pins
 

@@ -12,6 +12,10 @@ backend), so the installer gets `--only-binary :all:` unless the project sets
 `allow_sdist = true`. An sdist-only pin fails the build naming its lock line, and a lock's own
 `--no-binary` is refused before anything is built.
 
+The installer reads the lock as lockguard.locks.writer writes it from the parsed Lock (never
+the user's file): with uv, a pylock.toml or uv.lock as a pylock.toml (uv installs the very files
+it names), anything else as requirements text.
+
 A cached env is verified before every use, not trusted: beside the marker lies a manifest of
 every file each installed distribution's RECORD lists, with its size; `prepare` checks the
 marker, `bin/python` and every file's existence and size (one stat per file; benchmarks/
@@ -32,7 +36,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import sys
 import time
@@ -54,11 +57,13 @@ from lockguard.errors import tail as last_lines
 from lockguard.files import scratch_dir, write_bytes, write_text
 from lockguard.installers import drop_uv_settings, pip_config_as_uv_args, uv_settings_note
 from lockguard.locks.model import Lock, Pin
+from lockguard.locks.writer import install_form, option_args, pylock_text, requirements_text
 from lockguard.progress import QUIET, Progress, show_command
 from lockguard.results import RunResult
 
 READY = "lockguard-ready.json"
 LOCK_FILE = "lockguard-lock.txt"  # in the env: the lock the installer read, from the parsed Lock
+PYLOCK_FILE = "pylock.lockguard.toml"  # the same, when uv installs it as a pylock.toml
 BUILD_TIMEOUT_S = 3600  # one installer run; a hung download must not hold CI forever
 MANIFEST = "lockguard-manifest.json"
 MANIFEST_FORMAT = 1
@@ -205,12 +210,13 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
         code, tail = _install_with(installer, path, lock, python, allow_sdist, step)
         used = installer
         if (code != 0 and installer == "uv" and any("Hash mismatch" in ln for ln in tail)
-                and file_sources(lock) > 1):
+                and install_form(lock) == "requirements.txt" and file_sources(lock) > 1):
             # With several indexes, uv takes a release's files from the first index that has
             # the version, even under unsafe-best-match (astral-sh/uv#14000), so a lock
             # hashing another index's wheel of it fails where pip, which chooses among every
             # index's files those the lock hashes, installs. Same pins and hashes either way.
-            # From one place, a mismatch is the lock's own: said at once, no pip rebuild.
+            # From one place (or a pylock.toml's own URL), a mismatch is the lock's own: said
+            # at once, no pip rebuild.
             progress.info("  uv took a file the lock does not hash; installing with pip")
             shutil.rmtree(path)
             path.mkdir()
@@ -234,7 +240,7 @@ def file_sources(lock: Lock) -> int:
     """How many places the installer may take a release's files from: the index (the lock's,
     else pip's, else PyPI; none under --no-index), extra indexes and find-links, the lock's
     and pip's configuration's."""
-    args = lock.options.pip_args() + pip_config_as_uv_args(
+    args = option_args(lock) + pip_config_as_uv_args(
         constraints=False, index_url=not lock.options.index_url)
     extra = sum(a in ("--extra-index-url", "--find-links") for a in args)
     return extra + (0 if "--no-index" in args else 1)
@@ -243,7 +249,12 @@ def file_sources(lock: Lock) -> int:
 def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdist: bool,
                   step) -> tuple[int, list[str]]:
     """Create the venv at `path` and install the lock into it with `installer`: (exit code,
-    the output's last lines)."""
+    the output's last lines).
+
+    The lock as its own installer takes it (locks.writer.install_form): with uv, a pylock.toml
+    or a uv.lock as a pylock.toml, which uv installs from the very files it names, without an
+    index; requirements text and a poetry.lock as requirements. pip reads no pylock.toml."""
+    pylock = installer == "uv" and install_form(lock) == "pylock.toml"
     if installer == "uv":
         uv = uv_binary()
         if python == sys.executable:
@@ -265,9 +276,10 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
         cmd = [uv, "pip", "install", "--no-config", "--python", str(path / "bin" / "python")]
         if not allow_sdist:
             cmd += ["--only-binary", ":all:"]
-        # From where pip would install: uv reads none of pip's configuration.
-        cmd += pip_config_as_uv_args(constraints=not lock.has_hashes,
-                                     index_url=not lock.options.index_url)
+        if not pylock:  # a pylock.toml names its files' URLs: no index is asked
+            # From where pip would install: uv reads none of pip's configuration.
+            cmd += pip_config_as_uv_args(constraints=not lock.has_hashes,
+                                         index_url=not lock.options.index_url)
     else:
         code, tail = run_logged([python, "-m", "venv", "--clear", str(path)],
                                 path.parent / f"{path.name}.venv.log", step)
@@ -282,60 +294,13 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
             cmd += ["--only-binary=:all:", "--log", str(path / PIP_DEBUG_LOG)]
     if lock.has_hashes:
         cmd.append("--require-hashes")
-    lock_file = path / LOCK_FILE
-    write_text(lock_file, lock_text(lock))
+    if pylock:
+        lock_file, text = path / PYLOCK_FILE, pylock_text(lock)
+    else:
+        lock_file, text = path / LOCK_FILE, requirements_text(lock)
+    write_text(lock_file, text)
     cmd += ["-r", str(lock_file)]
     return run_logged(cmd, path / "install.log", step)
-
-
-def lock_text(lock: Lock) -> str:
-    """The lock as the installer reads it, made from the parsed Lock alone: every pin (extras,
-    marker, hashes) and every option, which is what its lock_hash covers, so a venv is exactly
-    what its cache key names. Each sits on its line of the original lock, so the installer's
-    "line N" in an error is the user's line N.
-
-    A relative --find-links that pip would have found beside the lock is made absolute (pip
-    looks for it beside the requirements file first, and this file lies in the env)."""
-    lines: dict[int, list[str]] = {}
-    for pin in lock.pins:
-        text = pin.requirement + (f" ; {pin.marker}" if pin.marker else "")
-        lines.setdefault(pin.line, []).append(text + "".join(f" --hash={h}" for h in pin.hashes))
-    # The options come from the fields lock_hash covers; `lines` only says where each one was.
-    where: dict[tuple[str, str], list[int]] = {}
-    for kind, value, number in lock.options.lines:
-        where.setdefault((kind, value), []).append(number)
-    opts = lock.options
-    header: list[str] = []
-    placed = [("index-url", u, f"--index-url {_quote(u)}") for u in [opts.index_url] if u]
-    placed += [("extra-index-url", u, f"--extra-index-url {_quote(u)}")
-               for u in opts.extra_index_urls]
-    placed += [("find-links", link, f"--find-links {_quote(_beside(lock.source, link))}")
-               for link in opts.find_links]
-    placed += [("other", option, _quote(option)) for option in opts.other_options]
-    for kind, value, text in placed:
-        numbers = where.get((kind, value))
-        if numbers:
-            lines.setdefault(numbers.pop(0), []).append(text)
-        else:  # a Lock made without line numbers
-            header.append(text)
-    last = max(lines)
-    body = [" ".join(lines.get(n, [])) for n in range(1, last + 1)]
-    return "".join(f"{line}\n" for line in header + body)
-
-
-def _quote(text: str) -> str:
-    # Installers split option lines as a shell would; quoting a plain URL is left out, as
-    # lockers write them (uv reads unquoted values).
-    return shlex.quote(text) if re.search(r"[\s'\"\\]", text) else text
-
-
-def _beside(source: str, link: str) -> str:
-    """pip's rule for a --find-links value in a requirements file: a path that exists relative
-    to the file's folder means that path."""
-    if "://" in link:
-        return link
-    candidate = os.path.join(os.path.dirname(os.path.abspath(source)), link)
-    return candidate if os.path.exists(candidate) else link
 
 
 def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 from lockguard.config import Config, Options
 from lockguard.errors import UsageError
 from lockguard.flows.goldens import digest
-from lockguard.flows.pipeline import (
-    Backend, Job, LockRef, Planned, Runs, env_kind, lock_for, pipeline,
-)
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline
+from lockguard.locks.ref import LockRef, lock_for
 from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
     tolerance_of, trust_notes
 from lockguard.locks.diff import diff_locks, with_startup_files

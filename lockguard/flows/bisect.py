@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,12 +30,14 @@ from typing import TYPE_CHECKING, Literal
 from lockguard.config import Config, Options
 from lockguard.files import display_path
 from lockguard.errors import LockguardError, one_line
-from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline, \
-    real_backend
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, real_backend
 from lockguard.flows.report_parts import tolerance_of
 from lockguard.locks.diff import Change, LockDiff, diff_locks
-from lockguard.locks.model import Lock, Pin
+from lockguard.locks.mix import mix_locks
+from lockguard.locks.model import Lock
 from lockguard.locks.parser import parse_lock
+from lockguard.locks.ref import LockRef
+from lockguard.locks.writer import InstallForm, write_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario
 
@@ -110,75 +111,23 @@ def change_units(diff: LockDiff) -> list[Unit]:
 
 # ------------------------------------------------------------------------------------ mixes
 
-def mix_text(old: LockRef, new: LockRef, units: Iterable[Unit]) -> str:
-    """The baseline lock with `units` taken from the candidate, as lock text.
-
-    Installer options are the union of both locks' (the candidate's first: its index has the
-    new pins, the baseline's still serves the old ones); relative find-links are made absolute
-    against their lock's folder, since the mix is written elsewhere.
-    """
-    pins = {(p.name, p.marker): p for p in old.lock.pins}
-    new_pins = {(p.name, p.marker): p for p in new.lock.pins}
-    labels = []
-    for unit in units:
-        labels.append(unit.label)
-        for c in unit.changes:
-            key = (c.name, c.marker)
-            if c.kind == "removed":
-                pins.pop(key, None)
-            else:
-                pins[key] = new_pins[key]
-    lines = [f"# lockguard bisect: {old.name} with {', '.join(labels) or 'nothing'} "
-             f"from {new.name}"]
-    lines += _option_lines(new, old)
-    for key in sorted(pins, key=lambda k: (k[0], k[1] or "")):
-        lines.append(_pin_text(pins[key]))
-    return "\n".join(lines) + "\n"
+def mix_text(old: LockRef, new: LockRef, units: Iterable[Unit]) -> tuple[InstallForm, str]:
+    """The baseline lock with `units` taken from the candidate (locks.mix.mix_locks), written
+    in the locks' install form (locks.writer): (form, text)."""
+    chosen = list(units)
+    mix = mix_locks(old.lock, new.lock, [c for unit in chosen for c in unit.changes])
+    labels = ", ".join(u.label for u in chosen) or "nothing"
+    return write_lock(mix, header=f"lockguard bisect: {old.name} with {labels} from {new.name}")
 
 
-def _pin_text(pin: Pin) -> str:
-    extras = f"[{','.join(pin.extras)}]" if pin.extras else ""
-    text = f"{pin.display_name}{extras}=={pin.version}"
-    if pin.marker:
-        text += f" ; {pin.marker}"
-    return "".join([text] + [f" \\\n    --hash={h}" for h in pin.hashes])
-
-
-def _option_lines(first: LockRef, second: LockRef) -> list[str]:
-    lines: list[str] = []
-    index = first.lock.options.index_url or second.lock.options.index_url
-    if index:
-        lines.append(f"--index-url {index}")
-    seen: set[str] = set()
-    for ref in (first, second):
-        opts = ref.lock.options
-        # The union: the other lock's own index stays reachable as an extra one, or the pins
-        # a mix keeps from it could not be found.
-        own = [opts.index_url] if opts.index_url and opts.index_url != index else []
-        extra = [url for url in own + list(opts.extra_index_urls) if url != index]
-        links = [_absolute_link(link, ref) for link in opts.find_links]
-        for line in ([f"--extra-index-url {u}" for u in extra] + [f"--find-links {x}" for x in links]
-                     + [o.replace("=", " ", 1) if "=" in o else o for o in opts.other_options]):
-            if line not in seen:
-                seen.add(line)
-                lines.append(line)
-    return lines
-
-
-_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-
-
-def _absolute_link(link: str, ref: LockRef) -> str:
-    if _URL.match(link) or Path(link).is_absolute():
-        return link
-    return str((ref.path.parent / link).resolve())
-
-
-def write_mix(text: str) -> Path:
+def write_mix(form: InstallForm, text: str) -> Path:
     from lockguard.cache import cache_dir, ensure_dir
     from lockguard.files import write_text
 
-    path = ensure_dir(cache_dir() / "bisect") / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.txt"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+    # Named as its format is (a pylock.toml's name says it is one, to uv as to lockguard).
+    name = f"pylock.{digest}.toml" if form == "pylock.toml" else f"{digest}.txt"
+    path = ensure_dir(cache_dir() / "bisect") / name
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         write_text(path, text)
     return path
@@ -370,8 +319,7 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
 
     def test(subset: frozenset[int]) -> Outcome:
         chosen = [units[i] for i in sorted(subset)]
-        text = mix_text(old, new, chosen)
-        path = write_mix(text)
+        path = write_mix(*mix_text(old, new, chosen))
         mix = parse_lock(path)
         names = [u.label for u in chosen]
         changes = [t for u in chosen for t in u.texts]
@@ -444,7 +392,7 @@ def attach_bisection(report: Report, config: Config, opts: Options, scenarios: l
                      candidates: list[LockRef], baseline: list[LockRef], policy: Policy,
                      progress: Progress = QUIET, backend: Backend | None = None) -> Report:
     """Bisect every failing scenario of an A/B report; the report with `bisection` filled."""
-    from lockguard.flows.pipeline import lock_for
+    from lockguard.locks.ref import lock_for
 
     by_id = {s.id: s for s in scenarios}
     found, notes = [], []

@@ -15,7 +15,8 @@ from lockguard.config import Config, Options
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, golden_dir, load_goldens, unchanged,
 )
-from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline
+from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import family_rule_report, lock_info, nothing_done, parity, \
     policy_for, trust_notes
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from lockguard.compare.figures import median
 from lockguard.config import Config, ConfigError, Options
 from lockguard.flows.goldens import Hosts
-from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, pipeline
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline
+from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import (
     evidence, family_rule_report, lock_info, nothing_done, policy_for, relative_spread,
     trust_notes,

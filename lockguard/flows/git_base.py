@@ -48,7 +48,7 @@ def check_base(config: Config, lock_paths: list[Path], scenarios: list[Scenario]
         return Report.model_construct(command="check", mode="ab", notes=notes, passed=True,
                                       base=base, duration_s=time.perf_counter() - start)
     from lockguard.flows.ab import check_ab
-    from lockguard.flows.pipeline import LockRef, lock_for, read_lock
+    from lockguard.locks.ref import LockRef, lock_for, read_lock
     from lockguard.flows.report_parts import family_rule_report
     from lockguard.locks.parser import parse_lock_text
 

@@ -4,8 +4,9 @@ Three stages, so that the command line can ask its questions in between and noth
 before every check has passed:
 
 - `survey`: what the project holds. Its locks (requirements*.txt as pip-compile or `uv pip
-  compile` write them, read by the one parser; a lock only counts when it pins a framework and
-  passes the trust rules lockguard installs by), lock formats lockguard does not read yet,
+  compile` write them, pylock.toml, uv.lock, poetry.lock; read by the one parser; a lock only
+  counts when it pins a framework and passes the trust rules lockguard installs by), lock
+  formats lockguard does not read (Pipfile.lock, pdm.lock),
   the project's own package, an existing lockguard config, the repository and its workflows.
   No lock and no config: a UsageError saying what was looked for and how to make one.
 - `prepare`: what would be written, validated: the config text (re-read by the config loader
@@ -33,10 +34,12 @@ from lockguard.config import (
 from lockguard.errors import UsageError, one_line
 from lockguard.files import ReadError, display_path, read_bytes, repo_root, write_text
 from lockguard.flows import init_files
-from lockguard.flows.pipeline import LockRef, load_locks, plan, read_lock
+from lockguard.flows.pipeline import plan
+from lockguard.locks.ref import LockRef, load_locks, read_lock
 from lockguard.golden import golden_path
 from lockguard.hardware import host_class
 from lockguard.locks.families import framework_version
+from lockguard.locks.formats import format_by_name
 from lockguard.locks.model import Lock, LockError
 from lockguard.locks.parser import parse_lock
 from lockguard.locks.trust import require_trusted
@@ -47,13 +50,12 @@ from lockguard.scenarios import Scenario, bundled, select
 if TYPE_CHECKING:
     from lockguard.report import Report
 
-# Lock files lockguard does not read yet, and how to get a requirements lock from each.
+# Lock files lockguard does not read, and how to get a lock it reads from each (uv.lock,
+# poetry.lock and pylock.toml are read: lockguard.locks.formats).
 UNSUPPORTED = {
-    "uv.lock": "`uv export --format requirements-txt -o requirements.txt` writes a hashed one",
-    "poetry.lock": "`poetry export -o requirements.txt` writes a hashed one",
-    "pylock.toml": "compile a hashed requirements.txt: `uv pip compile --generate-hashes`",
     "Pipfile.lock": "compile a hashed requirements.txt: `uv pip compile --generate-hashes`",
-    "pdm.lock": "`pdm export -o requirements.txt` writes a hashed one",
+    "pdm.lock": "`pdm export -o requirements.txt` writes a hashed one (or `pdm export -f "
+                "pylock -o pylock.toml`)",
 }
 # What a requirements lock is called: requirements.txt, requirements-gpu.txt, dev-requirements.txt,
 # and any .txt in a requirements/ folder.
@@ -101,7 +103,7 @@ class Survey:
     config_target: Path  # where a new config goes: pyproject.toml, or lockguard.toml
     locks: tuple[FoundLock, ...]
     passed_over: tuple[PassedOver, ...] = ()  # looked like locks, not used
-    unsupported: tuple[PassedOver, ...] = ()  # lock formats not read yet
+    unsupported: tuple[PassedOver, ...] = ()  # lock formats lockguard does not read
     uncompiled: tuple[str, ...] = ()  # requirements*.in without their lock
     package: str | None = None  # the project's own package, for the scenario template
     src_layout: bool = False
@@ -211,10 +213,10 @@ def survey(project: Path, cli_locks: list[str] | None = None,
         files = _search(project)
         for path in files:
             name = _config_path(path, project)
-            if path.name in UNSUPPORTED or _PYLOCK.match(path.name):
-                fix = UNSUPPORTED.get(path.name, UNSUPPORTED["pylock.toml"])
-                unsupported.append(PassedOver(name, f"not read yet (lockguard reads pip-compile "
-                                                f"requirements locks); {fix}"))
+            if path.name in UNSUPPORTED:
+                unsupported.append(PassedOver(name, f"not read (lockguard reads requirements "
+                                                f"locks, pylock.toml, uv.lock and poetry.lock); "
+                                                f"{UNSUPPORTED[path.name]}"))
             elif _INPUT.match(path.name):
                 if not path.with_suffix(".txt").exists():
                     uncompiled.append(name)
@@ -289,7 +291,7 @@ def _search(project: Path) -> list[Path]:
         for name in sorted(files):
             seen += 1
             if (_REQUIREMENTS.match(name) or _INPUT.match(name) or name in UNSUPPORTED
-                    or _PYLOCK.match(name)
+                    or format_by_name(name) in ("uv.lock", "poetry.lock", "pylock.toml")
                     or (here.name == "requirements" and name.endswith(".txt"))):
                 found.append(here / name)
         if seen > MAX_SEARCHED:
@@ -318,8 +320,9 @@ def _no_lock(project: Path, passed_over: list[PassedOver], unsupported: list[Pas
     why = [f"{p.name}: {p.reason}" for p in passed_over + unsupported]
     why += [f"{name} is not compiled" for name in uncompiled]
     seen = f" ({'; '.join(why)})" if why else ""
-    return (f"{display_path(project)}: no lock to guard: looked for hashed requirements*.txt "
-            f"locks (pip-compile, uv pip compile) that pin {', '.join(FRAMEWORKS)}{seen}; "
+    return (f"{display_path(project)}: no lock to guard: looked for hashed locks "
+            f"(requirements*.txt, pylock.toml, uv.lock, poetry.lock) that pin "
+            f"{', '.join(FRAMEWORKS)}{seen}; "
             + NO_LOCK_FIX)
 
 

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from lockguard.allowlist import withheld
 from lockguard import envvars
 from lockguard.cache import cache_root
-from lockguard.config import Config, lock_paths
+from lockguard.config import Config
 from lockguard.envs.base import Env, RunRequest
 from lockguard.files import scratch_dir, writable_dir
 from lockguard.hardware import host_memory, visible_gpus
-from lockguard.locks.model import Lock
-from lockguard.locks.parser import parse_lock
+# The locks of a run live in lockguard.locks.ref; imported here too, for the flows built on
+# the pipeline.
+from lockguard.locks.ref import LockRef, lock_for, lock_target
 from lockguard.locks.trust import require_trusted
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
@@ -38,21 +39,6 @@ if TYPE_CHECKING:
     from lockguard.report import Evidence
 
 Role = Literal["baseline", "candidate"]
-
-
-@dataclass(frozen=True)
-class LockRef:
-    path: Path
-    lock: Lock
-    device: str | None = None  # expected device of this lock's environment, from config
-    inputs: Path | None = None  # the requirements.in it is compiled from, when configured
-    label: str | None = None  # what reports call a lock read from git: main@1a2b3c4d:path
-
-    @property
-    def name(self) -> str:
-        from lockguard.files import display_path
-
-        return self.label or display_path(self.path)
 
 
 @dataclass(frozen=True)
@@ -111,28 +97,6 @@ class Runs:
 
 Decide = Callable[[Planned], list[Job]]
 Judge = Callable[[Planned, Runs], "tuple[ScenarioVerdict, Evidence | None]"]
-
-
-# ------------------------------------------------------------------------------------- locks
-
-def load_locks(config: Config, cli_locks: list[str]) -> list[LockRef]:
-    """The locks to check, read and parsed (see config.lock_paths for where they come from)."""
-    return [LockRef(path=path, lock=read_lock(path), device=device, inputs=inputs)
-            for path, device, inputs in lock_paths(config, cli_locks)]
-
-
-def read_lock(path: Path) -> Lock:
-    """The lock at `path`, parsed: "lock file not found", or what else stands there (a FIFO,
-    a directory), or the line at fault -- LockError naming the file either way."""
-    return parse_lock(path)
-
-
-def lock_for(scenario: Scenario, locks: list[LockRef]) -> LockRef | None:
-    """The first lock that pins the scenario's framework: frameworks never share an env."""
-    for ref in locks:
-        if scenario.framework in ref.lock.frameworks():
-            return ref
-    return None
 
 
 # -------------------------------------------------------------------------------------- plan
@@ -315,10 +279,16 @@ class _RealBackend:
 
     def admit(self, ref: LockRef) -> None:
         """Refuse a lock that would install unchecked files (no hashes, a plain-http index),
-        unless the config opts in: locks/trust.py. Nothing is installed under --env local."""
+        unless the config opts in: locks/trust.py; or, in a venv, a pin with no wheel for its
+        interpreter: locks/installable.py. Nothing is installed under --env local."""
         if self.kind != "local":
             require_trusted(ref.lock, allow_unhashed=self.config.allow_unhashed,
                             allow_insecure_index=self.config.allow_insecure_index)
+        if self.kind == "venv":
+            from lockguard.locks.installable import require_wheels
+
+            require_wheels(ref.lock, lock_target(self.config),
+                           allow_sdist=self.config.allow_sdist)
 
     def prepare(self, ref: LockRef | None, framework: str, device: str,
                 progress: Progress) -> Env:

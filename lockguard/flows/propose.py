@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from lockguard.config import Config, Options
 from lockguard.files import display_path
 from lockguard.flows.check import check
-from lockguard.flows.pipeline import Backend, LockRef, lock_for, read_lock
+from lockguard.flows.pipeline import Backend
+from lockguard.locks.ref import LockRef, lock_for, lock_target, read_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario
 
@@ -28,8 +29,6 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from lockguard.locks import resolve
-    from lockguard.cache import cache_dir
     from lockguard.config import ConfigError
 
     wanted: dict[str, str] = {}
@@ -43,17 +42,12 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
         mine = [spec for spec, name in wanted.items() if name in ref.lock.by_name]
         if not mine:
             continue
-        source = inputs or ref.inputs or ref.path.with_suffix(".in")
-        if not source.is_file():
-            raise ConfigError(f"{source}: requirements input of {display_path(ref.path)} not "
-                              "found (pass --inputs, or set `inputs` on the lock in config)")
-        proposal = resolve.propose_lock(source, ref.path, mine, cache_dir(),
-                                        resolver,  # type: ignore[arg-type]
-                                        progress=progress.info)
+        proposal = _proposal(ref, mine, inputs, resolver, progress)
         notes.append(f"proposed lock for {display_path(ref.path)} ({proposal.resolver}): "
                      f"{proposal.path}")
         notes.extend(proposal.relaxed)
-        candidates.append(LockRef(proposal.path, read_lock(proposal.path), ref.device))
+        candidates.append(LockRef(proposal.path, read_lock(proposal.path, lock_target(config)),
+                                  ref.device))
         baseline.append(ref)
     unpinned = [spec for spec, name in wanted.items()
                 if not any(name in ref.lock.by_name for ref in locks)]
@@ -62,3 +56,30 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
     mine = [s for s in scenarios if lock_for(s, candidates) is not None]
     report = check(config, candidates, mine, opts, baseline, progress, backend)
     return report.model_copy(update={"command": "propose", "notes": notes + report.notes})
+
+
+def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: str | None,
+              progress: Progress):
+    """The lock of `ref` with `upgrades`, resolved by the tool that writes its format: a
+    uv.lock by `uv lock`, a pylock.toml by `uv pip compile`, requirements text by its header's
+    resolver (locks/relock.py, locks/resolve.py)."""
+    from lockguard.cache import cache_dir
+    from lockguard.config import ConfigError
+    from lockguard.locks import relock, resolve
+
+    if ref.lock.format == "uv.lock":
+        return relock.propose_uv_lock(ref.path, upgrades, cache_dir(), progress=progress.info)
+    if ref.lock.format == "pylock.toml":
+        return relock.propose_pylock(ref.path, inputs or ref.inputs, upgrades, cache_dir(),
+                                     progress=progress.info)
+    if ref.lock.format == "poetry.lock":
+        raise ConfigError(f"{display_path(ref.path)}: propose does not resolve a poetry.lock "
+                          "(Poetry is no dependency of lockguard): run `poetry update --lock "
+                          f"{' '.join(upgrades)}` and check it with --baseline-lock")
+    source = inputs or ref.inputs or ref.path.with_suffix(".in")
+    if not source.is_file():
+        raise ConfigError(f"{source}: requirements input of {display_path(ref.path)} not "
+                          "found (pass --inputs, or set `inputs` on the lock in config)")
+    return resolve.propose_lock(source, ref.path, upgrades, cache_dir(),
+                                resolver,  # type: ignore[arg-type]
+                                progress=progress.info)

@@ -19,7 +19,8 @@ from lockguard.files import display_path, file_kind, writable_dir
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, golden_dir, lock_hash, previous_goldens,
 )
-from lockguard.flows.pipeline import Backend, Job, LockRef, Planned, Runs, env_kind, pipeline
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline
+from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import (
     family_rule_report, lock_info, nothing_done, parity, policy_for, trust_notes,
 )

@@ -15,7 +15,7 @@ from lockguard.scenarios import Scenario
 if TYPE_CHECKING:
     from lockguard.compare.tolerance import Policy, Tolerance
     from lockguard.compare.verdicts import ScenarioVerdict
-    from lockguard.flows.pipeline import LockRef
+    from lockguard.locks.ref import LockRef
     from lockguard.report import Evidence, LockInfo, ParityRow, Report
 
 # compare and report (pydantic models, rich) are imported where used, and warmed up in the
@@ -50,9 +50,12 @@ def lock_info(ref: LockRef, role: str) -> LockInfo:
 
     frameworks = sorted(ref.lock.frameworks())
     versions = {f: v for f in frameworks if (v := framework_version(ref.lock, f))}
-    return LockInfo(path=display_path(ref.path), lock_hash=ref.lock.lock_hash, role=role,
-                    frameworks=frameworks, versions=versions, source=ref.lock.source,
-                    label=ref.label)
+    lock = ref.lock
+    return LockInfo(path=display_path(ref.path), lock_hash=lock.lock_hash, role=role,
+                    frameworks=frameworks, versions=versions, source=lock.source,
+                    label=ref.label,
+                    format=lock.format if lock.format != "requirements.txt" else None,
+                    environment=lock.environment, left_out=lock.left_out)
 
 
 def trust_notes(config: Config, locks: list[LockRef]) -> list[str]:

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 from lockguard.config import Config, Options
 from lockguard.errors import LockguardError, UsageError
 from lockguard.flows.goldens import golden_dir
-from lockguard.flows.pipeline import LockRef, Planned, env_kind, plan
+from lockguard.flows.pipeline import Planned, env_kind, plan
+from lockguard.locks.ref import LockRef
 from lockguard.files import ReadError, read_json
 from lockguard.golden import MAX_GOLDEN_BYTES, GoldenError, class_paths
 from lockguard.hardware import HardwareClass

@@ -1,5 +1,5 @@
-"""Framework families: which framework a package belongs to (`package_families`), the
-distributions that are each framework (`FRAMEWORK_DISTS`, `framework_version`), and the CUDA
+"""Framework families: which framework a package belongs to (`package_families`), the version
+of each framework a lock pins (`framework_version`, by the model's `FRAMEWORK_DISTS`), and the CUDA
 major a pin is built for (`cuda_major`). These decide which golden scenarios a change can affect
 and which pairings the family rules check.
 """
@@ -8,21 +8,7 @@ import re
 
 from packaging.utils import canonicalize_name
 
-from lockguard.locks.model import Lock, LockError, Pin, ambiguous
-
-# The distributions that *are* each framework (not its companions). TensorFlow ships under
-# several names with the same code and version scheme.
-TENSORFLOW_DISTS = (
-    "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
-    "tensorflow-aarch64", "tensorflow-rocm", "tensorflow-cpu-aws", "intel-tensorflow",
-    "tf-nightly", "tf-nightly-cpu", "tf-nightly-gpu", "tf-nightly-intel", "tf-nightly-macos",
-)
-FRAMEWORK_DISTS: dict[str, tuple[str, ...]] = {
-    "torch": ("torch",),
-    "jax": ("jax",),
-    "tensorflow": TENSORFLOW_DISTS,
-    "numpy": ("numpy",),
-}
+from lockguard.locks.model import FRAMEWORK_DISTS, Lock, LockError, Pin, ambiguous
 
 _TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "triton"}
 _JAX_FAMILY = {"jax", "jaxlib", "libtpu", "libtpu-nightly", "ml-dtypes"}
@@ -81,14 +67,24 @@ def framework_version(lock: Lock, framework: str) -> str | None:
 _NVIDIA_CUDA_WHEEL = re.compile(r"^nvidia-.+-cu(\d+)$")
 _JAX_CUDA_WHEEL = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
 _TORCH_CUDA_TAG = re.compile(r"^cu(\d+)\d\b")  # +cu121 → 12, +cu118 → 11, +cu92 → 9
+# From CUDA 13 the toolkit's own wheels carry no -cuNN suffix: their version is CUDA's
+# (nvidia-cuda-runtime 13.0.96, nvidia-cublas 13.1.1.3). Libraries numbered on their own
+# (cuFFT 12.x, cuSPARSE 12.x, cuRAND 10.x within CUDA 13) say nothing about it.
+_CUDA_VERSIONED_WHEELS = frozenset({
+    "nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-cuda-cupti", "nvidia-cuda-nvcc",
+    "nvidia-cuda-crt", "nvidia-cublas", "nvidia-nvjitlink", "nvidia-nvtx", "nvidia-nvvm",
+    "cuda-toolkit", "cuda-bindings",
+})
 
 
 def cuda_major(pin: Pin) -> int | None:
-    """The CUDA major a pin is built for, when its name or local tag says so."""
+    """The CUDA major a pin is built for, when its name, version or local tag says so."""
     for pattern in (_NVIDIA_CUDA_WHEEL, _JAX_CUDA_WHEEL):
         match = pattern.match(pin.name)
         if match:
             return int(match.group(1))
+    if pin.name in _CUDA_VERSIONED_WHEELS and pin.parsed_version.release[0] >= 9:
+        return pin.parsed_version.release[0]  # (not the 0.0.1 placeholders of these names)
     if pin.name in ("torch", "torchvision", "torchaudio"):
         match = _TORCH_CUDA_TAG.match(pin.parsed_version.local or "")
         if match:

@@ -1,23 +1,31 @@
-"""The data model of a lock: `Pin`, `LockOptions`, `Lock`, and `LockError`.
+"""The data model of a lock: `Pin`, `PinFile`, `LockOptions`, `Lock`, and `LockError`.
 
-A *lock* here is a pip requirements file in which every package is pinned to one version, as
-`pip-compile` (pip-tools) or `uv pip compile` write them:
+A *lock* pins every package of an environment to one version. lockguard reads four formats
+into this one model (lockguard.locks.parser chooses the reader and enforces the rules):
 
-    --index-url https://pypi.org/simple
-    --extra-index-url https://download.pytorch.org/whl/cpu
+- a pip requirements file, as `pip-compile` (pip-tools) or `uv pip compile` write it:
 
-    torch==2.13.0+cpu \\
-        --hash=sha256:3f1c... \\
-        --hash=sha256:9ab2...
-        # via -r requirements.in
+      --index-url https://pypi.org/simple
+      torch==2.13.0+cpu \\
+          --hash=sha256:3f1c... \\
+          --hash=sha256:9ab2...
+          # via -r requirements.in
 
-Build a `Lock` with lockguard.locks.parser, which enforces the rules.
+- `pylock.toml` (PEP 751), `uv.lock` and `poetry.lock`: each package with its version, the
+  files it may be installed from (`PinFile`: name, url where the format records one, hashes)
+  and the index it comes from. These hold several platforms at once; a reader keeps what this
+  machine's installer would install (`Lock.environment` says for which platform) and drops
+  the rest, so a Lock always describes one environment.
+
+Nothing above lockguard.locks knows a format: everything works on the model, and
+lockguard.locks.writer writes it back for an installer.
 """
 
 import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -36,19 +44,57 @@ class LockError(LockguardError):
         super().__init__(f"{where}: {reason}")
 
 
+# The lock formats lockguard reads, by the name their file usually has.
+LockFormat = Literal["requirements.txt", "pylock.toml", "uv.lock", "poetry.lock"]
+LOCK_FORMATS: tuple[LockFormat, ...] = ("requirements.txt", "pylock.toml", "uv.lock",
+                                        "poetry.lock")
+
+# The distributions that *are* each framework (not its companions). TensorFlow ships under
+# several names with the same code and version scheme. Here, with the model, because
+# `Lock.frameworks` needs them; lockguard.locks.families builds the family rules on them.
+TENSORFLOW_DISTS = (
+    "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+    "tensorflow-aarch64", "tensorflow-rocm", "tensorflow-cpu-aws", "intel-tensorflow",
+    "tf-nightly", "tf-nightly-cpu", "tf-nightly-gpu", "tf-nightly-intel", "tf-nightly-macos",
+)
+FRAMEWORK_DISTS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "jax": ("jax",),
+    "tensorflow": TENSORFLOW_DISTS,
+    "numpy": ("numpy",),
+}
+
+
 # In memory only (the Report carries a lock's hash, versions and diff, never the Lock): plain
 # frozen dataclasses. keyword-only, as the parser builds them.
 @dataclass(frozen=True, kw_only=True)
+class PinFile:
+    """One file a TOML lock names for a pin: a wheel or an sdist."""
+
+    name: str  # the file name, e.g. numpy-2.0.2-cp311-cp311-manylinux_2_17_x86_64.whl
+    url: str | None = None  # where to download it (pylock.toml, uv.lock); None: from the index
+    hashes: tuple[str, ...] = ()  # sorted, "sha256:<hex>"
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.name.lower().endswith(".whl")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Pin:
-    """One `name==version` line of a lock."""
+    """One pinned package of a lock: a `name==version` line, or a TOML lock's package."""
 
     name: str  # canonical (PEP 503): lower case, runs of -_. become "-"
     display_name: str  # as written in the lock, for messages
     version: str  # as written; compare through `parsed_version`, never as strings
     extras: tuple[str, ...] = ()  # sorted, canonical
     marker: str | None = None  # normalised by packaging, e.g. 'python_version < "3.12"'
-    hashes: tuple[str, ...] = ()  # sorted, "sha256:<hex>"
-    line: int  # first physical line of the requirement in the lock
+    hashes: tuple[str, ...] = ()  # sorted, "sha256:<hex>"; a TOML lock's: its files' hashes
+    line: int  # first physical line of the requirement (a TOML lock: of its package's table)
+    # TOML locks: the files the lock names for this version (each platform's wheels, the
+    # sdist), in file order, and the index it comes from; a requirements lock names neither.
+    files: tuple[PinFile, ...] = ()
+    index: str | None = None
 
     @property
     def parsed_version(self) -> Version:
@@ -63,8 +109,9 @@ class Pin:
 
 @dataclass(frozen=True, kw_only=True)
 class LockOptions:
-    """The pip options a lock carries (pip reads them from the file too; `pip_args` is for an
-    installer that is handed the pins some other way)."""
+    """The pip options a lock carries. A TOML lock's indexes are here too (its first index is
+    `index_url`, any other an extra one), so that an installer handed the pins as
+    requirements finds them (lockguard.locks.writer writes them as installer arguments)."""
 
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()  # file order: uv gives earlier indexes priority
@@ -76,17 +123,6 @@ class LockOptions:
     # "other" options carry their "--name=value" spelling as the value. Not part of lock_hash.
     lines: tuple[tuple[str, str, int], ...] = ()
 
-    def pip_args(self) -> list[str]:
-        """These options as pip (or uv pip) command-line arguments."""
-        args: list[str] = []
-        if self.index_url is not None:
-            args += ["--index-url", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
-        for link in self.find_links:
-            args += ["--find-links", link]
-        return args + list(self.other_options)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Lock:
@@ -95,6 +131,13 @@ class Lock:
     source: str  # the path as given to parse_lock (the env builder installs from it)
     pins: tuple[Pin, ...]  # file order
     options: LockOptions = field(default_factory=LockOptions)
+    format: LockFormat = "requirements.txt"
+    # A lock that holds several platforms (uv.lock, poetry.lock, a pylock.toml with markers):
+    # the one it was narrowed to, as its installer would ("cpython 3.11.7 linux x86_64"), and
+    # how many of its packages are not installed there (other platforms, groups or extras,
+    # the project's own code). None: the lock is read as written.
+    environment: str | None = None
+    left_out: int = 0
 
     @property
     def by_name(self) -> dict[str, tuple[Pin, ...]]:
@@ -127,7 +170,10 @@ class Lock:
         indexes priority); and the other options, sorted.
 
         Not hashed: comments (including `# via` blocks), blank lines, whitespace, line
-        continuations, the order of pins and hashes, the spelling of names, the source path.
+        continuations, the order of pins and hashes, the spelling of names, the source path,
+        and the format: the hashes fix the files, so where a TOML lock downloads them from
+        (a file's url, a package's index) installs the same bytes. One pin set with one set of
+        hashes is one environment, whichever format carries it.
         """
         pins = sorted(self.pins, key=lambda p: (p.name, p.marker or ""))
         document = {
@@ -146,11 +192,8 @@ class Lock:
 
     def frameworks(self) -> set[str]:
         """Which of torch, jax, tensorflow and numpy this lock pins (by their main package)."""
-        from lockguard.locks.families import FRAMEWORK_DISTS  # families builds on this model
-
         pinned = self.by_name
         return {fw for fw, dists in FRAMEWORK_DISTS.items() if any(d in pinned for d in dists)}
-
 
 
 def ambiguous(pins: Sequence[Pin]) -> str:

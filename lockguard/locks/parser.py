@@ -1,6 +1,11 @@
-"""The one lock parser: `parse_lock` / `parse_lock_text` turn a pinned requirements file into a
-`Lock` of `Pin`s, refusing anything that does not pin one exact version (ranges, URLs,
-editables, includes) with a one-line `LockError` that names the file and line.
+"""The one lock parser: `parse_lock` / `parse_lock_text` turn a lock into a `Lock` of `Pin`s,
+whichever of the four formats it is in (lockguard.locks.formats tells them apart by file name,
+else by content): requirements text here, pylock.toml, uv.lock and poetry.lock by their readers
+beside this module (pylock, uvlock, poetry), each narrowed to the platform the environments are
+built for (lockguard.locks.target).
+
+Requirements text is read here: anything that does not pin one exact version (ranges, URLs,
+editables, includes) is refused with a one-line `LockError` that names the file and line.
 
 Whatever else in lockguard needs the pins of a lock text calls these; nothing else reads
 requirement lines. Beside them: `lock_writer`, which resolver a lock's header names, and
@@ -22,16 +27,20 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from lockguard.files import ReadError, read_bytes
-from lockguard.locks.model import Lock, LockError, LockOptions, Pin
+from lockguard.locks.formats import lock_format
+from lockguard.locks.model import Lock, LockError, LockFormat, LockOptions, Pin
+from lockguard.locks.target import Target, host_target
 
 
-# The largest lock read: a resolved tensorflow stack with hashes is 40 KiB.
+# The largest lock read: a resolved tensorflow stack with hashes is 40 KiB as requirements
+# text; a uv.lock of a torch project, every platform's wheels listed, about 1 MiB.
 MAX_LOCK_BYTES = 16 << 20
 
 
-def parse_lock(path: Path) -> Lock:
+def parse_lock(path: Path, target: Target | None = None) -> Lock:
     """Read and parse a lock file; `str(path)` becomes `Lock.source` and names it in errors.
-    Only a regular file is read (a FIFO, a device, a directory is named for what it is)."""
+    Only a regular file is read (a FIFO, a device, a directory is named for what it is).
+    `target`: the platform a multi-platform lock is narrowed to (default: this interpreter)."""
     source = str(path)
     try:
         data = read_bytes(Path(path), "lock file", MAX_LOCK_BYTES)
@@ -40,11 +49,33 @@ def parse_lock(path: Path) -> Lock:
         raise LockError(source, None, exc.reason) from None
     except UnicodeDecodeError:
         raise LockError(source, None, "the lock is not UTF-8 text") from None
-    return parse_lock_text(text, source)
+    return parse_lock_text(text, source, target)
 
 
-def parse_lock_text(text: str, source: str) -> Lock:
-    """Parse the text of a lock. `source` names it in errors and becomes `Lock.source`."""
+def parse_lock_text(text: str, source: str, target: Target | None = None, *,
+                    name: str | None = None, format: LockFormat | None = None) -> Lock:
+    """Parse the text of a lock. `source` names it in errors and becomes `Lock.source`; its
+    format is `format`, else what its file name (`name`, default `source`) or content says.
+    `target`: the platform a multi-platform lock is narrowed to (default: this interpreter)."""
+    kind = format or lock_format(text, name or source)
+    if kind == "requirements.txt":
+        return _parse_requirements(text, source)
+    target = target or host_target()
+    if kind == "pylock.toml":
+        from lockguard.locks.pylock import parse_pylock
+
+        return parse_pylock(text, source, target)
+    if kind == "uv.lock":
+        from lockguard.locks.uvlock import parse_uv_lock
+
+        return parse_uv_lock(text, source, target)
+    from lockguard.locks.poetry import parse_poetry_lock
+
+    return parse_poetry_lock(text, source, target)
+
+
+def _parse_requirements(text: str, source: str) -> Lock:
+    """Parse requirements text (pip-compile's, uv pip compile's)."""
     pins: list[Pin] = []
     # option name -> [(value, line)], for the options LockOptions keeps apart
     options: dict[str, list[tuple[str, int]]] = {

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict
 
-from lockguard.locks.families import TENSORFLOW_DISTS, cuda_major
-from lockguard.locks.model import Lock, Pin
+from lockguard.locks.families import cuda_major
+from lockguard.locks.model import TENSORFLOW_DISTS, Lock, Pin
 
 
 class RuleViolation(BaseModel):

@@ -8,7 +8,9 @@ installs without a word. So, by default, before anything is built:
 - a lock whose pins carry no `--hash` is refused, naming its first pin's line;
 - a lock that names an `http://` index, extra index or find-links (not https, not a local
   path or file:// URL), or a `--trusted-host` (which turns off TLS checks for that host), is
-  refused, naming the line.
+  refused, naming the line; in a TOML lock, a package whose index or file URL is `http://`.
+
+The same rules hold for every lock format: a TOML lock's hashes are its files' hashes.
 
 A project that must install such a lock opts in with `allow_unhashed = true` /
 `allow_insecure_index = true` in [tool.lockguard]; every report of a run then carries a
@@ -44,8 +46,10 @@ def weaknesses(lock: Lock) -> list[Weakness]:
     if lock.pins and not lock.has_hashes:
         first = min(lock.pins, key=lambda p: p.line)
         found.append(Weakness("unhashed", first.line,
-                              f"{first.requirement} has no --hash, nor has any pin of the lock "
-                              "(an install takes whatever file the index serves)"))
+                              f"{first.requirement} has no "
+                              f"{'--hash' if lock.format == 'requirements.txt' else 'hash'}, nor "
+                              "has any pin of the lock (an install takes whatever file the "
+                              "index serves)"))
     for option, value, line in lock.options.lines:
         if option in _URL_OPTIONS and value[:7].lower() == "http://":
             found.append(Weakness("insecure_index", line,
@@ -55,6 +59,15 @@ def weaknesses(lock: Lock) -> list[Weakness]:
             host = value.partition("=")[2]
             found.append(Weakness("insecure_index", line,
                                   f"--trusted-host {host} turns off the TLS checks of that host"))
+    # A TOML lock (pylock.toml, uv.lock, poetry.lock) names its indexes and file URLs in its
+    # packages' tables, not on option lines: the first plain-http one of each package.
+    for pin in lock.pins:
+        url = next((u for u in (pin.index, *(f.url for f in pin.files))
+                    if u and u[:7].lower() == "http://"), None)
+        if url is not None:
+            found.append(Weakness("insecure_index", pin.line,
+                                  f"{pin.requirement} comes from {redact(url)}, plain http "
+                                  "(whoever is on the path can serve other files)"))
     return sorted(found, key=lambda w: w.line or 0)
 
 

@@ -73,11 +73,27 @@ class LockInfo(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)  # framework -> pinned version
     source: str | None = None  # Lock.source: what a LockDiff's old_source/new_source names
     label: str | None = None  # a lock read from git: main@1a2b3c4d:requirements.txt
+    format: str | None = None  # a TOML lock's format ("uv.lock"); None: requirements text
+    # A multi-platform lock (uv.lock, poetry.lock, a pylock.toml with markers): the platform it
+    # was read for, and how many of its packages that platform does not install.
+    environment: str | None = None
+    left_out: int = 0
 
     @property
     def name(self) -> str:
         """What a reader calls this lock: its git label, else its path."""
         return self.label or self.path
+
+    @property
+    def read_as(self) -> str | None:
+        """How the lock was read, for people, when it was narrowed to a platform:
+        "uv.lock for cpython 3.11.7 linux x86_64, 3 packages of other platforms, groups or
+        extras left out"; None for a lock read as written."""
+        if self.environment is None:
+            return None
+        left = (f", {self.left_out} package{'s' if self.left_out != 1 else ''} of other "
+                "platforms, groups or extras left out") if self.left_out else ""
+        return f"{self.format or 'lock'} for {self.environment}{left}"
 
 
 class RuleFailure(BaseModel):

@@ -139,7 +139,8 @@ def _locks(report: Report) -> list[str]:
     if report.locks:
         rows = [[e(lock.role), f"<code>{e(lock.name)}</code>",
                  f"<code>{e(lock.lock_hash[:12])}</code>",
-                 e(", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items())))]
+                 e(", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
+                   + (f" ({lock.read_as})" if lock.read_as else ""))]
                 for lock in report.locks]
         out.append(_table(["role", "lock", "hash", "frameworks"], rows))
     for failure in report.rule_failures:

@@ -213,7 +213,8 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
         for lock in report.locks:
             versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
             lines.append(f"- {lock.role} {_code(lock.name)} {_code(lock.lock_hash[:12])}"
-                         + (f": {_text(versions)}" if versions else ""))
+                         + (f": {_text(versions)}" if versions else "")
+                         + (f" ({_text(lock.read_as)})" if lock.read_as else ""))
     for diff in report.lock_diffs:
         rows = [(c.new_line, change_text(c)) for c in diff.changed]
         rows += [row for o in diff.option_changes for row in option_lines(o)]

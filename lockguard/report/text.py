@@ -45,7 +45,8 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
     for lock in report.locks:
         versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
         plain(f"{lock.role} lock {lock.name} ({lock.lock_hash[:12]})"
-              + (f": {versions}" if versions else ""))
+              + (f": {versions}" if versions else "")
+              + (f" [{lock.read_as}]" if lock.read_as else ""))
     for diff in report.lock_diffs:
         options = [row for o in diff.option_changes for row in option_lines(o)]
         changed = diff.changed

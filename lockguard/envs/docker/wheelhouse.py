@@ -18,7 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.markers import Marker
@@ -30,6 +30,7 @@ from lockguard.envs.docker.recipe import Base
 from lockguard.envs.venv import READY, pip_reason, run_logged
 from lockguard.files import publish_dir
 from lockguard.locks.model import Lock, Pin
+from lockguard.locks.writer import option_args, wheel_request
 from lockguard.progress import QUIET, Progress
 
 # Runs with the base's python3 (stdlib only): what pip needs to pick wheels, and what
@@ -150,7 +151,7 @@ def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> Non
         wheels = tmp / "wheels"
         wheels.mkdir()
         request = tmp / "download.txt"
-        request.write_text("".join(_requirement_line(p) for p in pins), encoding="utf-8")
+        request.write_text(wheel_request(pins), encoding="utf-8")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--implementation", "cp", "--python-version", target.python,
                "--abi", target.abi, "--no-input", "--disable-pip-version-check",
@@ -176,9 +177,8 @@ def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> Non
         files = _match_wheels(wheels, pins, lock)
         # What the image installs: each pin with the hash of the very file downloaded (the
         # lock's own hashes were checked by pip above; a hashless lock gets them here).
-        lines = [f"{p.display_name}=={p.version} --hash=sha256:{_sha256(files[p.name])}\n"
-                 for p in pins]
-        (tmp / "requirements.txt").write_text("".join(lines), encoding="utf-8")
+        exact = [replace(p, hashes=(f"sha256:{_sha256(files[p.name])}",)) for p in pins]
+        (tmp / "requirements.txt").write_text(wheel_request(exact), encoding="utf-8")
         info = {"lock_hash": lock.lock_hash, "lock": lock.source, "target": target.key,
                 "wheels": sorted(f.name for f in files.values()),
                 "bytes": sum(f.stat().st_size for f in files.values()),
@@ -193,12 +193,6 @@ def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> Non
         raise
 
 
-def _requirement_line(pin: Pin) -> str:
-    # Extras add nothing with --no-deps (their packages are pins of their own in a lock).
-    hashes = "".join(f" --hash={h}" for h in pin.hashes)
-    return f"{pin.display_name}=={pin.version}{hashes}\n"
-
-
 # The download takes wheels only (--only-binary=:all:): the lock's own format controls would
 # contradict that, and a platform-restricted download refuses --no-binary.
 _FORMAT_CONTROL = ("--no-binary", "--only-binary", "--prefer-binary")
@@ -206,7 +200,7 @@ _FORMAT_CONTROL = ("--no-binary", "--only-binary", "--prefer-binary")
 
 def _lock_options(lock: Lock) -> list[str]:
     """The lock's pip options (indexes, find-links, --no-index, trusted hosts) for the download."""
-    return [arg for arg in lock.options.pip_args() if not arg.startswith(_FORMAT_CONTROL)]
+    return [arg for arg in option_args(lock) if not arg.startswith(_FORMAT_CONTROL)]
 
 
 def _match_wheels(wheels: Path, pins: list[Pin], lock: Lock) -> dict[str, Path]:

@@ -1,0 +1,178 @@
+"""`parse_pylock`: a `pylock.toml` (PEP 751) as a Lock, narrowed to the target platform.
+
+As PEP 751 tells an installer to: `lock-version` 1.x (another major is refused; a newer minor
+is read), `environments` (one must hold here), `requires-python` (must include the target's
+Python), then the packages whose `marker` holds, with `extras` empty and `dependency_groups`
+the lock's `default-groups`. Each kept package must name a `version` and come from an index as
+files with hashes (a wheel or an sdist: `wheels`, `sdist`); a `vcs`, `directory` or `archive`
+package is a source, not a version, and is refused as a URL requirement is in requirements
+text; an editable `directory` (the project itself, as `uv export` lists it) is the project's
+code, not a pin, and is left out. Two kept packages of one name are an error (the lock's
+markers overlap).
+
+`uv pip compile -o pylock.toml`, `uv export --format pylock.toml`, `pip lock` and PDM write
+these files; `uv pip install -r pylock.toml` installs them (lockguard.locks.writer writes the
+narrowed lock back in this format for it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from lockguard.locks.formats import (
+    TomlLock, file_hash, file_name, get, marker_holds, pin_hashes, require_hashes_everywhere,
+)
+from lockguard.locks.model import Lock, LockOptions, Pin, PinFile
+from lockguard.locks.target import Target
+
+SUPPORTED_MAJOR = 1
+
+
+def parse_pylock(text: str, source: str, target: Target) -> Lock:
+    doc = TomlLock(text, source, "pylock.toml")
+    data = doc.data
+    version_line = doc.key_line("lock-version")
+    version = get(data, "lock-version", str, "lock-version", doc, version_line)
+    if version is None:
+        raise doc.error("lock-version", "missing: a pylock.toml names its lock-version "
+                                        "(PEP 751), so this is not one", 1)
+    try:
+        major = Version(version).major
+    except InvalidVersion:
+        raise doc.error("lock-version", f"{version!r} is not a version", version_line) from None
+    if major != SUPPORTED_MAJOR:
+        raise doc.error("lock-version", f"{version} is not a lock version lockguard reads "
+                                        f"({SUPPORTED_MAJOR}.x, PEP 751)", version_line)
+
+    environments = get(data, "environments", list, "environments", doc,
+                       doc.key_line("environments"))
+    if environments is not None:
+        line = doc.key_line("environments")
+        if not any(marker_holds(m if isinstance(m, str) else None, target,
+                                f"environments[{i}]", doc, line)
+                   for i, m in enumerate(environments)):
+            raise doc.error("environments", f"this platform ({target.describe()}) is none of "
+                                            f"the lock's environments: {environments}", line)
+    _check_python(get(data, "requires-python", str, "requires-python", doc,
+                      doc.key_line("requires-python")), target, "requires-python", doc,
+                  doc.key_line("requires-python"))
+    groups = get(data, "default-groups", list, "default-groups", doc,
+                 doc.key_line("default-groups")) or []
+
+    packages = get(data, "packages", list, "packages", doc, doc.key_line("packages"),
+                   required=True)
+    lines = doc.table_lines("packages")
+    pins: list[Pin] = []
+    kept: list[tuple[str, str, int, bool]] = []
+    seen: dict[str, str] = {}
+    indexes: list[str] = []
+    marked = environments is not None
+    left_out = 0
+    for i, package in enumerate(packages):
+        key = f"packages[{i}]"
+        line = lines[i] if i < len(lines) else (lines[-1] if lines else 1)
+        if not isinstance(package, dict):
+            raise doc.error(key, "expected a table", line)
+        name = get(package, "name", str, key, doc, line, required=True)
+        key = f"{key} ({name})"
+        marker = get(package, "marker", str, key, doc, line)
+        marked = marked or marker is not None
+        if not marker_holds(marker, target, f"{key}.marker", doc, line, groups=groups):
+            left_out += 1
+            continue
+        _check_python(get(package, "requires-python", str, key, doc, line), target,
+                      f"{key}.requires-python", doc, line)
+        directory = package.get("directory")
+        if isinstance(directory, dict) and directory.get("editable"):
+            # The project itself (`uv export` lists it): its code, not a pin, as a uv.lock's
+            # own package is.
+            left_out += 1
+            continue
+        for kind in ("vcs", "directory", "archive"):
+            if kind in package:
+                raise doc.error(key, f"installs from a {kind}, not a version from an index "
+                                     "(a source lockguard cannot pin or install without "
+                                     "building it)", line)
+        version = get(package, "version", str, key, doc, line)
+        if version is None:
+            raise doc.error(key, "names no version (lockguard compares pinned versions)", line)
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise doc.error(f"{key}.version", f"{version!r} is not a version", line) from None
+        files = _files(package, key, doc, line, source)
+        if not files:
+            raise doc.error(key, "names neither wheels nor an sdist to install", line)
+        canonical = canonicalize_name(name)
+        if canonical in seen:
+            raise doc.error(key, f"{name} is locked again ({seen[canonical]}) and both "
+                                 f"markers hold on {target.describe()}", line)
+        seen[canonical] = key
+        index = get(package, "index", str, key, doc, line)
+        if index is not None and index not in indexes:
+            indexes.append(index)
+        pins.append(Pin(name=canonical, display_name=name, version=version,
+                        hashes=pin_hashes(files), line=line, files=files, index=index))
+        kept.append((key, f"{name}=={version}", line, bool(pins[-1].hashes)))
+    if not pins:
+        raise doc.error("packages", f"no package is installed on {target.describe()}"
+                        if packages else "the lock pins no packages", doc.key_line("packages"))
+    require_hashes_everywhere(kept, doc)
+    return Lock(source=source, pins=tuple(pins), format="pylock.toml",
+                options=LockOptions(index_url=indexes[0] if indexes else None,
+                                    extra_index_urls=tuple(indexes[1:])),
+                environment=target.describe() if marked else None, left_out=left_out)
+
+
+def _check_python(spec: str | None, target: Target, key: str, doc: TomlLock,
+                  line: int | None) -> None:
+    if spec is None:
+        return
+    try:
+        specifier = SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise doc.error(key, f"{spec!r} is not a version specifier", line) from None
+    if not specifier.contains(target.python_version(), prereleases=True):
+        raise doc.error(key, f"{spec} excludes this platform's Python "
+                             f"({target.python_version()})", line)
+
+
+def _files(package: dict[str, Any], key: str, doc: TomlLock, line: int,
+           source: str) -> tuple[PinFile, ...]:
+    entries: list[tuple[str, Any]] = []
+    sdist = get(package, "sdist", dict, key, doc, line)
+    if sdist is not None:
+        entries.append((f"{key}.sdist", sdist))
+    wheels = get(package, "wheels", list, key, doc, line) or []
+    entries += [(f"{key}.wheels[{j}]", wheel) for j, wheel in enumerate(wheels)]
+    files = []
+    for where, entry in entries:
+        if not isinstance(entry, dict):
+            raise doc.error(where, "expected a table", line)
+        url = get(entry, "url", str, where, doc, line)
+        path = get(entry, "path", str, where, doc, line)
+        if url is None and path is None:
+            raise doc.error(where, "names neither a url nor a path", line)
+        if url is None:
+            # Relative to the lock's folder (PEP 751); absolute here, as the lock is installed
+            # from a copy written elsewhere.
+            url = path if os.path.isabs(path) else os.path.normpath(
+                os.path.join(os.path.dirname(os.path.abspath(source)), path))
+        name = get(entry, "name", str, where, doc, line) or file_name(url)
+        hashes = get(entry, "hashes", dict, where, doc, line)
+        if not hashes:
+            raise doc.error(where, f"{name} has no hashes (PEP 751 requires them: the lock "
+                                   "fixes the file, not only its version)", line)
+        found = [file_hash(algorithm, digest, f"{where}.hashes", doc, line)
+                 for algorithm, digest in hashes.items()]
+        checked = tuple(sorted(h for h in found if h is not None))
+        if not checked:
+            raise doc.error(f"{where}.hashes", f"{name}: none of {sorted(hashes)} is a hash "
+                                               "pip can check (sha256)", line)
+        files.append(PinFile(name=name, url=url, hashes=checked))
+    return tuple(files)

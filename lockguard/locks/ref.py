@@ -1,0 +1,83 @@
+"""Where the locks of a run come from: `LockRef` (a parsed lock and what the configuration says
+of it), `lock_paths` and `load_locks` (the --lock options, else the config's `lock`/`locks`),
+`read_lock` (one file, any format) and `lock_for` (the lock a scenario runs from).
+
+Each lock is read for the platform the environments are built for: the config's `python`,
+else the interpreter running lockguard (lockguard.locks.target).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from lockguard.locks.model import Lock
+from lockguard.locks.parser import parse_lock
+from lockguard.locks.target import Target, target_for
+
+if TYPE_CHECKING:
+    from lockguard.config import Config
+
+
+@dataclass(frozen=True)
+class LockRef:
+    path: Path
+    lock: Lock
+    device: str | None = None  # expected device of this lock's environment, from config
+    inputs: Path | None = None  # the requirements.in it is compiled from, when configured
+    label: str | None = None  # what reports call a lock read from git: main@1a2b3c4d:path
+
+    @property
+    def name(self) -> str:
+        from lockguard.files import display_path
+
+        return self.label or display_path(self.path)
+
+
+def lock_paths(config: Config, cli_locks: list[str]
+               ) -> list[tuple[Path, str | None, Path | None]]:
+    """(path, expected device, requirements.in) of each lock, without reading the locks:
+    --lock options (relative to the working directory) or the config's (relative to it)."""
+    from lockguard.config import ConfigError
+
+    if cli_locks:
+        refs = [(Path(p), None, None) for p in cli_locks]
+    else:
+        refs = [(config.resolve(e.path), e.device, config.resolve(e.inputs) if e.inputs else None)
+                for e in config.lock_entries()]
+    if not refs:
+        raise ConfigError("no lock given: pass --lock PATH or set `lock` in [tool.lockguard]")
+    return refs
+
+
+def lock_target(config: Config | None) -> Target:
+    """The platform the locks of `config` are read for: its `python`'s, else this one's."""
+    return target_for(config.python_path if config is not None else None)
+
+
+def load_locks(config: Config, cli_locks: list[str]) -> list[LockRef]:
+    """The locks to check, read and parsed (see lock_paths for where they come from)."""
+    target = lock_target(config)
+    return [LockRef(path=path, lock=read_lock(path, target), device=device, inputs=inputs)
+            for path, device, inputs in lock_paths(config, cli_locks)]
+
+
+def read_lock(path: Path, target: Target | None = None) -> Lock:
+    """The lock at `path`, parsed (any format; a multi-platform one narrowed to `target`,
+    default this interpreter): "lock file not found", or what else stands there (a FIFO, a
+    directory), or the line at fault -- LockError naming the file either way."""
+    return parse_lock(path, target)
+
+
+class _HasFramework(Protocol):
+    @property
+    def framework(self) -> str: ...
+
+
+def lock_for(scenario: _HasFramework, locks: list[LockRef]) -> LockRef | None:
+    """The first lock that pins the scenario's framework: frameworks never share an env."""
+    for ref in locks:
+        if scenario.framework in ref.lock.frameworks():
+            return ref
+    return None

@@ -1,0 +1,121 @@
+"""The platform a lock is read for: `Target`, the marker environment and wheel tags of the
+interpreter the environments are built with.
+
+A uv.lock, a poetry.lock or a pylock.toml with markers holds several platforms; its installer
+keeps the packages whose markers hold for the interpreter it installs into and takes, of each,
+a wheel whose tags that interpreter supports. lockguard reads such a lock for the interpreter
+its venvs use: this one (`host_target`), or the config's `python` (`target_for`, which asks
+that interpreter once, in a subprocess, for its markers; its wheel tags are then unknown and
+the installer is the one to say when no wheel fits).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.markers import default_environment
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a marker and a wheel are judged against."""
+
+    markers: Mapping[str, str]  # packaging.markers' environment of the interpreter
+    tags: tuple[str, ...] | None  # its supported wheel tags ("cp311-cp311-manylinux_2_17_x86_64"),
+    # most specific first; None when unknown (another interpreter than the one running lockguard)
+
+    def describe(self) -> str:
+        """The platform for people: "cpython 3.11.7 linux x86_64"."""
+        m = self.markers
+        return (f"{m.get('implementation_name', '?')} {m.get('python_full_version', '?')} "
+                f"{m.get('sys_platform', '?')} {m.get('platform_machine', '?')}")
+
+    def python_version(self) -> str:
+        return self.markers.get("python_full_version", "")
+
+    def wheel_fits(self, filename: str) -> bool | None:
+        """Whether a wheel of this name installs here (None: the tags are not known)."""
+        if self.tags is None:
+            return None
+        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+        try:
+            _, _, _, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            return False
+        supported = _tag_set(self.tags)
+        return any(str(tag) in supported for tag in tags)
+
+
+@functools.lru_cache(maxsize=8)
+def _tag_set(tags: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(tags)
+
+
+@functools.lru_cache(maxsize=1)
+def host_target() -> Target:
+    """The interpreter running lockguard."""
+    from packaging.tags import sys_tags
+
+    return Target(markers=dict(default_environment()),
+                  tags=tuple(str(tag) for tag in sys_tags()))
+
+
+# packaging.markers.default_environment, for an interpreter that may not have packaging.
+_MARKERS_SCRIPT = """\
+import json, os, platform, sys
+def version(info):
+    v = "{0.major}.{0.minor}.{0.micro}".format(info)
+    if info.releaselevel != "final":
+        v += info.releaselevel[0] + str(info.serial)
+    return v
+print(json.dumps({
+    "implementation_name": sys.implementation.name,
+    "implementation_version": version(sys.implementation.version),
+    "os_name": os.name,
+    "platform_machine": platform.machine(),
+    "platform_release": platform.release(),
+    "platform_system": platform.system(),
+    "platform_version": platform.version(),
+    "python_full_version": platform.python_version(),
+    "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]),
+    "sys_platform": sys.platform,
+}))
+"""
+
+
+def target_for(python: str | None) -> Target:
+    """The platform of `python` (an interpreter's path; None or this one: `host_target`)."""
+    if python is None or Path(python).resolve() == Path(sys.executable).resolve():
+        return host_target()
+    return _other_target(str(Path(python).resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _other_target(python: str) -> Target:
+    from lockguard import process
+    from lockguard.files import scratch_dir
+    from lockguard.locks.model import LockError
+
+    with scratch_dir("markers") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        try:
+            done = process.run([python, "-I", "-c", _MARKERS_SCRIPT], log=out, stderr_log=err,
+                               timeout=120)
+        except process.ProcessError as exc:
+            raise LockError(f"python = {python!r}", None, str(exc)) from None
+        try:
+            markers = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            markers = None
+        if done.code != 0 or not isinstance(markers, dict):
+            raise LockError(f"python = {python!r}", None,
+                            "cannot tell its platform (it does not run as a Python "
+                            f"interpreter: {done.describe()})")
+    return Target(markers={str(k): str(v) for k, v in markers.items()}, tags=None)
