@@ -523,3 +523,99 @@ def test_a_uv_lock_bump_goes_through_check_base_beside_a_requirements_lock(tmp_p
                     env={"LOCKGUARD_CACHE": str(tmp_path / "cache2")})
     assert quiet.returncode == 0, quiet.stderr
     assert any("only comments or layout changed" in n for n in json.loads(quiet.stdout)["notes"])
+
+
+# ------------------------------------------------------------------------------ propose
+
+PROPOSE_CONFIG = """
+[tool.lockguard]
+lock = "{lock}"
+scenarios = ["loss_ema"]
+[tool.lockguard.scenario.loss_ema]
+script = "loss_ema.py"
+framework = "numpy"
+tolerance = "exact"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kept, fixture", [("uv.lock", "uv.lock"),
+                                           ("pylock.toml", "pylock.compile.toml")])
+def test_propose_writes_the_format_it_read_as_the_tool_would(tmp_path, kept, fixture):
+    """`propose numpy==2.0.2` on a uv project's uv.lock runs `uv lock --upgrade-package`, on a
+    pylock.toml `uv pip compile --upgrade-package` with its header's scope: the proposal is
+    the lock the tool writes for numpy 2.0.2 (the committed fixture, made by a project that
+    asks for it), the project's `numpy==1.26.4` read as asking for the upgrade; the user's
+    files are untouched; the A/B says drift."""
+    import json
+
+    from conftest import run_cli, snapshot
+
+    project = tmp_path / "p"
+    project.mkdir()
+    pyproject = (LOCKS / "numpy-1.26.4" / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(pyproject + PROPOSE_CONFIG.format(lock=kept))
+    (project / "loss_ema.py").write_text((DATA / "loss_ema.py").read_text())
+    shutil.copy(LOCKS / "numpy-1.26.4" / fixture, project / kept)
+    before = snapshot(project)
+    proc = run_cli("propose", "numpy==2.0.2", "--format", "json", cwd=project)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [v["verdict"] for v in report["verdicts"]] == ["drift"]
+    [said] = [n for n in report["notes"] if n.startswith(f"proposed lock for {kept} (uv): ")]
+    proposal = Path(said.rsplit(": ", 1)[1])
+    assert proposal.name == kept
+    assert any("pyproject.toml:6 requires numpy==1.26.4: proposed with numpy==2.0.2" in n
+               for n in report["notes"]), report["notes"]
+    made = parse_lock(proposal, LINUX)
+    expected = parse_lock(LOCKS / "numpy-2.0.2" / fixture, LINUX)
+    assert made.format == expected.format and made.lock_hash == expected.lock_hash
+    if kept == "pylock.toml":  # its header is the user's command, as uv writes it
+        assert proposal.read_text().splitlines()[:2] == \
+            (project / kept).read_text().splitlines()[:2]
+    assert snapshot(project) == before
+
+
+# ------------------------------------------------------------------------------ bisection
+
+def _with_six(uv_lock: str, version: str, digest: str) -> str:
+    """A uv.lock whose project also depends on six `version` (one wheel, hash `digest`)."""
+    text = uv_lock.replace('dependencies = [\n    { name = "numpy" },\n]',
+                           'dependencies = [\n    { name = "numpy" },\n    { name = "six" },\n]')
+    assert text != uv_lock
+    return text + (f'\n[[package]]\nname = "six"\nversion = "{version}"\n'
+                   'source = { registry = "https://pypi.org/simple" }\n'
+                   f'wheels = [{{ url = "https://files.example/six-{version}-py2.py3-none-any.whl",'
+                   f' hash = "sha256:{digest * 64}" }}]\n')
+
+
+def test_bisecting_uv_locks_builds_pylock_mixes(tmp_path, monkeypatch):
+    """On the fake backend a run depends only on the numpy version. Two uv.locks, numpy and
+    six bumped: the mix taking numpy from the candidate is written as the pylock.toml uv
+    installs, read back as the same pins, and bisection names numpy."""
+    from fakes import FakeBackend
+    from lockguard.config import Config, Options
+    from lockguard.flows.ab import check_ab
+    from lockguard.locks.ref import LockRef, read_lock
+    from lockguard.names import Verdict
+    from lockguard.scenarios import bundled
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "uv.lock").write_text(_with_six(
+        (LOCKS / "numpy-1.26.4" / "uv.lock").read_text(), "1.16.0", "a"))
+    (tmp_path / "uv.lock").write_text(_with_six(UV, "1.17.0", "b"))
+    old = LockRef(tmp_path / "old" / "uv.lock", read_lock(tmp_path / "old" / "uv.lock"))
+    new = LockRef(tmp_path / "uv.lock", read_lock(tmp_path / "uv.lock"))
+    numpy = [s for s in bundled() if s.id == "numpy.mlp"]
+    report = check_ab(Config(root=tmp_path, golden_dir="golden", steps=6), [new], [old], numpy,
+                      Options(bisect=True), backend=FakeBackend())
+    assert report.verdicts[0].verdict == Verdict.drift
+    [b] = report.bisection
+    assert b.culprit == ["numpy 1.26.4 → 2.0.2"] and b.found
+    [trial] = [t for t in b.trials if t.status == "reproduces"]
+    mix = Path(trial.lock) if Path(trial.lock).is_absolute() else tmp_path / trial.lock
+    assert mix.name.startswith("pylock.") and mix.suffix == ".toml", trial.lock
+    read = parse_lock(mix)
+    assert read.format == "pylock.toml" and pins(read) == ["numpy==2.0.2", "six==1.16.0"]
+    assert read.pin("numpy").files == new.lock.pin("numpy").files
