@@ -10,6 +10,7 @@ this machine's, so that every test here passes on any CI machine.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -361,6 +362,17 @@ def test_a_mix_of_uv_locks_is_written_as_the_pylock_uv_installs():
 def test_the_narrowed_lock_installs_from_this_interpreters_markers():
     assert host_target().python_version() == ".".join(map(str, sys.version_info[:3]))
     assert host_target().tags and host_target().wheel_fits("x-1-py3-none-any.whl")
+
+
+@pytest.mark.parametrize("name", ["uv.lock", "poetry.lock", "pylock.toml", "pylock.gpu.toml"])
+def test_lockguard_lock_never_writes_requirements_text_over_another_format(tmp_path, name):
+    from lockguard.locks.resolve import ResolveError, compile_lock
+
+    (tmp_path / "requirements.in").write_text("numpy\n")
+    (tmp_path / name).write_text("kept\n")
+    with pytest.raises(ResolveError, match=rf"^\S*{re.escape(name)}: a \S+ is written by "):
+        compile_lock(tmp_path / "requirements.in", tmp_path / name)
+    assert (tmp_path / name).read_text() == "kept\n"
 
 
 # ------------------------------------------------------------------------------ the real tools

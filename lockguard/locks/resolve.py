@@ -183,6 +183,7 @@ def compile_lock(
     is left untouched and ResolveError (or a LockError for an unreadable `output`) says why.
     """
     requirements_in, output = Path(requirements_in), Path(output)
+    _refuse_other_format(output)
     seed = output if output.is_file() else None
     chosen = resolver or default_resolver(seed)
     workdir = output.resolve().parent
@@ -207,6 +208,21 @@ def compile_lock(
         invocation=" ".join(shlex.quote(_redact(p)) for p in parts),
         relax=False,
     )
+
+
+# The tool that writes each lock format that is not requirements text: `lockguard lock` writes
+# requirements text only, and never over another format's file.
+_FORMAT_TOOLS = {"uv.lock": "`uv lock`", "pylock.toml": "`uv pip compile -o pylock.toml`",
+                 "poetry.lock": "`poetry lock`"}
+
+
+def _refuse_other_format(output: Path) -> None:
+    from lockguard.locks.formats import format_by_name
+
+    kind = format_by_name(output.name)
+    if kind in _FORMAT_TOOLS:
+        raise ResolveError(f"{output}: a {kind} is written by {_FORMAT_TOOLS[kind]}; lockguard "
+                           "lock writes requirements text (name the output *.txt)")
 
 
 def propose_lock(
