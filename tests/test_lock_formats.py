@@ -160,6 +160,41 @@ wheels = [{ url = "https://x.example/attrs-25.3.0-py3-none-any.whl", hashes = { 
     assert read.environment == LINUX.describe()  # a marker was evaluated
 
 
+def test_where_packages_come_from_in_each_format(tmp_path):
+    """Indexes per package (uv.lock registries, poetry sources, pylock index) become the
+    lock's index options too, so that an installer handed requirements text finds them; a
+    pylock's local `path` means a file beside the lock."""
+    cpu = "https://download.pytorch.org/whl/cpu"
+    uv = UV.replace('dependencies = [\n    { name = "numpy" },\n]',
+                    'dependencies = [\n    { name = "numpy" },\n    { name = "six" },\n]')
+    uv += ('\n[[package]]\nname = "six"\nversion = "1.17.0"\n'
+           f'source = {{ registry = "{cpu}" }}\n'
+           'wheels = [{ url = "https://download.pytorch.org/whl/six-1.17.0-py2.py3-none-any.whl"'
+           f', hash = "sha256:{"c" * 64}" }}]\n')
+    lock = parse_lock_text(uv, "uv.lock", LINUX)
+    assert lock.options.index_url == "https://pypi.org/simple"
+    assert lock.options.extra_index_urls == (cpu,) and lock.pin("six").index == cpu
+    poetry = POETRY.replace("optional = false", "optional = false\n[package.source]\n"
+                            f'type = "legacy"\nurl = "{cpu}"\nreference = "torch-cpu"', 1)
+    read = parse_lock_text(poetry, "poetry.lock", LINUX)
+    assert read.options.extra_index_urls == (cpu,) and read.pin("numpy").index == cpu
+    assert "--extra-index-url " + cpu in requirements_text(read)
+    (tmp_path / "wheels").mkdir()
+    local = """lock-version = "1.0"
+created-by = "hand"
+
+[[packages]]
+name = "six"
+version = "1.17.0"
+wheels = [{ path = "wheels/six-1.17.0-py2.py3-none-any.whl", hashes = { sha256 = "%s" } }]
+""" % ("d" * 64)
+    near = parse_lock_text(local, str(tmp_path / "pylock.toml"), LINUX)
+    [wheel] = near.pin("six").files
+    assert wheel.url == str(tmp_path / "wheels" / "six-1.17.0-py2.py3-none-any.whl")
+    assert "path = " in pylock_text(near)  # written back as a path, absolute
+    assert parse_lock_text(pylock_text(near), "pylock.toml", LINUX).lock_hash == near.lock_hash
+
+
 # ------------------------------------------------------------------------------ telling formats
 
 @pytest.mark.parametrize("name, expected", [

@@ -61,7 +61,6 @@ UNSUPPORTED = {
 # and any .txt in a requirements/ folder.
 _REQUIREMENTS = re.compile(r"(?i)^(.*[-_.])?requirements([-_.].*)?\.txt$")
 _INPUT = re.compile(r"(?i)^(.*[-_.])?requirements([-_.].*)?\.in$")
-_PYLOCK = re.compile(r"^pylock(\.[^/]+)?\.toml$")  # PEP 751: pylock.toml, pylock.NAME.toml
 # Folders never searched: tools' and environments' own, and what holds no lock of the project.
 _PRUNED = {"node_modules", "__pycache__", "site-packages", "build", "dist", "golden"}
 SEARCH_DEPTH = 3  # the project's folder and two below it: ml/requirements/gpu.txt
