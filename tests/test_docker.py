@@ -83,12 +83,11 @@ def test_every_framework_and_accelerator_renders_from_one_template(framework, ac
     assert "--no-index" in text and "--require-hashes" in text
     assert recipe.tag.startswith(f"lockguard/{framework}-{accelerator}:")
     assert len(recipe.tag.rsplit(":", 1)[1]) == 20
+    # every accelerator builds on the plain Python base, with no network: a cuda image's CUDA
+    # is the lock's nvidia-* wheels (tests/test_docker_accelerators.py)
+    assert "apt-get" not in text and recipe.network == "none" and recipe.base.cuda is None
     if accelerator == "cuda":
-        assert "NVIDIA_VISIBLE_DEVICES" in text and "apt-get install" in text
-        assert recipe.network is None  # the one step that needs the network: Python itself
-        assert recipe.base.cuda
-    else:
-        assert "apt-get" not in text and recipe.network == "none"
+        assert "NVIDIA_VISIBLE_DEVICES" in text
     if (framework, accelerator) == ("torch", "tpu"):
         assert 'PJRT_DEVICE="TPU"' in text
     assert len(list((REPO / "images").glob("Dockerfile*"))) == 1  # one template, not nine
@@ -96,12 +95,13 @@ def test_every_framework_and_accelerator_renders_from_one_template(framework, ac
 
 def test_pin_file_pins_every_base_by_digest():
     bases = load_bases()
-    assert set(bases) >= {"cpu", "cuda", "tpu"}
+    assert set(bases) >= {"cpu", "cuda", "tpu", "nvidia-cuda"}
     for base in bases.values():
         assert base.digest.startswith("sha256:") and len(base.digest) == 71
         assert base.ref.endswith(base.digest) and ":" not in base.ref.split("/")[-1].split("@")[0]
-    assert "cudnn" in bases["cuda"].image and bases["cuda"].cuda
-    assert "slim" in bases["cpu"].image and "slim" in bases["tpu"].image
+    # the system-CUDA base stays available, never the default
+    assert "cudnn" in bases["nvidia-cuda"].image and bases["nvidia-cuda"].cuda
+    assert all("slim" in bases[name].image for name in ("cpu", "cuda", "tpu"))
 
 
 def test_tag_is_content_addressed():
@@ -151,7 +151,8 @@ def test_pin_rewrites_digests_and_keeps_the_file(tmp_path):
     before = pins.read_text()
     new = "sha256:" + "c" * 64
     changes = pin_bases(lambda image: new, pins)
-    assert set(changes) == {"cpu", "cuda", "tpu"} and all(c[1] == new for c in changes.values())
+    assert set(changes) == {"cpu", "cuda", "tpu", "nvidia-cuda"}
+    assert all(c[1] == new for c in changes.values())
     after = pins.read_text()
     assert all(b.digest == new for b in load_bases(pins).values())
     # comments and every other key kept: only the digest lines differ
@@ -211,7 +212,8 @@ def test_driver_cuda_check():
     assert accelerators.driver_cuda(smi) == (12, 2)
     assert accelerators.driver_cuda("no gpu here") is None
     cu128 = parse_lock_text("torch==2.14.1+cu128\n", "t.lock")
-    recipe = dk.recipe_for("torch", "cuda", cu128)
+    # on the optional system-CUDA base, the base's CUDA counts in full
+    recipe = dk.recipe_for("torch", "cuda", cu128, load_bases()["nvidia-cuda"])
     need, source = accelerators.required_cuda(recipe, cu128)
     assert need == (12, int(recipe.base.cuda.split(".")[1])) and "base image CUDA" in source
     with pytest.raises(EnvError, match=r"driver supports CUDA 12\.2, but .* needs CUDA 12\.6"):
@@ -226,6 +228,10 @@ def test_driver_cuda_check():
     jax13 = parse_lock_text("jax==0.10.2\njax-cuda13-plugin==0.10.2\n", "j.lock")
     need, source = accelerators.required_cuda(dk.recipe_for("jax", "cuda", jax13), jax13)
     assert need == (13, 0) and "jax-cuda13-plugin==0.10.2" in source
+    # on the default base, only the lock's wheels need a CUDA: torch 2.14.1's nvidia-* are 13's
+    lock = parse_lock(DATA / "torch-2.14.1-cuda.txt")
+    need, source = accelerators.required_cuda(dk.recipe_for("torch", "cuda", lock), lock)
+    assert need == (13, 0) and source.endswith("(CUDA 13)")
 
 
 def _env_for(accelerator: str) -> dk.DockerEnv:

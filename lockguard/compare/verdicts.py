@@ -274,8 +274,22 @@ def _check_expected_device(
             continue  # crashed before it could say where it ran; "broken" already says it all
         if run.device != expected_device:
             found = run.device or "an unreported device"
-            findings.add(Verdict.device_fallback, f"expected {expected_device}, ran on {found}")
+            findings.add(Verdict.device_fallback,
+                         f"expected {expected_device}, ran on {found}" + _fallback_cause(run))
             return
+
+
+def _fallback_cause(run: RunResult) -> str:
+    """Why the run landed elsewhere, as the harness saw it ("no NVIDIA driver visible in the
+    container"), and the accelerator stack of the image it ran in, which did load."""
+    cause = run.fingerprint.get("device_fallback")
+    image = run.fingerprint.get("image")
+    stack = image.get("stack") if isinstance(image, dict) else None
+    summary = stack.get("summary") if isinstance(stack, dict) else None
+    text = f": {cause}" if isinstance(cause, str) and cause else ""
+    if isinstance(summary, str) and summary:
+        text += f" (image {image.get('tag')}: {summary})"
+    return text
 
 
 def _check_comparable(

@@ -12,9 +12,12 @@ One module per concern, each importing only those above it:
                      on the host with hashes checked
     engine.py        connect, SDK errors -> EnvError, the base image, probes in throwaway containers
     conformance.py   the image holds exactly the lock, and the framework imports
+    stack.py         cuda/tpu images: the framework's CUDA, cuDNN, NCCL (or libtpu) are the
+                     lock's and every library of the stack loads, proven without a GPU
     build.py         build_image: build context, the classic builder's stream, install-stage
                      cleanup, the build record
-    accelerators.py  the driver's CUDA against the image's, TPU device nodes
+    accelerators.py  the driver's CUDA against the image's, TPU device nodes, whether a run
+                     asks for them
     backend.py       DockerEnv (`docker run` of the harness) and prepare
     pin.py           `lockguard images pin`
 """
@@ -25,13 +28,16 @@ from lockguard.envs.docker.recipe import (
 )
 from lockguard.envs.docker.wheelhouse import Target, wheelhouse_for
 from lockguard.envs.docker.engine import connect, resolve_base, target_of
+from lockguard.envs.docker.stack import AcceleratorStack, stack_line
 from lockguard.envs.docker.build import BuiltImage, build_image
 from lockguard.envs.docker.backend import DockerEnv, image_framework, prepare
 from lockguard.envs.docker.pin import pin_images
 
 __all__ = [
-    "ACCELERATORS", "BASE_IMAGE_ENV", "FRAMEWORKS", "IMAGES_DIR_ENV", "Base", "BuiltImage",
+    "ACCELERATORS", "BASE_IMAGE_ENV", "FRAMEWORKS", "IMAGES_DIR_ENV", "AcceleratorStack",
+    "Base", "BuiltImage",
     "DockerEnv", "ImageRecipe", "Target", "base_for", "build_image", "connect", "image_framework",
-    "pin_images", "prepare", "recipe_for", "resolve_base", "target_of", "templates_dir",
+    "pin_images", "prepare", "recipe_for", "resolve_base", "stack_line", "target_of",
+    "templates_dir",
     "wheelhouse_for",
 ]

@@ -1,15 +1,22 @@
-"""Accelerators seen from a container: the GPU driver's CUDA against what an image needs, and
-the TPU device nodes to pass through."""
+"""Accelerators seen from a container: the GPU driver's CUDA against what an image needs, the
+TPU device nodes to pass through, and whether a run asks for them at all.
+
+A run asks for the GPUs unless CUDA_VISIBLE_DEVICES hides every one (read as CUDA reads it:
+"", "-1", ...), and for the TPUs unless TPU_VISIBLE_CHIPS is set empty: then a cuda or tpu
+image starts without them, on any host, and trains on the CPU, recording why.
+"""
 
 from __future__ import annotations
 
 import glob
+import os
 import re
 from typing import Any
 
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker import engine
 from lockguard.envs.docker.recipe import ImageRecipe
+from lockguard.hardware import count_visible
 from lockguard.locks.families import cuda_major
 from lockguard.locks.model import Lock
 
@@ -68,12 +75,27 @@ def check_gpu(client: Any, recipe: ImageRecipe, lock: Lock) -> str:
         text = engine.api_reason(exc)
         if "device driver" in text or "nvidia" in text.lower():
             raise EnvError(f"the Docker engine cannot give containers a GPU ({text}): install "
-                           f"the NVIDIA Container Toolkit and restart dockerd") from None
+                           f"the NVIDIA Container Toolkit and restart dockerd (with "
+                           f"CUDA_VISIBLE_DEVICES= the image runs without a GPU, a "
+                           f"device_fallback)") from None
         raise EnvError(f"starting a GPU container from {recipe.tag}: {text}") from None
     text = out.decode(errors="replace")
     need, source = required_cuda(recipe, lock)
     check_driver(driver_cuda(text), need, source, recipe.tag)
     return text
+
+
+def gpus_requested() -> bool:
+    """Whether a cuda run asks the engine for GPUs: not when CUDA_VISIBLE_DEVICES hides every
+    one (whatever their number)."""
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return mask is None or count_visible(1 << 16, mask) > 0
+
+
+def tpus_requested() -> bool:
+    """Whether a tpu run passes the TPU device nodes: not when TPU_VISIBLE_CHIPS is set empty."""
+    mask = os.environ.get("TPU_VISIBLE_CHIPS")
+    return mask is None or mask.strip() != ""
 
 
 def tpu_devices() -> list[str]:

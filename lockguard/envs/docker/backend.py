@@ -2,7 +2,10 @@
 line and envs.base.execute, like every other backend's process.
 
 Runs use network none, a read-only root, the harness and the user script mounted read-only, the
-output directory read-write; GPUs by device request (`--gpus`), TPUs by device mounts. The
+output directory read-write; GPUs by device request (`--gpus`), TPUs by device mounts. A cuda
+image whose run asks for no GPU (CUDA_VISIBLE_DEVICES set to hide them all, as CUDA reads it;
+for a tpu image, TPU_VISIBLE_CHIPS set empty) starts without the request: its stack loads, the
+training runs on the CPU, and the result says why (a device_fallback naming the cause). The
 container sees the allowlist's container variables only (lockguard/allowlist.py), and a run's
 memory limit is the container's (`--memory`, swap included): one the kernel's OOM killer ended
 is told by the engine's `oom` event and reported as over the limit. The SDK
@@ -87,9 +90,13 @@ class DockerEnv:
 
     def device_args(self) -> list[str]:
         if self.accelerator == "cuda":
+            if not accelerators.gpus_requested():
+                return []
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             return ["--gpus", f'"device={visible}"' if visible else "all"]
         if self.accelerator == "tpu":
+            if not accelerators.tpus_requested():
+                return []
             args = []
             for device in accelerators.tpu_devices():
                 args += ["--device", device]
@@ -114,6 +121,8 @@ class DockerEnv:
             "tag": self.tag, "id": self.image.id, "lock_hash": self.lock_hash,
             "base": self.image.recipe.base.ref, "base_digest": self.image.recipe.base.digest,
             "accelerator": self.accelerator}
+        if self.image.stack is not None:
+            result.fingerprint["image"]["stack"] = self.image.stack
         return result
 
     def _oom_killed(self, name: str, since: float) -> bool:
@@ -150,7 +159,8 @@ def image_framework(lock: Lock, framework: str) -> str:
 def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
             progress: Progress = QUIET, base_image: str | None = None) -> DockerEnv:
     """The env for `lock`'s `framework` on `accelerator`: its image built or reused, the
-    accelerator checked (cuda: GPU request and driver CUDA; tpu: device nodes)."""
+    accelerator checked (cuda: GPU request and driver CUDA; tpu: device nodes) unless the
+    run asks for none (accelerators.gpus_requested, tpus_requested)."""
     engine.sdk()  # before anything else: an install without the docker extra says so first
     docker_cli = shutil.which("docker")
     if docker_cli is None:
@@ -159,9 +169,11 @@ def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
     client = engine.connect()
     image = build_image(lock, image_framework(lock, framework), accelerator,
                         base_image=base_image, client=client, progress=progress)
-    if accelerator == "cuda":
+    if accelerator == "cuda" and accelerators.gpus_requested():
         accelerators.check_gpu(client, image.recipe, lock)
-    elif accelerator == "tpu" and not accelerators.tpu_devices():
+    elif accelerator == "tpu" and accelerators.tpus_requested() \
+            and not accelerators.tpu_devices():
         raise EnvError("no TPU device nodes on this host (/dev/accel*, /dev/vfio/*): the tpu "
-                       "images run on a TPU VM")
+                       "images run on a TPU VM (with TPU_VISIBLE_CHIPS= the image runs without "
+                       "one, a device_fallback)")
     return DockerEnv(image, lock.lock_hash, accelerator, docker_cli, client)

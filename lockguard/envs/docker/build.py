@@ -7,8 +7,13 @@ the build itself runs with no network. The tag is content-addressed
 (`lockguard/<framework>-<accelerator>:<hash>`): an existing tag whose conformance was recorded
 is reused without a build.
 
+A cuda or tpu image is also checked for its accelerator stack (stack.py: the framework's CUDA,
+cuDNN and NCCL, or libtpu, are the lock's, and every library of the stack loads), in a
+container without any accelerator; what it found is part of the build record.
+
 Cache layout, beside the venvs: $LOCKGUARD_CACHE/images/<hash>/ holds build.log and
-`lockguard-ready.json` (the image id whose conformance was checked), <hash>.lock the file lock,
+`lockguard-ready.json` (the image id whose conformance was checked, and its accelerator
+stack), <hash>.lock the file lock,
 <hash>.compile-cache/ the compiler caches that runs mount. Base probes live in images/bases/.
 """
 
@@ -29,6 +34,7 @@ from lockguard.envs.base import EnvError
 from lockguard.envs.docker import engine
 from lockguard.envs.docker.conformance import check_conformance
 from lockguard.envs.docker.recipe import ImageRecipe, recipe_for
+from lockguard.envs.docker.stack import check_stack
 from lockguard.envs.docker.wheelhouse import wheelhouse_for
 from lockguard.envs.venv import READY
 from lockguard.files import write_text
@@ -45,6 +51,9 @@ class BuiltImage:
     seconds: float  # this call's wall time
     size: int  # bytes, as the engine reports
     log: Path  # the build log (of the build that made it, if it was made here)
+    # The accelerator stack the build proved (AcceleratorStack.record()); None for cpu images
+    # and images with no stack to prove (numpy).
+    stack: dict[str, Any] | None = None
 
 
 def image_dir(recipe: ImageRecipe) -> Path:
@@ -61,18 +70,38 @@ def build_image(lock: Lock, framework: str, accelerator: str, *, base_image: str
     root = cache_dir() / "images"
     key = recipe.content_hash[:20]
     with file_lock(root / f"{key}.lock"):
-        image = _reusable(client, recipe, lock, progress)
-        reused = image is not None
-        if image is None:
-            image = _build(client, recipe, lock, progress)
+        found = _reusable(client, recipe, lock, progress)
+        reused = found is not None
+        image, stack = found if found is not None else _build(client, recipe, lock, progress)
     return BuiltImage(tag=recipe.tag, id=image.id, recipe=recipe, reused=reused,
                       seconds=time.perf_counter() - started,
                       size=int(image.attrs.get("Size") or 0),
-                      log=image_dir(recipe) / "build.log")
+                      log=image_dir(recipe) / "build.log", stack=stack)
 
 
-def _reusable(client: Any, recipe: ImageRecipe, lock: Lock, progress: Progress) -> Any:
-    """The existing image under the recipe's tag, if it passes (or already passed) conformance."""
+def has_stack(recipe: ImageRecipe) -> bool:
+    """Whether the image has an accelerator stack to prove: cuda and tpu images of a framework
+    (numpy has no accelerator backend; its scenarios on cuda run on the CPU, saying so)."""
+    return recipe.accelerator in ("cuda", "tpu") and recipe.framework != "numpy"
+
+
+def _check(client: Any, recipe: ImageRecipe, lock: Lock, log: Path,
+           progress: Progress) -> dict[str, Any] | None:
+    """Conformance (the image holds exactly the lock), then the accelerator stack."""
+    check_conformance(client, recipe.tag, lock, recipe.module, log, imports=not has_stack(recipe))
+    if not has_stack(recipe):
+        return None
+    with progress.step(f"Checking the {recipe.accelerator} stack of {recipe.tag} (no "
+                       f"accelerator needed)"):
+        stack = check_stack(client, recipe.tag, lock, recipe.framework, recipe.module,
+                            recipe.accelerator, log)
+    return stack.record()
+
+
+def _reusable(client: Any, recipe: ImageRecipe, lock: Lock,
+              progress: Progress) -> tuple[Any, dict[str, Any] | None] | None:
+    """The existing image under the recipe's tag and its stack, if it passes (or already
+    passed) the checks."""
     try:
         image = client.images.get(recipe.tag)
     except engine.sdk_errors().ImageNotFound:
@@ -80,18 +109,23 @@ def _reusable(client: Any, recipe: ImageRecipe, lock: Lock, progress: Progress) 
     record = image_dir(recipe) / READY
     if record.is_file():
         try:
-            if json.loads(record.read_text(encoding="utf-8")).get("image_id") == image.id:
-                return image
+            data = json.loads(record.read_text(encoding="utf-8"))
+            # A record without a stack (from before stacks were checked) does not count for a
+            # cuda/tpu image: it is checked now.
+            if data.get("image_id") == image.id and (
+                    data.get("stack") is not None or not has_stack(recipe)):
+                return image, data.get("stack")
         except (OSError, ValueError):
             pass
     # Tagged but not checked here (another cache dir, or the tag was moved): check it now.
     with progress.step(f"Checking existing image {recipe.tag} against {Path(lock.source).name}"):
-        check_conformance(client, recipe.tag, lock, recipe.module, image_dir(recipe) / "build.log")
-    _write_record(recipe, lock, image.id, None)
-    return image
+        stack = _check(client, recipe, lock, image_dir(recipe) / "build.log", progress)
+    _write_record(recipe, lock, image.id, None, stack)
+    return image, stack
 
 
-def _build(client: Any, recipe: ImageRecipe, lock: Lock, progress: Progress) -> Any:
+def _build(client: Any, recipe: ImageRecipe, lock: Lock,
+           progress: Progress) -> tuple[Any, dict[str, Any] | None]:
     started = time.perf_counter()
     directory = image_dir(recipe)
     directory.mkdir(parents=True, exist_ok=True)
@@ -118,13 +152,13 @@ def _build(client: Any, recipe: ImageRecipe, lock: Lock, progress: Progress) -> 
         engine.remove_quietly(client, install_stage)  # the wheels' layer: not part of the image
     try:
         with progress.step(f"Checking {recipe.tag} against {Path(lock.source).name}"):
-            check_conformance(client, recipe.tag, lock, recipe.module, log)
+            stack = _check(client, recipe, lock, log, progress)
     except EnvError:
         engine.remove_quietly(client, recipe.tag)  # a non-conforming image is never reused
         raise
     image = client.images.get(recipe.tag)
-    _write_record(recipe, lock, image.id, time.perf_counter() - started)
-    return image
+    _write_record(recipe, lock, image.id, time.perf_counter() - started, stack)
+    return image, stack
 
 
 def _write_context(context: Path, recipe: ImageRecipe, house: Path,
@@ -219,9 +253,11 @@ def _stream_build(client: Any, recipe: ImageRecipe, context: Path, log: Path,
     return stages.install_layer
 
 
-def _write_record(recipe: ImageRecipe, lock: Lock, image_id: str, seconds: float | None) -> None:
+def _write_record(recipe: ImageRecipe, lock: Lock, image_id: str, seconds: float | None,
+                  stack: dict[str, Any] | None) -> None:
     record = {"tag": recipe.tag, "image_id": image_id, "lock_hash": lock.lock_hash,
               "lock": lock.source, "base": recipe.base.ref, "base_digest": recipe.base.digest,
               "built_s": round(seconds, 1) if seconds is not None else None,
-              "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+              "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "stack": stack}
     write_text(image_dir(recipe) / READY, json.dumps(record, indent=1))

@@ -72,7 +72,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import gen
+from . import devices, gen
 from .common import attempt as _try
 from .common import (Batches, global_norm, host_floats, le_bytes, recorded_env,
                     seed_host_rngs, sum_squares)
@@ -135,6 +135,15 @@ def _on_compile(name: str, seconds: float, **kwargs: Any) -> None:
         _STATE["compile_s"][fun] = _STATE["compile_s"].get(fun, 0.0) + seconds
 
 
+def _fallback_cause(wanted: str) -> str:
+    """Why jax started no backend of the device asked for."""
+    if wanted == "cuda":
+        if not any(name.startswith("jax-cuda") for name in _plugins()):
+            return "jax has no CUDA plugin here (jax[cuda13] installs jax-cuda13-plugin)"
+        return devices.cuda_missing() or "jax's CUDA backend did not start (no visible GPU)"
+    return devices.tpu_missing() or "jax's TPU backend did not start (libtpu found no TPU)"
+
+
 def _device_class(device: Any) -> str:
     platform = str(device.platform).lower()
     if platform in ("gpu", "cuda"):
@@ -190,6 +199,8 @@ def setup(ctx) -> None:
     fp = ctx.result["fingerprint"]
     fp["env"] = recorded_env()
     fp["device_expected"] = ctx.device
+    if ctx.device in ("cuda", "tpu") and cls != ctx.device:
+        fp["device_fallback"] = _fallback_cause(ctx.device)
     fp["jax"] = jax.__version__
     fp["jaxlib"] = _try(lambda: __import__("jaxlib").__version__)
     fp["ml_dtypes"] = _try(lambda: __import__("ml_dtypes").__version__)

@@ -65,7 +65,7 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import gen
+from . import devices, gen
 from .common import attempt as _try
 from .common import (Batches, global_norm, host_floats, installed_version, le_bytes,
                      recorded_env, seed_host_rngs, sum_squares)
@@ -146,6 +146,14 @@ def setup(ctx) -> None:
     fp["env"] = recorded_env()
     fp["device_expected"] = ctx.device
     fp["device_placed"] = landed
+    if ctx.device == "cuda" and cls != "cuda":
+        build = _try(lambda: tf.sysconfig.get_build_info(), {}) or {}
+        fp["device_fallback"] = (
+            "tensorflow is not a CUDA build (tensorflow[and-cuda] is)"
+            if not build.get("is_cuda_build") else
+            devices.cuda_missing() or "tensorflow sees no GPU (tf.config lists none)")
+    elif ctx.device == "tpu":
+        fp["device_fallback"] = "the tensorflow harness does not drive TPUs"
     fp["tensorflow"] = tf.__version__
     fp["tf_build"] = {str(k): _plain(v) for k, v in
                       dict(_try(tf.sysconfig.get_build_info, {}) or {}).items()}

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import gen
+from . import devices, gen
 from .common import Batches, seed_host_rngs
 from .common import attempt as _try
 from .compile_torch import RECORDER, accuracy
@@ -79,7 +79,8 @@ def _choose_device(ctx) -> Tuple[str, Optional[str]]:
             return "cuda", None
         if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
             return "cpu", "torch is a CPU-only build (torch.version.cuda is None)"
-        return "cpu", "torch.cuda.is_available() is False (no visible GPU or driver)"
+        return "cpu", (devices.cuda_missing()
+                       or "torch.cuda.is_available() is False (no visible GPU or driver)")
     if ctx.device == "tpu":
         return "cpu", "the torch harness does not drive TPUs (no torch_xla support)"
     return "cpu", None

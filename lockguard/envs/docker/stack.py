@@ -1,0 +1,650 @@
+"""The accelerator stack of a cuda or tpu image, proven from inside the image before any GPU or
+TPU is seen: what the framework says it runs on equals what the lock pins, and every shared
+library it will load resolves in the image.
+
+A cuda image is the lock's own wheels on a plain glibc + Python base: torch's default-index
+wheels, `jax[cuda13]` and `tensorflow[and-cuda]` depend on nvidia-* wheels that carry CUDA's
+runtime, cuBLAS, cuDNN, NCCL and the rest; `jax[tpu]` brings libtpu. Only the driver
+(libcuda.so.1) comes from the host, mounted by the NVIDIA container runtime when a container
+asks for GPUs. So after the build, in a container without any accelerator, `STACK_PROBE`:
+
+1. imports the framework and has it load its stack as it does on a GPU host (torch's import,
+   jax's CUDA plugin `initialize` steps, libtpu through jax's own PJRT loader), and records
+   what it says: the CUDA it was built for, the cuDNN and NCCL it loaded;
+2. reads /proc/self/maps: which file each loaded library came from, and which wheel installed
+   it (a system copy on the base would show here, not as the lock's);
+3. loads every other shared library of the stack's wheels (cuDNN's engines, cuBLAS's helpers,
+   the framework's lazily loaded parts) with RTLD_NOW, so that a missing dependency or symbol
+   fails now, not in the middle of a GPU run; a library whose only missing piece is the driver
+   passes (the runtime brings it);
+4. asks the loaded libraries their own versions (cudaRuntimeGetVersion, cudnnGetVersion,
+   cublasGetProperty, ncclGetVersion: none needs a GPU).
+
+`stack_problems` judges that report against the lock on the host: a framework without its
+accelerator build, a wheel built for another CUDA major, a library that does not load, a
+version the framework loaded that is not the one the lock pins. Each problem names the wheel
+and the library. `AcceleratorStack` is what passes: recorded with the image and shown in
+reports ("cuda 13.0 · cuDNN 9.24.0 · NCCL 2.30.7 from the lock").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from lockguard.envs.base import EnvError
+from lockguard.envs.docker.engine import probe
+from lockguard.envs.docker.recipe import VENV_PYTHON
+from lockguard.envs.docker.wheelhouse import PLATFORM_INFO
+from lockguard.locks.families import cuda_major
+from lockguard.locks.model import Lock, Pin
+
+# Runs in the image with the venv's interpreter: stdlib and the framework only. argv: the
+# framework's module, the accelerator. Prints one JSON line.
+STACK_PROBE = PLATFORM_INFO + r"""
+import ctypes, glob, importlib, importlib.metadata as md, importlib.util, json, os, re, sys
+import sysconfig
+
+module, accelerator = sys.argv[1], sys.argv[2]
+site = sysconfig.get_paths()["purelib"]
+out = {"module": module, "accelerator": accelerator, "view": {}, "errors": [],
+       "loaded": [], "libraries": [], "versions": {}, "requires": {},
+       "markers": platform_info()["markers"]}
+
+SHARED = re.compile(r"\.so(\.[0-9][0-9.]*)?$")  # libx.so, libx.so.13, libx.so.13.0: not x.sort.h
+
+def dist_version(name):
+    return md.version(name)
+
+def first_line(exc):
+    return "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:300])
+
+# Which distribution installed each shared library (by real path).
+owners = {}
+for dist in md.distributions():
+    name = dist.metadata["Name"]
+    for f in dist.files or ():
+        if SHARED.search(str(f)):
+            owners[os.path.realpath(str(dist.locate_file(f)))] = [name, dist.version]
+
+def where(path):
+    real = os.path.realpath(path)
+    rel = os.path.relpath(real, site) if real.startswith(site + os.sep) else real
+    owner = owners.get(real) or [None, None]
+    return {"file": rel, "dist": owner[0], "version": owner[1]}
+
+view = out["view"]
+try:
+    fw = importlib.import_module(module)
+    view["version"] = getattr(fw, "__version__", None)
+except BaseException as exc:
+    out["errors"].append("import %s: %s" % (module, first_line(exc)))
+    fw = None
+    if module == "torch":
+        # What torch was built for, from its version file, even when it cannot import.
+        try:
+            import runpy
+            spec = importlib.util.find_spec("torch")
+            found = runpy.run_path(os.path.join(os.path.dirname(spec.origin), "version.py"))
+            view["version"], view["cuda_build"] = found.get("__version__"), found.get("cuda")
+        except BaseException:
+            pass
+
+def attempt(key, fn):
+    try:
+        view[key] = fn()
+    except BaseException as exc:
+        out["errors"].append("%s: %s" % (key, first_line(exc)))
+
+roots = []  # the wheels' folders whose libraries the framework may load
+if fw is not None and module == "torch" and accelerator == "cuda":
+    import torch
+    view["cuda_build"] = torch.version.cuda
+    attempt("cudnn", lambda: torch.backends.cudnn.version())
+    attempt("nccl", lambda: ".".join(str(x) for x in torch.cuda.nccl.version()))
+    roots.append(os.path.join(os.path.dirname(torch.__file__), "lib"))
+elif fw is not None and module == "jax" and accelerator == "cuda":
+    plugins = sorted(p for p in glob.glob(os.path.join(site, "jax_plugins", "xla_cuda*"))
+                     if os.path.isdir(p))
+    view["plugin"] = os.path.basename(plugins[-1]) if plugins else None
+    if plugins:
+        name = "jax_plugins." + os.path.basename(plugins[-1])
+        plugin = None
+        try:
+            plugin = importlib.import_module(name)
+            # What the plugin's initialize() does first: load the nvidia wheels' libraries
+            # and its version-reporting extension; then jaxlib loads the PJRT plugin itself.
+            plugin._load_nvidia_libraries()
+            plugin._import_extensions()
+        except BaseException as exc:
+            out["errors"].append("%s: %s" % (name, first_line(exc)))
+            plugin = None
+        versions = getattr(plugin, "cuda_versions", None) if plugin else None
+        if plugin is not None and versions is None:
+            out["errors"].append("%s: its CUDA extension (jax_cudaNN_plugin) does not import"
+                                 % name)
+        if versions is not None:
+            for key, get, build in (
+                    ("cuda", "cuda_runtime_get_version", "cuda_runtime_build_version"),
+                    ("cudnn", "cudnn_get_version", "cudnn_build_version"),
+                    ("cublas", "cublas_get_version", "cublas_build_version"),
+                    ("cufft", "cufft_get_version", "cufft_build_version"),
+                    ("cusparse", "cusparse_get_version", "cusparse_build_version")):
+                attempt(key, getattr(versions, get))
+                attempt(key + "_build", getattr(versions, build))
+        if plugin is not None:
+            from jax._src.lib import xla_client
+            path = plugin._get_library_path()
+            attempt("pjrt", lambda: bool(xla_client.load_pjrt_plugin_dynamically(
+                "cuda", str(path))) and os.path.basename(str(path)))
+        roots += plugins + glob.glob(os.path.join(site, "jax_cuda*_plugin"))
+elif fw is not None and module == "tensorflow" and accelerator == "cuda":
+    info = {}
+    attempt("build_info", lambda: dict(fw.sysconfig.get_build_info()))
+    info = view.get("build_info") or {}
+    view["cuda_build"] = info.get("cuda_version")
+    view["is_cuda_build"] = bool(info.get("is_cuda_build"))
+    roots.append(os.path.dirname(fw.__file__))
+elif fw is not None and accelerator == "tpu":
+    try:
+        import libtpu
+        view["libtpu_path"] = where(libtpu.get_library_path())["file"]
+    except BaseException as exc:
+        out["errors"].append("import libtpu: %s" % first_line(exc))
+    if module == "jax" and "libtpu_path" in view:
+        from jax._src import cloud_tpu_init
+        from jax._src.lib import xla_client
+        attempt("pjrt", lambda: bool(xla_client.load_pjrt_plugin_dynamically(
+            "tpu", cloud_tpu_init.get_tpu_library_path())) and "libtpu")
+    roots.append(os.path.join(site, "libtpu"))
+if accelerator == "cuda":
+    roots += sorted(glob.glob(os.path.join(site, "nvidia", "*")))
+
+# What the framework's distributions (and jax's plugins) declare they need of the stack.
+names = set(md.packages_distributions().get(module, []))
+for dist in md.distributions():
+    name = dist.metadata["Name"] or ""
+    if name.lower().replace("_", "-").startswith(("jax-cuda", "jax-rocm")):
+        names.add(name)
+for name in sorted(names):
+    try:
+        out["requires"][name] = [dist_version(name), md.requires(name) or []]
+    except md.PackageNotFoundError:
+        pass
+
+# What the framework loaded, and from where.
+def mapped():
+    found = {}
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and SHARED.search(parts[5].strip()):
+                    found[parts[5].strip()] = True
+    except OSError:
+        pass
+    return list(found)
+loaded = mapped()
+out["loaded"] = [dict(where(p), path=p) for p in loaded]
+
+# Every other library of the stack, loaded as the framework would load it later.
+seen = set(os.path.realpath(p) for p in loaded)
+for root in roots:
+    for path in sorted(glob.glob(os.path.join(root, "**", "*.so*"), recursive=True)):
+        real = os.path.realpath(path)
+        if real in seen or not os.path.isfile(real) or not SHARED.search(path):
+            continue
+        seen.add(real)
+        entry = where(path)
+        try:
+            ctypes.CDLL(path)
+            entry["error"] = None
+        except OSError as exc:
+            entry["error"] = (str(exc).splitlines() or [""])[0][:300]
+        out["libraries"].append(entry)
+
+# The libraries' own answers, from the copies in this process.
+def loaded_path(stem):
+    for path in mapped():
+        base = path.rsplit("/", 1)[-1]
+        if base.startswith(stem + ".so"):
+            return path
+    return None
+
+def ask(key, stem, call):
+    path = loaded_path(stem)
+    if path is None:
+        return
+    try:
+        out["versions"][key] = call(ctypes.CDLL(path))
+        out["versions"][key + "_file"] = where(path)
+    except BaseException as exc:
+        out["errors"].append("%s version: %s" % (key, first_line(exc)))
+
+def cudart(lib):
+    v = ctypes.c_int(0)
+    status = lib.cudaRuntimeGetVersion(ctypes.byref(v))
+    return v.value if status == 0 else None
+
+def cudnn(lib):
+    lib.cudnnGetVersion.restype = ctypes.c_size_t
+    return int(lib.cudnnGetVersion())
+
+def cublas(lib):
+    parts = []
+    for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+        v = ctypes.c_int(0)
+        if lib.cublasGetProperty(prop, ctypes.byref(v)) != 0:
+            return None
+        parts.append(v.value)
+    return parts
+
+def nccl(lib):
+    v = ctypes.c_int(0)
+    return v.value if lib.ncclGetVersion(ctypes.byref(v)) == 0 else None
+
+if accelerator == "cuda":
+    ask("cudart", "libcudart", cudart)
+    ask("cudnn", "libcudnn", cudnn)
+    ask("cublas", "libcublas", cublas)
+    ask("nccl", "libnccl", nccl)
+print(json.dumps(out))
+"""
+
+# The library a wheel's soname stem comes from, for messages: libcudnn_ops -> cuDNN.
+_LIBRARY_NAMES = {
+    "libcudart": "the CUDA runtime", "libcublas": "cuBLAS", "libcublasLt": "cuBLASLt",
+    "libcudnn": "cuDNN", "libnccl": "NCCL", "libcufft": "cuFFT", "libcurand": "cuRAND",
+    "libcusolver": "cuSOLVER", "libcusparse": "cuSPARSE", "libnvrtc": "NVRTC",
+    "libnvJitLink": "nvJitLink", "libcupti": "CUPTI", "libtpu": "libtpu",
+}
+# The driver's own libraries: the NVIDIA container runtime mounts them into a container that
+# asks for GPUs, so an image never holds them, and a library that needs only them passes.
+DRIVER_LIBRARIES = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
+                    "libnvidia-nvvm.so", "libcudadebugger.so")
+# Libraries of the stack itself (CUDA's, NVIDIA's, the frameworks' and libtpu): one of these
+# missing is the lock's fault. Anything else a stack library needs comes from the system.
+STACK_PREFIXES = ("libcu", "libnv", "libnccl", "libtorch", "libc10", "libcaffe2", "libtpu",
+                  "libxla", "libjax", "libtensorflow", "libtf")
+MAX_SHOWN = 4  # problems named in the error line (the build log lists them all)
+_MISSING = re.compile(r"([\w.+-]+\.so[\w.]*): cannot open shared object file")
+_UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+
+
+@dataclass(frozen=True)
+class AcceleratorStack:
+    """What a cuda or tpu image runs on, as its framework reported it in the image."""
+
+    accelerator: str
+    framework: str
+    cuda: str | None = None  # the CUDA runtime loaded: "13.0"
+    cuda_build: str | None = None  # the CUDA the framework was built for
+    cudnn: str | None = None  # "9.24.0"
+    cublas: str | None = None
+    nccl: str | None = None
+    libtpu: str | None = None  # the libtpu wheel's version
+    libraries: int = 0  # shared libraries the check saw loaded or loaded itself
+    driver_only: tuple[str, ...] = ()  # those that need only the driver (not in an image)
+    # (library, the system library it needs): optional transports that load where a host
+    # provides MPI, UCX, InfiniBand... (NVSHMEM's bootstraps, cuFile's RDMA)
+    optional: tuple[tuple[str, str], ...] = ()
+
+    def summary(self) -> str:
+        """'cuda 13.0 · cuDNN 9.24.0 · NCCL 2.30.7 from the lock'."""
+        parts = [f"{label} {value}" for label, value in (
+            ("cuda", self.cuda), ("cuDNN", self.cudnn), ("NCCL", self.nccl),
+            ("libtpu", self.libtpu)) if value]
+        return " · ".join(parts) + " from the lock" if parts else "no accelerator stack"
+
+    def record(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["driver_only"] = list(self.driver_only)
+        data["optional"] = dict(self.optional)
+        data["summary"] = self.summary()
+        return data
+
+
+def stack_probe(client: Any, tag: str, module: str, accelerator: str) -> dict[str, Any]:
+    """Run STACK_PROBE in a container of `tag` (no network, no accelerator)."""
+    return probe(client, tag, VENV_PYTHON, STACK_PROBE, [module, accelerator],
+                 what=f"checking the {accelerator} stack in {tag}")
+
+
+def check_stack(client: Any, tag: str, lock: Lock, framework: str, module: str,
+                accelerator: str, log: Path) -> AcceleratorStack:
+    """The image's accelerator stack, or EnvError listing every problem (wheel and library)."""
+    report = stack_probe(client, tag, module, accelerator)
+    stack, problems = stack_problems(report, lock, framework)
+    if problems:
+        try:  # every problem in the log; the error line names the first few
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"\n# the {accelerator} stack check found {len(problems)} problem(s):\n"
+                        + "".join(f"- {problem}\n" for problem in problems))
+        except OSError:
+            pass
+        shown = problems[:MAX_SHOWN]
+        more = f"; and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
+        raise EnvError(f"{tag}: the {accelerator} stack of {Path(lock.source).name} does not "
+                       f"hold together: {'; '.join(shown)}{more} (build log: {log})")
+    return stack
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging the report against the lock (no engine: tests feed it reports)
+# ---------------------------------------------------------------------------------------------
+
+
+def stack_problems(report: dict[str, Any], lock: Lock,
+                   framework: str) -> tuple[AcceleratorStack, list[str]]:
+    """The stack the report shows, and what is wrong with it against `lock` ([] if nothing)."""
+    accelerator = report.get("accelerator", "")
+    if accelerator == "tpu":
+        return _tpu(report, lock, framework)
+    return _cuda(report, lock, framework)
+
+
+def _pin(lock: Lock, *names: str) -> Pin | None:
+    """The first pin of `names` (canonical), or of a -cuNN variant of one of them."""
+    by_name = lock.by_name
+    for name in names:
+        for candidate in [name] + sorted(n for n in by_name if re.fullmatch(
+                rf"{re.escape(name)}-cu\d+", n)):
+            pins = by_name.get(candidate)
+            if pins:
+                return pins[0]
+    return None
+
+
+def _by_file(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    entries = list(report.get("loaded", [])) + list(report.get("libraries", []))
+    return {e["file"]: e for e in entries if e.get("file")}
+
+
+def _owner(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "nothing in the image"
+    if entry.get("dist"):
+        return f"{entry['dist']}=={entry['version']}"
+    return f"{entry['file']} (no wheel of the lock: a copy outside the venv)"
+
+
+def _stem(filename: str) -> str:
+    return filename.rsplit("/", 1)[-1].split(".so", 1)[0]
+
+
+def _provider(report: dict[str, Any], soname: str) -> str:
+    """Which wheel offers another version of a library the image lacks: 'libcudart.so.12 from
+    nvidia-cuda-runtime-cu12==12.9.79'."""
+    stem = _stem(soname)
+    for entry in _by_file(report).values():
+        name = entry["file"].rsplit("/", 1)[-1]
+        if _stem(name) == stem and name != soname:
+            return f"; the image has {name} from {_owner(entry)}"
+    return ""
+
+
+def _version_of(value: Any, scheme: str) -> tuple[int, ...] | None:
+    """A library's integer version as (major, minor, patch)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return tuple(int(x) for x in value[:3])
+    if isinstance(value, str):
+        try:
+            return tuple(int(x) for x in value.split(".")[:3])
+        except ValueError:
+            return None
+    n = int(value)
+    if scheme == "cudart":  # 13000 -> 13.0
+        return (n // 1000, n % 1000 // 10)
+    if scheme == "cudnn":  # 92400 -> 9.24.0 (cuDNN 9); 8907 -> 8.9.7 (cuDNN 8)
+        return (n // 10000, n % 10000 // 100, n % 100) if n >= 90000 else \
+            (n // 1000, n % 1000 // 100, n % 100)
+    if scheme == "cublas":  # 130101 -> 13.1.1 (jax's encoding)
+        return (n // 10000, n % 10000 // 100, n % 100)
+    if scheme == "nccl":  # 23007 -> 2.30.7
+        return (n // 10000, n % 10000 // 100, n % 100)
+    return None
+
+
+def _show(version: tuple[int, ...] | None) -> str | None:
+    return ".".join(map(str, version)) if version else None
+
+
+def _release(pin: Pin, parts: int) -> tuple[int, ...]:
+    return tuple(pin.parsed_version.release[:parts])
+
+
+def _stack_library(report: dict[str, Any], soname: str) -> bool:
+    """Whether a library belongs to the accelerator stack (the lock's wheels should hold it),
+    rather than to the system: CUDA's, the frameworks', or one some wheel in the image has."""
+    stem = _stem(soname)
+    return stem.startswith(STACK_PREFIXES) or any(
+        _stem(f) == stem for f in _by_file(report))
+
+
+# The distributions of a stack, in what the framework's metadata requires: what the lock must pin
+# as asked.
+_STACK_DISTS = ("nvidia-", "cuda-", "libtpu", "jax-cuda", "jax-rocm", "jaxlib")
+def _requirement_problems(report: dict[str, Any], lock: Lock,
+                          extras: tuple[str, ...]) -> list[str]:
+    """Every stack requirement the framework's (and its plugins') metadata declares must be met
+    by the lock's pin: 'torch 2.14.1 requires nvidia-nccl-cu13==2.30.7; the lock pins
+    nvidia-nccl-cu12==2.27.7 instead'. `extras`: those that select the accelerator's
+    requirements (jax[cuda13], jax-cuda13-plugin[with-cuda], tensorflow[and-cuda], jax[tpu])."""
+    env = dict(report.get("markers") or {})
+    problems = []
+    for dist, (version, texts) in sorted((report.get("requires") or {}).items()):
+        for text in texts:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            name = canonicalize_name(req.name)
+            if not name.startswith(_STACK_DISTS):
+                continue
+            if req.marker is not None and not any(
+                    req.marker.evaluate({**env, "extra": extra}) for extra in ("", *extras)):
+                continue
+            wanted = f"{req.name}{req.specifier}"
+            pins = lock.by_name.get(name)
+            if pins:
+                try:
+                    ok = req.specifier.contains(Version(pins[0].version), prereleases=True)
+                except InvalidVersion:
+                    ok = True
+                if not ok:
+                    problems.append(f"{dist} {version} requires {wanted}, the lock pins "
+                                    f"{pins[0].requirement}")
+                continue
+            stem = re.sub(r"-cu\d+$", "", name)
+            other = next((p for p in lock.pins if p.name != name
+                          and re.sub(r"-cu\d+$", "", p.name) == stem), None)
+            problems.append(f"{dist} {version} requires {wanted}; the lock pins "
+                            + (f"{other.requirement} instead" if other else "none"))
+    return problems
+
+
+def _library_problems(report: dict[str, Any]
+                      ) -> tuple[list[str], list[str], dict[str, str], int]:
+    """Libraries that do not load (wheel, library, why); those that need only the driver; the
+    optional ones that need a system library ({library: what it needs})."""
+    problems, driver_only, optional = [], [], {}
+    entries = report.get("libraries", [])
+    for entry in entries:
+        error = entry.get("error")
+        if not error:
+            continue
+        missing = _MISSING.search(error)
+        name = entry["file"].rsplit("/", 1)[-1]
+        if missing and missing.group(1).startswith(DRIVER_LIBRARIES):
+            driver_only.append(name)
+            continue
+        if missing and not _stack_library(report, missing.group(1)):
+            # A transport or bootstrap for a system's network stack (MPI, UCX, InfiniBand's
+            # mlx5, libfabric): loaded only where the host provides it and one configures it.
+            optional[name] = missing.group(1)
+            continue
+        if missing:
+            why = f"needs {missing.group(1)}, which nothing in the image provides" \
+                  f"{_provider(report, missing.group(1))}"
+        elif _UNDEFINED.search(error):
+            why = f"undefined symbol {_UNDEFINED.search(error).group(1)} (built against " \
+                  f"another version of a library it loads)"
+        else:
+            why = error
+        problems.append(f"{name} from {_owner(entry)} does not load: {why}")
+    return problems, driver_only, optional, len(entries)
+
+
+def _error_problems(report: dict[str, Any]) -> list[str]:
+    """The framework's own errors, with the wheel of a library it could not find."""
+    out = []
+    for error in report.get("errors", []):
+        missing = _MISSING.search(error)
+        if missing and not missing.group(1).startswith(DRIVER_LIBRARIES):
+            error += f" (nothing in the image provides {missing.group(1)}" \
+                     f"{_provider(report, missing.group(1))})"
+        out.append(error)
+    return out
+
+
+def _cuda(report: dict[str, Any], lock: Lock,
+          framework: str) -> tuple[AcceleratorStack, list[str]]:
+    view = report.get("view", {})
+    versions = report.get("versions", {})
+    problems = _error_problems(report)
+    fw = f"{framework} {view.get('version') or ''}".strip()
+
+    # The CUDA the framework is built for.
+    major: int | None = None
+    build: str | None = None
+    if framework == "torch":
+        build = view.get("cuda_build")
+        if build is None and "version" in view:
+            problems.insert(0, f"{fw} is a CPU-only build (torch.version.cuda is None): the "
+                               f"lock pins no CUDA build of torch for a cuda image (torch's "
+                               f"default-index Linux wheels bring the nvidia-* stack)")
+    elif framework == "jax":
+        plugin = view.get("plugin")
+        if plugin is None and "version" in view:
+            problems.insert(0, f"the lock pins no CUDA plugin for {fw} (jax[cuda13] brings "
+                               f"jax-cuda13-plugin and its nvidia-* wheels)")
+        elif plugin:
+            major = int(plugin.rsplit("cuda", 1)[1])
+        built = _version_of(view.get("cuda_build"), "cudart")
+        build = _show(built)
+    elif framework == "tensorflow":
+        build = view.get("cuda_build")
+        if not view.get("is_cuda_build") and "version" in view:
+            problems.insert(0, f"{fw} is not a CUDA build (tf.sysconfig.get_build_info()): "
+                               f"tensorflow[and-cuda] is the CUDA build with its nvidia-* wheels")
+    if build and major is None:
+        major = int(str(build).split(".")[0])
+
+    # Every wheel built for a CUDA major must be built for the framework's.
+    if major is not None:
+        for pin in lock.pins:
+            pinned = cuda_major(pin)
+            if pinned is not None and pinned != major:
+                libs = sorted({e["file"].rsplit("/", 1)[-1] for e in _by_file(report).values()
+                               if e.get("dist") and canonicalize_name(e["dist"]) == pin.name})
+                what = f" ({', '.join(libs[:3])})" if libs else ""
+                problems.append(f"{pin.requirement} is built for CUDA {pinned}, {fw} for CUDA "
+                                f"{build or major}{what}")
+
+    # What the framework loaded must be the lock's, at the lock's version.
+    loaded = _by_file(report)
+    cudart = _version_of(versions.get("cudart", view.get("cuda")), "cudart")
+    cudnn = _version_of(view.get("cudnn", versions.get("cudnn")), "cudnn")
+    nccl = _version_of(view.get("nccl", versions.get("nccl")), "nccl")
+    cublas = _version_of(view.get("cublas", versions.get("cublas")), "cublas")
+    checks = (
+        ("the CUDA runtime", "libcudart", cudart, 2, ("nvidia-cuda-runtime",), "cudart"),
+        ("cuDNN", "libcudnn", cudnn, 3, ("nvidia-cudnn",), "cudnn"),
+        ("cuBLAS", "libcublas", cublas, 3, ("nvidia-cublas",), "cublas"),
+        ("NCCL", "libnccl", nccl, 3, ("nvidia-nccl",), "nccl"),
+    )
+    for label, stem, have, parts, names, key in checks:
+        pin = _pin(lock, *names)
+        source = versions.get(f"{key}_file")
+        if have is None or pin is None:
+            continue
+        want = _release(pin, parts)
+        where = source or next((e for f, e in loaded.items() if _stem(f) == stem), None)
+        if source and source.get("dist") is None:
+            problems.append(f"{fw} loads {label} from {source['file']}, not from the lock's "
+                            f"{pin.requirement}")
+        elif have[:parts] != want:
+            problems.append(f"{fw} loads {label} {_show(have)}, the lock pins {pin.requirement}"
+                            f" ({stem}.so from {_owner(where)})")
+    if framework == "jax":
+        for label, stem, _, _, names, key in checks[:3]:
+            have = _version_of(view.get(key if key != "cudart" else "cuda"), key)
+            built = _version_of(view.get(f"{key if key != 'cudart' else 'cuda'}_build"), key)
+            # jax's own rule (jax_plugins.xla_cudaNN._check_cuda_versions): at least the
+            # version it was built against, patch levels aside.
+            if have and built and have[:2] < built[:2]:
+                pin = _pin(lock, *names)
+                problems.append(f"{fw} was built against {label} {_show(built)}, the image "
+                                f"loads {_show(have)} ({stem}.so from "
+                                f"{pin.requirement if pin else 'the image'})")
+
+    extras = ("with-cuda", "and-cuda") + ((f"cuda{major}",) if framework == "jax" and major
+                                          else ())
+    problems += _requirement_problems(report, lock, extras)
+    lib_problems, driver_only, optional, count = _library_problems(report)
+    problems += lib_problems
+    if not problems and cudart is None and major is not None:
+        problems.append(f"{fw} loaded no CUDA runtime (libcudart) in the image")
+    stack = AcceleratorStack(
+        accelerator="cuda", framework=framework, cuda=_show(cudart) or build,
+        cuda_build=build, cudnn=_show(cudnn), cublas=_show(cublas), nccl=_show(nccl),
+        libraries=count + sum(1 for e in report.get("loaded", []) if e.get("dist")),
+        driver_only=tuple(sorted(set(driver_only))), optional=tuple(sorted(optional.items())))
+    return stack, problems
+
+
+def _tpu(report: dict[str, Any], lock: Lock,
+         framework: str) -> tuple[AcceleratorStack, list[str]]:
+    view = report.get("view", {})
+    problems = _error_problems(report)
+    fw = f"{framework} {view.get('version') or ''}".strip()
+    pin = _pin(lock, "libtpu", "libtpu-nightly")
+    if pin is None:
+        problems.insert(0, f"the lock pins no libtpu for {fw} (jax[tpu] brings it)")
+    problems += [p for p in _requirement_problems(report, lock, ("tpu",))
+                 if pin is not None or "libtpu" not in p]
+    lib_problems, driver_only, optional, count = _library_problems(report)
+    problems += lib_problems
+    stack = AcceleratorStack(accelerator="tpu", framework=framework,
+                             libtpu=pin.version if pin else None,
+                             libraries=count + sum(1 for e in report.get("loaded", []) if e.get("dist")),
+                             driver_only=tuple(sorted(set(driver_only))),
+                             optional=tuple(sorted(optional.items())))
+    return stack, problems
+
+
+def stack_line(record: dict[str, Any]) -> str:
+    """A build's one line about its stack (AcceleratorStack.record()): 'cuda 13.0 · cuDNN
+    9.24.0 · NCCL 2.30.7 from the lock: 42 libraries load without a GPU; ...'."""
+    device = "TPU" if record.get("accelerator") == "tpu" else "GPU"
+    text = (f"{record.get('summary')}: {record.get('libraries', 0)} libraries load without a "
+            f"{device}")
+    driver = record.get("driver_only") or []
+    if driver:
+        text += f"; {len(driver)} need the host's driver, mounted at run time ({driver[0]}" \
+                + (", …" if len(driver) > 1 else "") + ")"
+    optional = record.get("optional") or {}
+    if optional:
+        needs = sorted(set(optional.values()))
+        text += f"; {len(optional)} optional transports need system libraries " \
+                f"({', '.join(needs[:3])}{', …' if len(needs) > 3 else ''})"
+    return text

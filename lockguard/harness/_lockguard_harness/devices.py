@@ -1,0 +1,74 @@
+"""Why the accelerator a run asked for is not there, said precisely.
+
+A run that asked for cuda or tpu and trained on the CPU records the cause in
+fingerprint["device_fallback"], and lockguard's device_fallback verdict quotes it: "no NVIDIA
+driver visible in the container" tells a CUDA image run without a GPU request (or a host
+without the NVIDIA container runtime) from a GPU that is there but hidden, or a CPU-only build.
+Stdlib only: read before, and whatever, the framework says.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+from typing import Optional
+
+
+def in_container() -> bool:
+    """Whether this process runs in a container (Docker's or Podman's marker file)."""
+    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+
+
+def _where() -> str:
+    return " in the container" if in_container() else ""
+
+
+def _hides_every_gpu(mask: str) -> bool:
+    """CUDA_VISIBLE_DEVICES as the CUDA runtime reads its first entry: empty, not a number or
+    a negative one hides every GPU (GPU-/MIG- UUIDs name devices)."""
+    first = mask.split(",", 1)[0].strip()
+    if first.startswith(("GPU-", "MIG-")):
+        return False
+    match = re.match(r"[+-]?\d+", first)
+    return match is None or int(match.group()) < 0
+
+
+def _driver_library() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def cuda_missing() -> Optional[str]:
+    """Why no CUDA device can be used here, from what is visible; None when nothing visible
+    explains it (then the framework's own reason is the one to give)."""
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is not None and _hides_every_gpu(mask):
+        return f"CUDA_VISIBLE_DEVICES={mask!r} hides every GPU"
+    kernel = os.path.exists("/proc/driver/nvidia/version")
+    library = _driver_library()
+    if not kernel and not library:
+        if in_container():
+            return ("no NVIDIA driver visible in the container (no libcuda.so.1: the NVIDIA "
+                    "runtime mounts it into containers that ask for GPUs)")
+        return "no NVIDIA driver visible (no /proc/driver/nvidia, no libcuda.so.1)"
+    if not library:
+        return (f"the NVIDIA kernel driver is there but its library libcuda.so.1 is not "
+                f"visible{_where()}")
+    if kernel and not glob.glob("/proc/driver/nvidia/gpus/*"):
+        return f"the NVIDIA driver sees no GPU{_where()}"
+    return None
+
+
+def tpu_missing() -> Optional[str]:
+    """Why no TPU can be used here; None when TPU device nodes are visible."""
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+        return None
+    if in_container():
+        return ("no TPU device visible in the container (no /dev/accel*, no /dev/vfio/*: "
+                "a container sees the TPUs passed to it)")
+    return "no TPU device visible (no /dev/accel*, no /dev/vfio/*)"
