@@ -399,6 +399,19 @@ def test_the_narrowed_lock_installs_from_this_interpreters_markers():
     assert host_target().tags and host_target().wheel_fits("x-1-py3-none-any.whl")
 
 
+def test_another_interpreter_is_asked_for_its_markers_as_packaging_computes_them():
+    """The config's `python` may be another interpreter: its markers come from a subprocess
+    (without packaging there); asked of this one, they are packaging's own."""
+    from lockguard.locks.target import _other_target, target_for
+
+    asked = _other_target(sys.executable)
+    assert dict(asked.markers) == dict(default_environment())
+    assert asked.tags is None  # unknown there: the installer judges the wheels
+    assert target_for(None) is host_target() is target_for(sys.executable)
+    with pytest.raises(LockError, match="cannot tell its platform"):
+        _other_target("/bin/false")
+
+
 @pytest.mark.parametrize("name", ["uv.lock", "poetry.lock", "pylock.toml", "pylock.gpu.toml"])
 def test_lockguard_lock_never_writes_requirements_text_over_another_format(tmp_path, name):
     from lockguard.locks.resolve import ResolveError, compile_lock
