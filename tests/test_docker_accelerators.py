@@ -519,6 +519,10 @@ def test_asking_for_a_gpu_the_engine_cannot_give_is_one_line(engine, torch_cuda,
     proc = run_cli("check", "--allow-new", cwd=project)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "NVIDIA Container Toolkit" in proc.stderr
+    assert "CUDA_VISIBLE_DEVICES=" in proc.stderr  # and how to run the image without a GPU
+    # the refused GPU container is not left behind, Created, holding the image
+    assert not engine.containers.list(all=True, filters={"ancestor": torch_cuda[0].tag,
+                                                         "status": "created"})
 
 
 @pytest.mark.docker

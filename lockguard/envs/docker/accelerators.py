@@ -65,9 +65,8 @@ def check_gpu(client: Any, recipe: ImageRecipe, lock: Lock) -> str:
     """Ask for the GPUs by device request, run nvidia-smi, and check the driver's CUDA."""
     errors = engine.sdk_errors()
     try:
-        out = client.containers.run(
-            recipe.tag, [], entrypoint=["nvidia-smi"], network_mode="none", remove=True,
-            device_requests=engine.gpu_request())
+        out = engine.run_once(client, recipe.tag, [], entrypoint=["nvidia-smi"],
+                              network_mode="none", device_requests=engine.gpu_request())
     except errors.ContainerError as exc:
         raise EnvError(f"nvidia-smi failed in {recipe.tag} (exit {exc.exit_status}): is a GPU "
                        f"there and its driver loaded?") from None

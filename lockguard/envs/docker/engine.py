@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from types import ModuleType
 from typing import Any
 
@@ -89,6 +90,22 @@ def api_reason(exc: BaseException) -> str:
 def gpu_request() -> list[Any]:
     """Every GPU, as a device request (what `docker run --gpus all` sends)."""
     return [sdk().types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+
+def run_once(client: Any, image: str, args: list[str], **kwargs: Any) -> bytes:
+    """`client.containers.run(image, args, remove=True, **kwargs)`, the container removed also
+    when it never started: the SDK removes it only after a start, so a start the engine refuses
+    (a GPU request without the NVIDIA runtime, a missing entrypoint) left it behind, Created,
+    holding its image."""
+    name = f"lockguard-{uuid.uuid4().hex[:16]}"
+    try:
+        return client.containers.run(image, args, name=name, remove=True, **kwargs)
+    except sdk_errors().APIError:
+        try:
+            client.containers.get(name).remove(force=True)
+        except sdk_errors().APIError:
+            pass  # never created (no such image), or already gone
+        raise
 
 
 def remove_quietly(client: Any, ref: str) -> None:
@@ -171,8 +188,8 @@ def probe(client: Any, image: str, python: str, code: str, args: list[str], *,
     it prints."""
     errors = sdk_errors()
     try:
-        out = client.containers.run(image, [*args], entrypoint=[python, "-c", code],
-                                    network_mode="none", remove=True, stdout=True, stderr=False)
+        out = run_once(client, image, [*args], entrypoint=[python, "-c", code],
+                       network_mode="none", stdout=True, stderr=False)
     except errors.ContainerError as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
         tail = " | ".join(stderr.strip().splitlines()[-3:])

@@ -22,8 +22,10 @@ asks for GPUs. So after the build, in a container without any accelerator, `STAC
 
 `stack_problems` judges that report against the lock on the host: a framework without its
 accelerator build, a wheel built for another CUDA major, a library that does not load, a
-version the framework loaded that is not the one the lock pins. Each problem names the wheel
-and the library. `AcceleratorStack` is what passes: recorded with the image and shown in
+version the framework loaded that is not the one the lock pins (or not from the lock's wheel),
+a stack requirement of the framework's own metadata (torch's nvidia-* pins, jax's plugin and
+libtpu, the plugin's nvidia-* ranges) that the lock's pin does not meet. Each problem names the
+wheel and the library. `AcceleratorStack` is what passes: recorded with the image and shown in
 reports ("cuda 13.0 · cuDNN 9.24.0 · NCCL 2.30.7 from the lock").
 """
 
@@ -145,7 +147,6 @@ elif fw is not None and module == "jax" and accelerator == "cuda":
                 "cuda", str(path))) and os.path.basename(str(path)))
         roots += plugins + glob.glob(os.path.join(site, "jax_cuda*_plugin"))
 elif fw is not None and module == "tensorflow" and accelerator == "cuda":
-    info = {}
     attempt("build_info", lambda: dict(fw.sysconfig.get_build_info()))
     info = view.get("build_info") or {}
     view["cuda_build"] = info.get("cuda_version")
@@ -257,13 +258,6 @@ if accelerator == "cuda":
 print(json.dumps(out))
 """
 
-# The library a wheel's soname stem comes from, for messages: libcudnn_ops -> cuDNN.
-_LIBRARY_NAMES = {
-    "libcudart": "the CUDA runtime", "libcublas": "cuBLAS", "libcublasLt": "cuBLASLt",
-    "libcudnn": "cuDNN", "libnccl": "NCCL", "libcufft": "cuFFT", "libcurand": "cuRAND",
-    "libcusolver": "cuSOLVER", "libcusparse": "cuSPARSE", "libnvrtc": "NVRTC",
-    "libnvJitLink": "nvJitLink", "libcupti": "CUPTI", "libtpu": "libtpu",
-}
 # The driver's own libraries: the NVIDIA container runtime mounts them into a container that
 # asks for GPUs, so an image never holds them, and a library that needs only them passes.
 DRIVER_LIBRARIES = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
