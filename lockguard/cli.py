@@ -264,6 +264,15 @@ def keep_evidence(target: Any, report: Any) -> None:
         return
     directory = artifacts.save(target, report)
     click.echo(f"artefacts kept in {directory}", err=True)
+    if report.passed or not sys.stderr.isatty() and os.environ.get("GITHUB_ACTIONS") == "true":
+        return  # (the Markdown summary says what to do next in a workflow)
+    from lockguard.report._common import next_steps
+
+    for line in next_steps(report):
+        click.echo(f"next: {line}", err=True)
+    if report.command == "check":
+        click.echo("next: the whole report, with its curves: lockguard report "
+                   f"{directory / 'report.json'} --format html -o report.html", err=True)
 
 
 def invocation(command: str, *args: str, locks: tuple[str, ...] = (),
@@ -408,8 +417,13 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
               help="A scenario without a golden is reported `new` instead of an error.")
 @click.option("--exact", is_flag=True, help="Require bitwise-identical results.")
 @click.option("--base", "base_ref", metavar="GITREF",
-              help="A/B against the locks at the merge base with GITREF (e.g. origin/main); "
-                   "exits 0 at once when no lock changed.")
+              help="A/B against the locks at the merge base with GITREF (e.g. origin/main), "
+                   "judged by the configuration there; exits 0 at once when no lock changed.")
+@click.option("--policy", "policy_from", type=click.Choice(["base", "pr"]), default="base",
+              show_default=True,
+              help="With --base: whose configuration judges. base: the merge base's (a change "
+                   "cannot weaken the gate that judges it; what it changes of the policy is "
+                   "reported first and takes effect once merged); pr: this checkout's own.")
 @click.option("--shard", metavar="K/N",
               help="Run part K of the N-part plan (`lockguard plan --shards N`) and write a "
                    "partial report; `lockguard merge` joins the parts.")
@@ -421,10 +435,15 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
               help="With --plan-entry: the --shards the plan was made with.")
 @click.option("--bisect", "bisect", is_flag=True,
               help="A/B: find the smallest set of changed packages behind each failing verdict.")
+@click.option("--timing", is_flag=True,
+              help="A/B: also make the timing runs that judge `slower` (timing_runs a side, one "
+                   "at a time, baseline and candidate alternating); automatic when `slower` is "
+                   "in fail_on.")
 @handles_errors
 def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
           config_path, verbose, baseline_locks, repeat, rerun, allow_new, exact,
-          base_ref, shard, plan_entry, plan_shards, bisect=False) -> None:
+          base_ref, policy_from, shard, plan_entry, plan_shards, bisect=False,
+          timing=False) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock).
 
     \b
@@ -442,28 +461,28 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         raise UsageError("--bisect needs a baseline: --baseline-lock OLD or --base GITREF")
     opts = Options(device=device, steps=steps, env=env,
                           repeat=repeat, rerun=rerun, allow_new=allow_new, exact=exact,
-                          bisect=bisect)
+                          bisect=bisect, timing=timing)
     if base_ref:
         if baseline_locks:
             raise UsageError("--base and --baseline-lock are two ways to pick a baseline: "
                             "use one")
         from lockguard.config import load_config
-        from lockguard.locks.ref import lock_paths
-        from lockguard.flows.git_base import check_base
+        from lockguard.flows.git_base import check_base, open_gate
         from lockguard.progress import Progress
         from lockguard.scenarios import select
 
         config = load_config(config_path)
         refuse_inputs(targets, project_inputs(config, locks))
-        paths = [p for p, _, _ in lock_paths(config, list(locks))]
-        chosen = select(config, list(scenarios))
-        part = _shard_part(shard, config, opts, chosen, locks, entry=plan_entry,
-                           plan_shards=plan_shards)
+        # The policy, the scenarios and the locks are the judging configuration's: the base's.
+        gate = open_gate(config, base_ref, list(locks), policy_from)
+        chosen = select(gate.judging, list(scenarios))
+        part = _shard_part(shard, gate.judging, opts, chosen, locks, gate.candidate_refs()
+                           if shard or plan_entry else None, plan_entry, plan_shards)
         keep = artifacts.prepare(artifacts_dir, config.root, check=True)
         if part is not None and not part[1]:
             report = part[2]
         else:
-            report = check_base(config, paths, part[1] if part else chosen, opts, base_ref,
+            report = check_base(gate, part[1] if part else chosen, opts,
                                 Progress(quiet=fmt in MACHINE_FORMATS, verbose=verbose))
     else:
         from lockguard.flows.check import check as check_flow
@@ -487,12 +506,13 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                             f"{part[0].plan_digest[:19]}: a partial report; `lockguard merge` "
                             "joins the parts into the gate's decision")
     report.id = keep.report_id
-    args = ("--base", base_ref) if base_ref else tuple(
-        a for b in baseline_locks for a in ("--baseline-lock", b))
+    args = (("--base", base_ref) + (("--policy", policy_from) if policy_from != "base" else ())
+            if base_ref else tuple(a for b in baseline_locks for a in ("--baseline-lock", b)))
     report.invocation = invocation("check", *args, locks=locks, config_path=config_path,
                                    env=env, device=device, steps=steps,
                                    flags=(("--exact",) if exact else ())
                                    + (("--bisect",) if bisect else ())
+                                   + (("--timing",) if timing else ())
                                    + (("--repeat", str(repeat)) if repeat > 1 else ()))
     deliver(report, targets)
     keep_evidence(keep, report)
@@ -615,12 +635,14 @@ def merge(parts: tuple[Path, ...], fmt: str, output: Path | None,
               help="The lock the candidate moved from.")
 @click.option("--base", "base_ref", metavar="GITREF",
               help="Take the baseline locks from the merge base with GITREF.")
+@click.option("--policy", "policy_from", type=click.Choice(["base", "pr"]), default="base",
+              show_default=True, help="With --base: whose configuration judges (see check).")
 @click.option("--exact", is_flag=True, help="Require bitwise-identical results.")
 @click.pass_context
 @handles_errors
 def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, reports,
                    artifacts_dir, config_path, verbose, baseline_locks, base_ref,
-                   exact) -> None:
+                   policy_from, exact) -> None:
     """A/B the lock against a baseline, then find the smallest set of changed packages that
     reproduces each failing verdict (`check --bisect`).
 
@@ -635,7 +657,8 @@ def bisect_command(ctx, locks, scenarios, env, device, steps, fmt, output, repor
                fmt=fmt, output=output, reports=reports, artifacts_dir=artifacts_dir,
                config_path=config_path, verbose=verbose, baseline_locks=baseline_locks,
                repeat=1, rerun=False,
-               allow_new=False, exact=exact, base_ref=base_ref, bisect=True)
+               allow_new=False, exact=exact, base_ref=base_ref, policy_from=policy_from,
+               bisect=True)
 
 
 @cli.command()
@@ -777,14 +800,15 @@ def accept(scenarios, reason, source, yes, config_path) -> None:
     from lockguard.flows import accept as acceptance
     from lockguard.config import load_config
     from lockguard.files import display_path
-    from lockguard.golden import git_author
+    from lockguard.gitref import author
     from lockguard.report import load_report
 
     config = load_config(config_path)
     path = acceptance.report_path(source, config.root)
     report = load_report(path)
     adoptions, notes = acceptance.plan(report, path, config, list(scenarios), reason.strip(),
-                                       git_author(config.root))
+                                       author(config.root),
+                                       verified=acceptance.vouched(report, path, config))
     for note in notes:
         click.echo(f"lockguard: {note}", err=True)
     if not adoptions:

@@ -55,6 +55,7 @@ SCENARIO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 SCENARIO_ID_RULE = ("letters, digits, '.', '_' and '-', starting with a letter or digit, "
                     "at most 100 characters")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+TIMING_RUNS = 5  # the default timing runs a side (measured: docs/performance.md)
 MAX_SEED = 2**31 - 1  # what every framework's seeding API accepts (numpy: < 2**32, jax: int32)
 MIN_MEMORY_LIMIT = 32 << 20  # below this no interpreter starts: a size missing its unit
 MEMORY_LIMIT_RULE = f'{SIZE_RULE}; "auto" (3/4 of this machine\'s memory) or "none"'
@@ -112,6 +113,9 @@ class Config(_Strict):
     fail_on_improvement: bool = False
     slower_ratio: float = Field(default=1.3, gt=1.0, allow_inf_nan=False)
     slower_min_step_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)  # shorter: noise
+    # Timing runs a side when a timing verdict is asked for (compare/timing.py): one at a time,
+    # baseline and candidate alternating.
+    timing_runs: int = Field(default=TIMING_RUNS, ge=3, le=50)
     heavier_ratio: float = Field(default=1.2, gt=1.0, allow_inf_nan=False)
     heavier_min_bytes: int = Field(default=48 << 20, ge=0)  # a smaller rise of the peak: noise
     scenarios: list[str] | None = None  # default selection; None = all that apply
@@ -207,6 +211,7 @@ class Options:
     allow_new: bool = False  # a scenario without a golden is `new`, not an error
     exact: bool = False
     bisect: bool = False  # A/B: find the changes behind each failing verdict (flows/bisect.py)
+    timing: bool = False  # A/B: make the timing runs, `slower` or not in fail_on
 
 
 def find_python(python: str, root: Path) -> str | None:

@@ -12,6 +12,9 @@ template passes optional inputs through as empty strings).
     LOCKGUARD_BASE_IMAGE        a local Docker image to build on instead of the pinned base
     LOCKGUARD_IMAGES_DIR        a directory of Docker image templates (Dockerfile.in)
     LOCKGUARD_PIP_TOOLS_PYTHON  an interpreter with pip-tools, used as is by `lockguard lock`
+    LOCKGUARD_INSTALLER_ENV     names of variables installers (never trainings) also get, for
+                                an index's credential helper (allowlist.py); space or comma
+                                separated
     LOCKGUARD_REPO, LOCKGUARD_VERSION
                                 not read: earlier workflow templates set them (where to
                                 install lockguard from) for every step, lockguard's included
@@ -22,14 +25,13 @@ through `value`, so what is read is what was checked.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from lockguard.errors import LockguardError, one_line
+from lockguard.errors import LockguardError, did_you_mean, one_line
 
 PREFIX = "LOCKGUARD_"
 MAX_JOBS = 256
@@ -76,6 +78,18 @@ def _any(value: str) -> str | None:
     return None
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names(value: str) -> str | None:
+    names = [n for n in re.split(r"[\s,]+", value) if n]
+    bad = next((n for n in names if not _NAME.fullmatch(n) or n.startswith(PREFIX)), None)
+    if bad is not None:
+        return (f"must list environment variable names (letters, digits, _; none of "
+                f"lockguard's own); {one_line(repr(bad), 60)} is not one")
+    return None
+
+
 # Set for every step by earlier versions of lockguard's workflow templates (where to install
 # lockguard from): not read, and not refused, so a workflow copied from them keeps working.
 NOT_READ = ("LOCKGUARD_REPO", "LOCKGUARD_VERSION")
@@ -86,6 +100,7 @@ KNOWN: dict[str, Callable[[str], str | None]] = {
     "LOCKGUARD_BASE_IMAGE": _image,
     "LOCKGUARD_IMAGES_DIR": _directory,
     "LOCKGUARD_PIP_TOOLS_PYTHON": _interpreter,
+    "LOCKGUARD_INSTALLER_ENV": _names,
     **{name: _any for name in NOT_READ},
 }
 
@@ -97,9 +112,10 @@ def check(environ: Mapping[str, str] | None = None) -> None:
     for name in sorted(n for n in environ if n.startswith(PREFIX)):
         if name not in KNOWN:
             # Matched without the prefix every name shares, or everything is close to all.
-            close = difflib.get_close_matches(name.removeprefix(PREFIX), [
-                n.removeprefix(PREFIX) for n in KNOWN if n not in NOT_READ], n=1)
-            hint = f"did you mean {PREFIX}{close[0]}? " if close else ""
+            hint = did_you_mean(name.removeprefix(PREFIX),
+                                [n.removeprefix(PREFIX) for n in KNOWN if n not in NOT_READ],
+                                lambda n: PREFIX + n)
+            hint = f"{hint} " if hint else ""
             raise EnvVarError(f"environment variable {one_line(name, 80)}: not one lockguard "
                               f"knows ({hint}known: {', '.join(KNOWN)})")
         value = environ[name]

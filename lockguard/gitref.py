@@ -1,10 +1,11 @@
-"""Git for `check --base`: a file's text at a ref, the merge base, which locks changed.
+"""Git for `check --base` and provenance: a file's text at a ref, the merge base, which locks
+changed, the commit and the author.
 
-gitpython is imported inside the functions so that `import lockguard.gitref` costs nothing until
-git is needed. Objects are read through gitpython's object database (one persistent
-`git cat-file --batch` process per repository); refs, merge bases, status and fetches go through
-gitpython's git command wrapper, so they follow git's own rules exactly (`origin/main`, `v1.2`,
-`HEAD~3`, abbreviated shas) and work the same in shallow CI clones.
+git itself, run through lockguard.process.capture (its own session, a timeout, killed with
+lockguard's other children on Ctrl-C): no git library is imported, so `check --base` with no lock
+changed costs a few git plumbing calls. Refs, merge bases, status and fetches follow git's own
+rules exactly (`origin/main`, `v1.2`, `HEAD~3`, abbreviated shas) and work the same in shallow
+CI clones; files at a commit are read with one `git cat-file --batch` per call, several at once.
 
 Relative paths are relative to `repo_dir` (which may be a sub-directory of the work tree).
 Errors are `GitRefError`, whose `str()` is one line saying what to do.
@@ -15,16 +16,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from lockguard.errors import LockguardError
-
-if TYPE_CHECKING:
-    import git
+from lockguard.files import ReadError, read_bytes
 
 FETCH_TIMEOUT_S = 300
+GIT_TIMEOUT_S = 120  # any other git call: plumbing on a local repository
 # How far a shallow clone is deepened, step by step, before giving up and fetching everything.
 DEEPEN_STEPS = (50, 200, 1000)
 
@@ -52,84 +52,250 @@ class LockChange:
         return "changed" if self.changed else "unchanged"
 
 
+class BaseTree:
+    """The merge base of HEAD and a ref, open for reading (one repository handle, one
+    `git cat-file` process): files as they were there, and what became of them since."""
+
+    def __init__(self, repo: _Repo, repo_dir: Path, ref: str, commit: str) -> None:
+        self._repo, self._dir = repo, repo_dir
+        self.ref = ref
+        self.commit = commit  # full sha
+
+    def rel(self, path: Path) -> str:
+        """`path` (relative to the repo_dir it was opened with) in git's spelling."""
+        return _in_repo(self._repo, self._dir, Path(path))
+
+    def text(self, path: Path) -> str | None:
+        """The file's text at the merge base; None when it did not exist there."""
+        return self.texts([path])[0]
+
+    def texts(self, paths: Sequence[Path]) -> list[str | None]:
+        """Several files' texts at the merge base, read by one git process."""
+        return _texts_at(self._repo, self.commit, [self.rel(Path(p)) for p in paths])
+
+    def change(self, path: Path) -> LockChange:
+        """The file at the merge base against the file on disk now."""
+        base_text = self.text(path)
+        current = disk_text(_disk_path(self._dir, Path(path)))
+        changed = _normalise(base_text) != _normalise(current)
+        return LockChange(Path(path), self.commit, base_text, changed, current is not None)
+
+    def renames(self, paths: Sequence[Path]) -> dict[Path, Path]:
+        """Of `paths` (as they were at the merge base), those git's rename detection finds
+        under another name in the work tree now: {old: new}, absolute paths. Only files git
+        tracks (committed or staged) are seen."""
+        rels = {self.rel(Path(p)) for p in paths}
+        if not rels:
+            return {}
+        # Every path that changed, so that a rename's target is found whatever its name. Below
+        # git's default 50 % similarity: a small lock whose pins were bumped keeps its header
+        # and little else (numpy 1.26.4 → 2.0.2 in a one-pin lock: 40 %), and only a base path
+        # that is gone can be a source here.
+        out = _git(self._repo, "diff", "--no-ext-diff", "--no-color", "-M30%",
+                   "--name-status", "-z", self.commit, "--")
+        root = Path(self._repo.root or ".")
+        fields = out.split("\0")
+        found: dict[Path, Path] = {}
+        i = 0
+        while i < len(fields):
+            status = fields[i]
+            if status.startswith(("R", "C")) and i + 2 < len(fields):
+                old, new = fields[i + 1], fields[i + 2]
+                if status.startswith("R") and old in rels:
+                    found[root / old] = root / new
+                i += 3
+            else:
+                i += 2
+        return found
+
+    def dirty(self, paths: Sequence[Path]) -> list[Path]:
+        """The given paths that have uncommitted changes: staged, unstaged or untracked."""
+        return _dirty(self._repo, self._dir, paths)
+
+
+@contextlib.contextmanager
+def merge_base(repo_dir: Path, base_ref: str, *, fetch: bool = True) -> Iterator[BaseTree]:
+    """The merge base of HEAD and `base_ref`, open for reading (fetched if needed)."""
+    repo_dir = Path(repo_dir)
+    with _open(repo_dir) as repo:
+        yield BaseTree(repo, repo_dir, base_ref, _merge_base(repo, base_ref, fetch))
+
+
+# The largest file compared with its merge-base version (a lock, a config file).
+MAX_DISK_BYTES = 16 << 20
+
+
+def disk_text(path: Path) -> str | None:
+    """A file's text on disk, None when it is not there (a FIFO or a device is refused by
+    files.read_bytes, never opened to block)."""
+    try:
+        return read_bytes(path, "file", MAX_DISK_BYTES).decode("utf-8")
+    except ReadError as exc:
+        if exc.missing:
+            return None
+        raise GitRefError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise GitRefError(f"{path}: cannot read it on disk ({exc})") from None
+
+
 def changed_locks(repo_dir: Path, base_ref: str, lock_paths: Sequence[Path], *,
                   fetch: bool = True) -> list[LockChange]:
     """Each lock at the merge base of HEAD and `base_ref`, against the file on disk now."""
-    repo_dir = Path(repo_dir)
-    with _open(repo_dir) as repo:
-        base = _merge_base(repo, base_ref, fetch)
-        changes = []
-        for path in lock_paths:
-            rel = _in_repo(repo, repo_dir, Path(path))
-            base_text = _text_at(repo, base, rel)
-            disk = _disk_path(repo_dir, Path(path))
-            try:
-                current: str | None = disk.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                current = None
-            except (OSError, UnicodeDecodeError) as exc:
-                raise GitRefError(f"{path}: cannot read the lock on disk ({exc})") from None
-            changed = _normalise(base_text) != _normalise(current)
-            changes.append(LockChange(Path(path), base, base_text, changed, current is not None))
-        return changes
+    with merge_base(repo_dir, base_ref, fetch=fetch) as base:
+        return [base.change(Path(path)) for path in lock_paths]
+
+
+def head_commit(repo_dir: Path) -> str | None:
+    """The commit the project is at, for provenance; None outside a git work tree or before
+    its first commit."""
+    try:
+        with _open(Path(repo_dir)) as repo:
+            return _try_resolve(repo, "HEAD")
+    except GitRefError:
+        return None
+
+
+def author(repo_dir: Path) -> str:
+    """Who is accepting a change, for provenance: git's user.name <user.email> as the
+    project's repository sees it, else the login name."""
+    name = email = None
+    with contextlib.suppress(GitRefError):
+        with _open(Path(repo_dir)) as repo:
+            name, email = (_config_value(repo, key) for key in ("user.name", "user.email"))
+    if name is None:
+        import getpass
+
+        try:
+            name = os.environ.get("USER") or getpass.getuser()
+        except Exception:  # noqa: BLE001 - no login name either: say so
+            name = "unknown"
+    return f"{name} <{email}>" if email else str(name)
+
+
+def default_branch(repo_dir: Path) -> str:
+    """The branch pushes go to: origin's default, else main or master where one exists, else
+    the branch checked out; "main" outside a repository."""
+    try:
+        with _open(Path(repo_dir)) as repo:
+            for args, strip in ((("symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"),
+                                 "refs/remotes/origin/"),
+                                (("for-each-ref", "--format=%(refname:short)",
+                                  "refs/heads/main", "refs/heads/master"), ""),
+                                (("symbolic-ref", "--quiet", "--short", "HEAD"), "")):
+                with contextlib.suppress(_GitFailed):
+                    found = _git(repo, *args).split()
+                    if found:
+                        return found[0].removeprefix(strip)
+    except GitRefError:
+        pass
+    return "main"
+
+
+def _config_value(repo: _Repo, key: str) -> str | None:
+    try:
+        return _git(repo, "config", "--get", key).strip() or None
+    except _GitFailed:
+        return None  # unset
 
 
 def dirty_paths(repo_dir: Path, paths: Sequence[Path]) -> list[Path]:
     """The given paths that have uncommitted changes: staged, unstaged or untracked."""
     if not paths:
         return []
-    repo_dir = Path(repo_dir)
-    with _open(repo_dir) as repo:
-        rels = {_in_repo(repo, repo_dir, Path(p)): Path(p) for p in paths}
-        # One `git status` for all paths; -z so odd file names survive.
-        out = _git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
-                   "--ignored=no", "--", *rels)
-        dirty: list[Path] = []
-        entries = out.split("\0")
-        i = 0
-        while i < len(entries):
-            entry = entries[i]
-            i += 1
-            if len(entry) < 4:
-                continue
-            code, name = entry[:2], entry[3:]
-            if code[0] in "RC":
-                i += 1  # a rename/copy entry is followed by its source path
-            for rel, given in rels.items():
-                if name == rel or name.startswith(rel.rstrip("/") + "/"):
-                    if given not in dirty:
-                        dirty.append(given)
-        return dirty
+    with _open(Path(repo_dir)) as repo:
+        return _dirty(repo, Path(repo_dir), paths)
+
+
+def _dirty(repo: _Repo, repo_dir: Path, paths: Sequence[Path]) -> list[Path]:
+    if not paths:
+        return []
+    rels = {_in_repo(repo, repo_dir, Path(p)): Path(p) for p in paths}
+    # One `git status` for all paths; -z so odd file names survive.
+    out = _git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
+               "--ignored=no", "--", *rels)
+    dirty: list[Path] = []
+    entries = out.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, name = entry[:2], entry[3:]
+        if code[0] in "RC":
+            i += 1  # a rename/copy entry is followed by its source path
+        for rel, given in rels.items():
+            if name == rel or name.startswith(rel.rstrip("/") + "/"):
+                if given not in dirty:
+                    dirty.append(given)
+    return dirty
 
 
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Repo:
+    """A repository as git itself reports it."""
+
+    root: str | None  # the work tree's top (real path); None for a bare repository
+    git_dir: str
+    common_dir: str
+    env: dict[str, str]
+    cwd: str
+    _remotes: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def remotes(self) -> list[str]:
+        if self._remotes is None:
+            self._remotes = _git(self, "remote").split()
+        return self._remotes
+
+
 @contextlib.contextmanager
-def _open(repo_dir: Path) -> Iterator[git.Repo]:
-    import git
+def _open(repo_dir: Path) -> Iterator[_Repo]:
+    repo_dir = Path(repo_dir)
+    if not repo_dir.is_dir():
+        raise GitRefError(f"{repo_dir}: no such directory")
+    # Never sit on a credentials prompt in CI: fail and say what to fetch instead. Messages in
+    # English: a few are read (a missing remote branch).
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+    probe = _Repo(None, "", "", env, str(repo_dir))
+    try:
+        lines = _git(probe, "rev-parse", "--absolute-git-dir", "--git-common-dir",
+                     "--is-bare-repository").splitlines()
+    except _GitFailed as exc:
+        if "not a git repository" in exc.reason:
+            raise GitRefError(f"{repo_dir} is not inside a git repository") from None
+        raise GitRefError(f"{repo_dir}: git cannot read the repository ({exc.reason})") \
+            from None
+    git_dir, common = lines[0], lines[1]
+    common = common if os.path.isabs(common) else os.path.join(str(repo_dir), common)
+    root = None
+    if lines[2] != "true":
+        root = os.path.realpath(_git(probe, "rev-parse", "--show-toplevel").strip())
+    yield _Repo(root, git_dir, os.path.realpath(common), env, str(repo_dir))
+
+
+def _git(repo: _Repo, *args: str, timeout: float | None = None,
+         input: bytes | None = None) -> str:
+    return _git_bytes(repo, *args, timeout=timeout, input=input).decode("utf-8", "replace")
+
+
+def _git_bytes(repo: _Repo, *args: str, timeout: float | None = None,
+               input: bytes | None = None) -> bytes:
+    from lockguard import process
 
     try:
-        repo = git.Repo(Path(repo_dir), search_parent_directories=True)
-    except git.NoSuchPathError:
-        raise GitRefError(f"{repo_dir}: no such directory") from None
-    except git.InvalidGitRepositoryError:
-        raise GitRefError(f"{repo_dir} is not inside a git repository") from None
-    try:
-        # Never sit on a credentials prompt in CI: fail and say what to fetch instead.
-        with repo.git.custom_environment(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true"):
-            yield repo
-    finally:
-        repo.close()  # ends the persistent cat-file processes
-
-
-def _git(repo: git.Repo, *args: str, timeout: int | None = None) -> str:
-    import git
-
-    try:
-        return repo.git.execute(["git", *args], kill_after_timeout=timeout, strip_newline_in_stdout=False)
-    except git.GitCommandError as exc:
-        raise _GitFailed(exc.status, _last_line(str(exc.stderr))) from None
+        done = process.capture(["git", *args], timeout=timeout or GIT_TIMEOUT_S,
+                               cwd=repo.cwd, env=repo.env, input=input)
+    except process.ProcessError as exc:
+        raise GitRefError(f"git is needed for --base and cannot run: {exc}") from None
+    if done.timed_out:
+        raise _GitFailed(None, f"git {args[0]} did not finish in {timeout or GIT_TIMEOUT_S:g} s")
+    if done.code != 0:
+        raise _GitFailed(done.code, _last_line(done.stderr.decode("utf-8", "replace")))
+    return done.stdout
 
 
 class _GitFailed(Exception):
@@ -140,10 +306,10 @@ class _GitFailed(Exception):
 
 
 def _last_line(text: str) -> str:
-    """git's own reason from gitpython's error text (`  stderr: 'fatal: ...'`)."""
+    """git's own reason, the last line of what it printed (`fatal: ...`)."""
     lines = []
     for line in text.splitlines():
-        line = line.strip().removeprefix("stderr:").strip().strip("'").strip()
+        line = line.strip()
         for prefix in ("fatal:", "error:"):
             line = line.removeprefix(prefix).strip()
         if line:
@@ -151,28 +317,29 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _try_resolve(repo: git.Repo, ref: str) -> str | None:
+def _try_resolve(repo: _Repo, ref: str) -> str | None:
     try:
-        out = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+        out = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                   f"{ref}^{{commit}}")
     except _GitFailed:
         return None
     return out.strip() or None
 
 
-def _resolve(repo: git.Repo, ref: str) -> str:
+def _resolve(repo: _Repo, ref: str) -> str:
     sha = _try_resolve(repo, ref)
     if sha is None:
         raise GitRefError(f"{ref} is not a branch, tag or commit in this clone; {_fetch_hint(repo, ref)}")
     return sha
 
 
-def _remote_for(repo: git.Repo, ref: str) -> tuple[str, str, str] | None:
+def _remote_for(repo: _Repo, ref: str) -> tuple[str, str, str] | None:
     """(remote, branch, local ref) to fetch `ref` from, or None when no remote can have it.
 
     `origin/main` is branch main of remote origin; a bare `main` is taken from the one remote
     (or origin when there are several). Shas and other expressions are not guessed at.
     """
-    remotes = [r.name for r in repo.remotes]
+    remotes = repo.remotes
     if not remotes:
         return None
     remote, sep, branch = ref.partition("/")
@@ -192,7 +359,7 @@ def _looks_like_sha(ref: str) -> bool:
     return 7 <= len(ref) <= 64 and all(c in "0123456789abcdef" for c in ref.lower())
 
 
-def _fetch_hint(repo: git.Repo, ref: str) -> str:
+def _fetch_hint(repo: _Repo, ref: str) -> str:
     target = _remote_for(repo, ref)
     if target is not None:
         remote, branch, _ = target
@@ -204,14 +371,14 @@ def _fetch_hint(repo: git.Repo, ref: str) -> str:
         return f"there is no remote named {remote}; run: git fetch --no-tags --depth=50 <remote> {branch}"
     if not repo.remotes:
         return "this clone has no remote to fetch it from"
-    return f"fetch it first, e.g.: git fetch --no-tags --depth=50 {repo.remotes[0].name} {ref}"
+    return f"fetch it first, e.g.: git fetch --no-tags --depth=50 {repo.remotes[0]} {ref}"
 
 
-def _is_shallow(repo: git.Repo) -> bool:
+def _is_shallow(repo: _Repo) -> bool:
     return Path(repo.git_dir, "shallow").is_file() or Path(repo.common_dir, "shallow").is_file()
 
 
-def _fetch(repo: git.Repo, remote: str, branch: str, local: str, depth_args: list[str]) -> str | None:
+def _fetch(repo: _Repo, remote: str, branch: str, local: str, depth_args: list[str]) -> str | None:
     """Run one fetch; None when it worked, else git's reason."""
     try:
         _git(repo, "fetch", "--no-tags", "--quiet", *depth_args, remote,
@@ -221,7 +388,7 @@ def _fetch(repo: git.Repo, remote: str, branch: str, local: str, depth_args: lis
     return None
 
 
-def _merge_base(repo: git.Repo, base_ref: str, fetch: bool) -> str:
+def _merge_base(repo: _Repo, base_ref: str, fetch: bool) -> str:
     target = _remote_for(repo, base_ref)
     base = _try_resolve(repo, base_ref)
     if base is None and target is not None and fetch:
@@ -276,7 +443,7 @@ def _merge_base(repo: git.Repo, base_ref: str, fetch: bool) -> str:
     raise GitRefError(f"HEAD and {base_ref} have no common history (no merge base), even unshallowed")
 
 
-def _try_merge_base(repo: git.Repo, sha: str) -> str | None:
+def _try_merge_base(repo: _Repo, sha: str) -> str | None:
     try:
         out = _git(repo, "merge-base", "HEAD", sha)
     except _GitFailed:
@@ -284,32 +451,52 @@ def _try_merge_base(repo: git.Repo, sha: str) -> str | None:
     return out.strip() or None
 
 
-def _text_at(repo: git.Repo, sha: str, rel: str) -> str | None:
-    import git
+def _text_at(repo: _Repo, sha: str, rel: str) -> str | None:
+    return _texts_at(repo, sha, [rel])[0]
 
-    tree = repo.commit(sha).tree
+
+def _texts_at(repo: _Repo, sha: str, rels: Sequence[str]) -> list[str | None]:
+    """The texts of `rels` at commit `sha` (None: absent there), by one `git cat-file --batch`."""
+    if not rels:
+        return []
+    for rel in rels:
+        if "\n" in rel:
+            raise GitRefError(f"{rel!r}: a path with a line break cannot be read from git")
+    query = "".join(f"{sha}:{rel}\n" for rel in rels).encode("utf-8")
     try:
-        obj = tree / rel if rel else tree
-    except KeyError:
-        return None  # absent at that ref: the caller treats it as added
-    if not isinstance(obj, git.Blob):
-        raise GitRefError(f"{rel} is a {obj.type} at {sha[:12]}, not a file")
-    data = obj.data_stream.read()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise GitRefError(f"{rel} at {sha[:12]} is not UTF-8 text") from None
+        data = _git_bytes(repo, "cat-file", "--batch", input=query)
+    except _GitFailed as exc:
+        raise GitRefError(f"cannot read files at {sha[:12]}: {exc.reason}") from None
+    out: list[str | None] = []
+    at = 0
+    for rel in rels:
+        end = data.index(b"\n", at)
+        header = data[at:end].decode("utf-8", "replace").split()
+        at = end + 1
+        if header[-1] == "missing" or len(header) < 3:
+            out.append(None)  # absent at that ref: the caller treats it as added
+            continue
+        kind, size = header[1], int(header[2])
+        blob = data[at:at + size]
+        at += size + 1
+        if kind != "blob":
+            raise GitRefError(f"{rel} is a {kind} at {sha[:12]}, not a file")
+        try:
+            out.append(blob.decode("utf-8-sig"))
+        except UnicodeDecodeError:
+            raise GitRefError(f"{rel} at {sha[:12]} is not UTF-8 text") from None
+    return out
 
 
 def _disk_path(repo_dir: Path, path: Path) -> Path:
     return path if path.is_absolute() else repo_dir / path
 
 
-def _in_repo(repo: git.Repo, repo_dir: Path, path: Path) -> str:
+def _in_repo(repo: _Repo, repo_dir: Path, path: Path) -> str:
     """`path` relative to the work tree root, in git's spelling (forward slashes)."""
-    if repo.working_tree_dir is None:
+    if repo.root is None:
         raise GitRefError(f"{repo.git_dir} is a bare repository; lockguard needs a work tree")
-    root = os.path.realpath(repo.working_tree_dir)
+    root = repo.root
     full = _disk_path(repo_dir, path)
     # realpath of the parent only: the file itself may not exist (deleted, or only at the ref).
     absolute = os.path.join(os.path.realpath(full.parent), full.name)
@@ -327,7 +514,13 @@ __all__ = [
     "DEEPEN_STEPS",
     "FETCH_TIMEOUT_S",
     "GitRefError",
+    "BaseTree",
     "LockChange",
+    "author",
     "changed_locks",
+    "default_branch",
+    "disk_text",
+    "head_commit",
+    "merge_base",
     "dirty_paths",
 ]

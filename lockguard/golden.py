@@ -88,6 +88,16 @@ class Acceptance(BaseModel):
     report_id: str | None = None  # the check report (and artefact directory) it came from
     verdict: str | None = None  # what that check said of it: drift, new, ...
     baseline: str | None = None  # what that check compared it with
+    # What binds an A/B acceptance to the change it was made for (`check --base` passes the
+    # failing verdict only for these locks and these numbers): the baseline lock's hash (the
+    # candidate's is the provenance's lock_hash) and `result_digest` of the candidate's run.
+    baseline_lock_hash: str | None = None
+    result_digest: str | None = None
+    # False: adopted from artefacts this machine's lockguard did not write (a CI download), so
+    # nothing vouches that a run produced them: the unchanged-inputs shortcut never answers
+    # from this golden, every check runs the scenario and compares. None: before this was
+    # recorded (taken as written here).
+    verified: bool | None = None
 
 
 class Provenance(BaseModel):
@@ -361,6 +371,21 @@ _PROVENANCE_KEPT = ("lock_hash", "inputs_digest", "framework_version", "repeats"
                     "deterministic")
 
 
+def result_digest(result: RunResult) -> str:
+    """A digest of what a run produced — its numbers, digests, diagnostics and sample order,
+    not its timings, memory or fingerprint details: equal digests, the same numbers."""
+    data = result.model_dump(mode="json", exclude=_RESULT_NOISE)
+    text = json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def trusted(gold: Golden) -> bool:
+    """Whether a golden may answer a check without a run: not one adopted from artefacts that
+    nothing vouches for (Acceptance.verified)."""
+    acceptance = gold.provenance.acceptance
+    return acceptance is None or acceptance.verified is not False
+
+
 def reference_key(result: RunResult, provenance: Provenance, hardware: HardwareClass,
                   envelope: Envelope | None = None) -> str:
     """What a golden is compared by when deciding whether to rewrite it, as stable JSON (sorted
@@ -374,6 +399,14 @@ def reference_key(result: RunResult, provenance: Provenance, hardware: HardwareC
     return json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
 
 
+def _binding(provenance: Provenance) -> tuple[object, ...] | None:
+    """What an A/B acceptance binds a golden to; None for a golden that records none."""
+    acc = provenance.acceptance
+    if acc is None or acc.baseline_lock_hash is None:
+        return None
+    return (acc.baseline_lock_hash, provenance.lock_hash, acc.result_digest, acc.verified)
+
+
 def write(path: Path, result: RunResult, provenance: Provenance,
           hardware: HardwareClass, envelope: Envelope | None = None) -> bool:
     """Replace `path` atomically with a golden for `result` (and the noise `envelope` of its
@@ -385,8 +418,9 @@ def write(path: Path, result: RunResult, provenance: Provenance,
         old = None  # unusable: replaced
     if old is not None \
             and reference_key(old.result, old.provenance, old.hardware, old.envelope) \
-            == reference_key(result, provenance, hardware, envelope):
-        return False
+            == reference_key(result, provenance, hardware, envelope) \
+            and _binding(provenance) in (None, _binding(old.provenance)):
+        return False  # (a new acceptance of the same numbers is written: it is what passes)
     stamped = provenance.model_copy(update={
         "lockguard_version": __version__,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
@@ -400,37 +434,3 @@ def write(path: Path, result: RunResult, provenance: Provenance,
                           "steps")
     write_text(path, text)
     return True
-
-
-def _repo(root: Path) -> Any:
-    import git  # lazy: gitpython costs import time the fast paths do not pay
-
-    return git.Repo(root, search_parent_directories=True)
-
-
-def git_commit(root: Path) -> str | None:
-    """The commit the project is at, for provenance; None outside a git work tree."""
-    try:
-        return _repo(root).head.commit.hexsha
-    except Exception:
-        return None
-
-
-def git_author(root: Path) -> str:
-    """Who is accepting a change, for provenance: git's user.name <user.email> as the
-    project's repository sees it, else the login name."""
-    name = email = None
-    try:
-        reader = _repo(root).config_reader()
-        name = str(reader.get_value("user", "name", default="")) or None
-        email = str(reader.get_value("user", "email", default="")) or None
-    except Exception:
-        pass
-    if name is None:
-        import getpass
-
-        try:
-            name = os.environ.get("USER") or getpass.getuser()
-        except Exception:
-            name = "unknown"
-    return f"{name} <{email}>" if email else str(name)

@@ -147,6 +147,71 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
                      memory_killed=report.get("memory"))
 
 
+@dataclass(frozen=True)
+class Captured:
+    """A short plumbing command's whole output (capture)."""
+
+    argv: tuple[str, ...]
+    code: int | None  # None: killed at its timeout
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def timed_out(self) -> bool:
+        return self.code is None
+
+
+def capture(argv: Sequence[str], *, timeout: float, cwd: Path | str | None = None,
+            env: Mapping[str, str] | None = None, input: bytes | None = None) -> Captured:
+    """Run a short plumbing command (git) to completion and keep all of its output in memory.
+
+    For commands whose output is data, not a log (a file's text at a ref, a status), and which
+    are cheap enough that the supervisor's start-up (tens of milliseconds) would be most of their
+    cost: the child gets its own session, `input` (or nothing) on stdin and a hard timeout, and
+    is killed with lockguard's other children on an interrupt. Spawns no daemons to reap, so it
+    needs no subreaper. Raises ProcessError when it cannot start, Interrupted after an
+    interrupt."""
+    argv = tuple(str(a) for a in argv)
+    with _registry:
+        if _interrupted.is_set():
+            raise Interrupted()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None
+                                    else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, cwd=cwd,
+                                    env=dict(env) if env is not None else None,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise ProcessError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+        live = _Live(proc, threading.get_ident(), threading.Event())
+        _live[proc.pid] = live
+    try:
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            out, err = proc.communicate()
+            code = None
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc.pid)
+            proc.wait()
+        with _registry:
+            _live.pop(proc.pid, None)
+        live.done.set()
+    if _interrupted.is_set():
+        raise Interrupted()
+    return Captured(argv, code, out, err)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def _start(job: dict) -> _Live:
     data = marshal.dumps(job)  # what the supervisor reads without importing json
     payload = len(data).to_bytes(8, "little") + data

@@ -32,6 +32,9 @@ class Progress:
 
             self._console = Console(stderr=True, highlight=False,
                                     no_color=bool(os.environ.get("NO_COLOR")) or None)
+            # A log (no terminal) gets whole lines: a CI viewer wraps them itself, and a line
+            # cut at 80 columns mid-phrase reads as two.
+            self._console.soft_wrap = not self._console.is_terminal
             if verbose:
                 _watch(self)
 
@@ -59,10 +62,13 @@ class Progress:
         self.detail("$ " + shlex.join(str(a) for a in argv) + (f"   ({where})" if where else ""))
 
     @contextlib.contextmanager
-    def counting(self, index: int, total: int, what: str) -> Iterator[None]:
-        """Steps inside are the index-th of `total` (e.g. environment 1 of 2)."""
+    def counting(self, index: int, total: int, what: str,
+                 name: str | None = None) -> Iterator[None]:
+        """Steps inside are the index-th of `total` (e.g. environment 1 of 2), of `name`."""
         before = self.stage
-        self.stage = f"{what} {index} of {total}: " if total > 1 else before
+        of = f" ({name})" if name else ""
+        self.stage = f"{what} {index} of {total}{of}: " if total > 1 else \
+            (f"{what}{of}: " if name else before)
         try:
             yield
         finally:
@@ -101,14 +107,37 @@ class Progress:
                 self._live.release()
         else:
             self._console.print(f"{message} …", markup=False)
-            yield handle
+            beat = threading.Event()
+            threading.Thread(target=self._heartbeat, args=(message, handle, start, beat),
+                             daemon=True).start()
+            try:
+                yield handle
+            finally:
+                beat.set()
         counted = f" ({handle.done} of {total})" if total and handle.done != total else ""
         self._console.print(f"{message}: done in {time.perf_counter() - start:.1f} s{counted}",
                             markup=False)
 
 
+    def _heartbeat(self, message: str, handle: StepHandle, start: float,
+                   stop: threading.Event) -> None:
+        """In a log, a line every HEARTBEAT_S while a step runs: a 60 s compile must not look
+        like a hang. It says what is running and for how long."""
+        assert self._console is not None
+        while not stop.wait(HEARTBEAT_S):
+            now = time.perf_counter()
+            counted = f"{handle.done} of {handle.total} done, " if handle.total else ""
+            running = handle.running(now)
+            self._console.print(f"{message}: {counted}{now - start:.0f} s"
+                                + (f"; running {running}" if running else ""), markup=False)
+
+
+HEARTBEAT_S = 10.0  # between a step's "still running" lines in a log
+
+
 class StepHandle:
-    """Lets a long step update its spinner text (e.g. pip's current line) and count."""
+    """Lets a long step update its spinner text (e.g. pip's current line) and count, and say
+    what it is running (parallel runs: each names itself while it runs)."""
 
     def __init__(self, total: int | None = None) -> None:
         self.total = total
@@ -117,6 +146,33 @@ class StepHandle:
         self._bar = None
         self._task = None
         self._base = ""
+        self._running: dict[str, float] = {}  # name -> when it started
+
+    def begin(self, name: str) -> None:
+        with self._lock:
+            self._running[name] = time.perf_counter()
+        self._show_running()
+
+    def end(self, name: str) -> None:
+        with self._lock:
+            self._running.pop(name, None)
+        self._show_running()
+
+    def running(self, now: float | None = None) -> str:
+        """'torch.lm.compile [candidate requirements.txt] 41 s, ...', longest first."""
+        now = time.perf_counter() if now is None else now
+        with self._lock:
+            items = sorted(self._running.items(), key=lambda item: item[1])
+        return ", ".join(f"{name} {now - began:.0f} s" for name, began in items)
+
+    def _show_running(self) -> None:
+        if self._bar is not None:
+            from rich.markup import escape
+
+            with self._lock:
+                names = list(self._running)
+            self._bar.update(self._task, description=self._base + (
+                f" [dim]{escape(', '.join(names))[:80]}[/dim]" if names else ""))
 
     def update(self, detail: str) -> None:
         if self._bar is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -81,7 +82,7 @@ class FakeEnv:
                          grad_norms=[abs(v) / 2 for v in losses],
                          outputs=losses[-2:], output_shape=[2], param_digest=digest,
                          timings={"total_s": 0.01, "first_step_s": 0.002,
-                                  "step_median_s": self.backend.step_s.get(sid, 0.001)},
+                                  "step_median_s": self.backend.step_time(sid, version)},
                          peak_memory_bytes=self.backend.peak_bytes.get(sid))
 
 
@@ -103,7 +104,10 @@ class FakeBackend:
     failing: set[str] = field(default_factory=set)
     most_at_once: int = 0
     stages: dict[str, str] = field(default_factory=dict)
-    step_s: dict[str, float] = field(default_factory=dict)
+    # A scenario's step time: by scenario, or by (scenario, version); `timing_noise` makes each
+    # run's differ by a log-normal factor of that sigma (seeded: reproducible).
+    step_s: dict[str | tuple[str, str], float] = field(default_factory=dict)
+    timing_noise: float = 0.0
     peak_bytes: dict[str, int] = field(default_factory=dict)
     run_s: float = 0.0
     together: set[frozenset[str]] = field(default_factory=set)  # scenarios seen running at once
@@ -111,6 +115,14 @@ class FakeBackend:
     _building: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _noise: int = 0
+    _rng: random.Random = field(default_factory=lambda: random.Random(20261201))
+
+    def step_time(self, scenario: str, version: str) -> float:
+        base = self.step_s.get((scenario, version), self.step_s.get(scenario, 0.001))
+        if not self.timing_noise:
+            return base
+        with self._lock:
+            return base * math.exp(self.timing_noise * self._rng.gauss(0.0, 1.0))
 
     def next_noise(self) -> float:
         """Run-to-run noise in [-1, 1): a low-discrepancy sequence, so a test's runs spread

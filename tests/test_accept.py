@@ -99,7 +99,7 @@ def test_accept_an_ab_drift_then_check_passes(tmp_path):
     # The evidence: the report (validated by its reader) and both sides' RunResults.
     report = load_report(kept / "report.json")
     assert report.id == kept.name and report.failing == ["loss_ema"]
-    assert report.schema_version == 3 and report.lockguard_version
+    assert report.schema_version == 4 and report.lockguard_version
     [ev] = report.evidence
     for role, lock in (("baseline", "old.txt"), ("candidate", "new.txt")):
         result = parse_result(json.loads((kept / role / "loss_ema.json").read_text()),

@@ -16,6 +16,7 @@ from lockguard.compare.numerics import (
     SeriesDiff, bitwise_equal, compare_series, first_difference, ulp_distance,
 )
 from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy, Tolerance, default_tolerance
+from lockguard.compare.timing import TimingCheck, compare_timing
 from lockguard.compare.verdicts import (
     ScenarioVerdict, compare_runs, gate_passes, is_failure, skipped,
 )
@@ -58,6 +59,7 @@ def compare(
     expected_device: str | None = None,
     timed_together: bool = False,
     tolerance: Tolerance | None = None,
+    timing: TimingCheck | None = None,
 ) -> ScenarioVerdict:
     return compare_runs(
         baselines,
@@ -67,7 +69,17 @@ def compare(
         expected_device=expected_device,
         timed_together=timed_together,
         tolerance=tolerance,
+        timing=timing,
     )
+
+
+def timing_runs(old: float, new: float, policy: Policy | None = None, k: int = 5,
+                **fields: object) -> TimingCheck:
+    """What k timing runs a side say of steps of `old` and `new` seconds (±1 % run to run)."""
+    wobble = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0][:k]
+    return compare_timing([timed(old * w, **fields) for w in wobble],
+                          [timed(new * w, **fields) for w in reversed(wobble)],
+                          policy or Policy())
 
 
 def f32_above(x: float, ulps: int = 1) -> float:
@@ -562,41 +574,59 @@ def test_timings_are_ignored_unless_timed_together() -> None:
     assert v.verdict == Verdict.identical
 
 
-def test_slower_uses_medians_over_repeats() -> None:
+def test_the_numeric_runs_ratio_is_shown_never_judged() -> None:
     v = compare(
-        [timed(1.0), timed(2.0), timed(9.0)],  # one noisy run must not decide
+        [timed(1.0), timed(2.0), timed(9.0)],  # one noisy run must not decide the figure
         [timed(2.0), timed(3.0), timed(3.5)],
         timed_together=True,
     )
     assert v.step_time_ratio == 1.5
-    assert v.verdict == Verdict.slower
-    assert v.reasons[0] == "steady-state steps take 1.50× the baseline's (limit 1.30×)"
+    assert v.verdict == Verdict.identical and v.timing is None
+    assert any("took ×1.50 the baseline's in this check's one run a side" in r
+               and "not judged" in r for r in v.reasons)
+
+
+def test_slower_is_judged_by_the_timing_runs() -> None:
+    check = timing_runs(1.0, 1.5)
+    v = compare([timed(1.0)], [timed(1.1)], timed_together=True, timing=check)
+    assert v.verdict == Verdict.slower and v.timing == check
+    assert v.step_time_ratio == pytest.approx(check.ratio)
+    assert v.reasons[0].startswith("steady-state steps take ×1.50 the baseline's (99 % CI ×1.4")
+    assert v.reasons[0].endswith(", 5 runs a side; limit ×1.30)")
 
 
 def test_not_slower_within_the_ratio() -> None:
-    v = compare([timed(1.0)], [timed(1.25)], timed_together=True)
-    assert v.step_time_ratio == 1.25 and v.verdict == Verdict.identical
-    v = compare([timed(1.0)], [timed(1.25)], timed_together=True, policy=Policy(slower_ratio=1.2))
+    v = compare([timed(1.0)], [timed(1.25)], timed_together=True,
+                timing=timing_runs(1.0, 1.25))
+    assert v.verdict == Verdict.identical and v.timing.verdict == "same"
+    policy = Policy(slower_ratio=1.2)
+    v = compare([timed(1.0)], [timed(1.25)], timed_together=True, policy=policy,
+                timing=timing_runs(1.0, 1.25, policy))
     assert v.verdict == Verdict.slower
 
 
 def test_steps_too_short_to_time_are_never_slower() -> None:
-    v = compare([timed(0.0005)], [timed(0.003)], timed_together=True)
-    assert v.step_time_ratio == pytest.approx(6.0)
-    assert v.verdict == Verdict.identical
     v = compare([timed(0.0005)], [timed(0.003)], timed_together=True,
-                policy=Policy(slower_min_step_s=0.0))
+                timing=timing_runs(0.0005, 0.003))
+    assert v.verdict == Verdict.identical and v.timing.verdict == "not judged"
+    assert any("too short to time" in r for r in v.reasons)
+    policy = Policy(slower_min_step_s=0.0)
+    v = compare([timed(0.0005)], [timed(0.003)], timed_together=True, policy=policy,
+                timing=timing_runs(0.0005, 0.003, policy))
     assert v.verdict == Verdict.slower
 
 
 def test_drift_outranks_slower_and_both_are_said() -> None:
-    v = compare([timed(1.0)], [timed(2.0, losses=[9.0] * 6)], timed_together=True)
+    v = compare([timed(1.0)], [timed(2.0, losses=[9.0] * 6)], timed_together=True,
+                timing=timing_runs(1.0, 2.0))
     assert v.verdict == Verdict.drift
-    assert any(r.startswith("steady-state steps take 2.00×") for r in v.reasons)
+    assert any(r.startswith("steady-state steps take ×2.00") for r in v.reasons)
 
 
 def test_slow_first_step_is_a_reason_not_a_verdict() -> None:
-    v = compare([timed(1.0, first=2.0)], [timed(1.0, first=5.0)], timed_together=True)
+    compiled = dict(compile=CompileDiagnostics(graphs=1, compile_s=1.0))
+    v = compare([timed(1.0, first=2.0, **compiled)], [timed(1.0, first=5.0, **compiled)],
+                timed_together=True)
     assert v.first_step_ratio == 2.5
     assert v.verdict == Verdict.identical
     assert v.reasons[1] == (
@@ -691,7 +721,7 @@ def test_a_baseline_that_raised_no_peak_is_judged_by_the_rise_alone() -> None:
 def test_drift_and_slower_outrank_heavier_and_all_are_said() -> None:
     heavy_slow = dict(peak_memory_bytes=400 * MIB)
     v = compare([timed(1.0, peak_memory_bytes=100 * MIB)], [timed(2.0, **heavy_slow)],
-                timed_together=True)
+                timed_together=True, timing=timing_runs(1.0, 2.0))
     assert v.verdict == Verdict.slower
     assert v.reasons[1].startswith("the training's peak host memory is 400.0 MiB")
     v = compare([peak(100)], [peak(400, losses=[9.0] * 6)], timed_together=True)
@@ -741,7 +771,8 @@ def test_incomparable_outranks_compile_fallback() -> None:
 def test_gate() -> None:
     ok = compare([run()], [run()])
     drift = compare([run()], [run(losses=[9.0] * 6)])
-    slow = compare([timed(1.0)], [timed(2.0)], timed_together=True)
+    slow = compare([timed(1.0)], [timed(2.0)], timed_together=True,
+                   timing=timing_runs(1.0, 2.0))
     assert gate_passes([ok, slow], Policy())
     assert not gate_passes([ok, drift], Policy())
     assert is_failure(drift, Policy()) and not is_failure(ok, Policy())
@@ -873,8 +904,10 @@ def test_a_data_pipeline_is_judged_slower_on_its_mean_step() -> None:
     def pipeline(median: float, mean: float) -> RunResult:
         return run(sample_order=ORDER, timings={"step_median_s": median, "step_mean_s": mean})
 
+    check = compare_timing([pipeline(0.005, 0.006)] * 5, [pipeline(0.005, 0.1)] * 5, Policy())
+    assert check.measure == "step mean" and check.verdict == "slower"
     v = compare_runs([pipeline(0.005, 0.006)], [pipeline(0.005, 0.1)], policy=Policy(),
-                     baseline_kind="lock", expected_device=None, timed_together=True)
+                     baseline_kind="lock", expected_device=None, timed_together=True,
+                     timing=check)
     assert v.verdict == Verdict.slower and v.step_time_ratio == pytest.approx(0.1 / 0.006)
-    assert v.reasons[0].startswith("steady-state steps take 16.67× the baseline's (mean step, "
-                                   "a data pipeline's)"), v.reasons
+    assert v.reasons[0].startswith("steps (mean, a data pipeline's) take ×16.67"), v.reasons

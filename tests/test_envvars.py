@@ -35,6 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
     ({"LOCKGUARD_PIP_TOOLS_PYTHON": "/"}, "LOCKGUARD_PIP_TOOLS_PYTHON='/': must name an "
                                           "executable interpreter"),
     ({"LOCKGUARD_PIP_TOOLS_PYTHON": "no-such-python-here"}, "not on PATH"),
+    ({"LOCKGUARD_INSTALLER_ENV": "AWS_PROFILE $(rm -rf /)"}, "LOCKGUARD_INSTALLER_ENV"),
+    ({"LOCKGUARD_INSTALLER_ENV": "LOCKGUARD_CACHE"}, "none of lockguard's own"),
 ])
 def test_unknown_names_and_unusable_values_are_refused(env, message):
     with pytest.raises(EnvVarError) as info:
@@ -48,6 +50,7 @@ def test_usable_values_and_empty_ones_pass(tmp_path):
            "ghcr.io/org/base:1.2@sha256:" + "a" * 64, "LOCKGUARD_IMAGES_DIR": str(tmp_path),
            "LOCKGUARD_PIP_TOOLS_PYTHON": sys.executable,
            "LOCKGUARD_REPO": "https://github.com/org/lockguard", "LOCKGUARD_VERSION": "v1",
+           "LOCKGUARD_INSTALLER_ENV": "AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS",
            "OTHER": "anything", "LOCKGUARDX": "not the prefix"})
     # Empty is unset: a CI template passes optional inputs through as empty strings.
     check({name: "" for name in envvars.KNOWN})

@@ -197,7 +197,7 @@ def test_the_report_json_carries_both_sides_per_step(project, tmp_path):
     [proof] = document["evidence"]
     assert len(proof["baseline"]["result"]["losses"]) == 6
     assert proof["fingerprint_diff"] == {}
-    assert document["schema_version"] == 3
+    assert document["schema_version"] == 4
 
 
 # ------------------------------------------------------------------ noise envelopes (--repeat)
@@ -298,8 +298,10 @@ def test_a_checks_environments_are_prepared_at_once(project, tmp_path, monkeypat
     report = check_ab(project, [new], [old], NUMPY, Options(), backend=fake)
     assert {v.scenario: v.verdict for v in report.verdicts} == {"numpy.mlp": Verdict.drift}
     assert fake.most_at_once == 2, "the two builds did not overlap"
-    # Each build's progress says which environment of how many it is, however they interleave.
-    assert sorted(fake.stages.values()) == ["environment 1 of 2: ", "environment 2 of 2: "]
+    # Each build's progress says which environment of how many it is, of which lock, however
+    # they interleave.
+    assert sorted(fake.stages.values()) == [f"environment 1 of 2 ({old.name}): ",
+                                            f"environment 2 of 2 ({new.name}): "]
 
 
 def test_the_failure_reported_is_the_first_in_plan_order(project, tmp_path, monkeypatch):

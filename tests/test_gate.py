@@ -90,16 +90,23 @@ def test_base_ref_that_does_not_exist(tmp_path):
     assert "no-such-branch" in proc.stderr and proc.stderr.strip().count("\n") == 0
 
 
-def test_lock_absent_at_base_is_added_not_an_error(tmp_path):
+def test_a_lock_new_beside_the_base_locks_is_said_and_runs_nothing(tmp_path):
+    # A lock no base lock stands for is new: said among the gate's changes (judged once merged),
+    # its scenarios not run. (One named in another lock's place is paired with it instead:
+    # tests/test_hostile_pr.py.)
     project = repo_with_lock(tmp_path / "r", DATA / "numpy-1.26.4.txt")
-    (project / "pyproject.toml").write_text((project / "pyproject.toml").read_text()
-                                            .replace('"requirements.txt"', '"new-lock.txt"'))
-    (project / "new-lock.txt").write_text((DATA / "numpy-2.0.2.txt").read_text())
-    proc = run_cli("check", "--base", "main", "--format", "json", cwd=project)
+    (project / "pyproject.toml").write_text((project / "pyproject.toml").read_text().replace(
+        'lock = "requirements.txt"', 'locks = ["requirements.txt", "jax.txt"]'))
+    (project / "jax.txt").write_text((DATA / "jax-0.10.2.txt").read_text())
+    cache = tmp_path / "cache"
+    proc = run_cli("check", "--base", "main", "--format", "json", cwd=project,
+                   env={"LOCKGUARD_CACHE": str(cache)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
-    assert any("new-lock.txt was added since main" in n for n in report["notes"])
-    assert [v["verdict"] for v in report["verdicts"]] == ["new"]
+    assert report["verdicts"] == [] and report["passed"]
+    assert "lock jax.txt is new: its scenarios have no baseline" in report["gate"]["changes"]
+    assert report["gate"]["source"] == "base"
+    assert not (cache / "venvs").exists()  # nothing built
 
 
 def test_base_in_a_shallow_clone_fetches_what_it_needs(tmp_path):

@@ -56,7 +56,7 @@ def commit(repo: Path, message: str, **files: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _isolated_git(monkeypatch: pytest.MonkeyPatch) -> None:
-    # gitpython runs git with our environment: keep the user's git config out of the tests.
+    # lockguard runs git with our environment: keep the user's git config out of the tests.
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)
 

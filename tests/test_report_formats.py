@@ -355,8 +355,9 @@ def test_markdown_headline_first_then_phone_sized_parts(drift_report):
     assert BASELINE_PATH not in md  # the label, with the merge base, names it
     assert "+ --extra-index-url https://mirror.example/simple (line 1)" in body
     assert "lockguard check --base origin/main --scenario loss_ema" in body
-    # An A/B drift has no golden to replace; against goldens, `accept` adopts the change.
-    assert "lockguard accept" not in body
+    # An intended change passes only through an acceptance committed with it: A/B (the PR
+    # gate) and golden checks alike name the command that makes one.
+    assert 'lockguard accept --scenario loss_ema --reason "' in body
     golden_md = render(drift_report.model_copy(update={"mode": "golden"}), "markdown")
     assert 'lockguard accept --scenario loss_ema --reason "' in golden_md.split("<details>")[0]
     assert "<summary>loss\\_ema: drift</summary>" in md

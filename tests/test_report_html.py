@@ -339,6 +339,8 @@ DRAWN = """(() => {
     curves: curves.length,
     drawn: curves.filter(p => p.getAttribute('d') && p.getBBox().width > 0).length,
     overflow: document.documentElement.scrollWidth - window.innerWidth,
+    sideways: [...document.querySelectorAll('.scroll')]
+      .filter(box => box.scrollWidth > box.clientWidth + 1).length,
     width: window.innerWidth,
   };
 })()"""
@@ -356,6 +358,8 @@ def check_in_browser(page: Path, shot: Path) -> dict:
     assert value["href"] == page.resolve().as_uri() and value["width"] == 390
     assert value["drawn"] == value["curves"] > 0
     assert value["overflow"] <= 0, "the page scrolls sideways on a phone"
+    # Nor does any table in it: the locks, numerics and device tables stack on a phone.
+    assert value["sideways"] == 0, "a table scrolls sideways on a phone"
     assert seen.screenshot[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", seen.screenshot[16:24])
     assert width >= 390 and height > 844  # the whole page, not one screen

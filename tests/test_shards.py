@@ -309,26 +309,26 @@ def git_project(tmp_path: Path) -> tuple[Config, list[LockRef]]:
 
 def base_parts(config: Config, refs: list[LockRef], scenarios) -> list[tuple[Path, Report]]:
     """`check --base main --shard K/N` for every K, in this process."""
-    from lockguard.flows.git_base import check_base
+    from lockguard.flows.git_base import check_base, open_gate
 
     made = shards.make_plan(config, Options(), scenarios, refs, None)
     parts = []
     for k in range(1, made.total + 1):
         mine = shards.shard_scenarios(made, k, scenarios)
-        report = check_base(config, [r.path for r in refs], mine, Options(), "main",
-                            backend=FakeBackend())
+        report = check_base(open_gate(config, "main", [str(r.path) for r in refs]), mine,
+                            Options(), backend=FakeBackend())
         report.shard = shards.shard_info(made, k)
         parts.append((Path(f"part{k}.json"), Report.model_validate_json(report.model_dump_json())))
     return parts
 
 
 def test_sharded_base_checks_pass_as_the_unsharded_one_when_locks_did_not_move(tmp_path):
-    from lockguard.flows.git_base import check_base
+    from lockguard.flows.git_base import check_base, open_gate
 
     config, refs = git_project(tmp_path)
     scenarios = NUMPY + TORCH[:1]
-    whole = check_base(config, [r.path for r in refs], scenarios, Options(), "main",
-                       backend=FakeBackend())
+    whole = check_base(open_gate(config, "main", [str(r.path) for r in refs]), scenarios,
+                       Options(), backend=FakeBackend())
     assert whole.passed and whole.verdicts == []  # answered from git alone
     merged = shards.merge(base_parts(config, refs, scenarios))
     assert merged.passed and merged.verdicts == []
@@ -337,8 +337,8 @@ def test_sharded_base_checks_pass_as_the_unsharded_one_when_locks_did_not_move(t
     # must not fail the merged gate when the unsharded check passes.
     (config.root / "a.txt").write_text("numpy==1.26.4\nsix==1.16.0\n")
     refs = [LockRef(r.path, read_lock(r.path)) for r in refs]
-    whole = check_base(config, [r.path for r in refs], scenarios, Options(), "main",
-                       backend=FakeBackend())
+    whole = check_base(open_gate(config, "main", [str(r.path) for r in refs]), scenarios,
+                       Options(), backend=FakeBackend())
     assert whole.passed and [v.verdict for v in whole.verdicts] == [Verdict.identical]
     parts = base_parts(config, refs, scenarios)
     assert [p.passed for _, p in parts] == [True, False]  # the torch part: nothing compared

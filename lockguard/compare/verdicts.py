@@ -18,6 +18,7 @@ from lockguard.compare.envelope import (
 )
 from lockguard.compare.figures import median, mib
 from lockguard.compare.numerics import SeriesDiff, compare_series, first_difference
+from lockguard.compare.timing import TimingCheck, measure_of
 from lockguard.compare.tolerance import Policy, Tolerance, effective_tolerance, normalise_dtype
 from lockguard.errors import tail
 from lockguard.names import PRECEDENCE, Verdict
@@ -37,6 +38,25 @@ class HardwareChange(BaseModel):
     same_inputs: bool  # lock, harness, scenario and settings as when the golden was recorded
     lock_changed: bool  # the golden's lock hash differs from this run's lock
     detail: str | None = None  # what tells two same-named classes apart (ISA features)
+
+
+class Accepted(BaseModel):
+    """An acceptance committed with the change that passes this failing verdict: the golden
+    `lockguard accept` wrote for it, bound to the baseline and candidate locks and to the
+    numbers the candidate produced (lockguard/flows/acceptances.py finds it)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    reason: str
+    author: str
+    accepted_at: str
+    commit: str | None = None  # where the project was when it was accepted
+    golden: str  # the golden file that holds it
+    how: str  # why it applies: the same numbers, or within tolerance of them on another class
+
+    def sentence(self) -> str:
+        return (f"accepted: {self.reason} ({self.author}, {self.accepted_at}"
+                + (f", commit {self.commit[:12]}" if self.commit else "") + f"; {self.how})")
 
 
 class ScenarioVerdict(BaseModel):
@@ -74,6 +94,10 @@ class ScenarioVerdict(BaseModel):
     # Data-pipeline scenarios: the first step whose batch holds other samples, or the same ones
     # in another order (the sample order is exact: no tolerance, whatever the hardware).
     first_batch_differs: int | None = None
+    # A failing verdict the change carries an acceptance for: it passes the gate, saying why.
+    accepted: Accepted | None = None
+    # What the check's timing runs say (A/B with timing runs only): the ratio's interval.
+    timing: TimingCheck | None = None
 
 
 
@@ -132,6 +156,7 @@ def compare_runs(
     hardware: HardwareChange | None = None,
     envelope: Envelope | None = None,
     alone: tuple[Verdict, str] = (Verdict.new, NO_BASELINE),
+    timing: TimingCheck | None = None,
 ) -> ScenarioVerdict:
     """One scenario's verdict: candidate runs (>= 1) against baseline runs (a golden, or the
     old lock's runs; none for a new scenario).
@@ -152,6 +177,9 @@ def compare_runs(
 
     `alone`: the verdict and reason of a healthy candidate with no baseline (`new`, unless the
     flow compares nothing by design: compare-frameworks' `measured`).
+
+    `timing`: what the check's timing runs say (compare/timing.py); only it makes `slower`. The
+    numeric runs' step-time ratio (one run a side, beside other trainings) is shown, not judged.
     """
     if not candidates:
         raise ValueError("compare_runs needs at least one candidate run")
@@ -215,7 +243,7 @@ def compare_runs(
             findings.note(reason)
 
     if timed_together:
-        found.update(_compare_timings(baselines, candidates, policy, findings))
+        found.update(_compare_timings(baselines, candidates, policy, findings, timing))
         found.update(_compare_memory(baselines, candidates, policy, findings))
     return _finish(found, findings)
 
@@ -229,6 +257,8 @@ def skipped(scenario: str, framework: str, reason: str) -> ScenarioVerdict:
 
 def is_failure(verdict: ScenarioVerdict, policy: Policy) -> bool:
     """Whether this verdict fails the gate under `policy`."""
+    if verdict.accepted is not None:
+        return False  # an intended change, bound to these locks and numbers
     if verdict.verdict in policy.fail_on:
         return True
     # An improvement means the golden no longer describes the stack; teams that want goldens
@@ -561,18 +591,28 @@ def _compare_timings(
     candidates: list[RunResult],
     policy: Policy,
     findings: _Findings,
-) -> dict[str, float | None]:
-    """The verdict's timing ratios; what they argue for goes to `findings`.
+    timing: TimingCheck | None,
+) -> dict[str, Any]:
+    """The verdict's timing ratios; what they argue for goes to `findings`: `slower` only from
+    the timing runs (compare/timing.py); the numeric runs' ratio is a figure, not a verdict.
 
     Steady steps are their median, except a data pipeline's (both sides report a mean): its
     workers deliver in bursts, so the median step may be one that never waited."""
-    runs = (*baselines, *candidates)
-    measure = "step_mean_s" if all(run.timings.step_mean_s is not None for run in runs) \
-        else "step_median_s"
-    step_time_ratio = _median_ratio(
-        [getattr(run.timings, measure) for run in baselines],
-        [getattr(run.timings, measure) for run in candidates],
-    )
+    measure, figures = measure_of([*baselines, *candidates])
+    step_time_ratio = _median_ratio(figures[:len(baselines)], figures[len(baselines):])
+    limit = policy.slower_ratio
+    if timing is not None:
+        step_time_ratio = timing.ratio if timing.ratio is not None else step_time_ratio
+        if timing.verdict == "slower":
+            findings.add(Verdict.slower, timing.reason)
+        elif timing.verdict in ("inconclusive", "faster") or (
+                timing.verdict == "not judged" and timing.runs):
+            findings.note(timing.reason)
+    elif step_time_ratio is not None and step_time_ratio > limit:
+        findings.note(f"{'steady-state steps' if measure != 'run() call' else 'run() calls'} "
+                      f"took ×{step_time_ratio:.2f} the baseline's in this check's one run a "
+                      "side, beside other trainings: not judged (timing runs judge `slower`: "
+                      "add it to fail_on, or pass --timing)")
     first_step_ratio = _median_ratio(
         [run.timings.first_step_s for run in baselines],
         [run.timings.first_step_s for run in candidates],
@@ -581,17 +621,10 @@ def _compare_timings(
         [run.compile.compile_s if run.compile else None for run in baselines],
         [run.compile.compile_s if run.compile else None for run in candidates],
     )
-    limit = policy.slower_ratio
-    steps = [getattr(run.timings, measure) for run in runs]
-    long_enough = all(s is not None and s >= policy.slower_min_step_s for s in steps)
-    if step_time_ratio is not None and step_time_ratio > limit and long_enough:
-        findings.add(
-            Verdict.slower,
-            f"steady-state steps take {step_time_ratio:.2f}× the baseline's"
-            + (" (mean step, a data pipeline's)" if measure == "step_mean_s" else "")
-            + f" (limit {limit:.2f}×)",
-        )
-    if first_step_ratio is not None and first_step_ratio > limit:
+    # Only where something compiled: a first step that compiles nothing is one more step, as
+    # noisy as any in runs made beside other trainings.
+    if first_step_ratio is not None and first_step_ratio > limit \
+            and compile_time_ratio is not None:
         # The first step includes compilation: worth saying, not worth a verdict of its own.
         findings.note(
             f"the first step (including compilation) takes {first_step_ratio:.2f}×"
@@ -603,7 +636,7 @@ def _compare_timings(
             " (time in the compiler backend; a cold compiler cache on one side also shows here)"
         )
     return {"step_time_ratio": step_time_ratio, "first_step_ratio": first_step_ratio,
-            "compile_time_ratio": compile_time_ratio}
+            "compile_time_ratio": compile_time_ratio, "timing": timing}
 
 
 def _compare_memory(

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 
 from lockguard.config import Config, Options
 from lockguard.errors import UsageError
-from lockguard.flows.goldens import digest
+from lockguard.flows.goldens import digest, golden_dir
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline
 from lockguard.locks.ref import LockRef, lock_for
 from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
     tolerance_of, trust_notes
 from lockguard.locks.diff import diff_locks, with_startup_files
+from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, harness_digest
 
@@ -42,24 +43,44 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
         # see the same machine load: their timing ratio is meaningful, absolute times are not.
         return [Job(p, old, "baseline"), Job(p, p.lock, "candidate")] * opts.repeat
 
-    def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
-        from lockguard.compare.verdicts import ScenarioVerdict, compare_runs
-        from lockguard.names import Verdict
+    # `slower` is judged from timing runs only, and they cost K runs a side one at a time: made
+    # when a timing verdict is asked for (slower in fail_on, or --timing).
+    timed = opts.timing or Verdict.slower in policy.fail_on
 
+    def timing(p: Planned) -> list[Job]:
+        old = lock_for(p.scenario, baseline)
+        if old is None or not timed:
+            return []
+        pair = [Job(p, old, "baseline", timing=True), Job(p, p.lock, "candidate", timing=True)]
+        # A B, B A, A B, …: neither side always runs first (a warmer page cache, a CPU's clock
+        # ramping up would otherwise favour one side in every pair).
+        return [job for i in range(config.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
+
+    def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
+        from lockguard.compare.timing import compare_timing
+        from lockguard.compare.verdicts import ScenarioVerdict, compare_runs, is_failure
+        from lockguard.flows.acceptances import accept_known
         old = lock_for(p.scenario, baseline)
         if old is None:
             return ScenarioVerdict(
                 scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.new,
                 reasons=[f"the baseline locks do not pin {p.scenario.framework}"]), None
+        tolerance = tolerance_of(p.scenario.tolerance)
+        timing_check = (compare_timing(runs.baseline_timed, runs.candidate_timed, policy)
+                        if runs.baseline_timed and runs.candidate_timed else None)
         verdict = compare_runs(runs.baseline, runs.candidate, policy=policy,
                                baseline_kind="lock", expected_device=p.device,
-                               timed_together=True, tolerance=tolerance_of(p.scenario.tolerance))
+                               timed_together=True, tolerance=tolerance, timing=timing_check)
+        if is_failure(verdict, policy) and p.lock is not None:
+            # An intended change passes only through an acceptance committed with it.
+            verdict = accept_known(verdict, p, runs.candidate, old.lock.lock_hash,
+                                   p.lock.lock.lock_hash, golden_dir(config), policy, tolerance)
         return verdict, evidence(p.scenario.id, ("lock", old.name, runs.baseline[0]),
                                  ("lock", p.lock.name if p.lock else "local",
                                   runs.candidate[0]), digest(p, config, harness, kind))
 
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
-                       progress=progress, backend=backend)
+                       progress=progress, backend=backend, timing=timing)
     from lockguard.compare.verdicts import gate_passes, is_failure
     from lockguard.report import Report
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockguard import golden
+from lockguard import gitref, golden
 from lockguard.config import Config
 from lockguard.files import display_path
 from lockguard.errors import LockguardError, one_line, tail
@@ -58,10 +58,11 @@ def report_path(given: Path | None, root: Path) -> Path:
 
 
 def plan(report: Report, source: Path, config: Config, names: list[str], reason: str,
-         author: str) -> tuple[list[Adoption], list[str]]:
+         author: str, verified: bool = False) -> tuple[list[Adoption], list[str]]:
     """What accepting `names` (default: every compared scenario that did not come out
     identical) from `report` writes, and notes; AcceptError for anything that cannot be
-    adopted, before anything is written."""
+    adopted, before anything is written. `verified`: the report is what a check of this
+    project wrote here (`vouched`); otherwise its goldens are adopted as unverified."""
     if report.command != "check":
         hint = {"propose": "a proposal's lock lives in lockguard's cache: write it to your "
                            "project (lockguard lock -P ...), check it, then accept",
@@ -71,12 +72,18 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
     chosen = _select(report, source, names)
     if not chosen:
         return [], [f"nothing to accept: every scenario {source} compared came out identical"]
+    notes: list[str] = []
+    if not verified:
+        notes.append(f"{source} was not written by a check of this project on this machine "
+                     "(downloaded artefacts?): its goldens are adopted as unverified — no check "
+                     "answers from them without running the scenario and comparing, and an "
+                     "acceptance passes a pull request only for the numbers its own run "
+                     "produces")
     gdir = config.resolve(config.golden_dir)
-    commit = golden.git_commit(config.root)
+    commit = gitref.head_commit(config.root)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     checked_locks: dict[str, str | None] = {}
     out = []
-    notes: list[str] = []
     for verdict in chosen:
         sid = verdict.scenario
         ev = report.evidence_of(sid)
@@ -100,19 +107,43 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
         cls = hardware_class(result.fingerprint, device, result.device_name)
         path = golden.golden_path(gdir, device, cls.id, sid)
         _replaceable(path, sid)
+        # An A/B check: bound to both locks, so that `check --base` passes this change, and
+        # only this one (lockguard/flows/acceptances.py).
+        old_lock = report.baseline_lock(verdict.framework) if report.mode == "ab" else None
         provenance = Provenance(
             lock=lock.path if lock else None, lock_label=lock.label if lock else None,
             lock_hash=lock.lock_hash if lock else None, inputs_digest=side.inputs_digest,
             framework_version=result.framework_version, git_commit=commit,
             acceptance=Acceptance(reason=reason, author=author, accepted_at=now,
                                   report_id=report.id, verdict=verdict.verdict.value,
-                                  baseline=ev.baseline.name if ev.baseline else None))
+                                  baseline=ev.baseline.name if ev.baseline else None,
+                                  baseline_lock_hash=old_lock.lock_hash if old_lock else None,
+                                  result_digest=golden.result_digest(result),
+                                  verified=verified))
         if side.inputs_digest is None:
             notes.append(f"{sid}: the report does not say the run's inputs digest (an older "
                          "lockguard wrote it): the next check runs it once")
         out.append(Adoption(sid, verdict.framework, verdict.verdict.value, verdict.reasons,
                             path, cls, result, provenance, _current(path)))
     return out, notes
+
+
+def vouched(report: Report, source: Path, config: Config) -> bool:
+    """Whether the report is what a check of this project wrote on this machine (the digest
+    it recorded outside the artefacts, lockguard/report/artifacts.py); AcceptError when it was
+    changed since. False for a report this machine never wrote (a CI download)."""
+    from lockguard.report import artifacts
+
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise AcceptError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    vouched = artifacts.vouched(config.root, report.id, data)
+    if vouched is False:
+        raise AcceptError(f"{source}: changed since check {report.id} wrote it (its digest, kept "
+                          "in lockguard's cache, does not match): not what a run produced; "
+                          "nothing written")
+    return bool(vouched)
 
 
 def _select(report: Report, source: Path, names: list[str]):

@@ -332,7 +332,9 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
             progress.info(f"  bisect {scenario.id}: skipped mix {' + '.join(names)} "
                           f"({trial.reason})")
             return "unresolved"
-        ref = LockRef(path, mix, device=new.device, label=f"mix {mix.lock_hash[:8]}")
+        # Named for people by what it takes from the candidate: "baseline + jinja2 3.1.5".
+        ref = LockRef(path, mix, device=new.device,
+                      label=f"mix: baseline + {', '.join(changes) or 'nothing'}")
 
         def decide(p: Planned) -> list[Job]:
             return ([Job(p, old, "baseline")] if together else []) + [Job(p, ref, "candidate")]

@@ -20,6 +20,7 @@ from lockguard.scenarios import inputs_digest
 if TYPE_CHECKING:
     from lockguard.compare.tolerance import Policy
     from lockguard.compare.verdicts import HardwareChange, ScenarioVerdict
+    from lockguard.names import Verdict
     from lockguard.report import Evidence
 
 
@@ -86,7 +87,8 @@ def environment(config: Config, kind: str) -> str:
 def unchanged(gold: Golden, p: Planned, digest: str) -> bool:
     """Whether a verified golden of this machine's class answers for `p` without a run."""
     result = gold.result
-    return (gold.provenance.inputs_digest == digest and result.scenario == p.scenario.id
+    return (golden.trusted(gold) and gold.provenance.inputs_digest == digest
+            and result.scenario == p.scenario.id
             and result.steps == p.steps and result.device == p.device)
 
 
@@ -120,7 +122,8 @@ def previous_goldens(gdir: Path, p: Planned, host: HardwareClass | None,
 
 def compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, Golden],
                          host: HardwareClass | None, digest: str, policy: Policy,
-                         crossed: Crossings) -> tuple[ScenarioVerdict, Evidence]:
+                         crossed: Crossings, alone: tuple[Verdict, str] | None = None
+                         ) -> tuple[ScenarioVerdict, Evidence]:
     """The verdict of `runs` against the golden of their own hardware class, or, when there is
     none, against another class's golden, with the hardware change for compare_runs to judge."""
     from lockguard.compare.verdicts import compare_runs
@@ -136,7 +139,8 @@ def compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, G
     verdict = compare_runs([gold.result] if gold else [], runs, policy=policy,
                            baseline_kind="golden", expected_device=p.device,
                            timed_together=False, tolerance=tolerance_of(p.scenario.tolerance),
-                           hardware=change, envelope=gold.envelope if gold else None)
+                           hardware=change, envelope=gold.envelope if gold else None,
+                           **({"alone": alone} if alone is not None else {}))
     baseline = (("golden", f"{display_path(gold.path)} ({gold.hardware.id})", gold.result)
                 if gold is not None else None)
     return verdict, evidence(p.scenario.id, baseline, ("lock", lock_name(p), runs[0]), digest)

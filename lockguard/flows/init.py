@@ -343,26 +343,10 @@ def _package(project: Path) -> tuple[str | None, bool]:
 
 
 def _default_branch(repo: Path) -> str:
-    """The branch pushes go to: origin's default, else main or master where one exists, else
-    the branch checked out."""
-    import git
+    """The branch pushes go to (gitref.default_branch)."""
+    from lockguard.gitref import default_branch
 
-    try:
-        handle = git.Repo(repo)
-    except (git.exc.GitError, OSError):
-        return "main"
-    try:
-        return handle.remotes["origin"].refs["HEAD"].reference.remote_head
-    except (IndexError, KeyError, AttributeError, TypeError, ValueError, git.exc.GitError):
-        pass
-    heads = {head.name for head in handle.heads}
-    for name in ("main", "master"):
-        if name in heads:
-            return name
-    try:
-        return handle.active_branch.name
-    except (TypeError, ValueError, git.exc.GitError):
-        return "main"
+    return default_branch(repo)
 
 
 def _workflow_running_lockguard(workflows: Path) -> str | None:

@@ -57,6 +57,9 @@ class Job:
     planned: Planned
     ref: LockRef | None  # None: the local interpreter
     role: Role = "candidate"
+    # A timing run (lockguard/compare/timing.py): run after every numeric run of the check, one
+    # at a time, alone; its figures judge `slower`, its numbers nothing.
+    timing: bool = False
 
 
 @dataclass
@@ -89,8 +92,14 @@ class Runs:
     baseline: list[RunResult] = field(default_factory=list)
     candidate: list[RunResult] = field(default_factory=list)
     envs: dict[str, str] = field(default_factory=dict)  # role -> Env.label
+    # The timing runs, in the order they ran (baseline_timed[i] just before candidate_timed[i]).
+    baseline_timed: list[RunResult] = field(default_factory=list)
+    candidate_timed: list[RunResult] = field(default_factory=list)
 
     def add(self, job: Job, env_label: str, result: RunResult) -> None:
+        if job.timing:
+            getattr(self, f"{job.role}_timed").append(result)
+            return
         getattr(self, job.role).append(result)
         self.envs[job.role] = env_label
 
@@ -137,6 +146,15 @@ def on_this_host(planned: list[Planned]) -> list[Planned]:
             if short(p) and shown < p.scenario.replicas else p for p in planned]
 
 
+def _healthy(p: Planned, ran: list[tuple[Job, Env, RunResult]]) -> bool:
+    """Whether every numeric run of `p` trained to the end: a broken or crashed side has no
+    step time worth measuring again."""
+    from lockguard.results import Status
+
+    mine = [result for job, _, result in ran if job.planned is p]
+    return bool(mine) and all(result.status == Status.ok for result in mine)
+
+
 def env_kind(config: Config, opts: Options) -> str:
     return opts.env or config.env
 
@@ -144,7 +162,7 @@ def env_kind(config: Config, opts: Options) -> str:
 def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: list[LockRef], *,
              decide: Decide, judge: Judge, progress: Progress = QUIET,
              backend: Backend | None = None, jobs: int | None = None,
-             rounds: bool = False) -> Outcome:
+             rounds: bool = False, timing: Decide | None = None) -> Outcome:
     """Plan the scenarios, run what `decide` asks for, and `judge` each scenario's results.
 
     `decide` sees every runnable scenario before anything is built, so a flow validates its
@@ -152,6 +170,9 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
     `jobs`: harness processes at once (default `default_workers()`). `rounds`: run every
     scenario's first job, then every scenario's second, and so on (repeats spread over the
     time the check takes, so a drift in the machine's load spreads over every scenario).
+    `timing`: the timing runs a scenario needs (jobs with timing=True, in the order they are to
+    run); they run after every other run of the check, one at a time, so that nothing else
+    trains beside them.
     """
     kind = env_kind(config, opts)
     planned = on_this_host(plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
@@ -164,6 +185,12 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
         wanted_jobs = [job for mine in wanted.values() for job in mine]
     ran = execute(config, kind, wanted_jobs, progress, backend, workers=jobs) \
         if wanted_jobs else []
+    timed = [job for p in planned if not p.skip_reason and _healthy(p, ran)
+             for job in (timing(p) if timing is not None else [])]
+    if timed:
+        ran += execute(config, kind, timed, progress, backend, workers=1,
+                       title=f"Timing {len(timed)} run(s), one at a time, baseline and "
+                             "candidate alternating")
     from lockguard.compare.verdicts import skipped
 
     by_scenario = {sid: Runs() for sid in wanted}
@@ -267,7 +294,8 @@ class Environments:
         key = self._key(ref, framework, device)
         if key not in self._envs:
             index = self._wanted.index(key) + 1 if key in self._wanted else len(self._envs) + 1
-            with self.progress.counting(index, max(len(self._wanted), index), "environment"):
+            with self.progress.counting(index, max(len(self._wanted), index), "environment",
+                                        ref.name if ref is not None else "local"):
                 self._envs[key] = self.backend.prepare(ref, framework, device, self.progress)
         return self._envs[key]
 
@@ -345,8 +373,8 @@ def memory_limit(config: Config) -> tuple[int | None, str]:
 
 
 def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUIET,
-            backend: Backend | None = None, workers: int | None = None
-            ) -> list[tuple[Job, Env, RunResult]]:
+            backend: Backend | None = None, workers: int | None = None,
+            title: str | None = None) -> list[tuple[Job, Env, RunResult]]:
     """Prepare every job's environment, then run all jobs in parallel: (job, the environment
     it ran in, result), in the order of `jobs`."""
     envs = Environments(config, kind, progress, backend)
@@ -361,8 +389,14 @@ def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUI
                         "withheld from the trainings (only locale, paths and thread, "
                         "accelerator and framework settings pass)")
     _prewarm()
+    # Runs are named for people by their role and lock ("baseline main@1a2b3c4:lock.txt"),
+    # not by the environment's hash.
+    both = {j.role for j in jobs} == {"baseline", "candidate"}
+    names = [f"{j.planned.scenario.id} [" + (f"{j.role} " if both else "")
+             + (j.ref.name if j.ref is not None else "local") + "]" for j in jobs]
     results = run_requests(prepared, progress, workers,
-                           slots=[j.planned.scenario.replicas for j in jobs])
+                           slots=[j.planned.scenario.replicas for j in jobs], names=names,
+                           title=title)
     return [(job, env, result)
             for job, (env, _), result in zip(jobs, prepared, results, strict=True)]
 
@@ -414,7 +448,8 @@ class _Slots:
 
 
 def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
-                 workers: int | None = None, slots: list[int] | None = None
+                 workers: int | None = None, slots: list[int] | None = None,
+                 names: list[str] | None = None, title: str | None = None
                  ) -> list[RunResult]:
     """Run harness processes in parallel (one thread waits on each process); results in order.
 
@@ -438,24 +473,29 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
     with scratch_dir("run") as tmp:
         def one(index: int) -> None:
             env, request = jobs[index]
+            name = names[index] if names else f"{request.scenario_id} [{env.label}]"
             out_dir = Path(tmp) / str(index)
             free.take(index, wants[index])
+            if step is not None:
+                step.begin(name)
             try:
                 out_dir.mkdir()
                 ran = env.run(request, out_dir)
             finally:
                 free.give(wants[index])
+                if step is not None:
+                    step.end(name)
             result = verify(ran, scenario=request.scenario_id, framework=request.framework,
                             steps=request.steps)
             results[index] = result
-            label = escape(f"{request.scenario_id} [{env.label}]")
+            label = escape(name)
             done = step.advance() if step is not None else index + 1
             progress.info(f"  {done} of {len(jobs)}: {label}: {result.status.value}"
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
                              else ""))
 
-        with progress.step(f"Running {len(jobs)} training run(s) on {workers} worker(s)",
-                           total=len(jobs)) as step:
+        with progress.step(title or f"Running {len(jobs)} training run(s) on {workers} "
+                           "worker(s)", total=len(jobs)) as step:
             pool = ThreadPoolExecutor(max_workers=workers)
             try:
                 for future in [pool.submit(one, i) for i in range(len(jobs))]:

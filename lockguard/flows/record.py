@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard import golden
+from lockguard import gitref, golden
 from lockguard.config import Config, Options
 from lockguard.files import display_path, file_kind, writable_dir
 from lockguard.flows.goldens import (
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from lockguard.report import Evidence, Report
 
 
+FIRST = "its first golden: no earlier one on any hardware class to compare with"
+
+
 def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
            progress: Progress = QUIET, backend: Backend | None = None) -> Report:
     start = time.perf_counter()
@@ -47,7 +50,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     notes: list[str] = []
     harness = harness_digest()
     policy = policy_for(config, opts.exact)
-    commit = golden.git_commit(config.root)
+    commit = gitref.head_commit(config.root)
     previous: dict[str, dict[str, Golden]] = {}
     to_write: list[tuple[Path, RunResult, golden.Provenance, HardwareClass,
                          Envelope | None]] = []
@@ -76,7 +79,8 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
         result, envelope = _reference(runs.candidate)
         inputs = digest(p, config, harness, kind)
         verdict, proof = compare_with_goldens(p, runs.candidate, previous[p.scenario.id],
-                                              hosts.get(p.device), inputs, policy, crossed)
+                                              hosts.get(p.device), inputs, policy, crossed,
+                                              alone=(Verdict.new, FIRST))
         # A reference must be made of healthy runs on the intended device.
         healthy = all(run.status == Status.ok for run in runs.candidate)
         if healthy and verdict.verdict != Verdict.device_fallback:

@@ -42,8 +42,13 @@ from lockguard.report._common import change_short, change_text, option_lines
 #    "measured"), a verdict's first_batch_differs, results' sample order and sync time. A
 #    version 2 file is read as 3 (it holds none of these); a lockguard that reads only 2 says
 #    the file is of a version it does not know, instead of failing on a field.
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4: `gate` (check --base: whose configuration judged, and what the checkout changes of the
+#    gate) and a verdict's `accepted` (an acceptance committed in the checkout that passes it).
+#    Versions 1-3 are read as 4 (they hold neither).
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
+
+
 # The largest JSON report read (`lockguard report`, `accept --from`, `merge`): a report holds
 # its runs' curves, each a golden's size at most (golden.MAX_GOLDEN_BYTES); what is larger is
 # refused before it is read.
@@ -61,6 +66,29 @@ class GitBase(BaseModel):
 
     ref: str  # as given: origin/main
     merge_base: str  # full sha of the merge base of HEAD and `ref`
+
+
+class GatePolicy(BaseModel):
+    """`check --base`: by whose rules the gate judged, and what the checkout changes of them.
+
+    The base's configuration judges (a pull request cannot weaken its own gate); what the pull
+    request changes of it is said first in every format, and takes effect once merged."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    source: Literal["base", "pr"]  # pr: --policy pr, or a base with no configuration
+    judged_by: str  # "main@1a2b3c4:pyproject.toml", "this checkout's configuration (...)"
+    changes: list[str] = Field(default_factory=list)  # one line per changed setting or lock
+    config: str | None = None  # the checkout's configuration file (annotations point at it)
+
+    def headline(self) -> str | None:
+        """The sentence above the changes; None when the checkout changes nothing."""
+        if not self.changes:
+            return None
+        if self.source == "base":
+            return (f"this PR changes the gate: judged by {self.judged_by}, its changes take "
+                    "effect once merged")
+        return f"this PR changes the gate: judged by {self.judged_by}"
 
 
 class LockInfo(BaseModel):
@@ -300,6 +328,7 @@ class Report(BaseModel):
     mode: Literal["golden", "ab", "record", "diff", "frameworks"]
     device: str | None = None
     base: GitBase | None = None  # check --base: the ref and merge base of the baseline
+    gate: GatePolicy | None = None  # check --base: whose rules judged, what the change alters
     locks: list[LockInfo] = Field(default_factory=list)
     lock_diffs: list[LockDiff] = Field(default_factory=list)
     verdicts: list[ScenarioVerdict] = Field(default_factory=list)
@@ -356,6 +385,10 @@ class Report(BaseModel):
         for v in self.verdicts:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
         return sorted(counts.items(), key=lambda item: _rank(item[0]))
+
+    def accepted(self) -> list[ScenarioVerdict]:
+        """Failing verdicts that an acceptance committed with the change passes."""
+        return [v for v in self.verdicts if v.accepted is not None]
 
     def failing_tally(self) -> list[tuple[Verdict, int]]:
         counts: dict[Verdict, int] = {}

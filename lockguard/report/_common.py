@@ -11,7 +11,7 @@ from lockguard.names import Verdict
 from lockguard.locks.diff import Change, OptionChange
 
 if TYPE_CHECKING:
-    from lockguard.report import Bisection, FrameworkRow, FrameworkTable, MixTrial
+    from lockguard.report import Bisection, FrameworkRow, FrameworkTable, MixTrial, Report
     from lockguard.results import CompileMemory
 
 SYMBOL = {
@@ -21,6 +21,12 @@ SYMBOL = {
     Verdict.broken: "✗", Verdict.new: "+", Verdict.incomparable: "?", Verdict.skipped: "-",
     Verdict.other_hardware: "~", Verdict.measured: "·",
 }
+
+
+# Verdicts an intended change can produce, and `lockguard accept` can adopt (a broken run or
+# one on the wrong device is never an intended change).
+ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.heavier,
+              Verdict.within_tolerance}
 
 
 def fmt_float(value: float | None) -> str:
@@ -64,9 +70,25 @@ def summary_line(v: ScenarioVerdict) -> str:
 
 
 def timing(v: ScenarioVerdict) -> str:
+    """The step-time cell: the timing runs' ratio and interval where there were timing runs."""
+    check = v.timing
+    if check is not None and check.ratio is not None and check.low is not None:
+        return f"×{check.ratio:.2f} ({check.low:.2f}–{check.high:.2f})"
     if v.step_time_ratio is None:
         return "—"
     return f"×{v.step_time_ratio:.2f}"
+
+
+def timing_line(v: ScenarioVerdict) -> str | None:
+    """What the timing runs said, in a sentence: 'step median ×1.42, 99 % CI ×1.31–×1.55, 5
+    runs a side (one at a time, alternating): slower'."""
+    check = v.timing
+    if check is None:
+        return None
+    return (f"{check.measure} ×{check.ratio:.2f} ({check.interval()}, one at a time, "
+            f"alternating; run to run ×{check.spread:.2f}): {check.verdict}"
+            if check.ratio is not None and check.spread is not None
+            else f"{check.verdict} ({check.reason})")
 
 
 def change_text(change: Change) -> str:
@@ -309,3 +331,43 @@ def fastest_line(family: str, rows: list[FrameworkRow]) -> str:
     return f"{family}: " + ", ".join(
         f"{row.scenario} {seconds(row.step_s)}"
         + ("" if row is timed[0] else f" {ratio(row.step_vs_fastest)}") for row in timed)
+
+
+def gate_lines(report: Report) -> tuple[str, list[str]] | None:
+    """`check --base`: the sentence saying this change alters the gate, and what it changes;
+    None when it changes nothing of it. Every format says it before anything else."""
+    gate = report.gate
+    headline = gate.headline() if gate is not None else None
+    if headline is None:
+        return None
+    return headline, list(gate.changes)
+
+
+def verdict_name(v: ScenarioVerdict) -> str:
+    """The verdict as a reader should see it: an accepted change says so."""
+    return f"{v.verdict.value} (accepted)" if v.accepted is not None else v.verdict.value
+
+
+def next_steps(report: Report) -> list[str]:
+    """After a failing check, what to run next: accept an intended change, find the package
+    behind it. (The Markdown report says the same in its own words.)"""
+    failing = [v for v in report.compared if report.fails(v)]
+    if report.command != "check" or report.passed or not failing:
+        return []
+    named = [a for v in failing for a in ("--scenario", v.scenario)] if len(failing) <= 3 \
+        else []
+    out = []
+    if all(v.verdict in ACCEPTABLE for v in failing) and report.mode in ("golden", "ab"):
+        out.append("if the change is intended: " + " ".join(
+            ["lockguard", "accept", *named, '--reason "why it is intended"'])
+            + ", then commit the golden files it writes with the lock")
+    if report.mode == "ab" and not report.bisection and report.invocation[1:2] == ["check"]:
+        argv, skip = [], False
+        for arg in report.invocation[2:]:
+            if skip or arg in ("--repeat", "--bisect", "--rerun", "--allow-new"):
+                skip = arg == "--repeat" and not skip
+                continue
+            argv.append(arg)
+        out.append("to find the package change behind it: "
+                   + " ".join(["lockguard", "bisect", *argv, *named]))
+    return out

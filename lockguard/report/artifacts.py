@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from lockguard.report import Report
 
 KEEP = 20  # artefact directories kept per project in the cache
+# What each check's JSON report hashed to, kept apart from the artefacts (in the project's
+# cache folder, never in the artefact directory a user may edit or download): `accept` adopts
+# a report only as what a run produced when its bytes hash to what the check recorded.
+LEDGER = "ledger"
 _STALE_S = 30 * 24 * 3600  # another project's artefacts untouched this long are removed
 _ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 LAST_CHECK = "last-check"
@@ -110,7 +114,10 @@ def save(target: Target, report: Report) -> Path:
                     raise WriteError(f"{ev.scenario!r} cannot be an artefact file's name")
                 write_text(staging / side.role / f"{ev.scenario}.json",
                            side.result.model_dump_json(indent=1) + "\n")
-        write_text(staging / "report.json", render(report, "json"))
+        text = render(report, "json")
+        write_text(staging / "report.json", text)
+        if report.id is not None:
+            write_text(target.project / LEDGER / report.id, digest(text.encode("utf-8")) + "\n")
         publish_dir(staging, target.directory)
     except OSError as exc:
         raise WriteError(f"{target.directory}: cannot write the artefacts: "
@@ -122,6 +129,23 @@ def save(target: Target, report: Report) -> Path:
     if target.pruned:
         prune(target.project)
     return target.directory
+
+
+def digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def vouched(root: Path, report_id: str | None, data: bytes) -> bool | None:
+    """Whether a JSON report's bytes are what a check of the project at `root` wrote on this
+    machine (its report id's ledger entry): True, False (edited since), or None when this
+    machine recorded no such check (artefacts downloaded from elsewhere)."""
+    if not report_id or not _ID.match(report_id):
+        return None
+    try:
+        recorded = (project_dir(root) / LEDGER / report_id).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return recorded == digest(data)
 
 
 def forget_last_check(target: Target) -> None:
@@ -147,6 +171,16 @@ def prune(project: Path, keep: int = KEEP) -> None:
     for e in entries:
         if e.name.endswith((".partial", ".old")) and _age(e.path, now) > 3600:
             shutil.rmtree(e.path, ignore_errors=True)
+    try:
+        ledger = list(os.scandir(project / LEDGER))
+    except OSError:
+        ledger = []
+    for e in ledger:  # a digest outlives its artefacts: `accept --from` a copy kept elsewhere
+        if _age(e.path, now) > _STALE_S:
+            try:
+                os.unlink(e.path)
+            except OSError:
+                pass
     try:
         others = [e for e in os.scandir(project.parent) if e.is_dir() and e.path != str(project)]
     except OSError:

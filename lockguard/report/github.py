@@ -22,7 +22,8 @@ from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.files import repo_root, repo_workdir
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
-    change_text, framework_summary, option_lines, startup_note, summary_line,
+    change_text, framework_summary, gate_lines, option_lines, startup_note, summary_line,
+    verdict_name,
 )
 
 
@@ -67,7 +68,7 @@ class _Paths:
 
 
 def _message(v: ScenarioVerdict, culprits: list[LockLine]) -> str:
-    lines = [f"{v.scenario} ({v.framework}): {v.verdict.value}"]
+    lines = [f"{v.scenario} ({v.framework}): {verdict_name(v)}"]
     lines += v.reasons
     if culprits:
         lines.append("changed here: " + "; ".join(c.text for c in culprits))
@@ -76,7 +77,7 @@ def _message(v: ScenarioVerdict, culprits: list[LockLine]) -> str:
 
 def _scenario(report: Report, v: ScenarioVerdict, level: str, where: _Paths) -> list[str]:
     evidence = summary_line(v)
-    title = f"lockguard: {v.scenario} {v.verdict.value}" + (f": {evidence}" if evidence else "")
+    title = f"lockguard: {v.scenario} {verdict_name(v)}" + (f": {evidence}" if evidence else "")
     culprits = report.bisected(v) or report.culprits(v)
     message = _message(v, culprits)
     bisection = report.bisection_of(v.scenario)
@@ -94,6 +95,12 @@ def _scenario(report: Report, v: ScenarioVerdict, level: str, where: _Paths) -> 
 def render(report: Report) -> str:
     where = _Paths(report)
     out: list[str] = []
+    gate = gate_lines(report)
+    if gate is not None:
+        # Said first, on the configuration file: the policy change a reviewer must see.
+        config = report.gate.config if report.gate is not None else None
+        out.append(command("warning", "\n".join(gate[1]), file=where(config) if config else None,
+                           title=f"lockguard: {gate[0]}"))
     for rule in report.rule_failures:
         title = f"lockguard: {rule.rule}"
         file = where(rule.lock)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from html import escape
 
 from lockguard.compare.numerics import SeriesDiff
@@ -23,7 +24,8 @@ from lockguard.names import Verdict
 from lockguard.report import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
     FRAMEWORK_HEAD, change_text, compile_rows, family_notes, family_title, final_loss, fmt_float,
-    framework_cells, mib, option_lines, seconds, summary_line, timing,
+    framework_cells, gate_lines, mib, option_lines, seconds, summary_line, timing, timing_line,
+    verdict_name,
 )
 from lockguard.report.svg import Line, Mark, chart
 from lockguard.results import RunResult
@@ -69,6 +71,14 @@ svg.chart{display:block;width:100%;height:auto}
 .curve.envelope{stroke:var(--base);stroke-width:1;stroke-dasharray:1 3}.key.envelope{fill:var(--base)}
 .mark{stroke-width:1.4;stroke-dasharray:3 3}.mark.first{stroke:var(--bad)}
 .mark.beyond{stroke:var(--warn)}
+td code{overflow-wrap:anywhere}
+@media (max-width:40rem){
+table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;width:100%}
+table.stack thead{display:none}
+table.stack tr{border-bottom:1px solid var(--line);padding:.35rem 0}
+table.stack td{border:0;padding:.05rem .25rem;overflow-wrap:anywhere}
+table.stack td[data-label]::before{content:attr(data-label) ": ";color:var(--muted);
+font-size:.8rem}}
 """
 
 
@@ -79,9 +89,11 @@ def e(value: object) -> str:
 
 def render(report: Report) -> str:
     title = f"lockguard {report.command}"
-    if report.command != "diff":
+    if report.mode == "frameworks":
+        title += ": measured" if report.passed else ": a run failed"
+    elif report.command != "diff":
         title += ": pass" if report.passed else ": fail"
-    body = [_header(report, title), *_locks(report)]
+    body = [_header(report, title), *_gate(report), *_locks(report)]
     if report.frameworks is not None:
         body += _frameworks(report)
     if report.command != "diff":
@@ -97,10 +109,18 @@ def render(report: Report) -> str:
 
 
 def _table(head: list[str] | None, rows: list[list[str]]) -> str:
-    """A table in a box of its own that scrolls sideways; cells are HTML already."""
-    top = "<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" if head else ""
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<div class="scroll"><table>{top}{body}</table></div>'
+    """A table; cells are HTML already. On a phone a headed table becomes one block per row,
+    each cell labelled by its column (no sideways scrolling); wider, a box of its own that
+    scrolls sideways if it must."""
+    if not head:
+        body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+        return f'<div class="scroll"><table>{body}</table></div>'
+    labels = [e(re.sub(r"<[^>]*>", "", h)) for h in head]
+    top = "<thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>"
+    body = "".join("<tr>" + "".join(
+        f'<td data-label="{label}">{c}</td>' if label else f"<td>{c}</td>"
+        for label, c in zip(labels, row)) + "</tr>" for row in rows)
+    return f'<div class="scroll"><table class="stack">{top}<tbody>{body}</tbody></table></div>'
 
 
 def _verdict_css(report: Report, v: ScenarioVerdict) -> str:
@@ -126,7 +146,16 @@ def _header(report: Report, title: str) -> str:
     meta.append(f"lockguard {e(report.lockguard_version)}")
     failing = [v for v in report.compared if report.fails(v)]
     line = ""
-    if report.command != "diff":
+    if report.mode == "frameworks":
+        # Measurements set side by side, not a gate: say what was measured, and only a run
+        # that could not be measured as failing.
+        measured = sum(v.verdict == Verdict.measured for v in report.compared)
+        line = (f"<p>{measured} of {len(report.compared)} scenarios measured on this machine"
+                + (f"; {len(failing)} could not be ({e(', '.join(v.scenario for v in failing))})"
+                   if failing else "") + "</p>")
+        outcome = ('<span class="good">measured</span>' if report.passed
+                   else '<span class="bad">a run failed</span>')
+    elif report.command != "diff":
         tally = ", ".join(f"{n} {k.value}" for k, n in report.tally())
         line = (f"<p>{len(failing)} of {len(report.compared)} compared scenarios fail the gate"
                 + (f" ({e(tally)})" if tally else "") + "</p>")
@@ -134,8 +163,17 @@ def _header(report: Report, title: str) -> str:
             f'<p class="meta">{" · ".join(meta)}</p></header>')
 
 
+def _gate(report: Report) -> list[str]:
+    gate = gate_lines(report)
+    if gate is None:
+        return []
+    items = "".join(f'<li class="prose">{e(change)}</li>' for change in gate[1])
+    return [f'<section id="gate"><p class="warn">⚠ {e(gate[0])}:</p><ul>{items}</ul></section>']
+
+
 def _locks(report: Report) -> list[str]:
-    out = ['<section id="locks"><h2>Lock changes</h2>']
+    title = "Locks" if report.mode == "frameworks" else "Lock changes"
+    out = [f'<section id="locks"><h2>{title}</h2>']
     if report.locks:
         rows = [[e(lock.role), f"<code>{e(lock.name)}</code>",
                  f"<code>{e(lock.lock_hash[:12])}</code>",
@@ -158,7 +196,7 @@ def _locks(report: Report) -> list[str]:
                    f"change{'' if len(rows) == 1 else 's'}</h3>")
         if rows:
             out.append(_table(["line", "change", "families"], rows))
-    if not report.lock_diffs and not report.rule_failures:
+    if not report.lock_diffs and not report.rule_failures and report.mode != "frameworks":
         out.append('<p class="note">no lock diff in this report</p>')
     out.append("</section>")
     return out
@@ -170,9 +208,11 @@ def _summary(report: Report) -> list[str]:
     for i, v in enumerate(report.ordered()):
         css = _verdict_css(report, v)
         gate = "fails the gate" if report.fails(v) else "passes"
+        if report.mode == "frameworks":
+            gate = "could not be measured" if report.fails(v) else ""
         figures = f"final loss {final_loss(v)} · step time {timing(v)}"
         rows.append([f'<a href="#s{i}">{e(v.scenario)}</a> <small>{e(v.framework)}</small><br>'
-                     f'<span class="{css}">{e(v.verdict.value)}</span> <small>{gate}</small>',
+                     f'<span class="{css}">{e(verdict_name(v))}</span> <small>{gate}</small>',
                      f'<span class="prose">{e(summary_line(v))}<br><small>{e(figures)}</small>'
                      "</span>"])
     if rows:
@@ -191,7 +231,7 @@ def _scenario(report: Report, v: ScenarioVerdict, index: int) -> list[str]:
     ev = report.evidence_of(v.scenario)
     css = _verdict_css(report, v)
     out = [f'<section id="s{index}"><h2>{e(v.scenario)} <span class="{css}">'
-           f"{e(v.verdict.value)}</span></h2>"]
+           f"{e(verdict_name(v))}</span></h2>"]
     if ev is not None:
         out.append('<p class="meta">' + " · ".join(
             f"{s.role}: {e(s.kind)} <code>{e(s.name)}</code>"
@@ -372,6 +412,9 @@ def _machine(v: ScenarioVerdict, ev: Evidence | None) -> list[str]:
               ("peak device memory", v.device_memory_ratio)]
     rows += [[e(name), f"×{ratio:.2f}", "candidate / baseline, same machine"]
              for name, ratio in ratios if ratio is not None]
+    said = timing_line(v)
+    if said:
+        rows.append(["timing runs", e(timing(v)), f'<span class="prose">{e(said)}</span>'])
     out = ["<h3>Device, timing, memory</h3>", _table(None, rows)]
     sides = _sides(ev)
     if sides:

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import bisection_lines, change_text, final_loss, \
-    framework_summary, row_line, startup_note, summary_line
+    framework_summary, row_line, startup_note, summary_line, timing_line
 
 
 def _property(parent: ET.Element, name: str, value: str) -> None:
@@ -32,6 +32,10 @@ def render(report: Report) -> str:
     if report.base is not None:
         _property(props, "base.ref", report.base.ref)
         _property(props, "base.merge_base", report.base.merge_base)
+    if report.gate is not None:
+        _property(props, "gate.judged_by", report.gate.judged_by)
+        for i, change in enumerate(report.gate.changes, 1):
+            _property(props, f"gate.change.{i}", change)
     for lock in report.locks:
         key = f"lock.{lock.role}.{lock.name}"
         _property(props, f"{key}.hash", lock.lock_hash)
@@ -48,6 +52,11 @@ def render(report: Report) -> str:
         case = ET.SubElement(suite, "testcase", classname=v.framework, name=v.scenario)
         case_props = ET.SubElement(case, "properties")
         _property(case_props, "verdict", v.verdict.value)
+        if v.accepted is not None:
+            _property(case_props, "accepted", v.accepted.sentence())
+        said = timing_line(v)
+        if said:
+            _property(case_props, "timing", said)
         for role, lock in (("baseline", report.baseline_lock(v.framework)),
                            ("candidate", report.candidate_lock(v.framework))):
             if lock is not None:

@@ -9,6 +9,7 @@ GitHub refuses a comment over 65,536 characters: the details are cut first, with
 
 from __future__ import annotations
 
+import math
 import re
 
 from lockguard.compare.verdicts import ScenarioVerdict
@@ -16,7 +17,8 @@ from lockguard.names import Verdict
 from lockguard.report import LockLine, Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, change_text, compile_rows, family_notes, family_title, final_loss,
-    fmt_float, framework_cells, option_lines, summary_line, trial_line,
+    ACCEPTABLE, fmt_float, framework_cells, gate_lines, option_lines, summary_line, timing_line,
+    trial_line, verdict_name,
 )
 
 MARKER = "<!-- lockguard-report -->"
@@ -46,8 +48,6 @@ VERB = {
 NAMED = 5  # at most this many --scenario options in a suggested command
 
 # Verdicts an intended upgrade produces: `lockguard accept` makes its results the new goldens.
-ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.heavier,
-              Verdict.within_tolerance}
 
 
 _MARKUP = re.compile(r"([\\`*_\[\]<>|~])")
@@ -126,6 +126,8 @@ def headline(report: Report) -> str:
     if not compared:
         return f"✅ {name}: {_text(report.notes[-1]) if report.notes else 'nothing to check'}"
     tally = ", ".join(f"{n} {_verb(k)}" for k, n in report.tally() if k != Verdict.skipped)
+    if report.accepted():
+        tally += f"; {_plural(len(report.accepted()), 'accepted change')}"
     causes = _changes([line for d in report.lock_diffs for line in report.lock_lines(d)])
     what = {"record": "recorded", "compare-frameworks": "measured"}.get(report.command, "passed")
     return (f"✅ {name}: {_plural(len(compared), 'scenario')} {what}"
@@ -135,7 +137,9 @@ def headline(report: Report) -> str:
 def _bullet(report: Report, v: ScenarioVerdict) -> str:
     icon = ICON.get(v.verdict, "•")
     evidence = summary_line(v)
-    text = f"- {icon} **{_text(v.scenario)}** ({_text(v.framework)}): {v.verdict.value}"
+    if v.accepted is not None:
+        icon = "☑️"
+    text = f"- {icon} **{_text(v.scenario)}** ({_text(v.framework)}): {_text(verdict_name(v))}"
     if evidence:
         text += f" — {_text(evidence)}"
     loss = final_loss(v)
@@ -148,7 +152,9 @@ def _bullet(report: Report, v: ScenarioVerdict) -> str:
 
 
 def _details(report: Report, v: ScenarioVerdict) -> list[str]:
-    lines = ["", f"<details><summary>{_text(v.scenario)}: {v.verdict.value}</summary>", ""]
+    lines = ["", f"<details><summary>{_text(v.scenario)}: {_text(verdict_name(v))}</summary>",
+             ""]
+    lines += _chart(report, v)
     lines += [f"- {_text(reason.splitlines()[0])}" for reason in v.reasons if reason.strip()]
     culprits = report.culprits(v)
     if culprits:
@@ -176,6 +182,9 @@ def _details(report: Report, v: ScenarioVerdict) -> list[str]:
         ratios.append(f"compile time ×{v.compile_time_ratio:.2f}")
     if ratios:
         lines += ["", "Timing (candidate / baseline, same machine): " + ", ".join(ratios)]
+    said = timing_line(v)
+    if said:
+        lines += ["", f"Timing runs: {_text(said)}"]
     memory = [f"{what} ×{ratio:.2f}" for what, ratio in (
         ("host", v.memory_ratio), ("device", v.device_memory_ratio)) if ratio is not None]
     if memory:
@@ -187,6 +196,11 @@ def _details(report: Report, v: ScenarioVerdict) -> list[str]:
 
 def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | None) -> list[str]:
     lines = [headline(report), ""]
+    gate = gate_lines(report)
+    if gate is not None:
+        lines += [f"> ⚠️ **{_text(gate[0])}:**", ">"]
+        lines += [f"> - {_text(change)}" for change in gate[1]]
+        lines.append("")
     for f in report.rule_failures:
         where = f"{f.lock}:{','.join(map(str, f.lines))}" if f.lines else f.lock
         lines.append(f"- ❌ {_code(where)} {_text(f.rule)}: {_text(f.message)}")
@@ -229,13 +243,14 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
     if reproduce:
         lines += ["", "**Reproduce locally**", "", *_block([reproduce], "sh")]
     acceptable = [v.scenario for v in failing if v.verdict in ACCEPTABLE]
-    if (report.command == "check" and report.mode == "golden" and acceptable
+    if (report.command == "check" and report.mode in ("golden", "ab") and acceptable
             and len(acceptable) == len(failing)):
         accept = (["lockguard", "accept"] + [a for s in named for a in ("--scenario", s)]
                   + ['--reason "why the change is intended"'])
-        lines += ["", "If the change is intended, adopt this check's results as the goldens "
-                  "(after the same check locally, or with `--from` its downloaded artefacts) "
-                  "and commit them with the lock:", "", *_block([" ".join(accept)], "sh")]
+        lines += ["", "If the change is intended, accept it: run the same check locally and "
+                  "then this (or add `--from DIR` with this run's downloaded artefacts), and "
+                  "commit the golden files it writes with the lock — the gate then passes "
+                  "these numbers, for these locks only:", "", *_block([" ".join(accept)], "sh")]
     for note in report.notes:
         lines += ["", f"> {_text(note)}"]
     return lines
@@ -281,6 +296,52 @@ def _frameworks(report: Report) -> list[str]:
     lines += ["", "<details><summary>What these figures say (caveats)</summary>", ""]
     lines += [f"- {_text(caveat)}" for caveat in table.caveats]
     return lines + ["", "</details>"]
+
+
+CHART_POINTS = 40  # steps a chart shows at most (evenly picked, the last one included)
+
+
+def _chart(report: Report, v: ScenarioVerdict) -> list[str]:
+    """Both sides' loss per step as a chart GitHub draws (a Mermaid xychart): the two curves
+    where they part visibly, else |Δloss| (at 1e-7 two curves are one line)."""
+    ev = report.evidence_of(v.scenario)
+    if ev is None or ev.baseline is None or ev.candidate is None:
+        return []
+    old, new = ev.baseline.result.losses, ev.candidate.result.losses
+    n = min(len(old), len(new))
+    if n < 2 or not all(math.isfinite(x) for x in (*old[:n], *new[:n])):
+        return []
+    steps = sorted({round(i * (n - 1) / (CHART_POINTS - 1)) for i in range(CHART_POINTS)}
+                   if n > CHART_POINTS else range(n))
+    delta = [abs(new[i] - old[i]) for i in steps]
+    spread = max(max(abs(old[i]) for i in steps), 1e-300)
+    apart = max(delta) / spread > 1e-3
+    if not apart and max(delta) == 0:
+        return []
+    series = [[old[i] for i in steps], [new[i] for i in steps]] if apart else [delta]
+    exponent, rows = _scaled(series)
+    unit = f" ×1e{exponent}" if exponent else ""
+    what = "loss per step: baseline, then candidate" if apart else "|Δloss| per step"
+    lines = ["```mermaid", "xychart-beta", f'    title "{_quoted(v.scenario)}: {what}"',
+             f'    x-axis "step" [{", ".join(str(i) for i in steps)}]',
+             f'    y-axis "{"loss" if apart else "|Δloss|"}{unit}"']
+    lines += [f"    line [{', '.join(row)}]" for row in rows]
+    return lines + ["```", ""]
+
+
+def _scaled(series: list[list[float]]) -> tuple[int, list[list[str]]]:
+    """Values as plain decimals (Mermaid reads no exponents), scaled by a power of ten so the
+    largest has a few digits before the point; the exponent is said on the axis."""
+    top = max(abs(x) for row in series for x in row) or 1.0
+    exponent = math.floor(math.log10(top))
+    exponent = 0 if -2 <= exponent <= 3 else exponent
+    factor = 10.0 ** -exponent
+    return exponent, [[f"{x * factor:.6f}".rstrip("0").rstrip(".") or "0" for x in row]
+                      for row in series]
+
+
+def _quoted(text: str) -> str:
+    return text.replace('"', "'")
 
 
 def _all_scenarios(report: Report) -> list[str]:

@@ -18,7 +18,8 @@ from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_notes,
-    family_title, final_loss, fmt_float, framework_cells, option_lines, summary_line, timing,
+    family_title, final_loss, fmt_float, framework_cells, gate_lines, option_lines, summary_line,
+    timing, verdict_name,
 )
 
 STYLE = {
@@ -29,6 +30,7 @@ STYLE = {
     Verdict.skipped: "dim", Verdict.other_hardware: "yellow", Verdict.measured: "green",
 }
 
+EVIDENCE_MIN = 24  # the narrowest evidence column the table is shown with
 DEFAULT_WIDTH = 100  # a log with no terminal behind it (CI): wide enough, never unbounded
 MIN_WIDTH = 40
 
@@ -42,6 +44,12 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
     def plain(text: str) -> None:
         console.print(text, markup=False)
 
+    gate = gate_lines(report)
+    if gate is not None:
+        console.print(f"[bold yellow]⚠ {escape(gate[0])}:[/]")
+        for change in gate[1]:
+            for j, piece in enumerate(textwrap.wrap(change, width - 4, break_on_hyphens=False)):
+                plain(("  • " if j == 0 else "    ") + piece)
     for lock in report.locks:
         versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
         plain(f"{lock.role} lock {lock.name} ({lock.lock_hash[:12]})"
@@ -63,25 +71,13 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
     if report.frameworks is not None:
         _frameworks(console, report)
     elif compared:
-        table = Table(show_edge=False, pad_edge=False, box=None, expand=False)
-        table.add_column("", no_wrap=True)
-        table.add_column("scenario", overflow="fold", max_width=28)
-        table.add_column("verdict", overflow="fold")
-        table.add_column("final loss", overflow="fold", max_width=26)
-        table.add_column("step time", no_wrap=True)
-        table.add_column("evidence", overflow="fold", ratio=1, min_width=16)
-        for v in compared:
-            style = STYLE.get(v.verdict, "")
-            table.add_row(SYMBOL.get(v.verdict, "?"), escape(v.scenario),
-                          f"[{style}]{v.verdict.value}[/]", final_loss(v), timing(v),
-                          escape(summary_line(v)))
-        console.print(table)
+        _verdicts(console, report, width)
     for count, reason in report.skipped_groups():
         plain(f"-  {count} skipped: {reason}")
     for v in report.ordered():
         if v.verdict in (Verdict.identical, Verdict.measured) or not v.reasons:
             continue
-        console.print(f"\n[bold]{escape(v.scenario)}[/bold]: {v.verdict.value}")
+        console.print(f"\n[bold]{escape(v.scenario)}[/bold]: {escape(verdict_name(v))}")
         for reason in v.reasons:
             for i, line in enumerate(reason.splitlines()):
                 # Wrapped here, not by rich, so that continuation lines keep the indent.
@@ -114,12 +110,54 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
     if report.command != "diff":
         outcome = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
         tally = ", ".join(f"{n} {verdict.value}" for verdict, n in report.tally())
+        if report.accepted():
+            tally += f" ({len(report.accepted())} accepted)"
         took = f" in {report.duration_s:.1f} s" if report.duration_s is not None else ""
         console.print(f"\n{outcome} {report.command}: {escape(tally) or 'nothing to do'}{took}")
     text = out.getvalue()
     if not color:  # the table pads its last column; a log should not carry the spaces
         text = "\n".join(line.rstrip() for line in text.split("\n"))
     return text
+
+
+def _verdicts(console: Console, report: Report, width: int) -> None:
+    """The verdict table; where its columns cannot fit the width without cutting words, the
+    same cells as one block per scenario, wrapped (never cropped) at any width."""
+    table = Table(show_edge=False, pad_edge=False, box=None, expand=False)
+    table.add_column("", no_wrap=True)
+    table.add_column("scenario", overflow="fold", max_width=28)
+    table.add_column("verdict", overflow="fold")
+    table.add_column("final loss", overflow="fold", max_width=26)
+    table.add_column("step time", no_wrap=True)
+    table.add_column("evidence", overflow="fold", ratio=1, min_width=16)
+    rows = []
+    for v in report.compared:
+        style = STYLE.get(v.verdict, "")
+        symbol = SYMBOL.get(v.verdict, "?")
+        if v.accepted is not None:
+            style, symbol = "green", "✓"
+        rows.append((symbol, v.scenario, style, verdict_name(v), final_loss(v), timing(v),
+                     summary_line(v)))
+        table.add_row(symbol, escape(v.scenario), f"[{style}]{escape(verdict_name(v))}[/]",
+                      final_loss(v), timing(v), escape(summary_line(v)))
+    # The table only where every column fits whole beside a readable evidence column; below
+    # that rich would crop cells (seen at 60 columns: "identical o"), so each scenario becomes a
+    # block of wrapped lines instead.
+    needed = (1 + max(len("scenario"), *(len(r[1]) for r in rows))
+              + max(len("verdict"), *(len(r[3]) for r in rows))
+              + max(5, *(len(w) for r in rows for w in r[4].split()))
+              + max(len("step time"), *(len(r[5]) for r in rows)) + EVIDENCE_MIN + 2 * 5)
+    if needed <= width:
+        console.print(table)
+        return
+    for symbol, scenario, style, verdict, loss, step, evidence in rows:
+        console.print(f"{symbol}  [bold]{escape(scenario)}[/bold]  [{style}]{escape(verdict)}[/]"
+                      + (f"  step time {escape(step)}" if step != "—" else ""),
+                      soft_wrap=False)
+        for line in ([f"final loss {loss}"] if loss != "—" else []) + [evidence]:
+            for piece in textwrap.wrap(line, max(8, width - 3), break_on_hyphens=False,
+                                       break_long_words=True):
+                console.print("   " + piece, markup=False)
 
 
 def _frameworks(console: Console, report: Report) -> None:

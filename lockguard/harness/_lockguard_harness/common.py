@@ -319,6 +319,17 @@ def installed_version(dist: str) -> Optional[str]:
         return None
 
 
+def record_libraries(ctx: "Context", names: Iterable[str], **details: Any) -> None:
+    """A library scenario's fingerprint: the installed version of each library it builds with
+    (and of the packages that decide how, such as huggingface-hub for transformers), and what
+    the library chose at run time (`details`: an attention implementation, a backend)."""
+    fp = ctx.result["fingerprint"]
+    fp["libraries"] = {name: installed_version(name) for name in names}
+    if details:
+        fp["library_choices"] = {k: (v if isinstance(v, (str, int, float, bool, type(None)))
+                                     else str(v)) for k, v in details.items()}
+
+
 def base_fingerprint(threads: int, device: str = "cpu") -> Dict[str, Any]:
     fingerprint = {
         "python": platform.python_version(),
@@ -326,6 +337,9 @@ def base_fingerprint(threads: int, device: str = "cpu") -> Dict[str, Any]:
         "platform": platform.platform(),
         "cpu": cpu_info(),
         "threads": threads,
+        # The CPUs this process may run on, of how many: timings depend on both.
+        "cpu_affinity": attempt(lambda: len(os.sched_getaffinity(0))),
+        "cpu_count": os.cpu_count(),
         "numpy": installed_version("numpy"),
         "env": recorded_env(),
     }

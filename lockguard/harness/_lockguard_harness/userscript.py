@@ -21,10 +21,18 @@ in the dict's order, each value converted by the framework (lists become its arr
 Anything else raises UserResultError, which names the offending entry ("losses[1] must be a
 number, got str 'x'"): the run is "crashed" with that line.
 
-Timing: the harness cannot see steps inside run(), so it records the wall time of the whole run()
-call in metrics["run_s"]; per-step timings (first_step_s, step_median_s) are left None unless the
-script returns "step_times". An averaged per-step time would be invented data (it would smear a
-compile step across all steps), so none is made up.
+Timing: the harness records the wall time of the whole run() call in metrics["run_s"] (import
+excluded), which times a script that shows no steps. A script shows its steps by taking a third
+parameter named `timed` and looping through it:
+
+    def run(steps, seed, timed=iter):      # `iter` when run by hand; the harness's timer here
+        for step in timed(range(steps)):   # or timed(loader): fetching the batch is timed too
+            ...
+
+`timed(iterable)` yields the iterable's items and times each step from the end of the previous
+one (the device's queued work waited for), so first_step_s and step_median_s come from real
+steps; a script may instead return "step_times" itself. An averaged per-step time would be
+invented data (it would smear a compile step across all steps), so none is made up.
 """
 
 from __future__ import annotations
@@ -184,8 +192,30 @@ def _params(params: Dict[Any, Any], adapter: Adapter) -> Tuple[List[Tuple[str, b
     return named, norms
 
 
-def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adapter) -> None:
+class StepTimer:
+    """The `timed` a script's run(steps, seed, timed) receives: timed(iterable) yields the items
+    and records each step's seconds, from the end of the previous step (so a batch's fetch is in
+    its step) to the end of this one, after `sync()` waited for the device's queued work."""
+
+    def __init__(self, sync: Optional[Callable[[], Any]] = None) -> None:
+        self.sync = sync
+        self.seconds: List[float] = []
+
+    def __call__(self, iterable: Any) -> Any:
+        last = time.perf_counter()
+        for item in iterable:
+            yield item
+            if self.sync is not None:
+                self.sync()
+            now = time.perf_counter()
+            self.seconds.append(now - last)
+            last = now
+
+
+def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adapter,
+                      timed: Optional[List[float]] = None) -> None:
     """Validate what run() returned and fill ctx's result; UserResultError says what is wrong.
+    `timed`: the step times the harness's StepTimer saw (used when the script returned none).
 
     Everything is checked before anything but outputs is recorded."""
     if isinstance(returned, dict):
@@ -215,6 +245,11 @@ def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adap
         if len(step_times) != len(losses):
             raise UserResultError(f"step_times has {len(step_times)} entries for "
                                   f"{len(losses)} losses")
+    elif timed:
+        if len(timed) != len(losses):
+            raise UserResultError(f"timed(...) saw {len(timed)} steps for {len(losses)} "
+                                  "losses: loop through it once, one loss per step")
+        step_times = timed
     batches: Optional[List[List[int]]] = None
     per_epoch = spec.get("batches_per_epoch")
     if spec.get("batches") is not None:
@@ -259,10 +294,25 @@ def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adap
 
 def run_script(ctx: Any, module: Any, adapter: Adapter,
                sync: Optional[Callable[[], Any]] = None) -> None:
-    """Call the script's run(ctx.steps, ctx.seed), time it (up to `sync()`, which waits for the
-    device's queued work), and record what it returned."""
+    """Call the script's run(ctx.steps, ctx.seed) — with a StepTimer as `timed` when it takes
+    one — time it (up to `sync()`, which waits for the device's queued work), and record what it
+    returned."""
+    timer = StepTimer(sync) if _takes_timed(module.run) else None
     start = time.perf_counter()
-    returned = module.run(ctx.steps, ctx.seed)
+    if timer is not None:
+        returned = module.run(ctx.steps, ctx.seed, timed=timer)
+    else:
+        returned = module.run(ctx.steps, ctx.seed)
     if sync is not None:
         sync()
-    apply_user_result(ctx, returned, time.perf_counter() - start, adapter)
+    apply_user_result(ctx, returned, time.perf_counter() - start, adapter,
+                      timer.seconds if timer is not None else None)
+
+
+def _takes_timed(run: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        return "timed" in inspect.signature(run).parameters
+    except (TypeError, ValueError):  # a builtin or a C function: it takes no timer
+        return False
