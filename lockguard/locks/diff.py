@@ -63,7 +63,11 @@ class LockDiff(BaseModel):
     new_source: str
     old_lock_hash: str
     new_lock_hash: str
-    changes: tuple[Change, ...]  # every package of either lock, unchanged ones included
+    # The packages that changed, sorted by name (then marker), and how many did not: a diff
+    # of two 100,000-pin locks that moved one package holds one change, not 100,000. (Reports
+    # of schema 3 and before listed the unchanged ones too, as kind "unchanged".)
+    changes: tuple[Change, ...]
+    unchanged: int = 0
     option_changes: tuple[OptionChange, ...] = ()
 
     @property
@@ -95,17 +99,25 @@ def diff_locks(old: Lock, new: Lock) -> LockDiff:
     old_pins = {(p.name, p.marker): p for p in old.pins}
     new_pins = {(p.name, p.marker): p for p in new.pins}
     keys = sorted(old_pins.keys() | new_pins.keys(), key=lambda k: (k[0], k[1] or ""))
+    changes = [c for c in (_change(old_pins.get(k), new_pins.get(k)) for k in keys)
+               if c is not None]
     return LockDiff(
         old_source=old.source,
         new_source=new.source,
         old_lock_hash=old.lock_hash,
         new_lock_hash=new.lock_hash,
-        changes=tuple(_change(old_pins.get(k), new_pins.get(k)) for k in keys),
+        changes=tuple(changes),
+        unchanged=len(keys) - len(changes),
         option_changes=_option_changes(old.options, new.options),
     )
 
 
-def _change(old: Pin | None, new: Pin | None) -> Change:
+def _change(old: Pin | None, new: Pin | None) -> Change | None:
+    """How a package changed; None when it did not (same version, same hashes, or hashes on
+    one side only)."""
+    if old is not None and new is not None and old.version == new.version \
+            and not (old.hashes and new.hashes and old.hashes != new.hashes):
+        return None
     pin = new or old
     assert pin is not None
     common = {
@@ -118,19 +130,21 @@ def _change(old: Pin | None, new: Pin | None) -> Change:
         "old_line": old.line if old else None,
         "new_line": new.line if new else None,
     }
+    # Built from values of parsed locks (model_construct: unvalidated, as they are already
+    # what the fields hold): a diff of two 100,000-pin locks builds 100,000 of them.
     if old is None:
-        return Change(kind="added", **common)
+        return Change.model_construct(kind="added", **common)
     if new is None:
-        return Change(kind="removed", **common)
+        return Change.model_construct(kind="removed", **common)
     before, after = old.parsed_version, new.parsed_version
     if before != after:
         kind = "upgraded" if after > before else "downgraded"
-        return Change(kind=kind, bump=bump_kind(before, after), **common)
+        return Change.model_construct(kind=kind, bump=bump_kind(before, after), **common)
     # Same version, other files: a re-uploaded wheel, or another build of it (a new platform's
     # wheel, a different variant from another index). Only meaningful when both sides hash.
     if old.hashes and new.hashes and old.hashes != new.hashes:
-        return Change(kind="rehashed", **common)
-    return Change(kind="unchanged", **common)
+        return Change.model_construct(kind="rehashed", **common)
+    return None  # the same version spelled otherwise (1.0 and 1.0.0)
 
 
 def with_startup_files(diff: LockDiff,

@@ -21,6 +21,7 @@ Nothing above lockguard.locks knows a format: everything works on the model, and
 lockguard.locks.writer writes it back for an installer.
 """
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -96,9 +97,9 @@ class Pin:
     files: tuple[PinFile, ...] = ()
     index: str | None = None
 
-    @property
+    @functools.cached_property
     def parsed_version(self) -> Version:
-        return Version(self.version)
+        return _version(self.version)
 
     @property
     def requirement(self) -> str:
@@ -139,7 +140,9 @@ class Lock:
     environment: str | None = None
     left_out: int = 0
 
-    @property
+    # Derived once per lock (a frozen value): a diff, a hash and a family rule each read them,
+    # and a lock may hold 100,000 pins.
+    @functools.cached_property
     def by_name(self) -> dict[str, tuple[Pin, ...]]:
         """Pins per canonical name. Several only when each carries an environment marker."""
         grouped: dict[str, tuple[Pin, ...]] = {}
@@ -159,7 +162,7 @@ class Lock:
         """Whether the lock uses hash-checking mode (then every pin has hashes)."""
         return any(pin.hashes for pin in self.pins)
 
-    @property
+    @functools.cached_property
     def lock_hash(self) -> str:
         """sha256 (hex) of what the lock installs, blind to layout.
 
@@ -179,7 +182,7 @@ class Lock:
         document = {
             "format": 1,
             "pins": [
-                [p.name, str(p.parsed_version), list(p.extras), p.marker, list(p.hashes)]
+                [p.name, _normal(p.version), list(p.extras), p.marker, list(p.hashes)]
                 for p in pins
             ],
             "index_url": self.options.index_url,
@@ -194,6 +197,18 @@ class Lock:
         """Which of torch, jax, tensorflow and numpy this lock pins (by their main package)."""
         pinned = self.by_name
         return {fw for fw, dists in FRAMEWORK_DISTS.items() if any(d in pinned for d in dists)}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _version(text: str) -> Version:
+    """packaging's Version of `text`, parsed once per distinct string (locks repeat them)."""
+    return Version(text)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _normal(text: str) -> str:
+    """The normalised spelling of version `text` (packaging's str(Version))."""
+    return str(_version(text))
 
 
 def ambiguous(pins: Sequence[Pin]) -> str:

@@ -43,8 +43,10 @@ from lockguard.report._common import change_short, change_text, option_lines
 #    version 2 file is read as 3 (it holds none of these); a lockguard that reads only 2 says
 #    the file is of a version it does not know, instead of failing on a field.
 # 4: `gate` (check --base: whose configuration judged, and what the checkout changes of the
-#    gate) and a verdict's `accepted` (an acceptance committed in the checkout that passes it).
-#    Versions 1-3 are read as 4 (they hold neither).
+#    gate), a verdict's `accepted` (an acceptance committed in the checkout that passes it) and
+#    `timing` (what the timing runs said); a lock diff lists only the packages that changed,
+#    with a count of the rest (`unchanged`). Versions 1-3 are read as 4 (their unchanged
+#    packages are kept, as kind "unchanged").
 SCHEMA_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
 
@@ -528,25 +530,42 @@ def printable_report(report: Report, shown: Callable[[str], str] = printable) ->
     index URLs, and none of them may drive the reader's terminal or leak a password."""
     # Copied model by model, not dumped and validated again: a report that skipped
     # validation (an unchanged check's) must not build the Report validator just to be shown.
+    # What needs no cleaning is returned as it is (the same object), and a container is only
+    # copied when something in it changed: a lock diff of 100,000 packages holds 100,000
+    # models whose strings are all clean already.
     def clean(value: Any) -> Any:
         if isinstance(value, Enum):
             return value  # the verdict names (str enums) are lockguard's own
         if isinstance(value, str):
-            return shown(value)
+            shown_value = shown(value)
+            return value if shown_value == value else shown_value
         if isinstance(value, BaseModel):
-            copy = value.model_copy(update={name: clean(getattr(value, name))
-                                            for name in type(value).model_fields})
-            if copy.__pydantic_extra__:  # what extra="allow" models carry (compile details)
-                object.__setattr__(copy, "__pydantic_extra__",
-                                   clean(dict(copy.__pydantic_extra__)))
+            fields = {name: getattr(value, name) for name in type(value).model_fields}
+            cleaned = {name: clean(v) for name, v in fields.items()}
+            extra = value.__pydantic_extra__
+            extra_clean = clean(dict(extra)) if extra else extra
+            if all(cleaned[n] is fields[n] for n in fields) and (
+                    not extra or all(extra_clean[k] is v and k in extra_clean
+                                     for k, v in extra.items())):
+                return value
+            copy = value.model_copy(update=cleaned)
+            if extra:  # what extra="allow" models carry (compile details)
+                object.__setattr__(copy, "__pydantic_extra__", extra_clean)
             return copy
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return dataclasses.replace(value, **{f.name: clean(getattr(value, f.name))
-                                                 for f in dataclasses.fields(value) if f.init})
+            fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+            cleaned = {name: clean(v) for name, v in fields.items()}
+            if all(cleaned[n] is fields[n] for n in fields):
+                return value
+            return dataclasses.replace(value, **cleaned)
         if isinstance(value, (list, tuple)):
-            return type(value)(clean(v) for v in value)
+            items = [clean(v) for v in value]
+            return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
         if isinstance(value, dict):
-            return {clean(k): clean(v) for k, v in value.items()}
+            pairs = [(clean(k), clean(v)) for k, v in value.items()]
+            if all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items())):
+                return value
+            return dict(pairs)
         return value
 
     return clean(report)
