@@ -255,14 +255,16 @@ def github_actions(report: Any, targets: list[tuple[str, Path | None]]) -> None:
 
 
 def keep_evidence(target: Any, report: Any) -> None:
-    """Write the run's artefacts (lockguard/report/artifacts.py) and say where, on one line."""
-    from lockguard.report import artifacts
+    """Write the run's artefacts (lockguard/evidence.py) and say where, on one line."""
+    from lockguard import evidence
 
     if target.pruned and report.command == "check" and not report.evidence:
         # A check that ran nothing (answered from the goldens) has no evidence to keep, and
-        # no last-check pointer (artifacts.prepare took it away as the check started).
+        # no last-check pointer (evidence.prepare took it away as the check started).
         return
-    directory = artifacts.save(target, report)
+    from lockguard.report import render
+
+    directory = evidence.save(target, report, render(report, "json"))
     click.echo(f"artefacts kept in {directory}", err=True)
     if report.passed or not sys.stderr.isatty() and os.environ.get("GITHUB_ACTIONS") == "true":
         return  # (the Markdown summary says what to do next in a workflow)
@@ -387,13 +389,13 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
       lockguard record --lock requirements.txt --scenario jax
     """
     targets = report_targets(fmt, output, reports)
-    from lockguard.report import artifacts
+    from lockguard import evidence
     from lockguard.flows.record import record as record_flow
     from lockguard.config import Options, project_inputs
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
     refuse_inputs(targets, project_inputs(config, locks))
-    keep = artifacts.prepare(artifacts_dir, config.root)
+    keep = evidence.prepare(artifacts_dir, config.root)
     opts = Options(device=device, steps=steps, env=env, repeat=repeat)
     report = record_flow(config, lock_refs, chosen, opts, progress)
     report.id = keep.report_id
@@ -454,7 +456,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
       lockguard check --base origin/main --bisect  # which changed packages fail the gate
     """
     targets = report_targets(fmt, output, reports)
-    from lockguard.report import artifacts
+    from lockguard import evidence
     from lockguard.config import Options, project_inputs
 
     if bisect and not (baseline_locks or base_ref):
@@ -478,7 +480,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         chosen = select(gate.judging, list(scenarios))
         part = _shard_part(shard, gate.judging, opts, chosen, locks, gate.candidate_refs()
                            if shard or plan_entry else None, plan_entry, plan_shards)
-        keep = artifacts.prepare(artifacts_dir, config.root, check=True)
+        keep = evidence.prepare(artifacts_dir, config.root, check=True)
         if part is not None and not part[1]:
             report = part[2]
         else:
@@ -494,7 +496,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                     for p in baseline_locks]
         part = _shard_part(shard, config, opts, chosen, locks, lock_refs, plan_entry,
                            plan_shards)
-        keep = artifacts.prepare(artifacts_dir, config.root, check=True)
+        keep = evidence.prepare(artifacts_dir, config.root, check=True)
         if part is not None and not part[1]:
             report = part[2]
         else:
@@ -685,14 +687,14 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
       lockguard propose 'jax>=0.10' --scenario jax --repeat 3
     """
     targets = report_targets(fmt, output, reports)
-    from lockguard.report import artifacts
+    from lockguard import evidence
     from lockguard.flows.propose import propose as propose_flow
     from lockguard.config import Options, project_inputs
 
     config, chosen, lock_refs, progress = _setup(config_path, locks, scenarios, fmt, verbose)
     refuse_inputs(targets, project_inputs(config, locks)
                   + ([(inputs, "the requirements input", False)] if inputs else []))
-    keep = artifacts.prepare(artifacts_dir, config.root)
+    keep = evidence.prepare(artifacts_dir, config.root)
     opts = Options(device=device, steps=steps, env=env,
                           repeat=repeat)
     report = propose_flow(config, lock_refs, list(upgrades), chosen, opts, resolver=resolver,

@@ -103,6 +103,21 @@ def did_you_mean(word: str, known: Iterable[str],
     return f"did you mean {names}?"
 
 
+def last_line(text: str, *, prefixes: tuple[str, ...] = (), unindented: bool = False) -> str:
+    """The last non-blank line of some output, where a tool usually says why it failed:
+    stripped, without any of `prefixes` (git's "fatal:"), and with `unindented` skipping
+    indented continuation lines; "" when there is none."""
+    for line in reversed(text.splitlines()):
+        if not line.strip() or (unindented and line[:1].isspace()):
+            continue
+        line = line.strip()
+        for prefix in prefixes:
+            line = line.removeprefix(prefix).strip()
+        if line:
+            return line
+    return ""
+
+
 def tail(text: str | None, lines: int = 15) -> str:
     """The last `lines` lines of some output: where a failure's reason usually is."""
     if not text:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from lockguard.errors import LockguardError
+from lockguard.errors import LockguardError, last_line
 from lockguard.files import ReadError, read_bytes
 
 FETCH_TIMEOUT_S = 300
@@ -294,7 +294,9 @@ def _git_bytes(repo: _Repo, *args: str, timeout: float | None = None,
     if done.timed_out:
         raise _GitFailed(None, f"git {args[0]} did not finish in {timeout or GIT_TIMEOUT_S:g} s")
     if done.code != 0:
-        raise _GitFailed(done.code, _last_line(done.stderr.decode("utf-8", "replace")))
+        # git's own reason is the last `fatal:` / `error:` line it printed.
+        raise _GitFailed(done.code, last_line(done.stderr.decode("utf-8", "replace"),
+                                              prefixes=("fatal:", "error:")))
     return done.stdout
 
 
@@ -303,18 +305,6 @@ class _GitFailed(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-
-
-def _last_line(text: str) -> str:
-    """git's own reason, the last line of what it printed (`fatal: ...`)."""
-    lines = []
-    for line in text.splitlines():
-        line = line.strip()
-        for prefix in ("fatal:", "error:"):
-            line = line.removeprefix(prefix).strip()
-        if line:
-            lines.append(line)
-    return lines[-1] if lines else ""
 
 
 def _try_resolve(repo: _Repo, ref: str) -> str | None:

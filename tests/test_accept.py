@@ -19,7 +19,7 @@ import pytest
 
 from conftest import DATA, LOSS_EMA, REPO, golden_file, make_project, run_cli, snapshot
 from lockguard import golden
-from lockguard.report import artifacts
+from lockguard import evidence
 from lockguard.hardware import hardware_class, host_class
 from lockguard.harness._lockguard_harness.common import cpu_info
 from lockguard.report import load_report
@@ -351,12 +351,12 @@ def test_a_check_that_does_not_finish_leaves_no_last_check(tmp_path):
 
 def test_prune_keeps_the_newest_per_project(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    project = artifacts.project_dir(tmp_path / "p")
+    project = evidence.project_dir(tmp_path / "p")
     ids = [f"202601{day:02d}T120000Z-abcdef" for day in range(1, 26)]
     for name in ids:
         (project / name).mkdir(parents=True)
     (project / "other").mkdir()
-    artifacts.prune(project, keep=20)
+    evidence.prune(project, keep=20)
     left = sorted(p.name for p in project.iterdir())
     assert left == sorted(ids[5:] + ["other"])
-    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", artifacts.new_id())
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", evidence.new_id())

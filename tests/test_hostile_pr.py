@@ -258,7 +258,7 @@ def test_evidence_edited_after_the_check_is_refused(repo):
     shutil.copy(NEW, repo / "requirements.txt")
     assert gate_check(repo)[0] == 1
     # The last check's report, its losses made to look like the baseline's.
-    from lockguard.report.artifacts import last_check
+    from lockguard.evidence import last_check
 
     artefact = last_check(repo) / "report.json"
     document = json.loads(artefact.read_text())
@@ -274,7 +274,7 @@ def test_evidence_edited_after_the_check_is_refused(repo):
 def test_forged_evidence_from_elsewhere_is_adopted_unverified_and_fails(repo, tmp_path):
     shutil.copy(NEW, repo / "requirements.txt")
     assert gate_check(repo)[0] == 1
-    from lockguard.report.artifacts import last_check
+    from lockguard.evidence import last_check
 
     # "Downloaded" artefacts: a copy this machine's cache has no record of, forged to make the
     # candidate look like it trains as before.

@@ -135,7 +135,10 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("the atomic writer", r"\bos\.replace\(|\bos\.rename\(", ["lockguard.files"]),
     ("the subprocess runner", r"\bsubprocess\.(Popen|run|call|check_call|check_output)\(",
      ["lockguard.process"]),
-    ("the output tail", r"^def (tail|last_lines)\(", ["lockguard.errors"]),
+    ("the output tail, one line, the last line",
+     r"^def _?(tail|last_lines?|one_line)\(", ["lockguard.errors"]),
+    # git runs through process.capture, in one module; no git library.
+    ("git", r"^\s*(import git\b|from git(\.\w+)* import\b)|\.git\.execute\(|\[\"git\", \*", ["lockguard.gitref"]),
     ("the framework names", r"^FRAMEWORKS\s*=", ["lockguard.names"]),
     ("the verdict names", r"^class Verdict\b|^VERDICT_NAMES\s*=", ["lockguard.names"]),
     ("the report formats", r"^FORMATS\s*=", ["lockguard.names"]),

@@ -1,7 +1,7 @@
 """`lockguard accept`: adopt a check's candidate results as goldens, on purpose, saying why.
 
 Nothing in lockguard re-baselines by itself: a check that drifted keeps failing until someone
-accepts the change. `accept` reads the last check's report (its artefacts, lockguard/report/artifacts.py,
+accepts the change. `accept` reads the last check's report (its artefacts, lockguard/evidence.py,
 or a report named with --from), shows per scenario what will change, and writes the candidate
 runs as goldens of their hardware class, with the reason, the author, the commit, the lock and
 the report in the golden's provenance (golden.Acceptance). Only healthy runs become goldens: a
@@ -50,10 +50,10 @@ class Adoption:
 def report_path(given: Path | None, root: Path) -> Path:
     """The report to accept from: --from (an artefact directory or a JSON report), else the
     project's last check."""
-    from lockguard.report import artifacts
+    from lockguard import evidence
 
     if given is None:
-        return artifacts.last_check(root) / "report.json"
+        return evidence.last_check(root) / "report.json"
     return given / "report.json" if given.is_dir() else given
 
 
@@ -130,15 +130,15 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
 
 def vouched(report: Report, source: Path, config: Config) -> bool:
     """Whether the report is what a check of this project wrote on this machine (the digest
-    it recorded outside the artefacts, lockguard/report/artifacts.py); AcceptError when it was
+    it recorded outside the artefacts, lockguard/evidence.py); AcceptError when it was
     changed since. False for a report this machine never wrote (a CI download)."""
-    from lockguard.report import artifacts
+    from lockguard import evidence
 
     try:
         data = source.read_bytes()
     except OSError as exc:
         raise AcceptError(f"{source}: cannot read: {exc.strerror or exc}") from None
-    vouched = artifacts.vouched(config.root, report.id, data)
+    vouched = evidence.vouched(config.root, report.id, data)
     if vouched is False:
         raise AcceptError(f"{source}: changed since check {report.id} wrote it (its digest, kept "
                           "in lockguard's cache, does not match): not what a run produced; "

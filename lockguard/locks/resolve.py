@@ -91,7 +91,7 @@ from pathlib import Path
 from typing import Literal
 
 from lockguard import envvars, installers
-from lockguard.errors import LockguardError, printable
+from lockguard.errors import LockguardError, last_line, one_line, printable
 from lockguard.installers import ToolError, find_uv
 from lockguard.files import display_path, scratch_dir, write_text
 from lockguard.locks.model import LockOptions
@@ -806,7 +806,8 @@ def _pip_tools_python(say: Progress) -> str:
         proc = run_tool([sys.executable, "-m", "venv", str(venv)], timeout=BOOTSTRAP_TIMEOUT_S,
                     what="python -m venv")
         if proc.returncode != 0:
-            raise ResolveError(f"cannot create the pip-tools env {venv}: {_last_line(proc.stderr)}")
+            raise ResolveError(f"cannot create the pip-tools env {venv}: "
+                               f"{last_line(proc.stderr, unindented=True)}")
         proc = run_tool([str(python), "-m", "pip", "install", "--quiet", *TOOL_REQUIREMENTS],
                     timeout=BOOTSTRAP_TIMEOUT_S, what="pip install pip-tools")
         if proc.returncode != 0:
@@ -881,7 +882,7 @@ def trim_resolver_error(text: str) -> str:
             cause = [stripped.split(":", 1)[1] if stripped.startswith(("cause:", "Caused by:"))
                      else stripped.removeprefix("╰─▶")]
             cause += [ln.strip() for ln in lines[i + 1:] if ln.startswith("  ") and ln.strip()]
-            return _one_line(" ".join(c.strip() for c in cause))
+            return one_line(" ".join(c.strip() for c in cause), 600)
     uv_errors = [ln.strip()[len("error:"):].strip() for ln in lines if ln.strip().startswith("error:")]
 
     # pip: "ERROR: ..." lines carry the reason; the traceback below them only repeats it.
@@ -905,15 +906,16 @@ def trim_resolver_error(text: str) -> str:
         reason = "; ".join(dict.fromkeys(pip_errors))
         if causes:
             reason = reason.rstrip(".") + ": " + "; ".join(dict.fromkeys(causes))
-        return _one_line(reason)
+        return one_line(reason, 600)
     if uv_errors:
-        return _one_line("; ".join(uv_errors))
+        return one_line("; ".join(uv_errors), 600)
     for pattern in ("No matching distribution", "Could not find a version", "conflict",
                     "Error:", "error:"):
         for line in lines:
             if pattern in line:
-                return _one_line(_short_versions(line.strip()))
-    return _one_line(_last_line(text) or "the resolver failed without saying why")
+                return one_line(_short_versions(line.strip()), 600)
+    return one_line(last_line(text, unindented=True)
+                    or "the resolver failed without saying why", 600)
 
 
 def _short_versions(line: str) -> str:
@@ -926,18 +928,6 @@ def _short_versions(line: str) -> str:
     if "(from versions: none)" in line:
         return line
     return _FROM_VERSIONS.sub(shorten, line)
-
-
-def _one_line(text: str, limit: int = 600) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _last_line(text: str) -> str:
-    for line in reversed(text.splitlines()):
-        if line.strip() and not line.startswith(" "):
-            return line.strip()
-    return ""
 
 
 # ---------------------------------------------------------------------------------------------

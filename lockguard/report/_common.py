@@ -1,17 +1,22 @@
-"""Wording shared by the human-readable renderers (text, markdown): one phrasing per fact."""
+"""Wording shared by the renderers: one phrasing per fact (the lock lines behind a verdict,
+the command that reproduces a check, a change, a timing, the next steps), so that every format
+says the same; the Report model (report/model.py) holds the facts and no wording.
+"""
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lockguard.compare.compile import CompileDiff
 from lockguard.compare.figures import mib, seconds
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
-from lockguard.locks.diff import Change, OptionChange
+from lockguard.locks.diff import Change, LockDiff, OptionChange
 
 if TYPE_CHECKING:
-    from lockguard.report import Bisection, FrameworkRow, FrameworkTable, MixTrial, Report
+    from lockguard.report.model import Bisection, FrameworkRow, FrameworkTable, MixTrial, Report
     from lockguard.results import CompileMemory
 
 SYMBOL = {
@@ -371,3 +376,60 @@ def next_steps(report: Report) -> list[str]:
         out.append("to find the package change behind it: "
                    + " ".join(["lockguard", "bisect", *argv, *named]))
     return out
+
+
+@dataclass(frozen=True)
+class LockLine:
+    """One changed line of a candidate lock, for annotations and bullets."""
+
+    lock: str  # display path of the lock file
+    line: int | None
+    text: str  # e.g. "numpy 1.26.4 → 2.0.2 (upgraded, major)" or "+ --extra-index-url URL"
+    short: str  # e.g. "numpy 1.26.4 → 2.0.2"
+
+
+def lock_lines(report: Report, diff: LockDiff) -> list[LockLine]:
+    """Every changed line of the diff's candidate lock: packages, then installer options."""
+    lock = next((info for info in report.locks
+                 if info.role == "candidate" and info.source == diff.new_source), None)
+    path = lock.path if lock else diff.new_source
+    lines = [LockLine(path, c.new_line, change_text(c), change_short(c)) for c in diff.changed]
+    for option in diff.option_changes:
+        lines += [LockLine(path, line, text, text) for line, text in option_lines(option)]
+    return lines
+
+
+def culprits(report: Report, verdict: ScenarioVerdict) -> list[LockLine]:
+    """The changed lock lines that can explain a scenario's verdict: those of its framework's
+    family (and CUDA wheels) in the lock it ran from; when none changed, every changed line of
+    that lock (any package, index or option can move the numbers)."""
+    lock = report.candidate_lock(verdict.framework)
+    diff = report.diff_of(lock) if lock else None
+    if lock is None or diff is None:
+        return []
+    mine = {verdict.framework, "cuda"}
+    lines = [LockLine(lock.path, c.new_line, change_text(c), change_short(c))
+             for c in diff.changed if mine & set(c.families)]
+    return lines or lock_lines(report, diff)
+
+
+def bisected(report: Report, verdict: ScenarioVerdict) -> list[LockLine]:
+    """The lock lines a confirmed bisection found behind a scenario's verdict; empty when it
+    was not bisected or nothing was confirmed."""
+    found = report.bisection_of(verdict.scenario)
+    lock = report.candidate_lock(verdict.framework)
+    diff = report.diff_of(lock) if lock else None
+    if found is None or not found.found or diff is None:
+        return []
+    return [line for line in lock_lines(report, diff)
+            if line.line is not None and line.line in found.culprit_lines]
+
+
+def reproduce(report: Report, scenarios: list[str]) -> str | None:
+    """The command that re-runs these scenarios as the report ran them."""
+    if not report.invocation:
+        return None
+    argv = list(report.invocation)
+    for sid in scenarios:
+        argv += ["--scenario", sid]
+    return shlex.join(argv)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.files import repo_root, repo_workdir
-from lockguard.report import LockLine, Report
+from lockguard.report.model import Report
 from lockguard.report._common import (
-    change_text, framework_summary, gate_lines, option_lines, startup_note, summary_line,
-    verdict_name,
+    bisected, change_text, culprits, framework_summary, gate_lines, LockLine, option_lines,
+    startup_note, summary_line, verdict_name,
 )
 
 
@@ -78,12 +78,12 @@ def _message(v: ScenarioVerdict, culprits: list[LockLine]) -> str:
 def _scenario(report: Report, v: ScenarioVerdict, level: str, where: _Paths) -> list[str]:
     evidence = summary_line(v)
     title = f"lockguard: {v.scenario} {verdict_name(v)}" + (f": {evidence}" if evidence else "")
-    culprits = report.bisected(v) or report.culprits(v)
-    message = _message(v, culprits)
+    behind = bisected(report, v) or culprits(report, v)
+    message = _message(v, behind)
     bisection = report.bisection_of(v.scenario)
     if bisection is not None:
         message += "\n" + bisection.sentence()
-    lines = [(where(c.lock), c.line) for c in culprits if c.line is not None]
+    lines = [(where(c.lock), c.line) for c in behind if c.line is not None]
     lines = [(file, line) for file, line in lines if file]
     if not lines:
         lock = report.candidate_lock(v.framework)

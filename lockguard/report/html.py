@@ -21,11 +21,11 @@ from html import escape
 from lockguard.compare.numerics import SeriesDiff
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
-from lockguard.report import Bisection, Evidence, Report, Side
+from lockguard.report.model import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
-    FRAMEWORK_HEAD, change_text, compile_rows, family_notes, family_title, final_loss, fmt_float,
-    framework_cells, gate_lines, mib, option_lines, seconds, summary_line, timing, timing_line,
-    verdict_name,
+    change_text, compile_rows, culprits, family_notes, family_title, final_loss, fmt_float,
+    framework_cells, FRAMEWORK_HEAD, gate_lines, mib, option_lines, reproduce, seconds,
+    summary_line, timing, timing_line, verdict_name,
 )
 from lockguard.report.svg import Line, Mark, chart
 from lockguard.results import RunResult
@@ -220,9 +220,9 @@ def _summary(report: Report) -> list[str]:
     for count, reason in report.skipped_groups():
         out.append(f'<p class="note">{count} skipped: {e(reason)}</p>')
     out += [f'<p class="note">note: {e(note)}</p>' for note in report.notes]
-    reproduce = report.reproduce([v.scenario for v in report.compared if report.fails(v)])
-    if reproduce and not report.passed:
-        out.append(f"<p>Reproduce locally:</p><pre>{e(reproduce)}</pre>")
+    command = reproduce(report, [v.scenario for v in report.compared if report.fails(v)])
+    if command and not report.passed:
+        out.append(f"<p>Reproduce locally:</p><pre>{e(command)}</pre>")
     out.append("</section>")
     return out
 
@@ -239,11 +239,11 @@ def _scenario(report: Report, v: ScenarioVerdict, index: int) -> list[str]:
     if v.reasons:
         out.append('<ul class="reasons">' + "".join(f"<li>{e(r)}</li>" for r in v.reasons)
                    + "</ul>")
-    culprits = report.culprits(v)
-    if culprits:
+    behind = culprits(report, v)
+    if behind:
         out.append("<p>Lock lines behind it: " + "; ".join(
             f"<code>{e(c.lock)}{':' + str(c.line) if c.line else ''}</code> {e(c.text)}"
-            for c in culprits) + "</p>")
+            for c in behind) + "</p>")
     if v.error:
         out.append(f"<pre>{e(v.error)}</pre>")
     out += _bisection(report.bisection_of(v.scenario))

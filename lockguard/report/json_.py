@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from lockguard.report import Report
+from lockguard.report.model import Report
 
 
 def render(report: Report) -> str:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from lockguard.names import Verdict
-from lockguard.report import Report
-from lockguard.report._common import bisection_lines, change_text, final_loss, \
-    framework_summary, row_line, startup_note, summary_line, timing_line
+from lockguard.report.model import Report
+from lockguard.report._common import (
+    bisection_lines, change_text, culprits, final_loss, framework_summary, row_line, startup_note,
+    summary_line, timing_line,
+)
 
 
 def _property(parent: ET.Element, name: str, value: str) -> None:
@@ -71,11 +73,11 @@ def render(report: Report) -> str:
         evidence = "\n".join(v.reasons)
         if v.error:
             evidence += "\n\n" + v.error
-        culprits = report.culprits(v)
-        if culprits:
+        behind = culprits(report, v)
+        if behind:
             evidence += "\n\nlock lines: " + "; ".join(
                 f"{c.lock}:{c.line} {c.text}" if c.line else f"{c.lock} {c.text}"
-                for c in culprits)
+                for c in behind)
         bisection = report.bisection_of(v.scenario)
         if bisection is not None:
             evidence += "\n\n" + "\n".join(bisection_lines(bisection))

@@ -14,11 +14,11 @@ import re
 
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
-from lockguard.report import LockLine, Report
+from lockguard.report.model import Report
 from lockguard.report._common import (
-    FRAMEWORK_HEAD, STEP0, change_text, compile_rows, family_notes, family_title, final_loss,
-    ACCEPTABLE, fmt_float, framework_cells, gate_lines, option_lines, summary_line, timing_line,
-    trial_line, verdict_name,
+    ACCEPTABLE, change_text, compile_rows, culprits, family_notes, family_title, final_loss,
+    fmt_float, framework_cells, FRAMEWORK_HEAD, gate_lines, lock_lines, LockLine, option_lines,
+    reproduce, STEP0, summary_line, timing_line, trial_line, verdict_name,
 )
 
 MARKER = "<!-- lockguard-report -->"
@@ -119,7 +119,7 @@ def headline(report: Report) -> str:
             what = f"{of} {_verb(kinds[0][0])}"
         else:
             what = f"{of} failed: " + ", ".join(f"{n} {_verb(k)}" for k, n in kinds)
-        causes = _changes([line for v in failing for line in report.culprits(v)])
+        causes = _changes([line for v in failing for line in culprits(report, v)])
         return f"❌ {name}: {what}" + (f" ({causes})" if causes else "")
     if not report.passed:
         return f"❌ {name}: {_text(report.notes[0]) if report.notes else 'the gate failed'}"
@@ -128,7 +128,7 @@ def headline(report: Report) -> str:
     tally = ", ".join(f"{n} {_verb(k)}" for k, n in report.tally() if k != Verdict.skipped)
     if report.accepted():
         tally += f"; {_plural(len(report.accepted()), 'accepted change')}"
-    causes = _changes([line for d in report.lock_diffs for line in report.lock_lines(d)])
+    causes = _changes([line for d in report.lock_diffs for line in lock_lines(report, d)])
     what = {"record": "recorded", "compare-frameworks": "measured"}.get(report.command, "passed")
     return (f"✅ {name}: {_plural(len(compared), 'scenario')} {what}"
             + (f" with {causes}" if causes else "") + f" ({tally})")
@@ -156,11 +156,11 @@ def _details(report: Report, v: ScenarioVerdict) -> list[str]:
              ""]
     lines += _chart(report, v)
     lines += [f"- {_text(reason.splitlines()[0])}" for reason in v.reasons if reason.strip()]
-    culprits = report.culprits(v)
-    if culprits:
+    behind = culprits(report, v)
+    if behind:
         lines += ["", "Lock lines behind it: " + "; ".join(
             _text(f"{c.lock}:{c.line} {c.text}" if c.line else f"{c.lock} {c.text}")
-            for c in culprits)]
+            for c in behind)]
     if v.error:
         lines += ["", *_block(v.error.splitlines())]
     bisection = report.bisection_of(v.scenario)
@@ -239,9 +239,9 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
                   for line, text in rows]
     # Name the scenarios when a few failed; many are quicker to re-run all together.
     named = [v.scenario for v in failing] if len(failing) <= NAMED else []
-    reproduce = report.reproduce(named) if failing else None
-    if reproduce:
-        lines += ["", "**Reproduce locally**", "", *_block([reproduce], "sh")]
+    command = reproduce(report, named) if failing else None
+    if command:
+        lines += ["", "**Reproduce locally**", "", *_block([command], "sh")]
     acceptable = [v.scenario for v in failing if v.verdict in ACCEPTABLE]
     if (report.command == "check" and report.mode in ("golden", "ab") and acceptable
             and len(acceptable) == len(failing)):
@@ -256,7 +256,7 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
     return lines
 
 
-def _tail(report: Report) -> list[str]:
+def _closing(report: Report) -> list[str]:
     lines: list[str] = []
     if report.parity:
         lines += ["", "<details><summary>Step-0 parity across frameworks</summary>", ""]
@@ -373,7 +373,7 @@ def render(report: Report, limit: int = LIMIT) -> str:
               if v.verdict not in (Verdict.identical, Verdict.measured) and (v.reasons or v.error)]
     if any(v.verdict == Verdict.identical for v in report.compared):
         makers.append(lambda: _all_scenarios(report))
-    tail = _tail(report) + ["", MARKER]
+    tail = _closing(report) + ["", MARKER]
     bullets: int | None = None  # all of them, unless even they do not fit
     while True:
         head = _head(report, failing, bullets) + _frameworks(report)

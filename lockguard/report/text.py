@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lockguard.names import Verdict
-from lockguard.report import Report
+from lockguard.report.model import Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_notes,
     family_title, final_loss, fmt_float, framework_cells, gate_lines, option_lines, summary_line,

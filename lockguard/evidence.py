@@ -1,4 +1,5 @@
-"""The evidence a check keeps: its JSON report and both sides' RunResults, one directory a run.
+"""The evidence store, beside the golden store (golden.py): what a check keeps of its runs,
+its JSON report and both sides' RunResults, one directory a run:
 
     <dir>/report.json                 the Report (--format json), `lockguard report` re-renders it
     <dir>/baseline/<scenario>.json    the baseline's RunResult (a golden's, or the old lock's run)
@@ -98,9 +99,9 @@ def _replaceable(directory: Path) -> bool:
     return not names or ("report.json" in names and names <= ARTEFACT_NAMES)
 
 
-def save(target: Target, report: Report) -> Path:
-    """Write the report and both sides' results of every scenario; returns the directory."""
-    from lockguard.report import render
+def save(target: Target, report: Report, report_json: str) -> Path:
+    """Write the report (`report_json`: its JSON, as `--format json` renders it) and both
+    sides' results of every scenario; returns the directory."""
 
     parent = target.directory.parent
     staging = parent / f".{target.directory.name}.{os.getpid()}.partial"
@@ -114,7 +115,7 @@ def save(target: Target, report: Report) -> Path:
                     raise WriteError(f"{ev.scenario!r} cannot be an artefact file's name")
                 write_text(staging / side.role / f"{ev.scenario}.json",
                            side.result.model_dump_json(indent=1) + "\n")
-        text = render(report, "json")
+        text = report_json
         write_text(staging / "report.json", text)
         if report.id is not None:
             write_text(target.project / LEDGER / report.id, digest(text.encode("utf-8")) + "\n")
