@@ -384,8 +384,8 @@ def _harness_devices():
 def test_the_harness_tells_the_causes_apart(monkeypatch):
     devices = _harness_devices()
     present: set[str] = set()
-    monkeypatch.setattr(devices.os.path, "exists", lambda p: p in present)
-    monkeypatch.setattr(devices.glob, "glob", lambda pattern: [
+    monkeypatch.setattr(devices, "_exists", lambda p: p in present)
+    monkeypatch.setattr(devices, "_glob", lambda pattern: [
         p for p in present if p.startswith(pattern.split("*")[0].split("[")[0])])
     monkeypatch.setattr(devices, "_driver_library", lambda: "libcuda.so.1" in present)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

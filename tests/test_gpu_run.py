@@ -215,6 +215,49 @@ def test_summarize_fails_when_a_timing_run_lands_on_another_device(tmp_path):
     assert "jax.mlp ok on cpu" in failed["detail"]
 
 
+def _docker_work(tmp_path: Path, fallback_reason: str) -> tuple[Path, Path]:
+    """A GPU run with the docker phases (run.sh step 6): images built, recorded on the GPU
+    with their stack in the fingerprint, and the no-GPU check with `fallback_reason`."""
+    work, out = _work(tmp_path, "device_fallback", 1)
+    with open(work / "phases.tsv", "a") as f:
+        f.write("docker-build\t0\t600.0\t\ndocker-record\t0\t40.0\t\n"
+                "docker-fallback\t1\t30.0\t\n")
+    stack = {"summary": "cuda 13.0 · cuDNN 9.24.0 · NCCL 2.30.7 from the lock"}
+    record = _report(("torch.mlp", "new", "cuda"))
+    record["evidence"] = [{"scenario": "torch.mlp", "candidate": {"result": {
+        "scenario": "torch.mlp", "fingerprint": {"image": {
+            "tag": "lockguard/torch-cuda:abc", "stack": stack}}}}}]
+    fallback = _report(("torch.mlp", "device_fallback", "cpu"))
+    fallback["verdicts"][0]["reasons"] = [f"expected cuda, ran on cpu: {fallback_reason}"]
+    (out / "docker-record.json").write_text(json.dumps(record))
+    (out / "docker-fallback.json").write_text(json.dumps(fallback))
+    return work, out
+
+
+def test_summarize_the_docker_phases(tmp_path):
+    work, out = _docker_work(tmp_path / "good", "no NVIDIA driver visible in the container (…)")
+    proc = subprocess.run([sys.executable, str(GPU / "gpurun.py"), "summarize", "--work",
+                           str(work), "--out", str(out), "--device", "cuda", "--docker"],
+                          capture_output=True, text=True)
+    doc = json.loads((out / "gpu.json").read_text())
+    assert proc.returncode == 0 and doc["ok"] is True, doc["assertions"]
+    names = [a["name"] for a in doc["assertions"] if a["name"].startswith("docker")]
+    assert len(names) == 3
+    assert doc["docker"]["stacks"] == {"lockguard/torch-cuda:abc": {
+        "summary": "cuda 13.0 · cuDNN 9.24.0 · NCCL 2.30.7 from the lock"}}
+    assert "docker lockguard/torch-cuda:abc: cuda 13.0" in proc.stdout
+    # a fallback that does not say the container saw no driver fails the run
+    work, out = _docker_work(tmp_path / "bad", "torch.cuda.is_available() is False")
+    proc = subprocess.run([sys.executable, str(GPU / "gpurun.py"), "summarize", "--work",
+                           str(work), "--out", str(out), "--device", "cuda", "--docker"],
+                          capture_output=True, text=True)
+    doc = json.loads((out / "gpu.json").read_text())
+    failed = [a for a in doc["assertions"] if not a["ok"]]
+    assert proc.returncode == 1 and [a["name"] for a in failed] == [
+        "docker: no GPU asked for gives device_fallback with its cause"]
+    assert "torch.mlp: device_fallback" in failed[0]["detail"]
+
+
 # --------------------------------------------------------------------------- collect
 
 def _returned(tmp_path: Path, members: dict[str, bytes], dry_run: bool = False) -> Path:

@@ -14,7 +14,9 @@ OUT, the measured runs) and writes OUT/gpu.json (the shape of benchmarks/results
 prints a compact summary and exits 1 when an assertion fails: every scenario recorded and
 timed on the device asked for, and `check --device cuda` with the GPU hidden exiting 1 with
 `device_fallback` for every torch and jax scenario (a dry run, --device cpu elsewhere, asserts
-the same: it never had a GPU to begin with).
+the same: it never had a GPU to begin with). With --docker, the docker phases too: the lock's
+CUDA images built (their stack proven), every scenario recorded in them on the GPU with the
+stack in its fingerprint, and with no GPU asked for, device_fallback naming the cause.
 
 Needs lockguard importable (run.sh puts the wheel-installed copy on PYTHONPATH).
 """
@@ -32,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 TIMINGS = ("import_s", "first_step_s", "step_median_s", "total_s")
-REPORTS = ("record", "check", "fallback")
+REPORTS = ("record", "check", "fallback", "docker-record", "docker-fallback")
 FALLBACK_FRAMEWORKS = ("torch", "jax")
+# What a docker run with no GPU request must say (the harness: lockguard/harness/
+# _lockguard_harness/devices.py), in every verdict.
+NO_DRIVER = "no NVIDIA driver visible in the container"
 
 
 # ------------------------------------------------------------------------------------ measure
@@ -171,6 +176,37 @@ def fallback_assertion(rc: int | None, report: dict[str, Any] | None,
     return True, f"exit 1, device_fallback for all {len(scenarios)} scenarios"
 
 
+def docker_assertions(phases: dict[str, dict[str, Any]], reports: dict[str, Any],
+                      dry_run: bool) -> list[tuple[str, bool, str]]:
+    """The docker phases (run.sh step 6): images built, the GPU runs in them, the fallback."""
+    out = []
+    build = phases.get("docker-build", {})
+    out.append(("docker: the lock's CUDA images build, stack proven", build.get("rc") == 0,
+                f"exit {build.get('rc')}" + (f" ({build['note']})" if build.get("note") else "")))
+    if not dry_run:
+        rec, rc = reports.get("docker-record"), phases.get("docker-record", {}).get("rc")
+        runs = [e["candidate"]["result"] for e in (rec or {}).get("evidence", [])
+                if e.get("candidate")]
+        bad = [f"{v['scenario']}: {v['verdict']}" for v in (rec or {}).get("verdicts", [])
+               if v["verdict"] in ("broken", "device_fallback")]
+        stackless = [r["scenario"] for r in runs
+                     if not ((r.get("fingerprint") or {}).get("image") or {}).get("stack")]
+        out.append(("docker: record on the GPU in the images", rc == 0 and bool(runs)
+                    and not bad and not stackless,
+                    f"exit {rc}, {len(runs)} runs" + (f"; {'; '.join(bad)}" if bad else "")
+                    + (f"; no stack in {', '.join(stackless)}" if stackless else "")))
+    fb, rc = reports.get("docker-fallback"), phases.get("docker-fallback", {}).get("rc")
+    got = (fb or {}).get("verdicts", [])
+    wrong = [f"{v['scenario']}: {v['verdict']}" for v in got
+             if v["verdict"] != "device_fallback" or not any(NO_DRIVER in r
+                                                            for r in v.get("reasons", []))]
+    out.append(("docker: no GPU asked for gives device_fallback with its cause",
+                rc == 1 and bool(got) and not wrong,
+                f"exit {rc} (expected 1), {len(got)} verdicts"
+                + (f"; without '{NO_DRIVER}': {'; '.join(wrong)}" if wrong else "")))
+    return out
+
+
 # -------------------------------------------------------------------------------- summarize
 
 def _load(path: Path) -> Any:
@@ -276,6 +312,9 @@ def summarize(args: argparse.Namespace) -> int:
     check("hidden GPU gives device_fallback",
           *fallback_assertion(phases.get("fallback", {}).get("rc"), reports["fallback"],
                               scenarios))
+    if args.docker:
+        for name, ok, detail in docker_assertions(phases, reports, args.dry_run):
+            check(name, ok, detail)
     for side, device, runs in (("accelerator", args.device, accel), ("cpu", "cpu", cpu)):
         got = sum(len(r) for r in runs.values())
         bad = [f"{r['scenario']} {r['status']} on {r.get('device')}" for rs in runs.values()
@@ -298,6 +337,11 @@ def summarize(args: argparse.Namespace) -> int:
                   "verdicts": chk},
         "fallback": {"rc": phases.get("fallback", {}).get("rc"),
                      "verdicts": verdicts(reports["fallback"])},
+        "docker": ({"record": verdicts(reports["docker-record"]),
+                    "fallback": verdicts(reports["docker-fallback"]),
+                    "stacks": docker_stacks(reports["docker-record"]
+                                            or reports["docker-fallback"])}
+                   if args.docker else None),
         "scenarios": per_scenario,
         "assertions": assertions,
         "ok": all(a["ok"] for a in assertions),
@@ -305,6 +349,17 @@ def summarize(args: argparse.Namespace) -> int:
     write_text(out_dir / "gpu.json", json.dumps(document, indent=1, sort_keys=False) + "\n")
     print(render(document))
     return 0 if document["ok"] else 1
+
+
+def docker_stacks(report: dict[str, Any] | None) -> dict[str, Any]:
+    """image tag -> the accelerator stack its build proved, from the runs' fingerprints."""
+    out: dict[str, Any] = {}
+    for e in (report or {}).get("evidence", []):
+        image = ((e.get("candidate") or {}).get("result", {}).get("fingerprint") or {}).get(
+            "image") or {}
+        if image.get("stack"):
+            out[image["tag"]] = image["stack"]
+    return out
 
 
 def _fmt(value: float | None, unit: str = "s") -> str:
@@ -343,6 +398,8 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"{sid:<18} {rec:<16} {chk.get('verdict', '—'):<16} {fb:<16} "
                      f"{_fmt(t['import_s']):>7} {_fmt(t['first_step_s']):>9} "
                      f"{_fmt(t['step_median_s']):>8} {_fmt(r['step_median_s'], 'x'):>9}  {det}")
+    for tag, stack in ((doc.get("docker") or {}).get("stacks") or {}).items():
+        lines.append(f"docker {tag}: {stack.get('summary')}")
     for a in doc["assertions"]:
         lines.append(f"{'PASS' if a['ok'] else 'FAIL'} {a['name']}: {a['detail']}")
     lines.append("OK" if doc["ok"] else "NOT OK")
@@ -455,6 +512,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--out", required=True)
     s.add_argument("--device", required=True)
     s.add_argument("--dry-run", action="store_true")
+    s.add_argument("--docker", action="store_true", help="the docker phases ran (run.sh step 6)")
     h = sub.add_parser("host")
     h.add_argument("--nvidia-smi")
     c = sub.add_parser("select")

@@ -4,8 +4,9 @@
 #   bash benchmarks/gpu/prepare.sh [PYTHON_VERSION]   # default 3.12, the GPU host's python3
 #   bash benchmarks/gpu/prepare.sh --dry-run          # also the CPU venv for run.sh --dry-run
 #
-# Wheels: lockguard's own dependencies (pyproject's [project] dependencies and build requirements,
-# resolved for CPython PYTHON_VERSION on manylinux x86_64), never a framework, go to
+# Wheels: lockguard's own dependencies (pyproject's [project] dependencies, its `docker` extra
+# for run.sh's docker phases, and build requirements, resolved for CPython PYTHON_VERSION on
+# manylinux x86_64), never a framework, go to
 # .whl/cpXY/ (ignored by git). run.sh installs lockguard from the working tree with
 # `pip install --no-index --find-links .whl/cpXY`. The device tool carries at most 64 MiB of
 # working tree, so the total is checked against LOCKGUARD_WHEELS_MAX_MIB (default 32).
@@ -61,7 +62,8 @@ mapfile -t requirements < <("$host_python" - <<'EOF'
 import tomllib
 with open("pyproject.toml", "rb") as f:
     data = tomllib.load(f)
-for req in data["project"]["dependencies"] + data["build-system"]["requires"]:
+for req in (data["project"]["dependencies"] + data["project"]["optional-dependencies"]["docker"]
+            + data["build-system"]["requires"]):
     print(req)
 EOF
 )

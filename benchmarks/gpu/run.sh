@@ -12,7 +12,13 @@
 #   5. time each scenario on the GPU (3 runs) and with --device cpu on the same host (2 runs):
 #      import, first step (compilation included), steady step, and the per-step spread of
 #      losses, grad norms and outputs across the GPU runs;
-#   6. write gpu.json (the shape of benchmarks/results/gpu.json) and print a compact summary.
+#   6. where the host has Docker with the NVIDIA runtime (or LOCKGUARD_GPU_DOCKER=1): the same
+#      scenarios in the lock's own CUDA images (issue 25: torch 2.14.1 and jax[cuda13], their
+#      nvidia-* wheels on a plain Python base, the driver from the host): `build` (the stack
+#      proven before a GPU is seen), `record --env docker` on the GPU, and the check with the
+#      GPU hidden, which must be device_fallback saying "no NVIDIA driver visible in the
+#      container"; without Docker these phases are left out and said so;
+#   7. write gpu.json (the shape of benchmarks/results/gpu.json) and print a compact summary.
 # Each phase runs under a timeout cut from one overall budget, so the whole run ends in time
 # (default 420 s) and a phase that runs out leaves the later ones their share or is skipped.
 # Results go to $OUT (the device tool's folder; default .gpu-work/out): log.txt, record.json,
@@ -25,7 +31,11 @@
 # Settings (environment): LOCKGUARD_GPU_PYTHON (interpreter holding the frameworks),
 # LOCKGUARD_GPU_STEPS, LOCKGUARD_GPU_SCENARIOS (default "torch jax"), LOCKGUARD_GPU_BUDGET
 # (seconds), LOCKGUARD_GPU_WORK (scratch folder, cleared), LOCKGUARD_GPU_WHEELS,
-# LOCKGUARD_GPU_DRY_RUN=1 (same as --dry-run).
+# LOCKGUARD_GPU_DRY_RUN=1 (same as --dry-run), LOCKGUARD_GPU_DOCKER (auto: the docker phases
+# where `docker info` lists the nvidia runtime; 1: always, a dry run builds the images and
+# checks the fallback only; 0: never). The docker phases build multi-GB images (minutes, a
+# package index needed): give them budget, e.g. LOCKGUARD_GPU_BUDGET=2400. LOCKGUARD_BASE_IMAGE
+# (lockguard's own) names a local base image where no registry is reachable.
 set -uo pipefail  # no -e: a failed phase is recorded and the later phases still run
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,6 +48,14 @@ for arg in "$@"; do
     esac
 done
 check_repeat=3
+docker_mode=${LOCKGUARD_GPU_DOCKER:-auto}
+if [ "$docker_mode" = auto ]; then
+    docker_mode=0
+    if [ "$dry_run" != 1 ] && command -v docker >/dev/null 2>&1 &&
+        timeout 20 docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia; then
+        docker_mode=1
+    fi
+fi
 if [ "$dry_run" = 1 ]; then
     # The same phases on a small CPU machine: torch eager and compiled, jax jitted in bf16; a
     # few steps, fewer timing runs.
@@ -98,6 +116,9 @@ reap() {  # kill harness processes a timed-out lockguard left behind (each leads
             kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
         fi
     done
+    if [ "$docker_mode" = 1 ]; then  # and the containers of docker runs (lockguard labels them)
+        docker ps -q --filter label=lockguard.run=1 | xargs -r docker kill >/dev/null 2>&1
+    fi
 }
 
 phase() {  # phase NAME SHARE MIN CMD...: CMD under a timeout of at most SHARE % of the budget
@@ -138,10 +159,13 @@ fi
 tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
 wheels=${LOCKGUARD_GPU_WHEELS:-$repo/.whl/$tag}
 mkdir -p "$work/src"
-cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/lockguard" "$work/src/"
+# images/ too: the package's image templates (lockguard/envs/docker/templates) link to it.
+cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/lockguard" "$repo/images" "$work/src/"
+source_spec="$work/src"
+[ "$docker_mode" = 1 ] && source_spec="$work/src[docker]"  # the docker SDK (prepare.sh has it)
 phase install 25 20 "$python" -m pip install -q --no-index --find-links "$wheels" \
     --target "$site" --no-compile --no-warn-script-location --disable-pip-version-check \
-    "$work/src"
+    "$source_spec"
 export PYTHONPATH=$site
 # From here on lockguard runs in its project folder: `python -m` puts the working directory
 # first on sys.path, and in the repo root that would be the source tree, not the installed copy.
@@ -210,11 +234,61 @@ else
     printf 'measure\t-\t0\tskipped: no scenario\n' >> "$work/phases.tsv"
 fi
 
-# 6. summary and what goes back
+# 6. the lock's own CUDA images, where Docker can give containers the GPU
+docker_ids=()
+if [ "$docker_mode" = 1 ]; then
+    # The scenarios this host runs, less the compiled ones: torch.compile (inductor, Triton)
+    # builds C at run time, and the images hold no compiler.
+    while read -r s; do
+        case "$s" in *.compile|"") ;; *) docker_ids+=(--scenario "$s") ;; esac
+    done < "$work/scenarios.txt"
+    # A project of their own: the test locks (tests/data/README.md: the torch one installs from
+    # that machine kind's indexes and PyPI, the jax one from PyPI), a golden tree apart.
+    dproject=$work/docker
+    mkdir -p "$dproject"
+    docker_locks=()
+    grep -q '^torch\.' "$work/scenarios.txt" && docker_locks+=(torch-2.14.1-cuda.txt)
+    grep -q '^jax\.' "$work/scenarios.txt" && docker_locks+=(jax-0.10.2-cuda13.txt)
+fi
+if [ "$docker_mode" = 1 ] && [ ${#docker_locks[@]} -gt 0 ] && [ ${#docker_ids[@]} -gt 0 ]; then
+    for lock in "${docker_locks[@]}"; do cp "$repo/tests/data/$lock" "$dproject/"; done
+    {
+        echo "# written by benchmarks/gpu/run.sh"
+        printf 'locks = [%s]\n' "$(printf '"%s", ' "${docker_locks[@]}" | sed 's/, $//')"
+        echo 'env = "docker"'
+        echo 'golden_dir = "golden"'
+        echo "timeout = $run_timeout"
+    } > "$dproject/lockguard.toml"
+    echo "docker scenarios: ${docker_ids[*]}"
+    dcommon=(--config "$dproject/lockguard.toml" "${docker_ids[@]}"
+             ${steps_args[@]+"${steps_args[@]}"})
+    if phase docker-build 45 60 "$python" -m lockguard build --config "$dproject/lockguard.toml" \
+        --accelerator cuda; then
+        if [ "$dry_run" != 1 ]; then
+            phase docker-record 30 30 "$python" -m lockguard record "${dcommon[@]}" \
+                --device cuda --format json -o "$out/docker-record.json"
+        fi
+        # No GPU asked for: the image's stack loads, the training runs on the CPU and every
+        # verdict must say why (the container sees no NVIDIA driver).
+        phase docker-fallback 25 30 env CUDA_VISIBLE_DEVICES= "$python" -m lockguard check \
+            "${dcommon[@]}" --device cuda --rerun --allow-new --format json \
+            -o "$out/docker-fallback.json"
+    fi
+elif [ "$docker_mode" = 1 ]; then
+    echo "-- docker: no torch or jax scenario to run in the images"
+    printf 'docker-build\t-\t0\tskipped: no torch or jax scenario\n' >> "$work/phases.tsv"
+else
+    echo "-- docker: left out (no Docker engine with the NVIDIA runtime here;" \
+         "LOCKGUARD_GPU_DOCKER=1 forces it)"
+fi
+
+# 7. summary and what goes back
 dry_flag=()
 [ "$dry_run" = 1 ] && dry_flag=(--dry-run)
+docker_flag=()
+[ "$docker_mode" = 1 ] && docker_flag=(--docker)
 "$python" "$here/gpurun.py" summarize --work "$work" --out "$out" --device "$device" \
-    ${dry_flag[@]+"${dry_flag[@]}"}
+    ${dry_flag[@]+"${dry_flag[@]}"} ${docker_flag[@]+"${docker_flag[@]}"}
 rc=$?
 [ "$rc" -le 1 ] || { echo "error: the summary failed (exit $rc)" >&2; rc=3; }
 tar -czf "$out/runs.tar.gz" -C "$work" runs phases.tsv settings.json host.json scenarios.txt \

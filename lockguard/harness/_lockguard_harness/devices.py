@@ -15,10 +15,14 @@ import os
 import re
 from typing import Optional
 
+# What is visible, read through these two (a test swaps them for a made-up machine).
+_exists = os.path.exists
+_glob = glob.glob
+
 
 def in_container() -> bool:
     """Whether this process runs in a container (Docker's or Podman's marker file)."""
-    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+    return _exists("/.dockerenv") or _exists("/run/.containerenv")
 
 
 def _where() -> str:
@@ -49,7 +53,7 @@ def cuda_missing() -> Optional[str]:
     mask = os.environ.get("CUDA_VISIBLE_DEVICES")
     if mask is not None and _hides_every_gpu(mask):
         return f"CUDA_VISIBLE_DEVICES={mask!r} hides every GPU"
-    kernel = os.path.exists("/proc/driver/nvidia/version")
+    kernel = _exists("/proc/driver/nvidia/version")
     library = _driver_library()
     if not kernel and not library:
         if in_container():
@@ -59,14 +63,14 @@ def cuda_missing() -> Optional[str]:
     if not library:
         return (f"the NVIDIA kernel driver is there but its library libcuda.so.1 is not "
                 f"visible{_where()}")
-    if kernel and not glob.glob("/proc/driver/nvidia/gpus/*"):
+    if kernel and not _glob("/proc/driver/nvidia/gpus/*"):
         return f"the NVIDIA driver sees no GPU{_where()}"
     return None
 
 
 def tpu_missing() -> Optional[str]:
     """Why no TPU can be used here; None when TPU device nodes are visible."""
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+    if _glob("/dev/accel*") or _glob("/dev/vfio/[0-9]*"):
         return None
     if in_container():
         return ("no TPU device visible in the container (no /dev/accel*, no /dev/vfio/*: "
