@@ -1,3 +1,22 @@
-from lockguard.cli import main
+"""The `lockguard` command (and `python -m lockguard`): a check's remembered answer when it is
+still current (answers.py: standard library and lockguard's bottom layer only), else the
+command line (cli.py)."""
 
-main()
+import sys
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["check"]:
+        from lockguard.answers import replay
+
+        code = replay(argv)
+        if code is not None:
+            sys.exit(code)
+    from lockguard.cli import main as run_cli
+
+    run_cli(argv)
+
+
+if __name__ == "__main__":
+    main()

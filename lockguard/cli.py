@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from lockguard import __version__
+from lockguard import __version__, answers
 from lockguard.names import (
     DEVICES, ENV_KINDS, FORMATS, FRAMEWORKS, MAX_REPEAT, MAX_SHARDS, MAX_STEPS, RESOLVERS,
 )
@@ -240,6 +240,7 @@ def github_actions(report: Any, targets: list[tuple[str, Path | None]]) -> None:
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if not summary:
         return
+    answers.spoil("appended to the job summary")  # a replay would not
     summary_path = Path(summary)
     if any(fmt == "markdown" and path is not None and path.resolve() == summary_path.resolve()
            for fmt, path in targets):
@@ -328,14 +329,20 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """The `lockguard` entry point: click's usage errors become the same one line as every
     other bad input (click's own rendering spreads them over three lines)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["check"]:
+        # What the answer depends on is recorded; one that ran nothing is kept (answers.py).
+        answers.begin(args)
     try:
-        code = cli.main(args=argv, prog_name="lockguard", standalone_mode=False)
+        code = cli.main(args=args, prog_name="lockguard", standalone_mode=False)
     except (KeyboardInterrupt, click.exceptions.Abort):
         fail("interrupted", EXIT_INTERRUPTED)
     except click.ClickException as exc:
         where = exc.ctx.command_path if getattr(exc, "ctx", None) else "lockguard"
         fail(f"error: {where}: {one_line(exc.format_message())} (see `{where} --help`)",
              EXIT_ERROR)
+    finally:
+        answers.forget()
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -518,6 +525,9 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                                    + (("--repeat", str(repeat)) if repeat > 1 else ()))
     deliver(report, targets)
     keep_evidence(keep, report)
+    if not report.evidence and keep.pruned and targets == [("text", None)]:
+        # Nothing ran: the same invocation is answered from what this one read (answers.py).
+        answers.remember(0 if report.passed else 1, forget_last_check=config.root)
     sys.exit(0 if report.passed else 1)
 
 

@@ -10,6 +10,10 @@ from lockguard.config import Config, ConfigError, ToleranceSetting
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
+from lockguard.files import MiB, listing, read_bytes
+
+# A user's scenario script and the Python files beside it, hashed into its inputs digest.
+MAX_SCRIPT_BYTES = 16 * MiB
 
 
 @dataclass(frozen=True)
@@ -192,8 +196,10 @@ def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, 
              str(threads), environment]
     h.update("\0".join(parts).encode())
     if scenario.script:
-        h.update(scenario.script.read_bytes())
-        for sibling in sorted(scenario.script.parent.glob("*.py")):
+        h.update(read_bytes(scenario.script, "scenario script", MAX_SCRIPT_BYTES))
+        for sibling in listing(scenario.script.parent, "*.py"):
             if sibling != scenario.script and sibling.is_file():
-                h.update(b"\0" + sibling.name.encode() + b"\0" + sibling.read_bytes())
+                h.update(b"\0" + sibling.name.encode() + b"\0"
+                         + read_bytes(sibling, "Python file beside a scenario script",
+                                      MAX_SCRIPT_BYTES))
     return h.hexdigest()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard import golden
+from lockguard import answers, golden
 from lockguard.config import Config
 from lockguard.files import display_path
 from lockguard.flows.pipeline import Planned
@@ -33,7 +33,9 @@ class Hosts:
 
     def get(self, device: str) -> HardwareClass | None:
         if device not in self._known:
-            self._known[device] = host_class(device)
+            self._known[device] = found = host_class(device)
+            # A golden's path names the class: an answer from it holds on this class only.
+            answers.depends_on_hardware(device, found.id if found is not None else None)
         return self._known[device]
 
     def known(self) -> dict[str, HardwareClass]:

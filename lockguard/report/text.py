@@ -112,7 +112,10 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
         tally = ", ".join(f"{n} {verdict.value}" for verdict, n in report.tally())
         if report.accepted():
             tally += f" ({len(report.accepted())} accepted)"
-        took = f" in {report.duration_s:.1f} s" if report.duration_s is not None else ""
+        # A check that ran nothing took no time worth a figure (and its answer is replayed
+        # as it is: answers.py).
+        ran = report.evidence or report.command != "check"
+        took = f" in {report.duration_s:.1f} s" if report.duration_s is not None and ran else ""
         console.print(f"\n{outcome} {report.command}: {escape(tally) or 'nothing to do'}{took}")
     text = out.getvalue()
     if not color:  # the table pads its last column; a log should not carry the spaces
