@@ -109,6 +109,51 @@ def test_the_lock_model_is_the_bottom_of_locks():
             if within(i, ("lockguard.locks",))] == []
 
 
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    """Function-level imports count: a lazy import that closes a cycle is still one."""
+    graph = {m: {i for i in imports(p) if i in SOURCES and i != m}
+             for m, p in SOURCES.items()}
+    assert cycles(graph) == []
+
+
+def test_the_command_line_imports_no_environment():
+    """The commands reach environments through the flows (a backend, a build)."""
+    cli = [m for m in SOURCES if within(m, ("lockguard.cli",))]
+    assert violations(cli, ("lockguard.envs",)) == []
+
+
 def test_compare_does_no_io():
     modules = [m for m in SOURCES if within(m, ("lockguard.compare",))]
     assert violations(modules, IO_MODULES) == []
@@ -148,6 +193,11 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("where locks are loaded", r"^(class LockRef\b|def (load_locks|lock_paths|read_lock)\()",
      ["lockguard.locks.ref"]),
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
+    # What pip, pip-tools and uv said when they failed, in one line: for resolver and backends.
+    ("installer and resolver error trimming", r"╰─▶|\(from versions", ["lockguard.installers"]),
+    ("finding uv, or saying why it is needed", r'which\("uv"\)|needs the uv command',
+     ["lockguard.installers"]),
+    ("the ready marker's name", r"^READY\s*=", ["lockguard.envs.base"]),
 ])
 def test_each_mechanism_is_defined_once(what, pattern, expected_in):
     found = definitions(pattern)
@@ -175,3 +225,46 @@ def test_every_expected_error_derives_from_the_one_root():
         loose += [f"{name}.{c}" for c in classes
                   if not issubclass(getattr(module, c), LockguardError)]
     assert loose == []
+
+
+# The environment backends, named by module: what only envs/ (and backend_for) may import.
+BACKENDS = ("lockguard.envs.venv", "lockguard.envs.local", "lockguard.envs.docker")
+
+
+def test_the_flows_import_no_concrete_backend():
+    """The flows reach environments through the seam (lockguard.envs: Backend, backend_for;
+    envs.base), never a backend's module: a new backend is a change inside envs/."""
+    flows = [m for m in SOURCES if within(m, ("lockguard.flows",))]
+    assert flows
+    assert violations(flows, BACKENDS) == []
+
+
+def test_the_docker_backend_imports_no_other_backend():
+    """What the backends share (the ready marker, running an installer, trimming its error)
+    lies in envs/base.py and installers.py, not in the venv backend."""
+    docker = [m for m in SOURCES if within(m, ("lockguard.envs.docker",))]
+    assert docker
+    assert violations(docker, ("lockguard.envs.venv", "lockguard.envs.local")) == []
+
+
+def test_markup_belongs_to_progress_and_the_report():
+    """Orchestration and backends hand Progress plain text; rich markup (and its escaping) is
+    written by progress.py and report/ only."""
+    modules = [m for m in SOURCES if within(m, ("lockguard.flows", "lockguard.envs"))]
+    assert violations(modules, ("rich",)) == []
+
+
+def test_every_backend_implements_the_whole_protocol():
+    """backend_for gives an envs.base.Backend for every kind, and each backend (the test fake
+    too) defines every method of the protocol itself, none left to the protocol's stubs."""
+    from fakes import FakeBackend
+    from lockguard.envs import Backend, backend_for
+    from lockguard.names import ENV_KINDS
+
+    methods = [name for name, value in vars(Backend).items()
+               if callable(value) and not name.startswith("_")]
+    assert sorted(methods) == ["admit", "identity", "prepare", "scope"]
+    backends = [backend_for(kind) for kind in ENV_KINDS] + [FakeBackend()]
+    for backend in backends:
+        assert isinstance(backend, Backend)
+        assert [m for m in methods if m not in vars(type(backend))] == [], type(backend)

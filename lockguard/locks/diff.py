@@ -10,7 +10,7 @@ from packaging.version import Version
 from pydantic import BaseModel, ConfigDict
 
 from lockguard.locks.families import package_families
-from lockguard.locks.model import Lock, LockOptions, Pin
+from lockguard.locks.model import Lock, LockOptions, Pin, bulk
 
 ChangeKind = Literal["added", "removed", "upgraded", "downgraded", "rehashed", "unchanged"]
 BumpKind = Literal["major", "minor", "patch", "pre", "local"]
@@ -96,6 +96,11 @@ def diff_locks(old: Lock, new: Lock) -> LockDiff:
     A package is identified by canonical name and marker, so moving a pin under a different
     marker shows as one removal and one addition.
     """
+    with bulk():
+        return _diff(old, new)
+
+
+def _diff(old: Lock, new: Lock) -> LockDiff:
     old_pins = {(p.name, p.marker): p for p in old.pins}
     new_pins = {(p.name, p.marker): p for p in new.pins}
     keys = sorted(old_pins.keys() | new_pins.keys(), key=lambda k: (k[0], k[1] or ""))
