@@ -150,18 +150,23 @@ def _logical_spans(text: str) -> Iterator[tuple[int, int, str]]:
     start = 0
     number = 0
     for number, raw in enumerate(text.splitlines(), start=1):
-        comment_only = "#" in raw and _COMMENT.match(raw) is not None
-        if raw.endswith("\\") and not comment_only:
-            if not pending:
+        # (what _COMMENT.match finds at the start: '#' first, or after whitespace)
+        comment_only = raw.lstrip().startswith("#")
+        if not pending:
+            if comment_only or not raw:
+                continue  # (the `# via` lines of a pip-compile lock: a third of them)
+            if raw.endswith("\\"):
                 start = number
+                pending.append(raw[:-1])
+                continue
+            line, first = raw, number
+        elif raw.endswith("\\") and not comment_only:
             pending.append(raw[:-1])
             continue
-        if pending:
+        else:
             pending.append(" " + raw if comment_only else raw)
             line, first = "".join(pending), start
             pending = []
-        else:
-            line, first = raw, number
         line = (_COMMENT.sub("", line) if "#" in line else line).strip()
         if line:
             yield first, number, line
@@ -285,10 +290,11 @@ _CANONICAL = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 def _plain_pin(match: re.Match[str], number: int) -> Pin:
     name = match["name"]
+    tokens = match["hashes"].split()
     return Pin(name=name if _CANONICAL.fullmatch(name) else canonicalize_name(name),
                display_name=name, version=match["version"],
-               hashes=tuple(sorted({token[7:] for token in match["hashes"].split()})),
-               line=number)
+               hashes=(tokens[0][7:],) if len(tokens) == 1
+               else tuple(sorted({token[7:] for token in tokens})), line=number)
 
 
 def _parse_requirement(line: str, source: str, number: int) -> Pin:
