@@ -1,0 +1,104 @@
+"""A cold A/B check of two big locks against installing them with bare uv, side by side.
+
+    python benchmarks/bench_ab.py [--repeat 2] [--old LOCK] [--new LOCK] [--scenario ID]
+
+Default: the tests' torch 2.13.0+cpu lock against tests/data/torch-2.14.1-cuda.txt (the
+default-index torch 2.14.1 and its nvidia-* wheels: a 5 GB environment), scenario torch.mlp.
+Each repeat, interleaved:
+  * bare uv: one empty uv cache, `uv venv` + `uv pip install --require-hashes` of the old lock,
+    then of the new one (benchmarks/bench_env_build.bare_uv: the same interpreter, index options
+    and UV_LINK_MODE=hardlink as lockguard's builds): the download of both locks' wheels, the
+    shared ones once, and the linking;
+  * lockguard cold: `lockguard check --baseline-lock OLD --lock NEW --scenario ID` with an
+    empty lockguard cache and an empty uv cache: both environments built, the scenario run on
+    each side;
+  * lockguard warm: the same check again (environments cached): the runs alone.
+Reported: the medians, `cold - warm` (what building the two environments cost inside the check)
+and its ratio to bare uv (target ≤ ×1.2), and the whole cold check (target ≤ 45 s). Writes
+benchmarks/results/ab.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env_build import REPO, RESULTS, Scratch, bare_uv, shown  # noqa: E402
+
+OLD = REPO / "tests" / "data" / "torch-2.13.0.txt"
+NEW = REPO / "tests" / "data" / "torch-2.14.1-cuda.txt"
+
+
+def lockguard_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "lockguard"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lockguard"]
+
+
+def check(old: Path, new: Path, scenario: str, cache: Path, uv_cache: Path,
+          project: Path) -> float:
+    env = {**os.environ, "LOCKGUARD_CACHE": str(cache), "UV_CACHE_DIR": str(uv_cache)}
+    start = time.perf_counter()
+    done = subprocess.run([*lockguard_cmd(), "check", "--baseline-lock", str(old), "--lock",
+                           str(new), "--scenario", scenario], cwd=project, env=env,
+                          capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"lockguard check failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--old", type=Path, default=OLD)
+    parser.add_argument("--new", type=Path, default=NEW)
+    parser.add_argument("--scenario", default="torch.mlp")
+    args = parser.parse_args()
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    scratch = Scratch()
+    runs: dict[str, list[float]] = {"bare_uv_s": [], "cold_s": [], "warm_s": []}
+    load = [list(os.getloadavg())]
+    try:
+        for i in range(args.repeat):
+            caches = {"UV_CACHE_DIR": str(scratch.new("uv-bare"))}
+            start = time.perf_counter()
+            for lock in (args.old, args.new):
+                bare_uv(uv, lock, scratch.new("venv"), caches)
+            runs["bare_uv_s"].append(time.perf_counter() - start)
+            project = scratch.new("project")
+            (project / "pyproject.toml").write_text("[tool.lockguard]\n")
+            cache, uv_cache = scratch.new("lockguard"), scratch.new("uv")
+            runs["cold_s"].append(check(args.old, args.new, args.scenario, cache, uv_cache,
+                                        project))
+            runs["warm_s"].append(check(args.old, args.new, args.scenario, cache, uv_cache,
+                                        project))
+            print(f"repeat {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs.items()),
+                  flush=True)
+            shutil.rmtree(scratch.root)
+            scratch.root.mkdir()
+            load.append(list(os.getloadavg()))
+    finally:
+        shutil.rmtree(scratch.root, ignore_errors=True)
+    med = {k: round(statistics.median(v), 1) for k, v in runs.items()}
+    building = med["cold_s"] - med["warm_s"]
+    out = {"old": shown(args.old), "new": shown(args.new), "scenario": args.scenario,
+           "cores": os.cpu_count(), "runs": runs, "median": med,
+           "building_in_check_s": round(building, 1),
+           "building_over_bare_uv": round(building / med["bare_uv_s"], 2),
+           "targets": {"building_over_bare_uv": 1.2, "cold_s": 45},
+           "load_average": load}
+    print(json.dumps(out, indent=1))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ab.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
