@@ -18,7 +18,8 @@ import click
 
 from lockguard import __version__, answers
 from lockguard.names import (
-    DEVICES, ENV_KINDS, FORMATS, FRAMEWORKS, MAX_REPEAT, MAX_SHARDS, MAX_STEPS, RESOLVERS,
+    DEVICES, ENV_KINDS, FORMATS, FRAMEWORKS, MAX_REPEAT, MAX_SHARDS, MAX_STEPS, MODEL_FAMILIES,
+    RESOLVERS,
 )
 from lockguard.errors import (
     EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, LockguardError, UsageError, one_line,
@@ -369,6 +370,7 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps([{"id": s.id, "framework": s.framework, "source": s.source,
                                 "steps": s.steps, "dtype": s.dtype,
+                                "requires": list(s.requires),
                                 "description": s.description} for s in items], indent=2))
         return
     width = max(len(s.id) for s in items)
@@ -723,8 +725,8 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
 @click.option("--lock", "locks", multiple=True, metavar="PATH",
               help="Lock file (repeatable; one per framework); overrides [tool.lockguard] "
                    "lock/locks.")
-@click.option("--family", "families", multiple=True, type=click.Choice(["mlp", "lm"]),
-              help="Model family (repeatable). Default: both.")
+@click.option("--family", "families", multiple=True, type=click.Choice(MODEL_FAMILIES),
+              help="Model family (repeatable). Default: all.")
 @click.option("--framework", "frameworks", multiple=True, type=click.Choice(FRAMEWORKS),
               help="Only this framework (repeatable). Default: every one a lock pins.")
 @click.option("--env", type=click.Choice(ENV_KINDS),
@@ -746,7 +748,7 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
 @handles_errors
 def compare_frameworks(locks, families, frameworks, env, device, steps, repeat, fmt, output,
                        reports, config_path, verbose) -> None:
-    """Train the bundled model families (mlp, lm: same data and initial weights everywhere) in
+    """Train the bundled model families (mlp, lm, cnn: same data and initial weights everywhere) in
     every framework the locks pin, on this machine, one run at a time, and set them side by
     side: step-0 parity, final loss, first-step (compile) and steady step time, peak memory,
     compiled paths against their plain twins.

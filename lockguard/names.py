@@ -9,6 +9,9 @@ DEVICES = ("cpu", "cuda", "tpu")
 ENV_KINDS = ("venv", "docker", "local")
 FORMATS = ("text", "json", "markdown", "html", "junit", "github")
 RESOLVERS = ("pip-tools", "uv")
+# The bundled model families: a family's scenarios share data and initial weights in every
+# framework (compare-frameworks sets them side by side).
+MODEL_FAMILIES = ("mlp", "lm", "cnn")
 
 # Bounds the command line declares its options with (and the config its keys).
 # steps: of a scenario, --steps or the `steps` keys.

@@ -23,7 +23,7 @@ class Scenario:
     description: str
     steps: int
     dtype: str = "float32"
-    family: str | None = None  # mlp | lm: scenarios of one family share data and initial weights
+    family: str | None = None  # mlp | lm | cnn: one family's scenarios share data and weights
     script: Path | None = None  # user scenarios only
     tolerance: ToleranceSetting | None = None
     device: str | None = None  # overrides the lock's / config's expected device
@@ -36,6 +36,10 @@ class Scenario:
     # are the CPU split in workers; on cuda, GPUs (NCCL refuses two workers on one GPU), so a
     # host that shows fewer GPUs skips the scenario, saying so.
     replicas: int = 1
+    # The model libraries a library scenario builds its model with (torchvision, transformers,
+    # flax and optax...): it runs from the lock that pins its framework and these
+    # (locks.ref.lock_for), and plans as skipped where none does.
+    requires: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
@@ -59,6 +63,12 @@ def _b(id: str, framework: str, description: str, steps: int, family: str | None
                     replicas=replicas)
 
 
+def _lib(id: str, framework: str, requires: tuple[str, ...], description: str, steps: int,
+         execution: str = "eager") -> Scenario:
+    return Scenario(id=id, framework=framework, description=description, steps=steps,
+                    execution=execution, requires=requires)
+
+
 TORCH_COMPILE = "torch.compile (inductor)"
 JAX_JIT = "jax.jit (XLA)"
 TF_FUNCTION = "tf.function (graph)"
@@ -75,6 +85,14 @@ BUNDLED: tuple[Scenario, ...] = (
        execution=TORCH_COMPILE, plain_twin="torch.mlp"),
     _b("torch.lm.compile", "torch", "torch.lm through torch.compile (inductor)", 20, "lm",
        execution=TORCH_COMPILE, plain_twin="torch.lm"),
+    # The cnn family: conv -> BatchNorm -> ReLU -> max pool and a residual block on synthetic
+    # 8x8 images (harness gen.CNN); the probe runs in eval mode and the digest covers the
+    # BatchNorm running statistics, where framework releases move things.
+    _b("torch.cnn", "torch", "small residual conv net with BatchNorm on synthetic images, Adam",
+       20, "cnn"),
+    _b("torch.cnn.bf16", "torch", "torch.cnn under bf16 autocast", 20, "cnn", "bfloat16"),
+    _b("torch.cnn.compile", "torch", "torch.cnn through torch.compile (inductor)", 20, "cnn",
+       execution=TORCH_COMPILE, plain_twin="torch.cnn"),
     # Data pipelines: the MLP trained from the framework's input pipeline, 2 epochs of 12
     # batches (harness gen.DATA); each batch's sample ids are recorded and compared exactly.
     _b("torch.data", "torch", "torch.mlp fed by a DataLoader (seeded shuffle, 2 workers, "
@@ -94,6 +112,10 @@ BUNDLED: tuple[Scenario, ...] = (
     _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm",
        execution=JAX_JIT),
     _b("jax.lm.bf16", "jax", "tiny LM with bf16 matmuls", 20, "lm", "bfloat16", JAX_JIT),
+    _b("jax.cnn", "jax", "small residual conv net with BatchNorm, jitted, Adam", 20, "cnn",
+       execution=JAX_JIT),
+    _b("jax.cnn.bf16", "jax", "jax.cnn with bf16 convolutions (autocast's policy)", 20, "cnn",
+       "bfloat16", JAX_JIT),
     _b("jax.rng", "jax", "MLP initialised by jax.random", 30, None, execution=JAX_JIT),
     _b("jax.data", "jax", "jax.mlp fed by a numpy pipeline (Generator shuffle, map, "
        "prefetch thread)", 24, None, execution="numpy pipeline + jax.jit"),
@@ -105,10 +127,33 @@ BUNDLED: tuple[Scenario, ...] = (
        execution="Keras in tf.function"),
     _b("tf.lm", "tensorflow", "tiny causal transformer LM in tf.function, AdamW", 20, "lm",
        execution=TF_FUNCTION),
+    _b("tf.cnn", "tensorflow", "small residual conv net with BatchNorm in tf.function, Adam",
+       20, "cnn", execution=TF_FUNCTION),
+    _b("tf.cnn.xla", "tensorflow", "tf.cnn in tf.function(jit_compile=True)", 20, "cnn",
+       execution="tf.function + XLA", plain_twin="tf.cnn"),
+    _b("tf.cnn.bf16", "tensorflow", "tf.cnn with bf16 convolutions (autocast's policy)", 20,
+       "cnn", "bfloat16", TF_FUNCTION),
     _b("tf.rng", "tensorflow", "MLP initialised by TensorFlow's RNG", 30, None,
        execution=TF_FUNCTION),
     _b("tf.data", "tensorflow", "tf.mlp fed by tf.data (shuffle, map, batch, prefetch, "
        "deterministic)", 24, None, execution="tf.data + tf.function"),
+    # Models constructed by the libraries pinned beside the framework, from a config, with the
+    # library's own random initialisation (nothing downloaded), on synthetic data: a release
+    # that changes a default (initialisation, attention, an epsilon) moves them with the
+    # framework untouched. They run only where a lock pins the library.
+    _lib("torchvision.resnet18", "torch", ("torchvision",),
+         "torchvision ResNet-18 (weights=None, 10 classes) on 32x32 images, SGD momentum", 6),
+    _lib("transformers.gpt2", "torch", ("transformers",),
+         "2-layer GPT-2 built from a transformers GPT2Config, causal LM loss, AdamW", 10),
+    _lib("transformers.bert", "torch", ("transformers",),
+         "2-layer BERT masked LM built from a transformers BertConfig, AdamW", 10),
+    _lib("timm.vit", "torch", ("timm",),
+         "timm ViT-Tiny (patch 8, pretrained=False) on 32x32 images, AdamW", 6),
+    _lib("flax.mlp", "jax", ("flax", "optax"),
+         "MLP as a flax.linen module (flax's init), optax.adamw, jitted", 30, JAX_JIT),
+    _lib("keras.cnn", "tensorflow", ("keras",),
+         "conv net of Keras layers with Keras' defaults (init, BatchNorm) on 32x32 images, "
+         "Keras Adam", 10, "Keras in tf.function"),
 )
 
 
@@ -168,7 +213,8 @@ def select(config: Config, requested: list[str]) -> list[Scenario]:
 def _spelling(name: str, known) -> str:
     """What an unknown scenario id was likely meant to be: a close id or prefix (`torch.mpl`,
     `loss-ema`), or for a framework's name its scenarios' prefix (`tensorflow` → tf)."""
-    prefixes = sorted({s.id.split(".", 1)[0] for s in known if s.framework == name.lower()})
+    prefixes = sorted({s.id.split(".", 1)[0] for s in known
+                       if s.framework == name.lower() and not s.requires})
     if prefixes and name not in prefixes:
         return f"did you mean {' or '.join(prefixes)}?"
     ids = [s.id for s in known]

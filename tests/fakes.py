@@ -25,6 +25,10 @@ from lockguard.hardware import cpu_info
 from lockguard.locks.families import framework_version
 from lockguard.locks.model import Lock
 from lockguard.results import SCHEMA_VERSION, RunResult, Status
+from lockguard.scenarios import BUNDLED
+
+# The libraries each library scenario builds its model with (Scenario.requires).
+LIBRARIES = {s.id: s.requires for s in BUNDLED if s.requires}
 
 
 def lock(tmp_path: Path, name: str, text: str) -> LockRef:
@@ -57,6 +61,10 @@ class FakeEnv:
         sid, fw = request.scenario_id, request.framework
         # One environment serves every framework its lock pins, as a venv does.
         version = framework_version(self.lock, fw) or "unpinned"
+        # A library scenario (transformers.gpt2) moves with its libraries' versions too.
+        for name in LIBRARIES.get(sid, ()):
+            pin = self.lock.pin(name)
+            version += f"+{name}-{pin.version if pin else 'unpinned'}"
         self.backend.record_run(sid, version)
         behaviour = self.backend.behaviour.get((sid, version))
         if behaviour == "crash":

@@ -126,9 +126,10 @@ def test_cuda_wheels_alone_are_one_unit_and_ml_dtypes_joins_jax_and_tensorflow()
           "keras==3.4.0\nsix==1.16.0\n"
     diff = diff_locks(parse_lock_text(old, "o"), parse_lock_text(new, "n"))
     units = {u.label: sorted(c.name for c in u.changes) for u in change_units(diff)}
-    # jax moved, so the CUDA wheels go with it; ml-dtypes ties jax to tensorflow (keras).
+    # jax moved, so the CUDA wheels go with it; ml-dtypes ties jax to tensorflow. Keras 3 is
+    # released on its own (tensorflow asks for keras>=3): a unit of its own, named as Keras.
     assert units == {"jax family + tensorflow family": [
-        "jax", "keras", "ml-dtypes", "nvidia-cudnn-cu12", "nvidia-nccl-cu12"]}
+        "jax", "ml-dtypes", "nvidia-cudnn-cu12", "nvidia-nccl-cu12"], "keras": ["keras"]}
     only_cuda = diff_locks(parse_lock_text(old, "o"), parse_lock_text(
         old.replace("9.1.0.70", "9.1.1.17").replace("2.20.5", "2.21.5"), "n"))
     assert {u.label: len(u.changes) for u in change_units(only_cuda)} == {"CUDA wheels": 2}

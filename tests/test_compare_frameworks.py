@@ -25,6 +25,7 @@ from lockguard.report import load_report, render
 MLP = ["torch.mlp", "torch.mlp.compile", "numpy.mlp", "jax.mlp", "tf.mlp", "tf.mlp.xla",
        "tf.keras"]
 LM = ["torch.lm", "torch.lm.compile", "jax.lm", "tf.lm"]
+CNN = ["torch.cnn", "torch.cnn.compile", "jax.cnn", "tf.cnn", "tf.cnn.xla"]
 
 
 def lock(tmp_path: Path, name: str, text: str) -> LockRef:
@@ -42,7 +43,7 @@ def locks(tmp_path: Path) -> list[LockRef]:
 
 def test_scenarios_are_the_float32_families_in_family_order():
     ids = [s.id for s in comparison_scenarios([], [])]
-    assert ids == MLP + LM  # no bf16, no own-RNG scenario: other math
+    assert ids == MLP + LM + CNN  # no bf16, no own-RNG scenario: other math
     assert [s.id for s in comparison_scenarios(["lm", "mlp"], ["jax"])] == ["jax.lm", "jax.mlp"]
     assert [s.id for s in comparison_scenarios(["mlp"], ["numpy", "torch"])] == [
         "torch.mlp", "torch.mlp.compile", "numpy.mlp"]
@@ -57,16 +58,17 @@ def test_runs_one_at_a_time_and_sets_the_families_side_by_side(tmp_path, locks):
                                 Options(repeat=2), backend=fake)
     # Timings are the point: a training never shares the machine with another one.
     assert fake.together == set()
-    assert len(fake.runs) == 2 * len(MLP + LM)
+    assert len(fake.runs) == 2 * len(MLP + LM + CNN)
     # Repeats in rounds: every scenario once, then every scenario again.
-    assert [sid for sid, _ in fake.runs] == (MLP + LM) * 2
+    assert [sid for sid, _ in fake.runs] == (MLP + LM + CNN) * 2
     assert report.passed and report.command == "compare-frameworks"
     assert {v.verdict for v in report.verdicts} == {Verdict.measured}
     table = report.frameworks
-    assert table is not None and table.repeat == 2 and table.steps == {"mlp": 6, "lm": 6}
-    assert [family for family, _ in table.families()] == ["mlp", "lm"]
+    assert table is not None and table.repeat == 2
+    assert table.steps == {"mlp": 6, "lm": 6, "cnn": 6}
+    assert [family for family, _ in table.families()] == ["mlp", "lm", "cnn"]
     rows = {row.scenario: row for row in table.rows}
-    assert list(rows) == MLP + LM
+    assert list(rows) == MLP + LM + CNN
     assert rows["numpy.mlp"].step_vs_fastest == 1.0  # the family's fastest
     assert rows["torch.mlp"].step_vs_fastest == pytest.approx(4.0)
     assert rows["torch.mlp.compile"].plain == "torch.mlp"
@@ -76,7 +78,7 @@ def test_runs_one_at_a_time_and_sets_the_families_side_by_side(tmp_path, locks):
     assert rows["torch.lm"].version == "2.13.0" and rows["tf.lm"].framework == "tensorflow"
     assert rows["jax.mlp"].execution == "jax.jit (XLA)"
     # Step 0 is the same for every framework (same data and weights): no spread.
-    assert table.step0_spread == {"mlp": 0.0, "lm": 0.0}
+    assert table.step0_spread == {"mlp": 0.0, "lm": 0.0, "cnn": 0.0}
     assert all(row.device == "cpu" for row in table.rows) and table.device == "cpu"
     assert any("not tuned per framework" in caveat for caveat in table.caveats)
 
@@ -166,6 +168,40 @@ def test_mlp_family_in_real_torch_jax_and_tensorflow(tmp_path):
     assert "| torch.mlp.compile | torch.compile (inductor) |" in (project / "r.md").read_text()
     html = run_cli("report", "r.json", "--format", "html", cwd=project)
     assert html.returncode == 0 and '<section id="frameworks">' in html.stdout
+
+
+@pytest.mark.slow
+def test_cnn_family_in_real_torch_jax_and_tensorflow(tmp_path):
+    """The cnn family (conv, BatchNorm, residual block) in the three frameworks: step 0 agrees
+    to float rounding, the compiled twins stand beside their plain twins, and every run also
+    agrees on its last loss and its eval-mode probe outputs (BatchNorm's running statistics)
+    within float32 rounding, 20 Adam steps on."""
+    project = three_framework_project(tmp_path / "p")
+    proc = run_cli("compare-frameworks", "--family", "cnn", "--report", "json=r.json",
+                   cwd=project, env={"COLUMNS": "100"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((project / "r.json").read_text())
+    assert {v["scenario"]: v["verdict"] for v in report["verdicts"]} == {
+        sid: "measured" for sid in CNN}
+    rows = {row["scenario"]: row for row in report["frameworks"]["rows"]}
+    runs = {ev["scenario"]: ev["candidate"]["result"] for ev in report["evidence"]}
+    assert list(rows) == CNN
+    assert report["frameworks"]["step0_spread"]["cnn"] < 1e-6
+    assert rows["torch.cnn.compile"]["plain"] == "torch.cnn"
+    assert rows["torch.cnn.compile"]["notes"] == []  # compiles whole: no break, no fallback
+    assert rows["tf.cnn.xla"]["plain"] == "tf.cnn" and rows["tf.cnn.xla"]["notes"] == []
+    reference = runs["torch.cnn"]
+    for sid in CNN:
+        run = runs[sid]
+        assert run["dtype"] == "float32" and run["steps"] == 20
+        assert run["losses"][-1] < run["losses"][0]  # it learns
+        assert run["losses"][-1] == pytest.approx(reference["losses"][-1], rel=1e-4)
+        # eval mode: normalised by the running statistics the 20 steps accumulated
+        assert run["outputs"] == pytest.approx(reference["outputs"], rel=1e-3, abs=1e-4)
+        assert run["output_shape"] == [4, 4]
+        # the running statistics are in the digest beside the parameters, in every framework
+        assert {"bn1_mean", "bn1_var", "bn3_mean", "bn3_var", "fc_w"} <= set(run["param_norms"])
+    assert "cnn, 20 steps: same data and initial weights" in proc.stdout
 
 
 def test_the_text_table_fits_80_columns_with_real_figures_and_cuts_nothing():

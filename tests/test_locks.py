@@ -429,6 +429,7 @@ def test_framework_version_is_ambiguous_when_markers_disagree():
     ("tf-keras", ("tensorflow",)), ("tensorboard", ("tensorflow",)),
     ("numpy", ("numpy",)), ("NumPy", ("numpy",)),
     ("nvidia-cublas-cu12", ("cuda",)), ("nvidia-cudnn-cu11", ("cuda",)),
+    ("cuda-toolkit", ("cuda",)), ("cuda-bindings", ("cuda",)), ("cuda_pathfinder", ("cuda",)),
     ("requests", ()), ("scipy", ()), ("torchmetrics", ()),
 ])
 def test_package_families(name, families):

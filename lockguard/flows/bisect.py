@@ -52,6 +52,13 @@ Outcome = Literal["fail", "pass", "unresolved"]
 Oracle = Callable[[frozenset[int]], Outcome]
 
 _FRAMEWORK_FAMILIES = ("torch", "jax", "tensorflow")
+# Model libraries in a framework's family that are released on their own schedule: Keras 3
+# (tensorflow asks for keras>=3.x, not a version of its own). Bisection tries each as a unit of
+# its own, so that a Keras release that moves the numbers is named as Keras, not as the
+# tensorflow family. torchvision and torchaudio stay with torch: each release is built against
+# one torch release (torchvision 0.29.0 requires torch==2.14.0), so a mix that moves one without
+# the other is rarely installable, and a torch bump moves them along in every real lock.
+_OWN_RELEASES = frozenset({"keras", "keras-nightly"})
 
 
 # ----------------------------------------------------------------------------------- units
@@ -76,10 +83,18 @@ def change_units(diff: LockDiff) -> list[Unit]:
     A change belongs to the families package_families gives it; families a change shares are
     merged (ml-dtypes joins jax and tensorflow). CUDA wheels (nvidia-*) join every framework
     family that moved in this diff, since each of them loads them; alone they are one unit.
-    numpy is a family of one package and stays a unit of its own.
+    numpy is a family of one package and stays a unit of its own, as do the libraries released
+    on their own schedule (_OWN_RELEASES: keras) and every package outside the families
+    (transformers, timm, flax, optax).
     """
     changed = diff.changed
-    moved = {f for c in changed for f in c.families if f in _FRAMEWORK_FAMILIES}
+
+    def families(c: Change) -> list[str]:
+        if c.name in _OWN_RELEASES:
+            return []
+        return [f for f in c.families if f in _FRAMEWORK_FAMILIES]
+
+    moved = {f for c in changed for f in families(c)}
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -89,7 +104,7 @@ def change_units(diff: LockDiff) -> list[Unit]:
 
     keys: list[str] = []
     for c in changed:
-        fams = [f for f in c.families if f in _FRAMEWORK_FAMILIES]
+        fams = families(c)
         if "cuda" in c.families:
             fams += sorted(moved) or ["cuda"]
         labels = [f"family:{f}" for f in fams] or [f"package:{c.name}|{c.marker or ''}"]

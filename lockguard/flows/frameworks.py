@@ -23,6 +23,7 @@ from lockguard.flows.report_parts import (
     trust_notes,
 )
 from lockguard.locks.families import framework_version
+from lockguard.names import MODEL_FAMILIES
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario, bundled
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.report import Evidence, FrameworkRow, FrameworkTable, Report
 
-FAMILIES = ("mlp", "lm")
+FAMILIES = MODEL_FAMILIES
 MEASURED = ("measured on this machine; frameworks are set side by side, not judged against "
             "each other")
 

@@ -27,7 +27,7 @@ from lockguard.files import scratch_dir, writable_dir
 from lockguard.hardware import host_memory, visible_gpus
 # The locks of a run live in lockguard.locks.ref; imported here too, for the flows built on
 # the pipeline.
-from lockguard.locks.ref import LockRef, lock_for, lock_target
+from lockguard.locks.ref import LockRef, lock_for, lock_target, no_lock_reason
 from lockguard.locks.trust import require_trusted
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
@@ -121,9 +121,7 @@ def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
         n = steps or config.steps or sc.steps
         reason = None
         if ref is None and not local:
-            pinned = sorted({f for r in locks for f in r.lock.frameworks()})
-            reason = (f"no lock pins {sc.framework} (locks pin: "
-                      f"{', '.join(pinned) or 'no framework'})")
+            reason = no_lock_reason(sc, locks)
         elif sc.replicas > 1 and expected == "tpu":
             reason = f"trains on {sc.replicas} devices at once: on the CPU or on GPUs, not on tpu"
         planned.append(Planned(sc, ref, expected, n, reason))

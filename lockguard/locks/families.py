@@ -13,6 +13,9 @@ from lockguard.locks.model import FRAMEWORK_DISTS, Lock, LockError, Pin, ambiguo
 _TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "triton"}
 _JAX_FAMILY = {"jax", "jaxlib", "libtpu", "libtpu-nightly", "ml-dtypes"}
 _JAX_PLUGIN = re.compile(r"^jax-(cuda|rocm)\d+-(plugin|pjrt)$")
+# NVIDIA's CUDA Python packages that CUDA builds depend on beside the nvidia-* wheels (torch
+# 2.14's CUDA build requires cuda-toolkit and cuda-bindings, which require cuda-pathfinder).
+_CUDA_PYTHON = {"cuda-bindings", "cuda-pathfinder", "cuda-toolkit", "cuda-python", "cuda-core"}
 _TENSORFLOW_FAMILY = {
     "intel-tensorflow", "keras", "keras-nightly", "tf-keras", "tf-keras-nightly", "tb-nightly",
     "ml-dtypes",
@@ -22,9 +25,10 @@ _TENSORFLOW_FAMILY = {
 def package_families(name: str) -> tuple[str, ...]:
     """The framework families a package belongs to, sorted; empty for everything else.
 
-    ml-dtypes is in two families (jax and tensorflow both build on it). nvidia-* wheels are
-    "cuda": torch, jax and tensorflow CUDA builds all load them, so a change there concerns
-    every framework that runs on a GPU.
+    ml-dtypes is in two families (jax and tensorflow both build on it). nvidia-* wheels and
+    NVIDIA's CUDA Python packages (cuda-toolkit, cuda-bindings, cuda-pathfinder) are "cuda":
+    torch, jax and tensorflow CUDA builds load them, so a change there concerns every framework
+    that runs on a GPU.
     """
     name = canonicalize_name(name)
     families: set[str] = set()
@@ -39,7 +43,7 @@ def package_families(name: str) -> tuple[str, ...]:
         families.add("tensorflow")
     if name == "numpy":
         families.add("numpy")
-    if name.startswith("nvidia-"):
+    if name.startswith("nvidia-") or name in _CUDA_PYTHON:
         families.add("cuda")
     return tuple(sorted(families))
 

@@ -1,6 +1,7 @@
 """Where the locks of a run come from: `LockRef` (a parsed lock and what the configuration says
 of it), `lock_paths` and `load_locks` (the --lock options, else the config's `lock`/`locks`),
-`read_lock` (one file, any format) and `lock_for` (the lock a scenario runs from).
+`read_lock` (one file, any format) and `lock_for` (the lock a scenario runs from; why none:
+`no_lock_reason`).
 
 Each lock is read for the platform the environments are built for: the config's `python`,
 else the interpreter running lockguard (lockguard.locks.target).
@@ -75,9 +76,37 @@ class _HasFramework(Protocol):
     def framework(self) -> str: ...
 
 
+def _requires(scenario: _HasFramework) -> tuple[str, ...]:
+    # A library scenario (torchvision.resnet18) also needs its libraries pinned; others need
+    # nothing beside their framework.
+    return tuple(getattr(scenario, "requires", ()))
+
+
+def _pins(lock: Lock, names: tuple[str, ...]) -> bool:
+    from packaging.utils import canonicalize_name
+
+    return all(canonicalize_name(name) in lock.by_name for name in names)
+
+
 def lock_for(scenario: _HasFramework, locks: list[LockRef]) -> LockRef | None:
-    """The first lock that pins the scenario's framework: frameworks never share an env."""
+    """The first lock that pins the scenario's framework (frameworks never share an env) and,
+    for a library scenario, every library it requires: the one place that decides which lock
+    a scenario runs from, so plan, A/B, bisect and propose agree."""
     for ref in locks:
-        if scenario.framework in ref.lock.frameworks():
+        if scenario.framework in ref.lock.frameworks() and _pins(ref.lock, _requires(scenario)):
             return ref
     return None
+
+
+def no_lock_reason(scenario: _HasFramework, locks: list[LockRef]) -> str:
+    """Why lock_for found no lock for `scenario`: its framework pinned nowhere, or its library
+    not beside it ("no lock pins torchvision")."""
+    mine = [ref for ref in locks if scenario.framework in ref.lock.frameworks()]
+    if not mine:
+        pinned = sorted({f for ref in locks for f in ref.lock.frameworks()})
+        return (f"no lock pins {scenario.framework} (locks pin: "
+                f"{', '.join(pinned) or 'no framework'})")
+    missing = [name for name in _requires(scenario)
+               if not any(_pins(ref.lock, (name,)) for ref in mine)]
+    return (f"no lock pins {' and '.join(missing or _requires(scenario))} beside "
+            f"{scenario.framework}")

@@ -207,3 +207,84 @@ def lm_data(seed: int) -> Tuple[List[List[int]], List[List[int]], List[List[int]
     probe_tokens = integers(seed, "lm/probe", LM["probe_batch"] * t, v)
     probe = [probe_tokens[r * t : (r + 1) * t] for r in range(LM["probe_batch"])]
     return inputs, targets, probe
+
+
+# --------------------------------------------------------------------------- cnn family
+# A small residual convolutional classifier on synthetic images, in torch's layouts (images
+# NCHW, conv weights (out, in, kh, kw)); frameworks with other layouts transpose on load:
+#   stem:  x -> conv3x3(3 -> 8, padding 1, no bias) -> BatchNorm(bn1) -> ReLU -> max pool 2x2
+#   block: h -> conv3x3(8 -> 8, pad 1) -> BN(bn2) -> ReLU -> conv3x3(8 -> 8, pad 1) -> BN(bn3)
+#          -> + h -> ReLU
+#   head:  global average pool -> Linear(8 -> 4) -> logits
+# BatchNorm as torch.nn.BatchNorm2d computes it: in training, each channel normalised by the
+# batch's mean and biased variance over (N, H, W), eps 1e-5; the running statistics updated as
+# running = (1 - momentum) * running + momentum * batch statistic, momentum 0.1, the variance's
+# unbiased (n / (n - 1)); in evaluation (the probe outputs), normalised by the running statistics.
+# The running statistics follow the parameters in the digest (CNN_BUFFERS): what a framework
+# release moves in BatchNorm shows in the digest and in the probe outputs.
+# loss = mean cross-entropy; optimiser Adam(lr=3e-3, betas=(0.9, 0.999), eps=1e-8), full batch.
+
+CNN = {"channels": 3, "size": 8, "width": 8, "classes": 4, "batch": 32, "probe": 4,
+       "lr": 3e-3, "steps": 20, "eps": 1e-5, "momentum": 0.1}
+CNN_NORMS = ("bn1", "bn2", "bn3")
+
+
+def cnn_params(seed: int) -> Dict[str, Tensor]:
+    """The trainable parameters in a fixed order (the digest's, before CNN_BUFFERS)."""
+    c, w, k = CNN["channels"], CNN["width"], CNN["classes"]
+    params: Dict[str, Tensor] = {}
+    for i, (name, cin) in enumerate((("conv1", c), ("conv2", w), ("conv3", w))):
+        params[name + "_w"] = uniform(seed, f"cnn/{name}_w", (w, cin, 3, 3),
+                                      1.0 / math.sqrt(cin * 9))
+        params[CNN_NORMS[i] + "_w"] = constant((w,), 1.0)
+        params[CNN_NORMS[i] + "_b"] = constant((w,), 0.0)
+    params["fc_w"] = uniform(seed, "cnn/fc_w", (k, w), 1.0 / math.sqrt(w))
+    params["fc_b"] = uniform(seed, "cnn/fc_b", (k,), 1.0 / math.sqrt(w))
+    return params
+
+
+def cnn_buffers() -> Dict[str, Tensor]:
+    """The BatchNorm running statistics at the start (mean 0, variance 1), in digest order."""
+    w = CNN["width"]
+    out: Dict[str, Tensor] = {}
+    for norm in CNN_NORMS:
+        out[norm + "_mean"] = constant((w,), 0.0)
+        out[norm + "_var"] = constant((w,), 1.0)
+    return out
+
+
+def cnn_data(seed: int) -> Tuple[Tensor, List[int], Tensor]:
+    """(images NCHW, integer labels, probe images). The label is learnable from the pixels: bit 1
+    says whether channel 0 is brighter in the left half than in the right, bit 0 whether channel
+    1 is brighter in the top half than in the bottom."""
+    c, s, b = CNN["channels"], CNN["size"], CNN["batch"]
+    shape, x = uniform(seed, "cnn/x", (b, c, s, s), 1.0)
+    half = s // 2
+    labels = []
+    for n in range(b):
+        def pixel(ch: int, row: int, col: int) -> float:
+            return x[((n * c + ch) * s + row) * s + col]
+        left = math.fsum(pixel(0, r, q) for r in range(s) for q in range(half))
+        right = math.fsum(pixel(0, r, q) for r in range(s) for q in range(half, s))
+        top = math.fsum(pixel(1, r, q) for r in range(half) for q in range(s))
+        bottom = math.fsum(pixel(1, r, q) for r in range(half, s) for q in range(s))
+        labels.append(int(left > right) * 2 + int(top > bottom))
+    probe = uniform(seed, "cnn/probe", (CNN["probe"], c, s, s), 1.0)
+    return (shape, x), labels, probe
+
+
+# --------------------------------------------------------------------------- library models
+# The model-library scenarios (harness lib_*.py) train a model that the library builds and
+# initialises itself; only their inputs come from here: images (NCHW, 3 channels, values in
+# [-1, 1)) with integer labels, and for the language models the lm family's tokens (lm_data).
+
+IMAGES = {"size": 32, "batch": 8, "classes": 10, "probe": 4}
+
+
+def image_data(seed: int) -> Tuple[Tensor, List[int], Tensor]:
+    """(images NCHW, integer labels, probe images) for the library image classifiers."""
+    c = IMAGES
+    x = uniform(seed, "images/x", (c["batch"], 3, c["size"], c["size"]), 1.0)
+    labels = integers(seed, "images/labels", c["batch"], c["classes"])
+    probe = uniform(seed, "images/probe", (c["probe"], 3, c["size"], c["size"]), 1.0)
+    return x, labels, probe

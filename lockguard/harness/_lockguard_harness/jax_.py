@@ -24,6 +24,11 @@ so a linear layer is x @ W.T + b and the parameter digest is over gen's layout a
     jax.dp       gen.MLP jitted over 2 devices (XLA's CPU client split in two on the CPU, 2 GPUs
                  on cuda, where XLA all-reduces over NCCL): the batch sharded, the parameters
                  replicated, loss and gradients all-reduced
+    jax.cnn      gen.CNN in torch's layouts (lax.conv_general_dilated over NCHW/OIHW), BatchNorm
+                 written out as torch computes it; the running statistics are state the jitted
+                 step returns (train_with_state), the probe uses them, the digest covers them
+    jax.cnn.bf16 jax.cnn with autocast's policy: convolutions and the linear layer in bfloat16,
+                 BatchNorm computed in float32 and returned in bfloat16
     jax.data     gen.MLP trained from a numpy input pipeline (gen.DATA): each epoch shuffled by
                  numpy's Generator (default_rng(seed).permutation), mapped, batched, and
                  prefetched onto the device by a background thread; every batch's sample ids
@@ -478,6 +483,112 @@ def _lm(ctx, bf16: bool = False) -> None:
         ctx.result["dtype"] = "bfloat16"
 
 
+# --------------------------------------------------------------------------- cnn family
+
+def train_with_state(ctx, params: Dict[str, Any], state: Dict[str, Any],
+                     loss_fn: Callable[[Dict[str, Any], Dict[str, Any]], Any],
+                     probe_fn: Callable[[Dict[str, Any], Dict[str, Any]], Any],
+                     lr: float) -> None:
+    """`train` for a model with state that the forward pass updates and Adam does not (the
+    BatchNorm running statistics): loss_fn(params, state) returns (loss, new state), and
+    probe_fn(params, state) the probe outputs. One jitted step; the digest covers the
+    parameters, then the state, each in its given order."""
+    traces = [0]
+    order, state_order = list(params), list(state)
+
+    def train_step(params, state, m, v, step_size, bc2_sqrt):
+        traces[0] += 1  # runs only while jax traces the function
+        (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state)
+        new_p, new_m, new_v = _adam_update(params, grads, m, v, step_size, bc2_sqrt, None)
+        return new_p, new_state, new_m, new_v, loss, grads
+
+    step_fn = jax.jit(train_step)
+    m = {k: jnp.zeros_like(p) for k, p in params.items()}
+    v = {k: jnp.zeros_like(p) for k, p in params.items()}
+    for step in range(1, ctx.steps + 1):
+        step_size, bc2_sqrt = (np.float32(x) for x in gen.adam_host_scalars(step, lr))
+        start = time.perf_counter()
+        params, state, m, v, loss, grads = step_fn(params, state, m, v, step_size, bc2_sqrt)
+        jax.block_until_ready((params, state, m, v, loss, grads))
+        seconds = time.perf_counter() - start
+        ctx.record_step(float(_host(loss)), global_norm(_host(g) for g in grads.values()),
+                        seconds)
+    ctx.set_outputs(*host_floats(_host(jax.jit(probe_fn)(params, state))))
+    _record_params(ctx, {**{name: params[name] for name in order},
+                         **{name: state[name] for name in state_order}})
+    compile_info: Dict[str, Any] = {"traces": {"train_step": traces[0]}}
+    if "train_step" in _STATE["compiles"]:
+        compile_info["compilations"] = {"train_step": _STATE["compiles"]["train_step"]}
+        compile_info["compile_s"] = _STATE["compile_s"]["train_step"]
+    ctx.result["compile"] = compile_info
+
+
+def _conv3x3(x: Any, w: Any, cdt: Any) -> Any:
+    """torch's Conv2d(padding=1, bias=False) in its layouts: x NCHW, w OIHW."""
+    return jax.lax.conv_general_dilated(x.astype(cdt), w.astype(cdt), (1, 1), ((1, 1), (1, 1)),
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+def _batch_norm(x: Any, w: Any, b: Any, mean: Any, var: Any, training: bool
+                ) -> Tuple[Any, Tuple[Any, Any]]:
+    """torch.nn.BatchNorm2d over NCHW, computed in float32 and returned in x's dtype (torch's
+    for a bfloat16 input): (output, (running mean, running variance) after this batch)."""
+    c = gen.CNN
+    xf = x.astype(jnp.float32)
+    if training:
+        mu = jnp.mean(xf, axis=(0, 2, 3))
+        biased = jnp.mean(jnp.square(xf - mu[None, :, None, None]), axis=(0, 2, 3))
+        n = xf.size // xf.shape[1]
+        k = c["momentum"]
+        new = ((1 - k) * mean + k * mu, (1 - k) * var + k * (biased * (n / (n - 1))))
+    else:
+        mu, biased, new = mean, var, (mean, var)
+    per = (None, slice(None), None, None)
+    y = (xf - mu[per]) * jax.lax.rsqrt(biased[per] + c["eps"]) * w[per] + b[per]
+    return y.astype(x.dtype), new
+
+
+def _cnn_forward(p: Dict[str, Any], s: Dict[str, Any], x: Any, training: bool,
+                 bf16: bool) -> Tuple[Any, Dict[str, Any]]:
+    """gen.CNN in torch's layouts: (logits, new running statistics). With bf16, torch.autocast's
+    policy: convolutions and the linear layer in bfloat16, BatchNorm computed in float32 and
+    returned in bfloat16, the rest in the dtype of its input."""
+    cdt = jnp.bfloat16 if bf16 else jnp.float32
+    new: Dict[str, Any] = {}
+
+    def norm(h: Any, name: str) -> Any:
+        out, (mean, var) = _batch_norm(h, p[name + "_w"], p[name + "_b"], s[name + "_mean"],
+                                       s[name + "_var"], training)
+        new[name + "_mean"], new[name + "_var"] = mean, var
+        return out
+
+    h = jax.nn.relu(norm(_conv3x3(x, p["conv1_w"], cdt), "bn1"))
+    # A Python -inf with lax.max: jax recognises the max monoid (differentiable), as flax does.
+    h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    r = jax.nn.relu(norm(_conv3x3(h, p["conv2_w"], cdt), "bn2"))
+    h = jax.nn.relu(norm(_conv3x3(r, p["conv3_w"], cdt), "bn3") + h)
+    pooled = jnp.mean(h, axis=(2, 3))
+    logits = pooled.astype(cdt) @ p["fc_w"].astype(cdt).T + p["fc_b"].astype(cdt)
+    return logits, {name: new[name] for name in s}
+
+
+def _cnn(ctx, bf16: bool = False) -> None:
+    params = {k: _to_jax(t) for k, t in gen.cnn_params(ctx.seed).items()}
+    state = {k: _to_jax(t) for k, t in gen.cnn_buffers().items()}
+    x_t, labels, probe_t = gen.cnn_data(ctx.seed)
+    x, probe = _to_jax(x_t), _to_jax(probe_t)
+    y = jax.device_put(np.array(labels, dtype=np.int32), _STATE["device"])
+
+    def loss_fn(p: Dict[str, Any], s: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+        logits, new = _cnn_forward(p, s, x, True, bf16)
+        return _cross_entropy(logits, y), new
+
+    train_with_state(ctx, params, state, loss_fn,
+                     lambda p, s: _cnn_forward(p, s, probe, False, bf16)[0], gen.CNN["lr"])
+    if bf16:
+        ctx.result["dtype"] = "bfloat16"
+
+
 SCENARIOS: Dict[str, Callable[[Any], None]] = {
     "jax.mlp": lambda ctx: _mlp(ctx, "gen"),
     "jax.lm": lambda ctx: _lm(ctx),
@@ -485,6 +596,8 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {
     "jax.rng": lambda ctx: _mlp(ctx, "jax"),
     "jax.data": _data,
     "jax.dp": _dp,
+    "jax.cnn": lambda ctx: _cnn(ctx),
+    "jax.cnn.bf16": lambda ctx: _cnn(ctx, bf16=True),
 }
 
 

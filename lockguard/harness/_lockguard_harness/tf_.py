@@ -25,6 +25,11 @@ gen's (out, in) layout, a linear layer is matmul(x, W, transpose_b=True) + b):
                 tf.random.set_seed(seed); w2, b2 by keras.initializers.RandomUniform under
                 keras.utils.set_random_seed(seed) (nn.Linear's +-1/sqrt(fan_in) bounds); data
                 from gen; trained like tf.mlp
+    tf.cnn      gen.CNN on NHWC images (weights kept in gen's OIHW layout, transposed in the
+                forward), BatchNorm written out as torch computes it, the running statistics
+                tf.Variables assigned inside the step; probe in eval mode; trained like tf.mlp
+    tf.cnn.xla  tf.cnn in tf.function(jit_compile=True)
+    tf.cnn.bf16 tf.cnn with autocast's policy (bf16 convolutions and linear layer)
     tf.dp       gen.MLP under MirroredStrategy over 2 logical CPUs (2 GPUs where there are):
                 each replica on half the batch, gradients all-reduced (MEAN) in replica context
     tf.data     gen.MLP trained like tf.mlp from a tf.data pipeline (gen.DATA): shuffle (seeded,
@@ -495,6 +500,77 @@ def _lm(ctx) -> None:
               lambda: _gpt_forward(params, pr), c["lr"], c["weight_decay"])
 
 
+# --------------------------------------------------------------------------- cnn family
+
+def _batch_norm(x: Any, w: Any, b: Any, mean: Any, var: Any, training: bool) -> Any:
+    """torch.nn.BatchNorm2d over NHWC in float32, returned in x's dtype; in training the
+    running statistics (tf.Variables `mean`, `var`) are updated as torch updates them."""
+    c = gen.CNN
+    xf = tf.cast(x, tf.float32)
+    if training:
+        mu = tf.reduce_mean(xf, axis=(0, 1, 2))
+        biased = tf.reduce_mean(tf.square(xf - mu), axis=(0, 1, 2))
+        n = int(x.shape[0] * x.shape[1] * x.shape[2])
+        k = c["momentum"]
+        mean.assign((1 - k) * mean + k * mu)
+        var.assign((1 - k) * var + k * (biased * (n / (n - 1))))
+    else:
+        mu, biased = mean, var
+    return tf.cast((xf - mu) * tf.math.rsqrt(biased + c["eps"]) * w + b, x.dtype)
+
+
+def _cnn_forward(p: Dict[str, Any], s: Dict[str, Any], x: Any, training: bool,
+                 bf16: bool = False) -> Any:
+    """gen.CNN on NHWC images (TF's CPU convolutions take no NCHW); the weights stay in gen's
+    OIHW layout and are transposed to HWIO here, so the digest is over gen's layout. With bf16,
+    torch.autocast's policy written out (as jax_.py does): convolutions and the linear layer
+    in bfloat16, BatchNorm and the average pool computed in float32 and rounded to bfloat16,
+    ReLU, max pool and the residual add in bfloat16."""
+    cdt = tf.bfloat16 if bf16 else tf.float32
+
+    def conv(h: Any, w: Any) -> Any:
+        return tf.nn.conv2d(tf.cast(h, cdt), tf.cast(tf.transpose(w, (2, 3, 1, 0)), cdt),
+                            strides=1, padding="SAME")
+
+    def norm(h: Any, name: str) -> Any:
+        return _batch_norm(h, p[name + "_w"], p[name + "_b"], s[name + "_mean"],
+                           s[name + "_var"], training)
+
+    h = tf.nn.relu(norm(conv(x, p["conv1_w"]), "bn1"))
+    # Max pool 2x2 as a reshape and reduce_max: with op determinism on (setup), XLA refuses
+    # MaxPool's gradient ("GPU MaxPool gradient ops do not yet have a deterministic XLA
+    # implementation", TF 2.21, on the CPU too), and both twins must run the same ops.
+    n, height, width, ch = h.shape
+    h = tf.reduce_max(tf.reshape(h, (n, height // 2, 2, width // 2, 2, ch)), axis=(2, 4))
+    r = tf.nn.relu(norm(conv(h, p["conv2_w"]), "bn2"))
+    h = tf.nn.relu(norm(conv(r, p["conv3_w"]), "bn3") + h)
+    pooled = tf.cast(tf.reduce_mean(tf.cast(h, tf.float32), axis=(1, 2)), cdt)
+    return _linear(pooled, tf.cast(p["fc_w"], cdt), tf.cast(p["fc_b"], cdt))
+
+
+def _cnn(ctx, jit_compile: bool = False, bf16: bool = False) -> None:
+    """gen.CNN trained by `train` (train mode: batch statistics, running statistics updated
+    inside the step); the probe in eval mode; the digest covers the running statistics after
+    the parameters."""
+    with tf.device(_STATE["device"]):
+        params = {k: tf.Variable(_const(t), name=k) for k, t in gen.cnn_params(ctx.seed).items()}
+        state = {k: tf.Variable(_const(t), name=k, trainable=False)
+                 for k, t in gen.cnn_buffers().items()}
+        x_t, labels, probe_t = gen.cnn_data(ctx.seed)
+        x = tf.transpose(_const(x_t), (0, 2, 3, 1))
+        probe = tf.transpose(_const(probe_t), (0, 2, 3, 1))
+        y = tf.constant(np.array(labels, dtype=np.int32))
+        train(ctx, params,
+              lambda: _cross_entropy(tf.cast(_cnn_forward(params, state, x, True, bf16),
+                                             tf.float32), y),
+              lambda: tf.cast(_cnn_forward(params, state, probe, False, bf16), tf.float32),
+              gen.CNN["lr"], jit_compile=jit_compile)
+        _record_params(ctx, {**{n: v.numpy() for n, v in params.items()},
+                             **{n: v.numpy() for n, v in state.items()}})
+    if bf16:
+        ctx.result["dtype"] = "bfloat16"
+
+
 SCENARIOS: Dict[str, Callable[[Any], None]] = {
     "tf.mlp": lambda ctx: _mlp(ctx, "gen"),
     "tf.mlp.xla": lambda ctx: _mlp(ctx, "gen", jit_compile=True),
@@ -503,6 +579,9 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {
     "tf.rng": lambda ctx: _mlp(ctx, "tf"),
     "tf.data": _data,
     "tf.dp": _dp,
+    "tf.cnn": lambda ctx: _cnn(ctx),
+    "tf.cnn.xla": lambda ctx: _cnn(ctx, jit_compile=True),
+    "tf.cnn.bf16": lambda ctx: _cnn(ctx, bf16=True),
 }
 
 

@@ -17,7 +17,11 @@ Bundled scenarios (sizes and hyper-parameters from gen.py):
     torch.ddp       gen.MLP under DistributedDataParallel, 2 processes (a spawned rank), each on
                     half the batch: gloo on the CPU, NCCL on 2 GPUs; the all-reduce timed
                     through DDP's default hook
-    torch.mlp.compile, torch.lm.compile
+    torch.cnn       gen.CNN (conv, nn.BatchNorm2d, ReLU, max pool, a residual block, global average
+                    pool, nn.Linear), Adam; trained in train mode, probed in eval mode (the running
+                    statistics), the running statistics in the digest after the parameters
+    torch.cnn.bf16  torch.cnn under torch.autocast(<device>, dtype=torch.bfloat16)
+    torch.mlp.compile, torch.lm.compile, torch.cnn.compile
                     the twins above trained through torch.compile(model) (default backend,
                     inductor): the compiled module runs every training step, the optimiser and
                     the digest keep the original parameters, and the probe batch goes through
@@ -447,6 +451,83 @@ def _lm(ctx, amp_dtype: Optional[torch.dtype] = None, wrap: Wrap = None,
           amp_dtype, probe_model=model)
 
 
+class CNN(nn.Module):
+    """gen.CNN: conv -> BatchNorm -> ReLU -> max pool, a residual block, global average pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        c = gen.CNN
+        w = c["width"]
+
+        def norm() -> nn.BatchNorm2d:
+            return nn.BatchNorm2d(w, eps=c["eps"], momentum=c["momentum"])
+
+        self.conv1 = nn.Conv2d(c["channels"], w, 3, padding=1, bias=False)
+        self.bn1 = norm()
+        self.conv2 = nn.Conv2d(w, w, 3, padding=1, bias=False)
+        self.bn2 = norm()
+        self.conv3 = nn.Conv2d(w, w, 3, padding=1, bias=False)
+        self.bn3 = norm()
+        self.fc = nn.Linear(w, c["classes"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        r = F.relu(self.bn2(self.conv2(h)))
+        h = F.relu(self.bn3(self.conv3(r)) + h)
+        return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+    def gen_names(self) -> Dict[str, nn.Parameter]:
+        names: Dict[str, nn.Parameter] = {}
+        for conv, bn in (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")):
+            names[conv + "_w"] = getattr(self, conv).weight
+            names[bn + "_w"] = getattr(self, bn).weight
+            names[bn + "_b"] = getattr(self, bn).bias
+        names["fc_w"] = self.fc.weight
+        names["fc_b"] = self.fc.bias
+        return names
+
+    def gen_buffers(self) -> Dict[str, torch.Tensor]:
+        """The running statistics in gen.cnn_buffers' order (read after .to(): it replaces
+        buffers)."""
+        out: Dict[str, torch.Tensor] = {}
+        for bn in gen.CNN_NORMS:
+            out[bn + "_mean"] = getattr(self, bn).running_mean
+            out[bn + "_var"] = getattr(self, bn).running_var
+        return out
+
+
+def _cnn(ctx, amp_dtype: Optional[torch.dtype] = None, wrap: Wrap = None,
+         dtype: torch.dtype = torch.float32) -> None:
+    """gen.CNN trained in train mode (batch statistics, running statistics updated); the probe
+    runs in eval mode (running statistics), and the running statistics follow the parameters
+    in the digest."""
+    device = _device(ctx)
+    model = CNN()
+    _load_gen(model.gen_names(), gen.cnn_params(ctx.seed))
+    _load_gen(model.gen_buffers(), gen.cnn_buffers())
+    model.to(device, dtype)
+    named = {**model.gen_names(), **model.gen_buffers()}
+    (x_shape, x_flat), labels, probe = gen.cnn_data(ctx.seed)
+    x = torch.tensor(x_flat, dtype=torch.float32).reshape(x_shape).to(device, dtype)
+    y = torch.tensor(labels, dtype=torch.long, device=device)
+    p = _tensor(probe, device).to(dtype)
+    loss_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+
+    def probe_fn(m: nn.Module) -> torch.Tensor:
+        m.eval()
+        try:
+            return m(p)
+        finally:
+            m.train()
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=gen.CNN["lr"], betas=(0.9, 0.999),
+                                 eps=1e-8)
+    model.train()
+    train(ctx, wrap(model) if wrap else model,
+          lambda m: F.cross_entropy(m(x).to(loss_dtype), y), probe_fn, optimizer, named,
+          amp_dtype, probe_model=model)
+
+
 class _Samples(torch.utils.data.Dataset):
     """gen.pipeline_data as a map-style dataset. The map step (x * scale) runs here, on the
     DataLoader's worker processes; each sample carries its id."""
@@ -632,8 +713,8 @@ def _cuda_event() -> Any:
 
 def _compiled(ctx, family: str) -> None:
     """The compiled twin of torch.<family>, then its eager and fp64 twins for the accuracy rule."""
-    build = {"mlp": lambda c, **kw: _mlp(c, "gen", **kw), "lm": lambda c, **kw: _lm(c, **kw)}[
-        family]
+    build = {"mlp": lambda c, **kw: _mlp(c, "gen", **kw), "lm": lambda c, **kw: _lm(c, **kw),
+             "cnn": lambda c, **kw: _cnn(c, **kw)}[family]
     build(ctx, wrap=lambda m: torch.compile(m))
     ctx.end_training()  # the twins below are not the compiled training
     diagnostics = RECORDER.diagnostics() or {}
@@ -686,6 +767,9 @@ SCENARIOS: Dict[str, Callable[[Any], None]] = {sid: _with_diagnostics(fn) for si
     "torch.rng": lambda ctx: _mlp(ctx, "torch"),
     "torch.mlp.compile": lambda ctx: _compiled(ctx, "mlp"),
     "torch.lm.compile": lambda ctx: _compiled(ctx, "lm"),
+    "torch.cnn": lambda ctx: _cnn(ctx),
+    "torch.cnn.bf16": lambda ctx: _cnn(ctx, torch.bfloat16),
+    "torch.cnn.compile": lambda ctx: _compiled(ctx, "cnn"),
     "torch.data": _data,
     "torch.ddp": _ddp,
 }.items()}
