@@ -86,6 +86,23 @@ def test_a_librarys_prefix_selects_its_scenarios(tmp_path):
     assert not [s for s in select(config, ["torch"]) if s.requires]
 
 
+def test_init_lists_the_library_scenarios_its_lock_can_run(tmp_path):
+    """`lockguard init` on a project whose lock pins torch and transformers: the torch and
+    transformers scenarios, not torchvision's or timm's (no lock pins them)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[project]\nname = 'demo'\nversion = '0'\n")
+    (project / "requirements.txt").write_bytes(TRANSFORMERS["5.15.0"].read_bytes())
+    proc = run_cli("init", "--yes", "--no-record", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from lockguard.config import load_config
+
+    chosen = load_config(project / "pyproject.toml").scenarios
+    assert "transformers.gpt2" in chosen and "transformers.bert" in chosen
+    assert "torch.cnn" in chosen and "numpy.mlp" in chosen
+    assert not {"torchvision.resnet18", "timm.vit", "flax.mlp", "keras.cnn"} & set(chosen)
+
+
 def test_a_candidate_that_adds_the_library_is_new(tmp_path):
     old = lock(tmp_path, "old.txt", "torch==2.13.0\nnumpy==2.0.2\n")
     new = lock(tmp_path, "new.txt", "torch==2.13.0\nnumpy==2.0.2\ntransformers==5.15.0\n")

@@ -35,7 +35,7 @@ from lockguard.errors import UsageError, one_line
 from lockguard.files import ReadError, display_path, read_bytes, repo_root, write_text
 from lockguard.flows import init_files
 from lockguard.flows.pipeline import plan
-from lockguard.locks.ref import LockRef, load_locks, read_lock
+from lockguard.locks.ref import LockRef, load_locks, lock_for, read_lock
 from lockguard.golden import golden_path
 from lockguard.hardware import host_class
 from lockguard.locks.families import framework_version
@@ -371,12 +371,14 @@ def _workflow_running_lockguard(workflows: Path) -> str | None:
 def prepare(s: Survey, choices: Choices) -> Plan:
     """What apply() would write and record, every piece validated; nothing is written."""
     if s.config_file is None:
-        ids = [sc.id for sc in bundled() if sc.framework in s.frameworks]
+        locks = [LockRef(found.path, found.lock) for found in s.locks]
+        # What the locks can run: a library scenario only where its library is pinned too.
+        ids = [sc.id for sc in bundled() if sc.framework in s.frameworks
+               and lock_for(sc, locks) is not None]
         text, summary = _config_text(s, ids, choices.template)
         config = _validate(s, text)
         chosen = [sc for sc in bundled() if sc.id in ids]
         out = Plan(s, choices, config, config_text=text, config_summary=summary)
-        locks = [LockRef(found.path, found.lock) for found in s.locks]
     else:
         config = load_config(s.config_file)
         out = Plan(s, choices, config)
