@@ -182,20 +182,21 @@ def test_transformers_5_0_changed_gpt2_and_bert_initialisation(tmp_path):
     changed = {c["name"]: (c["old_version"], c["new_version"])
                for c in report["lock_diffs"][0]["changes"] if c["kind"] != "unchanged"}
     assert changed["transformers"] == ("4.57.6", "5.0.0") and "torch" not in changed
+    refs = {}
     for model in ("gpt2", "bert"):
         old, new = sides(report, f"transformers.{model}")
         assert old["fingerprint"]["libraries"]["transformers"] == "4.57.6"
         assert new["fingerprint"]["libraries"]["transformers"] == "5.0.0"
-        for lock, run in ((TRANSFORMERS["4.57.6"], old), (TRANSFORMERS["5.0.0"], new)):
-            ref = reference(lock, model, run["steps"], tmp_path)
-            assert ref["losses"] == run["losses"], (model, lock.name)
-            assert ref["outputs"] == run["outputs"], (model, lock.name)
-        if model == "gpt2":
-            before = reference(TRANSFORMERS["4.57.6"], "gpt2", 1, tmp_path)
-            after = reference(TRANSFORMERS["5.0.0"], "gpt2", 1, tmp_path)
-            scaled = 0.02 / math.sqrt(2 * 2)  # GPT-2's init for 2 layers
-            assert all(abs(s - scaled) < 0.0015 for s in c_proj_std(before)), before
-            assert all(abs(s - 0.02) < 0.0015 for s in c_proj_std(after)), after
+        for version, run in (("4.57.6", old), ("5.0.0", new)):
+            ref = refs[model, version] = reference(TRANSFORMERS[version], model, run["steps"],
+                                                   tmp_path)
+            assert ref["losses"] == run["losses"], (model, version)
+            assert ref["outputs"] == run["outputs"], (model, version)
+    scaled = 0.02 / math.sqrt(2 * 2)  # GPT-2's init for 2 layers
+    before, after = refs["gpt2", "4.57.6"], refs["gpt2", "5.0.0"]
+    assert len(c_proj_std(before)) == 4  # attn and mlp, 2 layers
+    assert all(abs(s - scaled) < 0.0015 for s in c_proj_std(before)), before
+    assert all(abs(s - 0.02) < 0.0015 for s in c_proj_std(after)), after
 
 
 @pytest.mark.slow
