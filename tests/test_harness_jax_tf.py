@@ -35,7 +35,7 @@ from lockguard.harness._lockguard_harness import gen  # noqa: E402  (stdlib only
 pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT = 300
-STEPS = {"mlp": 8, "lm": 5}
+STEPS = {"mlp": 8, "lm": 5, "cnn": 6}
 SCENARIOS = {  # id: (framework, family, output shape, dtype)
     "jax.mlp": ("jax", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
     "jax.rng": ("jax", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
@@ -48,6 +48,11 @@ SCENARIOS = {  # id: (framework, family, output shape, dtype)
     "tf.lm": ("tensorflow", "lm", [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]],
               "float32"),
     "tf.rng": ("tensorflow", "mlp", [gen.MLP["probe"], gen.MLP["classes"]], "float32"),
+    "jax.cnn": ("jax", "cnn", [gen.CNN["probe"], gen.CNN["classes"]], "float32"),
+    "jax.cnn.bf16": ("jax", "cnn", [gen.CNN["probe"], gen.CNN["classes"]], "bfloat16"),
+    "tf.cnn": ("tensorflow", "cnn", [gen.CNN["probe"], gen.CNN["classes"]], "float32"),
+    "tf.cnn.xla": ("tensorflow", "cnn", [gen.CNN["probe"], gen.CNN["classes"]], "float32"),
+    "tf.cnn.bf16": ("tensorflow", "cnn", [gen.CNN["probe"], gen.CNN["classes"]], "bfloat16"),
 }
 
 
@@ -175,11 +180,12 @@ def test_scenario_runs_and_learns(runs, scenario: str) -> None:
     assert r["output_shape"] == shape and len(r["outputs"]) == math.prod(shape)
     assert all(math.isfinite(v) for v in r["outputs"])
     assert len(r["param_digest"]) == 64
-    names = list(gen.mlp_params(0) if family == "mlp" else gen.lm_params(0))
+    names = (list(gen.cnn_params(0)) + list(gen.cnn_buffers()) if family == "cnn"
+             else list(gen.mlp_params(0) if family == "mlp" else gen.lm_params(0)))
     assert sorted(r["param_norms"]) == sorted(names)  # JSON keys are sorted
     assert r["compile"]["traces"] == {"train_step": 1}
     if framework == "tensorflow":
-        assert r["compile"]["xla"] is (scenario == "tf.mlp.xla")
+        assert r["compile"]["xla"] is scenario.endswith(".xla")
         det = r["fingerprint"]["determinism"]
         assert det["op_determinism"] is True and det["TF_DETERMINISTIC_OPS"] == "1"
         assert det["intra_op_threads"] == 1 and det["inter_op_threads"] == 1

@@ -74,12 +74,15 @@ def runs(venv_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 STEPS = {"torch.mlp": gen.MLP["steps"], "torch.rng": gen.MLP["steps"],
          "numpy.mlp": gen.MLP["steps"], "torch.lm": gen.LM["steps"],
-         "torch.lm.bf16": gen.LM["steps"]}
+         "torch.lm.bf16": gen.LM["steps"], "torch.cnn": gen.CNN["steps"],
+         "torch.cnn.bf16": gen.CNN["steps"]}
 SHAPES = {"torch.mlp": [gen.MLP["probe"], gen.MLP["classes"]],
           "torch.rng": [gen.MLP["probe"], gen.MLP["classes"]],
           "numpy.mlp": [gen.MLP["probe"], gen.MLP["classes"]],
           "torch.lm": [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]],
-          "torch.lm.bf16": [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]]}
+          "torch.lm.bf16": [gen.LM["probe_batch"], gen.LM["seq"], gen.LM["vocab"]],
+          "torch.cnn": [gen.CNN["probe"], gen.CNN["classes"]],
+          "torch.cnn.bf16": [gen.CNN["probe"], gen.CNN["classes"]]}
 
 
 def assert_ok(r: Dict[str, Any]) -> None:
@@ -115,7 +118,10 @@ def test_bundled_scenario_trains(runs: Runs, scenario: str) -> None:
     assert isinstance(digest, str) and len(digest) == 64 and int(digest, 16) >= 0
     expected_names = (["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
                       if scenario == "torch.rng" else
-                      list(gen.mlp_params(0)) if "mlp" in scenario else list(gen.lm_params(0)))
+                      # the cnn's BatchNorm running statistics are in its digest
+                      list(gen.cnn_params(0)) + list(gen.cnn_buffers()) if "cnn" in scenario
+                      else list(gen.mlp_params(0)) if "mlp" in scenario
+                      else list(gen.lm_params(0)))
     assert sorted(r["param_norms"]) == sorted(expected_names)  # (JSON keys are sorted)
     assert all(v > 0 for k, v in r["param_norms"].items() if not k.endswith(("_b", "b1", "b2")))
 
