@@ -272,6 +272,52 @@ def empty_report(made: Plan, index: int, command: str = "check") -> Report:
                          "(more shards than scenarios); nothing to run"])
 
 
+@dataclass(frozen=True)
+class ShardPart:
+    """The part of a plan one `check --shard K/N` (or `--plan-entry ID`) runs."""
+
+    info: ShardInfo
+    scenarios: list[Scenario]  # what it runs; none when the plan gives it nothing
+    empty: Report | None  # the Report of a part with nothing to run
+
+    def mark(self, report: Report) -> Report:
+        """`report`, said to be this part of the plan."""
+        report.shard = self.info
+        report.notes.append(f"shard {self.info.index}/{self.info.total} ({self.info.entry}) "
+                            f"of plan {self.info.plan_digest[:19]}: a partial report; "
+                            "`lockguard merge` joins the parts into the gate's decision")
+        return report
+
+
+def shard_part(shard: str | None, entry: str | None, plan_shards: int | None, config: Config,
+               opts: Options, chosen: list[Scenario], locks: list[LockRef]
+               ) -> ShardPart | None:
+    """For `check --shard K/N` or `--plan-entry ID [--shards N]`: the part to run, or None
+    without either. An entry id names a part of the plan made with the same options."""
+    if plan_shards is not None and entry is None:
+        raise UsageError("--shards goes with --plan-entry (`check --shard K/N` says N itself)")
+    if shard is None and entry is None:
+        return None
+    if shard is not None and entry is not None:
+        raise UsageError("--shard and --plan-entry are two ways to name one part: use one")
+    k, n = parse_shard(shard) if shard is not None else (0, plan_shards)
+    made = make_plan(config, opts, chosen, locks, n)
+    if entry is not None:
+        k = entry_index(made, parse_entry(entry))
+    mine = shard_scenarios(made, k, chosen)
+    return ShardPart(shard_info(made, k), mine, empty_report(made, k) if not mine else None)
+
+
+def plan_document(made: Plan, fmt: str) -> str:
+    """The plan as `lockguard plan --format FMT` prints it: text for people, the whole plan as
+    JSON, or github-matrix (one line: what `echo "matrix=…" >> "$GITHUB_OUTPUT"` takes)."""
+    if fmt == "github-matrix":
+        return json.dumps(github_matrix(made), separators=(",", ":")) + "\n"
+    if fmt == "json":
+        return json.dumps(made.to_json(), indent=2) + "\n"
+    return plan_text(made)
+
+
 def github_matrix(made: Plan) -> dict[str, Any]:
     """`strategy.matrix` for a GitHub workflow: `include` entries of strings and label lists."""
     missing = sorted({e.device for e in made.entries if e.runner is None})

@@ -151,3 +151,11 @@ def step_outputs(report: Report) -> str:
              f"rule-failures={len(report.rule_failures)}"]
     lines += [f"{v.value.replace('_', '-')}={counts.get(v, 0)}" for v in Verdict]
     return "\n".join(lines) + "\n"
+
+
+def append_step_summary(path: Path, markdown: str) -> None:
+    """Add a report to the job summary (the file GITHUB_STEP_SUMMARY names). Appended, not
+    replaced: the runner and other steps append to this file too (GitHub's documented
+    protocol), so it is the one file lockguard does not write atomically."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n" + markdown)
