@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import lockguard.envs.docker as dk  # noqa: E402
-from lockguard.envs.venv import READY  # noqa: E402
+from lockguard.envs.base import READY  # noqa: E402
 from lockguard.locks.parser import parse_lock  # noqa: E402
 
 DATA = REPO / "tests" / "data"

@@ -154,7 +154,7 @@ def lockguard_build(lock: Path, installer: str, where: Path, caches: dict[str, s
 
 
 def two_envs(locks: list[Path], parallel: bool, where: Path, caches: dict[str, str]) -> float:
-    from lockguard.config import Config
+    from lockguard.config import Config, Options
     from lockguard.flows import pipeline
     from lockguard.locks.parser import parse_lock
     from lockguard.locks.ref import LockRef
@@ -168,7 +168,7 @@ def two_envs(locks: list[Path], parallel: bool, where: Path, caches: dict[str, s
         with with_env({"LOCKGUARD_CACHE": str(fresh_lockguard_cache(where)),
                        "UV_CACHE_DIR": caches["UV_CACHE_DIR"]}):
             start = time.perf_counter()
-            envs = pipeline.Environments(Config(), "venv")
+            envs = pipeline.Environments(pipeline.run_backend(Config(), Options()))
             envs.expect(wanted)
             envs.prepare_all(wanted)
             return time.perf_counter() - start

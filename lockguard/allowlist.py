@@ -137,6 +137,11 @@ INSTALL = (PROXIES, CERTIFICATES, PIP, UV, CREDENTIAL_STORES)
 DOCKER_CLIENT = (DOCKER,)
 CONTAINER = (NUMERICS,)
 
+# What every harness run (and every installer's Python) is given, whatever the host sets:
+# hashing, imports and logging that do not vary from run to run.
+HARNESS_SETTINGS = {"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
+                    "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
 
 def _admitted(families: tuple[Family, ...], environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if any(f.admits(k) for f in families)}

@@ -1,7 +1,8 @@
-"""The packaging tools lockguard runs beside its own code: where uv is, what pip is configured
-with (uv reads none of pip's configuration, so the venv builds pass it on), and running one of
-them. Shared by the resolver (locks/resolve.py) and the environment builds (envs/venv.py), so
-neither imports the other.
+"""The packaging tools lockguard runs beside its own code: where uv is (or why it is needed),
+what pip is configured with (uv reads none of pip's configuration, so the venv builds pass it
+on), running one of them, and what one said when it failed, in one line. Shared by the
+resolver (locks/resolve.py) and the environment backends (envs/venv.py, envs/docker/), so none
+of them imports another.
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lockguard.allowlist import UV_PASSED, install_env
-from lockguard.errors import LockguardError
+from lockguard.allowlist import HARNESS_SETTINGS, UV_PASSED, install_env
+from lockguard.errors import LockguardError, last_line, one_line, printable
 from lockguard.files import scratch_dir, write_text
+from lockguard.progress import show_command
+
+# One installer run (an environment build, a wheelhouse download): a hung download must not
+# hold CI forever.
+BUILD_TIMEOUT_S = 3600
 
 
 class ToolError(LockguardError):
@@ -31,6 +37,17 @@ def find_uv() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("uv")
+
+
+def require_uv(asked: str, error: type[LockguardError] = ToolError, fix: str = "") -> str:
+    """The uv executable (find_uv), or `error` saying that `asked` needs it, where it was
+    looked for, and the user's ways out (reinstalling lockguard, or `fix`)."""
+    uv = find_uv()
+    if uv is None:
+        raise error(f"{asked} needs the uv command, which is neither beside {sys.executable} "
+                    "nor on PATH (it is a dependency of lockguard: reinstall lockguard"
+                    + (f", or {fix})" if fix else ")"))
+    return uv
 
 
 def pip_config_as_uv_args(*, constraints: bool = True, index_url: bool = True) -> list[str]:
@@ -190,3 +207,118 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
             list(cmd), done.code if done.code is not None else 1,
             out.read_text(encoding="utf-8", errors="replace"),
             err.read_text(encoding="utf-8", errors="replace"))
+
+
+def installer_env() -> dict[str, str]:
+    """The installers' process environment: the install allowlist (lockguard/allowlist.py:
+    what a training sees, and the proxies, certificates, pip and uv settings and credential
+    stores an install needs; no CI secret), and one wheel cache per installer under lockguard's
+    cache, shared by every env, so a wheel two locks pin is downloaded once (and the CI cache
+    of lockguard's folder keeps it). A cache the user chose for the installer is kept."""
+    from lockguard.cache import cache_dir
+
+    wheels = cache_dir() / "wheels"
+    env = install_env()
+    env.update(HARNESS_SETTINGS)  # an installer's Python as isolated as the harness's
+    drop_uv_settings(env)
+    env.setdefault("UV_CACHE_DIR", str(wheels / "uv"))
+    env.setdefault("PIP_CACHE_DIR", str(wheels / "pip"))
+    # uv hardlinks from its cache when the venvs share its filesystem (they lie beside it) and
+    # copies otherwise; copying always would add a torch-sized copy to every build. The
+    # manifest check catches an env file changed in place, which a hardlink shares with the
+    # cache, and rebuilds that env.
+    env.setdefault("UV_LINK_MODE", "hardlink")
+    return env
+
+
+def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
+    """Run an installer, its output going to a log file and its latest line to the spinner.
+    Returns the exit code (non-zero when it could not start or ran past BUILD_TIMEOUT_S) and
+    the log's last lines."""
+    from lockguard import process
+
+    show_command(cmd)
+    try:
+        done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S, env=installer_env(),
+                           header=" ".join(cmd), on_line=step.update)
+    except process.ProcessError as exc:
+        return 127, [str(exc)]
+    lines = done.output.splitlines()[-40:]
+    if done.timed_out:
+        return 124, [*lines, f"{cmd[0]}: {done.describe()}"]
+    return done.code if done.code is not None else 1, lines
+
+
+# ---------------------------------------------------------------------------------------------
+# What a packaging tool said when it failed, in one line
+# ---------------------------------------------------------------------------------------------
+
+_FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+_SPEC_REQ = re.compile(r"SpecifierRequirement\('((?:[^'\\]|\\.)*)'\), parent=(None|\w+\('([^']*)')")
+_DIST_FILE = re.compile(r"/([A-Za-z0-9_.]+?)-(\d[A-Za-z0-9_.!+]*?)(?:-[^/#]*)?\.(?:whl|tar\.gz|zip)")
+# pip's noise before the reason: the versions it skipped for another Python.
+_PIP_NOISE = "Ignored the following versions"
+
+
+def tool_reason(output: str, silent: str = "") -> str:
+    """An installer's or resolver's own reason (pip, pip-tools, uv) in one line, without
+    tracebacks, warnings or version walls: the one trimming of a packaging tool's failure, for
+    the resolver and every environment backend; `silent` when the output says nothing."""
+    text = printable(output)  # the tools colour their errors; only the words are wanted
+    lines = [ln.rstrip() for ln in text.splitlines()]
+
+    # uv: "error: No solution found ..." then "  cause: Because ..." or "  ╰─▶ Because ...".
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith(("cause:", "╰─▶", "Caused by:")):
+            cause = [stripped.split(":", 1)[1] if stripped.startswith(("cause:", "Caused by:"))
+                     else stripped.removeprefix("╰─▶")]
+            cause += [ln.strip() for ln in lines[i + 1:] if ln.startswith("  ") and ln.strip()]
+            return one_line(" ".join(c.strip() for c in cause), 600)
+    # uv without a cause: "error: ..." (or, drawn for a terminal, "× ...").
+    uv_errors = [re.sub(r"^(error:|×)\s*", "", ln.strip()) for ln in lines
+                 if ln.strip().startswith(("error:", "×"))]
+
+    # pip: "ERROR: ..." lines carry the reason; the traceback below them only repeats it.
+    pip_errors = []
+    for line in lines:
+        stripped = line.strip()
+        said = stripped[len("ERROR: "):]
+        if stripped.startswith("ERROR: ") and not said.startswith(_PIP_NOISE):
+            pip_errors.append(_short_versions(said))
+    causes = []
+    for line in lines:  # pip-tools swallows pip's "The conflict is caused by:" block; rebuild it
+        if "ResolutionImpossible: [" in line:
+            for req, parent, parent_text in _SPEC_REQ.findall(line):
+                if parent == "None":
+                    causes.append(f"you asked for {req}")
+                else:
+                    dist = _DIST_FILE.search(parent_text or "")
+                    who = f"{dist.group(1)} {dist.group(2)}" if dist else "a dependency"
+                    causes.append(f"{who} requires {req}")
+            break
+    if pip_errors:
+        reason = "; ".join(dict.fromkeys(pip_errors))
+        if causes:
+            reason = reason.rstrip(".") + ": " + "; ".join(dict.fromkeys(causes))
+        return one_line(reason, 600)
+    if uv_errors:
+        return one_line("; ".join(uv_errors), 600)
+    for pattern in ("No matching distribution", "Could not find a version", "conflict",
+                    "Error:", "error:"):
+        for line in lines:
+            if pattern in line:
+                return one_line(_short_versions(line.strip()), 600)
+    return one_line(last_line(text, unindented=True) or silent, 600)
+
+
+def _short_versions(line: str) -> str:
+    def shorten(match: re.Match[str]) -> str:
+        versions = [v.strip() for v in match.group(1).split(",") if v.strip()]
+        if len(versions) <= 5:
+            return match.group(0)
+        return f"(from {len(versions)} versions: {versions[0]} ... {', '.join(versions[-4:])})"
+
+    if "(from versions: none)" in line:
+        return line
+    return _FROM_VERSIONS.sub(shorten, line)

@@ -48,8 +48,9 @@ class Progress:
         self._local.stage = value
 
     def info(self, message: str) -> None:
+        """A line of plain text (no markup: "[candidate lock.txt]" is shown as it is)."""
         if self._console is not None:
-            self._console.print(redact(message))
+            self._console.print(redact(message), markup=False)
 
     def detail(self, message: str) -> None:
         if self._console is not None and self.verbose:

@@ -100,10 +100,15 @@ class FakeBackend:
     ("crash"), end in NaN ("nan"), land on the CPU ("cpu-fallback") or differ from run to run
     ("noisy", "noisy:+0.01" shifted by +1 %). `step_s` and `peak_bytes` set a scenario's
     reported step time and peak memory; `run_s` how long each run takes, and `together` which
-    scenarios ran at the same time (a pair; one id alone: two runs of that scenario)."""
+    scenarios ran at the same time (a pair; one id alone: two runs of that scenario).
+
+    It implements lockguard.envs.Backend as the venv backend it stands in for does: one
+    environment per lock, admitting every lock, and the venv backend's identity, so that the
+    goldens it records answer a real check."""
 
     behaviour: dict[tuple[str, str], str] = field(default_factory=dict)
     prepared: list[str] = field(default_factory=list)
+    admitted: list[str] = field(default_factory=list)  # lock hashes, as the pipeline admitted them
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, version) in run order
     # Preparing: seconds each lock's build takes (by lock file name), the locks whose build
     # fails (an EnvError naming the lock), and what was seen: builds at once, at most, and the
@@ -139,9 +144,20 @@ class FakeBackend:
             self._noise += 1
             return ((self._noise * 0.6180339887498949) % 1) * 2 - 1
 
-    def prepare(self, ref: LockRef | None, framework: str, device: str, progress) -> FakeEnv:
-        assert ref is not None, "the fake backend serves locks, not the local interpreter"
-        name = ref.path.name
+    def identity(self) -> str:
+        from lockguard.envs import backend_for
+
+        return backend_for("venv").identity()
+
+    def admit(self, locks) -> None:
+        self.admitted.extend(lock.lock_hash for lock in locks)
+
+    def scope(self, framework: str, device: str) -> str:
+        return ""  # one environment per lock, as a venv
+
+    def prepare(self, lock: Lock | None, framework: str, device: str, progress) -> FakeEnv:
+        assert lock is not None, "the fake backend serves locks, not the local interpreter"
+        name = Path(lock.source).name
         with self._lock:
             self._building += 1
             self.most_at_once = max(self.most_at_once, self._building)
@@ -153,9 +169,9 @@ class FakeBackend:
         finally:
             with self._lock:
                 self._building -= 1
-        self.prepared.append(ref.lock.lock_hash)
-        return FakeEnv(label=f"fake {ref.lock.lock_hash[:8]}", lock_hash=ref.lock.lock_hash,
-                       lock=ref.lock, backend=self)
+        self.prepared.append(lock.lock_hash)
+        return FakeEnv(label=f"fake {lock.lock_hash[:8]}", lock_hash=lock.lock_hash,
+                       lock=lock, backend=self)
 
     @contextmanager
     def running(self, scenario: str) -> Iterator[None]:

@@ -18,7 +18,8 @@ from conftest import DATA, make_project, run_cli
 from lockguard.config import Config
 from lockguard.envs import venv
 from lockguard.locks.parser import parse_lock_text
-from lockguard.installers import find_uv
+from lockguard import installers
+from lockguard.installers import find_uv, require_uv
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
 BESIDE = Path(sys.executable).parent / "uv"
@@ -39,21 +40,31 @@ def test_uv_is_found_in_lockguards_own_venv_without_path(monkeypatch):
     assert BESIDE.is_file(), "uv is a dependency of lockguard: pip install -e ."
     monkeypatch.setenv("PATH", path_without_uv())
     assert find_uv() == str(BESIDE)
-    assert venv.uv_binary() == str(BESIDE)
+    assert require_uv('installer = "uv"') == str(BESIDE)
+
+
+def test_a_missing_uv_is_one_error_naming_the_setting(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(installers, "find_uv", lambda: None)
+    with pytest.raises(venv.EnvError, match=r'^installer = "uv" needs the uv command, which is '
+                       r'neither beside .* nor on PATH \(it is a dependency of lockguard: '
+                       r'reinstall lockguard, or set installer = "pip" in \[tool.lockguard\]\)$'):
+        venv.prepare(parse_lock_text(NUMPY_LOCK, "lock.txt"))
+    assert not (tmp_path / "cache").exists()  # known before anything is built
 
 
 def test_the_installers_share_wheel_caches_under_lockguards_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     for name in ("UV_CACHE_DIR", "PIP_CACHE_DIR", "UV_LINK_MODE"):
         monkeypatch.delenv(name, raising=False)
-    env = venv.installer_env()
+    env = installers.installer_env()
     assert env["UV_CACHE_DIR"] == str(tmp_path / "cache" / "wheels" / "uv")
     assert env["PIP_CACHE_DIR"] == str(tmp_path / "cache" / "wheels" / "pip")
     assert env["UV_LINK_MODE"] == "hardlink"
     assert "PYTHONPATH" not in env  # still the harness's isolation
     # A cache the user chose for an installer is theirs to keep.
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "mine"))
-    assert venv.installer_env()["UV_CACHE_DIR"] == str(tmp_path / "mine")
+    assert installers.installer_env()["UV_CACHE_DIR"] == str(tmp_path / "mine")
 
 
 def test_uv_gets_none_of_the_settings_that_change_what_it_installs(monkeypatch, tmp_path):
@@ -73,7 +84,7 @@ def test_uv_gets_none_of_the_settings_that_change_what_it_installs(monkeypatch, 
                "UV_INDEX_CORP_PASSWORD": "pw", "UV_SOMETHING_NEW": "1"}
     for name, value in {**kept, **dropped}.items():
         monkeypatch.setenv(name, value)
-    env = venv.installer_env()
+    env = installers.installer_env()
     assert {k: env.get(k) for k in kept} == kept
     assert not set(dropped) & set(env)
     mine = dict(os.environ)

@@ -304,6 +304,24 @@ def test_a_checks_environments_are_prepared_at_once(project, tmp_path, monkeypat
                                             f"environment 2 of 2 ({new.name}): "]
 
 
+def test_every_lock_is_admitted_before_any_environment_is_prepared(project, tmp_path):
+    """The pipeline hands the backend every lock of the check (Backend.admit) before it
+    prepares the first environment, so a refused candidate builds not even its baseline."""
+    old, new = (lock(tmp_path, "old.txt", "numpy==1.26.4\n"),
+                lock(tmp_path, "new.txt", "numpy==2.0.2\n"))
+    seen: list[tuple[list[str], int]] = []
+
+    class Watching(FakeBackend):
+        def admit(self, locks) -> None:
+            seen.append(([lk.lock_hash for lk in locks], len(self.prepared)))
+            super().admit(locks)
+
+    fake = Watching()
+    check_ab(project, [new], [old], NUMPY, Options(), backend=fake)
+    assert seen == [([old.lock.lock_hash, new.lock.lock_hash], 0)]
+    assert sorted(fake.prepared) == sorted([old.lock.lock_hash, new.lock.lock_hash])
+
+
 def test_the_failure_reported_is_the_first_in_plan_order(project, tmp_path, monkeypatch):
     from lockguard.envs.base import EnvError
     from lockguard.flows import pipeline
@@ -313,7 +331,7 @@ def test_the_failure_reported_is_the_first_in_plan_order(project, tmp_path, monk
     # a fails last, b at once: a sequential run would have reported a, and so must this one;
     # c, not started when b failed, is never started.
     fake = FakeBackend(build_s={"a.txt": 0.4}, failing={"a.txt", "b.txt"})
-    envs = pipeline.Environments(project, "venv", backend=fake)
+    envs = pipeline.Environments(fake)
     wanted = [(ref, "numpy", "cpu") for ref in refs]
     envs.expect(wanted)
     with pytest.raises(EnvError, match=r"^a\.txt: the fake build failed$"):
@@ -323,7 +341,7 @@ def test_the_failure_reported_is_the_first_in_plan_order(project, tmp_path, monk
 
     # A failure after a success: the successes stay prepared, the failure is raised.
     fake = FakeBackend(failing={"c.txt"})
-    envs = pipeline.Environments(project, "venv", backend=fake)
+    envs = pipeline.Environments(fake)
     envs.expect(wanted)
     with pytest.raises(EnvError, match=r"^c\.txt"):
         envs.prepare_all(wanted)
@@ -352,7 +370,6 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = {[str(Path(__file__).parent)]!r}
 from pathlib import Path
 from fakes import FakeBackend
-from lockguard.config import Config
 from lockguard.flows import pipeline
 from lockguard.flows.pipeline import Environments
 from lockguard.locks.ref import LockRef, read_lock
@@ -362,8 +379,7 @@ refs = []
 for name, pin in (("a.txt", "numpy==1.26.4"), ("b.txt", "numpy==2.0.2")):
     (root / name).write_text(pin + "\\n")
     refs.append(LockRef(root / name, read_lock(root / name)))
-envs = Environments(Config(root=root), "venv",
-                    backend=FakeBackend(build_s={{"a.txt": 20, "b.txt": 20}}))
+envs = Environments(FakeBackend(build_s={{"a.txt": 20, "b.txt": 20}}))
 wanted = [(ref, "numpy", "cpu") for ref in refs]
 envs.expect(wanted)
 print("building", flush=True)

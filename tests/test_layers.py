@@ -194,7 +194,8 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
      ["lockguard.locks.ref"]),
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
     # What pip, pip-tools and uv said when they failed, in one line: for resolver and backends.
-    ("installer and resolver error trimming", r"╰─▶|\(from versions", ["lockguard.installers"]),
+    ("installer and resolver error trimming", r"╰─▶|\(from versions",
+     ["lockguard.installers"]),
     ("finding uv, or saying why it is needed", r'which\("uv"\)|needs the uv command',
      ["lockguard.installers"]),
     ("the ready marker's name", r"^READY\s*=", ["lockguard.envs.base"]),

@@ -87,20 +87,24 @@ def test_the_opt_ins_take_only_a_literal_true():
 def test_no_environment_is_built_before_every_lock_is_admitted(tmp_path, monkeypatch):
     """The real backend checks every lock of a check before it builds the first environment:
     an A/B whose candidate is unhashed builds not even its (hashed) baseline."""
+    from lockguard.envs import local, venv
+
     built = []
-    monkeypatch.setattr(pipeline._RealBackend, "prepare",
-                        lambda self, ref, *a: built.append(ref) or pytest.fail("built"))
+    monkeypatch.setattr(venv, "prepare",
+                        lambda lock, **_: built.append(lock) or pytest.fail("built"))
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     good = lock(tmp_path, "old.txt", NUMPY_LOCK)
     bad = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
-    envs = pipeline.Environments(Config(root=tmp_path), "venv")
+    backend = pipeline.run_backend(Config(root=tmp_path), Options())
+    assert isinstance(backend, venv.VenvBackend)
+    envs = pipeline.Environments(backend)
     with pytest.raises(LockError, match=r"new.txt:1: numpy==2.0.2 has no --hash"):
         envs.prepare_all([(good, "numpy", "cpu"), (bad, "numpy", "cpu")])
     assert built == []
     # --env local installs nothing from the lock: nothing to refuse.
-    local = pipeline.Environments(Config(root=tmp_path), "local")
-    assert isinstance(local.backend, pipeline._RealBackend)
-    local.backend.admit(bad)
+    here = pipeline.run_backend(Config(root=tmp_path), Options(env="local"))
+    assert isinstance(here, local.LocalBackend)
+    here.admit([bad.lock])
 
 
 def test_every_report_format_warns_of_an_opted_in_lock(tmp_path, monkeypatch):

@@ -101,28 +101,64 @@ UV_CONFLICT_NEW = """\
 
 
 def test_trim_pip_not_found():
-    reason = resolve.trim_resolver_error(PIP_TOOLS_NOT_FOUND)
+    reason = installers.tool_reason(PIP_TOOLS_NOT_FOUND)
     assert reason.startswith("Could not find a version that satisfies the requirement six==99.0")
     assert "(from 7 versions: 0.9.0 ... 1.1.0, 1.2.0, 1.16.0, 1.17.0)" in reason
     assert "Traceback" not in reason and "WARNING" not in reason and "\n" not in reason
 
 
 def test_trim_pip_conflict_names_both_sides():
-    reason = resolve.trim_resolver_error(PIP_TOOLS_CONFLICT)
+    reason = installers.tool_reason(PIP_TOOLS_CONFLICT)
     assert reason.startswith("Cannot install -r d.in (line 1) and numpy==1.21.0")
     assert "you asked for numpy==1.21.0" in reason
     assert 'pandas 2.2.3 requires numpy>=1.23.2; python_version == "3.11"' in reason
 
 
 def test_trim_uv_messages():
-    assert resolve.trim_resolver_error(UV_CONFLICT) == (
+    assert installers.tool_reason(UV_CONFLICT) == (
         "Because pandas==2.2.3 depends on numpy>=1.23.2 and you require pandas==2.2.3, we can "
         "conclude that you require numpy>=1.23.2. And because you require numpy==1.21.0, we can "
         "conclude that your requirements are unsatisfiable."
     )
-    assert resolve.trim_resolver_error(UV_CONFLICT_NEW).startswith(
+    assert installers.tool_reason(UV_CONFLICT_NEW).startswith(
         "Because there is no version of six==99.0"
     )
+
+
+# What the installers said when an environment build failed (uv 0.13, pip 25): the same
+# trimming as the resolvers' (installers.tool_reason, the one).
+UV_HASH_MISMATCH = f"""\
+Using Python 3.11.7 environment at: v
+Resolved 1 package in 77ms
+error: Failed to download `six==1.17.0`
+  cause: Hash mismatch for `six==1.17.0`
+
+         Expected:
+           sha256:{'0' * 64}
+
+         Computed:
+           sha256:{'4721' * 16}
+"""
+
+PIP_INSTALL_NOT_FOUND = """\
+WARNING: Location 'file:///x/simple/six/' is ignored: it is neither a file nor a directory.
+ERROR: Ignored the following versions that require a different python version: 1.18.0 Requires-Python >=3.12
+ERROR: Could not find a version that satisfies the requirement six==99.0 (from versions: 1.5.0, 1.6.0, 1.7.0, 1.8.0, 1.9.0, 1.16.0, 1.17.0)
+ERROR: No matching distribution found for six==99.0
+"""
+
+
+def test_an_installers_failure_is_trimmed_as_a_resolvers():
+    assert installers.tool_reason(UV_HASH_MISMATCH) == (
+        f"Hash mismatch for `six==1.17.0` Expected: sha256:{'0' * 64} Computed: "
+        f"sha256:{'4721' * 16}")
+    # pip's note on versions for other Pythons is noise before the reason.
+    assert installers.tool_reason(PIP_INSTALL_NOT_FOUND) == (
+        "Could not find a version that satisfies the requirement six==99.0 (from 7 versions: "
+        "1.5.0 ... 1.8.0, 1.9.0, 1.16.0, 1.17.0); No matching distribution found for six==99.0")
+    # A tool that said nothing: the caller's words (an exit code, "the resolver failed ...").
+    assert installers.tool_reason("\n  \n", "exit code 1") == "exit code 1"
+    assert installers.tool_reason("Killed") == "Killed"
 
 
 def test_header_is_the_resolvers_own_and_renovate_and_dependabot_read_it():
@@ -273,9 +309,10 @@ def test_propose_reads_the_current_lock_with_the_lock_parser(tmp_path):
 
 
 def test_uv_missing_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(resolve, "find_uv", lambda: None)
+    monkeypatch.setattr(installers, "find_uv", lambda: None)
     (tmp_path / "requirements.in").write_text("six\n")
-    with pytest.raises(ResolveError, match=r"needs the uv command \(pip install uv\)"):
+    with pytest.raises(ResolveError, match=r"^--resolver uv needs the uv command, .*reinstall "
+                                           r"lockguard, or pass --resolver pip-tools\)$"):
         compile_lock(tmp_path / "requirements.in", tmp_path / "out.txt", resolver="uv")
     assert not (tmp_path / "out.txt").exists()
 

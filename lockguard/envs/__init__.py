@@ -1,1 +1,44 @@
-"""Environment backends behind one small interface: prepare(lock) -> Env; Env.run(request)."""
+"""The environment backends, behind one seam (envs/base.py), the way httpx's transports are:
+
+    base.py     Backend: identity() · admit(locks) · scope(framework, device) ·
+                prepare(lock, framework, device, progress) -> Env;  Env.run(RunRequest) ->
+                RunResult; RunRequest; running the harness process once for every backend
+    venv.py     VenvBackend: a cached virtualenv per lock (the default)
+    local.py    LocalBackend: the interpreter as it is
+    docker/     DockerBackend (docker/backend.py): an image per lock, framework, accelerator
+
+`backend_for(kind, ...)` chooses one; the flows know only this package and envs.base, never a
+backend's module. A new backend (an accelerator host, a remote runner) is a module here that
+implements Backend, a branch below, and its name in names.ENV_KINDS.
+"""
+
+from __future__ import annotations
+
+from lockguard.envs.base import Backend, Env, EnvError, RunRequest
+
+__all__ = ["Backend", "Env", "EnvError", "RunRequest", "backend_for"]
+
+
+def backend_for(kind: str, *, python: str | None = None, installer: str = "uv",
+                allow_sdist: bool = False, allow_unhashed: bool = False,
+                allow_insecure_index: bool = False) -> Backend:
+    """The backend `kind` (names.ENV_KINDS) names, with the project's settings: `python` the
+    interpreter venvs are built with and local runs use (None: the one running lockguard),
+    `installer` uv or pip, and the opt-ins to sdists, unhashed locks and plain-http indexes.
+    Nothing is checked or built here (Backend.admit, Backend.prepare do that)."""
+    if kind == "venv":
+        from lockguard.envs.venv import VenvBackend
+
+        return VenvBackend(python, installer, allow_sdist=allow_sdist,
+                           allow_unhashed=allow_unhashed,
+                           allow_insecure_index=allow_insecure_index)
+    if kind == "local":
+        from lockguard.envs.local import LocalBackend
+
+        return LocalBackend(python)
+    if kind == "docker":
+        from lockguard.envs.docker.backend import DockerBackend
+
+        return DockerBackend(allow_unhashed=allow_unhashed,
+                             allow_insecure_index=allow_insecure_index)
+    raise ValueError(f"unknown environment kind {kind!r} (expected venv, local or docker)")

@@ -1,26 +1,37 @@
-"""What every environment backend shares: the run request and running the harness in a process.
+"""What every environment backend shares: the seam the flows see (`Backend`, `Env`,
+`RunRequest`), and running the harness in a process.
 
-A backend (venv, docker, local) only decides *which* command runs the harness and where; turning a
-process into a RunResult — timeouts, crashes without a result file, unreadable output — happens
-here once, so all backends report failures the same way.
+A backend (venv, docker, local) only decides *which* environment a lock gets and *which* command
+runs the harness there; turning a process into a RunResult — timeouts, crashes without a
+result file, unreadable output — happens here once, so all backends report failures the same
+way.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from lockguard import process
-from lockguard.allowlist import training_env
+from lockguard.allowlist import HARNESS_SETTINGS, training_env
 from lockguard.envs.harness import ENTRY, HARNESS_DIR
-from lockguard.errors import LockguardError
-from lockguard.progress import show_command
+from lockguard.errors import LockguardError, tail
+from lockguard.progress import Progress, show_command
 from lockguard.sizes import format_size
-from lockguard.files import ReadError, read_json
+from lockguard.files import ReadError, read_json, scratch_dir
 from lockguard.results import (
     MAX_RESULT_BYTES, SCHEMA_VERSION, ResultError, RunResult, Status, parse_result,
 )
+
+if TYPE_CHECKING:
+    from lockguard.locks.model import Lock
+
+# The marker a backend writes last into what it built (a venv, an image's build record, a
+# wheelhouse): where it is missing, a build did not finish.
+READY = "lockguard-ready.json"
 
 
 class EnvError(LockguardError):
@@ -46,10 +57,87 @@ class RunRequest:
 
 
 class Env(Protocol):
+    """One prepared environment: runs the harness for a request, in a process of its own."""
+
     label: str  # for reports: "venv 3f2a9c…", "docker lockguard/torch-cpu:…", "local /usr/bin/python"
     lock_hash: str
 
-    def run(self, request: RunRequest, out_dir: Path) -> RunResult: ...
+    def run(self, request: RunRequest, out_dir: Path) -> RunResult:
+        """Run `request`'s training, its result file and log under `out_dir`: always a
+        RunResult (a failing training is a result, never an exception)."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the flows need of an environment backend: environments for (lock, framework,
+    device), each an Env that turns a RunRequest into a RunResult.
+
+    The seam has httpx's transports' shape: this base, the real implementations beside it
+    (envs/venv.py VenvBackend, envs/local.py LocalBackend, envs/docker/backend.py
+    DockerBackend), `lockguard.envs.backend_for` choosing one, and a fake for flow tests
+    (tests/fakes.py FakeBackend). A new backend (an accelerator host, a remote runner) is a
+    module here implementing these four methods, and a line in backend_for.
+
+    The pipeline (flows/pipeline.py) calls `admit` with every lock of a check before it builds
+    anything, then `prepare` once per lock and `scope`, several at once on threads of its own:
+    `prepare` must be safe to call concurrently (for other locks, or other scopes).
+    """
+
+    def identity(self) -> str:
+        """What this backend's environments are built with that a lock's hash does not say
+        ("venv cpython 3.11.7 x86_64"; "docker": an image's Python is its recipe's): part of
+        a golden's inputs digest, so a golden answers only for environments built alike."""
+        ...
+
+    def admit(self, locks: Sequence[Lock]) -> None:
+        """Refuse, before anything is built, what this backend will not build: a cache it
+        cannot write (WriteError), a lock it will not install (LockError naming its
+        file:line: no hashes, a plain-http index, a pin with no wheel it may install)."""
+        ...
+
+    def scope(self, framework: str, device: str) -> str:
+        """What tells one lock's environments apart: "" when one serves every framework and
+        device the lock pins (a venv), "torch/cuda" for an image per framework and
+        accelerator. Requests of equal lock and scope share one prepared Env."""
+        ...
+
+    def prepare(self, lock: Lock | None, framework: str, device: str,
+                progress: Progress) -> Env:
+        """The environment `lock` runs `framework`'s scenarios in on `device`, built first if
+        no sound one is cached; None: the interpreter itself (the local backend only). A
+        build that fails raises EnvError (or LockError) naming the lock."""
+        ...
+
+
+def require_writable_cache() -> None:
+    """Fail before any build when lockguard's cache (LOCKGUARD_CACHE) cannot hold what a
+    backend builds."""
+    from lockguard.cache import cache_root
+    from lockguard.files import writable_dir
+
+    writable_dir(cache_root(), "lockguard's cache (LOCKGUARD_CACHE)")
+
+
+def interpreter_tag(python: str) -> str:
+    """"cpython 3.11.7 x86_64": the implementation, version and machine of a host interpreter
+    (EnvError naming the `python` setting when it does not run)."""
+    if python == sys.executable:  # spare a subprocess in the common case
+        import platform
+
+        return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
+    with scratch_dir("python") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        try:
+            done = process.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
+                                "platform.python_version(),platform.machine())"],
+                               log=out, stderr_log=err, timeout=120)
+        except process.ProcessError as exc:
+            raise EnvError(f"python = {python!r}: {exc}") from None
+        if done.code != 0:
+            reason = tail(err.read_text(errors="replace"), 1) or done.describe()
+            raise EnvError(f"python = {python!r} is not a working interpreter: {reason}")
+        return out.read_text(errors="replace").strip()
 
 
 def harness_args(request: RunRequest, harness_dir: str, out_path: str,
@@ -61,12 +149,6 @@ def harness_args(request: RunRequest, harness_dir: str, out_path: str,
     if script_path is not None:
         args += ["--script", script_path, "--framework", request.framework]
     return args
-
-
-# What every harness run is given, whatever the host sets: hashing, imports and logging that
-# do not vary from run to run.
-HARNESS_SETTINGS = {"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
-                    "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def harness_env(extra: dict[str, str] | None = None) -> dict[str, str]:

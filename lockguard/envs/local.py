@@ -7,21 +7,58 @@ one is given, is only used for reporting: lockguard cannot promise the interpret
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lockguard.envs.base import RunRequest, harness_env, run_with
+from lockguard.envs.base import Backend, RunRequest, harness_env, interpreter_tag, run_with
+from lockguard.progress import Progress
 from lockguard.results import RunResult
+
+if TYPE_CHECKING:
+    from lockguard.locks.model import Lock
 
 
 class LocalEnv:
+    """The interpreter `python` (None: the one running lockguard), as it is."""
+
     def __init__(self, python: str | None = None, lock_hash: str = "local") -> None:
         self.python = python or sys.executable
         self.lock_hash = lock_hash
         self.label = f"local {self.python}"
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
+        """The harness with this interpreter, in the training allowlist's environment."""
         return run_with(self.python, request, out_dir, harness_env())
 
 
 def prepare(python: str | None = None, lock_hash: str = "local") -> LocalEnv:
+    """The local environment, named for `lock_hash` in reports (nothing is checked)."""
     return LocalEnv(python, lock_hash)
+
+
+class LocalBackend(Backend):
+    """Runs every scenario with `python` (None: the interpreter running lockguard); installs
+    nothing, so it admits every lock and refuses none."""
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python
+        self._identity: str | None = None
+
+    def identity(self) -> str:
+        """"local" and the interpreter's tag."""
+        if self._identity is None:
+            self._identity = f"local {interpreter_tag(self.python or sys.executable)}"
+        return self._identity
+
+    def admit(self, locks: Sequence[Lock]) -> None:
+        """Nothing is installed from a lock: nothing to refuse."""
+
+    def scope(self, framework: str, device: str) -> str:
+        """One interpreter serves every framework and device."""
+        return ""
+
+    def prepare(self, lock: Lock | None, framework: str, device: str,
+                progress: Progress) -> LocalEnv:
+        """The interpreter, labelled with the lock's hash (or "local" without one)."""
+        return prepare(self.python, lock.lock_hash if lock is not None else "local")

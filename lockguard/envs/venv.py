@@ -39,6 +39,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -46,51 +47,32 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from lockguard import process
 from lockguard.cache import cache_dir, file_lock
-from lockguard.allowlist import install_env
 from lockguard.envs.base import (
-    HARNESS_SETTINGS, EnvError, RunRequest, compile_cache_env, harness_env, run_with,
+    READY, Backend, EnvError, RunRequest, compile_cache_env, harness_env, interpreter_tag,
+    require_writable_cache, run_with,
 )
 from lockguard.errors import LockguardError, one_line
-from lockguard.errors import tail as last_lines
-from lockguard.files import scratch_dir, write_bytes, write_text
-from lockguard.installers import drop_uv_settings, pip_config_as_uv_args, uv_settings_note
+from lockguard.files import write_bytes, write_text
+from lockguard.installers import (
+    drop_uv_settings, pip_config_as_uv_args, require_uv, run_logged, tool_reason,
+    uv_settings_note,
+)
 from lockguard.locks.model import Lock, Pin
 from lockguard.locks.writer import install_form, option_args, pylock_text, requirements_text
-from lockguard.progress import QUIET, Progress, show_command
+from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult
 
-READY = "lockguard-ready.json"
 LOCK_FILE = "lockguard-lock.txt"  # in the env: the lock the installer read, from the parsed Lock
 PYLOCK_FILE = "pylock.lockguard.toml"  # the same, when uv installs it as a pylock.toml
-BUILD_TIMEOUT_S = 3600  # one installer run; a hung download must not hold CI forever
 MANIFEST = "lockguard-manifest.json"
 MANIFEST_FORMAT = 1
 PIP_DEBUG_LOG = "pip-debug.log"
 ALLOW_HINT = "set allow_sdist = true in [tool.lockguard] to allow it"
 
 
-def interpreter_tag(python: str) -> str:
-    if python == sys.executable:  # spare a subprocess in the common case
-        import platform
-
-        return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
-    with scratch_dir("python") as tmp:
-        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        try:
-            done = process.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
-                                "platform.python_version(),platform.machine())"],
-                               log=out, stderr_log=err, timeout=120)
-        except process.ProcessError as exc:
-            raise EnvError(f"python = {python!r}: {exc}") from None
-        if done.code != 0:
-            reason = last_lines(err.read_text(errors="replace"), 1) or done.describe()
-            raise EnvError(f"python = {python!r} is not a working interpreter: {reason}")
-        return out.read_text(errors="replace").strip()
-
-
 def build_policy(allow_sdist: bool) -> str:
+    """The build policy's name, in a venv's key and marker."""
     return "sdist-allowed" if allow_sdist else "wheels-only"
 
 
@@ -101,12 +83,15 @@ RECIPE = 3
 
 
 def venv_key(lock: Lock, python: str, installer: str, allow_sdist: bool = False) -> str:
+    """The cache key of `lock`'s venv: the lock's hash, interpreter, installer and policy."""
     tag = interpreter_tag(python)
     recipe = f"{RECIPE}\0{lock.lock_hash}\0{tag}\0{installer}\0{build_policy(allow_sdist)}"
     return hashlib.sha256(recipe.encode()).hexdigest()[:20]
 
 
 class VenvEnv:
+    """A lock's cached venv at `path`, its trainings run with its interpreter."""
+
     def __init__(self, path: Path, lock_hash: str, inductor_cache: Path,
                  startup: dict[str, tuple[tuple[str, bool], ...]] | None = None) -> None:
         self.path = path
@@ -118,8 +103,61 @@ class VenvEnv:
         self.startup_files = startup or {}
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
+        """The harness with the venv's interpreter, its compilers' caches beside the venv."""
         env = harness_env(compile_cache_env(str(self.inductor_cache)))
         return run_with(str(self.python), request, out_dir, env)
+
+
+class VenvBackend(Backend):
+    """The venv backend: a cached virtualenv per lock (module docstring), built with `python`
+    (None: the interpreter running lockguard) and `installer` (uv or pip). A lock is admitted
+    only with hashes and an https index unless `allow_unhashed` / `allow_insecure_index` opt
+    in (locks/trust.py), and only when each pin has a wheel for that interpreter, or an sdist
+    under `allow_sdist` (locks/installable.py)."""
+
+    def __init__(self, python: str | None = None, installer: str = "uv", *,
+                 allow_sdist: bool = False, allow_unhashed: bool = False,
+                 allow_insecure_index: bool = False) -> None:
+        self.python = python
+        self.installer = installer
+        self.allow_sdist = allow_sdist
+        self.allow_unhashed = allow_unhashed
+        self.allow_insecure_index = allow_insecure_index
+        self._identity: str | None = None
+
+    def identity(self) -> str:
+        """"venv" and the interpreter's tag (asked once: another interpreter is a process)."""
+        if self._identity is None:
+            self._identity = f"venv {interpreter_tag(self.python or sys.executable)}"
+        return self._identity
+
+    def admit(self, locks: Sequence[Lock]) -> None:
+        """A writable cache, then each lock trusted and installable here, in order."""
+        require_writable_cache()
+        for lock in locks:
+            self._admit(lock)
+
+    def _admit(self, lock: Lock) -> None:
+        from lockguard.locks.installable import require_wheels
+        from lockguard.locks.target import target_for
+        from lockguard.locks.trust import require_trusted
+
+        require_trusted(lock, allow_unhashed=self.allow_unhashed,
+                        allow_insecure_index=self.allow_insecure_index)
+        require_wheels(lock, target_for(self.python), allow_sdist=self.allow_sdist)
+
+    def scope(self, framework: str, device: str) -> str:
+        """One venv per lock serves every framework and device in it."""
+        return ""
+
+    def prepare(self, lock: Lock | None, framework: str, device: str,
+                progress: Progress) -> VenvEnv:
+        """The lock's venv (module-level `prepare`), the lock admitted again first: a backend
+        a flow wraps (bisect's) is prepared lock by lock."""
+        assert lock is not None, "the venv backend builds a lock's environment"
+        self._admit(lock)
+        return prepare(lock, python=self.python, installer=self.installer,
+                       allow_sdist=self.allow_sdist, progress=progress)
 
 
 def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
@@ -127,7 +165,7 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
     """Return the env for `lock`, building it first if the cache has no sound one."""
     python = python or sys.executable
     if installer == "uv":
-        uv_binary()  # a missing uv is known before the lock is waited for
+        _uv()  # a missing uv is known before the lock is waited for
     if not allow_sdist:
         refuse_source_options(lock)
     key = venv_key(lock, python, installer, allow_sdist)
@@ -137,10 +175,8 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
         problem = verify(path, lock, allow_sdist)
         if problem is not None:
             if path.exists():
-                from rich.markup import escape
-
-                progress.info(escape(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
-                                              f"({path}): {problem}")))
+                progress.info(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
+                                       f"({path}): {problem}"))
             _build(path, lock, python, installer, allow_sdist, progress)
         startup = recorded_startup_files(path)
     return VenvEnv(path, lock.lock_hash, root / f"{key}.compile-cache", startup)
@@ -227,7 +263,7 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             sdist = None if allow_sdist else sdist_only_message(lock, used, tail, path)
             if sdist is not None:
                 raise EnvError(one_line(sdist))
-            reason = pip_reason(tail) or f"exit code {code}"
+            reason = tool_reason("\n".join(tail), f"exit code {code}")
             if dropped and used == "uv":
                 reason += f" ({uv_settings_note(dropped)})"
             raise EnvError(one_line(f"{lock.source}: {used} could not install the lock: "
@@ -257,7 +293,7 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
     index; requirements text and a poetry.lock as requirements. pip reads no pylock.toml."""
     pylock = installer == "uv" and install_form(lock) == "pylock.toml"
     if installer == "uv":
-        uv = uv_binary()
+        uv = _uv()
         if python == sys.executable:
             # The host interpreter's venv, made in-process as `python -m venv` makes it
             # (the pip builds' layout): a millisecond, where `uv venv` is a supervised
@@ -545,66 +581,5 @@ def _changed_file(root: str, manifest: dict) -> str | None:
     return None
 
 
-def uv_binary() -> str:
-    from lockguard.installers import find_uv  # the one finder, the resolver's too
-
-    uv = find_uv()
-    if uv is None:
-        raise EnvError("installer 'uv' was asked for but `uv` is neither beside "
-                       f"{sys.executable} nor on PATH (it is a dependency of lockguard: "
-                       "reinstall lockguard, or set installer = \"pip\" in [tool.lockguard])")
-    return uv
-
-
-def installer_env() -> dict[str, str]:
-    """The installers' process environment: the install allowlist (lockguard/allowlist.py:
-    what a training sees, and the proxies, certificates, pip and uv settings and credential
-    stores an install needs; no CI secret), and one wheel cache per installer under lockguard's
-    cache, shared by every env, so a wheel two locks pin is downloaded once (and the CI cache
-    of lockguard's folder keeps it). A cache the user chose for the installer is kept."""
-    wheels = cache_dir() / "wheels"
-    env = install_env()
-    env.update(HARNESS_SETTINGS)  # an installer's Python as isolated as the harness's
-    drop_uv_settings(env)
-    env.setdefault("UV_CACHE_DIR", str(wheels / "uv"))
-    env.setdefault("PIP_CACHE_DIR", str(wheels / "pip"))
-    # uv hardlinks from its cache when the venvs share its filesystem (they lie beside it) and
-    # copies otherwise; copying always would add a torch-sized copy to every build. The
-    # manifest check catches an env file changed in place, which a hardlink shares with the
-    # cache, and rebuilds that env.
-    env.setdefault("UV_LINK_MODE", "hardlink")
-    return env
-
-
-def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
-    """Run an installer, its output going to a log file and its latest line to the spinner.
-    Returns the exit code (non-zero when it could not start or ran past BUILD_TIMEOUT_S) and
-    the log's last lines."""
-    show_command(cmd)
-    try:
-        done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S, env=installer_env(),
-                           header=" ".join(cmd), on_line=step.update)
-    except process.ProcessError as exc:
-        return 127, [str(exc)]
-    lines = done.output.splitlines()[-40:]
-    if done.timed_out:
-        return 124, [*lines, f"{cmd[0]}: {done.describe()}"]
-    return done.code if done.code is not None else 1, lines
-
-
-def pip_reason(lines: list[str]) -> str:
-    """The line of the installer's (pip's or uv's) output that says why, not the whole wall."""
-    errors = [ln.removeprefix("ERROR: ").strip() for ln in lines if ln.startswith("ERROR:")]
-    # pip's noise around the reason: Python-version skips and the list of every version.
-    errors = [re.sub(r" \(from versions: [^)]*\)", "", e) for e in errors
-              if e and not e.startswith("Ignored the following versions")]
-    if errors:
-        return " ".join(errors[:2])
-    # uv: "error: Failed to download `six==1.16.0`" then "  cause: Hash mismatch for ..."
-    # (older releases: "Caused by:", "╰─▶"); the hashes it prints after them are detail.
-    said = [re.sub(r"^(error:|cause:|Caused by:|×|╰─▶)\s*", "", ln.strip()) for ln in lines
-            if re.match(r"\s*(error:|cause:|Caused by:|×|╰─▶)", ln)]
-    if said:
-        return ": ".join(said[:2])
-    meaningful = [ln.strip() for ln in lines if ln.strip()]
-    return meaningful[-1] if meaningful else ""
+def _uv() -> str:
+    return require_uv('installer = "uv"', EnvError, 'set installer = "pip" in [tool.lockguard]')

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from lockguard.config import Config, Options
 from lockguard.errors import UsageError
 from lockguard.flows.goldens import digest, golden_dir
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, run_backend
 from lockguard.locks.ref import LockRef, lock_for
 from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
     tolerance_of, trust_notes
@@ -28,8 +28,8 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
              backend: Backend | None = None) -> Report:
     start = time.perf_counter()
     policy = policy_for(config, opts.exact)
-    harness, kind = harness_digest(), env_kind(config, opts)
-    if kind == "local":
+    harness, backend = harness_digest(), run_backend(config, opts, backend)
+    if env_kind(config, opts) == "local":
         # Both sides would run the one interpreter lockguard was given: always identical.
         raise UsageError("--env local runs one interpreter, whatever the locks pin: an A/B "
                          "check (--baseline-lock, --base, propose) needs an environment per "
@@ -77,7 +77,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
                                    p.lock.lock.lock_hash, golden_dir(config), policy, tolerance)
         return verdict, evidence(p.scenario.id, ("lock", old.name, runs.baseline[0]),
                                  ("lock", p.lock.name if p.lock else "local",
-                                  runs.candidate[0]), digest(p, config, harness, kind))
+                                  runs.candidate[0]), digest(p, config, harness, backend))
 
     outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend, timing=timing)

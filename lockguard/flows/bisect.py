@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal
 from lockguard.config import Config, Options
 from lockguard.files import display_path
 from lockguard.errors import LockguardError, one_line
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, real_backend
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, run_backend
 from lockguard.flows.report_parts import tolerance_of
 from lockguard.locks.diff import Change, LockDiff, diff_locks
 from lockguard.locks.mix import mix_locks
@@ -267,18 +267,28 @@ def ddmin(items: list[int], test: Oracle) -> frozenset[int]:
 # ------------------------------------------------------------------------- the flow
 
 @dataclass
-class _TimedBackend:
-    """The flow's backend, timing each environment it prepares (seconds per lock hash)."""
+class _TimedBackend(Backend):
+    """The flow's backend, timing each environment it prepares (seconds per lock hash); the
+    rest of the Backend protocol is the inner one's."""
 
     inner: Backend
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def prepare(self, ref: LockRef | None, framework: str, device: str,
+    def identity(self) -> str:
+        return self.inner.identity()
+
+    def admit(self, locks: Sequence[Lock]) -> None:
+        self.inner.admit(locks)
+
+    def scope(self, framework: str, device: str) -> str:
+        return self.inner.scope(framework, device)
+
+    def prepare(self, lock: Lock | None, framework: str, device: str,
                 progress: Progress) -> Env:
         started = time.perf_counter()
-        env = self.inner.prepare(ref, framework, device, progress)
-        if ref is not None:
-            key = ref.lock.lock_hash
+        env = self.inner.prepare(lock, framework, device, progress)
+        if lock is not None:
+            key = lock.lock_hash
             self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
         return env
 
@@ -311,13 +321,13 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
         result.notes.append("--env local runs the installed packages, not a lock: "
                             "nothing to bisect")
         return result
-    timed = _TimedBackend(backend or real_backend(config, kind))
+    timed = _TimedBackend(run_backend(config, opts, backend))
     # The check built both environments; preparing them again is a cache hit, and their
     # installed metadata is what a mix is checked against before it is built.
     requires: Requires = {}
     python = None
     for ref in (old, new):
-        got = env_requires(timed.prepare(ref, scenario.framework, failing.expected_device
+        got = env_requires(timed.prepare(ref.lock, scenario.framework, failing.expected_device
                                          or opts.device or config.device, progress))
         if got is not None:
             requires.update(got[0])

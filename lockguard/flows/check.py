@@ -15,7 +15,7 @@ from lockguard.config import Config, Options
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, golden_dir, load_goldens, unchanged,
 )
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, run_backend
 from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import family_rule_report, lock_info, nothing_done, parity, \
     policy_for, trust_notes
@@ -46,7 +46,7 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
                  opts: Options, progress: Progress = QUIET,
                  backend: Backend | None = None) -> Report:
     start = time.perf_counter()
-    kind = env_kind(config, opts)
+    kind, backend = env_kind(config, opts), run_backend(config, opts, backend)
     gdir = golden_dir(config)
     harness = harness_digest()
     hosts, crossed = Hosts(), Crossings()
@@ -55,7 +55,7 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
     goldens: dict[str, tuple[dict[str, Golden], str]] = {}
 
     def decide(p: Planned) -> list[Job]:
-        sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, config, harness, kind)
+        sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, config, harness, backend)
         mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
         # Every golden read here is verified (digest, shape, class): a bad one is an error
         # before anything runs.

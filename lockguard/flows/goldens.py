@@ -3,7 +3,6 @@ golden is recorded from, and comparing runs with the golden of their own (or ano
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,7 @@ from lockguard.scenarios import inputs_digest
 
 if TYPE_CHECKING:
     from lockguard.compare.tolerance import Policy
+    from lockguard.envs import Backend
     from lockguard.compare.verdicts import HardwareChange, ScenarioVerdict
     from lockguard.names import Verdict
     from lockguard.report import Evidence
@@ -70,20 +70,18 @@ def lock_name(p: Planned) -> str:
     return p.lock.name if p.lock else "local"
 
 
-def digest(p: Planned, config: Config, harness: str, kind: str) -> str:
+def digest(p: Planned, config: Config, harness: str, backend: Backend) -> str:
+    """The inputs digest of `p`'s runs on `backend`: what a golden is recorded from, and
+    answers for unrun while it is unchanged."""
     return inputs_digest(p.scenario, lock_hash=lock_hash(p), steps=p.steps, seed=config.seed,
                          device=p.device, threads=config.threads, harness=harness,
-                         environment=environment(config, kind))
+                         environment=environment(backend))
 
 
-def environment(config: Config, kind: str) -> str:
+def environment(backend: Backend) -> str:
     """The backend and interpreter a run's environment is built with: the part of the inputs a
-    lock hash does not say."""
-    if kind == "docker":
-        return "docker"  # the image's Python comes from its recipe, which the lock pins
-    from lockguard.envs.venv import interpreter_tag
-
-    return f"{kind} {interpreter_tag(config.python_path or sys.executable)}"
+    lock hash does not say (Backend.identity)."""
+    return backend.identity()
 
 
 def unchanged(gold: Golden, p: Planned, digest: str) -> bool:

@@ -16,19 +16,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 from lockguard.allowlist import withheld
 from lockguard import envvars
-from lockguard.cache import cache_root
 from lockguard.config import Config
+# The seam to the environments: the flows know Backend and backend_for, never a backend's module.
+from lockguard.envs import Backend, backend_for
 from lockguard.envs.base import Env, RunRequest
-from lockguard.files import scratch_dir, writable_dir
+from lockguard.files import scratch_dir
 from lockguard.hardware import host_memory, visible_gpus
 # The locks of a run live in lockguard.locks.ref; imported here too, for the flows built on
 # the pipeline.
-from lockguard.locks.ref import LockRef, lock_for, lock_target, no_lock_reason
-from lockguard.locks.trust import require_trusted
+from lockguard.locks.ref import LockRef, lock_for, no_lock_reason
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
 from lockguard.scenarios import Scenario
@@ -43,6 +43,8 @@ Role = Literal["baseline", "candidate"]
 
 @dataclass(frozen=True)
 class Planned:
+    """One scenario as a check will run it: its lock, device and steps, or why it is skipped."""
+
     scenario: Scenario
     lock: LockRef | None
     device: str  # expected device class
@@ -76,14 +78,6 @@ class Outcome:
         default_factory=dict)
 
 
-class Backend(Protocol):
-    """Prepares the environment a job runs in. The real ones are venv, docker and local; tests
-    pass a fake one to run a flow's logic in milliseconds (like httpx's MockTransport)."""
-
-    def prepare(self, ref: LockRef | None, framework: str, device: str,
-                progress: Progress) -> Env: ...
-
-
 @dataclass
 class Runs:
     """What `judge` receives: the results of one scenario's jobs by role, in the order they
@@ -97,6 +91,7 @@ class Runs:
     candidate_timed: list[RunResult] = field(default_factory=list)
 
     def add(self, job: Job, env_label: str, result: RunResult) -> None:
+        """File `result` of `job` under its role (a timing run's apart)."""
         if job.timing:
             getattr(self, f"{job.role}_timed").append(result)
             return
@@ -154,7 +149,19 @@ def _healthy(p: Planned, ran: list[tuple[Job, Env, RunResult]]) -> bool:
 
 
 def env_kind(config: Config, opts: Options) -> str:
+    """The environment backend asked for: --env, else the config's `env`."""
     return opts.env or config.env
+
+
+def run_backend(config: Config, opts: Options, given: Backend | None = None) -> Backend:
+    """The backend a flow runs on: `given` (a test's fake, a flow's wrapper), else the one
+    env_kind names, with the project's settings (lockguard.envs.backend_for)."""
+    if given is not None:
+        return given
+    return backend_for(env_kind(config, opts), python=config.python_path,
+                       installer=config.installer, allow_sdist=config.allow_sdist,
+                       allow_unhashed=config.allow_unhashed,
+                       allow_insecure_index=config.allow_insecure_index)
 
 
 def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: list[LockRef], *,
@@ -172,21 +179,20 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
     run); they run after every other run of the check, one at a time, so that nothing else
     trains beside them.
     """
-    kind = env_kind(config, opts)
+    backend = run_backend(config, opts, backend)
     planned = on_this_host(plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
-                                local=kind == "local"))
+                                local=env_kind(config, opts) == "local"))
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
     if rounds:
         wanted_jobs = [job for round_ in zip_longest(*wanted.values()) for job in round_
                        if job is not None]
     else:
         wanted_jobs = [job for mine in wanted.values() for job in mine]
-    ran = execute(config, kind, wanted_jobs, progress, backend, workers=jobs) \
-        if wanted_jobs else []
+    ran = execute(config, backend, wanted_jobs, progress, workers=jobs) if wanted_jobs else []
     timed = [job for p in planned if not p.skip_reason and _healthy(p, ran)
              for job in (timing(p) if timing is not None else [])]
     if timed:
-        ran += execute(config, kind, timed, progress, backend, workers=1,
+        ran += execute(config, backend, timed, progress, workers=1,
                        title=f"Timing {len(timed)} run(s), one at a time, baseline and "
                              "candidate alternating")
     from lockguard.compare.verdicts import skipped
@@ -215,24 +221,19 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
 # ------------------------------------------------------------------------------ environments
 
 class Environments:
-    """Prepares each lock's environment once per check, for the configured backend."""
+    """Prepares each environment a check needs once, on `backend`: in parallel, each under
+    its progress stage ("environment n of N (lock)"), failures raised as a sequential run
+    would raise them."""
 
-    def __init__(self, config: Config, kind: str, progress: Progress = QUIET,
-                 backend: Backend | None = None) -> None:
-        if kind != "local" and backend is None:
-            # a cache that cannot hold an environment: known before any build
-            writable_dir(cache_root(), "lockguard's cache (LOCKGUARD_CACHE)")
-        self.kind = kind
+    def __init__(self, backend: Backend, progress: Progress = QUIET) -> None:
         self.progress = progress
-        self.backend = backend or real_backend(config, kind)
+        self.backend = backend
         self._envs: dict[tuple[str, str], Env] = {}
         self._wanted: list[tuple[str, str]] = []  # for "environment n of N"
 
     def _key(self, ref: LockRef | None, framework: str, device: str) -> tuple[str, str]:
-        key = (ref.lock.lock_hash if ref else "local", f"{framework}/{device}")
-        if self.kind != "docker":
-            key = (key[0], "")  # one venv per lock serves every framework and device in it
-        return key
+        # The backend says which requests share an environment (a venv: all of one lock's).
+        return (ref.lock.lock_hash if ref else "local", self.backend.scope(framework, device))
 
     def expect(self, wanted: list[tuple[LockRef | None, str, str]]) -> None:
         """The (lock, framework, device) triples this check will ask for, so that progress
@@ -248,9 +249,9 @@ class Environments:
         then the failure first in plan order is raised — every build before it in plan order
         has finished. An interrupt kills the running builds' processes at once
         (process.kill_all) and returns without waiting for their threads."""
-        if isinstance(self.backend, _RealBackend):  # every lock, before any is installed
-            for ref in dict.fromkeys(w[0] for w in wanted if w[0] is not None):
-                self.backend.admit(ref)
+        # Every lock, before any is installed (and the cache, before anything is built).
+        self.backend.admit([ref.lock for ref in dict.fromkeys(w[0] for w in wanted
+                                                              if w[0] is not None)])
         first: dict[tuple[str, str], tuple[LockRef | None, str, str]] = {}
         for w in wanted:
             first.setdefault(self._key(*w), w)
@@ -289,61 +290,22 @@ class Environments:
             raise failed[min(failed)]
 
     def get(self, ref: LockRef | None, framework: str, device: str) -> Env:
+        """The environment of (ref, framework, device), prepared on first asking."""
         key = self._key(ref, framework, device)
         if key not in self._envs:
             index = self._wanted.index(key) + 1 if key in self._wanted else len(self._envs) + 1
             with self.progress.counting(index, max(len(self._wanted), index), "environment",
                                         ref.name if ref is not None else "local"):
-                self._envs[key] = self.backend.prepare(ref, framework, device, self.progress)
+                self._envs[key] = self.backend.prepare(ref.lock if ref is not None else None,
+                                                       framework, device, self.progress)
         return self._envs[key]
-
-
-@dataclass(frozen=True)
-class _RealBackend:
-    config: Config
-    kind: str
-
-    def admit(self, ref: LockRef) -> None:
-        """Refuse a lock that would install unchecked files (no hashes, a plain-http index),
-        unless the config opts in: locks/trust.py; or, in a venv, a pin with no wheel for its
-        interpreter: locks/installable.py. Nothing is installed under --env local."""
-        if self.kind != "local":
-            require_trusted(ref.lock, allow_unhashed=self.config.allow_unhashed,
-                            allow_insecure_index=self.config.allow_insecure_index)
-        if self.kind == "venv":
-            from lockguard.locks.installable import require_wheels
-
-            require_wheels(ref.lock, lock_target(self.config),
-                           allow_sdist=self.config.allow_sdist)
-
-    def prepare(self, ref: LockRef | None, framework: str, device: str,
-                progress: Progress) -> Env:
-        if self.kind == "local":
-            from lockguard.envs import local
-
-            return local.prepare(self.config.python_path, ref.lock.lock_hash if ref else "local")
-        assert ref is not None
-        self.admit(ref)  # again here: a backend wrapped by bisect is prepared lock by lock
-        if self.kind == "docker":
-            from lockguard.envs import docker
-
-            return docker.prepare(ref.lock, framework=framework, accelerator=device,
-                                  progress=progress)
-        from lockguard.envs import venv
-
-        return venv.prepare(ref.lock, python=self.config.python_path,
-                            installer=self.config.installer,
-                            allow_sdist=self.config.allow_sdist, progress=progress)
-
-
-def real_backend(config: Config, kind: str) -> Backend:
-    """The only place that decides venv / docker / local."""
-    return _RealBackend(config, kind)
 
 
 # ----------------------------------------------------------------------------------- execute
 
 def request_for(p: Planned, config: Config) -> RunRequest:
+    """The harness's request for `p`, with the configured seed, threads, timeout and memory
+    limit."""
     limit, source = memory_limit(config)
     return p.scenario.request(steps=p.steps, seed=config.seed, device=p.device,
                               threads=config.threads, timeout=config.timeout,
@@ -370,12 +332,12 @@ def memory_limit(config: Config) -> tuple[int | None, str]:
     return int(config.memory_limit), "config key memory_limit"
 
 
-def execute(config: Config, kind: str, jobs: list[Job], progress: Progress = QUIET,
-            backend: Backend | None = None, workers: int | None = None,
+def execute(config: Config, backend: Backend, jobs: list[Job], progress: Progress = QUIET,
+            workers: int | None = None,
             title: str | None = None) -> list[tuple[Job, Env, RunResult]]:
-    """Prepare every job's environment, then run all jobs in parallel: (job, the environment
-    it ran in, result), in the order of `jobs`."""
-    envs = Environments(config, kind, progress, backend)
+    """Prepare every job's environment on `backend`, then run all jobs in parallel: (job, the
+    environment it ran in, result), in the order of `jobs`."""
+    envs = Environments(backend, progress)
     wanted = [(j.ref, j.planned.scenario.framework, j.planned.device) for j in jobs]
     envs.expect(wanted)
     envs.prepare_all(wanted)
@@ -459,8 +421,6 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
     killed too, so the temporary directory is removed within a second or two, after its
     processes are gone.
     """
-    from rich.markup import escape
-
     from lockguard import process
 
     results: list[RunResult | None] = [None] * len(jobs)
@@ -486,9 +446,8 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
             result = verify(ran, scenario=request.scenario_id, framework=request.framework,
                             steps=request.steps)
             results[index] = result
-            label = escape(name)
             done = step.advance() if step is not None else index + 1
-            progress.info(f"  {done} of {len(jobs)}: {label}: {result.status.value}"
+            progress.info(f"  {done} of {len(jobs)}: {name}: {result.status.value}"
                           + (f" in {result.timings.total_s:.1f} s" if result.timings.total_s
                              else ""))
 

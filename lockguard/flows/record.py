@@ -19,7 +19,7 @@ from lockguard.files import display_path, file_kind, writable_dir
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, golden_dir, lock_hash, previous_goldens,
 )
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
 from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import (
     family_rule_report, lock_info, nothing_done, parity, policy_for, trust_notes,
@@ -44,7 +44,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
     start = time.perf_counter()
     if (failed := family_rule_report("record", locks)) is not None:
         return failed
-    kind = env_kind(config, opts)
+    backend = run_backend(config, opts, backend)
     gdir = golden_dir(config)
     hosts, crossed = Hosts(), Crossings()
     notes: list[str] = []
@@ -77,7 +77,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
         from lockguard.names import Verdict
 
         result, envelope = _reference(runs.candidate)
-        inputs = digest(p, config, harness, kind)
+        inputs = digest(p, config, harness, backend)
         verdict, proof = compare_with_goldens(p, runs.candidate, previous[p.scenario.id],
                                               hosts.get(p.device), inputs, policy, crossed,
                                               alone=(Verdict.new, FIRST))

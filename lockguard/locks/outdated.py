@@ -12,7 +12,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from lockguard.locks.families import package_families
-from lockguard.locks.resolve import ResolveError, run_tool, trim_resolver_error
+from lockguard.installers import tool_reason
+from lockguard.locks.resolve import SILENT, ResolveError, run_tool
 from lockguard.names import FRAMEWORKS
 
 INDEX_TIMEOUT_S = 120.0
@@ -110,7 +111,7 @@ def _index_versions(name: str, index: str | None, timeout: float) -> tuple[list[
         if line.startswith("Available versions:"):
             versions = [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
             return versions, None
-    reason = trim_resolver_error(proc.stderr + "\n" + proc.stdout)
+    reason = tool_reason(proc.stderr + "\n" + proc.stdout, SILENT)
     return [], f"{name}: {reason}"
 
 

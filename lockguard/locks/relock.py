@@ -31,10 +31,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from lockguard.files import display_path, write_text
-from lockguard.installers import find_uv
+from lockguard.installers import require_uv, tool_reason
 from lockguard.locks.parser import parse_lock
 from lockguard.locks.resolve import (
-    RESOLVE_TIMEOUT_S, Proposal, ResolveError, run_tool, trim_resolver_error,
+    RESOLVE_TIMEOUT_S, SILENT, Proposal, ResolveError, run_tool,
 )
 
 Progress = Callable[[str], None]
@@ -113,11 +113,7 @@ def propose_pylock(lock: Path, inputs: Path | None, upgrades: Sequence[str], cac
 # ---------------------------------------------------------------------------------------------
 
 def _uv() -> str:
-    uv = find_uv()
-    if uv is None:
-        raise ResolveError("uv is neither beside this Python nor on PATH (it is a dependency of "
-                           "lockguard: reinstall lockguard)")
-    return uv
+    return require_uv("proposing for a uv.lock or pylock.toml", ResolveError)
 
 
 def _upgrades(lock: Path, upgrades: Sequence[str]) -> dict[str, str]:
@@ -165,7 +161,7 @@ def _run(cmd: list[str], cwd: Path, timeout: float, progress: Progress | None,
     proc = run_tool(cmd, cwd=cwd, timeout=timeout, what="uv")
     if proc.returncode != 0:
         raise ResolveError(f"uv could not resolve the proposal: "
-                           f"{trim_resolver_error(proc.stderr + chr(10) + proc.stdout)}")
+                           f"{tool_reason(proc.stderr + chr(10) + proc.stdout, SILENT)}")
 
 
 # ------------------------------------------------------------------ a uv project's requirements

@@ -91,8 +91,8 @@ from pathlib import Path
 from typing import Literal
 
 from lockguard import envvars, installers
-from lockguard.errors import LockguardError, last_line, one_line, printable
-from lockguard.installers import ToolError, find_uv
+from lockguard.errors import LockguardError, last_line
+from lockguard.installers import ToolError, find_uv, require_uv, tool_reason
 from lockguard.files import display_path, scratch_dir, write_text
 from lockguard.locks.model import LockOptions
 from lockguard.locks.parser import (
@@ -120,6 +120,8 @@ Progress = Callable[[str], None]
 
 RESOLVE_TIMEOUT_S = 1800.0  # a torch+jax+tf resolve from a cold cache takes minutes, not hours
 BOOTSTRAP_TIMEOUT_S = 600.0
+# What a resolver failure says when the resolver said nothing (installers.tool_reason).
+SILENT = "the resolver failed without saying why"
 
 _PYPI_SIMPLE = "https://pypi.org/simple"
 # pip settings that say how the network is reached, never which packages a resolve sees:
@@ -516,7 +518,7 @@ def _compile(
                 if f"--find-links={value}" not in index_args:
                     index_args.append(f"--find-links={value}")
     else:
-        uv = _uv_binary()
+        uv = require_uv("--resolver uv", ResolveError, "pass --resolver pip-tools")
         tool = _uv_version(uv)
     tool += f", Python {sys.version_info.major}.{sys.version_info.minor}"
     find_links = any(a.startswith("--find-links=") for a in index_args) or any(
@@ -550,7 +552,7 @@ def _compile(
         say(f"resolving {src_arg} with {tool}")
         proc = run_tool(cmd, cwd=workdir, timeout=timeout, what=resolver, env=env)
         if proc.returncode != 0:
-            reason = _named_back(trim_resolver_error(proc.stderr + "\n" + proc.stdout), names)
+            reason = _named_back(tool_reason(proc.stderr + "\n" + proc.stdout, SILENT), names)
             raise ResolveError(f"{resolver} could not resolve {src}: "
                                + _explain_failure(reason, upgrade_packages, inputs, blocks))
         body = _once(_named_back(scratch.read_text(encoding="utf-8"), names))
@@ -811,7 +813,7 @@ def _pip_tools_python(say: Progress) -> str:
         proc = run_tool([str(python), "-m", "pip", "install", "--quiet", *TOOL_REQUIREMENTS],
                     timeout=BOOTSTRAP_TIMEOUT_S, what="pip install pip-tools")
         if proc.returncode != 0:
-            reason = trim_resolver_error(proc.stderr + "\n" + proc.stdout)
+            reason = tool_reason(proc.stderr + "\n" + proc.stdout, SILENT)
             raise ResolveError(f"cannot install pip-tools {PIP_TOOLS_VERSION} into {venv}: {reason}")
         write_text(marker, " ".join(TOOL_REQUIREMENTS) + "\n")
     return str(python)
@@ -824,13 +826,6 @@ def _has_pinned_pair() -> bool:
         return version("pip") == PIP_VERSION and version("pip-tools") == PIP_TOOLS_VERSION
     except PackageNotFoundError:
         return False
-
-
-def _uv_binary() -> str:
-    uv = find_uv()
-    if uv is None:
-        raise ResolveError("--resolver uv needs the uv command (pip install uv)")
-    return uv
 
 
 def _uv_version(uv: str) -> str:
@@ -859,75 +854,6 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
     """A resolver command (installers.run_tool), its failures as ResolveError."""
     return installers.run_tool(cmd, timeout=timeout, what=what, cwd=cwd, error=ResolveError,
                                env_changes=env)
-
-
-# ---------------------------------------------------------------------------------------------
-# Resolver errors, trimmed to what matters
-# ---------------------------------------------------------------------------------------------
-
-_FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
-_SPEC_REQ = re.compile(r"SpecifierRequirement\('((?:[^'\\]|\\.)*)'\), parent=(None|\w+\('([^']*)')")
-_DIST_FILE = re.compile(r"/([A-Za-z0-9_.]+?)-(\d[A-Za-z0-9_.!+]*?)(?:-[^/#]*)?\.(?:whl|tar\.gz|zip)")
-
-
-def trim_resolver_error(text: str) -> str:
-    """The resolver's own reason in one line, without tracebacks, warnings or version walls."""
-    text = printable(text)  # resolvers colour their errors; only the words are wanted
-    lines = [ln.rstrip() for ln in text.splitlines()]
-
-    # uv: "error: No solution found ..." then "  cause: Because ..." (older) or "  ╰─▶ Because".
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith(("cause:", "╰─▶", "Caused by:")):
-            cause = [stripped.split(":", 1)[1] if stripped.startswith(("cause:", "Caused by:"))
-                     else stripped.removeprefix("╰─▶")]
-            cause += [ln.strip() for ln in lines[i + 1:] if ln.startswith("  ") and ln.strip()]
-            return one_line(" ".join(c.strip() for c in cause), 600)
-    uv_errors = [ln.strip()[len("error:"):].strip() for ln in lines if ln.strip().startswith("error:")]
-
-    # pip: "ERROR: ..." lines carry the reason; the traceback below them only repeats it.
-    pip_errors = []
-    for line in lines:
-        stripped = line.strip()
-        if stripped.startswith("ERROR: "):
-            pip_errors.append(_short_versions(stripped[len("ERROR: "):]))
-    causes = []
-    for line in lines:  # pip-tools swallows pip's "The conflict is caused by:" block; rebuild it
-        if "ResolutionImpossible: [" in line:
-            for req, parent, parent_text in _SPEC_REQ.findall(line):
-                if parent == "None":
-                    causes.append(f"you asked for {req}")
-                else:
-                    dist = _DIST_FILE.search(parent_text or "")
-                    who = f"{dist.group(1)} {dist.group(2)}" if dist else "a dependency"
-                    causes.append(f"{who} requires {req}")
-            break
-    if pip_errors:
-        reason = "; ".join(dict.fromkeys(pip_errors))
-        if causes:
-            reason = reason.rstrip(".") + ": " + "; ".join(dict.fromkeys(causes))
-        return one_line(reason, 600)
-    if uv_errors:
-        return one_line("; ".join(uv_errors), 600)
-    for pattern in ("No matching distribution", "Could not find a version", "conflict",
-                    "Error:", "error:"):
-        for line in lines:
-            if pattern in line:
-                return one_line(_short_versions(line.strip()), 600)
-    return one_line(last_line(text, unindented=True)
-                    or "the resolver failed without saying why", 600)
-
-
-def _short_versions(line: str) -> str:
-    def shorten(match: re.Match[str]) -> str:
-        versions = [v.strip() for v in match.group(1).split(",") if v.strip()]
-        if len(versions) <= 5:
-            return match.group(0)
-        return f"(from {len(versions)} versions: {versions[0]} ... {', '.join(versions[-4:])})"
-
-    if "(from versions: none)" in line:
-        return line
-    return _FROM_VERSIONS.sub(shorten, line)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ One module per concern, each importing only those above it:
                      cleanup, the build record
     accelerators.py  the driver's CUDA against the image's, TPU device nodes, whether a run
                      asks for them
-    backend.py       DockerEnv (`docker run` of the harness) and prepare
+    backend.py       DockerEnv (`docker run` of the harness), prepare, and DockerBackend (the
+                     envs.base.Backend that lockguard.envs.backend_for hands the flows)
     pin.py           `lockguard images pin`
 """
 
@@ -30,13 +31,13 @@ from lockguard.envs.docker.wheelhouse import Target, wheelhouse_for
 from lockguard.envs.docker.engine import connect, resolve_base, target_of
 from lockguard.envs.docker.stack import AcceleratorStack, stack_line
 from lockguard.envs.docker.build import BuiltImage, build_image
-from lockguard.envs.docker.backend import DockerEnv, image_framework, prepare
+from lockguard.envs.docker.backend import DockerBackend, DockerEnv, image_framework, prepare
 from lockguard.envs.docker.pin import pin_images
 
 __all__ = [
     "ACCELERATORS", "BASE_IMAGE_ENV", "FRAMEWORKS", "IMAGES_DIR_ENV", "AcceleratorStack",
     "Base", "BuiltImage",
-    "DockerEnv", "ImageRecipe", "Target", "base_for", "build_image", "connect", "image_framework",
+    "DockerBackend", "DockerEnv", "ImageRecipe", "Target", "base_for", "build_image", "connect", "image_framework",
     "pin_images", "prepare", "recipe_for", "resolve_base", "stack_line", "target_of",
     "templates_dir",
     "wheelhouse_for",

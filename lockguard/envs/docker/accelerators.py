@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from lockguard.envs.base import EnvError
-from lockguard.envs.docker import engine
+import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.recipe import ImageRecipe
 from lockguard.hardware import count_visible
 from lockguard.locks.families import cuda_major

@@ -19,15 +19,17 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from lockguard.allowlist import container_env, docker_client_env
 from lockguard.envs.base import (
-    HARNESS_SETTINGS, EnvError, RunRequest, compile_cache_env, execute, failed_result,
-    harness_args, memory_error,
+    HARNESS_SETTINGS, Backend, EnvError, RunRequest, compile_cache_env, execute, failed_result,
+    harness_args, memory_error, require_writable_cache,
 )
-from lockguard.envs.docker import accelerators, engine
+import lockguard.envs.docker.accelerators as accelerators
+import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
 from lockguard.envs.docker.recipe import VENV_PYTHON
 from lockguard.envs.harness import HARNESS_DIR
@@ -43,6 +45,8 @@ CACHE_MOUNT = "/lockguard/cache"
 
 
 class DockerEnv:
+    """A lock's image for one framework and accelerator, each run a `docker run` of it."""
+
     def __init__(self, image: BuiltImage, lock_hash: str, accelerator: str,
                  docker_cli: str, client: Any = None) -> None:
         self.image = image
@@ -82,6 +86,7 @@ class DockerEnv:
         return argv
 
     def container_env(self) -> dict[str, str]:
+        """The variables a run's container is given."""
         # The allowlist's container families (the host's numerics variables), what every
         # harness run is given, and the container's own paths: the training allowlist's other
         # variables are host facts (paths, the host's device numbering) with no meaning there.
@@ -89,6 +94,7 @@ class DockerEnv:
                 "HOME": "/tmp", "USER": "lockguard", "LOGNAME": "lockguard"}
 
     def device_args(self) -> list[str]:
+        """The `docker run` options that give the container its accelerator, if it asks."""
         if self.accelerator == "cuda":
             if not accelerators.gpus_requested():
                 return []
@@ -105,6 +111,8 @@ class DockerEnv:
         return []
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
+        """The harness in a container of the image; the image's identity in the result's
+        fingerprint."""
         out = out_dir / f"{request.scenario_id}.json"
         name = f"lockguard-{uuid.uuid4().hex[:16]}"
         started = time.time()
@@ -177,3 +185,42 @@ def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
                        "images run on a TPU VM (with TPU_VISIBLE_CHIPS= the image runs without "
                        "one, a device_fallback)")
     return DockerEnv(image, lock.lock_hash, accelerator, docker_cli, client)
+
+
+class DockerBackend(Backend):
+    """The docker backend: an image per lock, framework and accelerator, built with wheels
+    only. A lock is admitted only with hashes and an https index unless `allow_unhashed` /
+    `allow_insecure_index` opt in (locks/trust.py)."""
+
+    def __init__(self, *, allow_unhashed: bool = False,
+                 allow_insecure_index: bool = False) -> None:
+        self.allow_unhashed = allow_unhashed
+        self.allow_insecure_index = allow_insecure_index
+
+    def identity(self) -> str:
+        """"docker": the image's Python comes from its recipe, which the lock pins."""
+        return "docker"
+
+    def admit(self, locks: Sequence[Lock]) -> None:
+        """A writable cache, then each lock trusted, in order."""
+        require_writable_cache()
+        for lock in locks:
+            self._admit(lock)
+
+    def _admit(self, lock: Lock) -> None:
+        from lockguard.locks.trust import require_trusted
+
+        require_trusted(lock, allow_unhashed=self.allow_unhashed,
+                        allow_insecure_index=self.allow_insecure_index)
+
+    def scope(self, framework: str, device: str) -> str:
+        """An image per framework and accelerator."""
+        return f"{framework}/{device}"
+
+    def prepare(self, lock: Lock | None, framework: str, device: str,
+                progress: Progress) -> DockerEnv:
+        """The image's env (module-level `prepare`), the lock admitted again first: a backend
+        a flow wraps (bisect's) is prepared lock by lock."""
+        assert lock is not None, "the docker backend builds a lock's image"
+        self._admit(lock)
+        return prepare(lock, framework=framework, accelerator=device, progress=progress)

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from lockguard.cache import cache_dir, file_lock
-from lockguard.envs.base import EnvError
-from lockguard.envs.docker import engine
+from lockguard.envs.base import READY, EnvError
+import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.conformance import check_conformance
 from lockguard.envs.docker.recipe import ImageRecipe, recipe_for
 from lockguard.envs.docker.stack import check_stack
 from lockguard.envs.docker.wheelhouse import wheelhouse_for
-from lockguard.envs.venv import READY
 from lockguard.files import write_text
 from lockguard.locks.model import Lock
 from lockguard.progress import QUIET, Progress

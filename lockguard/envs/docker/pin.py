@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lockguard.envs.base import EnvError
-from lockguard.envs.docker import engine
+import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.recipe import DIGEST, Base, bases_file, load_bases
 from lockguard.files import write_text
 from lockguard.progress import QUIET, Progress

@@ -63,7 +63,7 @@ def target(registry: str, tag: str) -> tuple[str, str]:
 
 def push_image(client: Any, tag: str, image_id: str, registry: str, record_dir: Path) -> Pushed:
     """Tag the local image `tag` below `registry` and push it; the pushed digest, recorded."""
-    from lockguard.envs.docker import engine
+    import lockguard.envs.docker.engine as engine
 
     registry = check_registry(registry)
     repository, version = target(registry, tag)

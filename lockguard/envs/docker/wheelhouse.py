@@ -25,9 +25,9 @@ from packaging.markers import Marker
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from lockguard.cache import cache_dir, file_lock
-from lockguard.envs.base import EnvError
+from lockguard.envs.base import READY, EnvError
 from lockguard.envs.docker.recipe import Base
-from lockguard.envs.venv import READY, pip_reason, run_logged
+from lockguard.installers import run_logged, tool_reason
 from lockguard.files import publish_dir
 from lockguard.locks.model import Lock, Pin
 from lockguard.locks.writer import option_args, wheel_request
@@ -168,7 +168,7 @@ def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> Non
             text = "\n".join(tail)
             if "No space left on device" in text:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            reason = pip_reason(tail) or f"exit code {code}"
+            reason = tool_reason("\n".join(tail), f"exit code {code}")
             if "No matching distribution" in text or "Could not find a version" in text:
                 raise EnvError(f"{lock.source}: no wheel for the image's platform "
                                f"({target.describe()}): {reason}")
