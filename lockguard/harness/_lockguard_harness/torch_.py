@@ -58,6 +58,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+try:
+    # torch.optim's first optimiser imports torch._dynamo (for its disable decorator): a second
+    # of framework import that every training through torch.optim pays. Imported here, it is
+    # counted where it belongs, in timings.import_s, not in the run's own fixed cost.
+    import torch._dynamo  # noqa: F401
+except ImportError:  # torch < 2
+    pass
+
 from . import devices, gen
 from .common import Batches, seed_host_rngs
 from .common import attempt as _try
