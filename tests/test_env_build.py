@@ -138,10 +138,10 @@ def test_a_checks_two_venvs_are_built_in_parallel(tmp_path):
     # under their own "environment n of 2", and, with two cores, the second starting before
     # the first ended.
     lines = proc.stderr.splitlines()
-    started = [i for i, ln in enumerate(lines) if re.match(r"environment [12] of 2: Building venv"
-                                                             r" .* …$", ln)]
-    ended = [i for i, ln in enumerate(lines) if re.match(r"environment [12] of 2: Building venv"
-                                                           r" .*: done in ", ln)]
+    # (each stage names the lock it builds: "environment 1 of 2 (old.txt): ")
+    stage = r"environment [12] of 2 \((?:old|new)\.txt\): Building venv"
+    started = [i for i, ln in enumerate(lines) if re.match(stage + r" .* …$", ln)]
+    ended = [i for i, ln in enumerate(lines) if re.match(stage + r" .*: done in ", ln)]
     assert len(started) == 2 and len(ended) == 2, proc.stderr
     if (os.cpu_count() or 1) >= 2:
         assert max(started) < min(ended), f"the builds did not overlap:\n{proc.stderr}"

@@ -136,7 +136,7 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
       lockguard build --framework jax --accelerator cuda --push ghcr.io/your-org
     """
     from lockguard.config import load_config
-    from lockguard.flows.build import build_images
+    from lockguard.flows.build import build_images, push
     from lockguard.progress import Progress
 
     for built in build_images(load_config(config_path), list(locks), framework, accelerator,
@@ -147,8 +147,9 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
                    f"(log: {image.log})")
         if built.stack is not None:
             click.echo(f"  {built.stack}")
-        if built.pushed is not None:
-            click.echo(f"pushed {built.pushed.ref}  (recorded in {built.pushed.record})")
+        if registry is not None:
+            pushed = push(built, registry)  # (the image is named above should the push fail)
+            click.echo(f"pushed {pushed.ref}  (recorded in {pushed.record})")
 
 
 @click.group()

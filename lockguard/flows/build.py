@@ -21,18 +21,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Built:
-    """One image of a lock: built or reused, its stack's line (cuda/tpu), where it was pushed."""
+    """One image of a lock, built or reused, and its stack's line (cuda/tpu images)."""
 
     image: BuiltImage
     stack: str | None
-    pushed: Pushed | None
 
 
 def build_images(config: Config, locks: list[str], framework: str | None, accelerator: str,
                  base_image: str | None, registry: str | None,
                  progress: Progress) -> Iterator[Built]:
     """The image of each lock (the config's, or `locks`) for `framework` (default: every
-    framework the lock pins but numpy, or numpy alone), as each is built."""
+    framework the lock pins but numpy, or numpy alone), as each is built. With a `registry`
+    (checked before anything is built), the caller pushes each with `push`."""
     from lockguard.envs import images
 
     if registry is not None:
@@ -48,8 +48,14 @@ def build_images(config: Config, locks: list[str], framework: str | None, accele
                 raise UsageError(f"{ref.path}: the lock does not pin {fw}")
             image = images.build(ref.lock, fw, accelerator, base_image=base_image,
                                  progress=progress)
-            yield Built(image, images.stack_line(image),
-                        images.push(image, registry) if registry else None)
+            yield Built(image, images.stack_line(image))
+
+
+def push(built: Built, registry: str) -> Pushed:
+    """Tag the image below `registry`, push it and record the pushed digest."""
+    from lockguard.envs import images
+
+    return images.push(built.image, registry)
 
 
 def pin_bases(progress: Progress) -> dict[str, tuple[str, str]]:
