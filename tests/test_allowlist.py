@@ -222,10 +222,16 @@ def test_installers_and_trainings_never_see_the_secrets_and_the_pth_is_named(tmp
     # The build ran in the installer's environment: the install's variables, no secret.
     installer = json.loads((records / "installer.json").read_text())
     assert installer["seen"] == sorted([*ALLOWED, *INSTALL_ONLY])
-    # The .pth ran at the training's interpreter start: a training's variables only.
-    trainings = [json.loads(p.read_text()) for p in records.glob("training-*.json")]
-    assert any(any(a.endswith("run.py") for a in t["argv"]) for t in trainings), trainings
+    # The .pth ran at every interpreter start in the environment: the training's sees a
+    # training's variables only; uv's bytecode compile of the install (its pip_compileall.py)
+    # is part of the install and sees the installer's; none sees a secret.
+    started = [json.loads(p.read_text()) for p in records.glob("training-*.json")]
+    trainings = [t for t in started if any(a.endswith("run.py") for a in t["argv"])]
+    assert trainings, started
     assert all(t["seen"] == sorted(ALLOWED) for t in trainings), trainings
+    compiles = [t for t in started if t not in trainings]
+    assert all(any(a.endswith("compileall.py") for a in t["argv"]) for t in compiles), compiles
+    assert all(t["seen"] == sorted([*ALLOWED, *INSTALL_ONLY]) for t in compiles), compiles
 
     # The report names the .pth the added pin ships, in every format.
     report = load_report(project / "report.json")

@@ -14,8 +14,9 @@ from conftest import golden_file, make_project, run_cli
 pytestmark = pytest.mark.slow
 
 # One draw per run moves the whole curve (and the outputs) by ~1e-4 relative: far beyond
-# float64's tolerance, so without an envelope a rerun is `drift`. NOISE_SHIFT_NUMPY2 shifts the
-# curve of a numpy 2 environment only: a candidate lock whose numbers really moved.
+# float64's tolerance, so without an envelope a rerun is `drift`. A shift_numpy2.txt beside the
+# script shifts the curve of a numpy 2 environment only: a candidate lock whose numbers really
+# moved (a file, not a variable: a training sees none of lockguard's environment).
 NOISY_SCRIPT = '''
 import math
 import os
@@ -25,7 +26,10 @@ import numpy as np
 
 def run(steps, seed):
     z = np.random.default_rng(int.from_bytes(os.urandom(8), "little")).standard_normal()
-    shift = float(os.environ.get("NOISE_SHIFT_NUMPY2", "0")) if np.__version__[0] == "2" else 0.0
+    flag = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shift_numpy2.txt")
+    shift = 0.0
+    if np.__version__[0] == "2" and os.path.exists(flag):
+        shift = float(open(flag).read())
     scale = 1 + 1e-4 * z + shift
     losses = [(2.0 * math.exp(-0.1 * s) + 0.01 * math.sin(s + seed)) * scale
               for s in range(steps)]
@@ -89,15 +93,16 @@ def test_a_noisy_scenario_gets_an_envelope_and_is_judged_against_it(tmp_path, nu
 
     # A candidate whose curve moved by 1 % either way leaves it: two-sided.
     for shift, side in (("0.01", "above"), ("-0.01", "below")):
-        proc = run_cli("check", "--rerun", "--format", "json", cwd=project,
-                       env={"NOISE_SHIFT_NUMPY2": shift})
+        (project / "shift_numpy2.txt").write_text(shift)
+        proc = run_cli("check", "--rerun", "--format", "json", cwd=project)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         verdict = verdict_of(proc)
         assert verdict["verdict"] == "drift", verdict["reasons"]
         assert verdict["envelope"]["first_outside_step"] == 0
         assert f" is {side} [" in verdict["reasons"][0]
         assert (verdict["envelope"]["worst_sigma"] > 0) == (side == "above")
-    text = run_cli("check", "--rerun", cwd=project, env={"NOISE_SHIFT_NUMPY2": "0.01"})
+    (project / "shift_numpy2.txt").write_text("0.01")
+    text = run_cli("check", "--rerun", cwd=project)
     assert "outside the noise envelope of 5 baseline runs from losses step 0" in text.stdout
 
 
@@ -109,8 +114,9 @@ def test_ab_repeat_uses_the_baselines_envelope(tmp_path, numpy_locks):
     verdict = verdict_of(proc)
     assert verdict["verdict"] == "within_tolerance", verdict["reasons"]
     assert verdict["envelope"]["k"] == 3 and verdict["envelope"]["runs"] == 3
+    (project / "shift_numpy2.txt").write_text("-0.05")
     proc = run_cli("check", "--repeat", "3", "--baseline-lock", "old.txt", "--format", "json",
-                   cwd=project, env={"NOISE_SHIFT_NUMPY2": "-0.05"})
+                   cwd=project)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     verdict = verdict_of(proc)
     assert verdict["verdict"] == "drift" and " is below [" in verdict["reasons"][0]

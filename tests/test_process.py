@@ -213,11 +213,13 @@ def test_100_mb_of_output_costs_lockguard_no_memory(tmp_path, token):
         proc = start(root, token, tmp_path, "check", "--allow-new", "--format", "json",
                      "--scenario", name, wrapper=RSS_WRAPPER)
         out, err = proc.communicate(timeout=300)
+        assert "PEAK_RSS_KB" in err and out.startswith("{"), (name, out[-2000:], err[-2000:])
         peaks[name] = int(err.split("PEAK_RSS_KB")[-1].split()[0]) / 1024
         verdict = json.loads(out)["verdicts"][0]
-    # The old runner held every byte: 100 MB of prints took lockguard to 349 MB.
-    assert peaks["chatty"] < peaks["quiet"] + 15, peaks
-    assert peaks["chatty"] < 100, peaks
+    # The old runner held every byte: 100 MB of prints took lockguard to 349 MB. (Here: ~40 MB
+    # for either.)
+    assert peaks["chatty"] < peaks["quiet"] + 15, (peaks, err[-2000:])
+    assert peaks["chatty"] < 100, (peaks, err[-2000:])
     assert verdict["verdict"] == "broken"
     assert "harness ended with exit code 3 and wrote no result" in verdict["error"]
     assert verdict["error"].splitlines()[-1] == "the last words"
