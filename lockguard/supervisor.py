@@ -393,14 +393,7 @@ class Supervisor:
                 return
 
     def run(self, job):
-        head, tail = int(job.get("head", 1_000_000)), int(job.get("tail", 256 * 1024))
-        logs = {}
-        out_r, out_w = output_pipe()
-        logs[out_r] = CappedLog(job["stdout"], head, tail)
-        err_r, err_w = out_r, out_w
-        if job.get("stderr") and job["stderr"] != job["stdout"]:
-            err_r, err_w = output_pipe()
-            logs[err_r] = CappedLog(job["stderr"], head, tail)
+        logs, (out_w, err_w) = open_logs(job)
         self.child, error = spawn(job, out_w, err_w)
         for fd in {out_w, err_w}:
             os.close(fd)
@@ -410,7 +403,33 @@ class Supervisor:
                 log.close()
             return {"code": None, "timed_out": False, "stopped": "exit", "omitted": 0,
                     "leftovers": 0, "error": error}
+        open_outputs = set(logs)
+        stopped, killed_at = self.watch(job, logs, open_outputs)
+        self.kill_tree(float(job.get("grace", 0.5)))
+        # Every writer is dead now; only a process that escaped the tree could hold a pipe open.
+        drain = select.poll()
+        for fd in open_outputs:
+            drain.register(fd, select.POLLIN)
+        end = time.monotonic() + 0.5
+        while open_outputs and time.monotonic() < end:
+            for fd, _ in drain.poll(50):
+                relay(fd, logs, drain, open_outputs)
+        omitted = 0
+        for fd, log in logs.items():
+            log.close()
+            omitted += log.omitted
+            os.close(fd)
+        code = None
+        if self.child_status is not None:
+            code = os.waitstatus_to_exitcode(self.child_status)
+        return {"code": code, "timed_out": stopped == "timeout", "stopped": stopped,
+                "memory": killed_at, "omitted": omitted, "leftovers": self.leftovers,
+                "error": None}
 
+    def watch(self, job, logs, open_outputs):
+        """Relay the child's output until it exits, its time is up, its tree holds more than
+        its memory limit, lockguard is gone (stdin closed) or asks it to stop: (why it
+        stopped, the bytes the tree held when killed for memory)."""
         timeout = job.get("timeout")
         deadline = None if timeout is None else time.monotonic() + min(float(timeout), 1e9)
         limit = job.get("memory_limit")
@@ -419,7 +438,6 @@ class Supervisor:
         poller = select.poll()
         for fd in (0, self.wake_r, *logs):
             poller.register(fd, select.POLLIN)
-        open_outputs = set(logs)
         stopped = None
         while stopped is None:
             wait = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
@@ -452,27 +470,21 @@ class Supervisor:
                     stopped, killed_at = "memory", used
                 near = 2 * used > limit
                 measure_at = time.monotonic() + (MEMORY_POLL_NEAR_S if near else MEMORY_POLL_S)
+        return stopped, killed_at
 
-        self.kill_tree(float(job.get("grace", 0.5)))
-        # Every writer is dead now; only a process that escaped the tree could hold a pipe open.
-        drain = select.poll()
-        for fd in open_outputs:
-            drain.register(fd, select.POLLIN)
-        end = time.monotonic() + 0.5
-        while open_outputs and time.monotonic() < end:
-            for fd, _ in drain.poll(50):
-                relay(fd, logs, drain, open_outputs)
-        omitted = 0
-        for fd, log in logs.items():
-            log.close()
-            omitted += log.omitted
-            os.close(fd)
-        code = None
-        if self.child_status is not None:
-            code = os.waitstatus_to_exitcode(self.child_status)
-        return {"code": code, "timed_out": stopped == "timeout", "stopped": stopped,
-                "memory": killed_at, "omitted": omitted, "leftovers": self.leftovers,
-                "error": None}
+
+def open_logs(job):
+    """The pipes the child writes to and the capped logs they fill: ({read end: log},
+    (stdout's write end, stderr's write end)); stderr shares stdout's unless it has a file."""
+    head, tail = int(job.get("head", 1_000_000)), int(job.get("tail", 256 * 1024))
+    logs = {}
+    out_r, out_w = output_pipe()
+    logs[out_r] = CappedLog(job["stdout"], head, tail)
+    err_w = out_w
+    if job.get("stderr") and job["stderr"] != job["stdout"]:
+        err_r, err_w = output_pipe()
+        logs[err_r] = CappedLog(job["stderr"], head, tail)
+    return logs, (out_w, err_w)
 
 
 def main():

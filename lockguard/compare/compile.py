@@ -87,14 +87,7 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
         (worse if after > before else better).append(f"{label} {before} → {after}")
 
     count("graph breaks", old.graph_breaks, new.graph_breaks)
-    added = _unique([r for r in new.break_reasons if r not in old.break_reasons])
-    removed = _unique([r for r in old.break_reasons if r not in new.break_reasons])
-    reworded: list[list[str]] = []
-    if (old.graph_breaks is None or new.graph_breaks is None
-            or new.graph_breaks <= old.graph_breaks):
-        reworded = _reworded(removed, added)
-        added = [r for r in added if r not in {new for _, new in reworded}]
-        removed = [r for r in removed if r not in {old for old, _ in reworded}]
+    added, removed, reworded = _break_changes(old, new)
     worse += [f"+ break: {reason}" for reason in added]
     better += [f"- break: {reason}" for reason in removed]
     count("recompiles", old.recompiles, new.recompiles)
@@ -118,14 +111,6 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
         worse.append("XLA on → off")
     if old.xla is False and new.xla is True:
         better.append("XLA off → on")
-    notes = []
-    before, after = old.memory, new.memory
-    if before is not None and after is not None and _saves_device_memory(before) \
-            and _saves_device_memory(after) is False:
-        notes.append(
-            "compiling no longer saves device memory: the compiled training peaks at"
-            f" {mib(after.compiled_device, '?')} against {mib(after.eager_device, '?')} eager"
-            f" (baseline: {mib(before.compiled_device, '?')} against {mib(before.eager_device, '?')})")
     return CompileDiff(
         graph_breaks_old=old.graph_breaks,
         graph_breaks_new=new.graph_breaks,
@@ -151,10 +136,36 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
         compile_s_new=new.compile_s,
         memory_old=old.memory,
         memory_new=new.memory,
-        notes=notes,
+        notes=_memory_notes(old, new),
         regressions=worse,
         improvements=better,
     )
+
+
+def _break_changes(old: CompileDiagnostics, new: CompileDiagnostics
+                   ) -> tuple[list[str], list[str], list[list[str]]]:
+    """Graph-break reasons added and removed, and those only reworded (the same break, said
+    otherwise by another release), unless breaks were added: (added, removed, reworded)."""
+    added = _unique([r for r in new.break_reasons if r not in old.break_reasons])
+    removed = _unique([r for r in old.break_reasons if r not in new.break_reasons])
+    reworded: list[list[str]] = []
+    if (old.graph_breaks is None or new.graph_breaks is None
+            or new.graph_breaks <= old.graph_breaks):
+        reworded = _reworded(removed, added)
+        added = [r for r in added if r not in {new for _, new in reworded}]
+        removed = [r for r in removed if r not in {old for old, _ in reworded}]
+    return added, removed, reworded
+
+
+def _memory_notes(old: CompileDiagnostics, new: CompileDiagnostics) -> list[str]:
+    before, after = old.memory, new.memory
+    if before is not None and after is not None and _saves_device_memory(before) \
+            and _saves_device_memory(after) is False:
+        return [
+            "compiling no longer saves device memory: the compiled training peaks at"
+            f" {mib(after.compiled_device, '?')} against {mib(after.eager_device, '?')} eager"
+            f" (baseline: {mib(before.compiled_device, '?')} against {mib(before.eager_device, '?')})"]
+    return []
 
 
 def _saves_device_memory(memory: CompileMemory) -> bool | None:

@@ -209,12 +209,27 @@ def compare_runs(
     if broken is not None or not baselines:
         return _finish(found, findings)
 
+    _compare_sides(baselines, candidates, found, findings, policy=policy, tolerance=tolerance,
+                   hardware=hardware, envelope=envelope, timed_together=timed_together,
+                   timing=timing)
+    return _finish(found, findings)
+
+
+def _compare_sides(baselines: list[RunResult], candidates: list[RunResult],
+                   found: dict[str, Any], findings: _Findings, *, policy: Policy,
+                   tolerance: Tolerance | None, hardware: HardwareChange | None,
+                   envelope: Envelope | None, timed_together: bool,
+                   timing: TimingCheck | None) -> None:
+    """compare_runs with healthy runs on both sides: comparability, compile diagnostics, the
+    sample order, the numbers (exactly, by tolerance or against a noise envelope),
+    reproducibility, and timings and memory when both sides were measured here."""
+    candidate = candidates[0]
     baseline = baselines[0]
     found["final_loss_old"] = baseline.losses[-1] if baseline.losses else None
     if not _check_comparable(baselines, candidate, findings):
         if hardware is not None:
             findings.note(_hardware_sentence(hardware, candidate.scenario))
-        return _finish(found, findings)
+        return
 
     if baseline.compile is not None and candidate.compile is not None:
         compile_diff = compare_compile(baseline.compile, candidate.compile)
@@ -245,7 +260,6 @@ def compare_runs(
     if timed_together:
         found.update(_compare_timings(baselines, candidates, policy, findings, timing))
         found.update(_compare_memory(baselines, candidates, policy, findings))
-    return _finish(found, findings)
 
 
 def skipped(scenario: str, framework: str, reason: str) -> ScenarioVerdict:

@@ -35,6 +35,40 @@ SUPPORTED_MAJOR = 1
 
 def parse_pylock(text: str, source: str, target: Target) -> Lock:
     doc = TomlLock(text, source, "pylock.toml")
+    environments, groups = _header(doc, target)
+    packages = get(doc.data, "packages", list, "packages", doc, doc.key_line("packages"),
+                   required=True)
+    lines = doc.table_lines("packages")
+    pins: list[Pin] = []
+    kept: list[tuple[str, str, int, bool]] = []
+    seen: dict[str, str] = {}
+    indexes: list[str] = []
+    marked = environments is not None
+    left_out = 0
+    for i, package in enumerate(packages):
+        line = lines[i] if i < len(lines) else (lines[-1] if lines else 1)
+        key, pin, has_marker = _package(package, f"packages[{i}]", line, doc, target, groups,
+                                        source, seen)
+        marked = marked or has_marker
+        if pin is None:
+            left_out += 1
+            continue
+        if pin.index is not None and pin.index not in indexes:
+            indexes.append(pin.index)
+        pins.append(pin)
+        kept.append((key, f"{pin.display_name}=={pin.version}", line, bool(pin.hashes)))
+    if not pins:
+        raise doc.error("packages", f"no package is installed on {target.describe()}"
+                        if packages else "the lock pins no packages", doc.key_line("packages"))
+    require_hashes_everywhere(kept, doc)
+    return Lock(source=source, pins=tuple(pins), format="pylock.toml",
+                options=LockOptions(index_url=indexes[0] if indexes else None,
+                                    extra_index_urls=tuple(indexes[1:])),
+                environment=target.describe() if marked else None, left_out=left_out)
+
+
+def _header(doc: TomlLock, target: Target) -> tuple[list | None, list]:
+    """The lock's own keys checked against this platform: (environments, default-groups)."""
     data = doc.data
     version_line = doc.key_line("lock-version")
     version = get(data, "lock-version", str, "lock-version", doc, version_line)
@@ -48,7 +82,6 @@ def parse_pylock(text: str, source: str, target: Target) -> Lock:
     if major != SUPPORTED_MAJOR:
         raise doc.error("lock-version", f"{version} is not a lock version lockguard reads "
                                         f"({SUPPORTED_MAJOR}.x, PEP 751)", version_line)
-
     environments = get(data, "environments", list, "environments", doc,
                        doc.key_line("environments"))
     if environments is not None:
@@ -63,70 +96,52 @@ def parse_pylock(text: str, source: str, target: Target) -> Lock:
                   doc.key_line("requires-python"))
     groups = get(data, "default-groups", list, "default-groups", doc,
                  doc.key_line("default-groups")) or []
+    return environments, groups
 
-    packages = get(data, "packages", list, "packages", doc, doc.key_line("packages"),
-                   required=True)
-    lines = doc.table_lines("packages")
-    pins: list[Pin] = []
-    kept: list[tuple[str, str, int, bool]] = []
-    seen: dict[str, str] = {}
-    indexes: list[str] = []
-    marked = environments is not None
-    left_out = 0
-    for i, package in enumerate(packages):
-        key = f"packages[{i}]"
-        line = lines[i] if i < len(lines) else (lines[-1] if lines else 1)
-        if not isinstance(package, dict):
-            raise doc.error(key, "expected a table", line)
-        name = get(package, "name", str, key, doc, line, required=True)
-        key = f"{key} ({name})"
-        marker = get(package, "marker", str, key, doc, line)
-        marked = marked or marker is not None
-        if not marker_holds(marker, target, f"{key}.marker", doc, line, groups=groups):
-            left_out += 1
-            continue
-        _check_python(get(package, "requires-python", str, key, doc, line), target,
-                      f"{key}.requires-python", doc, line)
-        directory = package.get("directory")
-        if isinstance(directory, dict) and directory.get("editable"):
-            # The project itself (`uv export` lists it): its code, not a pin, as a uv.lock's
-            # own package is.
-            left_out += 1
-            continue
-        for kind in ("vcs", "directory", "archive"):
-            if kind in package:
-                raise doc.error(key, f"installs from a {kind}, not a version from an index "
-                                     "(a source lockguard cannot pin or install without "
-                                     "building it)", line)
-        version = get(package, "version", str, key, doc, line)
-        if version is None:
-            raise doc.error(key, "names no version (lockguard compares pinned versions)", line)
-        try:
-            Version(version)
-        except InvalidVersion:
-            raise doc.error(f"{key}.version", f"{version!r} is not a version", line) from None
-        files = _files(package, key, doc, line, source)
-        if not files:
-            raise doc.error(key, "names neither wheels nor an sdist to install", line)
-        canonical = canonicalize_name(name)
-        if canonical in seen:
-            raise doc.error(key, f"{name} is locked again ({seen[canonical]}) and both "
-                                 f"markers hold on {target.describe()}", line)
-        seen[canonical] = key
-        index = get(package, "index", str, key, doc, line)
-        if index is not None and index not in indexes:
-            indexes.append(index)
-        pins.append(Pin(name=canonical, display_name=name, version=version,
-                        hashes=pin_hashes(files), line=line, files=files, index=index))
-        kept.append((key, f"{name}=={version}", line, bool(pins[-1].hashes)))
-    if not pins:
-        raise doc.error("packages", f"no package is installed on {target.describe()}"
-                        if packages else "the lock pins no packages", doc.key_line("packages"))
-    require_hashes_everywhere(kept, doc)
-    return Lock(source=source, pins=tuple(pins), format="pylock.toml",
-                options=LockOptions(index_url=indexes[0] if indexes else None,
-                                    extra_index_urls=tuple(indexes[1:])),
-                environment=target.describe() if marked else None, left_out=left_out)
+
+def _package(package: object, key: str, line: int, doc: TomlLock, target: Target,
+             groups: list, source: str, seen: dict[str, str]
+             ) -> tuple[str, Pin | None, bool]:
+    """One [[packages]] table: (its key for messages, its Pin or None when it is not installed
+    on this platform, whether it has a marker)."""
+    if not isinstance(package, dict):
+        raise doc.error(key, "expected a table", line)
+    name = get(package, "name", str, key, doc, line, required=True)
+    key = f"{key} ({name})"
+    marker = get(package, "marker", str, key, doc, line)
+    if not marker_holds(marker, target, f"{key}.marker", doc, line, groups=groups):
+        return key, None, marker is not None
+    _check_python(get(package, "requires-python", str, key, doc, line), target,
+                  f"{key}.requires-python", doc, line)
+    directory = package.get("directory")
+    if isinstance(directory, dict) and directory.get("editable"):
+        # The project itself (`uv export` lists it): its code, not a pin, as a uv.lock's own
+        # package is.
+        return key, None, marker is not None
+    for kind in ("vcs", "directory", "archive"):
+        if kind in package:
+            raise doc.error(key, f"installs from a {kind}, not a version from an index "
+                                 "(a source lockguard cannot pin or install without "
+                                 "building it)", line)
+    version = get(package, "version", str, key, doc, line)
+    if version is None:
+        raise doc.error(key, "names no version (lockguard compares pinned versions)", line)
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise doc.error(f"{key}.version", f"{version!r} is not a version", line) from None
+    files = _files(package, key, doc, line, source)
+    if not files:
+        raise doc.error(key, "names neither wheels nor an sdist to install", line)
+    canonical = canonicalize_name(name)
+    if canonical in seen:
+        raise doc.error(key, f"{name} is locked again ({seen[canonical]}) and both "
+                             f"markers hold on {target.describe()}", line)
+    seen[canonical] = key
+    index = get(package, "index", str, key, doc, line)
+    return key, Pin(name=canonical, display_name=name, version=version,
+                    hashes=pin_hashes(files), line=line, files=files, index=index), \
+        marker is not None
 
 
 def _check_python(spec: str | None, target: Target, key: str, doc: TomlLock,

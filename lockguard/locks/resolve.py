@@ -481,12 +481,7 @@ def _compile(
     inputs: RequirementsInput | None = None,
 ) -> Path:
     say = progress or (lambda _msg: None)
-    if not src.is_file():
-        raise ResolveError(f"{src}: the requirements input does not exist")
-    for spec in upgrade_packages:
-        _requirement_name(spec)  # a bad spec fails here, not as a resolver traceback
-    if resolver not in ("pip-tools", "uv"):
-        raise ResolveError(f"unknown resolver {resolver!r}: use pip-tools or uv")
+    _check_request(src, upgrade_packages, resolver)
     inputs = inputs or read_requirements_input(src)
     blocks = blocking_lines(inputs, upgrade_packages)
     if blocks and not relax:
@@ -502,25 +497,7 @@ def _compile(
     src_arg = _relpath(src.resolve(), workdir)
     out_arg = _relpath(header_as.resolve(), workdir)
 
-    env: dict[str, str | None] = {}
-    if resolver == "pip-tools":
-        python = _pip_tools_python(say)
-        tool = f"pip-tools {PIP_TOOLS_VERSION}, pip {PIP_VERSION}"
-        env = _pip_tools_env()
-        # pip-compile 7.5 looks for the files to hash with a finder that never saw the
-        # input's --find-links (IndexError in _get_matching_candidates): name them on its
-        # command line too (it writes each folder once).
-        for line in inputs.options():
-            value = line.value or ""
-            if line.option == "find-links" and value:
-                if "://" not in value and not os.path.isabs(value):
-                    value = _relpath(Path(os.path.abspath(line.path.parent / value)), workdir)
-                if f"--find-links={value}" not in index_args:
-                    index_args.append(f"--find-links={value}")
-    else:
-        uv = require_uv("--resolver uv", ResolveError, "pass --resolver pip-tools")
-        tool = _uv_version(uv)
-    tool += f", Python {sys.version_info.major}.{sys.version_info.minor}"
+    program, tool, env = _resolver_tool(resolver, inputs, index_args, workdir, say)
     find_links = any(a.startswith("--find-links=") for a in index_args) or any(
         ln.option == "find-links" for ln in inputs.options())
     header_args = _header_options([*index_args, *extra_args])
@@ -539,11 +516,11 @@ def _compile(
             copy, names = _relaxed_copy(inputs, blocks, Path(tmp) / "inputs", workdir)
             resolve_src = str(copy)
         if resolver == "pip-tools":
-            cmd = [python, "-m", "piptools", "compile", "--quiet", "--no-header",
+            cmd = [program, "-m", "piptools", "compile", "--quiet", "--no-header",
                    "--generate-hashes", "--allow-unsafe", "--resolver=backtracking",
                    "--strip-extras", "--output-file", str(scratch)]
         else:
-            cmd = [uv, "pip", "compile", "--quiet", "--no-config", "--no-header",
+            cmd = [program, "pip", "compile", "--quiet", "--no-config", "--no-header",
                    "--generate-hashes", "--emit-index-url",
                    *(["--emit-find-links"] if find_links else []),
                    "--python", sys.executable, "--output-file", str(scratch)]
@@ -566,6 +543,41 @@ def _compile(
         write_text(output, header + body.lstrip("\n"))
     say(f"wrote {output}")
     return output
+
+
+def _check_request(src: Path, upgrade_packages: Sequence[str], resolver: str) -> None:
+    """What `lock` was asked, refused before anything runs: no input, a bad -P spec (here,
+    not as a resolver traceback), an unknown resolver."""
+    if not src.is_file():
+        raise ResolveError(f"{src}: the requirements input does not exist")
+    for spec in upgrade_packages:
+        _requirement_name(spec)
+    if resolver not in ("pip-tools", "uv"):
+        raise ResolveError(f"unknown resolver {resolver!r}: use pip-tools or uv")
+
+
+def _resolver_tool(resolver: Resolver, inputs: RequirementsInput, index_args: list[str],
+                   workdir: Path, say: Callable[[str], None]
+                   ) -> tuple[str, str, dict[str, str | None]]:
+    """The resolver's program (pip-tools' pinned interpreter, or uv), its name and version for
+    the lock's header, and its environment. For pip-tools, `index_args` gains the input's
+    --find-links: pip-compile 7.5 looks for the files to hash with a finder that never saw
+    them (IndexError in _get_matching_candidates), so they are named on its command line too
+    (it writes each folder once)."""
+    python_version = f", Python {sys.version_info.major}.{sys.version_info.minor}"
+    if resolver != "pip-tools":
+        uv = require_uv("--resolver uv", ResolveError, "pass --resolver pip-tools")
+        return uv, _uv_version(uv) + python_version, {}
+    python = _pip_tools_python(say)
+    for line in inputs.options():
+        value = line.value or ""
+        if line.option == "find-links" and value:
+            if "://" not in value and not os.path.isabs(value):
+                value = _relpath(Path(os.path.abspath(line.path.parent / value)), workdir)
+            if f"--find-links={value}" not in index_args:
+                index_args.append(f"--find-links={value}")
+    return (python, f"pip-tools {PIP_TOOLS_VERSION}, pip {PIP_VERSION}" + python_version,
+            _pip_tools_env())
 
 
 def _index_args(kept: LockOptions, inputs: RequirementsInput) -> list[str]:

@@ -51,6 +51,37 @@ class _Package:
 
 def parse_uv_lock(text: str, source: str, target: Target) -> Lock:
     doc = TomlLock(text, source, "uv.lock")
+    _check_header(doc, target)
+    packages, roots, own = _packages(doc)
+    reached = _reached(doc, packages, roots, target)
+    pins: list[Pin] = []
+    kept: list[tuple[str, str, int, bool]] = []
+    indexes: list[str] = []
+    seen: dict[str, _Package] = {}
+    for package in packages:  # file order
+        if id(package) not in reached or id(package) in own:
+            continue
+        pin = _pin(package, doc, source, target, seen)
+        if pin.index not in indexes:
+            indexes.append(pin.index)
+        pins.append(pin)
+        kept.append((package.key, f"{package.name}=={package.version}", package.line,
+                     all(f.hashes for f in pin.files) and bool(pin.files)))
+    if not pins:
+        raise doc.error("package", f"the project installs no package on "
+                                   f"{target.describe()}", None)
+    require_hashes_everywhere(kept, doc)
+    registry = [i for i in indexes if "://" in i]
+    return Lock(source=source, pins=tuple(pins), format="uv.lock",
+                options=LockOptions(index_url=registry[0] if registry else None,
+                                    extra_index_urls=tuple(registry[1:]),
+                                    find_links=tuple(i for i in indexes if "://" not in i)),
+                environment=target.describe(),
+                left_out=sum(1 for p in packages if id(p) not in reached and id(p) not in own))
+
+
+def _check_header(doc: TomlLock, target: Target) -> None:
+    """The format version lockguard reads, and a requires-python that admits this Python."""
     data = doc.data
     version_line = doc.key_line("version")
     version = get(data, "version", int, "version", doc, version_line)
@@ -72,7 +103,11 @@ def parse_uv_lock(text: str, source: str, target: Target) -> Lock:
                                                f"Python ({target.python_version()})",
                             python_line)
 
-    tables = get(data, "package", list, "package", doc, None) or []
+
+def _packages(doc: TomlLock) -> tuple[list[_Package], list[_Package], set[int]]:
+    """Every [[package]] table, the project's own (the roots the install starts from), and
+    the ids of the workspace's packages (never pins)."""
+    tables = get(doc.data, "package", list, "package", doc, None) or []
     lines = doc.table_lines("package")
     packages = []
     for i, table in enumerate(tables):
@@ -82,8 +117,7 @@ def parse_uv_lock(text: str, source: str, target: Target) -> Lock:
         packages.append(_Package(i, table, line, doc))
     if not packages:
         raise doc.error("package", "the lock pins no packages", None)
-
-    manifest = get(data, "manifest", dict, "manifest", doc, None)
+    manifest = get(doc.data, "manifest", dict, "manifest", doc, None)
     members = {canonicalize_name(m) for m in (manifest or {}).get("members", [])
                if isinstance(m, str)}
     roots = [p for p in packages if p.source_kind in _PROJECT_SOURCES
@@ -95,11 +129,16 @@ def parse_uv_lock(text: str, source: str, target: Target) -> Lock:
                                    "editable \".\"): not a uv project's lock", None)
     own = {id(p) for p in packages if p.source_kind in _PROJECT_SOURCES
            or p.canonical in members}
+    return packages, roots, own
 
+
+def _reached(doc: TomlLock, packages: list[_Package], roots: list[_Package],
+             target: Target) -> dict[int, _Package]:
+    """The packages an install of the roots reaches on `target`: the dependency edges whose
+    markers hold, the default groups of the roots, and the extras asked along the way."""
     by_name: dict[str, list[_Package]] = {}
     for p in packages:
         by_name.setdefault(p.canonical, []).append(p)
-
     reached: dict[int, _Package] = {}
     extras_of: dict[int, set[str]] = {}
     todo: list[tuple[_Package, tuple[str, ...], bool]] = [(r, (), True) for r in roots]
@@ -111,22 +150,7 @@ def parse_uv_lock(text: str, source: str, target: Target) -> Lock:
         if not first and not wanted:
             continue
         extras_of[id(package)] |= wanted
-        edges: list[tuple[str, Any]] = []
-        if first:
-            deps = get(package.table, "dependencies", list, package.key, doc, package.line) or []
-            edges += [(f"{package.key}.dependencies[{j}]", d) for j, d in enumerate(deps)]
-            if is_root:
-                groups = get(package.table, "dev-dependencies", dict, package.key, doc,
-                             package.line) or {}
-                for group in DEFAULT_GROUPS:
-                    edges += [(f"{package.key}.dev-dependencies.{group}[{j}]", d)
-                              for j, d in enumerate(groups.get(group, []))]
-        optional = get(package.table, "optional-dependencies", dict, package.key, doc,
-                       package.line) or {}
-        for extra in sorted(wanted):
-            edges += [(f"{package.key}.optional-dependencies.{extra}[{j}]", d)
-                      for j, d in enumerate(optional.get(extra, []))]
-        for where, edge in edges:
+        for where, edge in _edges(doc, package, first, is_root, wanted):
             if not isinstance(edge, dict):
                 raise doc.error(where, "expected a table", package.line)
             if not marker_holds(get(edge, "marker", str, where, doc, package.line), target,
@@ -135,52 +159,56 @@ def parse_uv_lock(text: str, source: str, target: Target) -> Lock:
             dep = _resolve(edge, by_name, where, doc, package.line)
             dep_extras = get(edge, "extra", list, where, doc, package.line) or []
             todo.append((dep, tuple(str(e) for e in dep_extras), False))
+    return reached
 
-    pins: list[Pin] = []
-    kept: list[tuple[str, str, int, bool]] = []
-    indexes: list[str] = []
-    seen: dict[str, _Package] = {}
-    for package in packages:  # file order
-        if id(package) not in reached or id(package) in own:
-            continue
-        if package.source_kind in _UNPINNABLE_SOURCES or package.source_kind is None:
-            kind = package.source_kind or "no source"
-            raise doc.error(package.key, f"comes from a {kind} "
-                                         f"({package.source.get(kind, '')}), not an index: "
-                                         "a source lockguard cannot pin or install without "
-                                         "building it", package.line)
-        if package.canonical in seen:
-            raise doc.error(package.key, f"{package.name} is reached again "
-                                         f"({seen[package.canonical].key}) on "
-                                         f"{target.describe()}", package.line)
-        seen[package.canonical] = package
-        if package.version is None:
-            raise doc.error(package.key, "names no version", package.line)
-        try:
-            Version(package.version)
-        except InvalidVersion:
-            raise doc.error(f"{package.key}.version", f"{package.version!r} is not a version",
-                            package.line) from None
-        index = str(package.source.get("registry"))
-        if index not in indexes:
-            indexes.append(index)
-        files = _files(package, doc, source)
-        pins.append(Pin(name=package.canonical, display_name=package.name,
-                        version=package.version, hashes=pin_hashes(files), line=package.line,
-                        files=files, index=index))
-        kept.append((package.key, f"{package.name}=={package.version}", package.line,
-                     all(f.hashes for f in files) and bool(files)))
-    if not pins:
-        raise doc.error("package", f"the project installs no package on "
-                                   f"{target.describe()}", None)
-    require_hashes_everywhere(kept, doc)
-    registry = [i for i in indexes if "://" in i]
-    return Lock(source=source, pins=tuple(pins), format="uv.lock",
-                options=LockOptions(index_url=registry[0] if registry else None,
-                                    extra_index_urls=tuple(registry[1:]),
-                                    find_links=tuple(i for i in indexes if "://" not in i)),
-                environment=target.describe(),
-                left_out=sum(1 for p in packages if id(p) not in reached and id(p) not in own))
+
+def _edges(doc: TomlLock, package: _Package, first: bool, is_root: bool,
+           wanted: set[str]) -> list[tuple[str, Any]]:
+    """A package's dependency edges not followed yet: its dependencies (the first time), a
+    root's default groups, and the edges of the extras newly asked of it."""
+    edges: list[tuple[str, Any]] = []
+    if first:
+        deps = get(package.table, "dependencies", list, package.key, doc, package.line) or []
+        edges += [(f"{package.key}.dependencies[{j}]", d) for j, d in enumerate(deps)]
+        if is_root:
+            groups = get(package.table, "dev-dependencies", dict, package.key, doc,
+                         package.line) or {}
+            for group in DEFAULT_GROUPS:
+                edges += [(f"{package.key}.dev-dependencies.{group}[{j}]", d)
+                          for j, d in enumerate(groups.get(group, []))]
+    optional = get(package.table, "optional-dependencies", dict, package.key, doc,
+                   package.line) or {}
+    for extra in sorted(wanted):
+        edges += [(f"{package.key}.optional-dependencies.{extra}[{j}]", d)
+                  for j, d in enumerate(optional.get(extra, []))]
+    return edges
+
+
+def _pin(package: _Package, doc: TomlLock, source: str, target: Target,
+         seen: dict[str, _Package]) -> Pin:
+    """A reached package as a Pin: from an index, reached once, with a version."""
+    if package.source_kind in _UNPINNABLE_SOURCES or package.source_kind is None:
+        kind = package.source_kind or "no source"
+        raise doc.error(package.key, f"comes from a {kind} "
+                                     f"({package.source.get(kind, '')}), not an index: "
+                                     "a source lockguard cannot pin or install without "
+                                     "building it", package.line)
+    if package.canonical in seen:
+        raise doc.error(package.key, f"{package.name} is reached again "
+                                     f"({seen[package.canonical].key}) on "
+                                     f"{target.describe()}", package.line)
+    seen[package.canonical] = package
+    if package.version is None:
+        raise doc.error(package.key, "names no version", package.line)
+    try:
+        Version(package.version)
+    except InvalidVersion:
+        raise doc.error(f"{package.key}.version", f"{package.version!r} is not a version",
+                        package.line) from None
+    files = _files(package, doc, source)
+    return Pin(name=package.canonical, display_name=package.name, version=package.version,
+               hashes=pin_hashes(files), line=package.line, files=files,
+               index=str(package.source.get("registry")))
 
 
 def _resolve(edge: dict[str, Any], by_name: dict[str, list[_Package]], where: str,

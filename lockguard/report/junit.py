@@ -9,6 +9,7 @@ shows a failed gate as green. The locks' hashes and framework versions are prope
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
 
 from lockguard.names import Verdict
 from lockguard.report.model import Report
@@ -17,16 +18,49 @@ from lockguard.report._common import (
     summary_line, timing_line,
 )
 
+if TYPE_CHECKING:
+    from lockguard.compare.verdicts import ScenarioVerdict
+
 
 def _property(parent: ET.Element, name: str, value: str) -> None:
     ET.SubElement(parent, "property", name=name, value=value)
 
 
 def render(report: Report) -> str:
-    suite_name = f"lockguard {report.command}"
     suites = ET.Element("testsuites", name="lockguard")
-    suite = ET.SubElement(suites, "testsuite", name=suite_name)
-    props = ET.SubElement(suite, "properties")
+    suite = ET.SubElement(suites, "testsuite", name=f"lockguard {report.command}")
+    _suite_properties(ET.SubElement(suite, "properties"), report)
+    tests = failures = skipped = 0
+    for v in report.verdicts:
+        outcome = _testcase(suite, report, v)
+        tests += 1
+        failures += outcome == "failure"
+        skipped += outcome == "skipped"
+    for rule in report.rule_failures:
+        tests += 1
+        failures += 1
+        where = f"{rule.lock}:{','.join(map(str, rule.lines))}" if rule.lines else rule.lock
+        case = ET.SubElement(suite, "testcase", classname="lock", name=f"{where} {rule.rule}")
+        failure = ET.SubElement(case, "failure", type="family_rule", message=rule.message)
+        failure.text = f"{where}: {rule.rule}: {rule.message}"
+    if not report.passed and failures == 0:
+        # The gate failed with no scenario to blame, e.g. nothing was compared.
+        tests += 1
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname="lockguard", name="gate")
+        failure = ET.SubElement(case, "failure", type="gate",
+                                message=report.notes[0] if report.notes else "the gate failed")
+        failure.text = "\n".join(report.notes)
+    _suite_out(suite, report)
+    _counts(suites, suite, report, tests, failures, skipped)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(
+        suites, encoding="unicode") + "\n"
+
+
+def _suite_properties(props: ET.Element, report: Report) -> None:
+    """The run as a whole: version, mode, device, git base, gate, each lock's versions, and
+    the changed pins whose code runs at every interpreter start."""
     _property(props, "lockguard.version", report.lockguard_version)
     _property(props, "mode", report.mode)
     if report.device:
@@ -48,72 +82,64 @@ def render(report: Report) -> str:
             if startup_note(change):  # code a changed pin runs at every interpreter start
                 _property(props, f"startup.{change.name}", change_text(change))
 
-    tests = failures = skipped = 0
-    for v in report.verdicts:
-        tests += 1
-        case = ET.SubElement(suite, "testcase", classname=v.framework, name=v.scenario)
-        case_props = ET.SubElement(case, "properties")
-        _property(case_props, "verdict", v.verdict.value)
-        if v.accepted is not None:
-            _property(case_props, "accepted", v.accepted.sentence())
-        said = timing_line(v)
-        if said:
-            _property(case_props, "timing", said)
-        for role, lock in (("baseline", report.baseline_lock(v.framework)),
-                           ("candidate", report.candidate_lock(v.framework))):
-            if lock is not None:
-                _property(case_props, f"{role}.lock", lock.name)
-                _property(case_props, f"{role}.lock_hash", lock.lock_hash)
-                if v.framework in lock.versions:
-                    _property(case_props, f"{role}.{v.framework}", lock.versions[v.framework])
-        if v.verdict == Verdict.skipped:
-            skipped += 1
-            ET.SubElement(case, "skipped", message=v.reasons[0] if v.reasons else "skipped")
-            continue
-        evidence = "\n".join(v.reasons)
-        if v.error:
-            evidence += "\n\n" + v.error
-        behind = culprits(report, v)
-        if behind:
-            evidence += "\n\nlock lines: " + "; ".join(
-                f"{c.lock}:{c.line} {c.text}" if c.line else f"{c.lock} {c.text}"
-                for c in behind)
-        bisection = report.bisection_of(v.scenario)
-        if bisection is not None:
-            evidence += "\n\n" + "\n".join(bisection_lines(bisection))
-            _property(case_props, "bisection.culprit", "; ".join(bisection.culprit))
-            _property(case_props, "bisection.builds", str(bisection.builds))
-        if report.fails(v):
-            failures += 1
-            headline = summary_line(v)
-            failure = ET.SubElement(
-                case, "failure", type=v.verdict.value,
-                message=f"{v.verdict.value}: {headline}" if headline else v.verdict.value)
-            failure.text = evidence
-        else:
-            out = ET.SubElement(case, "system-out")
-            out.text = f"{v.verdict.value}; final loss {final_loss(v)}\n{evidence}".rstrip()
-            row = report.framework_row(v.scenario)
-            if row is not None:
-                out.text += "\n" + row_line(row)
-    for rule in report.rule_failures:
-        tests += 1
-        failures += 1
-        where = f"{rule.lock}:{','.join(map(str, rule.lines))}" if rule.lines else rule.lock
-        case = ET.SubElement(suite, "testcase", classname="lock", name=f"{where} {rule.rule}")
-        failure = ET.SubElement(case, "failure", type="family_rule", message=rule.message)
-        failure.text = f"{where}: {rule.rule}: {rule.message}"
-    if not report.passed and failures == 0:
-        # The gate failed with no scenario to blame, e.g. nothing was compared.
-        tests += 1
-        failures += 1
-        case = ET.SubElement(suite, "testcase", classname="lockguard", name="gate")
-        failure = ET.SubElement(case, "failure", type="gate",
-                                message=report.notes[0] if report.notes else "the gate failed")
-        failure.text = "\n".join(report.notes)
 
-    # The suite's one system-out: its warnings (e.g. a lock installed unchecked,
-    # locks/trust.py), then the compare-frameworks summary.
+def _testcase(suite: ET.Element, report: Report, v: ScenarioVerdict) -> str:
+    """One scenario's testcase; "failure", "skipped" or "passed"."""
+    case = ET.SubElement(suite, "testcase", classname=v.framework, name=v.scenario)
+    case_props = ET.SubElement(case, "properties")
+    _property(case_props, "verdict", v.verdict.value)
+    if v.accepted is not None:
+        _property(case_props, "accepted", v.accepted.sentence())
+    said = timing_line(v)
+    if said:
+        _property(case_props, "timing", said)
+    for role, lock in (("baseline", report.baseline_lock(v.framework)),
+                       ("candidate", report.candidate_lock(v.framework))):
+        if lock is not None:
+            _property(case_props, f"{role}.lock", lock.name)
+            _property(case_props, f"{role}.lock_hash", lock.lock_hash)
+            if v.framework in lock.versions:
+                _property(case_props, f"{role}.{v.framework}", lock.versions[v.framework])
+    if v.verdict == Verdict.skipped:
+        ET.SubElement(case, "skipped", message=v.reasons[0] if v.reasons else "skipped")
+        return "skipped"
+    evidence = _evidence(report, v, case_props)
+    if report.fails(v):
+        headline = summary_line(v)
+        failure = ET.SubElement(
+            case, "failure", type=v.verdict.value,
+            message=f"{v.verdict.value}: {headline}" if headline else v.verdict.value)
+        failure.text = evidence
+        return "failure"
+    out = ET.SubElement(case, "system-out")
+    out.text = f"{v.verdict.value}; final loss {final_loss(v)}\n{evidence}".rstrip()
+    row = report.framework_row(v.scenario)
+    if row is not None:
+        out.text += "\n" + row_line(row)
+    return "passed"
+
+
+def _evidence(report: Report, v: ScenarioVerdict, case_props: ET.Element) -> str:
+    """A scenario's reasons, error, culprit lock lines and bisection, as one text."""
+    evidence = "\n".join(v.reasons)
+    if v.error:
+        evidence += "\n\n" + v.error
+    behind = culprits(report, v)
+    if behind:
+        evidence += "\n\nlock lines: " + "; ".join(
+            f"{c.lock}:{c.line} {c.text}" if c.line else f"{c.lock} {c.text}"
+            for c in behind)
+    bisection = report.bisection_of(v.scenario)
+    if bisection is not None:
+        evidence += "\n\n" + "\n".join(bisection_lines(bisection))
+        _property(case_props, "bisection.culprit", "; ".join(bisection.culprit))
+        _property(case_props, "bisection.builds", str(bisection.builds))
+    return evidence
+
+
+def _suite_out(suite: ET.Element, report: Report) -> None:
+    """The suite's one system-out: its warnings (e.g. a lock installed unchecked,
+    locks/trust.py), then the compare-frameworks summary."""
     suite_out = [n for n in report.notes if n.startswith("warning: ")]
     if report.frameworks is not None:
         table = report.frameworks
@@ -121,6 +147,9 @@ def render(report: Report) -> str:
     if suite_out:
         ET.SubElement(suite, "system-out").text = "\n".join(suite_out)
 
+
+def _counts(suites: ET.Element, suite: ET.Element, report: Report, tests: int, failures: int,
+            skipped: int) -> None:
     counts = {"tests": str(tests), "failures": str(failures), "errors": "0",
               "skipped": str(skipped)}
     if report.duration_s is not None:
@@ -130,6 +159,3 @@ def render(report: Report) -> str:
             if element is suites and key == "skipped":
                 continue  # not an attribute of <testsuites> in the common schema
             element.set(key, value)
-    ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(
-        suites, encoding="unicode") + "\n"

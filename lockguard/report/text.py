@@ -40,50 +40,66 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,
                       highlight=False, soft_wrap=False, emoji=False)
+    _header(console, report, width)
+    if report.frameworks is not None:
+        _frameworks(console, report)
+    elif report.compared:
+        _verdicts(console, report, width)
+    for count, reason in report.skipped_groups():
+        _plain(console, f"-  {count} skipped: {reason}")
+    _explanations(console, report, width)
+    _closing(console, report)
+    text = out.getvalue()
+    if not color:  # the table pads its last column; a log should not carry the spaces
+        text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return text
 
-    def plain(text: str) -> None:
-        console.print(text, markup=False)
 
+def _plain(console: Console, text: str) -> None:
+    console.print(text, markup=False)
+
+
+def _wrapped(console: Console, text: str, width: int, first: str = "  • ") -> None:
+    """`text` wrapped here, not by rich, so that continuation lines keep the indent."""
+    for j, piece in enumerate(textwrap.wrap(text, width - 4, break_on_hyphens=False) or [""]):
+        _plain(console, (first if j == 0 else "    ") + piece)
+
+
+def _header(console: Console, report: Report, width: int) -> None:
+    """What judged the run (the gate), the locks, what changed in them, the rules broken."""
     gate = gate_lines(report)
     if gate is not None:
         console.print(f"[bold yellow]⚠ {escape(gate[0])}:[/]")
         for change in gate[1]:
-            for j, piece in enumerate(textwrap.wrap(change, width - 4, break_on_hyphens=False)):
-                plain(("  • " if j == 0 else "    ") + piece)
+            _wrapped(console, change, width)
     for lock in report.locks:
         versions = ", ".join(f"{k} {v}" for k, v in sorted(lock.versions.items()))
-        plain(f"{lock.role} lock {lock.name} ({lock.lock_hash[:12]})"
-              + (f": {versions}" if versions else "")
-              + (f" [{lock.read_as}]" if lock.read_as else ""))
+        _plain(console, f"{lock.role} lock {lock.name} ({lock.lock_hash[:12]})"
+               + (f": {versions}" if versions else "")
+               + (f" [{lock.read_as}]" if lock.read_as else ""))
     for diff in report.lock_diffs:
         options = [row for o in diff.option_changes for row in option_lines(o)]
         changed = diff.changed
         console.print(f"lock changes: {len(changed) + len(options) or 'none'}")
         for change in changed:
-            plain(f"  {change_line(change)}"
-                  + (f" (line {change.new_line})" if change.new_line else ""))
+            _plain(console, f"  {change_line(change)}"
+                   + (f" (line {change.new_line})" if change.new_line else ""))
         for line, text in options:
-            plain(f"  {text}" + (f" (line {line})" if line else ""))
+            _plain(console, f"  {text}" + (f" (line {line})" if line else ""))
     for failure in report.rule_failures:
         where = failure.lock + (":" + ",".join(map(str, failure.lines)) if failure.lines else "")
-        plain(f"✗ {where}: {failure.rule}: {failure.message}")
-    compared = report.compared
-    if report.frameworks is not None:
-        _frameworks(console, report)
-    elif compared:
-        _verdicts(console, report, width)
-    for count, reason in report.skipped_groups():
-        plain(f"-  {count} skipped: {reason}")
+        _plain(console, f"✗ {where}: {failure.rule}: {failure.message}")
+
+
+def _explanations(console: Console, report: Report, width: int) -> None:
+    """Each verdict worth a word: its reasons, and its compiled paths side by side."""
     for v in report.ordered():
         if v.verdict in (Verdict.identical, Verdict.measured) or not v.reasons:
             continue
         console.print(f"\n[bold]{escape(v.scenario)}[/bold]: {escape(verdict_name(v))}")
         for reason in v.reasons:
             for i, line in enumerate(reason.splitlines()):
-                # Wrapped here, not by rich, so that continuation lines keep the indent.
-                wrapped = textwrap.wrap(line, width - 4, break_on_hyphens=False) or [""]
-                for j, piece in enumerate(wrapped):
-                    plain(("  • " if i == 0 and j == 0 else "    ") + piece)
+                _wrapped(console, line, width, "  • " if i == 0 else "    ")
         rows = compile_rows(v.compile_diff) if v.compile_diff is not None else []
         if rows:
             side = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 2, 0, 0))
@@ -92,21 +108,25 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
             for what, old, new in rows:
                 side.add_row("  " + escape(what), escape(old), escape(new))
             console.print(side)
+
+
+def _closing(console: Console, report: Report) -> None:
+    """Bisections, step-0 parity, caveats, files written, notes, and the one-line outcome."""
     for bisection in report.bisection:
-        plain("")
+        _plain(console, "")
         for line in bisection_lines(bisection):
-            plain(line)
+            _plain(console, line)
     if report.parity:
         console.print("\nstep-0 parity across frameworks (same data and weights):")
         for row in report.parity:
             cells = ", ".join(f"{k} {fmt_float(v)}" for k, v in row.step0.items())
-            plain(f"  {row.family}: {cells} (spread {row.max_rel_spread:.1e})")
+            _plain(console, f"  {row.family}: {cells} (spread {row.max_rel_spread:.1e})")
     if report.frameworks is not None:
         _caveats(console, report)
     for path in report.written:
-        plain(f"wrote {path}")
+        _plain(console, f"wrote {path}")
     for note in report.notes:
-        plain(f"note: {note}")
+        _plain(console, f"note: {note}")
     if report.command != "diff":
         outcome = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
         tally = ", ".join(f"{n} {verdict.value}" for verdict, n in report.tally())
@@ -117,10 +137,6 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
         ran = report.evidence or report.command != "check"
         took = f" in {report.duration_s:.1f} s" if report.duration_s is not None and ran else ""
         console.print(f"\n{outcome} {report.command}: {escape(tally) or 'nothing to do'}{took}")
-    text = out.getvalue()
-    if not color:  # the table pads its last column; a log should not carry the spaces
-        text = "\n".join(line.rstrip() for line in text.split("\n"))
-    return text
 
 
 def _verdicts(console: Console, report: Report, width: int) -> None:

@@ -516,8 +516,41 @@ def _cuda(report: dict[str, Any], lock: Lock,
     versions = report.get("versions", {})
     problems = _error_problems(report)
     fw = f"{framework} {view.get('version') or ''}".strip()
+    major, build = _cuda_build(view, framework, fw, problems)
+    if major is not None:
+        problems += _other_majors(report, lock, fw, major, build)
+    cudart = _version_of(versions.get("cudart", view.get("cuda")), "cudart")
+    cudnn = _version_of(view.get("cudnn", versions.get("cudnn")), "cudnn")
+    nccl = _version_of(view.get("nccl", versions.get("nccl")), "nccl")
+    cublas = _version_of(view.get("cublas", versions.get("cublas")), "cublas")
+    checks = (
+        ("the CUDA runtime", "libcudart", cudart, 2, ("nvidia-cuda-runtime",), "cudart"),
+        ("cuDNN", "libcudnn", cudnn, 3, ("nvidia-cudnn",), "cudnn"),
+        ("cuBLAS", "libcublas", cublas, 3, ("nvidia-cublas",), "cublas"),
+        ("NCCL", "libnccl", nccl, 3, ("nvidia-nccl",), "nccl"),
+    )
+    problems += _loaded_from_lock(report, lock, fw, checks)
+    if framework == "jax":
+        problems += _jax_build_floor(view, lock, fw, checks)
+    extras = ("with-cuda", "and-cuda") + ((f"cuda{major}",) if framework == "jax" and major
+                                          else ())
+    problems += _requirement_problems(report, lock, extras)
+    lib_problems, driver_only, optional, count = _library_problems(report)
+    problems += lib_problems
+    if not problems and cudart is None and major is not None:
+        problems.append(f"{fw} loaded no CUDA runtime (libcudart) in the image")
+    stack = AcceleratorStack(
+        accelerator="cuda", framework=framework, cuda=_show(cudart) or build,
+        cuda_build=build, cudnn=_show(cudnn), cublas=_show(cublas), nccl=_show(nccl),
+        libraries=count + sum(1 for e in report.get("loaded", []) if e.get("dist")),
+        driver_only=tuple(sorted(set(driver_only))), optional=tuple(sorted(optional.items())))
+    return stack, problems
 
-    # The CUDA the framework is built for.
+
+def _cuda_build(view: dict[str, Any], framework: str, fw: str,
+                problems: list[str]) -> tuple[int | None, str | None]:
+    """The CUDA the framework is built for: (major, build version); a CPU-only build (or a jax
+    without its CUDA plugin) is put first in `problems`."""
     major: int | None = None
     build: str | None = None
     if framework == "torch":
@@ -533,8 +566,7 @@ def _cuda(report: dict[str, Any], lock: Lock,
                                f"jax-cuda13-plugin and its nvidia-* wheels)")
         elif plugin:
             major = int(plugin.rsplit("cuda", 1)[1])
-        built = _version_of(view.get("cuda_build"), "cudart")
-        build = _show(built)
+        build = _show(_version_of(view.get("cuda_build"), "cudart"))
     elif framework == "tensorflow":
         build = view.get("cuda_build")
         if not view.get("is_cuda_build") and "version" in view:
@@ -542,30 +574,30 @@ def _cuda(report: dict[str, Any], lock: Lock,
                                f"tensorflow[and-cuda] is the CUDA build with its nvidia-* wheels")
     if build and major is None:
         major = int(str(build).split(".")[0])
+    return major, build
 
-    # Every wheel built for a CUDA major must be built for the framework's.
-    if major is not None:
-        for pin in lock.pins:
-            pinned = cuda_major(pin)
-            if pinned is not None and pinned != major:
-                libs = sorted({e["file"].rsplit("/", 1)[-1] for e in _by_file(report).values()
-                               if e.get("dist") and canonicalize_name(e["dist"]) == pin.name})
-                what = f" ({', '.join(libs[:3])})" if libs else ""
-                problems.append(f"{pin.requirement} is built for CUDA {pinned}, {fw} for CUDA "
-                                f"{build or major}{what}")
 
-    # What the framework loaded must be the lock's, at the lock's version.
+def _other_majors(report: dict[str, Any], lock: Lock, fw: str, major: int,
+                  build: str | None) -> list[str]:
+    """Every wheel built for a CUDA major must be built for the framework's."""
+    problems = []
+    for pin in lock.pins:
+        pinned = cuda_major(pin)
+        if pinned is not None and pinned != major:
+            libs = sorted({e["file"].rsplit("/", 1)[-1] for e in _by_file(report).values()
+                           if e.get("dist") and canonicalize_name(e["dist"]) == pin.name})
+            what = f" ({', '.join(libs[:3])})" if libs else ""
+            problems.append(f"{pin.requirement} is built for CUDA {pinned}, {fw} for CUDA "
+                            f"{build or major}{what}")
+    return problems
+
+
+def _loaded_from_lock(report: dict[str, Any], lock: Lock, fw: str,
+                      checks: tuple[tuple[Any, ...], ...]) -> list[str]:
+    """What the framework loaded must be the lock's, at the lock's version."""
+    problems = []
     loaded = _by_file(report)
-    cudart = _version_of(versions.get("cudart", view.get("cuda")), "cudart")
-    cudnn = _version_of(view.get("cudnn", versions.get("cudnn")), "cudnn")
-    nccl = _version_of(view.get("nccl", versions.get("nccl")), "nccl")
-    cublas = _version_of(view.get("cublas", versions.get("cublas")), "cublas")
-    checks = (
-        ("the CUDA runtime", "libcudart", cudart, 2, ("nvidia-cuda-runtime",), "cudart"),
-        ("cuDNN", "libcudnn", cudnn, 3, ("nvidia-cudnn",), "cudnn"),
-        ("cuBLAS", "libcublas", cublas, 3, ("nvidia-cublas",), "cublas"),
-        ("NCCL", "libnccl", nccl, 3, ("nvidia-nccl",), "nccl"),
-    )
+    versions = report.get("versions", {})
     for label, stem, have, parts, names, key in checks:
         pin = _pin(lock, *names)
         source = versions.get(f"{key}_file")
@@ -579,31 +611,23 @@ def _cuda(report: dict[str, Any], lock: Lock,
         elif have[:parts] != want:
             problems.append(f"{fw} loads {label} {_show(have)}, the lock pins {pin.requirement}"
                             f" ({stem}.so from {_owner(where)})")
-    if framework == "jax":
-        for label, stem, _, _, names, key in checks[:3]:
-            have = _version_of(view.get(key if key != "cudart" else "cuda"), key)
-            built = _version_of(view.get(f"{key if key != 'cudart' else 'cuda'}_build"), key)
-            # jax's own rule (jax_plugins.xla_cudaNN._check_cuda_versions): at least the
-            # version it was built against, patch levels aside.
-            if have and built and have[:2] < built[:2]:
-                pin = _pin(lock, *names)
-                problems.append(f"{fw} was built against {label} {_show(built)}, the image "
-                                f"loads {_show(have)} ({stem}.so from "
-                                f"{pin.requirement if pin else 'the image'})")
+    return problems
 
-    extras = ("with-cuda", "and-cuda") + ((f"cuda{major}",) if framework == "jax" and major
-                                          else ())
-    problems += _requirement_problems(report, lock, extras)
-    lib_problems, driver_only, optional, count = _library_problems(report)
-    problems += lib_problems
-    if not problems and cudart is None and major is not None:
-        problems.append(f"{fw} loaded no CUDA runtime (libcudart) in the image")
-    stack = AcceleratorStack(
-        accelerator="cuda", framework=framework, cuda=_show(cudart) or build,
-        cuda_build=build, cudnn=_show(cudnn), cublas=_show(cublas), nccl=_show(nccl),
-        libraries=count + sum(1 for e in report.get("loaded", []) if e.get("dist")),
-        driver_only=tuple(sorted(set(driver_only))), optional=tuple(sorted(optional.items())))
-    return stack, problems
+
+def _jax_build_floor(view: dict[str, Any], lock: Lock, fw: str,
+                     checks: tuple[tuple[Any, ...], ...]) -> list[str]:
+    """jax's own rule (jax_plugins.xla_cudaNN._check_cuda_versions): the CUDA runtime, cuDNN
+    and cuBLAS loaded are at least the versions it was built against, patch levels aside."""
+    problems = []
+    for label, stem, _, _, names, key in checks[:3]:
+        have = _version_of(view.get(key if key != "cudart" else "cuda"), key)
+        built = _version_of(view.get(f"{key if key != 'cudart' else 'cuda'}_build"), key)
+        if have and built and have[:2] < built[:2]:
+            pin = _pin(lock, *names)
+            problems.append(f"{fw} was built against {label} {_show(built)}, the image "
+                            f"loads {_show(have)} ({stem}.so from "
+                            f"{pin.requirement if pin else 'the image'})")
+    return problems
 
 
 def _tpu(report: dict[str, Any], lock: Lock,
