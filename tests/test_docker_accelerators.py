@@ -13,7 +13,8 @@ device_fallback naming the cause in every report format; and a lock whose CUDA r
 swapped for CUDA 12's, which the stack check refuses naming the wheel and the library.
 
 The wheelhouses and images live in the normal cache and engine (LOCKGUARD_CACHE, the engine's
-images): a second run reuses them. Deselect these builds with -m "not accelerator_images".
+images): a second run reuses them. The suite leaves these builds out (pyproject's addopts);
+`pytest -m accelerator_images` runs them.
 """
 
 from __future__ import annotations
