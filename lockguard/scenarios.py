@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from lockguard.config import Config, ConfigError, ToleranceSetting
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
@@ -159,6 +161,13 @@ BUNDLED: tuple[Scenario, ...] = (
 
 def bundled() -> list[Scenario]:
     return [s for s in BUNDLED if implements(s.framework)]
+
+
+def libraries_of(scenario_id: str) -> frozenset[str]:
+    """The model libraries (canonical names) a bundled library scenario trains with beside its
+    framework; empty for any other scenario."""
+    found = next((sc for sc in BUNDLED if sc.id == scenario_id), None)
+    return frozenset(canonicalize_name(r) for r in found.requires) if found else frozenset()
 
 
 def user_scenarios(config: Config) -> list[Scenario]:

@@ -328,6 +328,46 @@ def test_github_blames_every_changed_line_when_no_family_line_changed():
     assert lines == sorted([line_of(NEW_LOCK, "numpy=="), line_of(NEW_LOCK, "--extra")])
 
 
+def test_a_library_scenario_is_blamed_on_its_own_lock_and_its_library():
+    """Two candidate locks pin torch; transformers.gpt2 ran from the second (the one that pins
+    transformers too, as its evidence says), where torch and transformers both moved: its
+    annotations and JUnit name that lock, and the transformers line with torch's."""
+    from lockguard.report import Evidence, Side
+
+    def lock(text: str, path: str):
+        return parse_lock_text(text, path)
+
+    plain_old, plain_new = (lock(f"torch=={v} \\\n    {HASH['a']}\n", "torch.txt")
+                            for v in ("2.13.0", "2.13.0"))
+    lib_text_old = f"torch==2.13.0 \\\n    {HASH['a']}\ntransformers==5.14.1 \\\n    {HASH['c']}\n"
+    lib_text_new = f"torch==2.14.1 \\\n    {HASH['b']}\ntransformers==5.15.0 \\\n    {HASH['d']}\n"
+    lib_old, lib_new = lock(lib_text_old, "old/lib.txt"), lock(lib_text_new, "lib.txt")
+    v = verdict("transformers.gpt2", [1.0, 0.5], [1.0, 0.6], EXACT, framework="torch")
+    report = Report(
+        command="check", mode="ab", device="cpu",
+        locks=[lock_info(LockRef(Path("old/torch.txt"), plain_old), "baseline"),
+               lock_info(LockRef(Path("old/lib.txt"), lib_old), "baseline"),
+               lock_info(LockRef(Path("torch.txt"), plain_new), "candidate"),
+               lock_info(LockRef(Path("lib.txt"), lib_new), "candidate")],
+        lock_diffs=[diff_locks(plain_old, plain_new), diff_locks(lib_old, lib_new)],
+        verdicts=[v], failing=[v.scenario], passed=False,
+        evidence=[Evidence(scenario=v.scenario,
+                           baseline=Side(role="baseline", kind="lock", name="old/lib.txt",
+                                         result=run(v.scenario, [1.0, 0.5], "torch")),
+                           candidate=Side(role="candidate", kind="lock", name="lib.txt",
+                                          result=run(v.scenario, [1.0, 0.6], "torch")))])
+    assert report.lock_of(v).path == "lib.txt"
+    assert report.lock_of(v, "baseline").path == "old/lib.txt"
+    errors = [a for a in annotations(render(report, "github")) if a["level"] == "error"]
+    assert sorted((a["file"], int(a["line"])) for a in errors) == [
+        ("lib.txt", line_of(lib_text_new, "torch==")),
+        ("lib.txt", line_of(lib_text_new, "transformers=="))]
+    case = ET.fromstring(render(report, "junit")).find(".//testcase")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert (props["baseline.lock"], props["candidate.lock"]) == ("old/lib.txt", "lib.txt")
+    assert props["candidate.torch"] == "2.14.1"
+
+
 def test_github_escapes_what_would_end_a_command():
     v = verdict("loss_ema", [1.0], [2.0], EXACT)
     v.reasons = ["100% off, line one:\nline two"]

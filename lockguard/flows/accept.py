@@ -98,7 +98,7 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
             raise AcceptError(f"scenario {sid}: {problem}; a golden must be a healthy run on "
                               f"its device (leave it out with --scenario, or fix it and check "
                               "again); nothing written")
-        lock = report.candidate_lock(verdict.framework)
+        lock = report.lock_of(verdict)
         if lock is not None and lock.label is None and lock.path not in checked_locks:
             checked_locks[lock.path] = _lock_moved(lock.path, lock.lock_hash, config)
         if lock is not None and checked_locks.get(lock.path):
@@ -109,7 +109,7 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
         _replaceable(path, sid)
         # An A/B check: bound to both locks, so that `check --base` passes this change, and
         # only this one (lockguard/flows/acceptances.py).
-        old_lock = report.baseline_lock(verdict.framework) if report.mode == "ab" else None
+        old_lock = report.lock_of(verdict, "baseline") if report.mode == "ab" else None
         provenance = Provenance(
             lock=lock.path if lock else None, lock_label=lock.label if lock else None,
             lock_hash=lock.lock_hash if lock else None, inputs_digest=side.inputs_digest,

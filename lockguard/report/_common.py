@@ -14,6 +14,7 @@ from lockguard.compare.figures import mib, seconds
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.locks.diff import Change, LockDiff, OptionChange
+from lockguard.scenarios import libraries_of
 
 if TYPE_CHECKING:
     from lockguard.report.model import Bisection, FrameworkRow, FrameworkTable, MixTrial, Report
@@ -401,15 +402,16 @@ def lock_lines(report: Report, diff: LockDiff) -> list[LockLine]:
 
 def culprits(report: Report, verdict: ScenarioVerdict) -> list[LockLine]:
     """The changed lock lines that can explain a scenario's verdict: those of its framework's
-    family (and CUDA wheels) in the lock it ran from; when none changed, every changed line of
-    that lock (any package, index or option can move the numbers)."""
-    lock = report.candidate_lock(verdict.framework)
+    family (and CUDA wheels) and of the model libraries a library scenario trains with, in the
+    lock it ran from; when none changed, every changed line of that lock (any package, index or
+    option can move the numbers)."""
+    lock = report.lock_of(verdict)
     diff = report.diff_of(lock) if lock else None
     if lock is None or diff is None:
         return []
-    mine = {verdict.framework, "cuda"}
+    mine, libraries = {verdict.framework, "cuda"}, libraries_of(verdict.scenario)
     lines = [LockLine(lock.path, c.new_line, change_text(c), change_short(c))
-             for c in diff.changed if mine & set(c.families)]
+             for c in diff.changed if mine & set(c.families) or c.name in libraries]
     return lines or lock_lines(report, diff)
 
 
@@ -417,7 +419,7 @@ def bisected(report: Report, verdict: ScenarioVerdict) -> list[LockLine]:
     """The lock lines a confirmed bisection found behind a scenario's verdict; empty when it
     was not bisected or nothing was confirmed."""
     found = report.bisection_of(verdict.scenario)
-    lock = report.candidate_lock(verdict.framework)
+    lock = report.lock_of(verdict)
     diff = report.diff_of(lock) if lock else None
     if found is None or not found.found or diff is None:
         return []

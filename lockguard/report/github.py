@@ -86,7 +86,7 @@ def _scenario(report: Report, v: ScenarioVerdict, level: str, where: _Paths) -> 
     lines = [(where(c.lock), c.line) for c in behind if c.line is not None]
     lines = [(file, line) for file, line in lines if file]
     if not lines:
-        lock = report.candidate_lock(v.framework)
+        lock = report.lock_of(v)
         file = where(lock.path) if lock else None
         return [command(level, message, file=file, title=title)]
     return [command(level, message, file=file, line=line, title=title) for file, line in lines]

@@ -93,8 +93,8 @@ def _testcase(suite: ET.Element, report: Report, v: ScenarioVerdict) -> str:
     said = timing_line(v)
     if said:
         _property(case_props, "timing", said)
-    for role, lock in (("baseline", report.baseline_lock(v.framework)),
-                       ("candidate", report.candidate_lock(v.framework))):
+    for role, lock in (("baseline", report.lock_of(v, "baseline")),
+                       ("candidate", report.lock_of(v))):
         if lock is not None:
             _property(case_props, f"{role}.lock", lock.name)
             _property(case_props, f"{role}.lock_hash", lock.lock_hash)

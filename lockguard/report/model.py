@@ -411,14 +411,20 @@ class Report(BaseModel):
     def evidence_of(self, scenario: str) -> Evidence | None:
         return next((e for e in self.evidence if e.scenario == scenario), None)
 
-    def candidate_lock(self, framework: str) -> LockInfo | None:
-        """The candidate lock a scenario of `framework` ran from (the first that pins it)."""
+    def lock_of(self, verdict: ScenarioVerdict,
+                role: Literal["baseline", "candidate"] = "candidate") -> LockInfo | None:
+        """The lock of `role` a scenario ran from: the one its evidence names (a library
+        scenario runs from the lock that pins its libraries too, which need not be the first
+        lock pinning its framework), else the first of that role that pins its framework."""
+        found = self.evidence_of(verdict.scenario)
+        side = getattr(found, role) if found is not None else None
+        if side is not None and side.kind == "lock":
+            named = next((lock for lock in self.locks
+                          if lock.role == role and lock.name == side.name), None)
+            if named is not None:
+                return named
         return next((lock for lock in self.locks
-                     if lock.role == "candidate" and framework in lock.frameworks), None)
-
-    def baseline_lock(self, framework: str) -> LockInfo | None:
-        return next((lock for lock in self.locks
-                     if lock.role == "baseline" and framework in lock.frameworks), None)
+                     if lock.role == role and verdict.framework in lock.frameworks), None)
 
     def diff_of(self, lock: LockInfo) -> LockDiff | None:
         return next((d for d in self.lock_diffs if lock.source and d.new_source == lock.source),
