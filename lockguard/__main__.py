@@ -6,6 +6,8 @@ import sys
 
 
 def main() -> None:
+    """The console entry point: a `check` whose remembered answer is still current exits with it
+    without importing the command line; anything else runs cli.main on sys.argv."""
     argv = sys.argv[1:]
     if argv[:1] == ["check"]:
         from lockguard.answers import replay

@@ -47,6 +47,8 @@ class Family:
     prefixes: tuple[str, ...] = ()
 
     def admits(self, key: str) -> bool:
+        """Whether this family passes variable `key`: a name listed exactly, or one under a
+        prefix that has no credential-like part (TOKEN, SECRET, KEY, ...)."""
         if key in self.names:
             return True
         return key.startswith(self.prefixes) and not _CREDENTIAL_PART.search(key.upper())

@@ -58,6 +58,9 @@ def project_dir(root: Path) -> Path:
 
 @dataclass(frozen=True)
 class Target:
+    """Where one run's artefacts go, decided by `prepare` before anything runs: the report id,
+    its directory, the project's cache folder, and whether `save` prunes old directories there."""
+
     report_id: str
     directory: Path
     project: Path  # the project's folder in the cache: its last-check pointer
@@ -133,6 +136,8 @@ def save(target: Target, report: Report, report_json: str) -> Path:
 
 
 def digest(data: bytes) -> str:
+    """The sha256 of `data` as "sha256:<hex>": what the ledger records of a report's JSON bytes
+    and `vouched` compares them with."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 

@@ -91,6 +91,8 @@ def repo_workdir(cwd: Path | None = None) -> str:
 
 
 def write_text(path: Path, text: str) -> None:
+    """Write `text` as UTF-8 through write_bytes: atomically for a regular file, through for
+    anything else; WriteError, one line naming the path, when it cannot."""
     write_bytes(path, text.encode("utf-8"))
 
 

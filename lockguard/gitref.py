@@ -45,6 +45,8 @@ class LockChange:
 
     @property
     def status(self) -> Literal["added", "removed", "changed", "unchanged"]:
+        """How the lock changed since the merge base; a path at neither the base nor on disk
+        counts as unchanged."""
         if self.base_text is None:
             return "added" if self.on_disk else "unchanged"
         if not self.on_disk:

@@ -162,18 +162,25 @@ class Golden:
 
     @property
     def result(self) -> RunResult:
+        """The recorded RunResult; for a golden with an envelope, the run of median final loss."""
         return self.file.result
 
     @property
     def provenance(self) -> Provenance:
+        """Where the result came from (the lock, git commit, environment, when), each field None
+        when the recording lockguard did not say."""
         return self.file.provenance
 
     @property
     def hardware(self) -> HardwareClass:
+        """The hardware class it was recorded on: bitwise comparisons hold only on the same
+        class."""
         return self.file.hardware
 
     @property
     def envelope(self) -> Envelope | None:
+        """The spread of the recorded runs (`record --repeat`) when they were not bitwise equal;
+        None when the golden is a single, reproducible result."""
         return self.file.envelope
 
 
@@ -228,6 +235,8 @@ _DIGEST_LINE = re.compile(r'\{\r?\n "digest": "(sha256:[0-9a-f]{64})",\r?\n')
 
 
 def text_digest(body: str) -> str:
+    """The sha256 of a golden's JSON body as "sha256:<hex>", line endings normalised to LF, so
+    that a checkout with CRLF endings still verifies."""
     return "sha256:" + hashlib.sha256(body.replace("\r\n", "\n").encode("utf-8")).hexdigest()
 
 

@@ -45,15 +45,20 @@ _AVX512_EXTRAS = (("avx512_bf16", "BF16"), ("avx512_fp16", "FP16"), ("avx512_vnn
 
 @dataclass(frozen=True)
 class HardwareClass:
+    """One class of machines that give a lock bit-identical results (module docstring): its id
+    names the golden folder golden/<device>/<id>/."""
+
     device: str  # cpu | cuda | tpu
     id: str  # a slug, the golden directory's name: golden/<device>/<id>/<scenario>.json
     name: str  # for people: "Intel Xeon Processor (family 6 model 207; AMX, AVX-512 BF16 ...)"
     features: tuple[str, ...] = ()  # cpu: the kernel-selecting ISA features
 
     def describe(self) -> str:
+        """The class for people, in reasons and reports: its name followed by [id]."""
         return f"{self.name} [{self.id}]"
 
     def to_json(self) -> dict[str, Any]:
+        """A golden's "hardware" block (features as a list), what from_json reads back."""
         data = asdict(self)
         data["features"] = list(self.features)
         return data

@@ -170,6 +170,8 @@ def drop_uv_settings(env: dict[str, str]) -> list[str]:
 
 
 def uv_settings_note(dropped: list[str]) -> str:
+    """The note saying which UV_* variables (drop_uv_settings' list) were withheld from uv and
+    why, for the progress line and for an install failure's reason."""
     return (f"not passed to uv: {', '.join(dropped)} (settings that would change what a lock "
             "installs; uv installs from pip's index settings)")
 

@@ -24,6 +24,9 @@ MAX_SHARDS = 256
 
 
 class Verdict(str, Enum):
+    """What comparing one scenario's run with its baseline can conclude; PRECEDENCE orders them,
+    and a Policy's fail_on says which fail the gate."""
+
     identical = "identical"  # bitwise equal
     within_tolerance = "within_tolerance"  # differs, but inside the dtype's tolerance
     drift = "drift"  # numerics moved beyond tolerance

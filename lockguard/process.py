@@ -52,6 +52,9 @@ class Interrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class Completed:
+    """How a supervised child (process.run) ended: exit code or signal, timeout or memory kill,
+    and its capped log, of which `output` keeps the end for error messages."""
+
     argv: tuple[str, ...]
     code: int | None  # exit code; -N when a signal N ended it
     timed_out: bool
@@ -65,6 +68,8 @@ class Completed:
     memory_killed: int | None = None  # bytes it held when it was killed for exceeding them
 
     def tail(self, lines: int = 15) -> str:
+        """The last `lines` lines of the output kept: where a failure's reason usually is, for a
+        one-screen error."""
         return tail(self.output, lines)
 
     def describe(self) -> str:
@@ -167,6 +172,7 @@ class Captured:
 
     @property
     def timed_out(self) -> bool:
+        """Whether the command was killed at its timeout (then it has no exit code)."""
         return self.code is None
 
 

@@ -21,6 +21,9 @@ from lockguard.errors import redact
 
 
 class Progress:
+    """Where lockguard says what it is doing, on stderr (module docstring); QUIET says nothing,
+    for machine-readable output and tests."""
+
     def __init__(self, quiet: bool = False, verbose: bool = False) -> None:
         self.quiet = quiet
         self.verbose = verbose
@@ -45,6 +48,7 @@ class Progress:
 
     @stage.setter
     def stage(self, value: str) -> None:
+        """Set this thread's prefix; steps of other threads keep theirs."""
         self._local.stage = value
 
     def info(self, message: str) -> None:
@@ -53,6 +57,8 @@ class Progress:
             self._console.print(redact(message), markup=False)
 
     def detail(self, message: str) -> None:
+        """A dim line shown only with verbose=True (the commands lockguard runs, notes on
+        settings), redacted like every line."""
         if self._console is not None and self.verbose:
             from rich.markup import escape
 
@@ -150,11 +156,14 @@ class StepHandle:
         self._running: dict[str, float] = {}  # name -> when it started
 
     def begin(self, name: str) -> None:
+        """Say that `name` started running within the step: shown beside the spinner, and in a
+        log's heartbeat lines with how long it has run, until `end(name)`."""
         with self._lock:
             self._running[name] = time.perf_counter()
         self._show_running()
 
     def end(self, name: str) -> None:
+        """Say that `name` (as given to begin) is no longer running."""
         with self._lock:
             self._running.pop(name, None)
         self._show_running()
@@ -176,6 +185,8 @@ class StepHandle:
                 f" [dim]{escape(', '.join(names))[:80]}[/dim]" if names else ""))
 
     def update(self, detail: str) -> None:
+        """Show `detail` (cut to 80 characters) after the step's message on a terminal's
+        spinner; a log gets nothing, its heartbeat says enough."""
         if self._bar is not None:
             from rich.markup import escape
 

@@ -44,6 +44,10 @@ def without_absent(model: BaseModel, data: dict[str, Any], keys: tuple[str, ...]
 
 
 class Status(str, Enum):
+    """How a harness run ended; anything but `ok` makes the run broken. `nan`: a loss was not
+    finite; `crashed`: the scenario raised, or the process left no result; `timeout` and
+    `invalid` are set by lockguard."""
+
     ok = "ok"
     crashed = "crashed"
     nan = "nan"
@@ -52,6 +56,9 @@ class Status(str, Enum):
 
 
 class Timings(BaseModel):
+    """How long a run took, in seconds, each figure None when it was not measured; the fields
+    added later are left out of the JSON when absent, so older files read and write unchanged."""
+
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     import_s: float | None = None  # importing the framework
@@ -134,6 +141,10 @@ class CompileDiagnostics(BaseModel):
 
 
 class RunResult(BaseModel):
+    """What one harness run reports (module docstring): per-step losses and grad norms, the
+    probe outputs, parameter digest, compile diagnostics, timings and peak memory; what goldens
+    keep and the verdicts compare."""
+
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     schema_version: int

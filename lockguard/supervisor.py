@@ -76,6 +76,8 @@ def relay(fd, logs, poller, open_outputs):
 
 
 def prctl(option, value):
+    """Call Linux prctl(option, value) through libc; True when it succeeded, False where there
+    is none (not Linux), and the caller falls back to process groups."""
     global _libc
     try:
         if _libc is None:
@@ -88,6 +90,7 @@ def prctl(option, value):
 
 
 def write_all(fd, data):
+    """Write all of `data` to `fd`, however many os.write calls a pipe or file takes."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -104,6 +107,8 @@ class CappedLog:
         self.omitted = 0
 
     def write(self, data):
+        """Append `data`: written at once while the head lasts, then kept in memory, trimmed to
+        the last `tail` bytes (and counted as omitted) in batches."""
         if self.head_left > 0:
             part = data[:self.head_left]
             write_all(self.fd, part)
@@ -117,6 +122,8 @@ class CappedLog:
                 del self.rest[:cut]
 
     def close(self):
+        """Write the kept tail, starting at a line start, after a line saying how many bytes
+        were omitted (if any), and close the file."""
         rest = self.rest
         if len(rest) > self.tail_cap:
             self.omitted += len(rest) - self.tail_cap
@@ -132,6 +139,8 @@ class CappedLog:
 
 
 def read_exactly(fd, size):
+    """`size` bytes read from `fd`; None when it reaches end-of-file first (lockguard went
+    away)."""
     data = b""
     while len(data) < size:
         chunk = os.read(fd, size - len(data))
@@ -151,11 +160,15 @@ def read_job():
 
 
 def send_report(report):
+    """Write the report on stdout as the job came: 8 bytes of length (little-endian), then the
+    marshalled dict."""
     data = marshal.dumps(report)
     write_all(1, len(data).to_bytes(8, "little") + data)
 
 
 def output_pipe():
+    """A pipe (read end, write end) for the child's stdout or stderr, enlarged to PIPE_SIZE
+    where the kernel allows, so that a chatty child wakes us less often."""
     r, w = os.pipe()
     try:
         import fcntl
@@ -307,6 +320,10 @@ def proportional(pids):
 
 
 class Supervisor:
+    """The supervisor's state: the child, its exit status once reaped, and the wakeup pipe
+    through which SIGCHLD and the stop signals interrupt its poll (they are handled from the
+    start, never fatal)."""
+
     def __init__(self):
         self.child = None
         self.child_status = None
@@ -331,16 +348,22 @@ class Supervisor:
                 self.child_status = status
 
     def wakeups(self):
+        """The signal numbers that arrived since the last call, as bytes (one each, from the
+        wakeup pipe); b"" when none did."""
         try:
             return os.read(self.wake_r, 512)
         except BlockingIOError:
             return b""
 
     def stop_requested(self):
+        """Whether SIGTERM, SIGINT or SIGHUP arrived since the last look (the pipe is drained,
+        other signals are dropped)."""
         arrived = self.wakeups()
         return any(sig in arrived for sig in STOP_SIGNALS)
 
     def signal_all(self, sig):
+        """Send `sig` to the child's process group (while it is unreaped) and to every
+        descendant found in /proc; those descendants, as (pid, state) pairs."""
         alive = descendants(os.getpid())
         if self.child_status is None:
             try:
@@ -393,6 +416,8 @@ class Supervisor:
                 return
 
     def run(self, job):
+        """Run `job` to the end: start the child, watch it, kill its tree, drain and close the
+        logs; the report dict (module docstring) for send_report."""
         logs, (out_w, err_w) = open_logs(job)
         self.child, error = spawn(job, out_w, err_w)
         for fd in {out_w, err_w}:
@@ -488,6 +513,8 @@ def open_logs(job):
 
 
 def main():
+    """The supervisor process: read the job from stdin, run it, write the report on stdout.
+    Always 0: what went wrong is in the report's `error` (none without a job to run)."""
     supervisor = Supervisor()  # first: from here on a SIGTERM is handled, not fatal
     prctl(PR_SET_CHILD_SUBREAPER, 1)  # where it fails only the process group can be killed
     job = read_job()

@@ -295,3 +295,90 @@ def test_no_function_is_over_80_lines():
                 long.add((name, node.name))
     assert sorted(long - LONG_FUNCTIONS) == []
     assert sorted(LONG_FUNCTIONS - long) == [], "no longer over the limit: take it off the list"
+
+
+# Public definitions still without a docstring. On the settings branch; document when it lands.
+# (flows/, cli/, config.py and scenarios.py are being reworked there; the list may only shrink.)
+UNDOCUMENTED = {
+    ("lockguard.cli.edge", "fail"),
+    ("lockguard.cli.gate", "setup_run"),
+    ("lockguard.cli.options", "repeat_option"),
+    ("lockguard.cli.options", "steps_option"),
+    ("lockguard.config", "Config"),
+    ("lockguard.config", "Config.lock_entries"),
+    ("lockguard.config", "Config.resolve"),
+    ("lockguard.config", "LockEntry"),
+    ("lockguard.config", "ScenarioConfig"),
+    ("lockguard.config", "parse_config"),
+    ("lockguard.flows.ab", "check_ab"),
+    ("lockguard.flows.ab", "diff"),
+    ("lockguard.flows.bisect", "Unit.texts"),
+    ("lockguard.flows.bisect", "write_mix"),
+    ("lockguard.flows.check", "check"),
+    ("lockguard.flows.check", "check_golden"),
+    ("lockguard.flows.frameworks", "compare_frameworks"),
+    ("lockguard.flows.git_base", "Gate.label"),
+    ("lockguard.flows.git_base", "LockPair.changed"),
+    ("lockguard.flows.goldens", "Crossings.add"),
+    ("lockguard.flows.goldens", "Crossings.notes"),
+    ("lockguard.flows.goldens", "Hosts.get"),
+    ("lockguard.flows.goldens", "golden_dir"),
+    ("lockguard.flows.goldens", "lock_hash"),
+    ("lockguard.flows.goldens", "lock_name"),
+    ("lockguard.flows.init", "Choices"),
+    ("lockguard.flows.init", "Done"),
+    ("lockguard.flows.init", "FoundLock"),
+    ("lockguard.flows.init", "FoundLock.describe"),
+    ("lockguard.flows.init", "Plan"),
+    ("lockguard.flows.init", "Plan.workflow_path"),
+    ("lockguard.flows.init", "Survey"),
+    ("lockguard.flows.init", "Survey.frameworks"),
+    ("lockguard.flows.record", "record"),
+    ("lockguard.flows.report_parts", "lock_info"),
+    ("lockguard.flows.report_parts", "policy_for"),
+    ("lockguard.flows.report_parts", "tolerance_of"),
+    ("lockguard.flows.shards", "Plan"),
+    ("lockguard.flows.shards", "Plan.entry"),
+    ("lockguard.flows.shards", "Plan.to_json"),
+    ("lockguard.flows.shards", "environments"),
+    ("lockguard.flows.shards", "merge_files"),
+    ("lockguard.flows.shards", "plan_text"),
+    ("lockguard.flows.shards", "shard_info"),
+    ("lockguard.scenarios", "Scenario"),
+    ("lockguard.scenarios", "Scenario.source"),
+    ("lockguard.scenarios", "all_scenarios"),
+    ("lockguard.scenarios", "bundled"),
+    ("lockguard.scenarios", "user_scenarios"),
+}
+
+
+def undocumented(tree: ast.Module) -> set[str]:
+    """Qualified names of the public module-level functions and classes, and the public methods
+    of public classes, that have no docstring (a property's setter counts apart from its getter,
+    under the same name)."""
+    missing = set()
+    for node in tree.body:
+        if (not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                or node.name.startswith("_")):
+            continue
+        if not ast.get_docstring(node):
+            missing.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            missing |= {f"{node.name}.{method.name}" for method in node.body
+                        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and not method.name.startswith("_") and not ast.get_docstring(method)}
+    return missing
+
+
+def test_public_definitions_say_what_they_are():
+    """Every public function, class and method of a public class says in a docstring what it
+    is and what a caller must know; the harness is left out (its bytes are in every golden's
+    inputs digest), and the listed ones wait for the settings branch."""
+    missing = {(name, qualified) for name, path in SOURCES.items()
+               if not within(name, ("lockguard.harness",))
+               for qualified in undocumented(ast.parse(path.read_text(encoding="utf-8"),
+                                                       str(path)))}
+    assert sorted(missing - UNDOCUMENTED) == []
+    assert sorted(UNDOCUMENTED - missing) == [], "documented now: take it off the list"
+    assert all(within(name, ("lockguard.flows", "lockguard.cli", "lockguard.config",
+                             "lockguard.scenarios")) for name, _ in UNDOCUMENTED)

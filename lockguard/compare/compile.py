@@ -11,6 +11,9 @@ from lockguard.results import CompileDiagnostics, CompileMemory
 
 
 class CountChange(BaseModel):
+    """A count on each side of a comparison (baseline `old`, candidate `new`): how many times
+    one user function was traced or compiled."""
+
     model_config = ConfigDict(defer_build=True)
 
     old: int
@@ -57,11 +60,15 @@ class CompileDiff(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def regressed(self) -> bool:
+        """True when the compiled path got worse (any entry in `regressions`); serialised, so
+        that report readers need not infer it."""
         return bool(self.regressions)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def improvement(self) -> bool:
+        """True when the compiled path got better (any entry in `improvements`); fails the gate
+        only under Policy.fail_on_improvement."""
         return bool(self.improvements)
 
     @computed_field  # type: ignore[prop-decorator]
@@ -186,6 +193,8 @@ _BREAK_SITE = re.compile(r"^([\w./<>-]+\.py(?::[\w<>.]+)?): ")
 
 
 def break_site(reason: str) -> str | None:
+    """The "<file>:<function>" a torch graph-break reason starts with, None when it names none:
+    what identifies the same break across framework versions whose messages are reworded."""
     match = _BREAK_SITE.match(reason)
     return match.group(1) if match else None
 

@@ -14,6 +14,8 @@ def median(values: Iterable[float | int | None]) -> float | None:
 
 
 def mib(size: float | None, missing: str = "—") -> str:
+    """A size in bytes as "12.3 MiB" (binary mebibytes, one decimal); `missing` (a dash unless
+    told) when it was not measured."""
     return missing if size is None else f"{size / 2**20:.1f} MiB"
 
 

@@ -75,6 +75,9 @@ def default_tolerance(dtype: str) -> Tolerance:
 
 
 class Policy(BaseModel):
+    """The gate's rules for one check: exactness or a tolerance override, which verdicts fail,
+    and the ratios and noise floors above which a run counts as slower or heavier."""
+
     model_config = ConfigDict(defer_build=True)
 
     exact: bool = False  # bitwise equality required

@@ -55,11 +55,16 @@ class Accepted(BaseModel):
     how: str  # why it applies: the same numbers, or within tolerance of them on another class
 
     def sentence(self) -> str:
+        """The acceptance in one line for reports and JUnit properties: reason, author, when,
+        the commit if known, and why it applies."""
         return (f"accepted: {self.reason} ({self.author}, {self.accepted_at}"
                 + (f", commit {self.commit[:12]}" if self.commit else "") + f"; {self.how})")
 
 
 class ScenarioVerdict(BaseModel):
+    """What comparing one scenario's candidate run with its baseline (a golden or the old lock's
+    run) found: the verdict, its reasons (the first explains it) and every figure behind them."""
+
     model_config = ConfigDict(defer_build=True)
 
     scenario: str

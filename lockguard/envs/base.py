@@ -177,6 +177,8 @@ def run_with(python: str, request: RunRequest, out_dir: Path,
 
 
 def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
+    """A RunResult for a run that produced no usable result (timed out, crashed, unreadable
+    output), `error` saying why; the verdicts treat it as broken."""
     return RunResult(schema_version=SCHEMA_VERSION, scenario=request.scenario_id,
                      framework=request.framework, steps=request.steps,
                      seed=request.seed, dtype=request.dtype, status=status, error=error)

@@ -57,6 +57,9 @@ class OptionChange(BaseModel):
 
 
 class LockDiff(BaseModel):
+    """What changed between two locks (diff_locks): the packages that changed, how many did not,
+    and the installer options that differ; part of the Report's JSON."""
+
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     old_source: str
@@ -72,6 +75,8 @@ class LockDiff(BaseModel):
 
     @property
     def changed(self) -> tuple[Change, ...]:
+        """The changes other than kind "unchanged", which only a report of schema 3 or before
+        still lists."""
         return tuple(c for c in self.changes if c.kind != "unchanged")
 
     @property

@@ -89,6 +89,8 @@ class TomlLock:
         return next((n for n, line in enumerate(self._lines, 1) if pattern.match(line)), None)
 
     def error(self, key: str, reason: str, line: int | None = None) -> LockError:
+        """A LockError naming the lock file, `line` when known, and the TOML `key` at fault
+        (`package[3].wheels[0].hash: ...`), for the caller to raise."""
         return LockError(self.source, line, f"{key}: {reason}")
 
 

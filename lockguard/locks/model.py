@@ -80,6 +80,8 @@ class PinFile:
 
     @property
     def is_wheel(self) -> bool:
+        """Whether the file is a wheel (.whl, any case), installable without running build code;
+        anything else is an sdist."""
         return self.name.lower().endswith(".whl")
 
 
@@ -101,6 +103,8 @@ class Pin:
 
     @functools.cached_property
     def parsed_version(self) -> Version:
+        """The version as packaging's Version, parsed once: what versions are compared and
+        ordered by (as strings, "2.10" sorts before "2.9")."""
         return _version(self.version)
 
     @property

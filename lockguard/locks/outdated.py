@@ -23,14 +23,19 @@ class PinLike(Protocol):
     """What `outdated` needs of a pin: lockguard.locks.model.Pin fits."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The package's name in any spelling (canonicalised here): what the index is asked for."""
 
     @property
-    def version(self) -> str: ...
+    def version(self) -> str:
+        """The pinned version as written in the lock; newer releases are found against it."""
 
 
 @dataclass(frozen=True)
 class Release:
+    """One release on the index newer than the pinned version; a pre-release never makes a
+    package count as outdated."""
+
     version: str
     prerelease: bool  # alpha, beta, rc or dev release
 
@@ -50,6 +55,7 @@ class OutdatedRow:
 
     @property
     def is_outdated(self) -> bool:
+        """Whether the index has a newer final release; pre-releases alone do not count."""
         return any(not release.prerelease for release in self.newer)
 
 

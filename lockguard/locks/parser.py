@@ -486,6 +486,8 @@ class RequirementsInput:
                 and _marker_holds(ln.requirement)]
 
     def options(self) -> list[InputLine]:
+        """The installer option lines (index-url, extra-index-url, find-links, no-index) of the
+        input and its includes, in file order: the resolvers are given these."""
         return [ln for ln in self.lines if ln.kind == "option"]
 
 

@@ -30,6 +30,9 @@ SUPPORTED = ("2.1",)
 
 
 def parse_poetry_lock(text: str, source: str, target: Target) -> Lock:
+    """A poetry.lock's `text` as a Lock of the packages installed on `target` (module
+    docstring); LockError naming `source`:line and key when it cannot be used (lock-version
+    other than 2.1, an unpinnable source, no package for this platform, a missing hash)."""
     doc = TomlLock(text, source, "poetry.lock")
     metadata = get(doc.data, "metadata", dict, "metadata", doc, None)
     version_line = doc.key_line("lock-version")

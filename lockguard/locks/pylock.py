@@ -34,6 +34,9 @@ SUPPORTED_MAJOR = 1
 
 
 def parse_pylock(text: str, source: str, target: Target) -> Lock:
+    """A pylock.toml's `text` as a Lock of the packages installed on `target` (module
+    docstring); LockError naming `source`:line and key when it cannot be used (another major
+    lock-version, no environment that holds, a vcs/directory/archive package, a missing hash)."""
     doc = TomlLock(text, source, "pylock.toml")
     environments, groups = _header(doc, target)
     packages = get(doc.data, "packages", list, "packages", doc, doc.key_line("packages"),

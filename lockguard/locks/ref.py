@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LockRef:
+    """A parsed lock with what the configuration says of it; what flows pass around instead of a
+    bare Lock, so that reports can name it."""
+
     path: Path
     lock: Lock
     device: str | None = None  # expected device of this lock's environment, from config
@@ -31,6 +34,8 @@ class LockRef:
 
     @property
     def name(self) -> str:
+        """What reports and errors call this lock: its git label (main@1a2b3c4d:path) when read
+        from git, else its path relative to the working directory."""
         from lockguard.files import display_path
 
         return self.label or display_path(self.path)

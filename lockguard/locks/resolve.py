@@ -321,6 +321,8 @@ class Block:
 
     @property
     def where(self) -> str:
+        """The blocking line as "file:line" (the file relative to the working directory), for
+        the error that names it."""
         return f"{display_path(self.line.path)}:{self.line.first}"
 
     @property

@@ -15,6 +15,9 @@ from lockguard.locks.model import TENSORFLOW_DISTS, Lock, Pin
 
 
 class RuleViolation(BaseModel):
+    """A pairing of framework packages in one lock that cannot work together (RULES names each
+    rule), found before any environment is built; part of the Report's JSON."""
+
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     rule: str  # one of RULES

@@ -36,6 +36,8 @@ class Target:
                 f"{m.get('sys_platform', '?')} {m.get('platform_machine', '?')}")
 
     def python_version(self) -> str:
+        """The interpreter's full version ("3.11.7"), what a lock's requires-python is checked
+        against; "" when the markers do not say."""
         return self.markers.get("python_full_version", "")
 
     def wheel_fits(self, filename: str) -> bool | None:

@@ -50,6 +50,9 @@ class _Package:
 
 
 def parse_uv_lock(text: str, source: str, target: Target) -> Lock:
+    """A uv.lock's `text` as a Lock of the packages `uv sync` installs on `target` (module
+    docstring); LockError naming `source`:line and key when it cannot be used (another version,
+    a git/url/path source, requires-python excluding the target, a missing hash)."""
     doc = TomlLock(text, source, "uv.lock")
     _check_header(doc, target)
     packages, roots, own = _packages(doc)

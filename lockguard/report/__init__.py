@@ -27,6 +27,9 @@ from lockguard.report.model import (  # noqa: F401 - the package's face
 )
 
 def render(report: Report, fmt: str, color: bool = False, width: int | None = None) -> str:
+    """The report as text in `fmt` (text, json, markdown, html, junit, github), every string
+    made safe to show first (credentials masked; escapes removed except in JSON, which escapes
+    them itself); ValueError for another format. `color` and `width` are the text format's."""
     if fmt == "json":
         from lockguard.report import json_
 

@@ -36,12 +36,16 @@ ACCEPTABLE = {Verdict.drift, Verdict.compile_fallback, Verdict.slower, Verdict.h
 
 
 def fmt_float(value: float | None) -> str:
+    """A figure for a table cell: 6 significant digits, scientific below 1e-4 so that tiny
+    differences keep their digits; a dash for None."""
     if value is None:
         return "—"
     return f"{value:.6g}" if abs(value) >= 1e-4 or value == 0 else f"{value:.3e}"
 
 
 def final_loss(v: ScenarioVerdict) -> str:
+    """The final-loss cell, "old → new": 9 significant digits when the two differ (enough to
+    tell float32 values apart), just the new value with no baseline, a dash with neither."""
     if v.final_loss_old is None and v.final_loss_new is None:
         return "—"
     if v.final_loss_old is None:
@@ -257,10 +261,13 @@ STEP0 = FRAMEWORK_HEAD.index("step 0 loss")
 
 
 def ratio(value: float | None) -> str:
+    """A ratio as "×1.23"; a dash when it was not measured."""
     return "—" if value is None else f"×{value:.2f}"
 
 
 def family_title(table: FrameworkTable, family: str) -> str:
+    """The heading of one family's compare-frameworks table, with its step count, saying why its
+    rows can be compared at all."""
     steps = table.steps.get(family)
     return (f"{family}" + (f", {steps} steps" if steps else "")
             + ": same data and initial weights in every framework")

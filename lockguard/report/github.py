@@ -93,6 +93,8 @@ def _scenario(report: Report, v: ScenarioVerdict, level: str, where: _Paths) -> 
 
 
 def render(report: Report) -> str:
+    """The report as workflow command lines (`::error`, `::warning`), one annotation each,
+    placed on the lock lines and config file they concern (module docstring)."""
     where = _Paths(report)
     out: list[str] = []
     gate = gate_lines(report)

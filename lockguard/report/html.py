@@ -88,6 +88,8 @@ def e(value: object) -> str:
 
 
 def render(report: Report) -> str:
+    """The report as one self-contained HTML page (no script; its CSP forbids every fetch), the
+    loss curves of each scenario drawn as inline SVG."""
     title = f"lockguard {report.command}"
     if report.mode == "frameworks":
         title += ": measured" if report.passed else ": a run failed"

@@ -27,6 +27,8 @@ def _property(parent: ET.Element, name: str, value: str) -> None:
 
 
 def render(report: Report) -> str:
+    """The report as a JUnit XML document, a testcase per scenario and per family-rule failure;
+    a failed gate with nothing to blame still gets a failing testcase, so no CI shows it green."""
     suites = ET.Element("testsuites", name="lockguard")
     suite = ET.SubElement(suites, "testsuite", name=f"lockguard {report.command}")
     _suite_properties(ET.SubElement(suite, "properties"), report)

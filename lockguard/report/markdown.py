@@ -102,6 +102,8 @@ def _verb(verdict: Verdict) -> str:
 
 
 def headline(report: Report) -> str:
+    """The comment's first line, a sentence with ✅ or ❌: how many scenarios failed and how, and
+    which lock change did it (or what passed, with the tally)."""
     name = "lockguard" if report.command in ("check", "diff") else f"lockguard {report.command}"
     if report.command == "diff":
         n = sum(len(d.changed) + len(d.option_changes) for d in report.lock_diffs)
@@ -365,6 +367,8 @@ def _cut_note(cut: int, total: int) -> list[str]:
 
 
 def render(report: Report, limit: int = LIMIT) -> str:
+    """The report as Markdown for a PR comment or job summary, at most `limit` bytes (GitHub
+    refuses a comment over 65,536 characters): the folded details are cut first, with a note."""
     ordered = report.ordered()
     failing = [v for v in ordered if report.fails(v)]
     # Folded sections, most severe first (the last ones are cut first), built only as far as

@@ -83,6 +83,9 @@ class GatePolicy(BaseModel):
 
 
 class LockInfo(BaseModel):
+    """One lock a run read, as the report names it: its path or git label, hash, role, the
+    frameworks it pins and their versions, and the platform it was narrowed to."""
+
     model_config = ConfigDict(defer_build=True)
 
     path: str
@@ -289,6 +292,8 @@ class Bisection(BaseModel):
         return head
 
     def cost(self) -> str:
+        """What the search cost, in one line: mix builds against the bound, change units,
+        seconds of build and run, inconsistent mixes skipped, and the strategy."""
         seconds = sum((t.build_s or 0) + (t.run_s or 0) for t in self.trials)
         skipped = sum(t.status == "inconsistent" for t in self.trials)
         return (f"{self.builds} mix build(s) (bound {self.bound}) over {len(self.units)} "
@@ -298,6 +303,10 @@ class Bisection(BaseModel):
 
 
 class Report(BaseModel):
+    """Everything a run of check, record, diff, propose or compare-frameworks found: the locks,
+    their diffs, the verdicts and which fail the gate, the evidence behind them; what every
+    renderer draws and `--format json` writes (schema_version above)."""
+
     model_config = ConfigDict(defer_build=True)
 
     schema_version: int = SCHEMA_VERSION
@@ -354,6 +363,8 @@ class Report(BaseModel):
 
     @property
     def skipped(self) -> list[ScenarioVerdict]:
+        """The verdicts of scenarios that did not run (no lock pins the framework, no such
+        device); shown apart from the table, grouped by reason (skipped_groups)."""
         return [v for v in self.verdicts if v.verdict == Verdict.skipped]
 
     def ordered(self) -> list[ScenarioVerdict]:
@@ -372,6 +383,8 @@ class Report(BaseModel):
         return [v for v in self.verdicts if v.accepted is not None]
 
     def failing_tally(self) -> list[tuple[Verdict, int]]:
+        """(verdict, count) over the scenarios that fail the gate only, most severe first: what
+        a headline says failed."""
         counts: dict[Verdict, int] = {}
         for v in self.verdicts:
             if self.fails(v):
@@ -406,9 +419,12 @@ class Report(BaseModel):
         return groups
 
     def bisection_of(self, scenario: str) -> Bisection | None:
+        """The bisection run for `scenario` (--bisect), None when it was not bisected."""
         return next((b for b in self.bisection if b.scenario == scenario), None)
 
     def evidence_of(self, scenario: str) -> Evidence | None:
+        """Both sides' RunResults and fingerprint difference for `scenario`, None when it did
+        not run (skipped) or the report is older than version 2."""
         return next((e for e in self.evidence if e.scenario == scenario), None)
 
     def lock_of(self, verdict: ScenarioVerdict,
@@ -427,6 +443,8 @@ class Report(BaseModel):
                      if lock.role == role and verdict.framework in lock.frameworks), None)
 
     def diff_of(self, lock: LockInfo) -> LockDiff | None:
+        """The diff whose candidate side is this lock, None for a baseline lock or one with
+        nothing to diff against."""
         return next((d for d in self.lock_diffs if lock.source and d.new_source == lock.source),
                     None)
 

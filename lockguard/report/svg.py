@@ -19,6 +19,9 @@ LEFT, RIGHT, TOP, BOTTOM = 62, 10, 26, 34  # margins for tick labels and the leg
 
 @dataclass(frozen=True)
 class Line:
+    """One series of a chart: `label` for the legend, a value per step (None leaves a gap), and
+    the CSS class that gives its colour and dash."""
+
     label: str
     values: Sequence[float | None]  # one per step
     css: str  # class name: its colour and dash
@@ -26,6 +29,9 @@ class Line:
 
 @dataclass(frozen=True)
 class Mark:
+    """A vertical line at `step` (the first divergent step, the first beyond tolerance), `label`
+    as its tooltip, `css` its class."""
+
     step: int
     label: str
     css: str

@@ -36,6 +36,8 @@ MIN_WIDTH = 40
 
 
 def render(report: Report, color: bool = False, width: int | None = None) -> str:
+    """The report for a terminal or a CI log, the table fitted to `width` columns (the default
+    when None, never under MIN_WIDTH); ANSI colour only with `color`."""
     width = max(MIN_WIDTH, width or DEFAULT_WIDTH)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,

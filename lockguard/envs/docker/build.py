@@ -43,6 +43,9 @@ from lockguard.progress import QUIET, Progress
 
 @dataclass(frozen=True)
 class BuiltImage:
+    """An image ready to run trainings in, built here or reused from an earlier build whose
+    conformance was recorded; what `lockguard build` reports and the docker backend runs in."""
+
     tag: str
     id: str  # the image id: sha256 of its config, what the fingerprint records
     recipe: ImageRecipe
@@ -56,6 +59,8 @@ class BuiltImage:
 
 
 def image_dir(recipe: ImageRecipe) -> Path:
+    """The cache folder of one recipe's image ($LOCKGUARD_CACHE/images/<hash prefix>/): its
+    build log, its conformance record and pushed-*.json records."""
     return cache_dir() / "images" / recipe.content_hash[:20]
 
 
@@ -199,6 +204,8 @@ class StageTracker:
         self.install_layer: str | None = None
 
     def feed(self, line: str) -> None:
+        """Take the builder's output one line at a time; once a FROM ends the install stage,
+        `install_layer` holds that stage's last layer."""
         step = _STEP.match(line)
         if step and step.group(1).upper() == "FROM":
             if self.stage == "install":

@@ -66,6 +66,8 @@ def connect() -> Any:
 
 
 def no_engine_message(exc: BaseException) -> str:
+    """The one-line EnvError text when no Docker engine answers: where lockguard looked
+    (DOCKER_HOST or the default socket), why it failed, and how to start one."""
     host = os.environ.get("DOCKER_HOST")
     where = f"DOCKER_HOST={host}" if host else f"{DEFAULT_SOCKET} (DOCKER_HOST is not set)"
     text = str(exc)

@@ -33,12 +33,17 @@ class PushError(EnvError):
 
 @dataclass(frozen=True)
 class Pushed:
+    """An image pushed by `lockguard build --push`: its name below the registry, the manifest
+    digest the registry answered, and the JSON record written in the image's cache folder."""
+
     image: str  # registry/lockguard/torch-cpu:<hash>
     digest: str  # sha256:… of the manifest, as the registry answered
     record: Path
 
     @property
     def ref(self) -> str:
+        """The digest-pinned name, `REGISTRY/lockguard/torch-cpu@sha256:…`, that a workflow
+        should pull: unlike the tag, it cannot be moved to another image."""
         return f"{self.image.rsplit(':', 1)[0]}@{self.digest}"
 
 

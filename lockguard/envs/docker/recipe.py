@@ -104,6 +104,8 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def bases_file() -> Path:
+    """templates/bases.toml in the image templates folder (LOCKGUARD_IMAGES_DIR when set): the
+    base images pinned by digest, which `lockguard images pin` rewrites."""
     return templates_dir() / "bases.toml"
 
 
@@ -156,6 +158,10 @@ def load_matrix(path: Path | None = None) -> dict:
 
 @dataclass(frozen=True)
 class ImageRecipe:
+    """Everything that decides an image's bytes, with the Dockerfile already rendered: two
+    recipes with the same content_hash build the same image, so its tag can be reused without a
+    build."""
+
     framework: str
     accelerator: str
     base: Base
@@ -166,6 +172,8 @@ class ImageRecipe:
 
     @property
     def content_hash(self) -> str:
+        """sha256 (hex) of the lock hash, framework, accelerator, rendered Dockerfile, base
+        digest and lockguard version: what the tag and the image's cache folder are named by."""
         # framework/accelerator/module too: numpy on cpu and on tpu may render the same text.
         document = {"format": RECIPE_FORMAT, "lock_hash": self.lock_hash,
                     "framework": self.framework, "accelerator": self.accelerator,
@@ -177,10 +185,14 @@ class ImageRecipe:
 
     @property
     def repository(self) -> str:
+        """The local repository name, `lockguard/<framework>-<accelerator>` (no registry: --push
+        puts it below one)."""
         return f"lockguard/{self.framework}-{self.accelerator}"
 
     @property
     def tag(self) -> str:
+        """`lockguard/<framework>-<accelerator>:<first 20 hex of content_hash>`: the
+        content-addressed tag an existing image is found by."""
         return f"{self.repository}:{self.content_hash[:20]}"
 
     @property
@@ -189,6 +201,9 @@ class ImageRecipe:
         return None if self.base.python_setup else "none"
 
     def labels(self, lock_source: str) -> dict[str, str]:
+        """The OCI and lockguard.* labels the build puts on the image (lock hash, base digest,
+        versions, CUDA), so that `docker inspect` says what it was built from; `lock_source` is
+        the lock file's path, of which only the name is kept."""
         base = self.base
         labels = {
             "org.opencontainers.image.title": self.repository,

@@ -297,6 +297,8 @@ class AcceleratorStack:
         return " · ".join(parts) + " from the lock" if parts else "no accelerator stack"
 
     def record(self) -> dict[str, Any]:
+        """The stack as JSON-ready data for the build record (lockguard-ready.json), with its
+        summary() line; stack_line words it back for `lockguard build`."""
         data = asdict(self)
         data["driver_only"] = list(self.driver_only)
         data["optional"] = dict(self.optional)

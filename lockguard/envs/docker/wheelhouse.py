@@ -66,6 +66,8 @@ class Target:
 
     @classmethod
     def from_probe(cls, data: dict) -> "Target":
+        """The target from PROBE's JSON output in the base image; EnvError when that Python is
+        not CPython or the base has no glibc, for which no wheels can be picked."""
         if data.get("implementation") != "cpython":
             raise EnvError(f"the base's Python is {data.get('implementation')}, not CPython")
         if not data.get("glibc"):
@@ -86,6 +88,7 @@ class Target:
 
     @property
     def abi(self) -> str:
+        """The CPython ABI tag pip download is given, "cp311" for Python 3.11."""
         return "cp" + self.python.replace(".", "")
 
     def platforms(self) -> list[str]:
@@ -97,10 +100,13 @@ class Target:
         return tags + [f"linux_{self.arch}"]
 
     def describe(self) -> str:
+        """The target for people, in progress and error lines: "cp311, manylinux_2_36_x86_64"."""
         return f"{self.abi}, manylinux_{self.glibc.replace('.', '_')}_{self.arch}"
 
     @property
     def key(self) -> str:
+        """The target in one word, "cp311-2.36-x86_64": what a wheelhouse is keyed by besides
+        the lock, and what its ready record names."""
         return f"{self.abi}-{self.glibc}-{self.arch}"
 
 
@@ -116,6 +122,8 @@ def expected_pins(lock: Lock, target: Target) -> list[Pin]:
 
 
 def wheelhouse_key(lock: Lock, target: Target) -> str:
+    """The wheelhouse's folder name under $LOCKGUARD_CACHE/wheelhouses/: 20 hex of sha256 over
+    the lock hash and the target's key, so another lock or platform never reuses a wheelhouse."""
     return hashlib.sha256(f"{lock.lock_hash}\0{target.key}".encode()).hexdigest()[:20]
 
 
