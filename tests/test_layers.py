@@ -4,7 +4,7 @@ Read from the source with ast (function-level imports included), so the rules ho
 paths no test runs:
 
     cli → flows → report → domain (locks, compare, results, golden, hardware, scenarios,
-    config, gitref) → envs → bottom (errors, files, process, supervisor, cache, names,
+    config, settings, gitref) → envs → bottom (errors, files, process, supervisor, cache, names,
     progress, installers, allowlist, sizes, envvars); the harness apart, importing nothing of
     lockguard.
 """
@@ -95,7 +95,7 @@ def test_the_environment_layer_knows_nothing_of_the_project_or_the_flows():
 @pytest.mark.parametrize("layer", ["lockguard.locks", "lockguard.compare",
                                    "lockguard.results", "lockguard.golden", "lockguard.hardware",
                                    "lockguard.scenarios", "lockguard.config", "lockguard.gitref",
-                                   "lockguard.envs"])
+                                   "lockguard.settings", "lockguard.envs"])
 def test_the_domain_and_envs_do_not_import_upwards(layer):
     modules = [m for m in SOURCES if within(m, (layer,))]
     if not modules:
@@ -199,6 +199,12 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("finding uv, or saying why it is needed", r'which\("uv"\)|needs the uv command',
      ["lockguard.installers"]),
     ("the ready marker's name", r"^READY\s*=", ["lockguard.envs.base"]),
+    # Settings are resolved once (settings.Settings.resolve): the gate policy, "exact"
+    # normalised into a Tolerance, and no `--option or config key` merged anywhere else.
+    ("the gate policy from the config", r"\bPolicy\(exact=", ["lockguard.settings"]),
+    ("the tolerance setting read", r'== "exact"', ["lockguard.config", "lockguard.settings"]),
+    ("an option merged with its config key",
+     r"\b(opts|options|given)\.\w+ or (config|self\.config)\.\w+", ["lockguard.settings"]),
 ])
 def test_each_mechanism_is_defined_once(what, pattern, expected_in):
     found = definitions(pattern)
@@ -269,3 +275,23 @@ def test_every_backend_implements_the_whole_protocol():
     for backend in backends:
         assert isinstance(backend, Backend)
         assert [m for m in methods if m not in vars(type(backend))] == [], type(backend)
+
+
+def test_the_flows_read_settings_never_the_command_lines_options():
+    """The command line resolves one settings.Settings from the config and its options and
+    hands it down: no flow imports config.Options or reads an option, and the helpers that
+    climbed back into them (env_kind, golden_dir, tolerance_of, policy_for) are gone."""
+    flows = {m: SOURCES[m] for m in SOURCES if within(m, ("lockguard.flows",))}
+    assert flows
+    importing = []
+    for name, path in flows.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "lockguard.config" \
+                    and any(alias.name == "Options" for alias in node.names):
+                importing.append(name)
+    assert importing == []
+    read = [f"{name}:{n}" for name, path in flows.items()
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"\bopts\.|\bOptions\b|\bdef (env_kind|golden_dir|tolerance_of|"
+                         r"policy_for)\(", line)]
+    assert read == []
