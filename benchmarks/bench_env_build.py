@@ -154,10 +154,11 @@ def lockguard_build(lock: Path, installer: str, where: Path, caches: dict[str, s
 
 
 def two_envs(locks: list[Path], parallel: bool, where: Path, caches: dict[str, str]) -> float:
-    from lockguard.config import Config, Options
+    from lockguard.config import Config
     from lockguard.flows import pipeline
     from lockguard.locks.parser import parse_lock
     from lockguard.locks.ref import LockRef
+    from lockguard.settings import Settings
 
     refs = [LockRef(path=p, lock=parse_lock(p)) for p in locks]
     wanted = [(ref, "numpy", "cpu") for ref in refs]
@@ -168,7 +169,7 @@ def two_envs(locks: list[Path], parallel: bool, where: Path, caches: dict[str, s
         with with_env({"LOCKGUARD_CACHE": str(fresh_lockguard_cache(where)),
                        "UV_CACHE_DIR": caches["UV_CACHE_DIR"]}):
             start = time.perf_counter()
-            envs = pipeline.Environments(pipeline.run_backend(Config(), Options()))
+            envs = pipeline.Environments(pipeline.run_backend(Settings.resolve(Config())))
             envs.expect(wanted)
             envs.prepare_all(wanted)
             return time.perf_counter() - start

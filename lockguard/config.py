@@ -43,6 +43,13 @@ class _Strict(BaseModel):
 ToleranceSetting = Union[Literal["exact"], Tolerance]
 
 
+def tolerance_value(setting: ToleranceSetting | None) -> Tolerance | None:
+    """A `tolerance` setting as comparisons take it: "exact" is a Tolerance that is exact."""
+    if setting == "exact":
+        return Tolerance(rtol=0.0, atol=0.0, exact=True)
+    return setting  # type: ignore[return-value]  # None, or a Tolerance config validated
+
+
 class LockEntry(_Strict):
     path: str
     device: Device | None = None  # the device this lock's environment is expected to use
@@ -201,7 +208,8 @@ class Config(_Strict):
 
 @dataclass(frozen=True)
 class Options:
-    """What the command line adds to the config for one invocation."""
+    """What the command line adds to the config for one invocation; settings.Settings.resolve
+    merges the two, once, and nothing below the command line reads these."""
 
     device: str | None = None
     steps: int | None = None

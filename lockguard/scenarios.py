@@ -8,7 +8,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from lockguard.config import Config, ConfigError, ToleranceSetting
+from lockguard.compare.tolerance import Tolerance
+from lockguard.config import Config, ConfigError, tolerance_value
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
@@ -27,7 +28,7 @@ class Scenario:
     dtype: str = "float32"
     family: str | None = None  # mlp | lm | cnn: one family's scenarios share data and weights
     script: Path | None = None  # user scenarios only
-    tolerance: ToleranceSetting | None = None
+    tolerance: Tolerance | None = None  # the scenario's own (config: "exact" normalised)
     device: str | None = None  # overrides the lock's / config's expected device
     # How the bundled training executes ("eager", "torch.compile (inductor)", "jax.jit (XLA)"),
     # and for a compiled path the scenario that runs the same training without it (torch eager,
@@ -184,7 +185,7 @@ def user_scenarios(config: Config) -> list[Scenario]:
                               "found")
         out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
                             f"user script {sc.script}", steps=sc.steps or 20, script=script,
-                            tolerance=sc.tolerance, device=sc.device))
+                            tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
 
 

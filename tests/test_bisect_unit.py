@@ -20,6 +20,7 @@ from lockguard.locks.parser import parse_lock_text
 from lockguard.names import Verdict
 from lockguard.report import render
 from lockguard.scenarios import bundled
+from lockguard.settings import Settings
 
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
 
@@ -192,7 +193,8 @@ def test_the_flow_names_numpy_among_harmless_bumps_in_every_format(tmp_path):
     old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
     new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
     fake = FakeBackend()
-    report = check_ab(config, [new], [old], NUMPY, Options(bisect=True), backend=fake)
+    report = check_ab(Settings.resolve(config, Options(bisect=True)), [new], [old], NUMPY,
+                      backend=fake)
     assert not report.passed and report.verdicts[0].verdict == Verdict.drift
     [b] = report.bisection
     assert b.culprit == ["numpy 1.26.4 → 2.0.2"] and b.found
@@ -225,7 +227,7 @@ def test_without_bisect_nothing_more_runs(tmp_path):
     old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
     new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
     fake = FakeBackend()
-    report = check_ab(config, [new], [old], NUMPY, Options(), backend=fake)
+    report = check_ab(Settings.resolve(config), [new], [old], NUMPY, backend=fake)
     assert report.bisection == [] and len(fake.runs) == 2
 
 
@@ -251,7 +253,7 @@ def test_a_nondeterministic_failure_is_not_bisected_and_says_why(tmp_path):
     new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
                                   ("numpy.mlp", "2.0.2"): "noisy:-0.01"})
-    report = check_ab(config, [new], [old], NUMPY, Options(bisect=True, repeat=3),
+    report = check_ab(Settings.resolve(config, Options(bisect=True, repeat=3)), [new], [old], NUMPY,
                       backend=fake)
     assert not report.passed and report.verdicts[0].envelope is not None
     assert report.bisection == []

@@ -21,6 +21,7 @@ from lockguard.flows.frameworks import compare_frameworks, comparison_scenarios
 from lockguard.locks.ref import LockRef, read_lock
 from lockguard.names import FORMATS, Verdict
 from lockguard.report import load_report, render
+from lockguard.settings import Settings
 
 MLP = ["torch.mlp", "torch.mlp.compile", "numpy.mlp", "jax.mlp", "tf.mlp", "tf.mlp.xla",
        "tf.keras"]
@@ -54,8 +55,8 @@ def test_runs_one_at_a_time_and_sets_the_families_side_by_side(tmp_path, locks):
                                            "numpy.mlp": 0.001, "jax.mlp": 0.003},
                        peak_bytes={"torch.mlp": 10 << 20, "torch.mlp.compile": 25 << 20})
     config = Config(root=tmp_path, steps=6)
-    report = compare_frameworks(config, locks, comparison_scenarios([], []),
-                                Options(repeat=2), backend=fake)
+    report = compare_frameworks(Settings.resolve(config, Options(repeat=2)), locks,
+                                comparison_scenarios([], []), backend=fake)
     # Timings are the point: a training never shares the machine with another one.
     assert fake.together == set()
     assert len(fake.runs) == 2 * len(MLP + LM + CNN)
@@ -86,8 +87,8 @@ def test_runs_one_at_a_time_and_sets_the_families_side_by_side(tmp_path, locks):
 def test_a_broken_run_is_shown_and_fails_and_an_unpinned_framework_is_skipped(tmp_path, locks):
     fake = FakeBackend(behaviour={("torch.mlp", "2.13.0"): "crash"})
     config = Config(root=tmp_path, steps=6)
-    report = compare_frameworks(config, locks[:2], comparison_scenarios(["mlp"], []),
-                                Options(), backend=fake)
+    report = compare_frameworks(Settings.resolve(config), locks[:2],
+                                comparison_scenarios(["mlp"], []), backend=fake)
     assert not report.passed and report.failing == ["torch.mlp"]
     rows = {row.scenario: row for row in report.frameworks.rows}
     assert rows["torch.mlp"].verdict == Verdict.broken and rows["torch.mlp"].step_s is None
@@ -102,8 +103,8 @@ def test_a_broken_run_is_shown_and_fails_and_an_unpinned_framework_is_skipped(tm
 def test_every_format_shows_the_table_and_json_renders_again(tmp_path, locks):
     fake = FakeBackend(step_s={"numpy.mlp": 0.0005, "torch.mlp": 0.002,
                                "torch.mlp.compile": 0.001})
-    report = compare_frameworks(Config(root=tmp_path, steps=6), locks[:1],
-                                comparison_scenarios(["mlp"], []), Options(), backend=fake)
+    report = compare_frameworks(Settings.resolve(Config(root=tmp_path, steps=6)), locks[:1],
+                                comparison_scenarios(["mlp"], []), backend=fake)
     against = "torch.mlp.compile against torch.mlp: step ×0.50"
     text = render(report, "text", width=80)
     assert "mlp, 6 steps: same data and initial weights" in text
@@ -256,7 +257,7 @@ def test_data_parallel_scenarios_need_a_gpu_a_worker_on_cuda(tmp_path, locks, mo
 
     def reasons(device: str, shown: int | None) -> set:
         monkeypatch.setattr(pipeline, "visible_gpus", lambda: shown)
-        planned = pipeline.plan(config, dp, locks, device=device)
+        planned = pipeline.plan(Settings.resolve(config, Options(device=device)), dp, locks)
         if device != "tpu":
             assert {p.skip_reason for p in planned} == {None}
         return {p.skip_reason for p in pipeline.on_this_host(planned)}

@@ -21,6 +21,7 @@ from lockguard.golden import GoldenError
 from lockguard.hardware import host_class
 from lockguard.names import Verdict
 from lockguard.scenarios import bundled
+from lockguard.settings import Settings
 
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
 TORCH_AND_NUMPY = [s for s in bundled() if s.id in ("numpy.mlp", "torch.mlp")]
@@ -38,7 +39,7 @@ def golden_of(config: Config, scenario: str) -> Path:
 def test_record_then_check_is_identical_and_answered_without_running(project, tmp_path):
     numpy1 = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
     fake = FakeBackend()
-    report = record(project, [numpy1], NUMPY, Options(), backend=fake)
+    report = record(Settings.resolve(project), [numpy1], NUMPY, backend=fake)
     assert report.passed
     assert report.written == [str(golden_of(project, "numpy.mlp"))]
     [proof] = report.evidence
@@ -47,7 +48,7 @@ def test_record_then_check_is_identical_and_answered_without_running(project, tm
 
     # Same lock, same inputs: the golden answers, nothing is prepared or run.
     again = FakeBackend()
-    report = check(project, [numpy1], NUMPY, Options(), backend=again)
+    report = check(Settings.resolve(project), [numpy1], NUMPY, backend=again)
     assert report.passed
     assert [v.verdict for v in report.verdicts] == [Verdict.identical]
     assert "not re-run" in report.verdicts[0].reasons[0]
@@ -62,16 +63,16 @@ def test_record_then_check_is_identical_and_answered_without_running(project, tm
         assert render(report, fmt) == render(validated, fmt), fmt
 
     # --rerun runs it and compares bitwise.
-    report = check(project, [numpy1], NUMPY, Options(rerun=True), backend=again)
+    report = check(Settings.resolve(project, Options(rerun=True)), [numpy1], NUMPY, backend=again)
     assert report.passed and report.verdicts[0].verdict == Verdict.identical
     assert again.runs == [("numpy.mlp", "1.26.4")]
     assert report.evidence[0].baseline.kind == "golden"
 
 
 def test_a_drifting_lock_fails_the_golden_check_with_both_curves(project, tmp_path):
-    record(project, [lock(tmp_path, "old.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+    record(Settings.resolve(project), [lock(tmp_path, "old.txt", "numpy==1.26.4\n")], NUMPY,
            backend=FakeBackend())
-    report = check(project, [lock(tmp_path, "new.txt", "numpy==2.0.2\n")], NUMPY, Options(),
+    report = check(Settings.resolve(project), [lock(tmp_path, "new.txt", "numpy==2.0.2\n")], NUMPY,
                    backend=FakeBackend())
     assert not report.passed and report.failing == ["numpy.mlp"]
     [v] = report.verdicts
@@ -85,7 +86,8 @@ def test_ab_pairs_results_with_their_own_lock(project, tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\ntorch==2.13.0\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\ntorch==2.13.0\n")
     fake = FakeBackend()
-    report = check_ab(project, [new], [old], TORCH_AND_NUMPY, Options(repeat=2), backend=fake)
+    report = check_ab(Settings.resolve(project, Options(repeat=2)), [new], [old], TORCH_AND_NUMPY,
+                      backend=fake)
     verdicts = {v.scenario: v.verdict for v in report.verdicts}
     assert verdicts == {"numpy.mlp": Verdict.drift, "torch.mlp": Verdict.identical}
     proof = {e.scenario: e for e in report.evidence}
@@ -108,7 +110,8 @@ def test_a_data_parallel_run_takes_as_many_workers_as_it_has_workers(project, tm
     chosen = [s for s in bundled() if s.id in ("numpy.mlp", "torch.mlp", "torch.ddp")]
     monkeypatch.setenv("LOCKGUARD_JOBS", "2")
     fake = FakeBackend(run_s=0.05)
-    report = check_ab(project, [new], [old], chosen, Options(repeat=2), backend=fake)
+    report = check_ab(Settings.resolve(project, Options(repeat=2)), [new], [old], chosen,
+                      backend=fake)
     assert {v.scenario: v.verdict for v in report.verdicts} == {
         sid: Verdict.identical for sid in ("numpy.mlp", "torch.mlp", "torch.ddp")}
     assert len([s for s, _ in fake.runs if s == "torch.ddp"]) == 4
@@ -120,7 +123,8 @@ def test_a_data_parallel_run_takes_as_many_workers_as_it_has_workers(project, tm
 def test_ab_without_a_baseline_for_the_framework_is_new(project, tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==1.26.4\ntorch==2.13.0\n")
-    report = check_ab(project, [new], [old], TORCH_AND_NUMPY, Options(), backend=FakeBackend())
+    report = check_ab(Settings.resolve(project), [new], [old], TORCH_AND_NUMPY,
+                      backend=FakeBackend())
     verdicts = {v.scenario: v.verdict for v in report.verdicts}
     assert verdicts == {"numpy.mlp": Verdict.identical, "torch.mlp": Verdict.new}
     assert report.passed
@@ -128,7 +132,8 @@ def test_ab_without_a_baseline_for_the_framework_is_new(project, tmp_path):
 
 def test_a_crashed_candidate_is_broken_and_is_not_recorded(project, tmp_path):
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "crash"})
-    report = record(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+    report = record(Settings.resolve(project), [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")],
+                    NUMPY,
                     backend=fake)
     assert not report.passed and report.failing == ["numpy.mlp"]
     assert report.verdicts[0].verdict == Verdict.broken
@@ -136,11 +141,11 @@ def test_a_crashed_candidate_is_broken_and_is_not_recorded(project, tmp_path):
 
 
 def test_nan_in_a_candidate_is_broken_not_compared(project, tmp_path):
-    record(project, [lock(tmp_path, "a.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+    record(Settings.resolve(project), [lock(tmp_path, "a.txt", "numpy==1.26.4\n")], NUMPY,
            backend=FakeBackend())
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "nan"})
-    report = check(project, [lock(tmp_path, "a.txt", "numpy==1.26.4\n")], NUMPY,
-                   Options(rerun=True), backend=fake)
+    report = check(Settings.resolve(project, Options(rerun=True)),
+                   [lock(tmp_path, "a.txt", "numpy==1.26.4\n")], NUMPY, backend=fake)
     assert report.verdicts[0].verdict == Verdict.broken and not report.passed
 
 
@@ -148,22 +153,23 @@ def test_a_broken_baseline_makes_the_scenario_incomparable_and_fails(project, tm
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "crash"})
-    report = check_ab(project, [new], [old], NUMPY, Options(), backend=fake)
+    report = check_ab(Settings.resolve(project), [new], [old], NUMPY, backend=fake)
     assert report.verdicts[0].verdict == Verdict.incomparable
     assert not report.passed
 
 
 def test_a_device_fallback_fails_and_is_not_recorded(project, tmp_path):
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "cpu-fallback"})
-    report = record(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY,
-                    Options(device="cuda"), backend=fake)
+    report = record(Settings.resolve(project, Options(device="cuda")),
+                    [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY, backend=fake)
     assert report.verdicts[0].verdict == Verdict.device_fallback
     assert not report.passed and report.written == []
 
 
 def test_all_skipped_is_nothing_compared_and_fails(project, tmp_path):
     fake = FakeBackend()
-    report = check(project, [lock(tmp_path, "lock.txt", "torch==2.13.0\n")], NUMPY, Options(),
+    report = check(Settings.resolve(project), [lock(tmp_path, "lock.txt", "torch==2.13.0\n")],
+                   NUMPY,
                    backend=fake)
     assert [v.verdict for v in report.verdicts] == [Verdict.skipped]
     assert not report.passed and report.notes[0].startswith("nothing was compared")
@@ -173,7 +179,7 @@ def test_all_skipped_is_nothing_compared_and_fails(project, tmp_path):
 def test_family_rules_fail_before_anything_is_prepared(project, tmp_path):
     fake = FakeBackend()
     broken = lock(tmp_path, "lock.txt", "torch==2.13.0\ntorchvision==0.10.0\n")
-    report = check(project, [broken], TORCH_AND_NUMPY, Options(), backend=fake)
+    report = check(Settings.resolve(project), [broken], TORCH_AND_NUMPY, backend=fake)
     assert not report.passed and report.rule_failures
     assert fake.prepared == [] and fake.runs == []
 
@@ -181,18 +187,18 @@ def test_family_rules_fail_before_anything_is_prepared(project, tmp_path):
 def test_a_missing_golden_is_an_error_before_anything_runs(project, tmp_path):
     fake = FakeBackend()
     with pytest.raises(GoldenError, match="no golden recorded for scenario numpy.mlp"):
-        check(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+        check(Settings.resolve(project), [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY,
               backend=fake)
     assert fake.prepared == [] and fake.runs == []
-    report = check(project, [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY,
-                   Options(allow_new=True), backend=fake)
+    report = check(Settings.resolve(project, Options(allow_new=True)),
+                   [lock(tmp_path, "lock.txt", "numpy==1.26.4\n")], NUMPY, backend=fake)
     assert report.verdicts[0].verdict == Verdict.new
 
 
 def test_the_report_json_carries_both_sides_per_step(project, tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
-    report = check_ab(project, [new], [old], NUMPY, Options(), backend=FakeBackend())
+    report = check_ab(Settings.resolve(project), [new], [old], NUMPY, backend=FakeBackend())
     document = json.loads(report.model_dump_json())
     [proof] = document["evidence"]
     assert len(proof["baseline"]["result"]["losses"]) == 6
@@ -205,18 +211,18 @@ def test_the_report_json_carries_both_sides_per_step(project, tmp_path):
 def test_record_repeat_of_a_deterministic_scenario_stays_exact(project, tmp_path):
     numpy1 = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
     fake = FakeBackend()
-    report = record(project, [numpy1], NUMPY, Options(repeat=3), backend=fake)
+    report = record(Settings.resolve(project, Options(repeat=3)), [numpy1], NUMPY, backend=fake)
     assert report.passed and len(fake.runs) == 3
     gold = golden.load(golden_of(project, "numpy.mlp"))
     assert gold.envelope is None
     assert (gold.provenance.repeats, gold.provenance.deterministic) == (3, True)
     assert "bitwise equal, the golden is compared exactly" in report.verdicts[0].reasons[-1]
-    again = record(project, [numpy1], NUMPY, Options(repeat=3), backend=fake)
+    again = record(Settings.resolve(project, Options(repeat=3)), [numpy1], NUMPY, backend=fake)
     assert again.written == []  # same runs, same provenance: the golden is left alone
-    once = record(project, [numpy1], NUMPY, Options(), backend=fake)
+    once = record(Settings.resolve(project), [numpy1], NUMPY, backend=fake)
     assert once.written  # one run proves no determinism: the provenance says so no more
     assert golden.load(golden_of(project, "numpy.mlp")).provenance.repeats is None
-    report = check(project, [numpy1], NUMPY, Options(rerun=True), backend=fake)
+    report = check(Settings.resolve(project, Options(rerun=True)), [numpy1], NUMPY, backend=fake)
     assert report.verdicts[0].verdict == Verdict.identical
     assert report.verdicts[0].envelope is None
 
@@ -224,7 +230,7 @@ def test_record_repeat_of_a_deterministic_scenario_stays_exact(project, tmp_path
 def test_record_repeat_of_a_noisy_scenario_keeps_its_envelope(project, tmp_path):
     numpy1 = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy"})
-    report = record(project, [numpy1], NUMPY, Options(repeat=5), backend=fake)
+    report = record(Settings.resolve(project, Options(repeat=5)), [numpy1], NUMPY, backend=fake)
     assert report.passed
     gold = golden.load(golden_of(project, "numpy.mlp"))
     assert (gold.provenance.repeats, gold.provenance.deterministic) == (5, False)
@@ -236,10 +242,10 @@ def test_record_repeat_of_a_noisy_scenario_keeps_its_envelope(project, tmp_path)
                                             + [gold.result.losses[-1]])[1]
 
     # Recording the same noise again rewrites the golden only if the envelope changed: it did.
-    again = record(project, [numpy1], NUMPY, Options(repeat=5), backend=fake)
+    again = record(Settings.resolve(project, Options(repeat=5)), [numpy1], NUMPY, backend=fake)
     assert again.written and again.verdicts[0].envelope is not None
 
-    inside = check(project, [numpy1], NUMPY, Options(rerun=True), backend=fake)
+    inside = check(Settings.resolve(project, Options(rerun=True)), [numpy1], NUMPY, backend=fake)
     [v] = inside.verdicts
     assert inside.passed and v.verdict == Verdict.within_tolerance, v.reasons
     assert v.envelope.inside and v.envelope.k == 5 and v.envelope.first_outside_step is None
@@ -253,8 +259,8 @@ def test_a_candidate_shifted_beyond_the_envelope_fails_both_ways(project, tmp_pa
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
                                   ("numpy.mlp", "2.0.2"): f"noisy:{shift}"})
-    record(project, [old], NUMPY, Options(repeat=5), backend=fake)
-    report = check(project, [new], NUMPY, Options(), backend=fake)
+    record(Settings.resolve(project, Options(repeat=5)), [old], NUMPY, backend=fake)
+    report = check(Settings.resolve(project), [new], NUMPY, backend=fake)
     [v] = report.verdicts
     assert not report.passed and v.verdict == Verdict.drift
     assert not v.envelope.inside and v.envelope.first_outside_step == 0
@@ -268,16 +274,18 @@ def test_ab_repeat_judges_the_candidate_against_the_baselines_envelope(project, 
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
                                   ("numpy.mlp", "2.0.2"): "noisy:-0.01"})
-    report = check_ab(project, [same], [old], NUMPY, Options(repeat=3), backend=fake)
+    report = check_ab(Settings.resolve(project, Options(repeat=3)), [same], [old], NUMPY,
+                      backend=fake)
     [v] = report.verdicts
     assert report.passed and v.verdict == Verdict.within_tolerance, v.reasons
     assert v.envelope.k == 3 and v.envelope.runs == 3 and v.nondeterministic
     assert any("judged by the noise envelope" in r for r in v.reasons)
-    report = check_ab(project, [new], [old], NUMPY, Options(repeat=3), backend=fake)
+    report = check_ab(Settings.resolve(project, Options(repeat=3)), [new], [old], NUMPY,
+                      backend=fake)
     [v] = report.verdicts
     assert not report.passed and v.verdict == Verdict.drift and "below" in v.reasons[0]
     # One baseline run gives no envelope: the old rule (tolerance) decides, and fails too.
-    report = check_ab(project, [same], [old], NUMPY, Options(), backend=fake)
+    report = check_ab(Settings.resolve(project), [same], [old], NUMPY, backend=fake)
     assert report.verdicts[0].envelope is None and not report.passed
 
 
@@ -295,7 +303,7 @@ def test_a_checks_environments_are_prepared_at_once(project, tmp_path, monkeypat
     old, new = (lock(tmp_path, "old.txt", "numpy==1.26.4\n"),
                 lock(tmp_path, "new.txt", "numpy==2.0.2\n"))
     fake = FakeBackend(build_s={"old.txt": 0.4, "new.txt": 0.4})
-    report = check_ab(project, [new], [old], NUMPY, Options(), backend=fake)
+    report = check_ab(Settings.resolve(project), [new], [old], NUMPY, backend=fake)
     assert {v.scenario: v.verdict for v in report.verdicts} == {"numpy.mlp": Verdict.drift}
     assert fake.most_at_once == 2, "the two builds did not overlap"
     # Each build's progress says which environment of how many it is, of which lock, however
@@ -317,7 +325,7 @@ def test_every_lock_is_admitted_before_any_environment_is_prepared(project, tmp_
             super().admit(locks)
 
     fake = Watching()
-    check_ab(project, [new], [old], NUMPY, Options(), backend=fake)
+    check_ab(Settings.resolve(project), [new], [old], NUMPY, backend=fake)
     assert seen == [([old.lock.lock_hash, new.lock.lock_hash], 0)]
     assert sorted(fake.prepared) == sorted([old.lock.lock_hash, new.lock.lock_hash])
 
@@ -405,15 +413,16 @@ def test_accept_refuses_to_replace_a_noise_envelope_with_one_run(project, tmp_pa
     from lockguard.flows import accept
 
     old = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
-    record(project, [old], NUMPY, Options(repeat=5),
+    record(Settings.resolve(project, Options(repeat=5)), [old], NUMPY,
            backend=FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy"}))
     before = golden_of(project, "numpy.mlp").read_bytes()
     new = lock(tmp_path, "new.txt", "numpy==1.26.4\nsix==1.16.0\n")
-    report = check(project, [new], NUMPY, Options(),
+    report = check(Settings.resolve(project), [new], NUMPY,
                    backend=FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy:+0.01"}))
     assert not report.passed
     with pytest.raises(accept.AcceptError, match=r"noise envelope of 5 runs.*--repeat 5"):
-        accept.plan(report, tmp_path / "report.json", project, [], "intended", "me")
+        accept.plan(report, tmp_path / "report.json", Settings.resolve(project), [],
+                    "intended", "me")
     assert golden_of(project, "numpy.mlp").read_bytes() == before
 
 
@@ -422,10 +431,11 @@ def test_accept_refuses_a_golden_path_taken_by_a_directory_before_writing(projec
 
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
-    report = check_ab(project, [new], [old], NUMPY, Options(), backend=FakeBackend())
+    report = check_ab(Settings.resolve(project), [new], [old], NUMPY, backend=FakeBackend())
     golden_of(project, "numpy.mlp").mkdir(parents=True)
     with pytest.raises(accept.AcceptError, match="is a directory"):
-        accept.plan(report, tmp_path / "report.json", project, [], "intended", "me")
+        accept.plan(report, tmp_path / "report.json", Settings.resolve(project), [],
+                    "intended", "me")
 
 
 def test_ab_with_the_local_interpreter_is_refused_before_anything_runs(project, tmp_path):
@@ -435,5 +445,5 @@ def test_ab_with_the_local_interpreter_is_refused_before_anything_runs(project, 
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
     fake = FakeBackend()
     with pytest.raises(UsageError, match="--env local runs one interpreter"):
-        check_ab(project, [new], [old], NUMPY, Options(env="local"), backend=fake)
+        check_ab(Settings.resolve(project, Options(env="local")), [new], [old], NUMPY, backend=fake)
     assert fake.prepared == [] and fake.runs == []

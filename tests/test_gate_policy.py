@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from fakes import FakeBackend, lock
-from lockguard.config import ConfigError, Options, load_config, parse_config
+from lockguard.config import ConfigError, load_config, parse_config
 from lockguard.flows.ab import check_ab
 from lockguard.flows.git_base import check_base, config_changes, open_gate
 from lockguard.names import Verdict
 from lockguard.scenarios import bundled
+from lockguard.settings import Settings
+from lockguard.flows.check import MergeBase, check
 
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
 
@@ -73,13 +75,14 @@ def test_the_base_configuration_judges_and_the_change_is_said(tmp_path):
     assert gate.policy_from == "base" and gate.judging.fail_on is None
     assert gate.judged_by.startswith("main@") and gate.judged_by.endswith(":pyproject.toml")
     assert [c.split(":")[0] for c in gate.changes] == ["fail_on"]
-    report = check_base(gate, NUMPY, Options(), backend=FakeBackend())
+    report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=FakeBackend())
     assert not report.passed and report.failing == ["numpy.mlp"]
     assert report.gate.changes == gate.changes
     # --policy pr: the checkout's own rules, said as such.
     gate = open_gate(load_config(start=root), "main", [], "pr")
     assert gate.judging.fail_on == [] and "--policy pr" in gate.judged_by
-    assert check_base(gate, NUMPY, Options(), backend=FakeBackend()).passed
+    assert check(Settings.resolve(gate.judging), [], NUMPY, MergeBase(gate),
+                 backend=FakeBackend()).passed
 
 
 def test_a_base_without_configuration_is_judged_by_the_checkout(tmp_path):
@@ -146,8 +149,8 @@ def test_under_the_base_policy_every_base_lock_is_checked(tmp_path):
 def test_nothing_moved_answers_from_git_alone(tmp_path):
     root = project(tmp_path, 'lock = "a.txt"', {"a.txt": "numpy==1.26.4\n"})
     fake = FakeBackend()
-    report = check_base(open_gate(load_config(start=root), "main", []), NUMPY, Options(),
-                        backend=fake)
+    gate = open_gate(load_config(start=root), "main", [])
+    report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=fake)
     assert report.passed and report.verdicts == [] and fake.prepared == []
     assert any("no lock changed since main" in n for n in report.notes)
 
@@ -161,11 +164,11 @@ def test_an_acceptance_passes_only_its_own_change(tmp_path):
     config = parse_config({"golden_dir": "golden", "steps": 6}, "test", root)
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
-    report = check_ab(config, [new], [old], NUMPY, Options(), backend=FakeBackend())
+    report = check_ab(Settings.resolve(config), [new], [old], NUMPY, backend=FakeBackend())
     assert not report.passed and report.verdicts[0].verdict == Verdict.drift
     report.id = "20260101T000000Z-aaaaaa"
-    adoptions, notes = accept.plan(report, tmp_path / "report.json", config, [], "intended",
-                                   "me <me@e>", verified=True)
+    adoptions, notes = accept.plan(report, tmp_path / "report.json", Settings.resolve(config),
+                                   [], "intended", "me <me@e>", verified=True)
     [adoption] = adoptions
     binding = adoption.provenance.acceptance
     assert binding.baseline_lock_hash == old.lock.lock_hash
@@ -173,7 +176,7 @@ def test_an_acceptance_passes_only_its_own_change(tmp_path):
     assert binding.result_digest.startswith("sha256:") and binding.verified is True
     accept.adopt(adoptions)
 
-    again = check_ab(config, [new], [old], NUMPY, Options(), backend=FakeBackend())
+    again = check_ab(Settings.resolve(config), [new], [old], NUMPY, backend=FakeBackend())
     assert again.passed and again.failing == []
     [v] = again.verdicts
     assert v.verdict == Verdict.drift and v.accepted.reason == "intended"
@@ -183,10 +186,12 @@ def test_an_acceptance_passes_only_its_own_change(tmp_path):
 
     # Another candidate (another numpy): not the change that was accepted.
     other = lock(tmp_path, "other.txt", "numpy==2.1.0\n")
-    assert not check_ab(config, [other], [old], NUMPY, Options(), backend=FakeBackend()).passed
+    assert not check_ab(Settings.resolve(config), [other], [old], NUMPY,
+                        backend=FakeBackend()).passed
     # Another baseline: neither.
     older = lock(tmp_path, "older.txt", "numpy==1.25.0\n")
-    assert not check_ab(config, [new], [older], NUMPY, Options(), backend=FakeBackend()).passed
+    assert not check_ab(Settings.resolve(config), [new], [older], NUMPY,
+                        backend=FakeBackend()).passed
     # The same locks, other numbers (the scenario now behaves otherwise): fails again.
     moved = FakeBackend(behaviour={("numpy.mlp", "2.0.2"): "noisy:+0.01"})
-    assert not check_ab(config, [new], [old], NUMPY, Options(), backend=moved).passed
+    assert not check_ab(Settings.resolve(config), [new], [old], NUMPY, backend=moved).passed

@@ -13,13 +13,14 @@ import pytest
 
 from fakes import FakeBackend, lock
 from lockguard import golden
-from lockguard.config import Config, Options
+from lockguard.config import Config
 from lockguard.files import WriteError
 from lockguard.flows.record import record
 from lockguard.golden import GoldenError, golden_path
 from lockguard.hardware import host_class
 from lockguard.results import finite, non_finite
 from lockguard.scenarios import bundled
+from lockguard.settings import Settings
 
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
 CLASS = host_class("cpu").id
@@ -58,7 +59,7 @@ def test_record_refuses_a_class_directory_leading_out_before_anything_runs(tmp_p
     fake = FakeBackend()
     config = Config(root=tmp_path, golden_dir="golden", steps=4)
     with pytest.raises(GoldenError, match="leads out of golden_dir"):
-        record(config, [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY, Options(),
+        record(Settings.resolve(config), [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY,
                backend=fake)
     assert fake.prepared == [] and fake.runs == []
     assert list(outside.iterdir()) == []
@@ -70,7 +71,7 @@ def test_record_checks_this_machines_class_directory_before_anything_runs(tmp_pa
     fake = FakeBackend()
     config = Config(root=tmp_path, golden_dir="golden", steps=4)
     with pytest.raises(WriteError, match=f"{CLASS} is not a directory"):
-        record(config, [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY, Options(),
+        record(Settings.resolve(config), [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY,
                backend=fake)
     assert fake.prepared == [] and fake.runs == []
 
@@ -83,8 +84,8 @@ def test_record_finds_a_read_only_class_directory_before_anything_runs(tmp_path)
     fake = FakeBackend()
     try:
         with pytest.raises(WriteError, match="not writable"):
-            record(Config(root=tmp_path, golden_dir="golden", steps=4),
-                   [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY, Options(),
+            record(Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=4)),
+                   [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY,
                    backend=fake)
     finally:
         classes.chmod(0o755)
@@ -96,8 +97,8 @@ def test_record_refuses_a_fifo_where_its_golden_goes(tmp_path):
     os.mkfifo(tmp_path / "golden" / "cpu" / CLASS / "numpy.mlp.json")
     fake = FakeBackend()
     with pytest.raises(GoldenError, match="is a FIFO"):
-        record(Config(root=tmp_path, golden_dir="golden", steps=4),
-               [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY, Options(), backend=fake)
+        record(Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=4)),
+               [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY, backend=fake)
     assert fake.prepared == []
 
 
@@ -145,7 +146,7 @@ def test_record_never_writes_a_golden_no_check_could_read(tmp_path, monkeypatch)
     monkeypatch.setattr(golden, "MAX_GOLDEN_BYTES", 1024)
     with pytest.raises(GoldenError, match=r"not written: the golden of numpy.mlp would be .* "
                                           r"more than the 1 KiB a golden file can be"):
-        record(config, [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY, Options(),
+        record(Settings.resolve(config), [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY,
                backend=FakeBackend())
     assert not (tmp_path / "golden" / "cpu" / CLASS / "numpy.mlp.json").exists()
 

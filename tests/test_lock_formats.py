@@ -655,6 +655,7 @@ def test_bisecting_uv_locks_builds_pylock_mixes(tmp_path, monkeypatch):
     installs, read back as the same pins, and bisection names numpy."""
     from fakes import FakeBackend
     from lockguard.config import Config, Options
+    from lockguard.settings import Settings
     from lockguard.flows.ab import check_ab
     from lockguard.locks.ref import LockRef, read_lock
     from lockguard.names import Verdict
@@ -668,8 +669,9 @@ def test_bisecting_uv_locks_builds_pylock_mixes(tmp_path, monkeypatch):
     old = LockRef(tmp_path / "old" / "uv.lock", read_lock(tmp_path / "old" / "uv.lock"))
     new = LockRef(tmp_path / "uv.lock", read_lock(tmp_path / "uv.lock"))
     numpy = [s for s in bundled() if s.id == "numpy.mlp"]
-    report = check_ab(Config(root=tmp_path, golden_dir="golden", steps=6), [new], [old], numpy,
-                      Options(bisect=True), backend=FakeBackend())
+    settings = Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=6),
+                                Options(bisect=True))
+    report = check_ab(settings, [new], [old], numpy, backend=FakeBackend())
     assert report.verdicts[0].verdict == Verdict.drift
     [b] = report.bisection
     assert b.culprit == ["numpy 1.26.4 → 2.0.2"] and b.found

@@ -26,6 +26,7 @@ from lockguard.locks.trust import require_trusted, warnings, weaknesses
 from lockguard.names import FORMATS
 from lockguard.report import render
 from lockguard.scenarios import bundled
+from lockguard.settings import Settings
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
@@ -95,14 +96,15 @@ def test_no_environment_is_built_before_every_lock_is_admitted(tmp_path, monkeyp
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     good = lock(tmp_path, "old.txt", NUMPY_LOCK)
     bad = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
-    backend = pipeline.run_backend(Config(root=tmp_path), Options())
+    backend = pipeline.run_backend(Settings.resolve(Config(root=tmp_path)))
     assert isinstance(backend, venv.VenvBackend)
     envs = pipeline.Environments(backend)
     with pytest.raises(LockError, match=r"new.txt:1: numpy==2.0.2 has no --hash"):
         envs.prepare_all([(good, "numpy", "cpu"), (bad, "numpy", "cpu")])
     assert built == []
     # --env local installs nothing from the lock: nothing to refuse.
-    here = pipeline.run_backend(Config(root=tmp_path), Options(env="local"))
+    here = pipeline.run_backend(Settings.resolve(Config(root=tmp_path),
+                                                      Options(env="local")))
     assert isinstance(here, local.LocalBackend)
     here.admit([bad.lock])
 
@@ -116,8 +118,8 @@ def test_every_report_format_warns_of_an_opted_in_lock(tmp_path, monkeypatch):
     old = lock(tmp_path, "old.txt", NUMPY_LOCK)
     expected = ["warning: new.txt:1: --index-url http://bob:***@idx.example/simple is plain "
                 "http", "warning: new.txt:2: numpy==2.0.2 has no --hash"]
-    for report in (record(config, [new], NUMPY, Options(), backend=FakeBackend()),
-                   check_ab(config, [new], [old], NUMPY, Options(), backend=FakeBackend())):
+    for report in (record(Settings.resolve(config), [new], NUMPY, backend=FakeBackend()),
+                   check_ab(Settings.resolve(config), [new], [old], NUMPY, backend=FakeBackend())):
         notes = [n for n in report.notes if n.startswith("warning:")]
         assert [n[:len(e)] for n, e in zip(notes, expected)] == expected, report.notes
         for fmt in FORMATS:
@@ -129,7 +131,7 @@ def test_every_report_format_warns_of_an_opted_in_lock(tmp_path, monkeypatch):
             for line in expected:
                 assert line.removeprefix("warning: ") in shown, (fmt, line)
     # Without the opt-in (a fake backend installs nothing, so nothing refuses) no warning.
-    quiet = record(Config(root=tmp_path, golden_dir="g2", steps=4), [new], NUMPY, Options(),
+    quiet = record(Settings.resolve(Config(root=tmp_path, golden_dir="g2", steps=4)), [new], NUMPY,
                    backend=FakeBackend())
     assert not [n for n in quiet.notes if n.startswith("warning:")]
 

@@ -22,6 +22,7 @@ from lockguard import process
 from lockguard.config import Config
 from lockguard.flows.pipeline import AUTO_MEMORY_SHARE, memory_limit
 from lockguard.hardware import host_memory
+from lockguard.settings import Settings
 
 MIB = 1 << 20
 
@@ -94,11 +95,12 @@ def test_pages_a_forked_tree_shares_count_once(tmp_path):
 
 
 def test_the_default_is_three_quarters_of_this_machine():
-    limit, source = memory_limit(Config())
+    limit, source = memory_limit(Settings.resolve(Config()))
     assert limit == int(host_memory() * AUTO_MEMORY_SHARE)
     assert "config key memory_limit" in source
-    assert memory_limit(Config(memory_limit="none"))[0] is None
-    assert memory_limit(Config(memory_limit="512MiB")) == (512 * MIB, "config key memory_limit")
+    assert memory_limit(Settings.resolve(Config(memory_limit="none")))[0] is None
+    assert memory_limit(Settings.resolve(Config(memory_limit="512MiB"))) == (
+        512 * MIB, "config key memory_limit")
 
 
 # ------------------------------------------------------------------------- the CLI, for real

@@ -27,6 +27,7 @@ from lockguard.flows.ab import check_ab
 from lockguard.flows.pipeline import plan
 from lockguard.names import Verdict
 from lockguard.scenarios import bundled, select
+from lockguard.settings import Settings
 
 LIBRARY_SCENARIOS = {"torchvision.resnet18": "torchvision", "transformers.gpt2": "transformers",
                      "transformers.bert": "transformers", "timm.vit": "timm",
@@ -61,7 +62,7 @@ def test_a_library_scenario_runs_from_the_lock_that_pins_its_library(tmp_path):
              lock(tmp_path, "hf.txt", "torch==2.13.0\nnumpy==2.0.2\ntransformers==5.15.0\n"),
              lock(tmp_path, "jax.txt", "jax==0.10.2\njaxlib==0.10.2\nflax==0.12.8\n"),
              lock(tmp_path, "tf.txt", "tensorflow-cpu==2.21.0\nkeras==3.15.1\n")]
-    planned = {p.scenario.id: p for p in plan(Config(root=tmp_path), bundled(), locks)}
+    planned = {p.scenario.id: p for p in plan(Settings.resolve(Config(root=tmp_path)), bundled(), locks)}
     # The framework's own scenarios take the first lock that pins it; a library scenario the
     # first that pins its framework and its library.
     assert planned["torch.mlp"].lock.path.name == "torch.txt"
@@ -73,7 +74,7 @@ def test_a_library_scenario_runs_from_the_lock_that_pins_its_library(tmp_path):
     assert planned["timm.vit"].skip_reason == "no lock pins timm beside torch"
     # flax needs optax too: the jax lock pins flax only
     assert planned["flax.mlp"].skip_reason == "no lock pins optax beside jax"
-    without_torch = plan(Config(root=tmp_path), bundled(), locks[2:])
+    without_torch = plan(Settings.resolve(Config(root=tmp_path)), bundled(), locks[2:])
     reasons = {p.scenario.id: p.skip_reason for p in without_torch}
     assert reasons["transformers.gpt2"] == "no lock pins torch (locks pin: jax, tensorflow)"
 
@@ -107,8 +108,8 @@ def test_a_candidate_that_adds_the_library_is_new(tmp_path):
     old = lock(tmp_path, "old.txt", "torch==2.13.0\nnumpy==2.0.2\n")
     new = lock(tmp_path, "new.txt", "torch==2.13.0\nnumpy==2.0.2\ntransformers==5.15.0\n")
     gpt2 = [s for s in bundled() if s.id == "transformers.gpt2"]
-    report = check_ab(Config(root=tmp_path, golden_dir="golden", steps=4), [new], [old], gpt2,
-                      Options(), backend=FakeBackend())
+    report = check_ab(Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=4)), [new],
+                      [old], gpt2, backend=FakeBackend())
     assert [v.verdict for v in report.verdicts] == [Verdict.new]
 
 
@@ -123,8 +124,9 @@ def test_bisection_names_the_library_among_harmless_bumps(tmp_path):
     old = lock(tmp_path, "old.txt", (tmp_path / "old.txt").read_text())
     new = lock(tmp_path, "new.txt", (tmp_path / "new.txt").read_text())
     gpt2 = [s for s in bundled() if s.id == "transformers.gpt2"]
-    report = check_ab(Config(root=tmp_path, golden_dir="golden", steps=6), [new], [old], gpt2,
-                      Options(bisect=True), backend=FakeBackend())
+    settings = Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=6),
+                                Options(bisect=True))
+    report = check_ab(settings, [new], [old], gpt2, backend=FakeBackend())
     assert report.verdicts[0].verdict == Verdict.drift
     [b] = report.bisection
     assert b.found and b.culprit == ["transformers 5.14.1 → 5.15.0"]

@@ -425,6 +425,7 @@ def test_a_noisy_baselines_envelope_is_drawn_around_the_curves(tmp_path):
     loss chart carries the envelope's low and high lines, as compare/envelope judged them."""
     from fakes import FakeBackend
     from lockguard.config import Config, Options
+    from lockguard.settings import Settings
     from lockguard.flows.ab import check_ab
     from lockguard.locks.ref import read_lock
     from lockguard.scenarios import bundled
@@ -435,8 +436,9 @@ def test_a_noisy_baselines_envelope_is_drawn_around_the_curves(tmp_path):
         locks.append(LockRef(tmp_path / name, read_lock(tmp_path / name)))
     fake = FakeBackend(behaviour={("numpy.mlp", "1.26.4"): "noisy",
                                   ("numpy.mlp", "2.0.2"): "noisy:-0.01"})
-    made = check_ab(Config(root=tmp_path, steps=6), [locks[1]], [locks[0]],
-                    [s for s in bundled() if s.id == "numpy.mlp"], Options(repeat=3),
+    made = check_ab(Settings.resolve(Config(root=tmp_path, steps=6), Options(repeat=3)),
+                    [locks[1]], [locks[0]],
+                    [s for s in bundled() if s.id == "numpy.mlp"],
                     backend=fake)
     [v] = made.verdicts
     assert v.envelope is not None and not v.envelope.inside

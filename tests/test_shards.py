@@ -19,12 +19,13 @@ from fakes import FakeBackend, lock
 from lockguard.config import Config, ConfigError, Options, parse_config
 from lockguard.flows import shards
 from lockguard.flows.ab import check_ab
-from lockguard.flows.check import check
 from lockguard.locks.ref import LockRef, read_lock
 from lockguard.flows.record import record
 from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.scenarios import bundled
+from lockguard.flows.check import BaselineLocks, MergeBase, check
+from lockguard.settings import Settings
 
 TORCH = [s for s in bundled() if s.framework == "torch"][:4]
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
@@ -43,15 +44,16 @@ def timed_golden(config: Config, scenario: str, seconds: float, hw: str = "x86-a
     path.write_text(json.dumps({"result": {"timings": {"total_s": seconds}}}))
 
 
-def run_parts(config: Config, opts: Options, scenarios, locks, n: int, *, baseline=None,
+def run_parts(settings: Settings, scenarios, locks, n: int, *, baseline=(),
               backend=None) -> list[tuple[Path, Report]]:
     """What `check --shard K/N` does for every K, in this process."""
-    made = shards.make_plan(config, opts, scenarios, locks, n)
+    made = shards.make_plan(settings, scenarios, locks, n)
     parts = []
     for k in range(1, n + 1):
         mine = shards.shard_scenarios(made, k, scenarios)
         if mine:
-            report = check(config, locks, mine, opts, baseline, backend=backend or FakeBackend())
+            report = check(settings, locks, mine, BaselineLocks(tuple(baseline)),
+                           backend=backend or FakeBackend())
             report.shard = shards.shard_info(made, k)
         else:
             report = shards.empty_report(made, k)
@@ -69,8 +71,8 @@ def summary(report: Report) -> tuple:
 
 def test_the_plan_is_deterministic_and_names_its_entries(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
-    one = shards.make_plan(project, Options(), TORCH + NUMPY, [both], 3)
-    again = shards.make_plan(project, Options(), list(TORCH + NUMPY), [both], 3)
+    one = shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both], 3)
+    again = shards.make_plan(Settings.resolve(project), list(TORCH + NUMPY), [both], 3)
     assert one == again and one.digest.startswith("sha256:")
     h = both.lock.lock_hash[:8]
     assert [e.id for e in one.entries] == [f"cpu-numpy-{h}-1of1", f"cpu-torch-{h}-1of2",
@@ -81,17 +83,18 @@ def test_the_plan_is_deterministic_and_names_its_entries(project, tmp_path):
     assert all(e.runner == "ubuntu-latest" for e in one.entries)
     assert one.entries[0].environments == [f"venv of {both.name} ({both.lock.lock_hash[:12]})"]
     # Another shard count, another plan: its parts must not be merged with these.
-    assert shards.make_plan(project, Options(), TORCH + NUMPY, [both], 4).digest != one.digest
+    assert shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both],
+                            4).digest != one.digest
     # Default: one entry per (device, framework, lock); fewer than that is refused.
-    assert shards.make_plan(project, Options(), TORCH + NUMPY, [both]).total == 2
+    assert shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both]).total == 2
     with pytest.raises(shards.UsageError, match="at least 2"):
-        shards.make_plan(project, Options(), TORCH + NUMPY, [both], 1)
+        shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both], 1)
 
 
 def test_a_plan_entry_id_names_its_part_of_the_same_plan(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
-    entry = shards.make_plan(project, Options(), TORCH + NUMPY, [both], 3).entries[2]
-    made = shards.make_plan(project, Options(), TORCH + NUMPY, [both], 3)
+    entry = shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both], 3).entries[2]
+    made = shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both], 3)
     assert shards.entry_index(made, shards.parse_entry(entry.id)) == entry.index == 3
     with pytest.raises(shards.ShardError, match="no such entry in this plan"):
         shards.entry_index(made, entry.id.replace(both.lock.lock_hash[:8], "00000000"))
@@ -107,17 +110,17 @@ def test_shards_are_balanced_by_recorded_time_not_by_count(project, tmp_path):
         timed_golden(project, sid, seconds)
         timed_golden(project, sid, seconds * 3, hw="x86-b")  # another class: the median counts
     timed_golden(project, "numpy.mlp", 1.0)
-    made = shards.make_plan(project, Options(), TORCH + NUMPY, [both], 3)
+    made = shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both], 3)
     torch_parts = [e for e in made.entries if e.framework == "torch"]
     assert [e.scenarios for e in torch_parts] == [[TORCH[0].id],
                                                   [s.id for s in TORCH[1:]]]
     assert [e.cost_s for e in torch_parts] == [20.0, 18.0]  # medians of 10|30 and 3|9
     # The spare entries go to the group whose entries are longest: torch, not numpy.
-    made = shards.make_plan(project, Options(), TORCH + NUMPY, [both], 4)
+    made = shards.make_plan(Settings.resolve(project), TORCH + NUMPY, [both], 4)
     assert [e.framework for e in made.entries] == ["numpy", "torch", "torch", "torch"]
     # No golden: a per-framework default, never an error.
     (project.root / "golden" / "cpu" / "x86-a" / "numpy.mlp.json").write_text("{not json")
-    made = shards.make_plan(project, Options(), NUMPY, [both], 1)
+    made = shards.make_plan(Settings.resolve(project), NUMPY, [both], 1)
     assert made.entries[0].cost_s == shards.DEFAULT_COST_S["numpy"]
 
 
@@ -125,12 +128,13 @@ def test_runner_labels_come_from_config_and_a_missing_one_is_named(project, tmp_
     config = parse_config({"runners": {"cuda": ["self-hosted", "gpu"]}}, "pyproject.toml",
                           tmp_path)
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
-    matrix = shards.github_matrix(shards.make_plan(config, Options(device="cuda"), TORCH,
-                                                   [both], 2))
+    cuda = Settings.resolve(config, Options(device="cuda"))
+    matrix = shards.github_matrix(shards.make_plan(cuda, TORCH, [both], 2))
     assert [e["runner"] for e in matrix["include"]] == [["self-hosted", "gpu"]] * 2
     assert {e["shard"] for e in matrix["include"]} == {"1/2", "2/2"}
     with pytest.raises(shards.ShardError, match=r"runner for device tpu.*runners"):
-        shards.github_matrix(shards.make_plan(config, Options(device="tpu"), TORCH, [both]))
+        shards.github_matrix(shards.make_plan(Settings.resolve(config, Options(device="tpu")),
+                                              TORCH, [both]))
     for bad, key in (({"cuda": []}, "runners.cuda"), ({"gpu": "x"}, "runners.gpu"),
                      ({"cpu": " ubuntu"}, "runners.cpu")):
         with pytest.raises(ConfigError, match=key):
@@ -143,9 +147,10 @@ def test_merged_parts_equal_the_unsharded_ab_check(project, tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\ntorch==2.3.0\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\ntorch==2.3.0\n")
     scenarios = TORCH + NUMPY + JAX  # no lock pins jax: skipped, once
-    whole = check(project, [new], scenarios, Options(), [old], backend=FakeBackend())
+    whole = check(Settings.resolve(project), [new], scenarios, BaselineLocks(tuple([old])),
+                  backend=FakeBackend())
     fake = FakeBackend()
-    parts = run_parts(project, Options(), scenarios, [new], 3, baseline=[old], backend=fake)
+    parts = run_parts(Settings.resolve(project), scenarios, [new], 3, baseline=[old], backend=fake)
     merged = shards.merge(list(reversed(parts)))  # the order of the files does not matter
     assert summary(merged) == summary(whole)
     assert not merged.passed and merged.failing == ["numpy.mlp"]
@@ -159,15 +164,16 @@ def test_merged_parts_equal_the_unsharded_ab_check(project, tmp_path):
 
 def whole_runs(config, locks, baseline, scenarios):
     fake = FakeBackend()
-    check(config, locks, scenarios, Options(), baseline, backend=fake)
+    check(Settings.resolve(config), locks, scenarios, BaselineLocks(tuple(baseline)), backend=fake)
     return fake.runs
 
 
 def test_merged_parts_equal_the_unsharded_golden_check(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
-    assert record(project, [both], TORCH + NUMPY, Options(), backend=FakeBackend()).passed
-    whole = check(project, [both], TORCH + NUMPY, Options(rerun=True), backend=FakeBackend())
-    parts = run_parts(project, Options(rerun=True), TORCH + NUMPY, [both], 5)
+    assert record(Settings.resolve(project), [both], TORCH + NUMPY, backend=FakeBackend()).passed
+    whole = check(Settings.resolve(project, Options(rerun=True)), [both], TORCH + NUMPY,
+                  backend=FakeBackend())
+    parts = run_parts(Settings.resolve(project, Options(rerun=True)), TORCH + NUMPY, [both], 5)
     merged = shards.merge(parts)
     assert summary(merged) == summary(whole) and merged.passed
     assert merged.hardware == whole.hardware
@@ -175,10 +181,10 @@ def test_merged_parts_equal_the_unsharded_golden_check(project, tmp_path):
 
 def test_more_shards_than_scenarios_leaves_empty_parts_that_pass(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
-    made = shards.make_plan(project, Options(), NUMPY, [both], 3)
+    made = shards.make_plan(Settings.resolve(project), NUMPY, [both], 3)
     assert [e.scenarios for e in made.entries] == [["numpy.mlp"], [], []]
     assert [e.id for e in made.entries][1:] == ["empty-1of2", "empty-2of2"]
-    parts = run_parts(project, Options(), NUMPY, [both], 3, baseline=[both])
+    parts = run_parts(Settings.resolve(project), NUMPY, [both], 3, baseline=[both])
     assert parts[1][1].passed and parts[1][1].verdicts == []
     merged = shards.merge(parts)
     assert [v.scenario for v in merged.verdicts] == ["numpy.mlp"] and merged.passed
@@ -186,7 +192,7 @@ def test_more_shards_than_scenarios_leaves_empty_parts_that_pass(project, tmp_pa
 
 def test_a_plan_with_nothing_runnable_fails_after_merging(project, tmp_path):
     numpy_only = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
-    parts = run_parts(project, Options(), JAX, [numpy_only], 2, baseline=[numpy_only])
+    parts = run_parts(Settings.resolve(project), JAX, [numpy_only], 2, baseline=[numpy_only])
     merged = shards.merge(parts)
     assert not merged.passed
     assert merged.notes[0].startswith("nothing was compared")
@@ -195,19 +201,20 @@ def test_a_plan_with_nothing_runnable_fails_after_merging(project, tmp_path):
 
 def test_merge_refuses_missing_duplicate_and_foreign_parts(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
-    parts = run_parts(project, Options(), TORCH + NUMPY, [both], 3, baseline=[both])
+    parts = run_parts(Settings.resolve(project), TORCH + NUMPY, [both], 3, baseline=[both])
     with pytest.raises(shards.ShardError, match=r"shard 2/3 missing \(given: 1, 3\)"):
         shards.merge([parts[0], parts[2]])
     with pytest.raises(shards.ShardError, match=r"shard 3/3 given twice: part3.json and x.json"):
         shards.merge(parts + [(Path("x.json"), parts[2][1])])
-    other = run_parts(project, Options(), TORCH + NUMPY, [both], 4, baseline=[both])
+    other = run_parts(Settings.resolve(project), TORCH + NUMPY, [both], 4, baseline=[both])
     with pytest.raises(shards.ShardError, match=r"part2.json: shard 2/4 of another plan"):
         shards.merge([parts[0], other[1]])
     # Same N, another scenario selection: another digest.
-    fewer = run_parts(project, Options(), TORCH[:3] + NUMPY, [both], 3, baseline=[both])
+    fewer = run_parts(Settings.resolve(project), TORCH[:3] + NUMPY, [both], 3, baseline=[both])
     with pytest.raises(shards.ShardError, match="of another plan"):
         shards.merge([parts[0], parts[1], fewer[2]])
-    unsharded = check(project, [both], NUMPY, Options(), [both], backend=FakeBackend())
+    unsharded = check(Settings.resolve(project), [both], NUMPY, BaselineLocks(tuple([both])),
+                      backend=FakeBackend())
     with pytest.raises(shards.ShardError, match="u.json: not a shard's report"):
         shards.merge(parts + [(Path("u.json"), unsharded)])
     with pytest.raises(shards.ShardError, match="no partial report"):
@@ -217,8 +224,8 @@ def test_merge_refuses_missing_duplicate_and_foreign_parts(project, tmp_path):
 def test_parity_of_a_family_split_over_shards_is_rebuilt(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
     mlp = [s for s in bundled() if s.id in ("torch.mlp", "numpy.mlp")]
-    whole = check_ab(project, [both], [both], mlp, Options(), backend=FakeBackend())
-    merged = shards.merge(run_parts(project, Options(), mlp, [both], 2, baseline=[both]))
+    whole = check_ab(Settings.resolve(project), [both], [both], mlp, backend=FakeBackend())
+    merged = shards.merge(run_parts(Settings.resolve(project), mlp, [both], 2, baseline=[both]))
     assert [(r.family, sorted(r.step0)) for r in merged.parity] == \
         [(r.family, sorted(r.step0)) for r in whole.parity] == [("mlp", ["numpy.mlp",
                                                                           "torch.mlp"])]
@@ -311,12 +318,13 @@ def base_parts(config: Config, refs: list[LockRef], scenarios) -> list[tuple[Pat
     """`check --base main --shard K/N` for every K, in this process."""
     from lockguard.flows.git_base import check_base, open_gate
 
-    made = shards.make_plan(config, Options(), scenarios, refs, None)
+    made = shards.make_plan(Settings.resolve(config), scenarios, refs, None)
     parts = []
     for k in range(1, made.total + 1):
         mine = shards.shard_scenarios(made, k, scenarios)
-        report = check_base(open_gate(config, "main", [str(r.path) for r in refs]), mine,
-                            Options(), backend=FakeBackend())
+        gate = open_gate(config, "main", [str(r.path) for r in refs])
+        report = check(Settings.resolve(gate.judging), [], mine, MergeBase(gate),
+                       backend=FakeBackend())
         report.shard = shards.shard_info(made, k)
         parts.append((Path(f"part{k}.json"), Report.model_validate_json(report.model_dump_json())))
     return parts
@@ -327,8 +335,8 @@ def test_sharded_base_checks_pass_as_the_unsharded_one_when_locks_did_not_move(t
 
     config, refs = git_project(tmp_path)
     scenarios = NUMPY + TORCH[:1]
-    whole = check_base(open_gate(config, "main", [str(r.path) for r in refs]), scenarios,
-                       Options(), backend=FakeBackend())
+    gate = open_gate(config, "main", [str(r.path) for r in refs])
+    whole = check_base(Settings.resolve(gate.judging), gate, scenarios, backend=FakeBackend())
     assert whole.passed and whole.verdicts == []  # answered from git alone
     merged = shards.merge(base_parts(config, refs, scenarios))
     assert merged.passed and merged.verdicts == []
@@ -337,8 +345,8 @@ def test_sharded_base_checks_pass_as_the_unsharded_one_when_locks_did_not_move(t
     # must not fail the merged gate when the unsharded check passes.
     (config.root / "a.txt").write_text("numpy==1.26.4\nsix==1.16.0\n")
     refs = [LockRef(r.path, read_lock(r.path)) for r in refs]
-    whole = check_base(open_gate(config, "main", [str(r.path) for r in refs]), scenarios,
-                       Options(), backend=FakeBackend())
+    gate = open_gate(config, "main", [str(r.path) for r in refs])
+    whole = check_base(Settings.resolve(gate.judging), gate, scenarios, backend=FakeBackend())
     assert whole.passed and [v.verdict for v in whole.verdicts] == [Verdict.identical]
     parts = base_parts(config, refs, scenarios)
     assert [p.passed for _, p in parts] == [True, False]  # the torch part: nothing compared
@@ -351,6 +359,6 @@ def test_sharded_base_checks_pass_as_the_unsharded_one_when_locks_did_not_move(t
 def test_merge_does_not_depend_on_the_order_of_an_empty_part(project, tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
-    parts = run_parts(project, Options(), NUMPY, [new], 3, baseline=[old])
+    parts = run_parts(Settings.resolve(project), NUMPY, [new], 3, baseline=[old])
     assert parts[0][1].mode == "ab" and parts[1][1].mode == "golden"  # an empty part
     assert shards.merge(parts).failing == shards.merge(list(reversed(parts))).failing

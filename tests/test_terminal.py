@@ -13,12 +13,13 @@ import pytest
 
 from fakes import FakeBackend, lock
 from lockguard import progress as progress_module
-from lockguard.config import Config, Options
+from lockguard.config import Config
 from lockguard.flows.ab import check_ab
 from lockguard.flows.record import FIRST, record
 from lockguard.report import render
 from lockguard.report._common import next_steps, summary_line
 from lockguard.scenarios import bundled
+from lockguard.settings import Settings
 
 from test_report_formats import drift_report  # noqa: F401 - a fixture
 
@@ -79,7 +80,7 @@ def test_runs_are_named_by_role_and_lock(monkeypatch, tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
     config = Config(root=tmp_path, golden_dir="golden", steps=6)
-    report = check_ab(config, [new], [old], NUMPY, Options(), progress=shown,
+    report = check_ab(Settings.resolve(config), [new], [old], NUMPY, progress=shown,
                       backend=FakeBackend())
     log = out.getvalue()
     assert "numpy.mlp [baseline " in log and "old.txt]" in log
@@ -96,7 +97,7 @@ def test_runs_are_named_by_role_and_lock(monkeypatch, tmp_path):
 
 def test_record_says_it_records_a_first_golden(tmp_path):
     config = Config(root=tmp_path, golden_dir="golden", steps=6)
-    report = record(config, [lock(tmp_path, "l.txt", "numpy==1.26.4\n")], NUMPY, Options(),
+    report = record(Settings.resolve(config), [lock(tmp_path, "l.txt", "numpy==1.26.4\n")], NUMPY,
                     backend=FakeBackend())
     [v] = report.verdicts
     assert v.reasons == [FIRST]

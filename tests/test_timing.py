@@ -19,6 +19,7 @@ from lockguard.flows.ab import check_ab
 from lockguard.names import Verdict
 from lockguard.results import SCHEMA_VERSION, RunResult, Status
 from lockguard.scenarios import bundled
+from lockguard.settings import Settings
 
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
 POLICY = Policy()  # slower_ratio ×1.30, steps under 2 ms not judged
@@ -120,16 +121,17 @@ def test_timing_runs_only_when_a_timing_verdict_is_asked_for(tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==1.26.4\nsix==1.16.0\n")
     fake = FakeBackend(step_s={("numpy.mlp", "1.26.4"): 0.01})
-    report = check_ab(project(tmp_path), [new], [old], NUMPY, Options(), backend=fake)
+    report = check_ab(Settings.resolve(project(tmp_path)), [new], [old], NUMPY, backend=fake)
     assert len(fake.runs) == 2 and report.verdicts[0].timing is None
     fake = FakeBackend(step_s={("numpy.mlp", "1.26.4"): 0.01})
-    report = check_ab(project(tmp_path), [new], [old], NUMPY, Options(timing=True), backend=fake)
+    report = check_ab(Settings.resolve(project(tmp_path), Options(timing=True)), [new], [old],
+                      NUMPY, backend=fake)
     assert len(fake.runs) == 2 + 2 * 5
     [v] = report.verdicts
     assert v.verdict == Verdict.identical and v.timing.verdict == "same"
     # slower in fail_on asks for them too.
     fake = FakeBackend(step_s={("numpy.mlp", "1.26.4"): 0.01})
-    check_ab(project(tmp_path, ["drift", "slower"]), [new], [old], NUMPY, Options(),
+    check_ab(Settings.resolve(project(tmp_path, ["drift", "slower"])), [new], [old], NUMPY,
              backend=fake)
     assert len(fake.runs) == 12
 
@@ -139,7 +141,7 @@ def test_timing_runs_alternate_one_at_a_time_after_the_numeric_runs(tmp_path):
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
     fake = FakeBackend(step_s={("numpy.mlp", "1.26.4"): 0.01, ("numpy.mlp", "2.0.2"): 0.04},
                        timing_noise=0.2, run_s=0.01)
-    report = check_ab(project(tmp_path, ["drift", "slower"]), [new], [old], NUMPY, Options(),
+    report = check_ab(Settings.resolve(project(tmp_path, ["drift", "slower"])), [new], [old], NUMPY,
                       backend=fake)
     versions = [version for _, version in fake.runs]
     # A B, B A, … after the numeric pair: each pair adjacent, neither side always first.
@@ -157,7 +159,7 @@ def test_a_noisy_numeric_ratio_is_shown_never_judged(tmp_path):
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
     fake = FakeBackend(step_s={("numpy.mlp", "1.26.4"): 0.01, ("numpy.mlp", "2.0.2"): 0.03})
-    report = check_ab(project(tmp_path), [new], [old], NUMPY, Options(), backend=fake)
+    report = check_ab(Settings.resolve(project(tmp_path)), [new], [old], NUMPY, backend=fake)
     [v] = report.verdicts
     assert v.verdict == Verdict.drift  # the numbers differ; timing made no verdict
     assert v.step_time_ratio == pytest.approx(3.0)

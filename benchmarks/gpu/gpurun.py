@@ -479,13 +479,15 @@ def select_ids(args: argparse.Namespace) -> int:
     """The scenario ids the prefixes select that can run on --device here, one a line (what
     measure runs and summarize expects results for); the ones lockguard's plan skips here
     (the data-parallel ones on a host with one GPU) are said on stderr."""
-    from lockguard.config import load_config
+    from lockguard.config import Options, load_config
     from lockguard.flows.pipeline import on_this_host, plan
     from lockguard.scenarios import select
+    from lockguard.settings import Settings
 
     config = load_config(Path(args.config))
-    planned = on_this_host(plan(config, select(config, args.scenario), [], device=args.device,
-                                local=True))
+    # Measured on the interpreter as it is (LocalEnv): planned as `--env local` plans.
+    settings = Settings.resolve(config, Options(device=args.device, env="local"))
+    planned = on_this_host(plan(settings, select(config, args.scenario), []))
     for p in planned:
         if p.skip_reason:
             print(f"not measured on {args.device}: {p.scenario.id}: {p.skip_reason}",

@@ -21,33 +21,38 @@ from lockguard.errors import UsageError
 from lockguard.names import MAX_SHARDS
 
 if TYPE_CHECKING:
-    from lockguard.config import Config
+    from lockguard.config import Options
     from lockguard.locks.ref import LockRef
     from lockguard.progress import Progress
     from lockguard.report import Report
     from lockguard.scenarios import Scenario
+    from lockguard.settings import Settings
 
 
 @dataclass(frozen=True)
 class Run:
-    """What a command that runs scenarios starts from: the config, the scenarios chosen, the
-    locks read and the progress display."""
+    """What a command that runs scenarios starts from: the settings (resolved once, from the
+    config and the command line's options), the scenarios chosen, the locks read and the
+    progress display."""
 
-    config: Config
+    settings: Settings
     scenarios: list[Scenario]
     locks: list[LockRef]
     progress: Progress
 
 
 def setup_run(config_path: Path | None, locks: tuple[str, ...], scenarios: tuple[str, ...],
-              fmt: str, verbose: bool) -> Run:
+              fmt: str, verbose: bool, options: Options) -> Run:
+    """Load the config, resolve the invocation's settings from it and `options`, select the
+    scenarios and read the locks."""
     from lockguard.config import load_config
     from lockguard.locks.ref import load_locks
     from lockguard.scenarios import select
+    from lockguard.settings import Settings
 
     config = load_config(config_path)
-    return Run(config, select(config, list(scenarios)), load_locks(config, list(locks)),
-               progress_for(fmt, verbose))
+    return Run(Settings.resolve(config, options), select(config, list(scenarios)),
+               load_locks(config, list(locks)), progress_for(fmt, verbose))
 
 
 @click.command()
@@ -71,12 +76,12 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
     from lockguard.config import Options, project_inputs
     from lockguard.flows.record import record as record_flow
 
-    run = setup_run(config_path, locks, scenarios, fmt, verbose)
-    refuse_inputs(targets, project_inputs(run.config, locks))
-    keep = evidence.prepare(artifacts_dir, run.config.root)
-    report = record_flow(run.config, run.locks, run.scenarios,
-                         Options(device=device, steps=steps, env=env, repeat=repeat),
-                         run.progress)
+    run = setup_run(config_path, locks, scenarios, fmt, verbose,
+                    Options(device=device, steps=steps, env=env, repeat=repeat))
+    config = run.settings.config
+    refuse_inputs(targets, project_inputs(config, locks))
+    keep = evidence.prepare(artifacts_dir, config.root)
+    report = record_flow(run.settings, run.locks, run.scenarios, run.progress)
     finish(report, targets, keep=keep,
            argv=invocation("record", locks=locks, config_path=config_path, env=env,
                            device=device, steps=steps,
@@ -137,7 +142,12 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
     targets = report_targets(fmt, output, reports)
     from lockguard import evidence
     from lockguard.config import Options, load_config, project_inputs
+    from lockguard.flows.check import GOLDENS, Baseline, BaselineLocks, MergeBase
+    from lockguard.flows.check import check as check_flow
     from lockguard.flows.shards import shard_part
+    from lockguard.locks.ref import LockRef, load_locks, lock_target, read_lock
+    from lockguard.scenarios import select
+    from lockguard.settings import Settings
 
     if bisect and not (baseline_locks or base_ref):
         raise UsageError("--bisect needs a baseline: --baseline-lock OLD or --base GITREF")
@@ -147,35 +157,33 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                    allow_new=allow_new, exact=exact, bisect=bisect, timing=timing)
     progress = progress_for(fmt, verbose)
     config = load_config(config_path)
+    baseline: Baseline
     if base_ref:
-        from lockguard.flows.git_base import check_base, open_gate
-        from lockguard.locks.ref import load_locks
-        from lockguard.scenarios import select
+        from lockguard.flows.git_base import open_gate
 
         refuse_inputs(targets, project_inputs(config, locks))
         # The policy, the scenarios and the locks are the judging configuration's: the base's.
         gate = open_gate(config, base_ref, list(locks), policy_from)
-        chosen = select(gate.judging, list(scenarios))
-        part = shard_part(shard, plan_entry, plan_shards, gate.judging, opts, chosen,
-                          (gate.candidate_refs() or load_locks(gate.judging, list(locks)))
-                          if shard or plan_entry else [])
-
-        def run_check(chosen: list[Scenario]) -> Report:
-            return check_base(gate, chosen, opts, progress)
+        judging, baseline = gate.judging, MergeBase(gate)
+        chosen = select(judging, list(scenarios))
+        # The gate names the locks; they are read here only for a plan (no lock changed is
+        # answered from git alone).
+        lock_refs = ((gate.candidate_refs() or load_locks(judging, list(locks)))
+                     if shard or plan_entry else [])
     else:
-        from lockguard.flows.check import check as check_flow
-        from lockguard.locks.ref import LockRef, load_locks, lock_target, read_lock
-        from lockguard.scenarios import select
-
+        judging = config
         chosen = select(config, list(scenarios))
         lock_refs = load_locks(config, list(locks))
         refuse_inputs(targets, project_inputs(config, locks + baseline_locks))
-        baseline = [LockRef(Path(p), read_lock(Path(p), lock_target(config)))
-                    for p in baseline_locks]
-        part = shard_part(shard, plan_entry, plan_shards, config, opts, chosen, lock_refs)
+        baseline = (BaselineLocks(tuple(LockRef(Path(p), read_lock(Path(p), lock_target(config)))
+                                        for p in baseline_locks))
+                    if baseline_locks else GOLDENS)
+    settings = Settings.resolve(judging, opts)
+    part = shard_part(shard, plan_entry, plan_shards, settings, chosen, lock_refs)
 
-        def run_check(chosen: list[Scenario]) -> Report:
-            return check_flow(config, lock_refs, chosen, opts, baseline, progress)
+    def run_check(chosen: list[Scenario]) -> Report:
+        return check_flow(settings, lock_refs, chosen, baseline, progress)
+
     keep = evidence.prepare(artifacts_dir, config.root, check=True)
     if part is None:
         report = run_check(chosen)
@@ -254,7 +262,10 @@ def plan(locks, scenarios, env, device, steps, shards, fmt, output, config_path)
 
     config = load_config(config_path)
     refuse_inputs([("text", output)], project_inputs(config, locks))
-    made = sharding.make_plan(config, Options(device=device, steps=steps, env=env),
+    from lockguard.settings import Settings
+
+    made = sharding.make_plan(Settings.resolve(config, Options(device=device, steps=steps,
+                                                                 env=env)),
                               select(config, list(scenarios)), load_locks(config, list(locks)),
                               shards)
     text = sharding.plan_document(made, fmt)
@@ -322,12 +333,13 @@ def accept(scenarios, reason, source, yes, config_path) -> None:
     from lockguard.flows import accept as acceptance
     from lockguard.gitref import author
     from lockguard.report import load_report
+    from lockguard.settings import Settings
 
     config = load_config(config_path)
     path = acceptance.report_path(source, config.root)
     report = load_report(path)
-    adoptions, notes = acceptance.plan(report, path, config, list(scenarios), reason.strip(),
-                                       author(config.root),
+    adoptions, notes = acceptance.plan(report, path, Settings.resolve(config), list(scenarios),
+                                       reason.strip(), author(config.root),
                                        verified=acceptance.vouched(report, path, config))
     for note in notes:
         click.echo(f"lockguard: {note}", err=True)

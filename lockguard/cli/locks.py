@@ -85,12 +85,13 @@ def propose(upgrades, locks, scenarios, env, device, steps, fmt, output, reports
     from lockguard.config import Options, project_inputs
     from lockguard.flows.propose import propose as propose_flow
 
-    run = setup_run(config_path, locks, scenarios, fmt, verbose)
-    refuse_inputs(targets, project_inputs(run.config, locks)
+    run = setup_run(config_path, locks, scenarios, fmt, verbose,
+                    Options(device=device, steps=steps, env=env, repeat=repeat))
+    config = run.settings.config
+    refuse_inputs(targets, project_inputs(config, locks)
                   + ([(inputs, "the requirements input", False)] if inputs else []))
-    keep = evidence.prepare(artifacts_dir, run.config.root)
-    report = propose_flow(run.config, run.locks, list(upgrades), run.scenarios,
-                          Options(device=device, steps=steps, env=env, repeat=repeat),
+    keep = evidence.prepare(artifacts_dir, config.root)
+    report = propose_flow(run.settings, run.locks, list(upgrades), run.scenarios,
                           resolver=resolver, inputs=inputs, progress=run.progress)
     extra = (("--inputs", str(inputs)) if inputs else ()) + (
         ("--resolver", resolver) if resolver else ())

@@ -95,12 +95,14 @@ def compare_frameworks(locks, families, frameworks, env, device, steps, repeat, 
     from lockguard.flows.frameworks import compare_frameworks as compare_flow
     from lockguard.flows.frameworks import comparison_scenarios
     from lockguard.locks.ref import load_locks
+    from lockguard.settings import Settings
 
     config = load_config(config_path)
+    settings = Settings.resolve(config, Options(device=device, steps=steps, env=env,
+                                                repeat=repeat))
     refuse_inputs(targets, project_inputs(config, locks))
     chosen = comparison_scenarios(list(families), list(frameworks))
-    report = compare_flow(config, load_locks(config, list(locks)), chosen,
-                          Options(device=device, steps=steps, env=env, repeat=repeat),
+    report = compare_flow(settings, load_locks(config, list(locks)), chosen,
                           progress_for(fmt, verbose))
     flags = tuple(a for f in families for a in ("--family", f)) + tuple(
         a for f in frameworks for a in ("--framework", f)) + (
@@ -138,9 +140,10 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
     from lockguard.config import load_config
     from lockguard.flows.build import build_images, push
     from lockguard.progress import Progress
+    from lockguard.settings import Settings
 
-    for built in build_images(load_config(config_path), list(locks), framework, accelerator,
-                              base_image, registry, Progress()):
+    for built in build_images(Settings.resolve(load_config(config_path)), list(locks),
+                              framework, accelerator, base_image, registry, Progress()):
         image = built.image
         how = "reused" if image.reused else f"built in {image.seconds:.0f} s"
         click.echo(f"{image.tag}  {image.id[:19]}  {image.size / 1e6:.0f} MB  {how}  "

@@ -1,7 +1,8 @@
 """The flows behind the commands, each on the one pipeline (pipeline.py):
 
 - record.py      run every scenario under its lock and keep the results as goldens
-- check.py       the candidate locks against the goldens (or, given baseline locks, A/B)
+- check.py       the candidate locks against one Baseline: the goldens, baseline locks (A/B)
+                 or a git merge base (resolved into baseline locks by git_base.py)
 - ab.py          A/B: candidate and baseline locks run side by side; `diff`
 - git_base.py    `check --base REF`: A/B against the locks at the merge base, from git
 - propose.py     resolve upgrades into the cache and A/B them against the current locks
@@ -13,5 +14,7 @@
                  (init_files.py holds the texts) and the scenario template, record the goldens
 
 goldens.py holds what record and the golden check share (hardware classes, inputs digest,
-comparing with a golden), report_parts.py what every flow puts into its Report.
+comparing with a golden), report_parts.py what every flow puts into its Report (report_for:
+the one end of every flow that runs scenarios). Every flow takes the invocation's
+settings.Settings, resolved once by the command line; none reads its options itself.
 """

@@ -6,30 +6,32 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from lockguard.config import Config, Options
 from lockguard.errors import UsageError
-from lockguard.flows.goldens import digest, golden_dir
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, run_backend
+from lockguard.flows.goldens import digest
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
 from lockguard.locks.ref import LockRef, lock_for
-from lockguard.flows.report_parts import evidence, lock_info, nothing_done, parity, policy_for, \
-    tolerance_of, trust_notes
+from lockguard.flows.report_parts import evidence, lock_info, report_for
 from lockguard.locks.diff import diff_locks, with_startup_files
 from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, harness_digest
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.report import Evidence, Report
 
 
-def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
-             scenarios: list[Scenario], opts: Options, progress: Progress = QUIET,
+def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
+             scenarios: list[Scenario], progress: Progress = QUIET,
              backend: Backend | None = None) -> Report:
+    """Check `locks` against `baseline`: each scenario run from both sides on this machine,
+    alternating (with timing runs when a timing verdict is asked for), an intended change
+    passing through a committed acceptance; failing verdicts bisected with --bisect."""
     start = time.perf_counter()
-    policy = policy_for(config, opts.exact)
-    harness, backend = harness_digest(), run_backend(config, opts, backend)
-    if env_kind(config, opts) == "local":
+    policy = settings.policy
+    harness, backend = harness_digest(), run_backend(settings, backend)
+    if settings.local:
         # Both sides would run the one interpreter lockguard was given: always identical.
         raise UsageError("--env local runs one interpreter, whatever the locks pin: an A/B "
                          "check (--baseline-lock, --base, propose) needs an environment per "
@@ -41,11 +43,11 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
             return []  # nothing to compare with: judged `new`
         # Baseline and candidate of one scenario run side by side, alternating, so that both
         # see the same machine load: their timing ratio is meaningful, absolute times are not.
-        return [Job(p, old, "baseline"), Job(p, p.lock, "candidate")] * opts.repeat
+        return [Job(p, old, "baseline"), Job(p, p.lock, "candidate")] * settings.repeat
 
     # `slower` is judged from timing runs only, and they cost K runs a side one at a time: made
     # when a timing verdict is asked for (slower in fail_on, or --timing).
-    timed = opts.timing or Verdict.slower in policy.fail_on
+    timed = settings.timing or Verdict.slower in policy.fail_on
 
     def timing(p: Planned) -> list[Job]:
         old = lock_for(p.scenario, baseline)
@@ -54,7 +56,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
         pair = [Job(p, old, "baseline", timing=True), Job(p, p.lock, "candidate", timing=True)]
         # A B, B A, A B, …: neither side always runs first (a warmer page cache, a CPU's clock
         # ramping up would otherwise favour one side in every pair).
-        return [job for i in range(config.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
+        return [job for i in range(settings.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
         from lockguard.compare.timing import compare_timing
@@ -65,7 +67,7 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
             return ScenarioVerdict(
                 scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.new,
                 reasons=[f"the baseline locks do not pin {p.scenario.framework}"]), None
-        tolerance = tolerance_of(p.scenario.tolerance)
+        tolerance = p.scenario.tolerance
         timing_check = (compare_timing(runs.baseline_timed, runs.candidate_timed, policy)
                         if runs.baseline_timed and runs.candidate_timed else None)
         verdict = compare_runs(runs.baseline, runs.candidate, policy=policy,
@@ -74,16 +76,13 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
         if is_failure(verdict, policy) and p.lock is not None:
             # An intended change passes only through an acceptance committed with it.
             verdict = accept_known(verdict, p, runs.candidate, old.lock.lock_hash,
-                                   p.lock.lock.lock_hash, golden_dir(config), policy, tolerance)
+                                   p.lock.lock.lock_hash, settings.golden_dir, policy, tolerance)
         return verdict, evidence(p.scenario.id, ("lock", old.name, runs.baseline[0]),
                                  ("lock", p.lock.name if p.lock else "local",
-                                  runs.candidate[0]), digest(p, config, harness, backend))
+                                  runs.candidate[0]), digest(p, settings, harness, backend))
 
-    outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
+    outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend, timing=timing)
-    from lockguard.compare.verdicts import gate_passes, is_failure
-    from lockguard.report import Report
-
     diffs = []
     for new in locks:
         old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
@@ -91,27 +90,19 @@ def check_ab(config: Config, locks: list[LockRef], baseline: list[LockRef],
             # Naming the .pth files (and the like) the candidate's changed pins installed.
             diffs.append(with_startup_files(diff_locks(old.lock, new.lock),
                                             outcome.startup_files.get(new.lock.lock_hash)))
-    idle = nothing_done(outcome.verdicts, "compared")
-    report = Report(command="check", mode="ab", device=opts.device or config.device,
-                  locks=[lock_info(r, "baseline") for r in baseline]
-                  + [lock_info(r, "candidate") for r in locks],
-                  lock_diffs=diffs, verdicts=outcome.verdicts, evidence=outcome.evidence,
-                  notes=([idle] if idle else []) + trust_notes(config, baseline + locks),
-                  parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
-                                outcome.results),
-                  passed=gate_passes(outcome.verdicts, policy) and not idle,
-                  failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
-                  duration_s=time.perf_counter() - start)
-    if opts.bisect and report.failing:
+    report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
+                        baseline=baseline, started=start, lock_diffs=diffs)
+    if settings.bisect and report.failing:
         from lockguard.flows.bisect import attach_bisection
 
-        report = attach_bisection(report, config, opts, scenarios, locks, baseline, policy,
-                                  progress, backend)
+        report = attach_bisection(report, settings, scenarios, locks, baseline, progress,
+                                  backend)
         report.duration_s = time.perf_counter() - start
     return report
 
 
 def diff(old: LockRef, new: LockRef) -> Report:
+    """`lockguard diff`: the difference of two locks, nothing run."""
     from lockguard.report import Report
 
     return Report(command="diff", mode="diff",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lockguard import gitref, golden
 from lockguard.config import Config
+from lockguard.settings import Settings
 from lockguard.files import display_path
 from lockguard.errors import LockguardError, one_line, tail
 from lockguard.golden import Acceptance, GoldenError, Provenance
@@ -57,7 +58,7 @@ def report_path(given: Path | None, root: Path) -> Path:
     return given / "report.json" if given.is_dir() else given
 
 
-def plan(report: Report, source: Path, config: Config, names: list[str], reason: str,
+def plan(report: Report, source: Path, settings: Settings, names: list[str], reason: str,
          author: str, verified: bool = False) -> tuple[list[Adoption], list[str]]:
     """What accepting `names` (default: every compared scenario that did not come out
     identical) from `report` writes, and notes; AcceptError for anything that cannot be
@@ -79,8 +80,8 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
                      "answers from them without running the scenario and comparing, and an "
                      "acceptance passes a pull request only for the numbers its own run "
                      "produces")
-    gdir = config.resolve(config.golden_dir)
-    commit = gitref.head_commit(config.root)
+    gdir, root = settings.golden_dir, settings.config.root
+    commit = gitref.head_commit(root)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     checked_locks: dict[str, str | None] = {}
     out = []
@@ -100,7 +101,7 @@ def plan(report: Report, source: Path, config: Config, names: list[str], reason:
                               "again); nothing written")
         lock = report.lock_of(verdict)
         if lock is not None and lock.label is None and lock.path not in checked_locks:
-            checked_locks[lock.path] = _lock_moved(lock.path, lock.lock_hash, config)
+            checked_locks[lock.path] = _lock_moved(lock.path, lock.lock_hash, root)
         if lock is not None and checked_locks.get(lock.path):
             raise AcceptError(f"scenario {sid}: {checked_locks[lock.path]}; run `lockguard "
                               "check` again and accept that")
@@ -184,12 +185,12 @@ def _unhealthy(verdict: Verdict, nondeterministic: bool, result: RunResult,
     return None
 
 
-def _lock_moved(shown: str, lock_hash: str, config: Config) -> str | None:
+def _lock_moved(shown: str, lock_hash: str, root: Path) -> str | None:
     """Why the lock a check ran from is no longer the lock on disk, or None (also when it
     cannot be found: the report's path is relative to where the check ran)."""
     from lockguard.locks.parser import parse_lock
 
-    for path in (Path(shown), config.root / shown):
+    for path in (Path(shown), root / shown):
         if path.is_file():
             if parse_lock(path).lock_hash != lock_hash:
                 return f"{display_path(path)} changed since the check ran"

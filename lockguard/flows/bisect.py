@@ -27,11 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from lockguard.config import Config, Options
 from lockguard.files import display_path
 from lockguard.errors import LockguardError, one_line
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, run_backend
-from lockguard.flows.report_parts import tolerance_of
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
 from lockguard.locks.diff import Change, LockDiff, diff_locks
 from lockguard.locks.mix import mix_locks
 from lockguard.locks.model import Lock
@@ -40,9 +38,9 @@ from lockguard.locks.ref import LockRef
 from lockguard.locks.writer import InstallForm, write_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
-    from lockguard.compare.tolerance import Policy
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.envs.base import Env
     from lockguard.report import Bisection, MixTrial
@@ -293,9 +291,9 @@ class _TimedBackend(Backend):
         return env
 
 
-def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: LockRef,
+def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
                     new: LockRef, failing: ScenarioVerdict, baseline_runs: list[RunResult],
-                    policy: Policy, progress: Progress = QUIET,
+                    progress: Progress = QUIET,
                     backend: Backend | None = None) -> Bisection:
     """Find the smallest set of change units of old → new that reproduces `failing` (the A/B
     verdict of `scenario`), judging each mix against `baseline_runs` (the check's)."""
@@ -316,19 +314,19 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
     if n == 0:
         result.notes.append("no package changed: nothing to bisect")
         return result
-    kind = env_kind(config, opts)
-    if kind == "local":
+    policy = settings.policy
+    if settings.local:
         result.notes.append("--env local runs the installed packages, not a lock: "
                             "nothing to bisect")
         return result
-    timed = _TimedBackend(run_backend(config, opts, backend))
+    timed = _TimedBackend(run_backend(settings, backend))
     # The check built both environments; preparing them again is a cache hit, and their
     # installed metadata is what a mix is checked against before it is built.
     requires: Requires = {}
     python = None
     for ref in (old, new):
         got = env_requires(timed.prepare(ref.lock, scenario.framework, failing.expected_device
-                                         or opts.device or config.device, progress))
+                                         or settings.report_device, progress))
         if got is not None:
             requires.update(got[0])
             python = got[1]
@@ -337,8 +335,7 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
                             "installed metadata (not a venv)")
     known = set(old.lock.by_name) | set(new.lock.by_name)
     timed.seconds.clear()
-    single_opts = Options(device=opts.device, steps=opts.steps, env=opts.env, repeat=1,
-                          exact=opts.exact)
+    single = settings.single()  # a mix runs once
     # Timings and memory peaks only mean something measured side by side.
     together = failing.verdict in (Verdict.slower, Verdict.heavier)
 
@@ -368,11 +365,11 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
             return compare_runs(runs.baseline if together else baseline_runs, runs.candidate,
                                 policy=policy, baseline_kind="lock", expected_device=p.device,
                                 timed_together=together,
-                                tolerance=tolerance_of(p.scenario.tolerance)), None
+                                tolerance=p.scenario.tolerance), None
 
         started = time.perf_counter()
         try:
-            outcome = pipeline(config, single_opts, [scenario], [ref], decide=decide,
+            outcome = pipeline(single, [scenario], [ref], decide=decide,
                                judge=judge, progress=progress, backend=timed)
         except LockguardError as exc:
             trial.status, trial.reason = "broken", one_line(str(exc))
@@ -415,8 +412,8 @@ def bisect_scenario(config: Config, opts: Options, scenario: Scenario, old: Lock
     return result
 
 
-def attach_bisection(report: Report, config: Config, opts: Options, scenarios: list[Scenario],
-                     candidates: list[LockRef], baseline: list[LockRef], policy: Policy,
+def attach_bisection(report: Report, settings: Settings, scenarios: list[Scenario],
+                     candidates: list[LockRef], baseline: list[LockRef],
                      progress: Progress = QUIET, backend: Backend | None = None) -> Report:
     """Bisect every failing scenario of an A/B report; the report with `bisection` filled."""
     from lockguard.locks.ref import lock_for
@@ -437,8 +434,8 @@ def attach_bisection(report: Report, config: Config, opts: Options, scenarios: l
         ev = report.evidence_of(sc.id)
         if old is None or new is None or ev is None or ev.baseline is None:
             continue
-        found.append(bisect_scenario(config, opts, sc, old, new, verdict, [ev.baseline.result],
-                                     policy, progress, backend))
+        found.append(bisect_scenario(settings, sc, old, new, verdict, [ev.baseline.result],
+                                     progress, backend))
     return report.model_copy(update={"bisection": found, "notes": report.notes + notes})
 
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockguard.config import Config
 from lockguard.errors import UsageError
 from lockguard.locks.ref import load_locks
 from lockguard.locks.trust import require_trusted
 from lockguard.progress import Progress
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.envs.images import BuiltImage, Pushed
@@ -27,7 +27,7 @@ class Built:
     stack: str | None
 
 
-def build_images(config: Config, locks: list[str], framework: str | None, accelerator: str,
+def build_images(settings: Settings, locks: list[str], framework: str | None, accelerator: str,
                  base_image: str | None, registry: str | None,
                  progress: Progress) -> Iterator[Built]:
     """The image of each lock (the config's, or `locks`) for `framework` (default: every
@@ -37,10 +37,10 @@ def build_images(config: Config, locks: list[str], framework: str | None, accele
 
     if registry is not None:
         images.check_registry(registry)  # before anything is built
-    refs = load_locks(config, locks)
+    refs = load_locks(settings.config, locks)
     for ref in refs:  # every lock before any image
-        require_trusted(ref.lock, allow_unhashed=config.allow_unhashed,
-                        allow_insecure_index=config.allow_insecure_index)
+        require_trusted(ref.lock, allow_unhashed=settings.allow_unhashed,
+                        allow_insecure_index=settings.allow_insecure_index)
     for ref in refs:
         pinned = sorted(ref.lock.frameworks() - {"numpy"}) or sorted(ref.lock.frameworks())
         for fw in [framework] if framework else pinned:

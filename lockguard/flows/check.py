@@ -1,4 +1,5 @@
-"""`lockguard check`: the candidate locks against stored goldens, or against baseline locks (A/B).
+"""`lockguard check`: the candidate locks against a baseline -- the stored goldens, baseline
+locks (A/B), or the locks at a git merge base (resolved into baseline locks, flows/git_base.py).
 
 The golden check answers from provenance when nothing that shapes a run changed since its golden
 was recorded on this hardware class: no framework is imported, nothing is built or run.
@@ -8,62 +9,101 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from lockguard import golden
-from lockguard.config import Config, Options
 from lockguard.flows.goldens import (
-    Crossings, Hosts, compare_with_goldens, digest, golden_dir, load_goldens, unchanged,
+    Crossings, Hosts, compare_with_goldens, digest, load_goldens, unchanged,
 )
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, env_kind, pipeline, run_backend
+from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
 from lockguard.locks.ref import LockRef
-from lockguard.flows.report_parts import family_rule_report, lock_info, nothing_done, parity, \
-    policy_for, trust_notes
+from lockguard.flows.report_parts import family_rule_report, report_for
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, harness_digest
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
+    from lockguard.flows.git_base import Gate
     from lockguard.report import Evidence, Report
 
 
-def check(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
-          baseline: list[LockRef] | None = None, progress: Progress = QUIET,
+# ------------------------------------------------------------------------------ the baseline
+
+@dataclass(frozen=True)
+class Goldens:
+    """Check against the goldens stored in golden_dir, recorded by `lockguard record`."""
+
+
+@dataclass(frozen=True)
+class BaselineLocks:
+    """Check A/B against these locks (`--baseline-lock`, propose's current locks), each
+    scenario run from both sides on this machine."""
+
+    refs: tuple[LockRef, ...]
+
+
+@dataclass(frozen=True)
+class MergeBase:
+    """Check A/B against the locks at a git merge base (`--base GITREF`), judged by the gate
+    `open_gate` read; check_base resolves it into baseline and candidate locks."""
+
+    gate: Gate
+
+
+Baseline = Union[Goldens, BaselineLocks, MergeBase]
+GOLDENS = Goldens()
+
+
+def check(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
+          baseline: Baseline = GOLDENS, progress: Progress = QUIET,
           backend: Backend | None = None) -> Report:
+    """Check `locks` (with a merge base: the gate's own, and `locks` is not read) against
+    `baseline`; `settings` are the judging configuration's (a merge base's, with
+    `--policy base`)."""
+    if isinstance(baseline, MergeBase):
+        from lockguard.flows.git_base import check_base
+
+        return check_base(settings, baseline.gate, scenarios, progress, backend)
     # Only the locks under check: a baseline that broke a rule is what is being replaced.
     if (failed := family_rule_report("check", locks)) is not None:
         return failed
-    if baseline:
+    if isinstance(baseline, BaselineLocks) and baseline.refs:
         from lockguard.flows.ab import check_ab
 
-        return check_ab(config, locks, baseline, scenarios, opts, progress, backend)
-    return check_golden(config, locks, scenarios, opts, progress, backend)
+        return check_ab(settings, locks, list(baseline.refs), scenarios, progress, backend)
+    return check_golden(settings, locks, scenarios, progress, backend)
 
 
-def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario],
-                 opts: Options, progress: Progress = QUIET,
-                 backend: Backend | None = None) -> Report:
+def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
+                 progress: Progress = QUIET, backend: Backend | None = None) -> Report:
+    """Check `locks` against the stored goldens: unchanged inputs answer from the golden's
+    provenance without running; the rest run and are compared with every golden of their
+    device (this hardware class's first)."""
     start = time.perf_counter()
-    kind, backend = env_kind(config, opts), run_backend(config, opts, backend)
-    gdir = golden_dir(config)
+    backend = run_backend(settings, backend)
+    gdir = settings.golden_dir
     harness = harness_digest()
     hosts, crossed = Hosts(), Crossings()
-    policy = policy_for(config, opts.exact)
+    policy = settings.policy
     answered: dict[str, HardwareClass] = {}  # scenario -> class whose golden answers unrun
     goldens: dict[str, tuple[dict[str, Golden], str]] = {}
 
     def decide(p: Planned) -> list[Job]:
-        sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, config, harness, backend)
+        sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, settings, harness,
+                                                     backend)
         mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
         # Every golden read here is verified (digest, shape, class): a bad one is an error
         # before anything runs.
         mine_gold = golden.load(mine) if mine is not None else None
         # `local` runs whatever is installed, which the lock does not pin: never answered
         # from provenance.
-        if mine_gold is not None and host is not None and not opts.rerun \
-                and opts.repeat == 1 and kind != "local" and unchanged(mine_gold, p, inputs):
+        if mine_gold is not None and host is not None and not settings.rerun \
+                and settings.repeat == 1 and not settings.local \
+                and unchanged(mine_gold, p, inputs):
             # Same lock, harness, scenario and settings as when recorded, on this hardware
             # class: the answer is known without importing a framework or building anything.
             answered[sid] = host
@@ -75,12 +115,12 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
             if os.path.lexists(legacy):
                 raise GoldenError(f"{legacy}: golden of schema 1 (recorded without a hardware "
                                   f"class); re-record it (`lockguard record --scenario {sid}`)")
-            if not opts.allow_new:
+            if not settings.allow_new:
                 where = mine or golden_path(gdir, p.device, "<hardware class>", sid)
                 raise GoldenError(f"{where}: no golden recorded for scenario {sid} on any "
                                   f"hardware (run `lockguard record --scenario {sid}` first)")
         goldens[sid] = (found, inputs)
-        return [Job(p, p.lock)] * opts.repeat
+        return [Job(p, p.lock)] * settings.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
         from lockguard.compare.verdicts import ScenarioVerdict
@@ -99,26 +139,13 @@ def check_golden(config: Config, locks: list[LockRef], scenarios: list[Scenario]
         return compare_with_goldens(p, runs.candidate, found, hosts.get(p.device), inputs,
                                     policy, crossed)
 
-    outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
+    outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
-    from lockguard.compare.verdicts import gate_passes, is_failure
-    from lockguard.report import Report
-
-    idle = nothing_done(outcome.verdicts, "compared")
     # A check answered wholly from provenance ran nothing, and its report holds only values
     # lockguard made itself: it skips the Report validator, whose one-off build (every nested
     # model, RunResults included) would be a fifth of the unchanged-lock answer. Rendering it
     # as JSON still goes through the model's serializer.
     ran_nothing = bool(answered) and set(answered) == {v.scenario for v in outcome.verdicts}
-    assemble = Report.model_construct if ran_nothing else Report
-    return assemble(command="check", mode="golden", device=opts.device or config.device,
-                  locks=[lock_info(r, "candidate") for r in locks], verdicts=outcome.verdicts,
-                  evidence=outcome.evidence,
-                  parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
-                                outcome.results),
-                  notes=([idle] if idle else []) + crossed.notes()
-                  + trust_notes(config, locks),
-                  hardware=hosts.known(),
-                  passed=gate_passes(outcome.verdicts, policy) and not idle,
-                  failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
-                  duration_s=time.perf_counter() - start)
+    return report_for(settings, outcome, command="check", mode="golden", locks=locks,
+                      started=start, notes=crossed.notes(), hardware=hosts.known(),
+                      validate=not ran_nothing)

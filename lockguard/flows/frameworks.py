@@ -14,19 +14,19 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lockguard.compare.figures import median
-from lockguard.config import Config, ConfigError, Options
+from lockguard.config import ConfigError
 from lockguard.flows.goldens import Hosts
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline
 from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import (
-    evidence, family_rule_report, lock_info, nothing_done, policy_for, relative_spread,
-    trust_notes,
+    evidence, family_rule_report, relative_spread, report_for,
 )
 from lockguard.locks.families import framework_version
 from lockguard.names import MODEL_FAMILIES
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario, bundled
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
@@ -50,19 +50,20 @@ def comparison_scenarios(families: list[str], frameworks: list[str]) -> list[Sce
     return sorted(chosen, key=lambda s: wanted.index(s.family or ""))  # stable: bundled order
 
 
-def compare_frameworks(config: Config, locks: list[LockRef], scenarios: list[Scenario],
-                       opts: Options, progress: Progress = QUIET,
-                       backend: Backend | None = None) -> Report:
+def compare_frameworks(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
+                       progress: Progress = QUIET, backend: Backend | None = None) -> Report:
+    """Train `scenarios` (comparison_scenarios) from `locks`, one run at a time, repeats in
+    rounds, and set the frameworks side by side in the report's table."""
     start = time.perf_counter()
     if (failed := family_rule_report("compare-frameworks", locks)) is not None:
         return failed
-    policy = policy_for(config)
+    policy = settings.policy
     hosts = Hosts()
     runs_of: dict[str, list[RunResult]] = {}
 
     def decide(p: Planned) -> list[Job]:
         hosts.get(p.device)
-        return [Job(p, p.lock)] * opts.repeat
+        return [Job(p, p.lock)] * settings.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence]:
         from lockguard.compare.verdicts import compare_runs
@@ -78,26 +79,17 @@ def compare_frameworks(config: Config, locks: list[LockRef], scenarios: list[Sce
     # One run at a time: two trainings sharing the cores and the memory bandwidth slow each
     # other unevenly, and the step times are the point here; repeats in rounds, so that a
     # change in the machine's load over the minutes this takes touches every framework alike.
-    outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
+    outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend, jobs=1, rounds=True)
-    from lockguard.compare.verdicts import gate_passes, is_failure
-    from lockguard.report import Report
-
     verdicts = {v.scenario: v for v in outcome.verdicts}
     measured = [_measure(p, verdicts[p.scenario.id], runs_of[p.scenario.id])
                 for p in outcome.planned if p.scenario.id in runs_of]
     devices = sorted({p.device for p in outcome.planned if not p.skip_reason})
-    table = _table(measured, outcome.planned, config, opts, ", ".join(devices)) \
+    table = _table(measured, outcome.planned, settings, ", ".join(devices)) \
         if measured else None
-    idle = nothing_done(outcome.verdicts, "measured")
-    return Report(command="compare-frameworks", mode="frameworks",
-                  device=opts.device or config.device,
-                  locks=[lock_info(r, "candidate") for r in locks], verdicts=outcome.verdicts,
-                  evidence=outcome.evidence, frameworks=table,
-                  notes=([idle] if idle else []) + trust_notes(config, locks),
-                  passed=gate_passes(outcome.verdicts, policy) and not idle,
-                  failing=[v.scenario for v in outcome.verdicts if is_failure(v, policy)],
-                  hardware=hosts.known(), duration_s=time.perf_counter() - start)
+    return report_for(settings, outcome, command="compare-frameworks", mode="frameworks",
+                      locks=locks, started=start, done="measured", with_parity=False,
+                      frameworks=table, hardware=hosts.known())
 
 
 # ------------------------------------------------------------------------------------ table
@@ -154,8 +146,8 @@ def _path_notes(run: RunResult, execution: str) -> list[str]:
     return notes
 
 
-def _table(measured: list[dict[str, Any]], planned: list[Planned], config: Config,
-           opts: Options, device: str) -> FrameworkTable:
+def _table(measured: list[dict[str, Any]], planned: list[Planned], settings: Settings,
+           device: str) -> FrameworkTable:
     """The rows, each with its figures relative to its family and to its plain twin, and the
     caveats."""
     from lockguard.report import FrameworkRow, FrameworkTable
@@ -182,23 +174,23 @@ def _table(measured: list[dict[str, Any]], planned: list[Planned], config: Confi
             step0.setdefault(row.family, []).append(row.step0_loss)
     spread = {family: relative_spread(values) for family, values in step0.items()
               if len(values) > 1}
-    return FrameworkTable(device=device, threads=config.threads, repeat=opts.repeat,
+    return FrameworkTable(device=device, threads=settings.threads, repeat=settings.repeat,
                           steps=steps, step0_spread=spread, rows=rows,
-                          caveats=caveats(config, opts, rows))
+                          caveats=caveats(settings, rows))
 
 
-def caveats(config: Config, opts: Options, rows: list[FrameworkRow]) -> list[str]:
+def caveats(settings: Settings, rows: list[FrameworkRow]) -> list[str]:
     """What the figures do and do not say, in the report beside them."""
-    floor = config.heavier_min_bytes / 2**20
+    floor = settings.policy.heavier_min_bytes / 2**20
     out = [
         "Same model, data and initial weights in every framework (step 0 agrees to float "
         "rounding); each framework runs its own optimiser code for the same update, so the "
         "losses part by rounding from step 1 on: final losses are shown, not judged.",
-        f"Same math, not tuned per framework: bundled sizes, float32, {config.threads} "
+        f"Same math, not tuned per framework: bundled sizes, float32, {settings.threads} "
         "thread(s), default settings. A framework's own best configuration may be faster.",
         "Step: the median training step after the first. First step: includes compiling or "
         "tracing; a warm compile cache (torch inductor's on a second run) makes it shorter. "
-        + (f"Medians of {opts.repeat} runs each" if opts.repeat > 1 else "One run each")
+        + (f"Medians of {settings.repeat} runs each" if settings.repeat > 1 else "One run each")
         + ", one at a time on this machine; ×fastest is the step against the family's fastest.",
         "Peak memory: how far the training raised the process's resident memory above its "
         "level after importing the framework (compile caches and allocator pools count). "

@@ -27,11 +27,11 @@ from lockguard.files import display_path
 from lockguard.progress import QUIET, Progress
 
 if TYPE_CHECKING:
-    from lockguard.config import Options
     from lockguard.flows.pipeline import Backend
     from lockguard.locks.ref import LockRef
     from lockguard.report import Report
     from lockguard.scenarios import Scenario
+    from lockguard.settings import Settings
 
 PolicyFrom = Literal["base", "pr"]
 
@@ -126,10 +126,12 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
     return gate
 
 
-def check_base(gate: Gate, scenarios: list[Scenario], opts: Options,
+def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
                progress: Progress = QUIET, backend: Backend | None = None) -> Report:
     """A/B between each lock at the merge base and the lock that takes its place on disk,
-    under the judging configuration. When no lock changed, the answer comes from git alone."""
+    under the judging configuration (`settings` are resolved from gate.judging): the gate
+    resolved into baseline and candidate locks, then flows.ab.check_ab. When no lock changed,
+    the answer comes from git alone."""
     from lockguard.report import GitBase, Report
 
     start = time.perf_counter()
@@ -199,7 +201,7 @@ def check_base(gate: Gate, scenarios: list[Scenario], opts: Options,
     run_old = list({id(r): r for s in mine if (r := runs_from(s, baseline))}.values()) \
         or [paired[id(ref)] for ref in judged]
     report = (family_rule_report("check", moved)
-              or check_ab(gate.judging, run_new, run_old, mine, opts, progress, backend))
+              or check_ab(settings, run_new, run_old, mine, progress, backend))
     report.notes = notes + report.notes
     report.base = base
     report.gate = policy

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import answers, golden
-from lockguard.config import Config
 from lockguard.files import display_path
 from lockguard.flows.pipeline import Planned
-from lockguard.flows.report_parts import evidence, tolerance_of
+from lockguard.flows.report_parts import evidence
 from lockguard.golden import Golden, GoldenError, class_paths
 from lockguard.hardware import HardwareClass, difference, hardware_class, host_class
 from lockguard.results import RunResult
 from lockguard.scenarios import inputs_digest
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.tolerance import Policy
@@ -58,23 +58,21 @@ class Crossings:
                 for (old, new), sids in self._seen.items()]
 
 
-def golden_dir(config: Config) -> Path:
-    return config.resolve(config.golden_dir)
-
-
 def lock_hash(p: Planned) -> str:
+    """The hash of the lock `p` runs from ("local": the interpreter as it is)."""
     return p.lock.lock.lock_hash if p.lock else "local"
 
 
 def lock_name(p: Planned) -> str:
+    """The lock `p` runs from, as people name it."""
     return p.lock.name if p.lock else "local"
 
 
-def digest(p: Planned, config: Config, harness: str, backend: Backend) -> str:
+def digest(p: Planned, settings: Settings, harness: str, backend: Backend) -> str:
     """The inputs digest of `p`'s runs on `backend`: what a golden is recorded from, and
     answers for unrun while it is unchanged."""
-    return inputs_digest(p.scenario, lock_hash=lock_hash(p), steps=p.steps, seed=config.seed,
-                         device=p.device, threads=config.threads, harness=harness,
+    return inputs_digest(p.scenario, lock_hash=lock_hash(p), steps=p.steps, seed=settings.seed,
+                         device=p.device, threads=settings.threads, harness=harness,
                          environment=environment(backend))
 
 
@@ -138,7 +136,7 @@ def compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, G
         crossed.add(change, p.scenario.id)
     verdict = compare_runs([gold.result] if gold else [], runs, policy=policy,
                            baseline_kind="golden", expected_device=p.device,
-                           timed_together=False, tolerance=tolerance_of(p.scenario.tolerance),
+                           timed_together=False, tolerance=p.scenario.tolerance,
                            hardware=change, envelope=gold.envelope if gold else None,
                            **({"alone": alone} if alone is not None else {}))
     baseline = (("golden", f"{display_path(gold.path)} ({gold.hardware.id})", gold.result)

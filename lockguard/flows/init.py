@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard.config import (
-    MAX_CONFIG_BYTES, Config, ConfigError, Options, load_config, lockguard_table, parse_config,
+    MAX_CONFIG_BYTES, Config, ConfigError, load_config, lockguard_table, parse_config,
 )
 from lockguard.errors import UsageError, one_line
 from lockguard.files import ReadError, display_path, read_bytes, repo_root, write_text
@@ -43,6 +43,7 @@ from lockguard.locks.formats import format_by_name
 from lockguard.locks.model import Lock, LockError
 from lockguard.locks.parser import parse_lock
 from lockguard.locks.trust import require_trusted
+from lockguard.settings import Settings
 from lockguard.names import FRAMEWORKS
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, bundled, select
@@ -489,9 +490,10 @@ def _register_by_hand(s: Survey) -> str:
 def _unrecorded(config: Config, locks: list[LockRef], chosen: list[Scenario]) -> list[Scenario]:
     """Of `chosen`, those a lock pins the framework of and that have no golden for this
     machine's hardware class yet (all of them where the class cannot be read cheaply)."""
-    gdir = config.resolve(config.golden_dir)
+    settings = Settings.resolve(config)
+    gdir = settings.golden_dir
     out = []
-    for planned in plan(config, chosen, locks):
+    for planned in plan(settings, chosen, locks):
         if planned.skip_reason:
             continue
         host = host_class(planned.device)
@@ -528,7 +530,8 @@ def apply(p: Plan, progress: Progress = QUIET) -> Done:
         from lockguard.flows.record import record
 
         config = load_config(s.config_file or s.config_target)
-        report = record(config, p.locks, p.to_record, Options(), progress)
+        # A new project's own settings: init takes no run options.
+        report = record(Settings.resolve(config), p.locks, p.to_record, progress)
     elif p.choices.record:
         lines.append("goldens: already recorded on this machine")
     return Done(lines, report, _next_steps(p, report))

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Literal
 
 from lockguard.allowlist import withheld
 from lockguard import envvars
-from lockguard.config import Config
 # The seam to the environments: the flows know Backend and backend_for, never a backend's module.
 from lockguard.envs import Backend, backend_for
 from lockguard.envs.base import Env, RunRequest
@@ -32,10 +31,10 @@ from lockguard.locks.ref import LockRef, lock_for, no_lock_reason
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, verify
 from lockguard.scenarios import Scenario
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
-    from lockguard.config import Options
     from lockguard.report import Evidence
 
 Role = Literal["baseline", "candidate"]
@@ -105,17 +104,18 @@ Judge = Callable[[Planned, Runs], "tuple[ScenarioVerdict, Evidence | None]"]
 
 # -------------------------------------------------------------------------------------- plan
 
-def plan(config: Config, scenarios: list[Scenario], locks: list[LockRef], *,
-         device: str | None = None, steps: int | None = None,
-         local: bool = False) -> list[Planned]:
-    """Decide lock, device and steps per scenario; unrunnable ones carry a skip reason."""
+def plan(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]) -> list[Planned]:
+    """Decide lock, device and steps per scenario under `settings` (--device over a
+    scenario's, its lock's and the config's device; --steps or the config's over a scenario's;
+    with `--env local` a scenario runs without a lock); unrunnable ones carry a skip reason."""
     planned = []
     for sc in scenarios:
         ref = lock_for(sc, locks)
-        expected = device or sc.device or (ref.device if ref else None) or config.device
-        n = steps or config.steps or sc.steps
+        expected = (settings.device or sc.device or (ref.device if ref else None)
+                    or settings.default_device)
+        n = settings.steps or sc.steps
         reason = None
-        if ref is None and not local:
+        if ref is None and not settings.local:
             reason = no_lock_reason(sc, locks)
         elif sc.replicas > 1 and expected == "tpu":
             reason = f"trains on {sc.replicas} devices at once: on the CPU or on GPUs, not on tpu"
@@ -148,23 +148,17 @@ def _healthy(p: Planned, ran: list[tuple[Job, Env, RunResult]]) -> bool:
     return bool(mine) and all(result.status == Status.ok for result in mine)
 
 
-def env_kind(config: Config, opts: Options) -> str:
-    """The environment backend asked for: --env, else the config's `env`."""
-    return opts.env or config.env
-
-
-def run_backend(config: Config, opts: Options, given: Backend | None = None) -> Backend:
+def run_backend(settings: Settings, given: Backend | None = None) -> Backend:
     """The backend a flow runs on: `given` (a test's fake, a flow's wrapper), else the one
-    env_kind names, with the project's settings (lockguard.envs.backend_for)."""
+    settings.env names, with the settings it builds with (lockguard.envs.backend_for)."""
     if given is not None:
         return given
-    return backend_for(env_kind(config, opts), python=config.python_path,
-                       installer=config.installer, allow_sdist=config.allow_sdist,
-                       allow_unhashed=config.allow_unhashed,
-                       allow_insecure_index=config.allow_insecure_index)
+    return backend_for(settings.env, python=settings.python, installer=settings.installer,
+                       allow_sdist=settings.allow_sdist, allow_unhashed=settings.allow_unhashed,
+                       allow_insecure_index=settings.allow_insecure_index)
 
 
-def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: list[LockRef], *,
+def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef], *,
              decide: Decide, judge: Judge, progress: Progress = QUIET,
              backend: Backend | None = None, jobs: int | None = None,
              rounds: bool = False, timing: Decide | None = None) -> Outcome:
@@ -179,20 +173,19 @@ def pipeline(config: Config, opts: Options, scenarios: list[Scenario], locks: li
     run); they run after every other run of the check, one at a time, so that nothing else
     trains beside them.
     """
-    backend = run_backend(config, opts, backend)
-    planned = on_this_host(plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
-                                local=env_kind(config, opts) == "local"))
+    backend = run_backend(settings, backend)
+    planned = on_this_host(plan(settings, scenarios, locks))
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
     if rounds:
         wanted_jobs = [job for round_ in zip_longest(*wanted.values()) for job in round_
                        if job is not None]
     else:
         wanted_jobs = [job for mine in wanted.values() for job in mine]
-    ran = execute(config, backend, wanted_jobs, progress, workers=jobs) if wanted_jobs else []
+    ran = execute(settings, backend, wanted_jobs, progress, workers=jobs) if wanted_jobs else []
     timed = [job for p in planned if not p.skip_reason and _healthy(p, ran)
              for job in (timing(p) if timing is not None else [])]
     if timed:
-        ran += execute(config, backend, timed, progress, workers=1,
+        ran += execute(settings, backend, timed, progress, workers=1,
                        title=f"Timing {len(timed)} run(s), one at a time, baseline and "
                              "candidate alternating")
     from lockguard.compare.verdicts import skipped
@@ -303,12 +296,12 @@ class Environments:
 
 # ----------------------------------------------------------------------------------- execute
 
-def request_for(p: Planned, config: Config) -> RunRequest:
-    """The harness's request for `p`, with the configured seed, threads, timeout and memory
+def request_for(p: Planned, settings: Settings) -> RunRequest:
+    """The harness's request for `p`, with the settings' seed, threads, timeout and memory
     limit."""
-    limit, source = memory_limit(config)
-    return p.scenario.request(steps=p.steps, seed=config.seed, device=p.device,
-                              threads=config.threads, timeout=config.timeout,
+    limit, source = memory_limit(settings)
+    return p.scenario.request(steps=p.steps, seed=settings.seed, device=p.device,
+                              threads=settings.threads, timeout=settings.timeout,
                               memory_limit=limit, memory_limit_source=source)
 
 
@@ -318,21 +311,21 @@ def request_for(p: Planned, config: Config) -> RunRequest:
 AUTO_MEMORY_SHARE = 0.75
 
 
-def memory_limit(config: Config) -> tuple[int | None, str]:
+def memory_limit(settings: Settings) -> tuple[int | None, str]:
     """The bytes one training run may hold resident (None: no limit), and where that figure
     comes from, for the error of a run that exceeds it."""
-    if config.memory_limit == "none":
+    if settings.memory_limit == "none":
         return None, "config key memory_limit"
-    if config.memory_limit == "auto":
+    if settings.memory_limit == "auto":
         host = host_memory()
         if host is None:
             return None, "config key memory_limit"  # nothing to take a share of
         return int(host * AUTO_MEMORY_SHARE), ("3/4 of this machine's memory, the default; "
                                                "config key memory_limit sets another")
-    return int(config.memory_limit), "config key memory_limit"
+    return int(settings.memory_limit), "config key memory_limit"
 
 
-def execute(config: Config, backend: Backend, jobs: list[Job], progress: Progress = QUIET,
+def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Progress = QUIET,
             workers: int | None = None,
             title: str | None = None) -> list[tuple[Job, Env, RunResult]]:
     """Prepare every job's environment on `backend`, then run all jobs in parallel: (job, the
@@ -342,7 +335,7 @@ def execute(config: Config, backend: Backend, jobs: list[Job], progress: Progres
     envs.expect(wanted)
     envs.prepare_all(wanted)
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
-                 request_for(j.planned, config)) for j in jobs]
+                 request_for(j.planned, settings)) for j in jobs]
     hidden = withheld()
     if hidden:  # how many, never which or what: -v output ends up in public CI logs
         progress.detail(f"{hidden} of lockguard's {len(os.environ)} environment variables are "

@@ -6,20 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard.config import Config, Options
 from lockguard.files import display_path
-from lockguard.flows.check import check
+from lockguard.flows.check import BaselineLocks, check
 from lockguard.flows.pipeline import Backend
 from lockguard.locks.ref import LockRef, lock_for, lock_target, read_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.report import Report
 
 
-def propose(config: Config, locks: list[LockRef], upgrades: list[str],
-            scenarios: list[Scenario], opts: Options, *, resolver: str | None = None,
+def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
+            scenarios: list[Scenario], *, resolver: str | None = None,
             inputs: Path | None = None, progress: Progress = QUIET,
             backend: Backend | None = None) -> Report:
     """Resolve the locks with `upgrades` into the cache and A/B-check them against the current
@@ -46,7 +46,8 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
         notes.append(f"proposed lock for {display_path(ref.path)} ({proposal.resolver}): "
                      f"{proposal.path}")
         notes.extend(proposal.relaxed)
-        candidates.append(LockRef(proposal.path, read_lock(proposal.path, lock_target(config)),
+        target = lock_target(settings.config)
+        candidates.append(LockRef(proposal.path, read_lock(proposal.path, target),
                                   ref.device))
         baseline.append(ref)
     unpinned = [spec for spec, name in wanted.items()
@@ -54,7 +55,7 @@ def propose(config: Config, locks: list[LockRef], upgrades: list[str],
     if unpinned:
         raise ConfigError(f"no lock pins {', '.join(unpinned)}: propose upgrades what a lock pins")
     mine = [s for s in scenarios if lock_for(s, candidates) is not None]
-    report = check(config, candidates, mine, opts, baseline, progress, backend)
+    report = check(settings, candidates, mine, BaselineLocks(tuple(baseline)), progress, backend)
     return report.model_copy(update={"command": "propose", "notes": notes + report.notes})
 
 

@@ -14,21 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import gitref, golden
-from lockguard.config import Config, Options
 from lockguard.files import display_path, file_kind, writable_dir
 from lockguard.flows.goldens import (
-    Crossings, Hosts, compare_with_goldens, digest, golden_dir, lock_hash, previous_goldens,
+    Crossings, Hosts, compare_with_goldens, digest, lock_hash, previous_goldens,
 )
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
 from lockguard.locks.ref import LockRef
-from lockguard.flows.report_parts import (
-    family_rule_report, lock_info, nothing_done, parity, policy_for, trust_notes,
-)
+from lockguard.flows.report_parts import family_rule_report, report_for
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass, hardware_class
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario, harness_digest
+from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.envelope import Envelope
@@ -39,18 +37,20 @@ if TYPE_CHECKING:
 FIRST = "its first golden: no earlier one on any hardware class to compare with"
 
 
-def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts: Options,
+def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
            progress: Progress = QUIET, backend: Backend | None = None) -> Report:
+    """Run `scenarios` from `locks` and write each healthy result on its intended device as
+    the golden of this hardware class (only those whose results or inputs changed)."""
     start = time.perf_counter()
     if (failed := family_rule_report("record", locks)) is not None:
         return failed
-    backend = run_backend(config, opts, backend)
-    gdir = golden_dir(config)
+    backend = run_backend(settings, backend)
+    gdir = settings.golden_dir
     hosts, crossed = Hosts(), Crossings()
     notes: list[str] = []
     harness = harness_digest()
-    policy = policy_for(config, opts.exact)
-    commit = gitref.head_commit(config.root)
+    policy = settings.policy
+    commit = gitref.head_commit(settings.config.root)
     previous: dict[str, dict[str, Golden]] = {}
     to_write: list[tuple[Path, RunResult, golden.Provenance, HardwareClass,
                          Envelope | None]] = []
@@ -71,13 +71,13 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
         else:
             writable_dir(gdir / p.device, "the golden directory")
         previous[p.scenario.id] = previous_goldens(gdir, p, host, notes)
-        return [Job(p, p.lock)] * opts.repeat
+        return [Job(p, p.lock)] * settings.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence]:
         from lockguard.names import Verdict
 
         result, envelope = _reference(runs.candidate)
-        inputs = digest(p, config, harness, backend)
+        inputs = digest(p, settings, harness, backend)
         verdict, proof = compare_with_goldens(p, runs.candidate, previous[p.scenario.id],
                                               hosts.get(p.device), inputs, policy, crossed,
                                               alone=(Verdict.new, FIRST))
@@ -98,7 +98,7 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
                              provenance, cls, envelope))
         return verdict, proof
 
-    outcome = pipeline(config, opts, scenarios, locks, decide=decide, judge=judge,
+    outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
     # A golden whose results and inputs did not change is left as it is (timings and dates
     # aside), so that a golden diff in a pull request is the real change.
@@ -114,21 +114,13 @@ def record(config: Config, locks: list[LockRef], scenarios: list[Scenario], opts
             notes.append(f"removed {display_path(legacy)} (schema 1, no hardware class): "
                          f"replaced by {display_path(path)}")
     from lockguard.names import Verdict
-    from lockguard.report import Report
 
     broken = [v for v in outcome.verdicts
               if v.verdict in (Verdict.broken, Verdict.device_fallback)]
-    idle = nothing_done(outcome.verdicts, "recorded")
-    return Report(command="record", mode="record", device=opts.device or config.device,
-                  locks=[lock_info(r, "candidate") for r in locks], verdicts=outcome.verdicts,
-                  evidence=outcome.evidence,
-                  parity=parity({p.scenario.id: p.scenario for p in outcome.planned},
-                                outcome.results),
-                  written=[str(path) for path in written], passed=not broken and not idle,
-                  notes=([idle] if idle else []) + notes + crossed.notes()
-                  + trust_notes(config, locks),
-                  hardware=hosts.known(), failing=[v.scenario for v in broken],
-                  duration_s=time.perf_counter() - start)
+    return report_for(settings, outcome, command="record", mode="record", locks=locks,
+                      started=start, done="recorded", notes=notes + crossed.notes(),
+                      failing=broken, written=[str(path) for path in written],
+                      hardware=hosts.known())
 
 
 def _kind(path: Path) -> str | None:

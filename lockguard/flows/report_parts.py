@@ -1,11 +1,13 @@
-"""What every flow puts into its Report beside the verdicts: the gate policy from config, lock
-descriptions, the family-rule report, cross-framework parity, evidence, the "nothing ran" rule."""
+"""What every flow puts into its Report beside the verdicts: lock descriptions, the family-rule
+report, cross-framework parity, evidence, the "nothing ran" rule, and `report_for`, the one place
+a flow that ran scenarios turns its outcome into a Report."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from lockguard.config import Config, ToleranceSetting
 from lockguard.files import display_path
 from lockguard.locks.families import framework_version
 from lockguard.locks.rules import check_family_rules
@@ -13,36 +15,14 @@ from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario
 
 if TYPE_CHECKING:
-    from lockguard.compare.tolerance import Policy, Tolerance
     from lockguard.compare.verdicts import ScenarioVerdict
+    from lockguard.flows.pipeline import Outcome
     from lockguard.locks.ref import LockRef
     from lockguard.report import Evidence, LockInfo, ParityRow, Report
+    from lockguard.settings import Settings
 
 # compare and report (pydantic models, rich) are imported where used, and warmed up in the
 # background while training runs (pipeline._prewarm).
-
-
-def tolerance_of(setting: ToleranceSetting | None) -> Tolerance | None:
-    from lockguard.compare.tolerance import Tolerance
-
-    if setting is None:
-        return None
-    if setting == "exact":
-        return Tolerance(rtol=0.0, atol=0.0, exact=True)
-    return setting  # already a Tolerance: config validated it
-
-
-def policy_for(config: Config, exact: bool = False) -> Policy:
-    from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy
-    from lockguard.names import Verdict
-
-    fail_on = (frozenset(Verdict(v) for v in config.fail_on) if config.fail_on is not None
-               else DEFAULT_FAIL_ON)
-    return Policy(exact=exact or config.tolerance == "exact",
-                  tolerance=tolerance_of(config.tolerance), fail_on=fail_on,
-                  slower_ratio=config.slower_ratio, slower_min_step_s=config.slower_min_step_s,
-                  heavier_ratio=config.heavier_ratio, heavier_min_bytes=config.heavier_min_bytes,
-                  fail_on_improvement=config.fail_on_improvement)
 
 
 def lock_info(ref: LockRef, role: str) -> LockInfo:
@@ -58,14 +38,52 @@ def lock_info(ref: LockRef, role: str) -> LockInfo:
                     environment=lock.environment, left_out=lock.left_out)
 
 
-def trust_notes(config: Config, locks: list[LockRef]) -> list[str]:
+def trust_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
     """The warnings every report of a run carries for a lock let through by an opt-in
     (allow_unhashed, allow_insecure_index; locks/trust.py)."""
     from lockguard.locks.trust import warnings
 
     return [w for ref in locks
-            for w in warnings(ref.lock, ref.name, allow_unhashed=config.allow_unhashed,
-                              allow_insecure_index=config.allow_insecure_index)]
+            for w in warnings(ref.lock, ref.name, allow_unhashed=settings.allow_unhashed,
+                              allow_insecure_index=settings.allow_insecure_index)]
+
+
+def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
+               locks: Sequence[LockRef], started: float, baseline: Sequence[LockRef] = (),
+               done: str = "compared", notes: Sequence[str] = (),
+               failing: Sequence[ScenarioVerdict] | None = None, with_parity: bool = True,
+               validate: bool = True, **fields: Any) -> Report:
+    """The Report that ends a flow which ran scenarios through the pipeline: headed with the
+    settings' device, the locks (`baseline` ones first) and the outcome's verdicts and
+    evidence; its notes are "nothing was `done`" when nothing ran, then `notes`, then the
+    trust warnings of every lock. It passes when the gate's policy passes every verdict and
+    something ran; `failing` (the verdicts that fail it, when the flow decides that itself,
+    as record does) replaces the policy's judgement. `with_parity`: with the cross-framework
+    step-0 rows; `validate`: False builds a report made only of lockguard's own values
+    without the model validator (an unrun golden answer). Other Report fields come as
+    `fields`."""
+    from lockguard.compare.verdicts import gate_passes, is_failure
+    from lockguard.report import Report
+
+    verdicts = outcome.verdicts
+    idle = nothing_done(verdicts, done)
+    if failing is None:
+        passed = gate_passes(verdicts, settings.policy) and not idle
+        failing = [v for v in verdicts if is_failure(v, settings.policy)]
+    else:
+        passed = not failing and not idle
+    if with_parity:
+        fields["parity"] = parity({p.scenario.id: p.scenario for p in outcome.planned},
+                                  outcome.results)
+    build = Report if validate else Report.model_construct
+    return build(command=command, mode=mode, device=settings.report_device,
+                 locks=[lock_info(r, "baseline") for r in baseline]
+                 + [lock_info(r, "candidate") for r in locks],
+                 verdicts=verdicts, evidence=outcome.evidence,
+                 notes=([idle] if idle else []) + list(notes)
+                 + trust_notes(settings, [*baseline, *locks]),
+                 passed=passed, failing=[v.scenario for v in failing],
+                 duration_s=time.perf_counter() - started, **fields)
 
 
 def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:

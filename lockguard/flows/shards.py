@@ -35,10 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockguard.config import Config, Options
 from lockguard.errors import LockguardError, UsageError
-from lockguard.flows.goldens import golden_dir
-from lockguard.flows.pipeline import Planned, env_kind, plan
+from lockguard.flows.pipeline import Planned, plan
 from lockguard.locks.ref import LockRef
 from lockguard.files import ReadError, read_json
 from lockguard.golden import MAX_GOLDEN_BYTES, GoldenError, class_paths
@@ -48,6 +46,7 @@ from lockguard.scenarios import Scenario
 
 if TYPE_CHECKING:
     from lockguard.report import Report, ShardInfo
+    from lockguard.settings import Settings
 
 # Seconds a scenario is assumed to take (import, build of the model, steps) when no golden
 # records a timing for it: framework import dominates these small trainings.
@@ -144,13 +143,13 @@ def entry_index(made: Plan, entry_id: str) -> int:
                      "options the plan was made with")
 
 
-def estimate(config: Config, p: Planned) -> float:
+def estimate(settings: Settings, p: Planned) -> float:
     """The seconds a scenario took when its golden was recorded: the median over the hardware
     classes of its device (the same on every machine that has the repository), else a default
     for its framework."""
     timings = []
     try:
-        paths = class_paths(golden_dir(config), p.device, p.scenario.id)
+        paths = class_paths(settings.golden_dir, p.device, p.scenario.id)
     except GoldenError:
         paths = []  # the check itself reports an unreadable golden directory
     for path in paths:
@@ -175,12 +174,11 @@ def environments(kind: str, group: _Group) -> list[str]:
     return [f"venv of {name} ({group.lock_hash[:12]})"]
 
 
-def make_plan(config: Config, opts: Options, scenarios: list[Scenario], locks: list[LockRef],
+def make_plan(settings: Settings, scenarios: list[Scenario], locks: list[LockRef],
               shards: int | None = None) -> Plan:
     """The entries of `shards` parts (default: one per group), deterministic for its inputs."""
-    kind = env_kind(config, opts)
-    planned = plan(config, scenarios, locks, device=opts.device, steps=opts.steps,
-                   local=kind == "local")
+    kind = settings.env
+    planned = plan(settings, scenarios, locks)
     groups: dict[tuple[str, str, str], _Group] = {}
     for p in planned:
         if p.skip_reason:
@@ -188,7 +186,7 @@ def make_plan(config: Config, opts: Options, scenarios: list[Scenario], locks: l
         key = (p.device, p.scenario.framework, p.lock.lock.lock_hash if p.lock else "local")
         group = groups.setdefault(key, _Group(p.device, p.scenario.framework, p.lock))
         group.planned.append(p)
-        group.costs[p.scenario.id] = estimate(config, p)
+        group.costs[p.scenario.id] = estimate(settings, p)
     ordered = [groups[k] for k in sorted(groups)]
     total = shards if shards is not None else max(1, len(ordered))
     if total < 1 or total > MAX_ENTRIES:
@@ -209,7 +207,7 @@ def make_plan(config: Config, opts: Options, scenarios: list[Scenario], locks: l
         widest.shards += 1
         spare -= 1
 
-    runners = config.runners
+    runners = settings.config.runners
     entries: list[Entry] = []
     for group in ordered:
         bins: list[list[str]] = [[] for _ in range(group.shards)]
@@ -232,7 +230,7 @@ def make_plan(config: Config, opts: Options, scenarios: list[Scenario], locks: l
                 runner=getattr(runners, group.device, None),
                 environments=environments(kind, group), scenarios=mine,
                 cost_s=round(loads[i - 1], 3)))
-    device = opts.device or config.device
+    device = settings.report_device
     empties = total - len(entries)
     for i in range(1, empties + 1):
         index = len(entries) + 1
@@ -289,8 +287,8 @@ class ShardPart:
         return report
 
 
-def shard_part(shard: str | None, entry: str | None, plan_shards: int | None, config: Config,
-               opts: Options, chosen: list[Scenario], locks: list[LockRef]
+def shard_part(shard: str | None, entry: str | None, plan_shards: int | None,
+               settings: Settings, chosen: list[Scenario], locks: list[LockRef]
                ) -> ShardPart | None:
     """For `check --shard K/N` or `--plan-entry ID [--shards N]`: the part to run, or None
     without either. An entry id names a part of the plan made with the same options."""
@@ -301,7 +299,7 @@ def shard_part(shard: str | None, entry: str | None, plan_shards: int | None, co
     if shard is not None and entry is not None:
         raise UsageError("--shard and --plan-entry are two ways to name one part: use one")
     k, n = parse_shard(shard) if shard is not None else (0, plan_shards)
-    made = make_plan(config, opts, chosen, locks, n)
+    made = make_plan(settings, chosen, locks, n)
     if entry is not None:
         k = entry_index(made, parse_entry(entry))
     mine = shard_scenarios(made, k, chosen)
