@@ -51,6 +51,9 @@ def tolerance_value(setting: ToleranceSetting | None) -> Tolerance | None:
 
 
 class LockEntry(_Strict):
+    """One entry of `locks`: a lock's path (relative to the config's folder) and what the
+    config says of it. A bare string in `locks` is one with only `path`."""
+
     path: str
     device: Device | None = None  # the device this lock's environment is expected to use
     inputs: str | None = None  # its requirements.in (propose); default: <lock stem>.in beside it
@@ -69,6 +72,10 @@ MEMORY_LIMIT_RULE = f'{SIZE_RULE}; "auto" (3/4 of this machine\'s memory) or "no
 
 
 class ScenarioConfig(_Strict):
+    """[tool.lockguard.scenario.<id>]: a user scenario, a script defining `run(steps, seed)`
+    (relative to the config's folder). Unset, steps are 20 (scenarios.user_scenarios) and the
+    tolerance and device are the project's."""
+
     script: str
     framework: Framework
     steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
@@ -103,6 +110,10 @@ class RunnersConfig(_Strict):
 
 
 class Config(_Strict):
+    """[tool.lockguard] (or a lockguard.toml) validated and frozen, with where it came from
+    (`root`, `source`, `file`). Its settings are read through settings.Settings.resolve, once;
+    the rest (scenario tables, lock entries, runners) as `settings.config`."""
+
     lock: str | None = None
     locks: list[Union[str, LockEntry]] | None = None
     golden_dir: str = "golden"
@@ -197,11 +208,15 @@ class Config(_Strict):
         return find_python(self.python, self.root) if self.python else None
 
     def lock_entries(self) -> list[LockEntry]:
+        """The configured locks as entries, `lock` or `locks` alike, in the config's order;
+        empty when neither is set. Paths are as written: resolve them with `resolve`."""
         if self.lock is not None:
             return [LockEntry(path=self.lock)]
         return [e if isinstance(e, LockEntry) else LockEntry(path=e) for e in self.locks or []]
 
     def resolve(self, path: str) -> Path:
+        """A path from the config (`~` expanded) as a path: relative ones are relative to the
+        folder of the file that holds the config (`root`), not the working directory."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else self.root / p
 
@@ -272,6 +287,8 @@ def _describe(errors: list[Any]) -> str:
 
 def parse_config(data: dict[str, Any], source: str, root: Path,
                  file: Path | None = None) -> Config:
+    """A config's table (`data`) validated into a Config rooted at `root`; when it is not
+    valid, a ConfigError of one line naming `source` and the offending key."""
     try:
         return Config.model_validate({**data, "root": root, "source": source, "file": file})
     except ValidationError as exc:

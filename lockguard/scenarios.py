@@ -21,6 +21,9 @@ MAX_SCRIPT_BYTES = 16 * MiB
 
 @dataclass(frozen=True)
 class Scenario:
+    """A mini-training lockguard can run: a bundled one (the harness's code) or a user's
+    script, with the defaults it runs and is judged by."""
+
     id: str
     framework: str  # torch | jax | tensorflow | numpy
     description: str
@@ -46,6 +49,7 @@ class Scenario:
 
     @property
     def source(self) -> str:
+        """Where the scenario comes from: "user" (a script the config names) or "bundled"."""
         return "user" if self.script else "bundled"
 
     def request(self, *, steps: int, seed: int, device: str, threads: int,
@@ -161,6 +165,8 @@ BUNDLED: tuple[Scenario, ...] = (
 
 
 def bundled() -> list[Scenario]:
+    """The bundled scenarios whose framework the harness implements, in BUNDLED's order
+    (whether a lock pins the framework is decided later, per run)."""
     return [s for s in BUNDLED if implements(s.framework)]
 
 
@@ -172,6 +178,8 @@ def libraries_of(scenario_id: str) -> frozenset[str]:
 
 
 def user_scenarios(config: Config) -> list[Scenario]:
+    """The config's own scenarios (20 steps unless set), in the config's order; a ConfigError
+    naming the key when a script is not a file."""
     out = []
     for name, sc in config.scenario.items():
         script = config.resolve(sc.script)
@@ -190,6 +198,8 @@ def user_scenarios(config: Config) -> list[Scenario]:
 
 
 def all_scenarios(config: Config) -> list[Scenario]:
+    """The bundled scenarios, then the user's; a ConfigError when a user scenario takes a
+    bundled one's id."""
     scenarios = bundled() + user_scenarios(config)
     ids = [s.id for s in bundled()]
     for s in user_scenarios(config):

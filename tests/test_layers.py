@@ -282,9 +282,6 @@ LONG_FUNCTIONS = {
     # The harness's bytes are in every golden's inputs digest: splitting it re-records every
     # tensorflow golden, so it waits for the next deliberate harness change.
     ("lockguard.harness._lockguard_harness.tf_", "setup"),
-    ("lockguard.flows.bisect", "bisect_scenario"),
-    ("lockguard.flows.record", "record"),
-    ("lockguard.flows.shards", "merge"),
 }
 MAX_FUNCTION_LINES = 80
 
@@ -300,49 +297,6 @@ def test_no_function_is_over_80_lines():
                 long.add((name, node.name))
     assert sorted(long - LONG_FUNCTIONS) == []
     assert sorted(LONG_FUNCTIONS - long) == [], "no longer over the limit: take it off the list"
-
-
-# Public definitions still without a docstring. On the settings branch; document when it lands.
-# (flows/, cli/, config.py and scenarios.py are being reworked there; the list may only shrink.)
-UNDOCUMENTED = {
-    ("lockguard.cli.edge", "fail"),
-    ("lockguard.cli.options", "repeat_option"),
-    ("lockguard.cli.options", "steps_option"),
-    ("lockguard.config", "Config"),
-    ("lockguard.config", "Config.lock_entries"),
-    ("lockguard.config", "Config.resolve"),
-    ("lockguard.config", "LockEntry"),
-    ("lockguard.config", "ScenarioConfig"),
-    ("lockguard.config", "parse_config"),
-    ("lockguard.flows.bisect", "Unit.texts"),
-    ("lockguard.flows.bisect", "write_mix"),
-    ("lockguard.flows.git_base", "Gate.label"),
-    ("lockguard.flows.git_base", "LockPair.changed"),
-    ("lockguard.flows.goldens", "Crossings.add"),
-    ("lockguard.flows.goldens", "Crossings.notes"),
-    ("lockguard.flows.goldens", "Hosts.get"),
-    ("lockguard.flows.init", "Choices"),
-    ("lockguard.flows.init", "Done"),
-    ("lockguard.flows.init", "FoundLock"),
-    ("lockguard.flows.init", "FoundLock.describe"),
-    ("lockguard.flows.init", "Plan"),
-    ("lockguard.flows.init", "Plan.workflow_path"),
-    ("lockguard.flows.init", "Survey"),
-    ("lockguard.flows.init", "Survey.frameworks"),
-    ("lockguard.flows.report_parts", "lock_info"),
-    ("lockguard.flows.shards", "Plan"),
-    ("lockguard.flows.shards", "Plan.entry"),
-    ("lockguard.flows.shards", "Plan.to_json"),
-    ("lockguard.flows.shards", "environments"),
-    ("lockguard.flows.shards", "merge_files"),
-    ("lockguard.flows.shards", "plan_text"),
-    ("lockguard.flows.shards", "shard_info"),
-    ("lockguard.scenarios", "Scenario"),
-    ("lockguard.scenarios", "Scenario.source"),
-    ("lockguard.scenarios", "all_scenarios"),
-    ("lockguard.scenarios", "bundled"),
-    ("lockguard.scenarios", "user_scenarios"),
-}
 
 
 def undocumented(tree: ast.Module) -> set[str]:
@@ -366,15 +320,12 @@ def undocumented(tree: ast.Module) -> set[str]:
 def test_public_definitions_say_what_they_are():
     """Every public function, class and method of a public class says in a docstring what it
     is and what a caller must know; the harness is left out (its bytes are in every golden's
-    inputs digest), and the listed ones wait for the settings branch."""
-    missing = {(name, qualified) for name, path in SOURCES.items()
-               if not within(name, ("lockguard.harness",))
-               for qualified in undocumented(ast.parse(path.read_text(encoding="utf-8"),
-                                                       str(path)))}
-    assert sorted(missing - UNDOCUMENTED) == []
-    assert sorted(UNDOCUMENTED - missing) == [], "documented now: take it off the list"
-    assert all(within(name, ("lockguard.flows", "lockguard.cli", "lockguard.config",
-                             "lockguard.scenarios")) for name, _ in UNDOCUMENTED)
+    inputs digest)."""
+    missing = sorted((name, qualified) for name, path in SOURCES.items()
+                     if not within(name, ("lockguard.harness",))
+                     for qualified in undocumented(ast.parse(path.read_text(encoding="utf-8"),
+                                                             str(path))))
+    assert missing == []
 
 
 def test_the_flows_read_settings_never_the_command_lines_options():

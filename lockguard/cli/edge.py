@@ -24,6 +24,8 @@ from lockguard.errors import (
 
 
 def fail(message: str, code: int) -> None:
+    """Print `message` as one `lockguard: ...` line on stderr and exit with `code`; never
+    returns. An interrupted run leaves with os._exit, not waiting on threads still in a build."""
     click.echo(f"lockguard: {message}", err=True)
     if code == EXIT_INTERRUPTED:
         # Interrupted, its processes killed: a thread still inside a build that is no process

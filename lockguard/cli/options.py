@@ -53,11 +53,15 @@ listing_format_option = click.option(
 
 
 def steps_option(minimum: int = 1) -> Decorator:
+    """--steps, from `minimum` (a command that needs several steps to compare says so) to
+    names.MAX_STEPS; None when not given, so the config's or scenario's steps apply."""
     return click.option("--steps", type=click.IntRange(min=minimum, max=MAX_STEPS),
                         help="Override training steps.")
 
 
 def repeat_option(help: str) -> Decorator:
+    """--repeat K, 1 to names.MAX_REPEAT, default 1; `help` says what the runs are for in
+    this command."""
     from lockguard.names import MAX_REPEAT
 
     return click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), default=1,

@@ -70,6 +70,8 @@ class Unit:
 
     @property
     def texts(self) -> list[str]:
+        """Its changes in a few words each ('numpy 1.26.4 → 2.0.2'), as trials and culprits
+        list them."""
         from lockguard.report._common import change_short
 
         return [change_short(c) for c in self.changes]
@@ -134,6 +136,8 @@ def mix_text(old: LockRef, new: LockRef, units: Iterable[Unit]) -> tuple[Install
 
 
 def write_mix(form: InstallForm, text: str) -> Path:
+    """The path of a mix's lock in the cache (cache_dir()/bisect), named by a hash of `text`:
+    the same mix is the same file, rewritten only when its text differs."""
     from lockguard.cache import cache_dir, ensure_dir
     from lockguard.files import write_text
 
@@ -297,9 +301,7 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
                     backend: Backend | None = None) -> Bisection:
     """Find the smallest set of change units of old → new that reproduces `failing` (the A/B
     verdict of `scenario`), judging each mix against `baseline_runs` (the check's)."""
-    from lockguard.compare.verdicts import compare_runs, is_failure
-    from lockguard.names import Verdict
-    from lockguard.report import Bisection, MixTrial
+    from lockguard.report import Bisection
 
     diff = diff_locks(old.lock, new.lock)
     units = change_units(diff)
@@ -314,75 +316,131 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
     if n == 0:
         result.notes.append("no package changed: nothing to bisect")
         return result
-    policy = settings.policy
     if settings.local:
         result.notes.append("--env local runs the installed packages, not a lock: "
                             "nothing to bisect")
         return result
     timed = _TimedBackend(run_backend(settings, backend))
-    # The check built both environments; preparing them again is a cache hit, and their
-    # installed metadata is what a mix is checked against before it is built.
-    requires: Requires = {}
-    python = None
-    for ref in (old, new):
-        got = env_requires(timed.prepare(ref.lock, scenario.framework, failing.expected_device
-                                         or settings.report_device, progress))
-        if got is not None:
-            requires.update(got[0])
-            python = got[1]
+    requires, python = _installed_requires(
+        timed, (old, new), scenario.framework,
+        failing.expected_device or settings.report_device, progress)
     if not requires:
         result.notes.append("mixes not checked for consistency: the environments expose no "
                             "installed metadata (not a venv)")
-    known = set(old.lock.by_name) | set(new.lock.by_name)
-    timed.seconds.clear()
-    single = settings.single()  # a mix runs once
-    # Timings and memory peaks only mean something measured side by side.
-    together = failing.verdict in (Verdict.slower, Verdict.heavier)
+    timed.seconds.clear()  # from here on, only the mixes' builds
+    mixes = _Mixes(settings=settings.single(), scenario=scenario, old=old, new=new,
+                   failing=failing, baseline_runs=baseline_runs, units=units, result=result,
+                   backend=timed, requires=requires, python=python, progress=progress)
+    progress.info(f"Bisecting {scenario.id} ({failing.verdict.value}) over {n} change "
+                  f"unit(s): {', '.join(u.label for u in units)}")
+    if n == 1:
+        culprit, strategy = frozenset({0}), "one unit"
+    else:
+        culprit, strategy = bisect_search(n, mixes)
+    _conclude(result, units, culprit, strategy)
+    return result
 
-    def test(subset: frozenset[int]) -> Outcome:
-        chosen = [units[i] for i in sorted(subset)]
-        path = write_mix(*mix_text(old, new, chosen))
+
+def _installed_requires(backend: Backend, refs: Sequence[LockRef], framework: str, device: str,
+                        progress: Progress) -> tuple[Requires, str | None]:
+    """The installed metadata of the environments of `refs` (the check built them: preparing
+    them again is a cache hit), what a mix is checked against before it is built; empty when
+    none exposes any. The Python version is the last one's that does."""
+    requires: Requires = {}
+    python = None
+    for ref in refs:
+        got = env_requires(backend.prepare(ref.lock, framework, device, progress))
+        if got is not None:
+            requires.update(got[0])
+            python = got[1]
+    return requires, python
+
+
+@dataclass
+class _Mixes:
+    """The search's oracle for one bisection: a subset of `units` as a mix lock (the baseline
+    with those units from the candidate), checked for consistency against `requires`, then
+    built, run once and judged as the check judged the candidate. Every mix asked is a trial
+    in `result`."""
+
+    settings: Settings  # a mix runs once: settings.single()
+    scenario: Scenario
+    old: LockRef
+    new: LockRef
+    failing: ScenarioVerdict
+    baseline_runs: list[RunResult]
+    units: list[Unit]
+    result: Bisection
+    backend: _TimedBackend
+    requires: Requires
+    python: str | None
+    progress: Progress
+    known: set[str] = field(init=False)  # the names either lock pins
+    together: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        from lockguard.names import Verdict
+
+        self.known = set(self.old.lock.by_name) | set(self.new.lock.by_name)
+        # Timings and memory peaks only mean something measured side by side.
+        self.together = self.failing.verdict in (Verdict.slower, Verdict.heavier)
+
+    def __call__(self, subset: frozenset[int]) -> Outcome:
+        from lockguard.report import MixTrial
+
+        chosen = [self.units[i] for i in sorted(subset)]
+        path = write_mix(*mix_text(self.old, self.new, chosen))
         mix = parse_lock(path)
         names = [u.label for u in chosen]
         changes = [t for u in chosen for t in u.texts]
         trial = MixTrial(units=names, changes=changes, lock=display_path(path),
                          lock_hash=mix.lock_hash, status="inconsistent")
-        result.trials.append(trial)
-        why = inconsistency(mix, requires, python, known) if requires else None
+        self.result.trials.append(trial)
+        why = (inconsistency(mix, self.requires, self.python, self.known)
+               if self.requires else None)
         if why is not None:
             trial.reason = f"inconsistent: {why}"
-            progress.info(f"  bisect {scenario.id}: skipped mix {' + '.join(names)} "
-                          f"({trial.reason})")
+            self.progress.info(f"  bisect {self.scenario.id}: skipped mix {' + '.join(names)} "
+                               f"({trial.reason})")
             return "unresolved"
         # Named for people by what it takes from the candidate: "baseline + jinja2 3.1.5".
-        ref = LockRef(path, mix, device=new.device,
+        ref = LockRef(path, mix, device=self.new.device,
                       label=f"mix: baseline + {', '.join(changes) or 'nothing'}")
+        return self._run(ref, trial)
+
+    def _run(self, ref: LockRef, trial: MixTrial) -> Outcome:
+        """Build and run the mix `ref`, judge it and say what `trial` showed: "fail" when it
+        reproduces the failing verdict, "pass" when it passes the policy, else "unresolved"."""
+        from lockguard.compare.verdicts import compare_runs, is_failure
+        from lockguard.names import Verdict
+        from lockguard.report._common import summary_line
+
+        policy, together = self.settings.policy, self.together
 
         def decide(p: Planned) -> list[Job]:
-            return ([Job(p, old, "baseline")] if together else []) + [Job(p, ref, "candidate")]
+            return ([Job(p, self.old, "baseline")] if together else []) + [
+                Job(p, ref, "candidate")]
 
         def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, None]:
-            return compare_runs(runs.baseline if together else baseline_runs, runs.candidate,
-                                policy=policy, baseline_kind="lock", expected_device=p.device,
-                                timed_together=together,
+            return compare_runs(runs.baseline if together else self.baseline_runs,
+                                runs.candidate, policy=policy, baseline_kind="lock",
+                                expected_device=p.device, timed_together=together,
                                 tolerance=p.scenario.tolerance), None
 
         started = time.perf_counter()
         try:
-            outcome = pipeline(single, [scenario], [ref], decide=decide,
-                               judge=judge, progress=progress, backend=timed)
+            outcome = pipeline(self.settings, [self.scenario], [ref], decide=decide,
+                               judge=judge, progress=self.progress, backend=self.backend)
         except LockguardError as exc:
             trial.status, trial.reason = "broken", one_line(str(exc))
-            trial.build_s = round(timed.seconds.get(mix.lock_hash, 0.0), 2)
+            trial.build_s = round(self.backend.seconds.get(ref.lock.lock_hash, 0.0), 2)
             return "unresolved"
-        trial.build_s = round(timed.seconds.get(mix.lock_hash, 0.0), 2)
+        trial.build_s = round(self.backend.seconds.get(ref.lock.lock_hash, 0.0), 2)
         trial.run_s = round(time.perf_counter() - started - trial.build_s, 2)
         [verdict] = outcome.verdicts
         trial.verdict = verdict.verdict.value
-        from lockguard.report._common import summary_line
-
         trial.reason = summary_line(verdict) or None
-        if verdict.verdict == failing.verdict:
+        if verdict.verdict == self.failing.verdict:
             trial.status = "reproduces"
             return "fail"
         if not is_failure(verdict, policy):
@@ -391,12 +449,12 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
         trial.status = "broken" if verdict.verdict == Verdict.broken else "differs"
         return "unresolved"
 
-    progress.info(f"Bisecting {scenario.id} ({failing.verdict.value}) over {n} change "
-                  f"unit(s): {', '.join(u.label for u in units)}")
-    if n == 1:
-        culprit, strategy = frozenset({0}), "one unit"
-    else:
-        culprit, strategy = bisect_search(n, test)
+
+def _conclude(result: Bisection, units: list[Unit], culprit: frozenset[int],
+              strategy: str) -> None:
+    """Fill `result` with what the search found: the culprit's units, changes and candidate
+    lock lines, the builds it took, and whether the culprit set itself reproduced."""
+    n = len(units)
     result.strategy = strategy
     result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
     result.culprit = [t for i in sorted(culprit) for t in units[i].texts]
@@ -409,7 +467,6 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
     result.found = len(culprit) == n or any(
         t.status == "reproduces" and sorted(t.units) == sorted(result.culprit_units)
         for t in result.trials)
-    return result
 
 
 def attach_bisection(report: Report, settings: Settings, scenarios: list[Scenario],

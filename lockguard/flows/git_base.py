@@ -48,6 +48,8 @@ class LockPair:
 
     @property
     def changed(self) -> bool:
+        """Whether the text differs between base and head (a lock added or removed counts;
+        line endings do not)."""
         return _normalise(self.base_text) != _normalise(self.head_text)
 
 
@@ -73,6 +75,8 @@ class Gate:
                                  and _key(p.base) != _key(p.head)) for p in self.pairs)
 
     def label(self, path: Path) -> str:
+        """How reports and errors name `path` as read at the merge base:
+        "main@1a2b3c4:requirements.txt"."""
         return f"{short_ref(self.ref)}@{self.merge_base[:7]}:{display_path(path)}"
 
     def candidate_refs(self) -> list[LockRef]:

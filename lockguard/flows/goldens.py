@@ -32,6 +32,8 @@ class Hosts:
         self._known: dict[str, HardwareClass | None] = {}
 
     def get(self, device: str) -> HardwareClass | None:
+        """This machine's class for `device`, read on first asking; None when it cannot be
+        read. Asking ties the run's answers to that class (answers.depends_on_hardware)."""
         if device not in self._known:
             self._known[device] = found = host_class(device)
             # A golden's path names the class: an answer from it holds on this class only.
@@ -50,9 +52,12 @@ class Crossings:
         self._seen: dict[tuple[str, str], list[str]] = {}
 
     def add(self, change: HardwareChange, scenario: str) -> None:
+        """Count `scenario` as compared across `change` (golden's class → this machine's)."""
         self._seen.setdefault((change.golden, change.current), []).append(scenario)
 
     def notes(self) -> list[str]:
+        """One report note per pair of classes crossed, naming its scenarios and how to record
+        goldens for this machine; in the order first seen."""
         return [f"goldens of {', '.join(sids)} were recorded on {old}; this machine is {new}: "
                 "`lockguard record` adds goldens for this hardware class beside them"
                 for (old, new), sids in self._seen.items()]

@@ -79,12 +79,17 @@ NO_LOCK_FIX = ("make one with `lockguard lock requirements.in` or `uv pip compil
 
 @dataclass(frozen=True)
 class FoundLock:
+    """A lock init will configure: read by the one parser and pinning at least one framework
+    (`frameworks`)."""
+
     path: Path
     name: str  # as the config names it: relative to the project, with forward slashes
     lock: Lock
     frameworks: tuple[str, ...]  # in FRAMEWORKS order
 
     def describe(self) -> str:
+        """For the survey's summary: its name and the framework versions it pins
+        ("requirements.txt: torch 2.4.1, numpy 2.0.2")."""
         versions = ", ".join(f"{fw} {framework_version(self.lock, fw)}" for fw in self.frameworks)
         return f"{self.name}: {versions}"
 
@@ -98,6 +103,10 @@ class PassedOver:
 
 @dataclass(frozen=True)
 class Survey:
+    """What `survey` found in the project: its locks and the files passed over, an existing
+    config, its package and layout, the repository and a workflow that already runs lockguard.
+    `prepare` decides from it what to write."""
+
     project: Path  # absolute
     config_file: Path | None  # the project's existing lockguard config; None: none yet
     config_target: Path  # where a new config goes: pyproject.toml, or lockguard.toml
@@ -115,6 +124,7 @@ class Survey:
 
     @property
     def frameworks(self) -> tuple[str, ...]:
+        """The frameworks any found lock pins, in FRAMEWORKS order."""
         pinned = {fw for found in self.locks for fw in found.frameworks}
         return tuple(fw for fw in FRAMEWORKS if fw in pinned)
 
@@ -126,6 +136,9 @@ class Survey:
 
 @dataclass(frozen=True)
 class Choices:
+    """What the user chose to have written and done (the command line's flags or answers to
+    its questions); `prepare` takes them."""
+
     template: bool = False  # write the scenario template
     record: bool = True  # record the goldens that are missing on this machine
     workflow: bool = True  # write the GitHub workflow
@@ -134,6 +147,9 @@ class Choices:
 
 @dataclass
 class Plan:
+    """What `apply` will write and record, validated by `prepare`; a text left None is
+    nothing to write (the file is in place, or was not chosen)."""
+
     survey: Survey
     choices: Choices
     config: Config  # as it will be once written (or as it is)
@@ -166,11 +182,16 @@ class Plan:
 
     @property
     def workflow_path(self) -> Path:
+        """Where the workflow goes: below the repository's top folder (GitHub reads it only
+        there), else the project's."""
         return (self.survey.repo or self.survey.project) / self.survey.workflow
 
 
 @dataclass
 class Done:
+    """What `apply` did, for the command line to print: the files written or left as they
+    were, the record flow's report, and what to do next."""
+
     lines: list[str]  # what was written, or left as it was
     report: Report | None  # the record flow's, when goldens were recorded
     next_steps: list[str]

@@ -56,20 +56,8 @@ def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
                          Envelope | None]] = []
 
     def decide(p: Planned) -> list[Job]:
-        # Where the goldens go must be writable, and this class's old golden may be corrupt or
-        # of an old schema (it is replaced: that is what the error told the user to do), but it
-        # may not be a directory, which a golden file cannot replace. All known before any run:
-        # this machine's class directory (not only the device's), and that it stays inside
-        # golden_dir (golden_path refuses a symlink out).
         host = hosts.get(p.device)
-        if host is not None:
-            target = golden_path(gdir, p.device, host.id, p.scenario.id)
-            writable_dir(target.parent, "the golden directory")
-            kind = _kind(target)
-            if kind is not None:  # a FIFO would block the write, a directory refuse it
-                raise GoldenError(f"{target}: is {kind}, not a golden file; remove it")
-        else:
-            writable_dir(gdir / p.device, "the golden directory")
+        _check_target(gdir, p, host)
         previous[p.scenario.id] = previous_goldens(gdir, p, host, notes)
         return [Job(p, p.lock)] * settings.repeat
 
@@ -100,6 +88,40 @@ def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
 
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
+    written = _write_goldens(gdir, to_write, notes)
+    from lockguard.names import Verdict
+
+    broken = [v for v in outcome.verdicts
+              if v.verdict in (Verdict.broken, Verdict.device_fallback)]
+    return report_for(settings, outcome, command="record", mode="record", locks=locks,
+                      started=start, done="recorded", notes=notes + crossed.notes(),
+                      failing=broken, written=[str(path) for path in written],
+                      hardware=hosts.known())
+
+
+def _check_target(gdir: Path, p: Planned, host: HardwareClass | None) -> None:
+    """Refuse, before any run, a golden that could not be written for `p` on this machine's
+    class `host` (None: unknown, so its device's directory is checked)."""
+    # Where the goldens go must be writable, and this class's old golden may be corrupt or
+    # of an old schema (it is replaced: that is what the error told the user to do), but it
+    # may not be a directory, which a golden file cannot replace. All known before any run:
+    # this machine's class directory (not only the device's), and that it stays inside
+    # golden_dir (golden_path refuses a symlink out).
+    if host is not None:
+        target = golden_path(gdir, p.device, host.id, p.scenario.id)
+        writable_dir(target.parent, "the golden directory")
+        kind = _kind(target)
+        if kind is not None:  # a FIFO would block the write, a directory refuse it
+            raise GoldenError(f"{target}: is {kind}, not a golden file; remove it")
+    else:
+        writable_dir(gdir / p.device, "the golden directory")
+
+
+def _write_goldens(gdir: Path, to_write: list[tuple[Path, RunResult, golden.Provenance,
+                                                    HardwareClass, Envelope | None]],
+                   notes: list[str]) -> list[Path]:
+    """Write the goldens `to_write` (each atomically) and remove the schema-1 goldens they
+    replace, saying so in `notes`; the paths actually written."""
     # A golden whose results and inputs did not change is left as it is (timings and dates
     # aside), so that a golden diff in a pull request is the real change.
     written = [path for path, result, provenance, cls, envelope in to_write
@@ -113,14 +135,7 @@ def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
             os.unlink(legacy)
             notes.append(f"removed {display_path(legacy)} (schema 1, no hardware class): "
                          f"replaced by {display_path(path)}")
-    from lockguard.names import Verdict
-
-    broken = [v for v in outcome.verdicts
-              if v.verdict in (Verdict.broken, Verdict.device_fallback)]
-    return report_for(settings, outcome, command="record", mode="record", locks=locks,
-                      started=start, done="recorded", notes=notes + crossed.notes(),
-                      failing=broken, written=[str(path) for path in written],
-                      hardware=hosts.known())
+    return written
 
 
 def _kind(path: Path) -> str | None:

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 
 def lock_info(ref: LockRef, role: str) -> LockInfo:
+    """How a report names a lock it read: `role` is "baseline" or "candidate"; the format is
+    left out for a requirements.txt, the default."""
     from lockguard.report import LockInfo
 
     frameworks = sorted(ref.lock.frameworks())

@@ -78,6 +78,9 @@ class Entry:
 
 @dataclass(frozen=True)
 class Plan:
+    """The work of one check as `total` CI matrix entries, identical wherever it is made from
+    the same inputs; `digest` (of everything else) ties each partial Report to it."""
+
     total: int
     entries: list[Entry]
     skipped: list[str]  # scenarios no entry runs (no lock pins them): shard 1 reports them
@@ -86,9 +89,12 @@ class Plan:
     digest: str = ""
 
     def entry(self, index: int) -> Entry:
+        """Entry K of K/N, 1-based; K is not checked here (parse_shard and entry_index give
+        one in 1..total)."""
         return self.entries[index - 1]
 
     def to_json(self) -> dict[str, Any]:
+        """The plan as plain data: what `plan --format json` prints and the digest hashes."""
         return asdict(self)
 
 
@@ -165,6 +171,8 @@ def estimate(settings: Settings, p: Planned) -> float:
 
 
 def environments(kind: str, group: _Group) -> list[str]:
+    """For people reading the plan: the environment an entry of `group` builds with the `kind`
+    of backend (the venv or docker image of its lock, or the local interpreter)."""
     if kind == "local":
         return ["the local interpreter"]
     name = group.ref.name if group.ref else "local"
@@ -253,6 +261,8 @@ def shard_scenarios(made: Plan, index: int, scenarios: list[Scenario]) -> list[S
 
 
 def shard_info(made: Plan, index: int) -> ShardInfo:
+    """What a partial Report says of the part it is: the plan's digest, K/N, the entry and
+    its scenarios (shard 1's include the skipped ones), and the order merge restores."""
     from lockguard.report import ShardInfo
 
     entry = made.entry(index)
@@ -331,6 +341,8 @@ def github_matrix(made: Plan) -> dict[str, Any]:
 
 
 def plan_text(made: Plan) -> str:
+    """The plan for people (`lockguard plan`'s text format): a line per entry with its
+    estimate, runner and scenarios, then what it builds."""
     lines = [f"{made.total} shard(s), plan {made.digest[:19]}, env {made.env}"]
     for e in made.entries:
         runner = " ".join(e.runner) if isinstance(e.runner, list) else (e.runner or "(none)")
@@ -350,6 +362,54 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
     from lockguard.flows.report_parts import nothing_done
     from lockguard.report import Report
 
+    info = _one_plan(parts)
+    ranked = sorted((part for _, part in parts), key=lambda r: r.shard.index)  # type: ignore
+    full = [r for r in ranked if not _empty(r)] or ranked
+    base = full[0]
+    position = {sid: i for i, sid in enumerate(info.order)}
+
+    def by_order(items: list[Any]) -> list[Any]:
+        return sorted(items, key=lambda x: position.get(x.scenario, len(position)))
+
+    verdicts = by_order([v for r in ranked for v in r.verdicts])
+    dupes = sorted({v.scenario for v in verdicts if
+                    sum(1 for w in verdicts if w.scenario == v.scenario) > 1})
+    if dupes:
+        raise ShardError(f"scenario {', '.join(dupes)} reported by more than one shard")
+    notes = _unique(n for r in ranked for n in r.notes
+                    if not n.startswith(("nothing was ", "shard ")))
+    hardware = _hardware(ranked, notes)
+    # `check --base` answered from git alone in every part (no lock changed): a pass, as the
+    # unsharded check's. Otherwise the gate passes only what it compared, over all parts.
+    from_git = all(r.passed and not r.verdicts and r.base is not None for r in full)
+    idle = (nothing_done(verdicts, "compared")
+            if not base.rule_failures and not from_git else None)
+    if idle:
+        notes.insert(0, idle)
+    failing = {sid for r in ranked for sid in r.failing}
+    durations = [r.duration_s for r in ranked if r.duration_s is not None]
+    merged = Report(
+        command=base.command, mode=base.mode, device=base.device, base=base.base,
+        locks=_unique_models(lock for r in ranked for lock in r.locks),
+        lock_diffs=_unique_models(d for r in ranked for d in r.lock_diffs),
+        verdicts=verdicts, evidence=by_order([e for r in ranked for e in r.evidence]),
+        failing=[v.scenario for v in verdicts if v.scenario in failing],
+        rule_failures=_unique_models(f for r in ranked for f in r.rule_failures),
+        parity=_parity(ranked), written=[w for r in ranked for w in r.written],
+        hardware=hardware, notes=notes,
+        # Each part's flow applied the policy; a part that failed for a reason that is not a
+        # verdict (a family rule) fails the whole. A part that compared nothing (its locks did
+        # not change since --base) is judged with the others, by `idle` above.
+        passed=not any(_failed(r) for r in ranked) and not idle,
+        duration_s=max(durations) if durations else None, invocation=base.invocation,
+        workdir=base.workdir)
+    return merged
+
+
+def _one_plan(parts: list[tuple[Path, Report]]) -> ShardInfo:
+    """The first part's ShardInfo, once every part is known to be a shard of its plan, of one
+    kind of report (command and mode), and given once, with no shard missing; else a
+    ShardError naming the part at fault."""
     if not parts:
         raise ShardError("no partial report given")
     first_path, first = parts[0]
@@ -381,21 +441,12 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
         raise ShardError(f"shard {', '.join(f'{k}/{info.total}' for k in missing)} missing "
                          f"(given: {', '.join(str(k) for k in sorted(seen))}): a shard that did "
                          "not report is never a pass")
-    ranked = sorted((part for _, part in parts), key=lambda r: r.shard.index)  # type: ignore
-    full = [r for r in ranked if not _empty(r)] or ranked
-    base = full[0]
-    position = {sid: i for i, sid in enumerate(info.order)}
+    return info
 
-    def by_order(items: list[Any]) -> list[Any]:
-        return sorted(items, key=lambda x: position.get(x.scenario, len(position)))
 
-    verdicts = by_order([v for r in ranked for v in r.verdicts])
-    dupes = sorted({v.scenario for v in verdicts if
-                    sum(1 for w in verdicts if w.scenario == v.scenario) > 1})
-    if dupes:
-        raise ShardError(f"scenario {', '.join(dupes)} reported by more than one shard")
-    notes = _unique(n for r in ranked for n in r.notes
-                    if not n.startswith(("nothing was ", "shard ")))
+def _hardware(ranked: list[Report], notes: list[str]) -> dict[str, HardwareClass]:
+    """The hardware class per device the parts ran on (the first part's, in shard order); a
+    note in `notes` for each device whose parts ran on different classes."""
     hardware: dict[str, HardwareClass] = {}
     for r in ranked:
         for device, cls in r.hardware.items():
@@ -403,31 +454,7 @@ def merge(parts: list[tuple[Path, Report]]) -> Report:
                 notes.append(f"the shards ran on different {device} hardware classes "
                              f"({hardware[device].id}, {cls.id})")
             hardware.setdefault(device, cls)
-    # `check --base` answered from git alone in every part (no lock changed): a pass, as the
-    # unsharded check's. Otherwise the gate passes only what it compared, over all parts.
-    from_git = all(r.passed and not r.verdicts and r.base is not None for r in full)
-    idle = (nothing_done(verdicts, "compared")
-            if not base.rule_failures and not from_git else None)
-    if idle:
-        notes.insert(0, idle)
-    failing = {sid for r in ranked for sid in r.failing}
-    durations = [r.duration_s for r in ranked if r.duration_s is not None]
-    merged = Report(
-        command=base.command, mode=base.mode, device=base.device, base=base.base,
-        locks=_unique_models(lock for r in ranked for lock in r.locks),
-        lock_diffs=_unique_models(d for r in ranked for d in r.lock_diffs),
-        verdicts=verdicts, evidence=by_order([e for r in ranked for e in r.evidence]),
-        failing=[v.scenario for v in verdicts if v.scenario in failing],
-        rule_failures=_unique_models(f for r in ranked for f in r.rule_failures),
-        parity=_parity(ranked), written=[w for r in ranked for w in r.written],
-        hardware=hardware, notes=notes,
-        # Each part's flow applied the policy; a part that failed for a reason that is not a
-        # verdict (a family rule) fails the whole. A part that compared nothing (its locks did
-        # not change since --base) is judged with the others, by `idle` above.
-        passed=not any(_failed(r) for r in ranked) and not idle,
-        duration_s=max(durations) if durations else None, invocation=base.invocation,
-        workdir=base.workdir)
-    return merged
+    return hardware
 
 
 def _failed(part: Report) -> bool:
@@ -471,6 +498,8 @@ def _parity(parts: list[Report]) -> list[Any]:
 
 
 def merge_files(paths: list[Path]) -> Report:
+    """`lockguard merge`: the partial Reports at `paths` joined by `merge`; a ShardError when
+    one file is given twice (under any name), a ReportError when one cannot be read."""
     from lockguard.report import load_report
 
     resolved: dict[Path, Path] = {}
