@@ -109,13 +109,13 @@ def _ab(doc: dict) -> tuple[str, bool | None, str]:
 
 
 def _suite(doc: dict) -> tuple[str, bool | None, str]:
-    fast, cold, warm = (_get(doc, k, "wall_s") for k in ("fast", "cold", "warm"))
+    fast, cold, warm = (_get(doc, k, "wall_s") for k in ("fast", "ci_cold", "ci_warm"))
     if fast is None and cold is None:
         return "—", None, ""
     met = all(v is None or v <= t for v, t in ((fast, 60), (cold, 720), (warm, 360)))
     return (f"cold {_s(cold)}, warm {_s(warm)}, fast subset {_s(fast)}", met,
-            _load([_get(doc, k, "load") for k in ("fast", "cold", "warm")
-                   if _get(doc, k, "load")]))
+            _load([x for k in ("fast", "ci_cold", "ci_warm")
+                   for x in (_get(doc, k, "load_before") or [])[:1]]))
 
 
 def _diff(doc: dict) -> tuple[str, bool | None, str]:

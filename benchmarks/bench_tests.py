@@ -1,0 +1,174 @@
+"""How long lockguard's own tests take: the developer's loop and what CI runs.
+
+    python benchmarks/bench_tests.py [--only fast,suite,ci] [--top 15]
+
+Measures on this machine, one after another (never two test runs at once):
+  fast   the fast subset, the command docs/development.md gives (no framework, no Docker):
+         target <= 60 s on 2 cores.
+  suite  the whole suite in this checkout with its .venv and lockguard's cache as they are
+         (warm: environments and images already built).
+  ci     `.ci/run` in a fresh clone of HEAD under a temporary directory, as root, with
+         LOCKGUARD_CACHE an empty directory (cold: every environment built, the wheel and
+         compiler caches empty), then again in the same clone with that cache (warm). Docker
+         images the engine already holds are reused (checked again, not rebuilt); an engine
+         without them builds them in the cold run. Targets: cold <= 12 min, warm <= 6 min.
+
+Each records the wall time, the CPU time of the test processes (user + system), the load
+average before and after (the machine may be shared: CPU time is the steadier figure), the
+outcome counts and the slowest tests and files (from pytest's --junitxml). Results are merged
+into benchmarks/results/tests.json, one key per measurement, so that measurements taken at
+different times keep their own figures; the table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "tests.json"
+# docs/development.md's loop and the README's test command (its pytest part).
+FAST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto",
+        "-m", "not slow and not docker"]
+# The whole suite as CI runs it: one test at a time (timing tests must not share the cores).
+SUITE = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra"]
+TARGETS = {"fast": 60, "ci_cold": 12 * 60, "ci_warm": 6 * 60}
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None,
+        log: Path | None = None) -> dict:
+    """Run `cmd`, its output to `log`; wall, CPU and load around it."""
+    before_load, before_cpu = load(), children_cpu()
+    started = time.perf_counter()
+    with open(log or os.devnull, "w") as out:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - started
+    return {"command": " ".join(cmd), "exit_code": proc.returncode, "wall_s": round(wall, 1),
+            "cpu_s": round(children_cpu() - before_cpu, 1), "load_before": before_load,
+            "load_after": load()}
+
+
+def outcome(log: Path) -> dict[str, int]:
+    """pytest's last line: `3 failed, 1200 passed, 1 skipped ... in 59.0s`."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    lines = [ln for ln in text.splitlines() if re.search(r"\b(passed|failed|error)", ln)]
+    counts = re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)",
+                        lines[-1] if lines else "")
+    return {word.rstrip("s") if word.startswith("error") else word: int(n) for n, word in counts}
+
+
+def slowest(junit: Path, top: int) -> dict:
+    """The slowest tests and test files of a --junitxml report (call + setup + teardown)."""
+    if not junit.is_file():
+        return {}
+    tests, files = [], Counter()
+    for case in ET.parse(junit).iter("testcase"):
+        seconds = float(case.get("time") or 0)
+        name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+        tests.append((seconds, name))
+        files[name.split("::")[0]] += seconds
+    tests.sort(reverse=True)
+    return {"slowest_tests": [{"test": n, "s": round(s, 2)} for s, n in tests[:top]],
+            "slowest_files": [{"file": f, "s": round(s, 1)} for f, s in files.most_common(top)]}
+
+
+def pytest_run(args: list[str], cwd: Path, top: int, python: str = sys.executable,
+               env: dict[str, str] | None = None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
+        junit, log = Path(tmp) / "junit.xml", Path(tmp) / "pytest.log"
+        result = run([python, *args, f"--junitxml={junit}"], cwd, env, log)
+        result.update(outcome=outcome(log), **slowest(junit, top))
+        if result["exit_code"] not in (0, 1):
+            result["log_tail"] = log.read_text(errors="replace")[-3000:]
+    return result
+
+
+def ci_runs(top: int) -> dict:
+    """.ci/run in a fresh clone with an empty cache, then again with the cache it filled."""
+    if os.geteuid() != 0:
+        raise SystemExit("ci: .ci/run installs system packages and runs as root")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-ci-") as tmp:
+        clone, cache = Path(tmp) / "lockguard", Path(tmp) / "cache"
+        subprocess.run(["git", "clone", "-q", "--no-local", str(REPO), str(clone)], check=True)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        env = {**os.environ, "LOCKGUARD_CACHE": str(cache), "CI": "true"}
+        env.pop("PYTHONPATH", None)
+        for name in ("ci_cold", "ci_warm"):
+            log = Path(tmp) / f"{name}.log"
+            result = run(["bash", ".ci/run"], clone, env, log)
+            result.update(commit=head, outcome=outcome(log))
+            text = log.read_text(errors="replace")
+            result["slowest_tests"] = re.findall(r"^\s*(\d+\.\d+)s (?:call|setup)\s+(\S+)",
+                                                 text, re.M)[:top]
+            if result["exit_code"] != 0:
+                result["log_tail"] = text[-3000:]
+            results[name] = result
+            print(f"{name}: {result['wall_s']} s, exit {result['exit_code']}, "
+                  f"{result['outcome']}", flush=True)
+            # The warm run reinstalls nothing it has: same clone, same .venv, same cache.
+        shutil.rmtree(cache, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="fast", help="fast,suite,ci (default: fast)")
+    parser.add_argument("--top", type=int, default=15, help="slowest tests to keep")
+    args = parser.parse_args()
+    wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+    unknown = set(wanted) - {"fast", "suite", "ci"}
+    if unknown:
+        parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
+
+    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    data["machine"] = {"cores": os.cpu_count(), "python": platform.python_version()}
+    measured = {}
+    if "fast" in wanted:
+        measured["fast"] = pytest_run(FAST, REPO, args.top)
+    if "suite" in wanted:
+        measured["suite_warm"] = pytest_run(SUITE, REPO, args.top)
+    if "ci" in wanted:
+        measured.update(ci_runs(args.top))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for name, result in measured.items():
+        result["measured_at"] = stamp
+        if name in TARGETS:
+            result["target_s"] = TARGETS[name]
+        data[name] = result
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+
+    print(f"{'what':12} {'wall s':>8} {'cpu s':>8} {'target s':>9}  load before -> after  outcome")
+    for name, r in data.items():
+        if not isinstance(r, dict) or "wall_s" not in r:
+            continue
+        target = r.get("target_s", "")
+        print(f"{name:12} {r['wall_s']:8} {r['cpu_s']:8} {target:>9}  "
+              f"{r['load_before']} -> {r['load_after']}  {r['outcome']}")
+
+
+if __name__ == "__main__":
+    main()
