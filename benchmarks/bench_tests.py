@@ -3,8 +3,9 @@
     python benchmarks/bench_tests.py [--only fast,suite,ci] [--top 15]
 
 Measures on this machine, one after another (never two test runs at once):
-  fast   the fast subset, the command docs/development.md gives (no framework, no Docker):
-         target <= 60 s on 2 cores.
+  fast   the fast subset, the command docs/development.md gives (no framework, no Docker,
+         pytest-xdist on every core): target <= 60 s on 2 cores; then the same subset one
+         test at a time, for the ratio.
   suite  the whole suite in this checkout with its .venv and lockguard's cache as they are
          (warm: environments and images already built).
   ci     `.ci/run` in a fresh clone of HEAD under a temporary directory, as root, with
@@ -148,6 +149,9 @@ def main() -> None:
     measured = {}
     if "fast" in wanted:
         measured["fast"] = pytest_run(FAST, REPO, args.top)
+        # Side by side: the same subset one test at a time (xdist's gain on this machine).
+        measured["fast_serial"] = pytest_run([a for a in FAST if a not in ("-n", "auto")],
+                                             REPO, args.top)
     if "suite" in wanted:
         measured["suite_warm"] = pytest_run(SUITE, REPO, args.top)
     if "ci" in wanted:
