@@ -41,8 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "tests.json"
 # docs/development.md's loop and the README's test command (its pytest part).
-FAST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto",
-        "-m", "not slow and not docker"]
+FAST_SERIAL = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not docker"]
+FAST = [*FAST_SERIAL, "-n", "auto"]
 # The whole suite as CI runs it: one test at a time (timing tests must not share the cores).
 SUITE = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra"]
 TARGETS = {"fast": 60, "ci_cold": 12 * 60, "ci_warm": 6 * 60}
@@ -150,8 +150,7 @@ def main() -> None:
     if "fast" in wanted:
         measured["fast"] = pytest_run(FAST, REPO, args.top)
         # Side by side: the same subset one test at a time (xdist's gain on this machine).
-        measured["fast_serial"] = pytest_run([a for a in FAST if a not in ("-n", "auto")],
-                                             REPO, args.top)
+        measured["fast_serial"] = pytest_run(FAST_SERIAL, REPO, args.top)
     if "suite" in wanted:
         measured["suite_warm"] = pytest_run(SUITE, REPO, args.top)
     if "ci" in wanted:
