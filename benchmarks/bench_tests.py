@@ -7,7 +7,9 @@ Measures on this machine, one after another (never two test runs at once):
          pytest-xdist on every core): target <= 60 s on 2 cores; then the same subset one
          test at a time, for the ratio.
   suite  the whole suite in this checkout with its .venv and lockguard's cache as they are
-         (warm: environments and images already built).
+         (warm: environments and images already built); when it passes, what each module
+         took goes to tests/durations.json, the order the suite's slow modules are handed to
+         the workers in.
   ci     `.ci/run` in a fresh clone of HEAD under a temporary directory, as root, with
          LOCKGUARD_CACHE an empty directory (cold: every environment built, the wheel and
          compiler caches empty), then again in the same clone with that cache (warm). Docker
@@ -43,8 +45,12 @@ RESULTS = REPO / "benchmarks" / "results" / "tests.json"
 # docs/development.md's loop and the README's test command (its pytest part).
 FAST_SERIAL = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not docker"]
 FAST = [*FAST_SERIAL, "-n", "auto"]
-# The whole suite as CI runs it: one test at a time (timing tests must not share the cores).
-SUITE = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra"]
+# The whole suite as CI runs it (the README's test command): on every core, the tests that
+# judge a timing alone (tests/conftest.py).
+SUITE = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", "-ra"]
+# What each test module cost in the last `suite` measurement: the order the suite hands its
+# slow modules out in (tests/conftest.py).
+DURATIONS = REPO / "tests" / "durations.json"
 TARGETS = {"fast": 60, "ci_cold": 12 * 60, "ci_warm": 6 * 60}
 
 
@@ -91,7 +97,8 @@ def slowest(junit: Path, top: int) -> dict:
         files[name.split("::")[0]] += seconds
     tests.sort(reverse=True)
     return {"slowest_tests": [{"test": n, "s": round(s, 2)} for s, n in tests[:top]],
-            "slowest_files": [{"file": f, "s": round(s, 1)} for f, s in files.most_common(top)]}
+            "slowest_files": [{"file": f, "s": round(s, 1)} for f, s in files.most_common(top)],
+            "module_s": {Path(f).stem: round(s) for f, s in sorted(files.items())}}
 
 
 def pytest_run(args: list[str], cwd: Path, top: int, python: str = sys.executable,
@@ -152,11 +159,14 @@ def main() -> None:
         # Side by side: the same subset one test at a time (xdist's gain on this machine).
         measured["fast_serial"] = pytest_run(FAST_SERIAL, REPO, args.top)
     if "suite" in wanted:
-        measured["suite_warm"] = pytest_run(SUITE, REPO, args.top)
+        measured["suite_warm"] = suite = pytest_run(SUITE, REPO, args.top)
+        if suite["exit_code"] == 0:
+            DURATIONS.write_text(json.dumps(suite["module_s"], indent=1, sort_keys=True) + "\n")
     if "ci" in wanted:
         measured.update(ci_runs(args.top))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for name, result in measured.items():
+        result.pop("module_s", None)
         result["measured_at"] = stamp
         if name in TARGETS:
             result["target_s"] = TARGETS[name]

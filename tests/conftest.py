@@ -6,15 +6,19 @@ Environments are built by lockguard itself into the normal cache (LOCKGUARD_CACH
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import NoReturn
+from typing import Iterator, NoReturn
 
 import pytest
+
+import forked_cli
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -29,12 +33,12 @@ LOSS_EMA = DATA / "loss_ema.py"
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
             timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """`lockguard ARGS` as a user would run it, from `cwd`, with no terminal on stdin (as in
-    CI, whatever terminal runs the tests: `accept` asks only a terminal)."""
+    CI, whatever terminal runs the tests: `accept` asks only a terminal): a process of its own,
+    forked from one that has imported lockguard (forked_cli.py), so that each run costs its
+    work and not the second of an interpreter's start-up and lockguard's imports."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PYTHONPATH", None)
-    return subprocess.run([sys.executable, "-m", "lockguard", *args], cwd=cwd, env=full_env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout)
+    return forked_cli.run(list(args), Path(cwd), full_env, timeout)
 
 
 def scenario_args(scenarios) -> list[str]:
@@ -214,3 +218,60 @@ def tool(name: str) -> str:
     path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     assert path, f"{name} not found: install the test extra (pip install -e '.[test]')"
     return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Running on every core (pytest -n auto, the README's test command)
+# ---------------------------------------------------------------------------------------------
+
+# What each test module cost the last time the whole suite was measured (seconds; written by
+# benchmarks/bench_tests.py --only suite): pytest-xdist hands whole modules to its workers
+# (`--dist loadfile`, so that a module's fixtures, an environment or a recording, are made
+# once), in collection order, so the costliest go first and no worker is left with a long
+# module at the end while the others wait.
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+UNMEASURED_S = 60.0  # a module not measured yet
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The costliest modules first; a module's own tests keep their order."""
+    measured = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    order = {module: i for i, module in enumerate(dict.fromkeys(i.module.__name__ for i in items))}
+    items.sort(key=lambda i: (-measured.get(i.module.__name__, UNMEASURED_S),
+                              order[i.module.__name__]))
+
+
+def _lock(path: Path, exclusive: bool) -> Iterator[None]:
+    """Hold a flock on `path` (shared or exclusive) until the generator resumes."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _machine_to_itself(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
+    """A test marked `exclusive` (its verdict is a timing: `slower`) has the machine to itself
+    while the other workers wait; every other test shares it (a readers-writer flock, one file
+    for all the workers of a run). Without xdist there is nothing to share."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    yield from _lock(tmp_path_factory.getbasetemp().parent / "machine.lock", exclusive)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engine_to_itself(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
+    """A module with Docker tests has the engine to itself while it runs: they build, tag,
+    tamper with and remove the same images (the numpy image above all), so two modules must
+    not interleave. Its module-scoped fixtures come after this one (autouse first)."""
+    docker = any(item.get_closest_marker("docker") for item in request.session.items
+                 if item.module is request.module)
+    if "PYTEST_XDIST_WORKER" not in os.environ or not docker:
+        yield
+        return
+    yield from _lock(tmp_path_factory.getbasetemp().parent / "engine.lock", True)

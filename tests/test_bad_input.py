@@ -1,6 +1,9 @@
 """The bad-input corpus: every input a user (or a hostile one) can get wrong, one case each.
 
-Each case runs the real CLI once and asserts the promise of the exit-code map: exit 2, exactly
+Each case runs the real CLI once, as a process forked from a zygote that has imported lockguard
+(forked_cli.py: a process of its own, without the second of start-up a fresh interpreter
+costs; a few cases also run through a fresh `python -m lockguard`, which must give the same
+outcome), and asserts the promise of the exit-code map: exit 2, exactly
 one line on stderr of the form `lockguard: error: ...` naming the file/line or key at fault
 (the `fragments`), no traceback, no terminal escape sequences, nothing on stdout, and nothing
 changed anywhere under the test's directory (the project, its private LOCKGUARD_CACHE and the
@@ -9,26 +12,27 @@ places a hostile scenario id or `-o` would reach).
 Every case must be refused before any environment is built: a run that starts filling its
 (private, empty) LOCKGUARD_CACHE is stopped at once and the case fails; pip is also cut off from
 every index and wheel directory, so nothing is ever downloaded. No case builds, trains or needs
-a network, and each takes about a second.
+a network, and each takes a few hundredths of a second.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
+import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
 from conftest import DATA, make_project
+from forked_cli import Zygote, kill_group
 from lockguard.hardware import host_class
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
@@ -739,39 +743,51 @@ def assert_one_line_error(proc, case: Case, tmp: Path) -> None:
         assert fragment not in bare, (fragment, line)
 
 
-def run_lockguard(args: list[str], cwd: Path, env: dict[str, str], cache: Path
-                  ) -> subprocess.CompletedProcess[str] | str:
-    """`lockguard ARGS` as conftest's run_cli runs it, or why it was stopped: it is killed (with
-    all its children) as soon as it writes into the cache, since bad input must be refused
-    before any environment is built and a case that slipped through would otherwise spend a
-    minute creating a venv."""
+def run_lockguard(args: list[str], cwd: Path, env: dict[str, str], cache: Path,
+                  zygote: Zygote | None = None) -> subprocess.CompletedProcess[str] | str:
+    """`lockguard ARGS` as conftest's run_cli runs it (a fresh interpreter), or forked from
+    `zygote` (forked_cli.py: the same process contract without the start-up), or why it was
+    stopped: it is killed (with all its children) as soon as it writes into the cache, since
+    bad input must be refused before any environment is built and a case that slipped through
+    would otherwise spend a minute creating a venv."""
     full_env = {**os.environ, **env}
     full_env.pop("PYTHONPATH", None)
     before = sorted(os.listdir(cache)) if cache.is_dir() else None
     # Output goes to files, not pipes: nothing reads pipes while the run is watched.
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "lockguard", *args], cwd=cwd,
-                                env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                text=True, start_new_session=True)
+    with tempfile.TemporaryDirectory(prefix="lockguard-case-") as streams:
+        out, err = Path(streams) / "stdout", Path(streams) / "stderr"
+        if zygote is None:
+            with open(out, "w") as out_file, open(err, "w") as err_file:
+                proc = subprocess.Popen([sys.executable, "-m", "lockguard", *args], cwd=cwd,
+                                        env=full_env, stdin=subprocess.DEVNULL,
+                                        stdout=out_file, stderr=err_file,
+                                        start_new_session=True)
+            pid = proc.pid
+
+            def wait(timeout: float) -> int | None:
+                try:
+                    return proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    return None
+        else:
+            pid = zygote.start(args, cwd, full_env, out, err)
+            wait = zygote.wait
         deadline = time.monotonic() + TIMEOUT_S
         stopped = None
-        while proc.poll() is None:
+        while (code := wait(0.05)) is None:
             now = sorted(os.listdir(cache)) if cache.is_dir() else None
             if now != before:
                 stopped = f"began to fill the cache (an environment build): {now}"
             elif time.monotonic() > deadline:
                 stopped = f"still running after {TIMEOUT_S} s"
             if stopped:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                kill_group(pid)
+                code = wait(60)
                 break
-            time.sleep(0.05)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
+        stdout, stderr = out.read_text(), err.read_text()
     if stopped:
         return f"{stopped}; stderr so far: {stderr[-300:]!r}"
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(args, code, stdout, stderr)
 
 
 @dataclass
@@ -782,7 +798,7 @@ class Outcome:
     after: dict[str, object]
 
 
-def run_case(case: Case, tmp: Path) -> Outcome:
+def run_case(case: Case, tmp: Path, zygote: Zygote | None = None) -> Outcome:
     project = build(case, tmp)
     env = {
         "LOCKGUARD_CACHE": str(tmp / "cache"),
@@ -792,23 +808,28 @@ def run_case(case: Case, tmp: Path) -> Outcome:
     }
     args = [a.replace("{tmp}", str(tmp)) for a in case.args]
     before = tree(tmp)
-    proc = run_lockguard(args, project, env, Path(env["LOCKGUARD_CACHE"]))
+    proc = run_lockguard(args, project, env, Path(env["LOCKGUARD_CACHE"]), zygote)
     return Outcome(tmp, proc, before, tree(tmp))
 
 
 @pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory) -> dict[str, Outcome | BaseException]:
-    """Every selected case, run a few at a time: each run costs most of a second of CPU in
-    lockguard's start-up and there are over a hundred of them. The tests judge one each."""
-    wanted = []
-    for item in request.session.items:
-        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
-        if isinstance(case, Case):
-            wanted.append(case)
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
-        futures = {c.id: pool.submit(run_case, c, tmp_path_factory.mktemp("case"))
-                   for c in wanted}
-        return {cid: future.exception() or future.result() for cid, future in futures.items()}
+def zygote(tmp_path_factory) -> Iterator[Zygote]:
+    """What the cases are forked from: a fresh interpreter would cost most of a second of CPU
+    per case in start-up, and there are over two hundred of them."""
+    z = Zygote({k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+               tmp_path_factory.mktemp("zygote") / "zygote.log")
+    yield z
+    z.close()
+
+
+@pytest.fixture(scope="module")
+def case_dir() -> Iterator[Callable[[], Path]]:
+    """A new short directory for each case: an error line shortens what it quotes (a scenario
+    id to 60 characters), and a case whose id is a path under its directory must find that
+    path's end in the line, however long pytest's own directories are (longer under xdist)."""
+    root = Path(tempfile.mkdtemp(prefix="lg-bad-"))
+    yield lambda: Path(tempfile.mkdtemp(dir=root))
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
@@ -819,10 +840,8 @@ def changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, outcomes: dict[str, Outcome | BaseException]) -> None:
-    outcome = outcomes[case.id]
-    if isinstance(outcome, BaseException):
-        raise outcome
+def test_bad_input(case: Case, case_dir: Callable[[], Path], zygote: Zygote) -> None:
+    outcome = run_case(case, case_dir(), zygote)
     if isinstance(outcome.proc, str):
         pytest.fail(outcome.proc)
     assert_one_line_error(outcome.proc, case, outcome.tmp)
@@ -834,13 +853,46 @@ def test_the_corpus_is_large_and_ids_are_unique() -> None:
     assert len({c.id for c in CASES}) == len(CASES)
 
 
-def test_the_watch_sees_writes_and_builds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "fresh"])
+def test_the_watch_sees_writes_and_builds(tmp_path: Path, forked: bool, request) -> None:
     """The corpus's own controls: valid input that writes a file, and valid input that builds
-    an environment, are both seen (so an empty change list and a finished run mean something)."""
+    an environment, are both seen (so an empty change list and a finished run mean something),
+    forked from the zygote as the corpus runs and from a fresh interpreter."""
+    runner = request.getfixturevalue("zygote") if forked else None
     report = run_case(Case("control-report", (), args=("diff", "lock.txt", "lock.txt", "-o",
-                                                       "report.txt")), tmp_path / "a")
+                                                       "report.txt")), tmp_path / "a", runner)
     assert not isinstance(report.proc, str) and report.proc.returncode == 0, report.proc
     assert changes(report.before, report.after) == ["added p/report.txt"]
 
-    build_run = run_case(Case("control-build", ()), tmp_path / "b")
+    build_run = run_case(Case("control-build", ()), tmp_path / "b", runner)
     assert isinstance(build_run.proc, str) and "began to fill the cache" in build_run.proc
+
+
+# One case of each kind, run by a fresh `python -m lockguard` as a user runs it: the outcome
+# (exit code, stdout, the stderr line) is the one the zygote's fork gives.
+FRESH = ["lock-unpinned", "timeout-nan", "scenario-id-terminal-escape",
+         "golden-deeply-nested-json", "cli-unknown-option", "env-jobs-abc"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in FRESH],
+                         ids=[c.id for c in CASES if c.id in FRESH])
+def test_a_fresh_interpreter_gives_the_forked_outcome(case: Case, case_dir: Callable[[], Path],
+                                                     zygote: Zygote) -> None:
+    fresh = run_case(case, case_dir())
+    if isinstance(fresh.proc, str):
+        pytest.fail(fresh.proc)
+    assert_one_line_error(fresh.proc, case, fresh.tmp)
+    assert changes(fresh.before, fresh.after) == []
+    forked = run_case(case, case_dir(), zygote)
+    assert not isinstance(forked.proc, str), forked.proc
+
+    def seen(outcome: Outcome) -> tuple[int, str, str]:
+        proc = outcome.proc
+        text = [proc.stdout, proc.stderr]
+        for i, t in enumerate(text):
+            for prefix in (str(outcome.tmp.resolve()), str(outcome.tmp)):
+                t = t.replace(prefix, "{tmp}")
+            text[i] = t
+        return proc.returncode, text[0], text[1]
+
+    assert seen(fresh) == seen(forked)

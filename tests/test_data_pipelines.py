@@ -154,6 +154,7 @@ def test_a_sampler_that_draws_differently_is_drift_at_the_first_batch_that_diffe
         "lg-testlayer", "1.0", "2.0")
 
 
+@pytest.mark.exclusive  # `slower` is in its fail_on
 def test_the_same_lock_keeps_its_order(reordering):
     code, report = ab(reordering, "v2.txt", "loader")
     [v] = report["verdicts"]
@@ -161,6 +162,7 @@ def test_the_same_lock_keeps_its_order(reordering):
     assert v["first_batch_differs"] is None
 
 
+@pytest.mark.exclusive  # `slower` is in its fail_on
 def test_a_pipeline_that_loads_slower_is_slower(tmp_path):
     project = package_project(tmp_path / "p", TORCH_LOCK.read_text(), SAMPLER_V1,
                               SAMPLER_V2_SLOW, CONFIG, {"train_loader.py": SCRIPT})

@@ -412,9 +412,10 @@ def test_build_stream_finds_the_install_stage_last_layer():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def numpy_image(engine):
-    """The numpy image, built for real once per session (an old one is removed first)."""
+    """The numpy image, built for real once (an old one is removed first), while this module
+    has the engine to itself (conftest._engine_to_itself)."""
     lock = numpy_lock()
     recipe = dk.recipe_for("numpy", "cpu", lock, dk.resolve_base(engine, "cpu"))
     try:

@@ -67,7 +67,7 @@ def test_the_readme_is_short_with_two_set_up_commands() -> None:
     assert len(text.splitlines()) <= 200
     example, suite = set_up_commands(text)  # exactly two
     assert "cd examples/quickstart" in example and example.count("lockguard check") == 2
-    assert suite.endswith("-m pytest -q -ra")
+    assert suite.endswith("-m pytest -q -n auto -ra")
     # .ci/run runs the README's test command as it is written.
     assert suite in (REPO / ".ci" / "run").read_text()
 

@@ -68,6 +68,7 @@ def project(tmp_path_factory):
                            {"steps.py": STEPS_SCRIPT, "call.py": CALL_SCRIPT})
 
 
+@pytest.mark.exclusive
 @pytest.mark.parametrize("scenario,measure", [("steps", "step median"),
                                               ("call", "run() call")])
 def test_four_times_the_work_per_batch_is_slower_with_its_interval(project, scenario, measure):
@@ -86,6 +87,7 @@ def test_four_times_the_work_per_batch_is_slower_with_its_interval(project, scen
     assert v["verdict"] == "identical" and v["timing"] is None
 
 
+@pytest.mark.exclusive  # its run() time against its steps
 def test_a_user_script_shows_its_steps(project):
     code, report = ab(project, "v2.txt", "steps")
     [ev] = report["evidence"]
@@ -94,6 +96,7 @@ def test_a_user_script_shows_its_steps(project):
     assert ev["candidate"]["result"]["metrics"]["run_s"] > 19 * timings["step_median_s"]
 
 
+@pytest.mark.exclusive
 def test_the_same_lock_is_never_slower(project):
     for _ in range(2):
         code, report = ab(project, "v2.txt", "steps", "--timing")
