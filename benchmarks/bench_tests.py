@@ -85,31 +85,44 @@ def outcome(log: Path) -> dict[str, int]:
     return {word.rstrip("s") if word.startswith("error") else word: int(n) for n, word in counts}
 
 
-def slowest(junit: Path, top: int) -> dict:
-    """The slowest tests and test files of a --junitxml report (call + setup + teardown)."""
+def cases(junit: Path) -> list[tuple[float, str]]:
+    """Every test case of a --junitxml report: (seconds, call + setup + teardown), test id."""
     if not junit.is_file():
-        return {}
-    tests, files = [], Counter()
-    for case in ET.parse(junit).iter("testcase"):
-        seconds = float(case.get("time") or 0)
-        name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
-        tests.append((seconds, name))
+        return []
+    return [(float(case.get("time") or 0),
+             f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}")
+            for case in ET.parse(junit).iter("testcase")]
+
+
+def module_seconds(timed: list[tuple[float, str]]) -> dict[str, int]:
+    """What each test module took, by module name: tests/durations.json's contents."""
+    files = Counter()
+    for seconds, name in timed:
+        files[Path(name.split("::")[0]).stem] += seconds
+    return {module: round(s) for module, s in sorted(files.items())}
+
+
+def slowest(timed: list[tuple[float, str]], top: int) -> dict:
+    """The slowest tests and test files."""
+    files = Counter()
+    for seconds, name in timed:
         files[name.split("::")[0]] += seconds
-    tests.sort(reverse=True)
-    return {"slowest_tests": [{"test": n, "s": round(s, 2)} for s, n in tests[:top]],
-            "slowest_files": [{"file": f, "s": round(s, 1)} for f, s in files.most_common(top)],
-            "module_s": {Path(f).stem: round(s) for f, s in sorted(files.items())}}
+    ranked = sorted(timed, reverse=True)[:top]
+    return {"slowest_tests": [{"test": n, "s": round(s, 2)} for s, n in ranked],
+            "slowest_files": [{"file": f, "s": round(s, 1)} for f, s in files.most_common(top)]}
 
 
 def pytest_run(args: list[str], cwd: Path, top: int, python: str = sys.executable,
-               env: dict[str, str] | None = None) -> dict:
+               env: dict[str, str] | None = None) -> tuple[dict, list[tuple[float, str]]]:
+    """One pytest run: its measurement, and its test cases with their times."""
     with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
         junit, log = Path(tmp) / "junit.xml", Path(tmp) / "pytest.log"
         result = run([python, *args, f"--junitxml={junit}"], cwd, env, log)
-        result.update(outcome=outcome(log), **slowest(junit, top))
+        timed = cases(junit)
+        result.update(outcome=outcome(log), **slowest(timed, top))
         if result["exit_code"] not in (0, 1):
             result["log_tail"] = log.read_text(errors="replace")[-3000:]
-    return result
+    return result, timed
 
 
 def ci_runs(top: int) -> dict:
@@ -155,18 +168,17 @@ def main() -> None:
     data["machine"] = {"cores": os.cpu_count(), "python": platform.python_version()}
     measured = {}
     if "fast" in wanted:
-        measured["fast"] = pytest_run(FAST, REPO, args.top)
+        measured["fast"], _ = pytest_run(FAST, REPO, args.top)
         # Side by side: the same subset one test at a time (xdist's gain on this machine).
-        measured["fast_serial"] = pytest_run(FAST_SERIAL, REPO, args.top)
+        measured["fast_serial"], _ = pytest_run(FAST_SERIAL, REPO, args.top)
     if "suite" in wanted:
-        measured["suite_warm"] = suite = pytest_run(SUITE, REPO, args.top)
-        if suite["exit_code"] == 0:
-            DURATIONS.write_text(json.dumps(suite["module_s"], indent=1, sort_keys=True) + "\n")
+        measured["suite_warm"], timed = pytest_run(SUITE, REPO, args.top)
+        if measured["suite_warm"]["exit_code"] == 0:
+            DURATIONS.write_text(json.dumps(module_seconds(timed), indent=1) + "\n")
     if "ci" in wanted:
         measured.update(ci_runs(args.top))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for name, result in measured.items():
-        result.pop("module_s", None)
         result["measured_at"] = stamp
         if name in TARGETS:
             result["target_s"] = TARGETS[name]

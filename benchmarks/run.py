@@ -113,9 +113,17 @@ def _suite(doc: dict) -> tuple[str, bool | None, str]:
     if fast is None and cold is None:
         return "—", None, ""
     met = all(v is None or v <= t for v, t in ((fast, 60), (cold, 720), (warm, 360)))
-    return (f"cold {_s(cold)}, warm {_s(warm)}, fast subset {_s(fast)}", met,
-            _load([x for k in ("fast", "ci_cold", "ci_warm")
-                   for x in (_get(doc, k, "load_before") or [])[:1]]))
+    # The whole suite in the checkout (bench_tests --only suite: warm, no install), where it was
+    # measured after the last `.ci/run` pair.
+    suite = _get(doc, "suite_warm", "wall_s")
+    commit = _get(doc, "ci_cold", "commit")
+    later = (suite is not None and (_get(doc, "suite_warm", "measured_at") or "")
+             > (_get(doc, "ci_warm", "measured_at") or ""))
+    text = (f"cold {_s(cold)}, warm {_s(warm)}" + (f" (at {commit})" if commit else "")
+            + (f"; the suite alone, warm, since: {_s(suite)}" if later else "")
+            + f"; fast subset {_s(fast)}")
+    return (text, met, _load([x for k in ("fast", "ci_cold", "ci_warm", "suite_warm")
+                              for x in (_get(doc, k, "load_before") or [])[:1]]))
 
 
 def _diff(doc: dict) -> tuple[str, bool | None, str]:

@@ -6,13 +6,17 @@ Environments are built by lockguard itself into the normal cache (LOCKGUARD_CACH
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 from typing import Iterator, NoReturn
 
@@ -36,9 +40,7 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
     CI, whatever terminal runs the tests: `accept` asks only a terminal): a process of its own,
     forked from one that has imported lockguard (forked_cli.py), so that each run costs its
     work and not the second of an interpreter's start-up and lockguard's imports."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("PYTHONPATH", None)
-    return forked_cli.run(list(args), Path(cwd), full_env, timeout)
+    return forked_cli.run(list(args), Path(cwd), forked_cli.cli_env(env), timeout)
 
 
 def scenario_args(scenarios) -> list[str]:
@@ -68,39 +70,47 @@ def make_project(root: Path, config: str, files: dict[str, str] | None = None,
     return root
 
 
-def build_wheels(root: Path, packages: dict[str, tuple[str, str, tuple[str, ...], str | None]],
+def _record_digest(data: bytes) -> str:
+    """A wheel RECORD's hash: urlsafe base64 of the sha256, unpadded."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build_wheels(packages: dict[str, tuple[str, str, tuple[str, ...], str | None]],
                  wheels: Path) -> dict[str, Path]:
     """Real wheels of {name: (version, source of its __init__.py, dependencies, module name or
-    None for the distribution's)}, name -> wheel: one `pip wheel` for all of them (one version
-    of each project per call: pip resolves its arguments together), offline, with reproducible
-    zip timestamps."""
-    trees = []
+    None for the distribution's)} in `wheels`, name -> wheel: what `pip wheel` makes of a
+    one-module project (a py3-none-any wheel: the module, METADATA, WHEEL and a RECORD of
+    hashes), written here with reproducible zip timestamps. The same bytes every time, for the
+    same input (a setuptools build under `pip wheel` took a second or more a call)."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    built = {}
     for name, (version, source, dependencies, module) in packages.items():
         module = module or name.replace("-", "_")
-        tree = root / f"{name}-{version}"
-        (tree / module).mkdir(parents=True, exist_ok=True)
-        deps = ", ".join(f'"{d}"' for d in dependencies)
-        (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
-            [build-system]
-            requires = ["setuptools>=61"]
-            build-backend = "setuptools.build_meta"
+        stem = f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}"
+        info = f"{stem}.dist-info"
+        files = {f"{module}/__init__.py": textwrap.dedent(source).encode(),
+                 f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                      + "".join(f"Requires-Dist: {d}\n" for d in dependencies)
+                                      ).encode(),
+                 f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: lockguard-tests\n"
+                                  b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+        record = "".join(f"{path},sha256={_record_digest(data)},{len(data)}\n"
+                         for path, data in files.items()) + f"{info}/RECORD,,\n"
+        files[f"{info}/RECORD"] = record.encode()
+        path = wheels / f"{stem}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as whl:
+            for member, data in files.items():
+                entry = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
+                entry.external_attr = 0o644 << 16
+                whl.writestr(entry, data, zipfile.ZIP_DEFLATED)
+        built[name] = path
+    return built
 
-            [project]
-            name = "{name}"
-            version = "{version}"
-            dependencies = [{deps}]
-            """))
-        (tree / module / "__init__.py").write_text(textwrap.dedent(source))
-        trees.append(str(tree))
-    wheels.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "-q", "-w", str(wheels), *trees],
-        cwd=root, env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"}, capture_output=True,
-        text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {name: next(wheels.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
-            for name, (version, *_) in packages.items()}
+
+def sides(report: dict, scenario: str) -> tuple[dict, dict]:
+    """The RunResults of a scenario's baseline and candidate runs, as the report keeps them."""
+    [ev] = [e for e in report["evidence"] if e["scenario"] == scenario]
+    return ev["baseline"]["result"], ev["candidate"]["result"]
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -231,6 +241,18 @@ def tool(name: str) -> str:
 # module at the end while the others wait.
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 UNMEASURED_S = 60.0  # a module not measured yet
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker for each core this process may run on; for the fast subset
+    (`-m "not slow ..."`), one more. The fast tests spend much of their time waiting on
+    processes (a timeout they provoke, a tool they drive), and a waiting worker leaves its core
+    idle: on 2 cores the fast subset took 64 s with 2 workers and 56 s with 3. The slow tests
+    compute (trainings, compilers that use every core they see) and some must run alone (the
+    timing tests): a third worker on 2 cores made the whole suite no faster, a torch.compile
+    bisection five times slower, and the timing tests wait minutes for their turn."""
+    cores = len(os.sched_getaffinity(0))
+    return cores + 1 if "not slow" in (config.option.markexpr or "") else cores
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -134,14 +134,22 @@ def serve() -> None:
         os.write(replies, f"{os.waitstatus_to_exitcode(status)}\n".encode())
 
 
-class Zygote:
-    """One zygote process; runs one command at a time (use one per thread)."""
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command the tests run as a user would: the tests' own plus `extra`,
+    less PYTHONPATH (lockguard runs as installed, not from whatever a path put first)."""
+    env = {**os.environ, **(extra or {})}
+    env.pop("PYTHONPATH", None)
+    return env
 
-    def __init__(self, env: dict[str, str], stderr: Path) -> None:
+
+class Zygote:
+    """One zygote process (in cli_env()); runs one command at a time (use one per thread)."""
+
+    def __init__(self, stderr: Path) -> None:
         self._log = open(stderr, "w")  # noqa: SIM115 - closed in close()
         self._proc = subprocess.Popen([sys.executable, str(Path(__file__))], cwd=TESTS,
-                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=self._log)
+                                      env=cli_env(), stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._log)
         self._replies = b""
 
     def start(self, args: list[str], cwd: Path, env: dict[str, str], stdout: Path,
@@ -217,7 +225,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str],
         fd, log = tempfile.mkstemp(prefix="lockguard-zygote-", suffix=".log")
         os.close(fd)
         _logs.append(Path(log))
-        zygote = Zygote({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, Path(log))
+        zygote = Zygote(Path(log))
     cmd = ["lockguard", *args]
     with tempfile.TemporaryDirectory(prefix="lockguard-run-") as streams:
         out, err = Path(streams) / "stdout", Path(streams) / "stderr"

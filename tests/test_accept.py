@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, LOSS_EMA, REPO, golden_file, make_project, run_cli, snapshot
+from forked_cli import cli_env
 from lockguard import golden
 from lockguard import evidence
 from lockguard.hardware import hardware_class, host_class
@@ -71,7 +72,7 @@ def kept_dir(stderr: str) -> Path:
 def on_a_terminal(args: list[str], cwd: Path, answer: bytes) -> subprocess.CompletedProcess:
     """`lockguard ARGS` with a terminal on stdin that answers `answer`."""
     leader, follower = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = cli_env()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "lockguard", *args], cwd=cwd, env=env,
                                 stdin=follower, stdout=subprocess.PIPE,
@@ -337,15 +338,17 @@ def test_a_check_that_does_not_finish_leaves_no_last_check(tmp_path):
         lock = "l.txt"
         steps = 3
         """, locks={"l.txt": DATA / "numpy-2.0.2.txt"})
-    env = {"LOCKGUARD_CACHE": str(tmp_path / "cache")}
-    kept = run_cli("check", "--scenario", "numpy.mlp", "--allow-new", cwd=project, env=env)
+    # lockguard's own cache, where the numpy environment is built once for every test that
+    # needs it (a cache of its own built it again: most of this test's time); the pointer to
+    # the last check is the project's, which is this test's alone.
+    kept = run_cli("check", "--scenario", "numpy.mlp", "--allow-new", cwd=project)
     assert kept.returncode == 0 and "artefacts kept" in kept.stderr, kept.stderr
     golden = golden_file(project, "numpy.mlp")
     golden.parent.mkdir(parents=True)
     golden.write_text("{not json")
-    broken = run_cli("check", "--scenario", "numpy.mlp", cwd=project, env=env)
+    broken = run_cli("check", "--scenario", "numpy.mlp", cwd=project)
     assert broken.returncode == 2 and "numpy.mlp.json" in broken.stderr, broken.stderr
-    proc = run_cli("accept", "--reason", "x", "--yes", cwd=project, env=env)
+    proc = run_cli("accept", "--reason", "x", "--yes", cwd=project)
     assert proc.returncode == 2 and "run `lockguard check` first" in proc.stderr, proc.stderr
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, make_project
+from forked_cli import cli_env
 from fakes import FakeBackend
 from lockguard import answers
 from lockguard.config import load_config
@@ -67,9 +68,8 @@ def project(tmp_path, monkeypatch) -> Path:
 class Lockguard:
     def __init__(self, cache: Path) -> None:
         self.cache = cache
-        self.env = {**os.environ, "LOCKGUARD_CACHE": str(cache),
-                    "MODULES": str(cache.parent / "modules.txt")}
-        self.env.pop("PYTHONPATH", None)
+        self.env = cli_env({"LOCKGUARD_CACHE": str(cache),
+                            "MODULES": str(cache.parent / "modules.txt")})
         self.env.pop("GITHUB_ACTIONS", None)
         self.modules: set[str] = set()
 

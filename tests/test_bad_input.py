@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 import pytest
 
 from conftest import DATA, make_project
-from forked_cli import Zygote, kill_group
+from forked_cli import Zygote, cli_env, kill_group
 from lockguard.hardware import host_class
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
@@ -750,8 +750,7 @@ def run_lockguard(args: list[str], cwd: Path, env: dict[str, str], cache: Path,
     stopped: it is killed (with all its children) as soon as it writes into the cache, since
     bad input must be refused before any environment is built and a case that slipped through
     would otherwise spend a minute creating a venv."""
-    full_env = {**os.environ, **env}
-    full_env.pop("PYTHONPATH", None)
+    full_env = cli_env(env)
     before = sorted(os.listdir(cache)) if cache.is_dir() else None
     # Output goes to files, not pipes: nothing reads pipes while the run is watched.
     with tempfile.TemporaryDirectory(prefix="lockguard-case-") as streams:
@@ -816,8 +815,7 @@ def run_case(case: Case, tmp: Path, zygote: Zygote | None = None) -> Outcome:
 def zygote(tmp_path_factory) -> Iterator[Zygote]:
     """What the cases are forked from: a fresh interpreter would cost most of a second of CPU
     per case in start-up, and there are over two hundred of them."""
-    z = Zygote({k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-               tmp_path_factory.mktemp("zygote") / "zygote.log")
+    z = Zygote(tmp_path_factory.mktemp("zygote") / "zygote.log")
     yield z
     z.close()
 

@@ -40,7 +40,7 @@ def locks_with(project: Path, packages: dict[str, dict[str, tuple[str, str, tupl
     for side, base in (("old", old_base), ("new", new_base)):
         wanted = {name: (*sides[side], (modules or {}).get(name))
                   for name, sides in packages.items() if side in sides}
-        built = build_wheels(project / "build", wanted, wheels)
+        built = build_wheels(wanted, wheels)
         text = base.rstrip() + "\n\n--find-links wheels\n" + "".join(
             pin(name, wanted[name][0], wheel) for name, wheel in built.items())
         (project / f"{side}.txt").write_text(text)

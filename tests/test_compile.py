@@ -38,12 +38,11 @@ MODULE = "lg_testlayer"
 # Local package wheels and locks
 
 
-def build_wheels(root: Path, sources: dict[str, str], wheels: Path) -> dict[str, Path]:
+def build_wheels(sources: dict[str, str], wheels: Path) -> dict[str, Path]:
     """Real wheels of `lg-testlayer`, version -> wheel; each version's lg_testlayer/__init__.py
-    is its source (one build per version: two versions of one project cannot be built in one
-    `pip wheel`)."""
-    return {version: build_local_wheels(root, {PACKAGE: (version, source, (), MODULE)},
-                                       wheels)[PACKAGE]
+    is its source."""
+    return {version: build_local_wheels({PACKAGE: (version, source, (), MODULE)},
+                                        wheels)[PACKAGE]
             for version, source in sources.items()}
 
 
@@ -57,8 +56,7 @@ def lock_with_package(base: str, wheel: Path, version: str) -> str:
 def package_project(root: Path, base_lock: str, v1: str, v2: str, config: str,
                     files: dict[str, str]) -> Path:
     """A project with locks v1.txt / v2.txt (the base lock + lg-testlayer 1.0 / 2.0)."""
-    (root / "build").mkdir(parents=True, exist_ok=True)
-    wheels = build_wheels(root / "build", {"1.0": v1, "2.0": v2}, root / "wheels")
+    wheels = build_wheels({"1.0": v1, "2.0": v2}, root / "wheels")
     locks = {version: lock_with_package(base_lock, wheel, version)
              for version, wheel in wheels.items()}
     project = make_project(root, config, files=files)

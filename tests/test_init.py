@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from conftest import DATA, REPO, golden_file, run_cli, snapshot, tool
+from forked_cli import cli_env
 from lockguard.config import load_config
 from lockguard.flows import init_files
 
@@ -83,7 +84,7 @@ def actionlint(workflow: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 def on_a_terminal(args: list[str], cwd: Path, answers: str) -> subprocess.CompletedProcess:
     """`lockguard ARGS` with a terminal on stdin that answers `answers`, one line a question."""
     leader, follower = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = cli_env()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "lockguard", *args], cwd=cwd, env=env,
                                 stdin=follower, stdout=subprocess.PIPE,

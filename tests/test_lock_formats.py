@@ -507,13 +507,14 @@ def test_numpy_nep50_drift_is_the_same_verdict_in_every_format(tmp_path):
 
 @pytest.mark.slow
 def test_a_jax_upgrade_is_the_same_verdict_in_every_format(tmp_path):
-    """jax/jaxlib 0.9.2 -> 0.10.2 (every other pin the same), two bundled scenarios: the same
-    verdicts, numbers and exit code in the four formats."""
+    """jax/jaxlib 0.9.2 -> 0.10.2 (every other pin the same), a bundled scenario: the same
+    verdict, numbers and exit code in the four formats. (One scenario: what a format can change
+    is the environment, which every scenario of the lock shares.)"""
     config = "slower_ratio = 1000.0\nheavier_ratio = 1000.0\n"
     outcomes = {source: _ab(tmp_path, "jax-0.9.2", "jax-0.10.2", source, config,
-                            ["jax.mlp", "jax.rng"]) for source in AS_KEPT}
+                            ["jax.mlp"]) for source in AS_KEPT}
     reference = outcomes["requirements.txt"]
-    assert set(_judged(reference[1])) == {"jax.mlp", "jax.rng"}
+    assert set(_judged(reference[1])) == {"jax.mlp"}
     for source, (code, report) in outcomes.items():
         assert code == reference[0], source
         assert _judged(report) == _judged(reference[1]), source

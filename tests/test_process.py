@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, make_project
+from forked_cli import cli_env
 
 from lockguard import process
 
@@ -90,8 +91,7 @@ def start(cwd: Path, token: str, tmp: Path, *args: str, wrapper: str | None = No
           stdin=subprocess.DEVNULL) -> subprocess.Popen[str]:
     """lockguard in a session of its own (so a signal to its group reaches only it), with a
     TMPDIR of its own that names `token` (the trainings see it: `started` is written beside it)."""
-    env = {**os.environ, MARKER: token, "TMPDIR": str(tmpdir(tmp, token))}
-    env.pop("PYTHONPATH", None)
+    env = cli_env({MARKER: token, "TMPDIR": str(tmpdir(tmp, token))})
     tmpdir(tmp, token).mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "lockguard", *args]
     if wrapper:

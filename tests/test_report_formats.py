@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TORCH_LOCK, make_project, run_cli
+from forked_cli import cli_env
 from lockguard.names import FORMATS
 from lockguard.flows.report_parts import lock_info
 from lockguard.compare.tolerance import Policy
@@ -476,8 +477,7 @@ def test_options_alone_are_not_no_lock_changes():
 def tty_run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
     """The CLI with stdout on a pseudo-terminal, as a user at a terminal sees it."""
     master, slave = pty.openpty()
-    full = {**os.environ, **env}
-    full.pop("PYTHONPATH", None)
+    full = cli_env(env)
     proc = subprocess.Popen([sys.executable, "-m", "lockguard", *args], cwd=cwd, env=full,
                             stdout=slave, stderr=subprocess.PIPE, close_fds=True)
     os.close(slave)

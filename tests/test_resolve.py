@@ -324,10 +324,10 @@ def test_uv_missing_is_a_clear_error(tmp_path, monkeypatch):
 def wheelhouse(tmp_path_factory) -> Path:
     """alpha 1.0 and 2.0, gamma 1.0 and 2.0 (which needs alpha>=2): real wheels in a folder."""
     root = tmp_path_factory.mktemp("wheelhouse")
-    build_wheels(root / "v1", {"alpha": ("1.0", "", (), None), "gamma": ("1.0", "", (), None)},
+    build_wheels({"alpha": ("1.0", "", (), None), "gamma": ("1.0", "", (), None)},
                  root / "wheels")
-    build_wheels(root / "v2", {"alpha": ("2.0", "", (), None),
-                               "gamma": ("2.0", "", ("alpha>=2",), None)}, root / "wheels")
+    build_wheels({"alpha": ("2.0", "", (), None), "gamma": ("2.0", "", ("alpha>=2",), None)},
+                 root / "wheels")
     return root / "wheels"
 
 

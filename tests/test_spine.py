@@ -19,6 +19,7 @@ import pytest
 
 from conftest import (LOSS_EMA, TORCH_LOCK, golden_file, make_project, run_cli, scenario_args,
                       snapshot)
+from forked_cli import cli_env
 
 pytestmark = pytest.mark.slow
 
@@ -338,8 +339,7 @@ def test_killed_record_leaves_previous_goldens_intact(tmp_path, numpy_locks):
     assert set(before) == {f"{here}/ema.json", f"{here}/slow.json"}
 
     (project / "slow.flag").write_text("")
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env = cli_env()
     proc = subprocess.Popen([sys.executable, "-m", "lockguard", "record", "--format", "json"],
                             cwd=project, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -371,8 +371,7 @@ def test_second_record_reinstalls_nothing(tmp_path, numpy_locks):
 
 def test_two_concurrent_checks_share_one_cache(tmp_path, numpy_locks):
     project = ema_project(tmp_path / "cc", numpy_locks)
-    env = {**os.environ, "LOCKGUARD_CACHE": str(tmp_path / "cache")}
-    env.pop("PYTHONPATH", None)
+    env = cli_env({"LOCKGUARD_CACHE": str(tmp_path / "cache")})
     cmd = [sys.executable, "-m", "lockguard", "check", "--baseline-lock", "new.txt",
            "--format", "json"]
     procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE,

@@ -635,6 +635,9 @@ def run_gitlab_job(repo: Path, tmp: Path, **env: str) -> subprocess.CompletedPro
     return proc
 
 
+# The whole job, several times (bash, pip, git, lockguard's check): CI glue, left out of the
+# developer's loop (the fast subset) as the pre-commit test is.
+@pytest.mark.slow
 def test_the_gitlab_job_checks_a_merge_request(tmp_path: Path) -> None:
     """A lock that breaks a family rule fails the job with 1 and leaves the artefacts GitLab
     collects (junit for the test widget); one that changes no lock passes at once."""
@@ -708,6 +711,9 @@ class NotesAPI(BaseHTTPRequestHandler):
         pass
 
 
+# The whole job, several times (bash, pip, git, lockguard's check): CI glue, left out of the
+# developer's loop (the fast subset) as the pre-commit test is.
+@pytest.mark.slow
 def test_the_gitlab_note_is_added_once_then_updated(tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), NotesAPI)
     threading.Thread(target=server.serve_forever, daemon=True).start()
