@@ -94,19 +94,22 @@ def cases(junit: Path) -> list[tuple[float, str]]:
             for case in ET.parse(junit).iter("testcase")]
 
 
-def module_seconds(timed: list[tuple[float, str]]) -> dict[str, int]:
-    """What each test module took, by module name: tests/durations.json's contents."""
+def per_file(timed: list[tuple[float, str]]) -> Counter:
+    """What each test file took: its tests' seconds added up."""
     files = Counter()
     for seconds, name in timed:
-        files[Path(name.split("::")[0]).stem] += seconds
-    return {module: round(s) for module, s in sorted(files.items())}
+        files[name.split("::")[0]] += seconds
+    return files
+
+
+def module_seconds(timed: list[tuple[float, str]]) -> dict[str, int]:
+    """What each test module took, by module name: tests/durations.json's contents."""
+    return {Path(f).stem: round(s) for f, s in sorted(per_file(timed).items())}
 
 
 def slowest(timed: list[tuple[float, str]], top: int) -> dict:
     """The slowest tests and test files."""
-    files = Counter()
-    for seconds, name in timed:
-        files[name.split("::")[0]] += seconds
+    files = per_file(timed)
     ranked = sorted(timed, reverse=True)[:top]
     return {"slowest_tests": [{"test": n, "s": round(s, 2)} for s, n in ranked],
             "slowest_files": [{"file": f, "s": round(s, 1)} for f, s in files.most_common(top)]}

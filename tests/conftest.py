@@ -102,7 +102,7 @@ def build_wheels(packages: dict[str, tuple[str, str, tuple[str, ...], str | None
             for member, data in files.items():
                 entry = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
                 entry.external_attr = 0o644 << 16
-                whl.writestr(entry, data, zipfile.ZIP_DEFLATED)
+                whl.writestr(entry, data)
         built[name] = path
     return built
 
@@ -264,9 +264,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                               order[i.module.__name__]))
 
 
-def _lock(path: Path, exclusive: bool) -> Iterator[None]:
-    """Hold a flock on `path` (shared or exclusive) until the generator resumes."""
-    with open(path, "a") as handle:
+def _among_workers(tmp_path_factory, name: str, exclusive: bool) -> Iterator[None]:
+    """Under pytest-xdist, hold a flock (shared or exclusive) on the file `name` that all the
+    workers of this run share, until the generator resumes; without xdist there is nothing to
+    share."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    with open(tmp_path_factory.getbasetemp().parent / name, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -277,13 +282,9 @@ def _lock(path: Path, exclusive: bool) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _machine_to_itself(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
     """A test marked `exclusive` (its verdict is a timing: `slower`) has the machine to itself
-    while the other workers wait; every other test shares it (a readers-writer flock, one file
-    for all the workers of a run). Without xdist there is nothing to share."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        yield
-        return
+    while the other workers wait; every other test shares it (a readers-writer flock)."""
     exclusive = request.node.get_closest_marker("exclusive") is not None
-    yield from _lock(tmp_path_factory.getbasetemp().parent / "machine.lock", exclusive)
+    yield from _among_workers(tmp_path_factory, "machine.lock", exclusive)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -291,9 +292,8 @@ def _engine_to_itself(request: pytest.FixtureRequest, tmp_path_factory) -> Itera
     """A module with Docker tests has the engine to itself while it runs: they build, tag,
     tamper with and remove the same images (the numpy image above all), so two modules must
     not interleave. Its module-scoped fixtures come after this one (autouse first)."""
-    docker = any(item.get_closest_marker("docker") for item in request.session.items
-                 if item.module is request.module)
-    if "PYTEST_XDIST_WORKER" not in os.environ or not docker:
+    if any(item.get_closest_marker("docker") for item in request.session.items
+           if item.module is request.module):
+        yield from _among_workers(tmp_path_factory, "engine.lock", True)
+    else:
         yield
-        return
-    yield from _lock(tmp_path_factory.getbasetemp().parent / "engine.lock", True)

@@ -93,8 +93,6 @@ def _child(request: dict, channels: tuple[int, int]) -> None:
             code = 1
         # What the interpreter does at exit, in its order: join the threads that are not
         # daemons, run the atexit handlers, flush the standard streams.
-        import threading
-
         threading._shutdown()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
