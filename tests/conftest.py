@@ -43,6 +43,13 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
     return forked_cli.run(list(args), Path(cwd), forked_cli.cli_env(env), timeout)
 
 
+# The config lines of a real-framework test whose verdicts are the numerics': `slower` and
+# `heavier` out of reach. Step times and peak memory vary between two runs of one environment
+# on a shared machine (a CI run saw `heavier` for torchvision.resnet18, torch and torchvision
+# unchanged); the timing and memory tests judge those on purpose.
+NUMERICS_ONLY = "slower_ratio = 1000.0\nheavier_ratio = 1000.0\n"
+
+
 def scenario_args(scenarios) -> list[str]:
     """`--scenario ID` for each of `scenarios`, as a command line takes them."""
     return [a for sid in scenarios for a in ("--scenario", sid)]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TORCH_LOCK, run_cli, scenario_args, three_framework_project
+from conftest import NUMERICS_ONLY, TORCH_LOCK, run_cli, scenario_args, three_framework_project
 from test_compile import ab, only_change, package_project
 
 pytestmark = pytest.mark.slow
@@ -140,7 +140,7 @@ def test_the_same_reduction_is_identical(project):
 
 
 def test_bundled_data_parallel_scenarios_are_identical_and_distributed(tmp_path):
-    project = three_framework_project(tmp_path / "p", "slower_ratio = 1000.0")
+    project = three_framework_project(tmp_path / "p", NUMERICS_ONLY)
     proc = run_cli("check", *scenario_args(BUNDLED), "--baseline-lock", "torch.txt",
                    "--baseline-lock", "jax.txt", "--baseline-lock", "tf.txt", "--format", "json",
                    cwd=project)

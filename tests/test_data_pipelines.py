@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (DATA, TORCH_LOCK, lockguard_python, run_cli, scenario_args,
-                      three_framework_project)
+from conftest import (DATA, NUMERICS_ONLY, TORCH_LOCK, lockguard_python, run_cli,
+                      scenario_args, three_framework_project)
 from test_compile import ab, only_change, package_project
 from test_harness_torch import harness
 
@@ -194,8 +194,7 @@ def test_a_pipeline_that_loads_slower_is_slower(tmp_path):
 
 @pytest.fixture(scope="module")
 def bundled_project(tmp_path_factory) -> Path:
-    return three_framework_project(tmp_path_factory.mktemp("bundled") / "p",
-                                   "slower_ratio = 1000.0")
+    return three_framework_project(tmp_path_factory.mktemp("bundled") / "p", NUMERICS_ONLY)
 
 
 def test_bundled_pipelines_are_identical_under_the_same_lock(bundled_project):

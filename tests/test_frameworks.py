@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (DATA, TORCH_LOCK, golden_file, make_project, run_cli, scenario_args,
-                      sides, three_framework_project)
+from conftest import (DATA, NUMERICS_ONLY, TORCH_LOCK, golden_file, make_project, run_cli,
+                      scenario_args, sides, three_framework_project)
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +28,6 @@ TORCH = TORCH_LOCK
 SUITE = ["torch.mlp", "torch.lm", "torch.lm.bf16", "torch.rng", "numpy.mlp",
          "jax.mlp", "jax.lm", "jax.lm.bf16", "jax.rng",
          "tf.mlp", "tf.mlp.xla", "tf.keras", "tf.lm", "tf.rng"]
-# Timings on a shared 2-core CI machine are noise; these tests are about numerics.
-NO_TIMING = "slower_ratio = 1000.0"
 
 
 def by_hand(lock: Path, scenario: str, out: Path, steps: int) -> dict:
@@ -82,7 +80,7 @@ def assert_report_tells_the_truth(report: dict, tmp: Path, old_lock: Path, new_l
 def test_three_frameworks_in_one_check(tmp_path):
     project = three_framework_project(tmp_path / "p", f"""
         scenarios = {json.dumps(SUITE)}
-        {NO_TIMING}
+        {NUMERICS_ONLY}
         """)
     rec = run_cli("record", "--format", "json", cwd=project)
     assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr
@@ -112,7 +110,7 @@ def test_three_frameworks_in_one_check(tmp_path):
 def test_jax_0_9_2_to_0_10_2(tmp_path):
     project = make_project(tmp_path / "p", f"""
         lock = "jax.txt"
-        {NO_TIMING}
+        {NUMERICS_ONLY}
         """, locks={"jax.txt": DATA / "jax-0.10.2.txt", "old.txt": DATA / "jax-0.9.2.txt"})
     # The scenarios checked below, not all of the prefix (the data and data-parallel
     # ones have tests of their own).
@@ -132,7 +130,7 @@ def test_jax_0_9_2_to_0_10_2(tmp_path):
 def test_tensorflow_2_20_to_2_21(tmp_path):
     project = make_project(tmp_path / "p", f"""
         lock = "tf.txt"
-        {NO_TIMING}
+        {NUMERICS_ONLY}
         """, locks={"tf.txt": DATA / "tf-2.21.0.txt", "old.txt": DATA / "tf-2.20.0.txt"})
     steps = {"tf.mlp": 30, "tf.mlp.xla": 30, "tf.keras": 30, "tf.lm": 20, "tf.rng": 30}
     proc = run_cli("check", *scenario_args(steps), "--baseline-lock", "old.txt", "--format",

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from packaging.markers import default_environment
 
-from conftest import DATA
+from conftest import DATA, NUMERICS_ONLY
 from lockguard.locks.diff import diff_locks
 from lockguard.locks.formats import format_by_name, lock_format
 from lockguard.locks.installable import require_wheels
@@ -510,7 +510,7 @@ def test_a_jax_upgrade_is_the_same_verdict_in_every_format(tmp_path):
     """jax/jaxlib 0.9.2 -> 0.10.2 (every other pin the same), a bundled scenario: the same
     verdict, numbers and exit code in the four formats. (One scenario: what a format can change
     is the environment, which every scenario of the lock shares.)"""
-    config = "slower_ratio = 1000.0\nheavier_ratio = 1000.0\n"
+    config = NUMERICS_ONLY
     outcomes = {source: _ab(tmp_path, "jax-0.9.2", "jax-0.10.2", source, config,
                             ["jax.mlp"]) for source in AS_KEPT}
     reference = outcomes["requirements.txt"]

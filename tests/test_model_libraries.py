@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, lockguard_python, make_project, run_cli, scenario_args, sides
+from conftest import (DATA, NUMERICS_ONLY, lockguard_python, make_project, run_cli,
+                      scenario_args, sides)
 from fakes import FakeBackend, lock
 from lockguard.config import Config, Options
 from lockguard.flows.ab import check_ab
@@ -41,7 +42,6 @@ FLAX = DATA / "jax-0.10.2-flax-0.12.8.txt"
 TF = DATA / "tf-2.21.0.txt"
 REFERENCE = DATA / "transformers_reference.py"
 TIMM_REFERENCE = DATA / "timm_reference.py"
-NO_TIMING = "slower_ratio = 1000.0"
 
 
 # ------------------------------------------------------------------------------------- fast
@@ -166,7 +166,7 @@ def test_transformers_5_0_changed_gpt2_and_bert_initialisation(tmp_path):
     with the plain std 0.02 instead of GPT-2's 0.02 / sqrt(2 · n_layer), and draws BERT's MLM
     head transform in another order. Both drift from step 0; lockguard's numbers on each side
     are the independent script's, to the bit."""
-    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NO_TIMING}\n', locks={
+    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NUMERICS_ONLY}\n', locks={
         "new.txt": TRANSFORMERS["5.0.0"], "old.txt": TRANSFORMERS["4.57.6"]})
     proc = run_cli("check", "--scenario", "transformers", "--baseline-lock", "old.txt",
                    "--format", "json", cwd=project)
@@ -201,7 +201,7 @@ def test_transformers_5_15_restores_gpt2_and_bisection_names_it(tmp_path):
     """transformers 5.14.1 → 5.15.0 (adjacent releases, nothing else in the lock moves): GPT-2's
     scaled c_proj initialisation is back, so transformers.gpt2 drifts and transformers.bert
     stays bit for bit; bisection names transformers, and the independent script agrees."""
-    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NO_TIMING}\n', locks={
+    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NUMERICS_ONLY}\n', locks={
         "new.txt": TRANSFORMERS["5.15.0"], "old.txt": TRANSFORMERS["5.14.1"]})
     proc = run_cli("bisect", "--scenario", "transformers", "--baseline-lock", "old.txt",
                    "--format", "json", cwd=project)
@@ -226,7 +226,7 @@ def test_bisection_names_transformers_when_torch_moved_too(tmp_path):
     in one lock bump: transformers.gpt2 drifts, and bisection names transformers, not torch
     (torch 2.14.1 trains this GPT-2 to the same bits as 2.13.0: the mix that moves only the
     torch family reproduces the baseline)."""
-    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NO_TIMING}\n', locks={
+    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NUMERICS_ONLY}\n', locks={
         "new.txt": TORCH_2_14_TRANSFORMERS, "old.txt": TRANSFORMERS["5.14.1"]})
     proc = run_cli("bisect", "--scenario", "transformers.gpt2", "--baseline-lock", "old.txt",
                    "--format", "json", cwd=project)
@@ -267,7 +267,7 @@ def test_timm_1_0_23_draws_vit_weights_in_another_order(tmp_path):
     adjacent releases): the same distributions, drawn in another order, so timm.vit trains
     otherwise from step 0, while torchvision.resnet18 in the same environments stays bit for
     bit. lockguard's numbers on each side are the independent script's."""
-    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NO_TIMING}\n', locks={
+    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NUMERICS_ONLY}\n', locks={
         "new.txt": VISION, "old.txt": VISION_TIMM_1_0_22})
     proc = run_cli("check", "--scenario", "timm.vit", "--scenario", "torchvision.resnet18",
                    "--baseline-lock", "old.txt", "--format", "json", cwd=project)
@@ -301,7 +301,7 @@ def test_every_library_scenario_trains_and_reproduces_in_its_real_environment(tm
     project = make_project(tmp_path / "p", f"""
         locks = ["hf.txt", "vision.txt", "flax.txt", "tf.txt"]
         scenarios = {json.dumps(list(LIBRARY_SCENARIOS))}
-        {NO_TIMING}
+        {NUMERICS_ONLY}
         """, locks={"hf.txt": TRANSFORMERS["5.15.0"], "vision.txt": VISION, "flax.txt": FLAX,
                     "tf.txt": TF})
     rec = run_cli("record", "--format", "json", cwd=project)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOSS_EMA, TORCH_LOCK, TORCH_OLD_LOCK, make_project, run_cli
+from conftest import LOSS_EMA, NUMERICS_ONLY, TORCH_LOCK, TORCH_OLD_LOCK, make_project, run_cli
 from fakes import FakeBackend, lock
 from lockguard.config import Config, ConfigError, Options, parse_config
 from lockguard.flows import shards
@@ -235,11 +235,10 @@ def test_parity_of_a_family_split_over_shards_is_rebuilt(project, tmp_path):
 
 def torch_numpy_project(root: Path) -> Path:
     """A torch project whose numpy moves 1.26 → 2.0 (torch.mlp, torch.lm and a float32 metric
-    that NEP 50 changes, judged exactly), with `slower` out of reach: shards running side by
-    side must not turn timing into a verdict."""
-    return make_project(root, """
+    that NEP 50 changes, judged exactly), with `slower` and `heavier` out of reach: shards
+    running side by side must not turn timing or memory into a verdict."""
+    return make_project(root, NUMERICS_ONLY + """
         lock = "requirements.txt"
-        slower_ratio = 1000.0
         scenarios = ["torch.mlp", "torch.lm", "loss_ema"]
         [scenario.loss_ema]
         script = "loss_ema.py"
