@@ -1,10 +1,11 @@
 """Culprit bisection end to end: real locks, real venvs, the real CLI.
 
-The harmless bumps are tiny local packages built here as real wheels (as test_compile.py builds
-its layer package: `pip wheel` with SOURCE_DATE_EPOCH, so hashes and cached venvs are stable
-across runs), served from a find-links folder beside the locks and pinned by hash next to the
-real numpy lock of tests/data. A mix of them installs in a second, so a bisection's cost here is
-its number of builds, which is what the tests bound.
+The harmless bumps are tiny local packages written here as real wheels (conftest.build_wheels,
+with fixed timestamps, so hashes and cached venvs are stable across runs), served from a
+find-links folder beside the locks and pinned by hash next to the real numpy lock of tests/data.
+A mix of them installs in a second, so a bisection's cost here is its number of builds, which is
+what the tests bound; the torch mixes share one compile cache (their torch is pinned alike), so
+only the first of them compiles cold.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Compile fallbacks end to end: a real dependency upgrade that makes the compiled path worse.
 
-The tests build two versions of a tiny local package as real wheels (`pip wheel` of a source
-tree made here, with SOURCE_DATE_EPOCH so that the bytes, hence the pinned hashes and the cached
-environments, are the same from one test run to the next), serve them from a find-links folder
+The tests write two versions of a tiny local package as real wheels (conftest.build_wheels,
+with fixed timestamps so that the bytes, hence the pinned hashes and the cached environments,
+are the same from one test run to the next), serve them from a find-links folder
 beside the locks, and pin them with --hash in locks that also hold a real framework lock. Version
 1.0 of the package is pure tensor math; version 2.0 adds what the compiler cannot trace. A user
 scenario that compiles a model using the package must come out `compile_fallback` in A/B, naming
@@ -197,13 +197,12 @@ def test_torch_same_lock_on_both_sides_is_clean(torch_project: Path) -> None:
 
 
 def _inductor_env() -> dict[str, str]:
-    # The compile cache lockguard keeps beside that venv: warm across test runs, as re-checks are.
+    # The compile cache lockguard keeps for that venv: warm across test runs, as re-checks are.
+    from lockguard.envs.base import compile_cache_env
     from lockguard.envs.venv import prepare
     from lockguard.locks.parser import parse_lock
 
-    root = prepare(parse_lock(FRAMEWORK_LOCKS["torch"])).inductor_cache
-    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-            "TRITON_CACHE_DIR": str(root / "triton")}
+    return compile_cache_env(str(prepare(parse_lock(FRAMEWORK_LOCKS["torch"])).compile_cache))
 
 
 @pytest.mark.parametrize("family, steps", [("mlp", 8), ("lm", 4)])

@@ -1,13 +1,15 @@
 """Compile diagnostics without a framework: the harness's text normalisation and accuracy rule
 (lockguard/harness/_lockguard_harness/compile_torch.py, stdlib only until it patches torch),
 compare's compile rules (reworded breaks, miscompile evidence, compile-time ratio) and the
-side-by-side report.
+side-by-side report; which venvs share their compilers' caches (lockguard/envs/compile_cache.py,
+on venvs of METADATA files only).
 
 The log texts below are what torch 2.13's dynamo wrote in real runs (paths from this machine).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -15,7 +17,9 @@ from pathlib import Path
 from lockguard.compare.compile import accuracy_failure, break_site, compare_compile
 from lockguard.compare.tolerance import Policy
 from lockguard.compare.verdicts import compare_runs, is_failure
+from lockguard.envs.compile_cache import compile_cache_dir, compiler_closure
 from lockguard.harness._lockguard_harness import compile_torch as ct
+from lockguard.locks.parser import parse_lock_text
 from lockguard.names import Verdict
 from lockguard.report import Report, render
 from lockguard.report._common import compile_rows
@@ -296,3 +300,90 @@ def test_compile_memory_is_typed_and_absent_from_runs_without_it() -> None:
     assert diagnostics.memory is not None and diagnostics.memory.eager_device == 2
     assert diagnostics.model_dump(mode="json", exclude_defaults=True) == written
     assert "memory" not in CompileDiagnostics(graph_breaks=0).model_dump(mode="json")
+
+
+# Which venvs share a compile cache: a venv here is its site-packages' METADATA files
+
+REQUIRES = {  # what each distribution's METADATA requires, markers and extras as torch writes them
+    "torch": ["filelock", "sympy>=1.13.3", 'triton==3.5.0; platform_system == "Linux"',
+              'opt-einsum>=3.3; extra == "opt-einsum"'],
+    "sympy": ["mpmath<1.4,>=1.1.0"],
+    "jax": ["jaxlib<=0.9.2,>=0.9.2", "numpy>=1.26"],
+}
+
+
+def fake_venv(root: Path, pins: dict[str, str], header: str = "") -> Path:
+    """A venv holding `pins` {name: version} as dist-info folders with their METADATA."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    for name, version in pins.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+        lines += [header] if header else []
+        lines += [f"Requires-Dist: {r}" for r in REQUIRES.get(name, [])]
+        (info / "METADATA").write_text("\n".join(lines) + "\n\nRequires-Dist: described-only\n")
+    return root
+
+
+def lock_of(pins: dict[str, str], hashed: bool = True, rebuilt: str = ""):
+    """A requirements lock of `pins`, each hashed unless not `hashed` (`rebuilt`: a pin whose
+    files are other ones of the same version)."""
+    def digest(name: str, version: str) -> str:
+        files = name + version + ("rebuilt" if name == rebuilt else "")
+        return f" --hash=sha256:{hashlib.sha256(files.encode()).hexdigest()}" if hashed else ""
+    return parse_lock_text("".join(f"{name}=={version}{digest(name, version)}\n"
+                                   for name, version in pins.items()), "requirements.txt")
+
+
+def cache_of(tmp_path: Path, name: str, pins: dict[str, str], header: str = "",
+             **kwargs) -> Path:
+    venv = fake_venv(tmp_path / name, pins, header)
+    return compile_cache_dir(tmp_path, venv, name, lock_of(pins, **kwargs),
+                             "cpython 3.11.7 x86_64")
+
+
+TORCH = {"torch": "2.13.0", "filelock": "3.20.0", "sympy": "1.14.0", "mpmath": "1.3.0",
+         "triton": "3.5.0", "opt-einsum": "3.4.0", "numpy": "2.3.4", "lg-model": "1.0"}
+
+
+def test_venvs_share_a_compile_cache_when_the_compilers_closure_is_pinned_alike(
+        tmp_path: Path) -> None:
+    venv = fake_venv(tmp_path / "v", TORCH)
+    # torch, and what it requires through one another, whatever the marker or extra; not what
+    # only the training imports (numpy, the model), nor the description's lines.
+    assert compiler_closure(venv, lock_of(TORCH)) == {
+        "torch", "filelock", "sympy", "mpmath", "triton", "opt-einsum"}
+    shared = cache_of(tmp_path, "a", TORCH)
+    assert shared.name.startswith("compilers-") and shared.parent == tmp_path
+    # A model library, numpy or a harmless bump moved: the same cache (its graph is in the key).
+    assert cache_of(tmp_path, "b", {**TORCH, "lg-model": "2.0", "numpy": "2.3.5"}) == shared
+    # The compiler moved, or what it requires, however deep: another cache.
+    for moved in ("torch", "mpmath", "triton", "opt-einsum"):
+        assert cache_of(tmp_path, f"c-{moved}", {**TORCH, moved: "9.9"}) != shared, moved
+    # The same versions, other files (another hash): another cache.
+    assert cache_of(tmp_path, "d", TORCH, rebuilt="sympy") != shared
+    assert cache_of(tmp_path, "e", TORCH, rebuilt="lg-model") == shared
+    jax = {"jax": "0.9.2", "jaxlib": "0.9.2", "numpy": "2.3.4", "scipy": "1.16"}
+    assert compiler_closure(fake_venv(tmp_path / "j", jax), lock_of(jax)) == {
+        "jax", "jaxlib", "numpy"}
+
+
+def test_a_compile_cache_stays_the_venvs_own_when_its_compilers_are_not_known_alike(
+        tmp_path: Path) -> None:
+    own = tmp_path / "a.compile-cache"
+    # Nothing compiles (numpy is a framework of lockguard's, not a compiler).
+    assert cache_of(tmp_path, "a", {"numpy": "2.3.4"}) == own
+    # A lock without hashes (allow_unhashed): a version does not fix its files.
+    assert cache_of(tmp_path, "u", TORCH, hashed=False) == tmp_path / "u.compile-cache"
+    # A METADATA that cannot be read: the closure is unknown.
+    venv = fake_venv(tmp_path / "broken", TORCH)
+    next(venv.rglob("sympy-*.dist-info/METADATA")).write_bytes(b"Requires-Dist: \xff\n")
+    assert compiler_closure(venv, lock_of(TORCH)) is None
+    assert compile_cache_dir(tmp_path, venv, "broken", lock_of(TORCH), "t") == (
+        tmp_path / "broken.compile-cache")
+
+
+def test_a_folded_field_s_blank_lines_do_not_end_the_metadata_header(tmp_path: Path) -> None:
+    folded = "License: BSD\n        \n        Copyright (c) the authors\n        "
+    venv = fake_venv(tmp_path / "v", TORCH, header=folded)
+    assert "mpmath" in compiler_closure(venv, lock_of(TORCH))

@@ -92,8 +92,8 @@ class Policy(BaseModel):
     # A peak that rose by less than this is noise, never `heavier` (the ratio is still reported).
     # The same code's training peak moves by under 1 MiB from run to run, eager or with a warm
     # compiler cache; a cold inductor cache adds the compiler's own work (torch.lm.compile: 23
-    # MiB, ×1.23), and A/B meets one whenever the candidate's environment is new. The floor is
-    # twice that.
+    # MiB, ×1.23), and A/B meets one whenever the candidate's compilers are new (a venv shares
+    # the cache of venvs whose compilers are pinned alike). The floor is twice that.
     heavier_min_bytes: int = Field(default=48 << 20, ge=0)
     fail_on_improvement: bool = False  # fewer graph breaks etc. fails the gate when True
 

@@ -52,6 +52,7 @@ from lockguard.envs.base import (
     READY, Backend, EnvError, RunRequest, compile_cache_env, harness_env, interpreter_tag,
     require_writable_cache, run_with,
 )
+from lockguard.envs.compile_cache import compile_cache_dir
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import write_bytes, write_text
 from lockguard.installers import (
@@ -82,9 +83,11 @@ def build_policy(allow_sdist: bool) -> str:
 RECIPE = 3
 
 
-def venv_key(lock: Lock, python: str, installer: str, allow_sdist: bool = False) -> str:
-    """The cache key of `lock`'s venv: the lock's hash, interpreter, installer and policy."""
-    tag = interpreter_tag(python)
+def venv_key(lock: Lock, python: str, installer: str, allow_sdist: bool = False, *,
+             tag: str | None = None) -> str:
+    """The cache key of `lock`'s venv: the lock's hash, interpreter (`tag`, if asked already),
+    installer and policy."""
+    tag = tag or interpreter_tag(python)
     recipe = f"{RECIPE}\0{lock.lock_hash}\0{tag}\0{installer}\0{build_policy(allow_sdist)}"
     return hashlib.sha256(recipe.encode()).hexdigest()[:20]
 
@@ -92,19 +95,20 @@ def venv_key(lock: Lock, python: str, installer: str, allow_sdist: bool = False)
 class VenvEnv:
     """A lock's cached venv at `path`, its trainings run with its interpreter."""
 
-    def __init__(self, path: Path, lock_hash: str, inductor_cache: Path,
+    def __init__(self, path: Path, lock_hash: str, compile_cache: Path,
                  startup: dict[str, tuple[tuple[str, bool], ...]] | None = None) -> None:
         self.path = path
         self.lock_hash = lock_hash
         self.python = path / "bin" / "python"
         self.label = f"venv {path.name}"
-        self.inductor_cache = inductor_cache
+        self.compile_cache = compile_cache
         # distribution -> ((file, runs code), ...): see startup_files
         self.startup_files = startup or {}
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
-        """The harness with the venv's interpreter, its compilers' caches beside the venv."""
-        env = harness_env(compile_cache_env(str(self.inductor_cache)))
+        """The harness with the venv's interpreter, its compilers' caches beside the venv (shared
+        with the venvs whose compilers are pinned alike: envs/compile_cache.py)."""
+        env = harness_env(compile_cache_env(str(self.compile_cache)))
         return run_with(str(self.python), request, out_dir, env)
 
 
@@ -168,7 +172,8 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
         _uv()  # a missing uv is known before the lock is waited for
     if not allow_sdist:
         refuse_source_options(lock)
-    key = venv_key(lock, python, installer, allow_sdist)
+    tag = interpreter_tag(python)
+    key = venv_key(lock, python, installer, allow_sdist, tag=tag)
     root = cache_dir() / "venvs"
     path = root / key
     with file_lock(root / f"{key}.lock"):
@@ -179,7 +184,8 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
                                        f"({path}): {problem}"))
             _build(path, lock, python, installer, allow_sdist, progress)
         startup = recorded_startup_files(path)
-    return VenvEnv(path, lock.lock_hash, root / f"{key}.compile-cache", startup)
+        compile_cache = compile_cache_dir(root, path, key, lock, tag)
+    return VenvEnv(path, lock.lock_hash, compile_cache, startup)
 
 
 def refuse_source_options(lock: Lock) -> None:
