@@ -274,12 +274,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _among_workers(tmp_path_factory, name: str, exclusive: bool) -> Iterator[None]:
     """Under pytest-xdist, hold a flock (shared or exclusive) on the file `name` that all the
     workers of this run share, until the generator resumes; without xdist there is nothing to
-    share."""
+    share.
+
+    Each lock is taken through a turnstile, an exclusive flock held only while waiting: a
+    worker waiting for the exclusive lock holds it, so the others' next shared locks queue
+    behind it. flock alone prefers no one, and shared holders that let go and lock again at
+    once kept a timing test waiting for minutes."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
-    with open(tmp_path_factory.getbasetemp().parent / name, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    shared = tmp_path_factory.getbasetemp().parent
+    with open(shared / name, "a") as handle, open(shared / f"{name}.turnstile", "a") as gate:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
