@@ -1,6 +1,6 @@
 """How many environment builds culprit bisection needs, and what a real one costs.
 
-    python benchmarks/bench_bisect.py [--only search,real] [--harmless 5]
+    python benchmarks/bench_bisect.py [--only search,real,compile] [--harmless 5]
 
   search  the search alone on counted oracles (each distinct mix asked is one build): a single
           culprit among n units for every position, n = 2 … 64, against the target
@@ -8,6 +8,10 @@
   real    `lockguard bisect` of the numpy NEP 50 drift among --harmless local-wheel bumps
           (tests/test_bisect.py's setup), cold (mix venvs built) and warm (cached): builds, wall
           time, and each mix's build and run seconds.
+  compile `lockguard bisect` of a torch.compile graph break (tests/test_bisect.py's torch
+          setup) with the compilers' cache of the torch lock emptied first: the A/B's two runs
+          compile cold, each mix's run after them compiles warm from the cache that venvs of the
+          same torch share (lockguard/envs/compile_cache.py), where each compiled cold before.
 Writes benchmarks/results/bisect.json and prints a table.
 """
 
@@ -17,6 +21,7 @@ import argparse
 import json
 import math
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -86,12 +91,43 @@ def real(harmless_n: int) -> dict:
     return out
 
 
+def compile_mixes() -> dict:
+    from conftest import run_cli, sides
+    from test_bisect import graph_break_project
+
+    from lockguard.envs.venv import prepare
+    from lockguard.locks.parser import parse_lock
+
+    root = Path(tempfile.gettempdir()) / "lockguard-bench-bisect-compile"
+    shutil.rmtree(root, ignore_errors=True)
+    project = graph_break_project(root)
+    shared = prepare(parse_lock(project / "new.txt")).compile_cache
+    shutil.rmtree(shared, ignore_errors=True)
+    started = time.perf_counter()
+    proc = run_cli("bisect", "--baseline-lock", "old.txt", "--format", "json", cwd=project)
+    wall = time.perf_counter() - started
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    [b] = report["bisection"]
+    # The harness's own time for the cold runs, each mix's wall time with its process: the
+    # ratio errs against the warm side.
+    cold = [run["timings"]["total_s"] for run in sides(report, "layer")]
+    warm = [t["run_s"] for t in b["trials"]]
+    return {"wall_s": round(wall, 1), "culprit": b["culprit"], "builds": b["builds"],
+            "compile_cache": shared.name, "ab_runs_cold_s": [round(s, 1) for s in cold],
+            "mix_runs_warm_s": warm,
+            "cold_over_warm": round(statistics.median(cold) / statistics.median(warm), 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="search,real")
+    parser.add_argument("--only", default="search,real,compile")
     parser.add_argument("--harmless", type=int, default=5)
     args = parser.parse_args()
-    results: dict = {"python": sys.version.split()[0]}
+    # A mode measured now replaces its own figures only.
+    written = RESULTS / "bisect.json"
+    results: dict = json.loads(written.read_text()) if written.exists() else {}
+    results["python"] = sys.version.split()[0]
     if "search" in args.only:
         results["search"] = search()
         for row in results["search"]["single_culprit"]:
@@ -108,8 +144,13 @@ def main() -> None:
             for mix in row["mixes"]:
                 print(f"    {', '.join(mix['changes'])}: {mix['status']} "
                       f"(build {mix['build_s']} s, run {mix['run_s']} s)")
+    if "compile" in args.only:
+        row = results["compile"] = compile_mixes()
+        print(f"compile: {row['culprit']} in {row['builds']} builds, {row['wall_s']} s wall; "
+              f"the A/B's runs (cold compile) {row['ab_runs_cold_s']} s, each mix's run (warm) "
+              f"{row['mix_runs_warm_s']} s: ×{row['cold_over_warm']}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bisect.json").write_text(json.dumps(results, indent=1) + "\n")
+    written.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -164,16 +164,11 @@ CULPRIT = "vendored-testlayer"  # test_compile's lg_testlayer module, under anot
 FAMILY_STUB = "# a stand-in: nothing imports this module, only its distribution name counts\n"
 
 
-def test_torch_graph_break_is_found_and_the_family_moves_as_one(tmp_path):
-    """The compile tests' layer package (2.0 adds a `.item()` graph break) among harmless local
-    bumps and a torch-family move on the real torch lock. The family move is torchvision and
-    torchaudio bumping a patch release as stand-in wheels (distribution names and versions that
-    pass the torch family rules, modules under other names, so torch never imports them): a
-    real torchvision build of another release is not to be had offline, and the grouping looks
-    at distribution names only."""
+def graph_break_project(root: Path) -> Path:
+    """The project of the test below, and of benchmarks/bench_bisect.py's compile mode."""
     from test_compile import MODULE, TORCH_SCRIPT, TORCH_V1, TORCH_V2
 
-    project = make_project(tmp_path / "p", """
+    project = make_project(root, """
         lock = "new.txt"
         scenarios = ["layer"]
         [scenario.layer]
@@ -194,6 +189,17 @@ def test_torch_graph_break_is_found_and_the_family_moves_as_one(tmp_path):
     torch_lock = TORCH_LOCK.read_text()
     locks_with(project, packages, torch_lock, torch_lock, modules={
         CULPRIT: MODULE, "torchaudio": "lg_stub_torchaudio", "torchvision": "lg_stub_torchvision"})
+    return project
+
+
+def test_torch_graph_break_is_found_and_the_family_moves_as_one(tmp_path):
+    """The compile tests' layer package (2.0 adds a `.item()` graph break) among harmless local
+    bumps and a torch-family move on the real torch lock. The family move is torchvision and
+    torchaudio bumping a patch release as stand-in wheels (distribution names and versions that
+    pass the torch family rules, modules under other names, so torch never imports them): a
+    real torchvision build of another release is not to be had offline, and the grouping looks
+    at distribution names only."""
+    project = graph_break_project(tmp_path / "p")
     _, report = bisect_json(project)
     [verdict] = report["verdicts"]
     assert verdict["verdict"] == "compile_fallback", verdict["reasons"]
