@@ -202,7 +202,8 @@ def _inductor_env() -> dict[str, str]:
     from lockguard.envs.venv import prepare
     from lockguard.locks.parser import parse_lock
 
-    return compile_cache_env(str(prepare(parse_lock(FRAMEWORK_LOCKS["torch"])).compile_cache))
+    env = prepare(parse_lock(FRAMEWORK_LOCKS["torch"]))
+    return compile_cache_env(str(env.compile_cache), env.shared_cache)
 
 
 @pytest.mark.parametrize("family, steps", [("mlp", 8), ("lm", 4)])

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 from pathlib import Path
 
 from lockguard.compare.compile import accuracy_failure, break_site, compare_compile
 from lockguard.compare.tolerance import Policy
 from lockguard.compare.verdicts import compare_runs, is_failure
+from lockguard.envs.base import compile_cache_env
 from lockguard.envs.compile_cache import compile_cache_dir, compiler_closure
 from lockguard.harness._lockguard_harness import compile_torch as ct
 from lockguard.locks.parser import parse_lock_text
@@ -305,15 +307,19 @@ def test_compile_memory_is_typed_and_absent_from_runs_without_it() -> None:
 # Which venvs share a compile cache: a venv here is its site-packages' METADATA files
 
 REQUIRES = {  # what each distribution's METADATA requires, markers and extras as torch writes them
-    "torch": ["filelock", "sympy>=1.13.3", 'triton==3.5.0; platform_system == "Linux"',
+    "torch": ["filelock", "sympy>=1.13.3", "networkx>=2.5.1",
+              'triton==3.5.0; platform_system == "Linux"',
+              'nvidia-cublas==13.0; platform_system == "Windows"',
               'opt-einsum>=3.3; extra == "opt-einsum"'],
     "sympy": ["mpmath<1.4,>=1.1.0"],
-    "jax": ["jaxlib<=0.9.2,>=0.9.2", "numpy>=1.26"],
+    "networkx": ['numpy>=1.25; extra == "default"', "lg-fast-graphs; python_version < '3'"],
+    "jax": ["jaxlib<=0.9.2,>=0.9.2", "numpy>=1.26", 'jax-cuda13-plugin; extra == "cuda13"'],
 }
 
 
 def fake_venv(root: Path, pins: dict[str, str], header: str = "") -> Path:
-    """A venv holding `pins` {name: version} as dist-info folders with their METADATA."""
+    """A venv holding `pins` {name: version} as dist-info folders with their METADATA; the
+    description after the header quotes a Requires-Dist line of a pinned name."""
     site = root / "lib" / "python3.11" / "site-packages"
     for name, version in pins.items():
         info = site / f"{name.replace('-', '_')}-{version}.dist-info"
@@ -321,69 +327,97 @@ def fake_venv(root: Path, pins: dict[str, str], header: str = "") -> Path:
         lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
         lines += [header] if header else []
         lines += [f"Requires-Dist: {r}" for r in REQUIRES.get(name, [])]
-        (info / "METADATA").write_text("\n".join(lines) + "\n\nRequires-Dist: described-only\n")
+        (info / "METADATA").write_text("\n".join(lines) + "\n\nRequires-Dist: lg-model\n")
     return root
 
 
-def lock_of(pins: dict[str, str], hashed: bool = True, rebuilt: str = ""):
+def lock_of(pins: dict[str, str], hashed: bool = True, rebuilt: str = "", extras: str = ""):
     """A requirements lock of `pins`, each hashed unless not `hashed` (`rebuilt`: a pin whose
-    files are other ones of the same version)."""
-    def digest(name: str, version: str) -> str:
+    files are other ones of the same version; `extras`: torch's and jax's, as `[a,b]`)."""
+    def line(name: str, version: str) -> str:
         files = name + version + ("rebuilt" if name == rebuilt else "")
-        return f" --hash=sha256:{hashlib.sha256(files.encode()).hexdigest()}" if hashed else ""
-    return parse_lock_text("".join(f"{name}=={version}{digest(name, version)}\n"
-                                   for name, version in pins.items()), "requirements.txt")
+        digest = f" --hash=sha256:{hashlib.sha256(files.encode()).hexdigest()}" if hashed else ""
+        return f"{name}{extras if name in ('torch', 'jax') else ''}=={version}{digest}\n"
+    return parse_lock_text("".join(line(*pin) for pin in pins.items()), "requirements.txt")
 
 
 def cache_of(tmp_path: Path, name: str, pins: dict[str, str], header: str = "",
-             **kwargs) -> Path:
+             tag: str = "cpython 3.11.7 x86_64", **kwargs) -> tuple[Path, bool]:
     venv = fake_venv(tmp_path / name, pins, header)
-    return compile_cache_dir(tmp_path, venv, name, lock_of(pins, **kwargs),
-                             "cpython 3.11.7 x86_64")
+    return compile_cache_dir(tmp_path, venv, name, lock_of(pins, **kwargs), tag)
 
 
 TORCH = {"torch": "2.13.0", "filelock": "3.20.0", "sympy": "1.14.0", "mpmath": "1.3.0",
-         "triton": "3.5.0", "opt-einsum": "3.4.0", "numpy": "2.3.4", "lg-model": "1.0"}
+         "networkx": "3.6.1", "triton": "3.5.0", "nvidia-cublas": "13.0", "opt-einsum": "3.4.0",
+         "numpy": "2.3.4", "lg-model": "1.0", "lg-fast-graphs": "1.0"}
 
 
 def test_venvs_share_a_compile_cache_when_the_compilers_closure_is_pinned_alike(
         tmp_path: Path) -> None:
     venv = fake_venv(tmp_path / "v", TORCH)
-    # torch, and what it requires through one another, whatever the marker or extra; not what
-    # only the training imports (numpy, the model), nor the description's lines.
+    # torch and what it requires through one another, where the marker holds and the extra is
+    # asked for; not what only the training imports (the model, numpy), nor the description.
     assert compiler_closure(venv, lock_of(TORCH)) == {
-        "torch", "filelock", "sympy", "mpmath", "triton", "opt-einsum"}
-    shared = cache_of(tmp_path, "a", TORCH)
-    assert shared.name.startswith("compilers-") and shared.parent == tmp_path
-    # A model library, numpy or a harmless bump moved: the same cache (its graph is in the key).
-    assert cache_of(tmp_path, "b", {**TORCH, "lg-model": "2.0", "numpy": "2.3.5"}) == shared
+        "torch", "filelock", "sympy", "mpmath", "networkx", "triton"}
+    assert compiler_closure(venv, lock_of(TORCH, extras="[opt-einsum]")) == {
+        "torch", "filelock", "sympy", "mpmath", "networkx", "triton", "opt-einsum"}
+    shared, is_shared = cache_of(tmp_path, "a", TORCH)
+    assert is_shared and shared.name.startswith("compilers-") and shared.parent == tmp_path
+    # A model library, numpy, a package for another platform moved: the same cache.
+    for moved in ("lg-model", "numpy", "nvidia-cublas", "opt-einsum", "lg-fast-graphs"):
+        assert cache_of(tmp_path, f"b-{moved}", {**TORCH, moved: "9.9"}) == (shared, True), moved
     # The compiler moved, or what it requires, however deep: another cache.
-    for moved in ("torch", "mpmath", "triton", "opt-einsum"):
-        assert cache_of(tmp_path, f"c-{moved}", {**TORCH, moved: "9.9"}) != shared, moved
-    # The same versions, other files (another hash): another cache.
-    assert cache_of(tmp_path, "d", TORCH, rebuilt="sympy") != shared
-    assert cache_of(tmp_path, "e", TORCH, rebuilt="lg-model") == shared
-    jax = {"jax": "0.9.2", "jaxlib": "0.9.2", "numpy": "2.3.4", "scipy": "1.16"}
+    for moved in ("torch", "mpmath", "triton", "networkx"):
+        assert cache_of(tmp_path, f"c-{moved}", {**TORCH, moved: "9.9"})[0] != shared, moved
+    # The same versions, other files (another hash); another interpreter: another cache.
+    assert cache_of(tmp_path, "d", TORCH, rebuilt="sympy")[0] != shared
+    assert cache_of(tmp_path, "e", TORCH, rebuilt="lg-model")[0] == shared
+    assert cache_of(tmp_path, "f", TORCH, tag="cpython 3.12.1 x86_64")[0] != shared
+    jax = {"jax": "0.9.2", "jaxlib": "0.9.2", "numpy": "2.3.4", "scipy": "1.16",
+           "jax-cuda13-plugin": "0.9.2"}
     assert compiler_closure(fake_venv(tmp_path / "j", jax), lock_of(jax)) == {
         "jax", "jaxlib", "numpy"}
+    assert "jax-cuda13-plugin" in compiler_closure(tmp_path / "j", lock_of(jax, extras="[cuda13]"))
 
 
 def test_a_compile_cache_stays_the_venvs_own_when_its_compilers_are_not_known_alike(
         tmp_path: Path) -> None:
-    own = tmp_path / "a.compile-cache"
+    own = (tmp_path / "a.compile-cache", False)
     # Nothing compiles (numpy is a framework of lockguard's, not a compiler).
     assert cache_of(tmp_path, "a", {"numpy": "2.3.4"}) == own
     # A lock without hashes (allow_unhashed): a version does not fix its files.
-    assert cache_of(tmp_path, "u", TORCH, hashed=False) == tmp_path / "u.compile-cache"
-    # A METADATA that cannot be read: the closure is unknown.
-    venv = fake_venv(tmp_path / "broken", TORCH)
-    next(venv.rglob("sympy-*.dist-info/METADATA")).write_bytes(b"Requires-Dist: \xff\n")
-    assert compiler_closure(venv, lock_of(TORCH)) is None
-    assert compile_cache_dir(tmp_path, venv, "broken", lock_of(TORCH), "t") == (
-        tmp_path / "broken.compile-cache")
+    assert cache_of(tmp_path, "u", TORCH, hashed=False) == (tmp_path / "u.compile-cache", False)
+    # A METADATA that cannot be read, a requirement that does not parse, a pin whose marker
+    # holds but the venv lacks: the closure is unknown.
+    for damage in ("unreadable", "unparsed", "missing"):
+        venv = fake_venv(tmp_path / damage, TORCH)
+        info = next(venv.rglob("sympy-*.dist-info"))
+        if damage == "unreadable":
+            (info / "METADATA").write_bytes(b"Requires-Dist: \xff\n")
+        elif damage == "unparsed":
+            (info / "METADATA").write_text("Requires-Dist: mpmath (<<1)\n")
+        else:
+            shutil.rmtree(info)
+        assert compiler_closure(venv, lock_of(TORCH)) is None, damage
+        assert compile_cache_dir(tmp_path, venv, damage, lock_of(TORCH), "t") == (
+            tmp_path / f"{damage}.compile-cache", False), damage
+    # A pin whose marker leaves it out here need not be installed.
+    venv = fake_venv(tmp_path / "marker", {k: v for k, v in TORCH.items() if k != "triton"})
+    elsewhere = ' ; sys_platform == "win32"'
+    lock = parse_lock_text("".join(
+        f"{p.name}=={p.version}{elsewhere if p.name == 'triton' else ''} --hash={p.hashes[0]}\n"
+        for p in lock_of(TORCH).pins), "requirements.txt")
+    assert "triton" in compiler_closure(venv, lock)
 
 
 def test_a_folded_field_s_blank_lines_do_not_end_the_metadata_header(tmp_path: Path) -> None:
     folded = "License: BSD\n        \n        Copyright (c) the authors\n        "
     venv = fake_venv(tmp_path / "v", TORCH, header=folded)
     assert "mpmath" in compiler_closure(venv, lock_of(TORCH))
+
+
+def test_a_shared_compile_cache_goes_without_torch_s_autograd_cache() -> None:
+    assert compile_cache_env("/c", shared=True)["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "0"
+    assert "TORCHINDUCTOR_AUTOGRAD_CACHE" not in compile_cache_env("/c")
+    for shared in (False, True):  # no run reads a profile another left
+        assert compile_cache_env("/c", shared)["TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO"] == "0"

@@ -160,11 +160,19 @@ def harness_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def compile_cache_env(root: str) -> dict[str, str]:
-    """Where the compilers keep their caches: beside the environment, so a re-check compiles
-    warm (a warm jax cache took jax.lm's first step from 9.3 s to 1.3 s, bit-identical)."""
-    return {"TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor", "TRITON_CACHE_DIR": f"{root}/triton",
-            "JAX_COMPILATION_CACHE_DIR": f"{root}/jax"}
+def compile_cache_env(root: str, shared: bool = False) -> dict[str, str]:
+    """Where the compilers keep their caches: in lockguard's cache, so a re-check compiles warm
+    (a warm jax cache took jax.lm's first step from 9.3 s to 1.3 s, bit-identical). A cache
+    `shared` with other environments (envs/compile_cache.py) goes without torch's autograd
+    cache, keyed by the graph before autograd expands it, which another package's custom op
+    may expand otherwise. No run reads another's dynamic-shape profile (dynamo keeps one in
+    the cache when a TORCH_COMPILE_JOB_ID is set): each run compiles as the first would."""
+    env = {"TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor", "TRITON_CACHE_DIR": f"{root}/triton",
+           "JAX_COMPILATION_CACHE_DIR": f"{root}/jax",
+           "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "0"}
+    if shared:
+        env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+    return env
 
 
 def run_with(python: str, request: RunRequest, out_dir: Path,

@@ -3,20 +3,21 @@
 inductor, triton and XLA key each entry of their caches by what they compile (the traced graph,
 a kernel's source, the compile options) and by their own build (torch hashes its own sources,
 jax names its jaxlib), but not by every package their code runs on: inductor generates code
-with sympy, which is in no key of its. So two environments may share one cache exactly when
-their compilers and everything those require are pinned alike: the frameworks' distributions
-(`FRAMEWORK_DISTS`, numpy aside: it compiles nothing) and the closure of their Requires-Dist
-within the lock, each pin by version and hashes, on the same interpreter. What else differs
-between them (a model library, a data loader, a harmless bump, torchvision) reaches a compiler
-only through the graph it traces, which is in the compiler's own key.
+with sympy, which is in no key of its. So two venvs may share one cache when their compilers
+and everything those require are pinned alike: the distributions of the frameworks whose
+compilers keep a cache (torch, jax) and the closure of their Requires-Dist within the lock (the
+extras they ask for included, markers evaluated for the venv's interpreter), each pin by
+version, marker and hashes, on the same interpreter. What else differs between them (a layer
+package, a harmless bump, torchvision) reaches a compiler through the graph it traces, which is
+in the compiler's key: except for torch's autograd cache, keyed by the graph before autograd
+expands its calls (a custom op's backward from another package, say), which a shared cache
+turns off (`compile_cache_env`).
 
-A bisection's mixes and an A/B whose framework did not move then compile warm from the first
-environment's cache, where each compiled cold before (`torch.mlp.compile`'s first step: 27-37 s
-cold, 5-7 s warm on 2 cores). A closure holding a pin without hashes, whose content its version
-does not fix, keeps a cache of its own environment, as every venv did before.
-
-Requires-Dist is read from the installed distributions' METADATA (files, never code), every
-requirement whatever its marker or extra: a larger closure only shares less.
+A bisection's mixes then compile warm from the first environment's cache, where each compiled
+cold before, and so does an upgrade that leaves the compiler's closure alone (numpy beside
+torch, not beside jax, which requires it). A lock without hashes (a version does not fix its
+files), a METADATA that cannot be read, or a lock that pins no such framework keeps a cache of
+its own venv, as every venv did before.
 """
 
 from __future__ import annotations
@@ -25,69 +26,78 @@ import hashlib
 import json
 from pathlib import Path
 
+from packaging.markers import InvalidMarker, Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from lockguard.envs.installed import distributions, python_version, requires, site_packages
 from lockguard.locks.model import FRAMEWORK_DISTS, Lock
 
-SUFFIX = ".compile-cache"  # beside the venvs, which lockguard's cache tells apart by it
 FORMAT = 1  # in the key: what the closure holds; raise it when that changes
+COMPILERS = ("torch", "jax")  # the frameworks whose compilers keep a cache (compile_cache_env)
 
 
-def compile_cache_dir(root: Path, venv: Path, venv_key: str, lock: Lock, tag: str) -> Path:
+def compile_cache_dir(root: Path, venv: Path, venv_key: str, lock: Lock,
+                      tag: str) -> tuple[Path, bool]:
     """The compilers' cache directory for the ready venv at `venv` (key `venv_key`, interpreter
-    tag `tag`), under `root`: shared by every venv whose compilers are pinned alike, else (no
-    compiler, a pin without hashes, a METADATA unread) the venv's own."""
+    tag `tag`) under `root`, and whether venvs share it (whose compilers are pinned alike);
+    else the venv's own."""
     closure = compiler_closure(venv, lock)
     pins = [pin for name in sorted(closure or ()) for pin in lock.by_name[name]]
     if not pins or not all(pin.hashes for pin in pins):
-        return root / f"{venv_key}{SUFFIX}"
+        return root / f"{venv_key}.compile-cache", False
     document = [FORMAT, tag, [[p.name, p.version, p.marker, list(p.hashes)] for p in pins]]
     key = hashlib.sha256(json.dumps(document).encode()).hexdigest()[:20]
-    return root / f"compilers-{key}{SUFFIX}"
+    return root / f"compilers-{key}.compile-cache", True
 
 
 def compiler_closure(venv: Path, lock: Lock) -> set[str] | None:
-    """The canonical names of the lock's pins that its frameworks are or require, directly or
-    through one another, by the METADATA of the distributions installed in `venv`; None when a
-    METADATA cannot be read or a requirement parsed (the closure is then unknown)."""
-    to_visit = [name for fw, dists in FRAMEWORK_DISTS.items() if fw != "numpy"
-                for name in dists if name in lock.by_name]
-    installed = _dist_infos(venv) if to_visit else {}
+    """The canonical names of the lock's pins that its compiling frameworks are or require,
+    directly or through one another (with the extras asked for), by the METADATA installed in
+    `venv`; None when that cannot be told (a METADATA unread, a requirement unparsed, a pin
+    the venv lacks although its marker holds)."""
+    site = site_packages(venv)
+    if site is None:
+        return None
+    environment = dict(default_environment())
+    python = python_version(site)
+    environment.update(python_version=python, python_full_version=f"{python}.0")
+    installed = distributions(site)
+    to_visit = [(name, tuple(sorted({e for pin in lock.by_name[name] for e in pin.extras})))
+                for fw in COMPILERS for name in FRAMEWORK_DISTS[fw] if name in lock.by_name]
     closure: set[str] = set()
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     while to_visit:
-        name = to_visit.pop()
-        if name in closure or name not in lock.by_name:
-            continue
+        name, extras = to_visit.pop()
+        if (name, extras) in seen or name not in lock.by_name:
+            continue  # a name the lock does not pin is not the venv's to share
+        seen.add((name, extras))
         closure.add(name)
         if name not in installed:
-            continue  # pinned but not installed (its marker left it out): requires nothing
-        required = _requires(installed[name])
+            if any(_holds(pin.marker, environment) for pin in lock.by_name[name]):
+                return None
+            continue  # its marker left it out here: it requires nothing
+        required = requires(installed[name][1])
         if required is None:
             return None
-        to_visit.extend(required)
+        for text in required:
+            try:
+                requirement = Requirement(text)
+            except InvalidRequirement:
+                return None
+            if requirement.marker is None or any(
+                    requirement.marker.evaluate({**environment, "extra": extra})
+                    for extra in (*extras, "")):
+                to_visit.append((canonicalize_name(requirement.name),
+                                 tuple(sorted(canonicalize_name(e) for e in requirement.extras))))
     return closure
 
 
-def _dist_infos(venv: Path) -> dict[str, Path]:
-    """{canonical name: METADATA path} of the distributions installed in the venv."""
-    return {canonicalize_name(info.name.removesuffix(".dist-info").rpartition("-")[0]):
-            info / "METADATA"
-            for info in venv.glob("lib/python*/site-packages/*.dist-info")}
-
-
-def _requires(metadata: Path) -> list[str] | None:
-    """The canonical names a distribution's METADATA requires (its header ends at the first
-    empty line, the description follows), None if unreadable."""
-    required = []
+def _holds(marker: str | None, environment: dict[str, str]) -> bool:
+    """Whether a pin's marker holds for the venv's interpreter (no marker: always)."""
+    if marker is None:
+        return True
     try:
-        with open(metadata, encoding="utf-8") as f:
-            for line in f:
-                if line in ("\n", "\r\n"):
-                    break  # a folded field's blank lines hold spaces: only "" ends the header
-                field, _, value = line.partition(":")
-                if field.lower() == "requires-dist":
-                    required.append(canonicalize_name(Requirement(value.strip()).name))
-    except (OSError, UnicodeDecodeError, InvalidRequirement):
-        return None
-    return required
+        return Marker(marker).evaluate(environment)
+    except InvalidMarker:
+        return True

@@ -96,19 +96,21 @@ class VenvEnv:
     """A lock's cached venv at `path`, its trainings run with its interpreter."""
 
     def __init__(self, path: Path, lock_hash: str, compile_cache: Path,
-                 startup: dict[str, tuple[tuple[str, bool], ...]] | None = None) -> None:
+                 startup: dict[str, tuple[tuple[str, bool], ...]] | None = None, *,
+                 shared_cache: bool = False) -> None:
         self.path = path
         self.lock_hash = lock_hash
         self.python = path / "bin" / "python"
         self.label = f"venv {path.name}"
         self.compile_cache = compile_cache
+        self.shared_cache = shared_cache  # with venvs whose compilers are pinned alike
         # distribution -> ((file, runs code), ...): see startup_files
         self.startup_files = startup or {}
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         """The harness with the venv's interpreter, its compilers' caches beside the venv (shared
         with the venvs whose compilers are pinned alike: envs/compile_cache.py)."""
-        env = harness_env(compile_cache_env(str(self.compile_cache)))
+        env = harness_env(compile_cache_env(str(self.compile_cache), self.shared_cache))
         return run_with(str(self.python), request, out_dir, env)
 
 
@@ -184,8 +186,8 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
                                        f"({path}): {problem}"))
             _build(path, lock, python, installer, allow_sdist, progress)
         startup = recorded_startup_files(path)
-        compile_cache = compile_cache_dir(root, path, key, lock, tag)
-    return VenvEnv(path, lock.lock_hash, compile_cache, startup)
+        compile_cache, shared = compile_cache_dir(root, path, key, lock, tag)
+    return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared)
 
 
 def refuse_source_options(lock: Lock) -> None:

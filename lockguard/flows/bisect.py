@@ -158,23 +158,21 @@ Requires = dict[tuple[str, str], tuple[str, ...]]  # (canonical name, version) -
 def env_requires(env: Env) -> tuple[Requires, str | None] | None:
     """The Requires-Dist of every distribution installed in a venv-like environment, and its
     Python version (X.Y); None for an environment without a readable site-packages."""
-    from importlib.metadata import distributions
+    from packaging.version import InvalidVersion, Version
 
-    from packaging.utils import canonicalize_name
-    from packaging.version import Version
+    from lockguard.envs.installed import distributions, python_version, requires, site_packages
 
     root = getattr(env, "path", None)
-    if root is None:
-        return None
-    sites = sorted(Path(root).glob("lib/python*/site-packages"))
-    if not sites:
+    site = site_packages(Path(root)) if root is not None else None
+    if site is None:
         return None
     found: Requires = {}
-    for dist in distributions(path=[str(sites[0])]):
-        name = dist.metadata["Name"]
-        if name:
-            found[(canonicalize_name(name), str(Version(dist.version)))] = tuple(dist.requires or ())
-    return found, sites[0].parent.name.removeprefix("python")
+    for name, (version, metadata) in distributions(site).items():
+        try:
+            found[(name, str(Version(version)))] = requires(metadata) or ()
+        except InvalidVersion:
+            continue  # not a version a pin can name
+    return found, python_version(site)
 
 
 def inconsistency(mix: Lock, requires: Requires, python: str | None,

@@ -1,0 +1,51 @@
+"""What a venv has installed, read from its dist-info folders (files, never code): the one
+reader behind bisection's consistency check (flows/bisect.py) and the compile caches' closures
+(envs/compile_cache.py).
+
+A dist-info folder is named `<name>-<version>.dist-info`, its name escaped as the wheel spec
+says, so one directory listing gives every distribution and its version without opening a
+METADATA file; a METADATA is read only for the distributions whose requirements are asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+
+def site_packages(venv: Path) -> Path | None:
+    """The venv's site-packages; None if it has none."""
+    return next(iter(sorted(venv.glob("lib/python*/site-packages"))), None)
+
+
+def python_version(site: Path) -> str:
+    """The X.Y of the interpreter a site-packages belongs to (lib/pythonX.Y/site-packages)."""
+    return site.parent.name.removeprefix("python")
+
+
+def distributions(site: Path) -> dict[str, tuple[str, Path]]:
+    """{canonical name: (version as the folder writes it, its METADATA)} of `site`."""
+    found = {}
+    for info in site.glob("*.dist-info"):
+        name, _, version = info.name.removesuffix(".dist-info").rpartition("-")
+        found[canonicalize_name(name)] = (version, info / "METADATA")
+    return found
+
+
+def requires(metadata: Path) -> tuple[str, ...] | None:
+    """A distribution's Requires-Dist, as written; None if its METADATA cannot be read. The
+    header ends at the first empty line (the description follows, and may quote headers); a
+    folded field's blank lines hold spaces."""
+    found = []
+    try:
+        with open(metadata, encoding="utf-8") as f:
+            for line in f:
+                if line == "\n":
+                    break
+                field, _, value = line.partition(":")
+                if field.lower() == "requires-dist":
+                    found.append(value.strip())
+    except (OSError, UnicodeDecodeError):
+        return None
+    return tuple(found)
