@@ -151,6 +151,20 @@ def _replace(target: Path, data: bytes, mode: int) -> None:
         raise
 
 
+def link_file(source: Path, target: Path) -> bool:
+    """Put a hard link to `source` at `target`, replacing what is there atomically (a reader
+    sees the old file or the new one); False, and nothing changed, where no link can be made
+    (another file system, a file system without hard links)."""
+    tmp = target.parent / f".{target.name}.{os.getpid()}.{threading.get_ident()}{_TMP_SUFFIX}"
+    try:
+        os.link(source, tmp)
+        os.replace(tmp, target)
+        return True
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+
+
 def publish_dir(staging: Path, directory: Path) -> None:
     """Put the finished directory `staging` where `directory` is, in one rename (a reader sees
     the old directory or the new one, never half of one), replacing what was there."""

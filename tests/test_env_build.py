@@ -121,6 +121,45 @@ def test_a_second_lock_installs_its_shared_wheels_from_the_cache_with_no_index(
 
 
 @pytest.mark.slow
+def test_a_second_venv_links_the_bytecode_of_the_modules_it_shares(monkeypatch, tmp_path):
+    """uv installs a wheel's files as links to its cache, so two venvs of one numpy hold one
+    inode per module: the second venv's numpy bytecode is the first's, linked (compiled once),
+    its own package's is compiled in its build, and the interpreter takes both as current."""
+    import hashlib
+    import subprocess
+
+    from conftest import build_wheels
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(cache))
+    for name in ("UV_CACHE_DIR", "UV_LINK_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    first = venv.prepare(parse_lock_text(NUMPY_LOCK, "first.txt"))
+    wheel = build_wheels({"lg-own": ("1.0", "VALUE = 1\n", (), None)}, tmp_path / "wheels")
+    digest = hashlib.sha256(wheel["lg-own"].read_bytes()).hexdigest()
+    second = venv.prepare(parse_lock_text(
+        f"{NUMPY_LOCK}\n--find-links {tmp_path / 'wheels'}\nlg-own==1.0 --hash=sha256:{digest}\n",
+        "second.txt"))
+    tag = sys.implementation.cache_tag
+
+    def compiled(env, module: str) -> Path:
+        site = next(env.path.glob("lib/python*/site-packages"))
+        return site / module / "__pycache__" / f"__init__.{tag}.pyc"
+
+    shared = [compiled(env, "numpy") for env in (first, second)]
+    assert shared[0].stat().st_ino == shared[1].stat().st_ino
+    assert shared[0].stat().st_nlink == 3  # the two venvs and the store
+    assert any((cache / "bytecode" / tag).iterdir())
+    assert compiled(second, "lg_own").is_file()
+    proc = subprocess.run([str(second.python), "-v", "-c", "import numpy, lg_own"],
+                          capture_output=True, text=True, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for env_module in ("numpy", "lg_own"):
+        assert f"{compiled(second, env_module)} matches " in proc.stderr, env_module
+    assert "bytecode is stale" not in proc.stderr
+
+
+@pytest.mark.slow
 def test_a_checks_two_venvs_are_built_in_parallel(tmp_path):
     """A/B of two numpy locks: both venvs are built, at once where there are two cores."""
     project = make_project(tmp_path / "p", """

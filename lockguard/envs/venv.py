@@ -52,6 +52,7 @@ from lockguard.envs.base import (
     READY, Backend, EnvError, RunRequest, compile_cache_env, harness_env, interpreter_tag,
     require_writable_cache, run_with,
 )
+from lockguard.envs.bytecode import link_or_compile
 from lockguard.envs.compile_cache import compile_cache_dir
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import write_bytes, write_text
@@ -277,6 +278,9 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             raise EnvError(one_line(f"{lock.source}: {used} could not install the lock: "
                                     f"{reason}"))
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
+        if used == "uv" and python == sys.executable:
+            step.update("compiling bytecode (linked where another venv compiled it)")
+            link_or_compile(path, sys.implementation.cache_tag, cache_dir() / "bytecode", step)
     mark_ready(path, lock, python=python, installer=used, allow_sdist=allow_sdist,
                built_s=time.perf_counter() - started)
 
@@ -318,12 +322,15 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
                                         f"{tail[-1] if tail else f'exit code {code}'}"))
         # --no-config: a project's [tool.uv] or a user's uv.toml (no-binary = [...], another
         # index) must not change what a lock installs, nor let an sdist build run.
-        # --compile-bytecode: trainings run with PYTHONDONTWRITEBYTECODE (a venv is never
-        # changed by a run), so without the .pyc files written now every run compiled every
-        # module it imports: 12 s of a warm torch.mlp run's 26 s went to compiling torch's 1,800
-        # modules again. pip compiles at install time by default.
-        cmd = [uv, "pip", "install", "--no-config", "--compile-bytecode", "--python",
-               str(path / "bin" / "python")]
+        # Bytecode: trainings run with PYTHONDONTWRITEBYTECODE (a venv is never changed by a
+        # run), so without the .pyc files written now every run compiled every module it
+        # imports: 12 s of a warm torch.mlp run's 26 s went to compiling torch's 1,800 modules
+        # again. The host interpreter's venv gets them after the install, shared with the venvs
+        # that installed the same files (envs/bytecode.py); another interpreter's from uv
+        # (--compile-bytecode). pip compiles at install time by default.
+        cmd = [uv, "pip", "install", "--no-config", "--python", str(path / "bin" / "python")]
+        if python != sys.executable:
+            cmd.append("--compile-bytecode")
         if not allow_sdist:
             cmd += ["--only-binary", ":all:"]
         if not pylock:  # a pylock.toml names its files' URLs: no index is asked
