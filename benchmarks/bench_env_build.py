@@ -98,14 +98,16 @@ def bare_uv_indexes(lock: Path) -> list[str]:
                                  index_url=not parsed.options.index_url)
 
 
-def bare_uv(uv: str, lock: Path, where: Path, caches: dict[str, str]) -> float:
+def bare_uv(uv: str, lock: Path, where: Path, caches: dict[str, str],
+            compile_bytecode: bool = False) -> float:
     env = {**os.environ, "UV_CACHE_DIR": caches["UV_CACHE_DIR"], "UV_LINK_MODE": "hardlink"}
     indexes = bare_uv_indexes(lock)
     start = time.perf_counter()
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(where / "venv")],
                    env=env, check=True)
     subprocess.run([uv, "pip", "install", "-q", "--python", str(where / "venv" / "bin" / "python"),
-                    "--only-binary", ":all:", *indexes, "--require-hashes", "-r", str(lock)],
+                    "--only-binary", ":all:", *indexes, "--require-hashes", "-r", str(lock),
+                    *(["--compile-bytecode"] if compile_bytecode else [])],
                    env=env, check=True)
     return time.perf_counter() - start
 
