@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -118,6 +119,100 @@ def test_a_second_lock_installs_its_shared_wheels_from_the_cache_with_no_index(
     second = venv.prepare(second_lock)
     assert second.path != first.path
     assert venv.verify(second.path, second_lock, allow_sdist=False) is None
+
+
+def _fake_venv(root: Path, modules: dict[str, Path]) -> Path:
+    """A venv of this interpreter whose site-packages holds `modules` {name: a file to link}."""
+    site = root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    site.mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to(sys.executable)
+    for name, source in modules.items():
+        os.link(source, site / f"{name}.py")
+    return root
+
+
+def _imports(venv_root: Path, module: str) -> str:
+    import subprocess
+
+    site = next(venv_root.glob("lib/python*/site-packages"))
+    proc = subprocess.run([sys.executable, "-I", "-S", "-v", "-c",
+                           f"import sys; sys.path.insert(0, {str(site)!r}); import {module}; "
+                           f"print({module}.VALUE)"], capture_output=True, text=True,
+                          env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{site / '__pycache__' / module}." in proc.stderr and " matches " in proc.stderr
+    return proc.stdout.strip()
+
+
+def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_path):
+    """lockguard/envs/bytecode.py on venvs of this interpreter, their modules hard links as uv
+    makes them: compiled in the first, linked into the second; the same inode, mtime and size
+    with other bytes (a restored cache) are compiled again, never served another's code; a
+    stale .pyc a wheel shipped is replaced; a module that does not compile is left without."""
+    from lockguard.envs.bytecode import link_or_compile
+
+    class Step:
+        def update(self, detail: str) -> None:
+            pass
+
+    store = tmp_path / "store"
+    tag = sys.implementation.cache_tag
+    wheel = tmp_path / "wheel"  # uv's cache: one file, linked into each venv
+    wheel.mkdir()
+    (wheel / "lg_shared.py").write_text("VALUE = 'one'\n")
+    (wheel / "lg_broken.py").write_text("def (:\n")
+    modules = {"lg_shared": wheel / "lg_shared.py", "lg_broken": wheel / "lg_broken.py"}
+    first = _fake_venv(tmp_path / "first", modules)
+    assert link_or_compile(first, sys.executable, store, Step()) == (0, 2)
+    second = _fake_venv(tmp_path / "second", modules)
+    assert link_or_compile(second, sys.executable, store, Step()) == (1, 1)  # broken: again
+    pycs = [next(v.glob(f"lib/*/site-packages/__pycache__/lg_shared.{tag}.pyc"))
+            for v in (first, second)]
+    assert pycs[0].stat().st_ino == pycs[1].stat().st_ino
+    assert not list(second.glob(f"lib/*/site-packages/__pycache__/lg_broken.{tag}.pyc"))
+    assert _imports(second, "lg_shared") == "one"
+
+    # Other bytes in the same inode, with the same mtime and size (what a cache restored over
+    # freed inode numbers can give): compiled, not linked, and its own code runs.
+    before = (wheel / "lg_shared.py").stat()
+    with open(wheel / "lg_shared.py", "r+b") as f:
+        f.write(b"VALUE = 'two'\n")
+    os.utime(wheel / "lg_shared.py", ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = (wheel / "lg_shared.py").stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (
+        before.st_ino, before.st_mtime_ns, before.st_size)
+    third = _fake_venv(tmp_path / "third", modules)
+    assert link_or_compile(third, sys.executable, store, Step()) == (0, 2)
+    assert _imports(third, "lg_shared") == "two"
+
+    # A stale .pyc shipped in the wheel is replaced; the store keeps only what a venv links.
+    shipped = next(third.glob("lib/*/site-packages")) / "__pycache__" / f"lg_shared.{tag}.pyc"
+    shipped.unlink()
+    shipped.write_bytes(b"\0" * 16)
+    assert link_or_compile(third, sys.executable, store, Step()) == (1, 1)
+    assert _imports(third, "lg_shared") == "two"
+    shutil.rmtree(first)
+    shutil.rmtree(second)
+    link_or_compile(third, sys.executable, store, Step())
+    assert len(list((store / tag).iterdir())) == 1  # the "one" bytecode went with its venvs
+
+
+def test_bytecode_that_cannot_be_compiled_fails_the_build_in_one_line(tmp_path):
+    from lockguard.envs.bytecode import link_or_compile
+
+    class Step:
+        def update(self, detail: str) -> None:
+            pass
+
+    (tmp_path / "m.py").write_text("VALUE = 1\n")
+    broken = _fake_venv(tmp_path / "v", {"m": tmp_path / "m.py"})
+    (broken / "bin" / "python").unlink()
+    (broken / "bin" / "python").write_text("#!/bin/sh\necho 'no interpreter here' >&2\nexit 3\n")
+    (broken / "bin" / "python").chmod(0o755)
+    with pytest.raises(venv.EnvError, match=rf"^{broken}: could not compile its modules' "
+                                            r"bytecode: no interpreter here$"):
+        link_or_compile(broken, sys.executable, tmp_path / "store", Step())
 
 
 @pytest.mark.slow

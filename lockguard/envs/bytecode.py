@@ -1,71 +1,82 @@
 """Bytecode for a new venv's modules, shared with the venvs that installed the same files.
 
-uv installs a wheel's files as hard links to one copy in its cache (UV_LINK_MODE=hardlink,
-lockguard/installers.py), so the torch that ten venvs pin is one set of inodes; yet
-`--compile-bytecode` compiled it again into every venv (a torch CPU venv's 5,436 modules: 14 s
-wall, 24 s of CPU on 2 cores): each mix of a bisection, each lock a test suite pins beside torch.
-Here a module's .pyc is kept once per source inode in lockguard's cache (bytecode/<cache tag>/),
-hard-linked into every venv whose module is that inode, and only what no venv compiled before is
-compiled, by the venv's interpreter.
+Trainings run with PYTHONDONTWRITEBYTECODE (a venv is never changed by a run), so a module
+without a current .pyc is compiled in memory at every import: the .pyc files are written at
+build time. uv's `--compile-bytecode` compiled every venv's modules again (a torch CPU venv's
+5,436 modules: 14 s wall, 24 s of CPU on 2 cores), for each mix of a bisection and each lock a
+test suite pins beside torch, although uv links a wheel's files from its cache. Here a module's
+.pyc is kept once in lockguard's cache (bytecode/<cache tag>/), keyed by the sha256 of the
+module's bytes and the mtime and size the .pyc names, hard-linked into every venv whose module
+has them, and only what no venv compiled before is compiled.
 
-Sharing is sound: a .pyc names its source by the source's mtime and size (the timestamp mode,
-which uv writes too), which one inode has once; and it is relocatable, since the import system
-gives a code object the file name of the source it was loaded for. A module that is not a hard
-link (the venv's own copy) is compiled into its venv alone. A module that does not compile (a
-template with a .py name) is left without bytecode, as uv leaves it.
+Sharing is sound: a .pyc from the store was compiled from the same bytes (an inode number or a
+timestamp is no name for content: a restored cache reuses both), its header names the module's
+mtime and size (what the interpreter checks), and it is relocatable, since the import system
+gives a code object the file name of the source it was loaded for.
+
+The compiling runs the venv's interpreter isolated and without site (-I -S), so no .pth file
+of the lock's runs at build time, as it did under uv's compile; a worker that dies fails the
+build instead of leaving it waiting. A module that does not compile (a template with a .py
+name) is left without bytecode, as uv leaves it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import stat
+import struct
+import sys
 from pathlib import Path
 
 from lockguard.envs.base import EnvError
 from lockguard.errors import one_line
-from lockguard.files import link_file, write_text
+from lockguard.files import clean_stale_temps, link_file, write_text
 from lockguard.installers import run_logged
 
-LIST_FILE = "lockguard-compile.txt"  # in the venv while it compiles: module <tab> its .pyc
+LIST_FILE = "lockguard-compile.json"  # in the venv while it compiles: [[module, its .pyc], ...]
 LOG_FILE = "compile.log"
-# Run by the venv's interpreter, isolated and without site (so no .pth file of the lock's runs):
-# compiles the listed modules on every core, each to the .pyc named beside it (not where a
-# PYTHONPYCACHEPREFIX would put it), in uv's timestamp mode.
-# compileall compiles listed files one at a time, and over a directory spends 6 s of a torch
-# venv's 19 on passing by the modules whose .pyc was linked.
+# Run as `python -I -S -c COMPILE LIST_FILE`: compiles the listed modules on every core
+# (compileall compiles listed files one at a time, and passing over a directory's current .pyc
+# files cost 6 s of a torch venv's 19), each to the .pyc named with it, in the timestamp mode uv
+# writes.
 COMPILE = """
-import multiprocessing, py_compile, sys
+import concurrent.futures, json, multiprocessing, os, py_compile, sys
 
-def compile_one(line):
-    module, pyc = line.split("\\t")
+def compile_one(pair):
     try:
+        module, pyc = pair
         py_compile.compile(module, cfile=pyc, doraise=True,
                            invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
     except Exception as exc:  # a module that does not compile is left without bytecode
-        return f"{module}: {type(exc).__name__}"
+        return f"{pair!r}: {type(exc).__name__}"
 
 if __name__ == "__main__":
     with open(sys.argv[1], encoding="utf-8") as f:
-        lines = f.read().splitlines()
+        pairs = json.load(f)
     try:
-        pool = multiprocessing.get_context("fork").Pool()
+        cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else os.cpu_count())
+        with concurrent.futures.ProcessPoolExecutor(
+                cores, mp_context=multiprocessing.get_context("fork")) as pool:
+            problems = list(pool.map(compile_one, pairs, chunksize=64))
     except (OSError, ImportError):  # no semaphores here (a container without /dev/shm)
-        problems = map(compile_one, lines)
-    else:
-        problems = pool.imap_unordered(compile_one, lines, chunksize=64)
-    for problem in problems:
-        if problem:
-            print(problem)
+        problems = [compile_one(pair) for pair in pairs]
+    print("".join(f"{p}\\n" for p in problems if p), end="")
 """
+ASK_TAG = "import sys; print(sys.implementation.cache_tag)"
 
 
-def link_or_compile(venv: Path, cache_tag: str, store_root: Path, step) -> tuple[int, int]:
-    """Give every module in the venv's site-packages its .pyc (`cache_tag`, e.g. cpython-311):
-    linked from the store where a venv compiled the same inode before, else compiled with the
-    venv's interpreter and, for a hard-linked module, kept in the store. Returns (linked,
-    compiled)."""
-    store = store_root / cache_tag
+def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[int, int]:
+    """Give every module in the venv's site-packages a current .pyc: linked from the store
+    where a venv compiled the same bytes before, else compiled with the venv's interpreter
+    (the venv of `python`) and kept in the store. Returns (linked, compiled)."""
+    tag = _cache_tag(venv, python, step)
+    store = store_root / tag
     store.mkdir(parents=True, exist_ok=True)
-    missing: list[tuple[str, str, Path | None]] = []  # (module, its .pyc, its place in the store)
+    clean_stale_temps(store)  # what a killed build left half-kept
+    missing: list[tuple[str, str, Path]] = []  # (module, its .pyc, its place in the store)
     linked = 0
     for site in sorted(venv.glob("lib/python*/site-packages")):
         for directory, subdirectories, files in os.walk(site):
@@ -74,42 +85,78 @@ def link_or_compile(venv: Path, cache_tag: str, store_root: Path, step) -> tuple
                 if not name.endswith(".py"):
                     continue
                 module = os.path.join(directory, name)
-                pyc = os.path.join(directory, "__pycache__", f"{name[:-3]}.{cache_tag}.pyc")
+                pyc = os.path.join(directory, "__pycache__", f"{name[:-3]}.{tag}.pyc")
                 try:
                     st = os.stat(module)
+                    if not stat.S_ISREG(st.st_mode):
+                        continue  # not a module's file: nothing to compile
+                    with open(module, "rb") as f:
+                        digest = hashlib.sha256(f.read()).hexdigest()
                 except OSError:
                     continue  # a dangling link: nothing to compile
-                # Only a hard link's inode outlives this venv as the same file elsewhere.
-                kept = store / f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}.pyc" \
-                    if st.st_nlink > 1 else None
-                if kept is not None and _link(kept, pyc):
+                mtime = int(st.st_mtime) & 0xFFFFFFFF  # as a .pyc header names it
+                if tag == sys.implementation.cache_tag and _current(pyc, mtime, st.st_size):
+                    continue  # the wheel shipped it, current: uv's compile would keep it too
+                kept = store / f"{digest}-{mtime}-{st.st_size}.pyc"
+                os.makedirs(os.path.dirname(pyc), exist_ok=True)
+                if link_file(kept, Path(pyc)):
                     linked += 1
                 else:
                     missing.append((module, pyc, kept))
     if missing:
-        listed = venv / LIST_FILE
-        write_text(listed, "".join(f"{module}\t{pyc}\n" for module, pyc, _ in missing))
-        code, tail = run_logged([str(venv / "bin" / "python"), "-I", "-S", "-c", COMPILE,
-                                 str(listed)], venv / LOG_FILE, step)
-        if code != 0:
-            raise EnvError(one_line(f"{venv}: could not compile its modules' bytecode: "
-                                    f"{tail[-1] if tail else f'exit code {code}'}"))
-        listed.unlink()
+        _compile(venv, [(module, pyc) for module, pyc, _ in missing], step)
         for _, pyc, kept in missing:
-            if kept is not None and os.path.exists(pyc):
-                # Atomically: two builds may keep one at once. Not kept: compiled again next time.
-                link_file(Path(pyc), kept)
+            if os.path.exists(pyc):
+                link_file(Path(pyc), kept)  # not kept (no link here): compiled again next time
+    _prune(store)
     return linked, len(missing)
 
 
-def _link(kept: Path, pyc: str) -> bool:
-    """Hard-link the stored .pyc as the module's; False if the store has none (or no link can
-    be made here: another file system)."""
+def _cache_tag(venv: Path, python: str, step) -> str:
+    """The interpreter's cache tag (cpython-311), asked of the venv's own unless it is ours."""
+    if python == sys.executable:
+        return sys.implementation.cache_tag
+    code, tail = run_logged([str(venv / "bin" / "python"), "-I", "-S", "-c", ASK_TAG],
+                            venv / LOG_FILE, step)
+    if code != 0 or not tail or not tail[-1].strip():
+        raise EnvError(one_line(f"{python}: cannot tell its bytecode's cache tag: "
+                                f"{tail[-1] if tail else f'exit code {code}'}"))
+    return tail[-1].strip()
+
+
+def _current(pyc: str, mtime: int, size: int) -> bool:
+    """Whether `pyc` exists and is what this interpreter takes for the module of that mtime
+    and size: its magic number, the timestamp mode, the same mtime and size."""
+    from importlib.util import MAGIC_NUMBER
+
     try:
-        os.makedirs(os.path.dirname(pyc), exist_ok=True)
-        os.link(kept, pyc)
-        return True
-    except FileExistsError:
-        return True  # the wheel shipped its own .pyc: the installer's to keep
+        with open(pyc, "rb") as f:
+            header = f.read(16)
     except OSError:
         return False
+    return header == MAGIC_NUMBER + struct.pack("<III", 0, mtime, size & 0xFFFFFFFF)
+
+
+def _compile(venv: Path, pairs: list[tuple[str, str]], step) -> None:
+    listed = venv / LIST_FILE
+    write_text(listed, json.dumps(pairs))
+    code, tail = run_logged([str(venv / "bin" / "python"), "-I", "-S", "-c", COMPILE,
+                             str(listed)], venv / LOG_FILE, step)
+    if code != 0:
+        raise EnvError(one_line(f"{venv}: could not compile its modules' bytecode: "
+                                f"{tail[-1] if tail else f'exit code {code}'}"))
+    listed.unlink()
+
+
+def _prune(store: Path) -> None:
+    """Drop the stored .pyc files that no venv links any more (a venv removed, rebuilt)."""
+    try:
+        entries = list(os.scandir(store))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.name.endswith(".pyc") and entry.stat().st_nlink == 1:
+                os.unlink(entry.path)
+        except OSError:
+            continue

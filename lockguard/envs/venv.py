@@ -52,6 +52,7 @@ from lockguard.envs.base import (
     READY, Backend, EnvError, RunRequest, compile_cache_env, harness_env, interpreter_tag,
     require_writable_cache, run_with,
 )
+from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
 from lockguard.envs.bytecode import link_or_compile
 from lockguard.envs.compile_cache import compile_cache_dir
 from lockguard.errors import LockguardError, one_line
@@ -80,7 +81,7 @@ def build_policy(allow_sdist: bool) -> str:
 
 # How venvs are built, in their key: 2 since uv gets no UV_* setting that changes what it
 # installs (under 1, a UV_CONFIG_FILE could have built a lock's sdist into a "wheels-only" venv);
-# 3 since uv compiles the bytecode at install time.
+# 3 since a venv holds its modules' bytecode from its build (trainings write none).
 RECIPE = 3
 
 
@@ -232,9 +233,10 @@ def _build(path: Path, lock: Lock, python: str, installer: str, allow_sdist: boo
 
 def _keep_failed_log(path: Path) -> Path | None:
     """The log of a failed build, moved out of the env about to be removed and kept beside it
-    (where the venv/uv creation logs are), so that the error can name it; None if none."""
-    log = path / "install.log"
-    kept = path.parent / f"{path.name}.install.log"
+    (where the venv/uv creation logs are), so that the error can name it; None if none. The
+    bytecode's log, where there is one: it comes after a successful install."""
+    log = path / BYTECODE_LOG if (path / BYTECODE_LOG).is_file() else path / "install.log"
+    kept = path.parent / f"{path.name}.{log.name}"
     try:
         write_bytes(kept, log.read_bytes())  # capped by the process runner: small
         return kept
@@ -278,9 +280,9 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             raise EnvError(one_line(f"{lock.source}: {used} could not install the lock: "
                                     f"{reason}"))
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
-        if used == "uv" and python == sys.executable:
-            step.update("compiling bytecode (linked where another venv compiled it)")
-            link_or_compile(path, sys.implementation.cache_tag, cache_dir() / "bytecode", step)
+        if used == "uv":
+            step.update("bytecode (linked where another venv compiled it)")
+            link_or_compile(path, python, cache_dir() / "bytecode", step)
     mark_ready(path, lock, python=python, installer=used, allow_sdist=allow_sdist,
                built_s=time.perf_counter() - started)
 
@@ -322,15 +324,9 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
                                         f"{tail[-1] if tail else f'exit code {code}'}"))
         # --no-config: a project's [tool.uv] or a user's uv.toml (no-binary = [...], another
         # index) must not change what a lock installs, nor let an sdist build run.
-        # Bytecode: trainings run with PYTHONDONTWRITEBYTECODE (a venv is never changed by a
-        # run), so without the .pyc files written now every run compiled every module it
-        # imports: 12 s of a warm torch.mlp run's 26 s went to compiling torch's 1,800 modules
-        # again. The host interpreter's venv gets them after the install, shared with the venvs
-        # that installed the same files (envs/bytecode.py); another interpreter's from uv
-        # (--compile-bytecode). pip compiles at install time by default.
+        # No --compile-bytecode: the venv's bytecode comes after the install, shared with the
+        # venvs that installed the same files (envs/bytecode.py). pip compiles at install time.
         cmd = [uv, "pip", "install", "--no-config", "--python", str(path / "bin" / "python")]
-        if python != sys.executable:
-            cmd.append("--compile-bytecode")
         if not allow_sdist:
             cmd += ["--only-binary", ":all:"]
         if not pylock:  # a pylock.toml names its files' URLs: no index is asked
