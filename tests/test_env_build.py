@@ -132,6 +132,13 @@ def _fake_venv(root: Path, modules: dict[str, Path]) -> Path:
     return root
 
 
+class _Step:
+    """A build step that shows nothing (what the progress display gives link_or_compile)."""
+
+    def update(self, detail: str) -> None:
+        pass
+
+
 def _imports(venv_root: Path, module: str) -> str:
     import subprocess
 
@@ -152,10 +159,6 @@ def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_pat
     stale .pyc a wheel shipped is replaced; a module that does not compile is left without."""
     from lockguard.envs.bytecode import link_or_compile
 
-    class Step:
-        def update(self, detail: str) -> None:
-            pass
-
     store = tmp_path / "store"
     tag = sys.implementation.cache_tag
     wheel = tmp_path / "wheel"  # uv's cache: one file, linked into each venv
@@ -164,9 +167,9 @@ def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_pat
     (wheel / "lg_broken.py").write_text("def (:\n")
     modules = {"lg_shared": wheel / "lg_shared.py", "lg_broken": wheel / "lg_broken.py"}
     first = _fake_venv(tmp_path / "first", modules)
-    assert link_or_compile(first, sys.executable, store, Step()) == (0, 2)
+    assert link_or_compile(first, sys.executable, store, _Step()) == (0, 2)
     second = _fake_venv(tmp_path / "second", modules)
-    assert link_or_compile(second, sys.executable, store, Step()) == (1, 1)  # broken: again
+    assert link_or_compile(second, sys.executable, store, _Step()) == (1, 1)  # broken: again
     pycs = [next(v.glob(f"lib/*/site-packages/__pycache__/lg_shared.{tag}.pyc"))
             for v in (first, second)]
     assert pycs[0].stat().st_ino == pycs[1].stat().st_ino
@@ -183,27 +186,23 @@ def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_pat
     assert (after.st_ino, after.st_mtime_ns, after.st_size) == (
         before.st_ino, before.st_mtime_ns, before.st_size)
     third = _fake_venv(tmp_path / "third", modules)
-    assert link_or_compile(third, sys.executable, store, Step()) == (0, 2)
+    assert link_or_compile(third, sys.executable, store, _Step()) == (0, 2)
     assert _imports(third, "lg_shared") == "two"
 
     # A stale .pyc shipped in the wheel is replaced; the store keeps only what a venv links.
     shipped = next(third.glob("lib/*/site-packages")) / "__pycache__" / f"lg_shared.{tag}.pyc"
     shipped.unlink()
     shipped.write_bytes(b"\0" * 16)
-    assert link_or_compile(third, sys.executable, store, Step()) == (1, 1)
+    assert link_or_compile(third, sys.executable, store, _Step()) == (1, 1)
     assert _imports(third, "lg_shared") == "two"
     shutil.rmtree(first)
     shutil.rmtree(second)
-    link_or_compile(third, sys.executable, store, Step())
+    link_or_compile(third, sys.executable, store, _Step())
     assert len(list((store / tag).iterdir())) == 1  # the "one" bytecode went with its venvs
 
 
 def test_bytecode_that_cannot_be_compiled_fails_the_build_in_one_line(tmp_path):
     from lockguard.envs.bytecode import link_or_compile
-
-    class Step:
-        def update(self, detail: str) -> None:
-            pass
 
     (tmp_path / "m.py").write_text("VALUE = 1\n")
     broken = _fake_venv(tmp_path / "v", {"m": tmp_path / "m.py"})
@@ -212,7 +211,7 @@ def test_bytecode_that_cannot_be_compiled_fails_the_build_in_one_line(tmp_path):
     (broken / "bin" / "python").chmod(0o755)
     with pytest.raises(venv.EnvError, match=rf"^{broken}: could not compile its modules' "
                                             r"bytecode: no interpreter here$"):
-        link_or_compile(broken, sys.executable, tmp_path / "store", Step())
+        link_or_compile(broken, sys.executable, tmp_path / "store", _Step())
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from lockguard.envs.base import EnvError
+from lockguard.envs.installed import site_packages
 from lockguard.errors import one_line
 from lockguard.files import clean_stale_temps, link_file, write_text
 from lockguard.installers import run_logged
@@ -78,7 +79,8 @@ def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[in
     clean_stale_temps(store)  # what a killed build left half-kept
     missing: list[tuple[str, str, Path]] = []  # (module, its .pyc, its place in the store)
     linked = 0
-    for site in sorted(venv.glob("lib/python*/site-packages")):
+    site = site_packages(venv)
+    if site is not None:
         for directory, subdirectories, files in os.walk(site):
             subdirectories[:] = [d for d in subdirectories if d != "__pycache__"]
             for name in files:

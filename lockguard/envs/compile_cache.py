@@ -26,11 +26,13 @@ import hashlib
 import json
 from pathlib import Path
 
-from packaging.markers import InvalidMarker, Marker, default_environment
+from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from lockguard.envs.installed import distributions, python_version, requires, site_packages
+from lockguard.envs.installed import (
+    applies, distributions, marker_environment, python_version, requires, site_packages,
+)
 from lockguard.locks.model import FRAMEWORK_DISTS, Lock
 
 FORMAT = 1  # in the key: what the closure holds; raise it when that changes
@@ -59,9 +61,7 @@ def compiler_closure(venv: Path, lock: Lock) -> set[str] | None:
     site = site_packages(venv)
     if site is None:
         return None
-    environment = dict(default_environment())
-    python = python_version(site)
-    environment.update(python_version=python, python_full_version=f"{python}.0")
+    environment = marker_environment(python_version(site))
     installed = distributions(site)
     to_visit = [(name, tuple(sorted({e for pin in lock.by_name[name] for e in pin.extras})))
                 for fw in COMPILERS for name in FRAMEWORK_DISTS[fw] if name in lock.by_name]
@@ -85,9 +85,7 @@ def compiler_closure(venv: Path, lock: Lock) -> set[str] | None:
                 requirement = Requirement(text)
             except InvalidRequirement:
                 return None
-            if requirement.marker is None or any(
-                    requirement.marker.evaluate({**environment, "extra": extra})
-                    for extra in (*extras, "")):
+            if applies(requirement, environment, extras):
                 to_visit.append((canonicalize_name(requirement.name),
                                  tuple(sorted(canonicalize_name(e) for e in requirement.extras))))
     return closure

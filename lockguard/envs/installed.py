@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 
@@ -22,6 +24,23 @@ def site_packages(venv: Path) -> Path | None:
 def python_version(site: Path) -> str:
     """The X.Y of the interpreter a site-packages belongs to (lib/pythonX.Y/site-packages)."""
     return site.parent.name.removeprefix("python")
+
+
+def marker_environment(python: str | None) -> dict[str, str]:
+    """The environment markers are evaluated in for a venv whose interpreter is Python `python`
+    (X.Y; None: this one's)."""
+    environment = dict(default_environment())
+    if python:
+        environment.update(python_version=python, python_full_version=f"{python}.0")
+    return environment
+
+
+def applies(requirement: Requirement, environment: dict[str, str],
+            extras: tuple[str, ...]) -> bool:
+    """Whether a distribution installed with `extras` requires `requirement` in `environment`:
+    no marker, or its marker holds for one of the extras or for none."""
+    return requirement.marker is None or any(
+        requirement.marker.evaluate({**environment, "extra": extra}) for extra in (*extras, ""))
 
 
 def distributions(site: Path) -> dict[str, tuple[str, Path]]:

@@ -180,21 +180,18 @@ def inconsistency(mix: Lock, requires: Requires, python: str | None,
     """Why the mix cannot be installed as pinned: a pin whose dependency the mix pins at a
     version outside its requirement, or no longer pins at all (`known`: the names either lock
     pins; a dependency neither lock pins is outside this check). None when consistent."""
-    from packaging.markers import default_environment
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
     from packaging.version import Version
 
-    environment = dict(default_environment())
-    if python:
-        environment.update(python_version=python, python_full_version=f"{python}.0")
+    from lockguard.envs.installed import applies, marker_environment
+
+    environment = marker_environment(python)
     pinned = {p.name: p for p in mix.pins}
     for pin in mix.pins:
         for spec in requires.get((pin.name, str(pin.parsed_version)), ()):
             req = Requirement(spec)
-            if req.marker is not None and not any(
-                    req.marker.evaluate({**environment, "extra": extra})
-                    for extra in (*pin.extras, "")):
+            if not applies(req, environment, pin.extras):
                 continue
             dep = canonicalize_name(req.name)
             have = pinned.get(dep)
