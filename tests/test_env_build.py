@@ -139,24 +139,39 @@ class _Step:
         pass
 
 
-def _imports(venv_root: Path, module: str) -> str:
+def _imports(venv_root: Path, module: str, *, from_pyc: bool = True) -> str:
     import subprocess
 
     site = next(venv_root.glob("lib/python*/site-packages"))
-    proc = subprocess.run([sys.executable, "-I", "-S", "-v", "-c",
+    proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-v", "-c",
                            f"import sys; sys.path.insert(0, {str(site)!r}); import {module}; "
                            f"print({module}.VALUE)"], capture_output=True, text=True,
                           env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"{site / '__pycache__' / module}." in proc.stderr and " matches " in proc.stderr
+    pyc = site / "__pycache__" / f"{module}.{sys.implementation.cache_tag}.pyc"
+    taken = f"{pyc} matches {site / module}.py" in proc.stderr
+    assert taken == from_pyc, proc.stderr[-2000:]
     return proc.stdout.strip()
+
+
+def _wanted(venv_root: Path, store: Path, *modules: str) -> int:
+    """What a run that imported `modules` of the venv leaves lockguard: their names listed."""
+    from lockguard.envs.bytecode import remember_imported
+
+    site = next(venv_root.glob("lib/python*/site-packages"))
+    listed = venv_root / "listed.txt"
+    listed.write_text("".join(f"{site / m}.py\n" for m in modules))
+    marked = remember_imported(venv_root, listed, store)
+    assert not listed.exists()  # taken
+    return marked
 
 
 def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_path):
     """lockguard/envs/bytecode.py on venvs of this interpreter, their modules hard links as uv
-    makes them: compiled in the first, linked into the second; the same inode, mtime and size
-    with other bytes (a restored cache) are compiled again, never served another's code; a
-    stale .pyc a wheel shipped is replaced; a module that does not compile is left without."""
+    makes them: nothing compiled before a run imported a module; once one did, compiled into
+    the store by the next build and linked into each venv after; the same inode, mtime and
+    size with other bytes (a restored cache) are never served another's code; a stale .pyc a
+    wheel shipped is replaced; a module that does not compile is left without."""
     from lockguard.envs.bytecode import link_or_compile
 
     store = tmp_path / "store"
@@ -165,19 +180,28 @@ def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_pat
     wheel.mkdir()
     (wheel / "lg_shared.py").write_text("VALUE = 'one'\n")
     (wheel / "lg_broken.py").write_text("def (:\n")
-    modules = {"lg_shared": wheel / "lg_shared.py", "lg_broken": wheel / "lg_broken.py"}
+    (wheel / "lg_unused.py").write_text("VALUE = 'unused'\n")
+    modules = {"lg_shared": wheel / "lg_shared.py", "lg_broken": wheel / "lg_broken.py",
+               "lg_unused": wheel / "lg_unused.py"}
     first = _fake_venv(tmp_path / "first", modules)
-    assert link_or_compile(first, sys.executable, store, _Step()) == (0, 2)
+    assert link_or_compile(first, sys.executable, store, _Step()) == (0, 0)  # no run yet
+    assert not list(first.glob("lib/*/site-packages/__pycache__"))
+    assert _imports(first, "lg_shared", from_pyc=False) == "one"
+    assert _wanted(first, store, "lg_shared", "lg_broken") == 2  # what its run imported
     second = _fake_venv(tmp_path / "second", modules)
-    assert link_or_compile(second, sys.executable, store, _Step()) == (1, 1)  # broken: again
+    assert link_or_compile(second, sys.executable, store, _Step()) == (0, 2)
+    third = _fake_venv(tmp_path / "third", modules)
+    assert link_or_compile(third, sys.executable, store, _Step()) == (1, 1)  # broken: again
     pycs = [next(v.glob(f"lib/*/site-packages/__pycache__/lg_shared.{tag}.pyc"))
-            for v in (first, second)]
+            for v in (second, third)]
     assert pycs[0].stat().st_ino == pycs[1].stat().st_ino
-    assert not list(second.glob(f"lib/*/site-packages/__pycache__/lg_broken.{tag}.pyc"))
-    assert _imports(second, "lg_shared") == "one"
+    for absent in ("lg_broken", "lg_unused"):
+        assert not list(third.glob(f"lib/*/site-packages/__pycache__/{absent}.{tag}.pyc"))
+    assert _imports(third, "lg_shared") == "one"
 
     # Other bytes in the same inode, with the same mtime and size (what a cache restored over
-    # freed inode numbers can give): compiled, not linked, and its own code runs.
+    # freed inode numbers can give): not linked, and its own code runs; compiled once a run
+    # imported it.
     before = (wheel / "lg_shared.py").stat()
     with open(wheel / "lg_shared.py", "r+b") as f:
         f.write(b"VALUE = 'two'\n")
@@ -185,20 +209,92 @@ def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_pat
     after = (wheel / "lg_shared.py").stat()
     assert (after.st_ino, after.st_mtime_ns, after.st_size) == (
         before.st_ino, before.st_mtime_ns, before.st_size)
-    third = _fake_venv(tmp_path / "third", modules)
-    assert link_or_compile(third, sys.executable, store, _Step()) == (0, 2)
-    assert _imports(third, "lg_shared") == "two"
+    fourth = _fake_venv(tmp_path / "fourth", modules)
+    assert link_or_compile(fourth, sys.executable, store, _Step()) == (0, 1)  # broken only
+    assert _imports(fourth, "lg_shared", from_pyc=False) == "two"
+    assert _wanted(fourth, store, "lg_shared") == 1
+    assert link_or_compile(fourth, sys.executable, store, _Step()) == (0, 2)
+    assert _imports(fourth, "lg_shared") == "two"
 
-    # A stale .pyc shipped in the wheel is replaced; the store keeps only what a venv links.
-    shipped = next(third.glob("lib/*/site-packages")) / "__pycache__" / f"lg_shared.{tag}.pyc"
-    shipped.unlink()
-    shipped.write_bytes(b"\0" * 16)
-    assert link_or_compile(third, sys.executable, store, _Step()) == (1, 1)
-    assert _imports(third, "lg_shared") == "two"
-    shutil.rmtree(first)
-    shutil.rmtree(second)
-    link_or_compile(third, sys.executable, store, _Step())
-    assert len(list((store / tag).iterdir())) == 1  # the "one" bytecode went with its venvs
+    # A stale .pyc shipped in the wheel is replaced, also of a module no run imported (a run
+    # would rewrite a file the venv's manifest may list); the store keeps only what a venv links.
+    for stale in ("lg_shared", "lg_unused"):
+        shipped = next(fourth.glob("lib/*/site-packages")) / "__pycache__" / f"{stale}.{tag}.pyc"
+        shipped.unlink(missing_ok=True)
+        shipped.write_bytes(b"\0" * 16)
+    assert link_or_compile(fourth, sys.executable, store, _Step()) == (1, 2)
+    assert _imports(fourth, "lg_shared") == "two"
+    assert _imports(fourth, "lg_unused") == "unused"
+    for gone in (first, second, third):
+        shutil.rmtree(gone)
+    link_or_compile(fourth, sys.executable, store, _Step())
+    kept = {pyc.stat().st_ino for pyc in (store / tag).iterdir()}
+    assert kept == {pyc.stat().st_ino for pyc in  # the "one" bytecode went with its venvs
+                    next(fourth.glob("lib/*/site-packages/__pycache__")).iterdir()}
+    assert len(kept) == 2
+
+
+def test_a_runs_list_of_modules_is_a_hint_that_names_only_the_venvs_own_files(tmp_path):
+    """What a training lists is read as a hint: a regular .py file inside the venv's
+    site-packages is marked by the sha256 of its bytes as lockguard reads them; a path outside,
+    through a link out of the venv, relative, not a .py file, or not there is passed over."""
+    import hashlib
+
+    from lockguard.envs.bytecode import WANTED, remember_imported
+
+    (tmp_path / "m.py").write_text("VALUE = 1\n")
+    env = _fake_venv(tmp_path / "v", {"m": tmp_path / "m.py"})
+    site = next(env.glob("lib/python*/site-packages"))
+    outside = tmp_path / "outside.py"
+    outside.write_text("VALUE = 2\n")
+    (site / "escape.py").symlink_to(outside)
+    (site / "folder.py").mkdir()
+    (site / "data.txt").write_text("x")
+    listed = tmp_path / "listed.txt"
+    listed.write_text("\n".join([
+        str(site / "m.py"), str(outside), str(site / "escape.py"), "m.py",
+        str(site / "folder.py"), str(site / "data.txt"), str(site / "gone.py"),
+        f"{site}/../../../../outside.py", "\udcff"]) + "\n", errors="surrogateescape")
+    store = tmp_path / "store"
+    assert remember_imported(env, listed, store) == 1
+    assert os.listdir(store / WANTED) == [hashlib.sha256(b"VALUE = 1\n").hexdigest()]
+    assert not listed.exists()
+    assert remember_imported(env, listed, store) == 0  # no list: the run wrote nothing
+
+
+def test_a_run_writes_bytecode_in_the_venvs_site_packages_only(tmp_path):
+    """The harness's side (harness/_lockguard_harness/bytecode.py), in a real venv of this
+    interpreter under PYTHONDONTWRITEBYTECODE: a module of its site-packages gets its .pyc and
+    is listed; a module elsewhere (a user's script, a compiler's generated code) gets none."""
+    import subprocess
+    import venv as stdlib_venv
+
+    from lockguard.envs.base import HARNESS_DIR
+
+    env = tmp_path / "venv"
+    stdlib_venv.EnvBuilder(symlinks=True).create(env)
+    site = next(env.glob("lib/python*/site-packages"))
+    (site / "lg_inside.py").write_text("VALUE = 1\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "lg_outside.py").write_text("VALUE = 2\n")
+    listed = tmp_path / "listed.txt"
+    program = (f"import sys; sys.path.insert(0, {str(HARNESS_DIR)!r}); "
+               "from _lockguard_harness import bytecode; "
+               "written = bytecode.write_in_site_packages(); "
+               f"sys.path.append({str(elsewhere)!r}); import lg_inside, lg_outside; "
+               f"bytecode.list_written({str(listed)!r}, written)")
+    for _ in range(2):
+        listed.unlink(missing_ok=True)
+        proc = subprocess.run([str(env / "bin" / "python"), "-c", program], capture_output=True,
+                              text=True, env={"PYTHONDONTWRITEBYTECODE": "1"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        if _ == 0:  # the first run writes and lists; the second finds it current
+            assert listed.read_text().splitlines() == [str(site / "lg_inside.py")]
+        else:
+            assert not listed.exists()
+    assert list((site / "__pycache__").glob("lg_inside.*.pyc"))
+    assert not (elsewhere / "__pycache__").exists()
 
 
 def test_bytecode_that_cannot_be_compiled_fails_the_build_in_one_line(tmp_path):
@@ -206,6 +302,7 @@ def test_bytecode_that_cannot_be_compiled_fails_the_build_in_one_line(tmp_path):
 
     (tmp_path / "m.py").write_text("VALUE = 1\n")
     broken = _fake_venv(tmp_path / "v", {"m": tmp_path / "m.py"})
+    assert _wanted(broken, tmp_path / "store", "m") == 1
     (broken / "bin" / "python").unlink()
     (broken / "bin" / "python").write_text("#!/bin/sh\necho 'no interpreter here' >&2\nexit 3\n")
     (broken / "bin" / "python").chmod(0o755)
@@ -215,41 +312,61 @@ def test_bytecode_that_cannot_be_compiled_fails_the_build_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_second_venv_links_the_bytecode_of_the_modules_it_shares(monkeypatch, tmp_path):
+def test_a_second_venv_links_the_bytecode_its_first_runs_imported(monkeypatch, tmp_path):
     """uv installs a wheel's files as links to its cache, so two venvs of one numpy hold one
-    inode per module: the second venv's numpy bytecode is the first's, linked (compiled once),
-    its own package's is compiled in its build, and the interpreter takes both as current."""
+    inode per module. A venv is built without bytecode; its first run writes the bytecode of
+    the modules it imports (numpy's), the next run finds it current; the next venv of that
+    numpy compiles those modules once into the store at build and links them, and leaves its
+    own package, which no run imported, without; the interpreter takes them as current."""
     import hashlib
     import subprocess
 
     from conftest import build_wheels
 
+    from lockguard.envs.base import RunRequest
+
     cache = tmp_path / "cache"
     monkeypatch.setenv("LOCKGUARD_CACHE", str(cache))
     for name in ("UV_CACHE_DIR", "UV_LINK_MODE"):
         monkeypatch.delenv(name, raising=False)
-    first = venv.prepare(parse_lock_text(NUMPY_LOCK, "first.txt"))
-    wheel = build_wheels({"lg-own": ("1.0", "VALUE = 1\n", (), None)}, tmp_path / "wheels")
-    digest = hashlib.sha256(wheel["lg-own"].read_bytes()).hexdigest()
-    second = venv.prepare(parse_lock_text(
-        f"{NUMPY_LOCK}\n--find-links {tmp_path / 'wheels'}\nlg-own==1.0 --hash=sha256:{digest}\n",
-        "second.txt"))
     tag = sys.implementation.cache_tag
 
     def compiled(env, module: str) -> Path:
         site = next(env.path.glob("lib/python*/site-packages"))
         return site / module / "__pycache__" / f"__init__.{tag}.pyc"
 
-    shared = [compiled(env, "numpy") for env in (first, second)]
-    assert shared[0].stat().st_ino == shared[1].stat().st_ino
-    assert shared[0].stat().st_nlink == 3  # the two venvs and the store
-    assert any((cache / "bytecode" / tag).iterdir())
-    assert compiled(second, "lg_own").is_file()
-    proc = subprocess.run([str(second.python), "-v", "-c", "import numpy, lg_own"],
+    first = venv.prepare(parse_lock_text(NUMPY_LOCK, "first.txt"))
+    assert not compiled(first, "numpy").exists()
+    request = RunRequest(scenario_id="numpy.mlp", framework="numpy", steps=2, seed=0,
+                         device="cpu", threads=1, timeout=300)
+    for run in range(2):
+        out = tmp_path / f"run{run}"
+        out.mkdir()
+        result = first.run(request, out)
+        assert result.status.value == "ok", result.error
+        assert not list(out.glob("bytecode-*"))  # the list was taken
+        written = compiled(first, "numpy").stat()
+        assert written.st_nlink == 1  # the run's own, in its venv only
+        if run == 0:
+            wanted = set(os.listdir(cache / "bytecode" / "wanted"))
+            assert hashlib.sha256((compiled(first, "numpy").parent.parent / "__init__.py")
+                                  .read_bytes()).hexdigest() in wanted
+            assert len(wanted) > 50
+        else:
+            assert set(os.listdir(cache / "bytecode" / "wanted")) == wanted  # nothing new
+            assert written.st_mtime_ns == first_written.st_mtime_ns
+        first_written = written
+    wheel = build_wheels({"lg-own": ("1.0", "VALUE = 1\n", (), None)}, tmp_path / "wheels")
+    digest = hashlib.sha256(wheel["lg-own"].read_bytes()).hexdigest()
+    second = venv.prepare(parse_lock_text(
+        f"{NUMPY_LOCK}\n--find-links {tmp_path / 'wheels'}\nlg-own==1.0 --hash=sha256:{digest}\n",
+        "second.txt"))
+    assert compiled(second, "numpy").stat().st_nlink == 2  # the venv and the store
+    assert not compiled(second, "lg_own").exists()  # no run imported it
+    proc = subprocess.run([str(second.python), "-v", "-c", "import numpy"],
                           capture_output=True, text=True, env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for env_module in ("numpy", "lg_own"):
-        assert f"{compiled(second, env_module)} matches " in proc.stderr, env_module
+    assert f"{compiled(second, 'numpy')} matches " in proc.stderr
     assert "bytecode is stale" not in proc.stderr
 
 

@@ -1,18 +1,28 @@
-"""Bytecode for a new venv's modules, shared with the venvs that installed the same files.
+"""Bytecode for a venv's modules: written by the runs that import them, shared by content.
 
-Trainings run with PYTHONDONTWRITEBYTECODE (a venv is never changed by a run), so a module
-without a current .pyc is compiled in memory at every import: the .pyc files are written at
-build time. uv's `--compile-bytecode` compiled every venv's modules again (a torch CPU venv's
-5,436 modules: 14 s wall, 24 s of CPU on 2 cores), for each mix of a bisection and each lock a
-test suite pins beside torch, although uv links a wheel's files from its cache. Here a module's
-.pyc is kept once in lockguard's cache (bytecode/<cache tag>/), keyed by the sha256 of the
-module's bytes and the mtime and size the .pyc names, hard-linked into every venv whose module
-has them, and only what no venv compiled before is compiled.
+Harness processes run with PYTHONDONTWRITEBYTECODE, so a module without a current .pyc would be
+compiled in memory at every import. uv's `--compile-bytecode` compiled every module of every
+venv at build (a torch CPU venv's 5,436 modules: 14 s wall, 24 s of CPU on 2 cores) although a
+training imports a fraction of them (`import torch`: about 800), and again for each mix of a
+bisection and each lock a test suite pins beside torch, although uv links a wheel's files from
+its cache. Here:
 
-Sharing is sound: a .pyc from the store was compiled from the same bytes (an inode number or a
-timestamp is no name for content: a restored cache reuses both), its header names the module's
-mtime and size (what the interpreter checks), and it is relocatable, since the import system
-gives a code object the file name of the source it was loaded for.
+- a venv's runs write the bytecode of the venv's modules they are first to import, into its
+  site-packages and nowhere else (harness/_lockguard_harness/bytecode.py), and list them: a
+  venv's first run pays what its imports compile (about a second for torch), the next ones
+  nothing;
+- lockguard takes each listed module's sha256 as a hint (`wanted/` in the store; a list a
+  training wrote is only ever a hint, checked to name files of that venv, never bytecode
+  taken from it);
+- a build links every module's .pyc that the store (bytecode/<cache tag>/) holds, keyed by the
+  sha256 of the module's bytes and the mtime and size the .pyc names, and compiles into the
+  store the wanted modules it lacks: the second venv of a torch starts as warm as the first.
+
+Sharing is sound: a .pyc from the store was compiled by lockguard from the same bytes (an inode
+number or a timestamp is no name for content: a restored cache reuses both), its header names
+the module's mtime and size (what the interpreter checks), and it is relocatable, since the
+import system gives a code object the file name of the source it was loaded for. A .pyc a run
+wrote stays in its own venv.
 
 The compiling runs the venv's interpreter isolated and without site (-I -S), so no .pth file
 of the lock's runs at build time, as it did under uv's compile; a worker that dies fails the
@@ -36,6 +46,10 @@ from lockguard.errors import one_line
 from lockguard.files import clean_stale_temps, link_file, write_text
 from lockguard.installers import run_logged
 
+STORE = "bytecode"  # in lockguard's cache: <cache tag>/<sha256>-<mtime>-<size>.pyc and WANTED
+WANTED = "wanted"  # in the store: an empty file per sha256 of a module some run imported
+RUN_LIST = "bytecode-written.txt"  # a run's list of the modules it wrote bytecode for
+RUN_LIST_MAX = 16 << 20  # bytes of a run's list read (a torch.compile run's: about 300 KB)
 LIST_FILE = "lockguard-compile.json"  # in the venv while it compiles: [[module, its .pyc], ...]
 LOG_FILE = "compile.log"
 # Run as `python -I -S -c COMPILE LIST_FILE`: compiles the listed modules on every core
@@ -70,13 +84,18 @@ ASK_TAG = "import sys; print(sys.implementation.cache_tag)"
 
 
 def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[int, int]:
-    """Give every module in the venv's site-packages a current .pyc: linked from the store
-    where a venv compiled the same bytes before, else compiled with the venv's interpreter
-    (the venv of `python`) and kept in the store. Returns (linked, compiled)."""
+    """Give the modules in the venv's site-packages a current .pyc: linked from the store where
+    a venv compiled the same bytes before, else, for a module some run imported (WANTED),
+    compiled with the venv's interpreter (the venv of `python`) and kept in the store; the rest
+    are left to the runs that import them. Returns (linked, compiled)."""
     tag = _cache_tag(venv, python, step)
     store = store_root / tag
     store.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(store)  # what a killed build left half-kept
+    try:
+        wanted = set(os.listdir(store_root / WANTED))
+    except OSError:
+        wanted = set()
     missing: list[tuple[str, str, Path]] = []  # (module, its .pyc, its place in the store)
     linked = 0
     site = site_packages(venv)
@@ -100,6 +119,10 @@ def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[in
                 if tag == sys.implementation.cache_tag and _current(pyc, mtime, st.st_size):
                     continue  # the wheel shipped it, current: uv's compile would keep it too
                 kept = store / f"{digest}-{mtime}-{st.st_size}.pyc"
+                if digest not in wanted and not os.path.exists(kept) and not os.path.exists(pyc):
+                    continue  # no run imported it yet: the first that does writes its .pyc
+                # (A stale .pyc the wheel shipped is replaced now: a run's would change the size
+                # of a file its RECORD lists, and the venv would fail its verification.)
                 os.makedirs(os.path.dirname(pyc), exist_ok=True)
                 if link_file(kept, Path(pyc)):
                     linked += 1
@@ -112,6 +135,45 @@ def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[in
                 link_file(Path(pyc), kept)  # not kept (no link here): compiled again next time
     _prune(store)
     return linked, len(missing)
+
+
+def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
+    """Mark as wanted the modules of the venv that a run listed in `listed` (it wrote their
+    bytecode: harness/_lockguard_harness/bytecode.py), so that the next build installing the
+    same files compiles them into the store. The list comes from a training, so it is a hint
+    and no more: only a regular .py file inside the venv's site-packages counts (anything else
+    is passed over), and what is marked is the sha256 of the file's bytes as lockguard reads
+    them. The list is removed. Returns how many were marked; never fails a run (a full disk
+    marks fewer)."""
+    try:
+        with open(listed, "rb") as f:
+            text = f.read(RUN_LIST_MAX)
+        listed.unlink()
+    except OSError:
+        return 0  # the run wrote no bytecode (or no list): nothing to remember
+    site = site_packages(venv)
+    if site is None:
+        return 0
+    inside = os.path.join(os.path.realpath(site), "")
+    wanted = store_root / WANTED
+    marked = 0
+    for line in text.decode("utf-8", "surrogateescape").splitlines():
+        if not line.endswith(".py") or not os.path.isabs(line):
+            continue
+        real = os.path.realpath(line)
+        if not real.startswith(inside):
+            continue
+        try:
+            if not stat.S_ISREG(os.lstat(real).st_mode):
+                continue
+            with open(real, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            wanted.mkdir(parents=True, exist_ok=True)
+            (wanted / digest).touch()
+            marked += 1
+        except OSError:
+            continue
+    return marked
 
 
 def _cache_tag(venv: Path, python: str, step) -> str:

@@ -53,7 +53,9 @@ from lockguard.envs.base import (
     require_writable_cache, run_with,
 )
 from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
-from lockguard.envs.bytecode import link_or_compile
+from lockguard.envs.bytecode import RUN_LIST as BYTECODE_LIST
+from lockguard.envs.bytecode import STORE as BYTECODE_STORE
+from lockguard.envs.bytecode import link_or_compile, remember_imported
 from lockguard.envs.compile_cache import compile_cache_dir
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import write_bytes, write_text
@@ -81,7 +83,8 @@ def build_policy(allow_sdist: bool) -> str:
 
 # How venvs are built, in their key: 2 since uv gets no UV_* setting that changes what it
 # installs (under 1, a UV_CONFIG_FILE could have built a lock's sdist into a "wheels-only" venv);
-# 3 since a venv holds its modules' bytecode from its build (trainings write none).
+# 3 since a venv's bytecode is lockguard's (linked from its store, or written by the runs),
+# not uv's.
 RECIPE = 3
 
 
@@ -99,21 +102,28 @@ class VenvEnv:
 
     def __init__(self, path: Path, lock_hash: str, compile_cache: Path,
                  startup: dict[str, tuple[tuple[str, bool], ...]] | None = None, *,
-                 shared_cache: bool = False) -> None:
+                 shared_cache: bool = False, bytecode_store: Path | None = None) -> None:
         self.path = path
         self.lock_hash = lock_hash
         self.python = path / "bin" / "python"
         self.label = f"venv {path.name}"
         self.compile_cache = compile_cache
         self.shared_cache = shared_cache  # with venvs whose compilers are pinned alike
+        self.bytecode_store = bytecode_store or cache_dir() / BYTECODE_STORE
         # distribution -> ((file, runs code), ...): see startup_files
         self.startup_files = startup or {}
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         """The harness with the venv's interpreter, its compilers' caches beside the venv (shared
-        with the venvs whose compilers are pinned alike: envs/compile_cache.py)."""
+        with the venvs whose compilers are pinned alike: envs/compile_cache.py). The run writes
+        the bytecode of the venv's modules it is first to import; the modules it lists are
+        compiled into the store by the next build that installs the same files
+        (envs/bytecode.py)."""
         env = harness_env(compile_cache_env(str(self.compile_cache), self.shared_cache))
-        return run_with(str(self.python), request, out_dir, env)
+        listed = out_dir / BYTECODE_LIST
+        result = run_with(str(self.python), request, out_dir, env, bytecode_list=listed)
+        remember_imported(self.path, listed, self.bytecode_store)
+        return result
 
 
 class VenvBackend(Backend):
@@ -189,7 +199,8 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
             _build(path, lock, python, installer, allow_sdist, progress)
         startup = recorded_startup_files(path)
         compile_cache, shared = compile_cache_dir(root, path, key, lock, tag)
-    return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared)
+    return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared,
+                   bytecode_store=cache_dir() / BYTECODE_STORE)
 
 
 def refuse_source_options(lock: Lock) -> None:
@@ -282,7 +293,7 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
         if used == "uv":
             step.update("bytecode (linked where another venv compiled it)")
-            link_or_compile(path, python, cache_dir() / "bytecode", step)
+            link_or_compile(path, python, cache_dir() / BYTECODE_STORE, step)
     mark_ready(path, lock, python=python, installer=used, allow_sdist=allow_sdist,
                built_s=time.perf_counter() - started)
 
