@@ -13,9 +13,12 @@ Each repeat, interleaved:
     empty lockguard cache and an empty uv cache: both environments built, the scenario run on
     each side;
   * lockguard warm: the same check again (environments cached): the runs alone.
+  * with `--also LOCKGUARD` (another install's `lockguard` executable, e.g. an older commit's in
+    a venv of its own): its cold check too, in the same repeat and with caches of its own, so
+    that a change is measured against what it changed under the same load.
 Reported: the medians, `cold - warm` (what building the two environments cost inside the check)
-and its ratio to bare uv (target ≤ ×1.2), and the whole cold check (target ≤ 45 s). Writes
-benchmarks/results/ab.json.
+and its ratio to bare uv (target ≤ ×1.2), and the whole cold check (target ≤ 45 s); with
+`--also`, its cold check and the ratio of the two. Writes benchmarks/results/ab.json.
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ def lockguard_cmd() -> list[str]:
 
 
 def check(old: Path, new: Path, scenario: str, cache: Path, uv_cache: Path,
-          project: Path) -> float:
+          project: Path, lockguard: list[str] | None = None) -> float:
     env = {**os.environ, "LOCKGUARD_CACHE": str(cache), "UV_CACHE_DIR": str(uv_cache)}
     start = time.perf_counter()
-    done = subprocess.run([*lockguard_cmd(), "check", "--baseline-lock", str(old), "--lock",
+    done = subprocess.run([*(lockguard or lockguard_cmd()), "check", "--baseline-lock", str(old), "--lock",
                            str(new), "--scenario", scenario], cwd=project, env=env,
                           capture_output=True, text=True)
     elapsed = time.perf_counter() - start
@@ -61,10 +64,14 @@ def main() -> None:
     parser.add_argument("--old", type=Path, default=OLD)
     parser.add_argument("--new", type=Path, default=NEW)
     parser.add_argument("--scenario", default="torch.mlp")
+    parser.add_argument("--also", type=Path, help="another lockguard executable, timed cold too")
+    parser.add_argument("--also-label", help="what --also is, for the table (e.g. a commit)")
     args = parser.parse_args()
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     scratch = Scratch()
     runs: dict[str, list[float]] = {"bare_uv_s": [], "cold_s": [], "warm_s": []}
+    if args.also:
+        runs["also_cold_s"] = []
     load = [list(os.getloadavg())]
     try:
         for i in range(args.repeat):
@@ -76,10 +83,20 @@ def main() -> None:
             project = scratch.new("project")
             (project / "pyproject.toml").write_text("[tool.lockguard]\n")
             cache, uv_cache = scratch.new("lockguard"), scratch.new("uv")
+
+            def also() -> None:
+                runs["also_cold_s"].append(check(
+                    args.old, args.new, args.scenario, scratch.new("also"),
+                    scratch.new("also-uv"), project, [str(args.also.resolve())]))
+
+            if args.also and i % 2:  # each goes first in every other repeat
+                also()
             runs["cold_s"].append(check(args.old, args.new, args.scenario, cache, uv_cache,
                                         project))
             runs["warm_s"].append(check(args.old, args.new, args.scenario, cache, uv_cache,
                                         project))
+            if args.also and not i % 2:
+                also()
             print(f"repeat {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs.items()),
                   flush=True)
             shutil.rmtree(scratch.root)
@@ -94,6 +111,8 @@ def main() -> None:
            "building_in_check_s": round(building, 1),
            "building_over_bare_uv": round(building / med["bare_uv_s"], 2),
            "targets": {"building_over_bare_uv": 1.2, "cold_s": 45},
+           **({"also_label": args.also_label or str(args.also), "cold_over_also_cold": round(
+               med["cold_s"] / med["also_cold_s"], 2)} if args.also else {}),
            "load_average": load}
     print(json.dumps(out, indent=1))
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -1,17 +1,20 @@
-"""What a venv's bytecode costs when another venv installed the same files.
+"""What a venv's bytecode costs: at build, and in the runs after it.
 
     python benchmarks/bench_bytecode.py [--repeat 3]
 
-In one run, with a warm uv wheel cache and, each time, a fresh lockguard cache:
-- lockguard builds the tests' torch lock (first: it compiles every module), then the same torch
-  beside numpy 1.26.4 (second: torch's and its dependencies' bytecode is linked from the first,
-  only numpy is compiled; lockguard/envs/bytecode.py);
-- bare `uv pip install --compile-bytecode` of that second lock into a new venv: what lockguard's
-  every build paid before (uv compiles each venv's modules again);
-- bare `uv pip install` of it, without bytecode: the floor (its runs would compile every module
-  they import, in memory, every time).
-Repeats interleaved; medians and the ratio of lockguard's second build to bare uv's with
-bytecode. Writes benchmarks/results/bytecode.json and prints the figures.
+In one run, with a warm uv wheel cache and, each time, a fresh lockguard cache, each venv built
+then `torch.mlp` (30 steps) run in it twice (the first run of a venv imports what no run of it
+imported before; the second is what every later run costs):
+- `first`: lockguard builds the tests' torch lock into an empty cache: no module is compiled at
+  build; its first run writes the bytecode of what it imports (lockguard/envs/bytecode.py);
+- `second`: the same torch beside numpy 1.26.4, in the same cache: the build compiles into the
+  store what the first venv's runs imported and links it;
+- `uv_bytecode`: bare `uv pip install --compile-bytecode` of the second lock (what lockguard's
+  builds paid before: every module of every venv compiled), the runs in it alike;
+- `uv`: bare `uv pip install` of it, no bytecode: the install's floor.
+Reported per kind: the build, the first and the second run (wall seconds, medians of the
+interleaved repeats), and build + first run against bare uv's with bytecode. Writes
+benchmarks/results/bytecode.json and prints the table.
 """
 
 from __future__ import annotations
@@ -22,14 +25,64 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from bench_env_build import (RESULTS, TORCH_LOCK, bare_uv, lockguard_build,  # noqa: E402
-                             median)
+from bench_env_build import (RESULTS, TORCH_LOCK, bare_uv, fresh_lockguard_cache,  # noqa: E402
+                             median, with_env)
 
 SECOND = TORCH_LOCK.parent / "torch-2.13.0-numpy-1.26.4.txt"
+KINDS = ("first", "second", "uv_bytecode", "uv")
+
+
+def request():
+    from lockguard.envs.base import RunRequest
+
+    return RunRequest(scenario_id="torch.mlp", framework="torch", steps=30, seed=0,
+                      device="cpu", threads=1, timeout=600)
+
+
+def two_runs(env, where: Path) -> list[float]:
+    """Wall seconds of two harness runs of torch.mlp in `env`, one after the other."""
+    seconds = []
+    for i in range(2):
+        out = where / f"run-{i}"
+        out.mkdir(parents=True)
+        start = time.perf_counter()
+        result = env.run(request(), out)
+        seconds.append(time.perf_counter() - start)
+        assert result.status.value == "ok", result.error
+    return seconds
+
+
+def lockguard_kind(lock: Path, where: Path, cache: Path) -> list[float]:
+    from lockguard.envs import venv
+    from lockguard.locks.parser import parse_lock
+
+    with with_env({"LOCKGUARD_CACHE": str(cache)}):
+        start = time.perf_counter()
+        env = venv.prepare(parse_lock(lock))
+        built = time.perf_counter() - start
+        return [built, *two_runs(env, where)]
+
+
+def bare_kind(uv: str, where: Path, caches: dict[str, str], compile_bytecode: bool,
+              cache: Path) -> list[float]:
+    """Bare uv's venv, run with the harness as lockguard runs it (a plain VenvEnv: its runs
+    write no bytecode of their own, as before)."""
+    from lockguard.envs.base import harness_env, run_with
+
+    built = bare_uv(uv, SECOND, where, caches, compile_bytecode)
+    python = str(where / "venv" / "bin" / "python")
+
+    class Bare:
+        def run(self, req, out):
+            return run_with(python, req, out, harness_env({
+                "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor")}))
+
+    return [built, *two_runs(Bare(), where)]
 
 
 def main() -> None:
@@ -40,34 +93,49 @@ def main() -> None:
 
     uv = find_uv()
     assert uv, "uv: a dependency of lockguard (pip install -e .)"
-    runs: dict[str, list[float]] = {"first": [], "second": [], "bare_uv_bytecode": [],
-                                    "bare_uv": []}
+    runs: dict[str, list[list[float]]] = {kind: [] for kind in KINDS}
     base = Path(tempfile.mkdtemp(prefix="lockguard-bench-bytecode-"))
     caches = {"UV_CACHE_DIR": str(base / "uv")}
     load = [list(os.getloadavg())]
     try:
-        bare_uv(uv, SECOND, base / "warm-up", caches)  # the wheels in the cache: not measured
-        for i in range(args.repeat):
-            where = base / f"run-{i}"
-            for compile_bytecode, name in ((True, "bare_uv_bytecode"), (False, "bare_uv")):
-                runs[name].append(bare_uv(uv, SECOND, where / name, caches, compile_bytecode))
-            # One lockguard cache (where/lockguard) for both: the second finds the first's bytecode.
-            runs["first"].append(lockguard_build(TORCH_LOCK, "uv", where, caches))
-            runs["second"].append(lockguard_build(SECOND, "uv", where, caches))
-            shutil.rmtree(where, ignore_errors=True)
+        with with_env(caches):
+            bare_uv(uv, SECOND, base / "warm-up", caches)  # the wheels in the cache: not measured
+            bare_uv(uv, TORCH_LOCK, base / "warm-up-2", caches)
+            for i in range(args.repeat):
+                where = base / f"run-{i}"
+                runs["uv_bytecode"].append(bare_kind(uv, where / "uv_bytecode", caches, True,
+                                                     where))
+                runs["uv"].append(bare_kind(uv, where / "uv", caches, False, where))
+                # One lockguard cache for both: the second finds what the first's runs imported.
+                cache = fresh_lockguard_cache(where)
+                runs["first"].append(lockguard_kind(TORCH_LOCK, where / "first", cache))
+                runs["second"].append(lockguard_kind(SECOND, where / "second", cache))
+                shutil.rmtree(where, ignore_errors=True)
+                print(f"repeat {i + 1}: " + ", ".join(
+                    f"{k} {'/'.join(f'{s:.1f}' for s in v[-1])}" for k, v in runs.items()),
+                    flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     load.append(list(os.getloadavg()))
-    result = {name: median(values) for name, values in runs.items()}
-    result.update(runs={name: [round(v, 2) for v in values] for name, values in runs.items()},
-                  second_over_bare_uv_bytecode=round(result["second"] / result["bare_uv_bytecode"], 2),
+    result: dict = {}
+    for kind, values in runs.items():
+        build, run1, run2 = (median([v[j] for v in values]) for j in range(3))
+        result[kind] = {"build_s": build, "first_run_s": run1, "second_run_s": run2,
+                        "build_and_first_run_s": round(build + run1, 2)}
+    reference = result["uv_bytecode"]["build_and_first_run_s"]
+    for kind in KINDS:
+        result[kind]["over_uv_bytecode"] = round(
+            result[kind]["build_and_first_run_s"] / reference, 2)
+    result.update(runs={k: [[round(s, 2) for s in v] for v in vs] for k, vs in runs.items()},
                   load=load, python=sys.version.split()[0])
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "bytecode.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"torch venv, first (compiles all): {result['first']} s; beside it (links): "
-          f"{result['second']} s; bare uv --compile-bytecode: {result['bare_uv_bytecode']} s; "
-          f"bare uv: {result['bare_uv']} s; second / bare uv with bytecode: "
-          f"×{result['second_over_bare_uv_bytecode']}")
+    print(f"{'venv':<12} {'build':>7} {'run 1':>7} {'run 2':>7} {'build+run 1':>12}")
+    for kind in KINDS:
+        r = result[kind]
+        print(f"{kind:<12} {r['build_s']:>7.2f} {r['first_run_s']:>7.2f} "
+              f"{r['second_run_s']:>7.2f} {r['build_and_first_run_s']:>8.2f} "
+              f"×{r['over_uv_bytecode']}")
 
 
 if __name__ == "__main__":

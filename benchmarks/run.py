@@ -103,8 +103,11 @@ def _ab(doc: dict) -> tuple[str, bool | None, str]:
     if ratio is None:
         return "—", None, ""
     cold = _get(doc, "median", "cold_s")
+    also = doc.get("cold_over_also_cold")
     return (f"{_s(cold)} cold; building ×{ratio:.2f} of bare uv "
-            f"({_s(doc['building_in_check_s'])} vs {_s(_get(doc, 'median', 'bare_uv_s'))})",
+            f"({_s(doc['building_in_check_s'])} vs {_s(_get(doc, 'median', 'bare_uv_s'))})"
+            + (f"; ×{also:.2f} of the cold check of {doc['also_label']}, in the same run"
+               if also is not None and doc.get("also_label") else ""),
             cold <= 45 and ratio <= 1.2, _load(doc.get("load_average")))
 
 
