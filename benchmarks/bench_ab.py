@@ -49,8 +49,8 @@ def check(old: Path, new: Path, scenario: str, cache: Path, uv_cache: Path,
           project: Path, lockguard: list[str] | None = None) -> float:
     env = {**os.environ, "LOCKGUARD_CACHE": str(cache), "UV_CACHE_DIR": str(uv_cache)}
     start = time.perf_counter()
-    done = subprocess.run([*(lockguard or lockguard_cmd()), "check", "--baseline-lock", str(old), "--lock",
-                           str(new), "--scenario", scenario], cwd=project, env=env,
+    done = subprocess.run([*(lockguard or lockguard_cmd()), "check", "--baseline-lock", str(old),
+                           "--lock", str(new), "--scenario", scenario], cwd=project, env=env,
                           capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):

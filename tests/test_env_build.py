@@ -237,7 +237,8 @@ def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_pat
 def test_a_runs_list_of_modules_is_a_hint_that_names_only_the_venvs_own_files(tmp_path):
     """What a training lists is read as a hint: a regular .py file inside the venv's
     site-packages is marked by the sha256 of its bytes as lockguard reads them; a path outside,
-    through a link out of the venv, relative, not a .py file, or not there is passed over."""
+    through a link out of the venv, relative, not a .py file, a FIFO, or not there is passed
+    over, and a list that is a FIFO is not read."""
     import hashlib
 
     from lockguard.envs.bytecode import WANTED, remember_imported
@@ -250,16 +251,21 @@ def test_a_runs_list_of_modules_is_a_hint_that_names_only_the_venvs_own_files(tm
     (site / "escape.py").symlink_to(outside)
     (site / "folder.py").mkdir()
     (site / "data.txt").write_text("x")
+    os.mkfifo(site / "pipe.py")  # never waited on
     listed = tmp_path / "listed.txt"
     listed.write_text("\n".join([
         str(site / "m.py"), str(outside), str(site / "escape.py"), "m.py",
         str(site / "folder.py"), str(site / "data.txt"), str(site / "gone.py"),
+        str(site / "pipe.py"),
         f"{site}/../../../../outside.py", "\udcff"]) + "\n", errors="surrogateescape")
     store = tmp_path / "store"
     assert remember_imported(env, listed, store) == 1
     assert os.listdir(store / WANTED) == [hashlib.sha256(b"VALUE = 1\n").hexdigest()]
     assert not listed.exists()
     assert remember_imported(env, listed, store) == 0  # no list: the run wrote nothing
+    os.mkfifo(listed)  # a list that is no file is no list, and is not waited on
+    assert remember_imported(env, listed, store) == 0
+    assert not listed.exists()
 
 
 def test_a_run_writes_bytecode_in_the_venvs_site_packages_only(tmp_path):

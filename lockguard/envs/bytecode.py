@@ -32,6 +32,7 @@ name) is left without bytecode, as uv leaves it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -43,13 +44,14 @@ from pathlib import Path
 from lockguard.envs.base import EnvError
 from lockguard.envs.installed import site_packages
 from lockguard.errors import one_line
-from lockguard.files import clean_stale_temps, link_file, write_text
+from lockguard.files import ReadError, clean_stale_temps, link_file, read_bytes, write_text
 from lockguard.installers import run_logged
 
 STORE = "bytecode"  # in lockguard's cache: <cache tag>/<sha256>-<mtime>-<size>.pyc and WANTED
 WANTED = "wanted"  # in the store: an empty file per sha256 of a module some run imported
 RUN_LIST = "bytecode-written.txt"  # a run's list of the modules it wrote bytecode for
 RUN_LIST_MAX = 16 << 20  # bytes of a run's list read (a torch.compile run's: about 300 KB)
+MODULE_MAX = 64 << 20  # a listed module larger than this is no hint (torch's largest: 1.4 MB)
 LIST_FILE = "lockguard-compile.json"  # in the venv while it compiles: [[module, its .pyc], ...]
 LOG_FILE = "compile.log"
 # Run as `python -I -S -c COMPILE LIST_FILE`: compiles the listed modules on every core
@@ -146,11 +148,13 @@ def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
     them. The list is removed. Returns how many were marked; never fails a run (a full disk
     marks fewer)."""
     try:
-        with open(listed, "rb") as f:
-            text = f.read(RUN_LIST_MAX)
-        listed.unlink()
-    except OSError:
-        return 0  # the run wrote no bytecode (or no list): nothing to remember
+        # Bounded, and never waiting on a FIFO the run may have left in the list's place.
+        text = read_bytes(listed, "bytecode list", RUN_LIST_MAX)
+    except ReadError:
+        return 0  # the run wrote no bytecode (or no list it could): nothing to remember
+    finally:
+        with contextlib.suppress(OSError):
+            listed.unlink()
     site = site_packages(venv)
     if site is None:
         return 0
@@ -164,14 +168,11 @@ def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
         if not real.startswith(inside):
             continue
         try:
-            if not stat.S_ISREG(os.lstat(real).st_mode):
-                continue
-            with open(real, "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()
+            digest = hashlib.sha256(read_bytes(Path(real), "module", MODULE_MAX)).hexdigest()
             wanted.mkdir(parents=True, exist_ok=True)
             (wanted / digest).touch()
             marked += 1
-        except OSError:
+        except (ReadError, OSError):
             continue
     return marked
 
