@@ -234,13 +234,16 @@ def test_bytecode_is_compiled_once_per_content_and_linked_into_each_venv(tmp_pat
     assert len(kept) == 2
 
 
-def test_a_runs_list_of_modules_is_a_hint_that_names_only_the_venvs_own_files(tmp_path):
+def test_a_runs_list_of_modules_is_a_hint_that_names_only_the_venvs_own_files(monkeypatch,
+                                                                             tmp_path):
     """What a training lists is read as a hint: a regular .py file inside the venv's
     site-packages is marked by the sha256 of its bytes as lockguard reads them; a path outside,
     through a link out of the venv, relative, not a .py file, a FIFO, or not there is passed
-    over, and a list that is a FIFO is not read."""
+    over (a name with a NUL too), a module listed twice is read once, and a list that is a FIFO
+    is not read."""
     import hashlib
 
+    from lockguard.envs import bytecode
     from lockguard.envs.bytecode import WANTED, remember_imported
 
     (tmp_path / "m.py").write_text("VALUE = 1\n")
@@ -256,7 +259,7 @@ def test_a_runs_list_of_modules_is_a_hint_that_names_only_the_venvs_own_files(tm
     listed.write_text("\n".join([
         str(site / "m.py"), str(outside), str(site / "escape.py"), "m.py",
         str(site / "folder.py"), str(site / "data.txt"), str(site / "gone.py"),
-        str(site / "pipe.py"),
+        str(site / "pipe.py"), str(site / "m.py"), f"{site}/./m.py", f"{site}/m\0.py",
         f"{site}/../../../../outside.py", "\udcff"]) + "\n", errors="surrogateescape")
     store = tmp_path / "store"
     assert remember_imported(env, listed, store) == 1
@@ -266,6 +269,12 @@ def test_a_runs_list_of_modules_is_a_hint_that_names_only_the_venvs_own_files(tm
     os.mkfifo(listed)  # a list that is no file is no list, and is not waited on
     assert remember_imported(env, listed, store) == 0
     assert not listed.exists()
+
+    # What one list may cost is bounded: modules past the limit are passed over.
+    (site / "n.py").write_text("VALUE = 3\n")
+    listed.write_text(f"{site / 'm.py'}\n{site / 'n.py'}\n")
+    monkeypatch.setattr(bytecode, "RUN_LIST_MODULES", 1)
+    assert remember_imported(env, listed, store) == 1
 
 
 def test_a_run_writes_bytecode_in_the_venvs_site_packages_only(tmp_path):

@@ -22,7 +22,11 @@ Sharing is sound: a .pyc from the store was compiled by lockguard from the same 
 number or a timestamp is no name for content: a restored cache reuses both), its header names
 the module's mtime and size (what the interpreter checks), and it is relocatable, since the
 import system gives a code object the file name of the source it was loaded for. A .pyc a run
-wrote stays in its own venv.
+wrote stays in its own venv, and what a run lists costs lockguard a bounded read and hash.
+That is sharing among well-behaved runs, not a wall: a venv's trainings run as the user who
+runs lockguard, unsandboxed, so one that sets out to can rewrite a stored .pyc through its own
+venv's link (or any file of the cache), as it always could; the docker backend's containers are
+the hermetic runs (docs/environments.md).
 
 The compiling runs the venv's interpreter isolated and without site (-I -S), so no .pth file
 of the lock's runs at build time, as it did under uv's compile; a worker that dies fails the
@@ -52,6 +56,10 @@ WANTED = "wanted"  # in the store: an empty file per sha256 of a module some run
 RUN_LIST = "bytecode-written.txt"  # a run's list of the modules it wrote bytecode for
 RUN_LIST_MAX = 16 << 20  # bytes of a run's list read (a torch.compile run's: about 300 KB)
 MODULE_MAX = 64 << 20  # a listed module larger than this is no hint (torch's largest: 1.4 MB)
+# What one run's list may cost lockguard, whatever it names: a torch.compile run lists about
+# 2,500 modules, 40 MB together.
+RUN_LIST_MODULES = 50_000
+RUN_LIST_HASHED = 1 << 30
 LIST_FILE = "lockguard-compile.json"  # in the venv while it compiles: [[module, its .pyc], ...]
 LOG_FILE = "compile.log"
 # Run as `python -I -S -c COMPILE LIST_FILE`: compiles the listed modules on every core
@@ -160,19 +168,24 @@ def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
         return 0
     inside = os.path.join(os.path.realpath(site), "")
     wanted = store_root / WANTED
-    marked = 0
+    seen: set[str] = set()
+    marked = hashed = 0
     for line in text.decode("utf-8", "surrogateescape").splitlines():
-        if not line.endswith(".py") or not os.path.isabs(line):
+        if (len(seen) >= RUN_LIST_MODULES or hashed >= RUN_LIST_HASHED
+                or not line.endswith(".py") or not os.path.isabs(line) or "\0" in line):
             continue
         real = os.path.realpath(line)
-        if not real.startswith(inside):
+        if real in seen or not real.startswith(inside):
             continue
+        seen.add(real)
         try:
-            digest = hashlib.sha256(read_bytes(Path(real), "module", MODULE_MAX)).hexdigest()
+            data = read_bytes(Path(real), "module", MODULE_MAX)
+            hashed += len(data)
+            digest = hashlib.sha256(data).hexdigest()
             wanted.mkdir(parents=True, exist_ok=True)
             (wanted / digest).touch()
             marked += 1
-        except (ReadError, OSError):
+        except (ReadError, OSError, ValueError):
             continue
     return marked
 
