@@ -68,21 +68,13 @@ def lockguard_kind(lock: Path, where: Path, cache: Path) -> list[float]:
         return [built, *two_runs(env, where)]
 
 
-def bare_kind(uv: str, where: Path, caches: dict[str, str], compile_bytecode: bool,
-              cache: Path) -> list[float]:
-    """Bare uv's venv, run with the harness as lockguard runs it (a plain VenvEnv: its runs
-    write no bytecode of their own, as before)."""
-    from lockguard.envs.base import harness_env, run_with
+def bare_kind(uv: str, where: Path, caches: dict[str, str], compile_bytecode: bool) -> list[float]:
+    """Bare uv's venv, its interpreter run as the local backend runs one (the harness with
+    PYTHONDONTWRITEBYTECODE and no --bytecode-list: its runs write no bytecode)."""
+    from lockguard.envs.local import LocalEnv
 
     built = bare_uv(uv, SECOND, where, caches, compile_bytecode)
-    python = str(where / "venv" / "bin" / "python")
-
-    class Bare:
-        def run(self, req, out):
-            return run_with(python, req, out, harness_env({
-                "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor")}))
-
-    return [built, *two_runs(Bare(), where)]
+    return [built, *two_runs(LocalEnv(str(where / "venv" / "bin" / "python")), where)]
 
 
 def main() -> None:
@@ -103,9 +95,8 @@ def main() -> None:
             bare_uv(uv, TORCH_LOCK, base / "warm-up-2", caches)
             for i in range(args.repeat):
                 where = base / f"run-{i}"
-                runs["uv_bytecode"].append(bare_kind(uv, where / "uv_bytecode", caches, True,
-                                                     where))
-                runs["uv"].append(bare_kind(uv, where / "uv", caches, False, where))
+                runs["uv_bytecode"].append(bare_kind(uv, where / "uv_bytecode", caches, True))
+                runs["uv"].append(bare_kind(uv, where / "uv", caches, False))
                 # One lockguard cache for both: the second finds what the first's runs imported.
                 cache = fresh_lockguard_cache(where)
                 runs["first"].append(lockguard_kind(TORCH_LOCK, where / "first", cache))

@@ -168,6 +168,10 @@ def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
         return 0
     inside = os.path.join(os.path.realpath(site), "")
     wanted = store_root / WANTED
+    try:
+        wanted.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return 0
     seen: set[str] = set()
     marked = hashed = 0
     for line in text.decode("utf-8", "surrogateescape").splitlines():
@@ -181,9 +185,7 @@ def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
         try:
             data = read_bytes(Path(real), "module", MODULE_MAX)
             hashed += len(data)
-            digest = hashlib.sha256(data).hexdigest()
-            wanted.mkdir(parents=True, exist_ok=True)
-            (wanted / digest).touch()
+            (wanted / hashlib.sha256(data).hexdigest()).touch()
             marked += 1
         except (ReadError, OSError, ValueError):
             continue

@@ -102,14 +102,14 @@ class VenvEnv:
 
     def __init__(self, path: Path, lock_hash: str, compile_cache: Path,
                  startup: dict[str, tuple[tuple[str, bool], ...]] | None = None, *,
-                 shared_cache: bool = False, bytecode_store: Path | None = None) -> None:
+                 shared_cache: bool = False, bytecode_store: Path) -> None:
         self.path = path
         self.lock_hash = lock_hash
         self.python = path / "bin" / "python"
         self.label = f"venv {path.name}"
         self.compile_cache = compile_cache
         self.shared_cache = shared_cache  # with venvs whose compilers are pinned alike
-        self.bytecode_store = bytecode_store or cache_dir() / BYTECODE_STORE
+        self.bytecode_store = bytecode_store  # where a run's list of imports is remembered
         # distribution -> ((file, runs code), ...): see startup_files
         self.startup_files = startup or {}
 
