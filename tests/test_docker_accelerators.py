@@ -405,6 +405,37 @@ def test_the_harness_tells_the_causes_apart(monkeypatch):
     assert devices.tpu_missing() is None
 
 
+def test_the_harness_asks_libcuda_for_the_driver_cuda_version(monkeypatch):
+    # torch 2.11 has no torch._C._cuda_getDriverVersion: the first H200 run recorded None.
+    devices = _harness_devices()
+
+    class LibCuda:
+        def __init__(self, version: int, rc: int = 0) -> None:
+            self.version, self.rc = version, rc
+
+        def cuDriverGetVersion(self, out) -> int:  # noqa: N802 - the driver API's name
+            out._obj.value = self.version
+            return self.rc
+
+    def machine(lib):
+        def cdll(name: str):
+            assert name == "libcuda.so.1"
+            if lib is None:
+                raise OSError("libcuda.so.1: cannot open shared object file")
+            return lib
+        return cdll
+
+    monkeypatch.setattr(devices, "_cdll", machine(LibCuda(13000)))
+    assert devices.driver_cuda_version() == 13000
+    monkeypatch.setattr(devices, "_cdll", machine(LibCuda(13000, rc=3)))  # CUDA_ERROR_NOT_INITIALIZED
+    assert devices.driver_cuda_version() is None
+    monkeypatch.setattr(devices, "_cdll", machine(object()))  # a library without the call
+    assert devices.driver_cuda_version() is None
+    monkeypatch.setattr(devices, "_cdll", machine(None))
+    assert devices.driver_cuda_version() is None
+    assert devices._driver_library() is False
+
+
 # ---------------------------------------------------------------------------------------------
 # Real images on a real engine
 # ---------------------------------------------------------------------------------------------

@@ -139,6 +139,9 @@ def test_bundled_scenario_trains(runs: Runs, scenario: str) -> None:
         assert det["deterministic_algorithms"] is True
         assert det["cudnn_deterministic"] is True and det["cudnn_benchmark"] is False
         assert det["num_threads"] == 1 and det["num_interop_threads"] == 1
+        # true float32 on a GPU too: torch's default leaves TF32 on for cuDNN convolutions
+        assert det["cudnn_allow_tf32"] is False and det["cuda_matmul_allow_tf32"] is False
+        assert det["cudnn_conv_fp32_precision"] in ("none", "ieee", None)  # None: torch < 2.9
         info = fp["torch"]
         assert info["version"] == TORCH + "+cpu" and info["cuda"] is None
         assert info["mkldnn"] in (True, False)
@@ -250,6 +253,8 @@ def test_user_script_dict_with_tensors(runs: Runs, tmp_path: Path) -> None:
     assert r["metrics"]["run_s"] > 0
     assert r["timings"]["first_step_s"] is None and r["timings"]["step_median_s"] is None
     assert len(r["param_digest"]) == 64 and sorted(r["param_norms"]) == ["bias", "weight"]
+    # a user script keeps torch's own precision settings (TF32 for cuDNN convolutions)
+    assert r["fingerprint"]["determinism"]["cudnn_allow_tf32"] is True
 
 
 def test_user_script_returning_garbage_is_a_clear_crash(runs: Runs, tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ import os
 import re
 from typing import Optional
 
-# What is visible, read through these two (a test swaps them for a made-up machine).
+# What is visible, read through these three (a test swaps them for a made-up machine).
 _exists = os.path.exists
 _glob = glob.glob
+_cdll = ctypes.CDLL
 
 
 def in_container() -> bool:
@@ -41,10 +42,24 @@ def _hides_every_gpu(mask: str) -> bool:
 
 def _driver_library() -> bool:
     try:
-        ctypes.CDLL("libcuda.so.1")
+        _cdll("libcuda.so.1")
         return True
     except OSError:
         return False
+
+
+def driver_cuda_version() -> Optional[int]:
+    """The CUDA version the NVIDIA driver supports, as libcuda says it (13000 for 13.0); None
+    without a driver. Asked of libcuda itself: torch's private helper for it
+    (torch._C._cuda_getDriverVersion) is gone from torch 2.11."""
+    try:
+        lib = _cdll("libcuda.so.1")
+        version = ctypes.c_int(0)
+        if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
+            return version.value
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 def cuda_missing() -> Optional[str]:

@@ -41,7 +41,7 @@ decays p = p*(1 - lr*wd).
 
 Determinism (recorded in fingerprint["determinism"]):
   * cuda: XLA_FLAGS += --xla_gpu_deterministic_ops=true (XLA's deterministic GPU reductions and
-    scatters); XLA_PYTHON_CLIENT_PREALLOCATE=false. Not yet run on a GPU.
+    scatters); XLA_PYTHON_CLIENT_PREALLOCATE=false.
   * --threads 1: XLA_FLAGS += --xla_cpu_multi_thread_eigen=false. Two runs are bitwise identical
     with or without it, but XLA's default runs Eigen on a thread pool sized by the machine's
     cores, and its results differ from single-threaded Eigen (measured on jax.lm: with jaxlib
@@ -51,8 +51,9 @@ Determinism (recorded in fingerprint["determinism"]):
     0.9.2 and 0.10.2; the pseudo-flag "intra_op_parallelism_threads=1" is silently ignored by
     XLA's parser and so is not used). With --threads N > 1, XLA's default threading is kept.
   * bundled scenarios set jax_default_matmul_precision="highest": float32 matmuls are true
-    float32 everywhere (on CUDA jax's default would allow TF32, which torch's default does not);
-    on CPU it changes nothing. User scripts keep the precision they ask for (it is recorded).
+    float32 everywhere (on CUDA jax's default would allow TF32; torch's bundled scenarios turn
+    it off too, torch_.setup); on CPU it changes nothing. User scripts keep the precision they
+    ask for (it is recorded).
 Per step: loss (the float32 value as an exact Python float), the global gradient norm before the
 update (exact: math.fsum of float64 squares of the float32 gradients, then sqrt), the wall time
 of the step after block_until_ready. compile: traces of the train step (a counter in the traced
