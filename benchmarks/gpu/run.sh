@@ -79,6 +79,9 @@ read -r -a scenario_prefixes <<< "$scenarios"
 work=${LOCKGUARD_GPU_WORK:-$repo/.gpu-work}
 out=${OUT:-$work/out}
 measure_jobs=4  # timing runs at once: fewer than lockguard's default, so they contend less
+# The CPU side pins each run to one thread, so a host with many cores takes more of them at once
+# (half its cores, 4 to 8): at 4, the 34 CPU runs of the first H200 run outlasted their 105 s.
+cpu_jobs=$(( $(nproc) / 2 )); cpu_jobs=$(( cpu_jobs < 4 ? 4 : (cpu_jobs > 8 ? 8 : cpu_jobs) ))
 run_timeout=$((budget * 40 / 100))  # per training run: lockguard kills a hung one (broken)
 reserve=20  # seconds kept for the summary and the tarballs
 
@@ -203,7 +206,7 @@ cat > "$work/settings.json" <<EOF
 {"dry_run": $([ "$dry_run" = 1 ] && echo true || echo false), "device": "$device",
  "steps": ${steps:-null}, "scenario_prefixes": "${scenario_prefixes[*]}", "budget_s": $budget,
  "check_repeat": $check_repeat, "accel_repeat": $accel_repeat, "cpu_repeat": $cpu_repeat,
- "measure_jobs": $measure_jobs, "run_timeout_s": $run_timeout, "python": "$python",
+ "measure_jobs": $measure_jobs, "cpu_jobs": $cpu_jobs, "run_timeout_s": $run_timeout, "python": "$python",
  "wheels": "$wheels"}
 EOF
 
@@ -225,10 +228,11 @@ phase fallback 30 30 env CUDA_VISIBLE_DEVICES= "$python" -m lockguard check "${c
 # would take every bundled scenario)
 if [ ${#measure_ids[@]} -gt 0 ]; then
     measure=("$python" "$here/gpurun.py" measure --config "$config" "${measure_ids[@]}"
-             ${steps_args[@]+"${steps_args[@]}"} --jobs "$measure_jobs" --out "$runs")
-    phase measure-accel 30 30 "${measure[@]}" --device "$device" --label accel \
-        --repeat "$accel_repeat"
-    phase measure-cpu 25 30 "${measure[@]}" --device cpu --label cpu --repeat "$cpu_repeat"
+             ${steps_args[@]+"${steps_args[@]}"} --out "$runs")
+    phase measure-accel 30 30 "${measure[@]}" --jobs "$measure_jobs" --device "$device" \
+        --label accel --repeat "$accel_repeat"
+    phase measure-cpu 25 30 "${measure[@]}" --jobs "$cpu_jobs" --device cpu --label cpu \
+        --repeat "$cpu_repeat"
 else
     echo "-- measure: skipped, no scenario this host runs (scenarios.txt is empty)"
     printf 'measure\t-\t0\tskipped: no scenario\n' >> "$work/phases.tsv"
