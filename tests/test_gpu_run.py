@@ -107,7 +107,8 @@ def _run(sid="torch.mlp", device="cuda", losses=(1.0, 0.5), digest="d", status="
          **timings):
     return {"scenario": sid, "framework": sid.split(".")[0], "device": device, "status": status,
             "losses": list(losses), "grad_norms": [2.0, 1.0], "outputs": [0.1, 0.2],
-            "param_digest": digest, "fingerprint": {},
+            "param_digest": digest, "fingerprint": {"determinism": {
+                "cuda_matmul_allow_tf32": False, "cudnn_allow_tf32": False}},
             "timings": {"import_s": 2.0, "first_step_s": 1.0, "step_median_s": 0.01,
                         "total_s": 5.0, **timings}}
 
@@ -131,6 +132,49 @@ def test_timing_medians_and_ratios():
 
 
 # ----------------------------------------------------------------- fallback assertion
+
+def test_tf32_must_be_off_in_every_torch_run():
+    runs = {"torch.mlp": [_run(), _run()], "jax.mlp": [_run("jax.mlp")]}
+    assert gpurun.tf32_assertion(runs) == (True, "off for matmuls and cuDNN in all 2 torch runs")
+    # torch's own default, as the first H200 run recorded it: cuDNN's convolutions in TF32
+    runs["torch.cnn"] = [_run("torch.cnn")]
+    runs["torch.cnn"][0]["fingerprint"]["determinism"]["cudnn_allow_tf32"] = True
+    assert gpurun.tf32_assertion(runs) == (False, "torch.cnn: matmul False, cuDNN True")
+    assert gpurun.tf32_assertion({"jax.mlp": [_run("jax.mlp")]}) == (
+        False, "no torch timing run to read")
+
+
+def _break_report(cpu: dict, gpu: dict) -> dict:
+    def one(sid, script, on_cuda, **compile_):
+        reasons = [f"{script}:forward: Tensor.item() (data-dependent)"] * compile_.pop("n", 1)
+        return {"scenario": sid, "candidate": {"result": {
+            "scenario": sid, "status": "ok", "metrics": {"on_cuda": on_cuda},
+            "compile": {"graph_breaks": len(reasons), "graphs": 2, "recompiles": 0,
+                        "break_reasons": reasons, **compile_}}}}
+    return {"evidence": [one("break-cpu", "train_cpu.py", 0.0, **cpu),
+                         one("break-cuda", "train_cuda.py", 1.0, **gpu)]}
+
+
+def test_the_graph_break_must_be_the_same_on_both_devices():
+    found = gpurun.graph_break_summary(_break_report({}, {}))
+    assert found["break-cuda"]["break_reasons"] == [
+        "train.py:forward: Tensor.item() (data-dependent)"]  # the script's name made neutral
+    ok, detail = gpurun.graph_break_assertion(0, found, dry_run=False)
+    assert ok, detail
+    assert detail == ("exit 0; cpu 1 break(s), 2 graph(s); gpu 1 break(s), 2 graph(s); "
+                      "train.py:forward: Tensor.item() (data-dependent)")
+    two = gpurun.graph_break_summary(_break_report({}, {"n": 2, "graphs": 3}))
+    ok, detail = gpurun.graph_break_assertion(0, two, dry_run=False)
+    assert not ok and "graph_breaks: 1 vs 2" in detail and "graphs: 2 vs 3" in detail
+    none = gpurun.graph_break_summary(_break_report({"n": 0}, {"n": 0}))
+    assert gpurun.graph_break_assertion(0, none, dry_run=False)[0] is False  # no break at all
+    assert gpurun.graph_break_assertion(1, found, dry_run=False)[0] is False
+    assert gpurun.graph_break_assertion(None, {}, dry_run=False) == (False, "exit None; runs: none")
+    cpu_only = gpurun.graph_break_summary(_break_report({}, {}))
+    cpu_only["break-cuda"]["on_cuda"] = 0.0  # the GPU script fell back to the CPU
+    assert gpurun.graph_break_assertion(0, cpu_only, dry_run=False)[0] is False
+    assert gpurun.graph_break_assertion(0, cpu_only, dry_run=True)[0] is True
+
 
 def _report(*verdicts):
     return {"verdicts": [{"scenario": s, "framework": s.split(".")[0], "verdict": v,
@@ -186,8 +230,15 @@ def _summarize(work: Path, out: Path) -> tuple[int, dict]:
 
 
 def test_summarize_a_good_gpu_run(tmp_path):
-    rc, doc = _summarize(*_work(tmp_path, "device_fallback", 1))
+    work, out = _work(tmp_path, "device_fallback", 1)
+    with open(work / "phases.tsv", "a") as f:
+        f.write("graph-break\t0\t20.0\t\n")
+    (work / "graph-break.json").write_text(json.dumps(_break_report({}, {})))
+    rc, doc = _summarize(work, out)
     assert rc == 0 and doc["ok"] is True, doc["assertions"]
+    assert {a["name"] for a in doc["assertions"]} >= {
+        "TF32 off in the torch runs", "torch.compile graph break on the GPU as on the CPU"}
+    assert doc["graph_break"]["break-cuda"]["graph_breaks"] == 1
     assert doc["dry_run"] is False and doc["device"] == "cuda"
     torch_mlp, jax_mlp = doc["scenarios"]["torch.mlp"], doc["scenarios"]["jax.mlp"]
     assert torch_mlp["determinism"]["bitwise_identical"] is True

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -189,6 +190,69 @@ def fallback_assertion(rc: int | None, report: dict[str, Any] | None,
     return True, f"exit 1, device_fallback for all {len(scenarios)} scenarios"
 
 
+def tf32_assertion(accel: dict[str, list[dict[str, Any]]]) -> tuple[bool, str]:
+    """Bundled torch scenarios train in true float32 on the GPU: TF32 off for matmuls and for
+    cuDNN convolutions in every timing run's fingerprint (torch's default leaves cuDNN's on,
+    and the harness did until the first H200 run showed it)."""
+    seen, on = 0, []
+    for sid, runs in sorted(accel.items()):
+        if not sid.startswith("torch."):
+            continue
+        for r in runs:
+            det = (r.get("fingerprint") or {}).get("determinism") or {}
+            flags = (det.get("cuda_matmul_allow_tf32"), det.get("cudnn_allow_tf32"))
+            seen += 1
+            if flags != (False, False):
+                on.append(f"{sid}: matmul {flags[0]}, cuDNN {flags[1]}")
+    if not seen:
+        return False, "no torch timing run to read"
+    if on:
+        return False, "; ".join(sorted(set(on)))
+    return True, f"off for matmuls and cuDNN in all {seen} torch runs"
+
+
+def _break_reason(reason: str) -> str:
+    """A break reason with the script's name made device-neutral (train_cpu.py, train_cuda.py)."""
+    return re.sub(r"\btrain_(cpu|cuda)\.py\b", "train.py", reason)
+
+
+def graph_break_summary(report: dict[str, Any] | None) -> dict[str, Any]:
+    """scenario -> what torch.compile reported, from run.sh's graph-break phase."""
+    out: dict[str, Any] = {}
+    for e in (report or {}).get("evidence", []):
+        result = (e.get("candidate") or {}).get("result") or {}
+        diag = result.get("compile") or {}
+        out[e.get("scenario")] = {
+            "status": result.get("status"),
+            "on_cuda": (result.get("metrics") or {}).get("on_cuda"),
+            "graph_breaks": diag.get("graph_breaks"), "graphs": diag.get("graphs"),
+            "recompiles": diag.get("recompiles"),
+            "break_reasons": [_break_reason(r) for r in diag.get("break_reasons") or []]}
+    return out
+
+
+def graph_break_assertion(rc: int | None, found: dict[str, Any],
+                          dry_run: bool) -> tuple[bool, str]:
+    """torch.compile reports the same graph break, with the same reason, for the same script
+    with its tensors on the GPU as on the CPU (in a dry run: on the CPU twice)."""
+    cpu, gpu = found.get("break-cpu"), found.get("break-cuda")
+    if not cpu or not gpu:
+        return False, f"exit {rc}; runs: {', '.join(sorted(found)) or 'none'}"
+    if not dry_run and gpu["on_cuda"] != 1.0:
+        return False, f"the cuda script's tensors were not on the GPU (on_cuda {gpu['on_cuda']})"
+    keys = ("graph_breaks", "graphs", "recompiles", "break_reasons")
+    same = all(cpu[k] == gpu[k] for k in keys)
+    ok = rc == 0 and same and (cpu["graph_breaks"] or 0) >= 1
+    detail = (f"exit {rc}; cpu {cpu['graph_breaks']} break(s), {cpu['graphs']} graph(s); "
+              f"gpu {gpu['graph_breaks']} break(s), {gpu['graphs']} graph(s)")
+    if not same:
+        detail += "; " + ", ".join(f"{k}: {cpu[k]} vs {gpu[k]}" for k in keys
+                                   if cpu[k] != gpu[k])
+    elif cpu["break_reasons"]:
+        detail += f"; {cpu['break_reasons'][0]}"
+    return ok, detail
+
+
 def docker_assertions(phases: dict[str, dict[str, Any]], reports: dict[str, Any],
                       dry_run: bool) -> list[tuple[str, bool, str]]:
     """The docker phases (run.sh step 6): images built, the GPU runs in them, the fallback."""
@@ -325,6 +389,12 @@ def summarize(args: argparse.Namespace) -> int:
     check("hidden GPU gives device_fallback",
           *fallback_assertion(phases.get("fallback", {}).get("rc"), reports["fallback"],
                               scenarios))
+    if any(s.startswith("torch.") for s in scenarios):
+        check("TF32 off in the torch runs", *tf32_assertion(accel))
+    breaks = graph_break_summary(_load(work / "graph-break.json"))
+    if "graph-break" in phases:
+        check("torch.compile graph break on the GPU as on the CPU",
+              *graph_break_assertion(phases["graph-break"].get("rc"), breaks, args.dry_run))
     if args.docker:
         for name, ok, detail in docker_assertions(phases, reports, args.dry_run):
             check(name, ok, detail)
@@ -356,6 +426,7 @@ def summarize(args: argparse.Namespace) -> int:
                                             or reports["docker-fallback"])}
                    if args.docker else None),
         "scenarios": per_scenario,
+        "graph_break": breaks,
         "assertions": assertions,
         "ok": all(a["ok"] for a in assertions),
     }

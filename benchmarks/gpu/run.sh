@@ -224,6 +224,71 @@ phase check 40 30 "$python" -m lockguard check "${common[@]}" --device "$device"
 phase fallback 30 30 env CUDA_VISIBLE_DEVICES= "$python" -m lockguard check "${common[@]}" \
     --device cuda --rerun --allow-new --format json -o "$out/fallback.json"
 
+# 4b. torch.compile's graph breaks on the GPU as on the CPU: one user script with a layer that
+# counts outliers by a data-dependent .item() (tests/test_compile.py's lg_testlayer 2.0),
+# compiled once with its tensors on the CPU and once on the GPU (the CPU again in a dry run).
+if grep -q '^torch\.' "$work/scenarios.txt"; then
+    gb=$work/graph-break
+    mkdir -p "$gb"
+    cp "$project/host-numpy.txt" "$gb/"
+    for where in cpu cuda; do
+        pick='"cpu"'
+        [ "$where" = cuda ] && pick='"cuda" if torch.cuda.is_available() else "cpu"'
+        cat > "$gb/train_$where.py" <<EOF
+import torch
+from torch import nn
+
+DEVICE = $pick
+
+
+class ScaledTanh(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.lin(x)
+        if (h.abs() > 1e4).sum().item() > 0:  # a data-dependent .item(): a graph break
+            h = h.clamp(-1e4, 1e4)
+        return torch.tanh(h) * 1.5
+
+
+def run(steps, seed, timed=iter):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), ScaledTanh(16), nn.Linear(16, 2)).to(DEVICE)
+    compiled = torch.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8).to(DEVICE), torch.randn(32, 2).to(DEVICE)
+    losses = []
+    for _ in timed(range(steps)):
+        opt.zero_grad(set_to_none=True)
+        loss = ((compiled(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "params": dict(model.named_parameters()),
+            "metrics": {"on_cuda": float(x.is_cuda)}}
+EOF
+    done
+    cat > "$gb/lockguard.toml" <<EOF
+# written by benchmarks/gpu/run.sh
+lock = "host-numpy.txt"
+golden_dir = "golden"
+timeout = $run_timeout
+scenarios = ["break-cpu", "break-cuda"]
+[scenario.break-cpu]
+script = "train_cpu.py"
+framework = "torch"
+steps = 4
+[scenario.break-cuda]
+script = "train_cuda.py"
+framework = "torch"
+steps = 4
+EOF
+    phase graph-break 15 30 "$python" -m lockguard record --config "$gb/lockguard.toml" \
+        --env local --device "$device" --format json -o "$work/graph-break.json"
+fi
+
 # 5. timings: the accelerator, then the CPU of the same host (never a measure without ids: it
 # would take every bundled scenario)
 if [ ${#measure_ids[@]} -gt 0 ]; then
@@ -295,8 +360,10 @@ docker_flag=()
     ${dry_flag[@]+"${dry_flag[@]}"} ${docker_flag[@]+"${docker_flag[@]}"}
 rc=$?
 [ "$rc" -le 1 ] || { echo "error: the summary failed (exit $rc)" >&2; rc=3; }
+extra=()
+[ -f "$work/graph-break.json" ] && extra=(graph-break.json graph-break)
 tar -czf "$out/runs.tar.gz" -C "$work" runs phases.tsv settings.json host.json scenarios.txt \
-    project/lockguard.toml project/host-numpy.txt
+    project/lockguard.toml project/host-numpy.txt ${extra[@]+"${extra[@]}"}
 echo "== done in $((SECONDS - t0))s (budget ${budget}s), exit $rc; in $out:"
 find "$out" -maxdepth 1 -type f -printf '  %f  %s bytes\n' | sort
 exit "$rc"
