@@ -142,6 +142,9 @@ def test_tf32_must_be_off_in_every_torch_run():
     assert gpurun.tf32_assertion(runs) == (False, "torch.cnn: matmul False, cuDNN True")
     assert gpurun.tf32_assertion({"jax.mlp": [_run("jax.mlp")]}) == (
         False, "no torch timing run to read")
+    runs["torch.cnn"][0]["fingerprint"]["determinism"]["cudnn_allow_tf32"] = None  # it raised
+    assert gpurun.tf32_assertion(runs) == (
+        False, "torch.cnn: matmul False, cuDNN unreadable (mixed TF32 APIs?)")
 
 
 def _break_report(cpu: dict, gpu: dict) -> dict:
@@ -206,7 +209,8 @@ def _work(tmp_path: Path, fallback_verdict: str, fallback_rc: int) -> tuple[Path
     (work / "runs" / "cpu").mkdir(parents=True)
     (work / "scenarios.txt").write_text("torch.mlp\njax.mlp\n")
     phases = [("install", 0), ("record", 0), ("check", 0), ("fallback", fallback_rc),
-              ("measure-cuda", 0), ("measure-cpu", 0)]
+              ("measure-accel", 0), ("measure-cpu", 0)]
+    (work / "settings.json").write_text(json.dumps({"accel_repeat": 3, "cpu_repeat": 1}))
     (work / "phases.tsv").write_text("".join(f"{n}\t{rc}\t1.5\t\n" for n, rc in phases))
     for name, verdict, device in (("record", "new", "cuda"), ("check", "identical", "cuda"),
                                   ("fallback", fallback_verdict, "cpu")):
@@ -264,6 +268,33 @@ def test_summarize_fails_when_a_timing_run_lands_on_another_device(tmp_path):
     [failed] = [a for a in doc["assertions"] if not a["ok"]]
     assert failed["name"] == "timing runs, accelerator side (--device cuda)"
     assert "jax.mlp ok on cpu" in failed["detail"]
+
+
+def test_summarize_fails_when_a_timing_phase_was_cut_short(tmp_path):
+    """measure writes each run as it ends: a phase killed by its timeout keeps some runs, and
+    their medians must not pass for the whole (the first H200 run's CPU side ran out)."""
+    work, out = _work(tmp_path, "device_fallback", 1)
+    phases = (work / "phases.tsv").read_text().replace("measure-cpu\t0", "measure-cpu\t124")
+    (work / "phases.tsv").write_text(phases)
+    (work / "runs" / "cpu" / "jax.mlp.1.json").unlink()
+    rc, doc = _summarize(work, out)
+    assert rc == 1
+    [failed] = [a for a in doc["assertions"] if not a["ok"]]
+    assert failed == {"name": "timing runs, cpu side (--device cpu)", "ok": False,
+                      "detail": "exit 124, 1 of 2 runs"}
+
+
+def test_float32_convolutions_are_judged_from_the_compiled_twins_accuracy():
+    def report(error):
+        return {"evidence": [{"scenario": "torch.cnn.compile", "candidate": {"result": {
+            "device": "cuda", "compile": {"accuracy": {"series": {"outputs": {
+                "eager_vs_fp64": error}}}}}}}]}
+    assert gpurun.fp32_conv_assertion(report(2.3e-7)) == (
+        True, "torch.cnn.compile on cuda: outputs 2.3e-07 from float64 (limit 1e-05)")
+    assert gpurun.fp32_conv_assertion(report(8.7e-4))[0] is False  # TF32, as on the first run
+    assert gpurun.fp32_conv_assertion(report(None))[0] is False
+    assert gpurun.fp32_conv_assertion(None) == (False, "no torch.cnn.compile run in the record "
+                                                       "report")
 
 
 def _docker_work(tmp_path: Path, fallback_reason: str) -> tuple[Path, Path]:

@@ -141,7 +141,9 @@ def test_bundled_scenario_trains(runs: Runs, scenario: str) -> None:
         assert det["num_threads"] == 1 and det["num_interop_threads"] == 1
         # true float32 on a GPU too: torch's default leaves TF32 on for cuDNN convolutions
         assert det["cudnn_allow_tf32"] is False and det["cuda_matmul_allow_tf32"] is False
-        assert det["cudnn_conv_fp32_precision"] in ("none", "ieee", None)  # None: torch < 2.9
+        # (torch >= 2.9 reads "none" here, "inherit", which the legacy switch leaves: only the
+        # switch above says TF32 is off; None: torch < 2.9 has no such setting)
+        assert det["cudnn_conv_fp32_precision"] in ("none", "ieee", None)
         info = fp["torch"]
         assert info["version"] == TORCH + "+cpu" and info["cuda"] is None
         assert info["mkldnn"] in (True, False)
@@ -255,6 +257,20 @@ def test_user_script_dict_with_tensors(runs: Runs, tmp_path: Path) -> None:
     assert len(r["param_digest"]) == 64 and sorted(r["param_norms"]) == ["bias", "weight"]
     # a user script keeps torch's own precision settings (TF32 for cuDNN convolutions)
     assert r["fingerprint"]["determinism"]["cudnn_allow_tf32"] is True
+
+
+def test_a_user_scripts_own_precision_is_what_its_fingerprint_says(runs: Runs,
+                                                                    tmp_path: Path) -> None:
+    """The flags are read again after the script ran: one that turns TF32 off says so."""
+    r = user_run(runs, tmp_path, "torch", """
+        import torch
+        torch.backends.cudnn.allow_tf32 = False
+
+        def run(steps, seed):
+            return [1.0 / (i + 1) for i in range(steps)]
+        """)
+    assert_ok(r)
+    assert r["fingerprint"]["determinism"]["cudnn_allow_tf32"] is False
 
 
 def test_user_script_returning_garbage_is_a_clear_crash(runs: Runs, tmp_path: Path) -> None:

@@ -200,7 +200,8 @@ def tf32_assertion(accel: dict[str, list[dict[str, Any]]]) -> tuple[bool, str]:
             continue
         for r in runs:
             det = (r.get("fingerprint") or {}).get("determinism") or {}
-            flags = (det.get("cuda_matmul_allow_tf32"), det.get("cudnn_allow_tf32"))
+            flags = tuple("unreadable (mixed TF32 APIs?)" if det.get(k) is None else det[k]
+                          for k in ("cuda_matmul_allow_tf32", "cudnn_allow_tf32"))
             seen += 1
             if flags != (False, False):
                 on.append(f"{sid}: matmul {flags[0]}, cuDNN {flags[1]}")
@@ -209,6 +210,26 @@ def tf32_assertion(accel: dict[str, list[dict[str, Any]]]) -> tuple[bool, str]:
     if on:
         return False, "; ".join(sorted(set(on)))
     return True, f"off for matmuls and cuDNN in all {seen} torch runs"
+
+
+FP32_CONV = "torch.cnn.compile"  # the compiled twin: its record holds eager vs float64
+FP32_CONV_LIMIT = 1e-5  # TF32 convolutions put its outputs 8.7e-4 away; the CPU 2.3e-7
+
+
+def fp32_conv_assertion(report: dict[str, Any] | None) -> tuple[bool, str]:
+    """torch.cnn.compile's eager float32 outputs as far from float64 as float32 rounding puts
+    them (the accuracy check's rmse), not as far as TF32 convolutions would."""
+    for e in (report or {}).get("evidence", []):
+        if e.get("scenario") != FP32_CONV:
+            continue
+        result = (e.get("candidate") or {}).get("result") or {}
+        series = ((result.get("compile") or {}).get("accuracy") or {}).get("series") or {}
+        error = (series.get("outputs") or {}).get("eager_vs_fp64")
+        if error is None:
+            return False, f"{FP32_CONV}: no eager-vs-float64 figure in its record"
+        return error <= FP32_CONV_LIMIT, (f"{FP32_CONV} on {result.get('device')}: outputs "
+                                          f"{error:.3g} from float64 (limit {FP32_CONV_LIMIT:g})")
+    return False, f"no {FP32_CONV} run in the record report"
 
 
 def _break_reason(reason: str) -> str:
@@ -391,6 +412,8 @@ def summarize(args: argparse.Namespace) -> int:
                               scenarios))
     if any(s.startswith("torch.") for s in scenarios):
         check("TF32 off in the torch runs", *tf32_assertion(accel))
+    if FP32_CONV in scenarios:
+        check("float32 convolutions in float32", *fp32_conv_assertion(reports["record"]))
     breaks = graph_break_summary(_load(work / "graph-break.json"))
     if "graph-break" in phases:
         check("torch.compile graph break on the GPU as on the CPU",
@@ -398,12 +421,21 @@ def summarize(args: argparse.Namespace) -> int:
     if args.docker:
         for name, ok, detail in docker_assertions(phases, reports, args.dry_run):
             check(name, ok, detail)
-    for side, device, runs in (("accelerator", args.device, accel), ("cpu", "cpu", cpu)):
+    settings = _load(work / "settings.json") or {}
+    for side, device, runs, phase, repeat in (
+            ("accelerator", args.device, accel, "measure-accel", settings.get("accel_repeat")),
+            ("cpu", "cpu", cpu, "measure-cpu", settings.get("cpu_repeat"))):
         got = sum(len(r) for r in runs.values())
+        # Every run, and the phase ended by itself: one cut short keeps the runs that finished
+        # (measure writes each as it ends), and medians of those would pass for the whole.
+        want = len(scenarios) * repeat if isinstance(repeat, int) else None
+        rc = phases.get(phase, {}).get("rc")
         bad = [f"{r['scenario']} {r['status']} on {r.get('device')}" for rs in runs.values()
                for r in rs if r.get("status") != "ok" or r.get("device") != device]
-        check(f"timing runs, {side} side (--device {device})", got > 0 and not bad,
-              f"{got} runs" + (f"; not ok or on another device: {', '.join(bad)}" if bad else ""))
+        check(f"timing runs, {side} side (--device {device})",
+              rc == 0 and got > 0 and got == want and not bad,
+              f"exit {rc}, {got} of {want} runs"
+              + (f"; not ok or on another device: {', '.join(bad)}" if bad else ""))
 
     document = {
         "schema": 1,
@@ -413,7 +445,7 @@ def summarize(args: argparse.Namespace) -> int:
         "device": args.device,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": _machine(accel, host),
-        "settings": _load(work / "settings.json") or {},
+        "settings": settings,
         "phases": phases,
         "record": {"written": (reports["record"] or {}).get("written", []), "verdicts": rec},
         "check": {"rc": chk_rc, "passed": (reports["check"] or {}).get("passed"),

@@ -224,9 +224,24 @@ phase check 40 30 "$python" -m lockguard check "${common[@]}" --device "$device"
 phase fallback 30 30 env CUDA_VISIBLE_DEVICES= "$python" -m lockguard check "${common[@]}" \
     --device cuda --rerun --allow-new --format json -o "$out/fallback.json"
 
-# 4b. torch.compile's graph breaks on the GPU as on the CPU: one user script with a layer that
-# counts outliers by a data-dependent .item() (tests/test_compile.py's lg_testlayer 2.0),
-# compiled once with its tensors on the CPU and once on the GPU (the CPU again in a dry run).
+# 5. timings: the accelerator, then the CPU of the same host (never a measure without ids: it
+# would take every bundled scenario)
+if [ ${#measure_ids[@]} -gt 0 ]; then
+    measure=("$python" "$here/gpurun.py" measure --config "$config" "${measure_ids[@]}"
+             ${steps_args[@]+"${steps_args[@]}"} --out "$runs")
+    phase measure-accel 30 30 "${measure[@]}" --jobs "$measure_jobs" --device "$device" \
+        --label accel --repeat "$accel_repeat"
+    phase measure-cpu 25 30 "${measure[@]}" --jobs "$cpu_jobs" --device cpu --label cpu \
+        --repeat "$cpu_repeat"
+else
+    echo "-- measure: skipped, no scenario this host runs (scenarios.txt is empty)"
+    printf 'measure\t-\t0\tskipped: no scenario\n' >> "$work/phases.tsv"
+fi
+
+# 5b. torch.compile's graph breaks on the GPU as on the CPU (after the timings, so as not to take
+# their time): one user script with a layer that counts outliers by a data-dependent .item()
+# (tests/test_compile.py's lg_testlayer 2.0), compiled once with its tensors on the CPU and once
+# on the GPU (the CPU again in a dry run).
 if grep -q '^torch\.' "$work/scenarios.txt"; then
     gb=$work/graph-break
     mkdir -p "$gb"
@@ -234,11 +249,9 @@ if grep -q '^torch\.' "$work/scenarios.txt"; then
     for where in cpu cuda; do
         pick='"cpu"'
         [ "$where" = cuda ] && pick='"cuda" if torch.cuda.is_available() else "cpu"'
-        cat > "$gb/train_$where.py" <<EOF
-import torch
-from torch import nn
-
-DEVICE = $pick
+        printf 'import torch\nfrom torch import nn\n\nDEVICE = %s\n' "$pick" \
+            > "$gb/train_$where.py"
+        cat >> "$gb/train_$where.py" <<'EOF'
 
 
 class ScaledTanh(nn.Module):
@@ -287,20 +300,6 @@ steps = 4
 EOF
     phase graph-break 15 30 "$python" -m lockguard record --config "$gb/lockguard.toml" \
         --env local --device "$device" --format json -o "$work/graph-break.json"
-fi
-
-# 5. timings: the accelerator, then the CPU of the same host (never a measure without ids: it
-# would take every bundled scenario)
-if [ ${#measure_ids[@]} -gt 0 ]; then
-    measure=("$python" "$here/gpurun.py" measure --config "$config" "${measure_ids[@]}"
-             ${steps_args[@]+"${steps_args[@]}"} --out "$runs")
-    phase measure-accel 30 30 "${measure[@]}" --jobs "$measure_jobs" --device "$device" \
-        --label accel --repeat "$accel_repeat"
-    phase measure-cpu 25 30 "${measure[@]}" --jobs "$cpu_jobs" --device cpu --label cpu \
-        --repeat "$cpu_repeat"
-else
-    echo "-- measure: skipped, no scenario this host runs (scenarios.txt is empty)"
-    printf 'measure\t-\t0\tskipped: no scenario\n' >> "$work/phases.tsv"
 fi
 
 # 6. the lock's own CUDA images, where Docker can give containers the GPU
@@ -361,7 +360,8 @@ docker_flag=()
 rc=$?
 [ "$rc" -le 1 ] || { echo "error: the summary failed (exit $rc)" >&2; rc=3; }
 extra=()
-[ -f "$work/graph-break.json" ] && extra=(graph-break.json graph-break)
+[ -f "$work/graph-break.json" ] && extra=(graph-break.json)
+[ -d "$work/graph-break" ] && extra+=(graph-break)
 tar -czf "$out/runs.tar.gz" -C "$work" runs phases.tsv settings.json host.json scenarios.txt \
     project/lockguard.toml project/host-numpy.txt ${extra[@]+"${extra[@]}"}
 echo "== done in $((SECONDS - t0))s (budget ${budget}s), exit $rc; in $out:"

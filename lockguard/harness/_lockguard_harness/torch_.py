@@ -159,11 +159,12 @@ def setup(ctx) -> None:
     torch.backends.cudnn.benchmark = False
     if not ctx.script:
         # Bundled scenarios train in true float32 on every device, as jax's do (highest matmul
-        # precision): torch leaves TF32 off for matmuls but on for cuDNN convolutions, which
-        # put torch.cnn's fp32 outputs on a GPU 3,800 times further from float64 than on the
-        # CPU (8.7e-4 against 2.3e-7). The legacy switches: torch >= 2.9 maps them
-        # onto its fp32_precision settings, and older torch has only them. User scripts keep
-        # the precision they choose (recorded in fingerprint["determinism"]).
+        # precision): torch leaves TF32 off for matmuls but on for cuDNN convolutions, and
+        # with it on, torch.cnn's fp32 outputs on a GPU were 3,800 times further from float64
+        # than on the CPU (8.7e-4 against 2.3e-7). The legacy switches: torch >= 2.9 maps them
+        # onto its fp32_precision settings (the new API instead broke torch.compile on 2.9
+        # and 2.10 with mixed-API errors), and older torch has only them. User scripts keep
+        # the precision they choose (read again after their run: fingerprint["determinism"]).
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(ctx.threads)
@@ -849,3 +850,5 @@ def run_user(ctx, module) -> None:
             ctx.result["peak_device_memory_bytes"] = int(torch.cuda.max_memory_allocated())
     finally:
         ctx.result["compile"] = RECORDER.diagnostics()
+        # What the script itself set (TF32, deterministic algorithms) is what it trained with.
+        ctx.result["fingerprint"]["determinism"] = dict(_determinism_flags(), seed=ctx.seed)
