@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -148,24 +149,22 @@ def test_tf32_must_be_off_in_every_torch_run():
 
 
 def _break_report(cpu: dict, gpu: dict) -> dict:
-    def one(sid, script, on_cuda, **compile_):
-        reasons = [f"{script}:forward: Tensor.item() (data-dependent)"] * compile_.pop("n", 1)
+    def one(sid, peak, **compile_):
+        reasons = ["lg_testlayer.py:forward: Tensor.item() (data-dependent)"] * compile_.pop("n", 1)
         return {"scenario": sid, "candidate": {"result": {
-            "scenario": sid, "status": "ok", "metrics": {"on_cuda": on_cuda},
+            "scenario": sid, "status": "ok", "peak_device_memory_bytes": peak,
             "compile": {"graph_breaks": len(reasons), "graphs": 2, "recompiles": 0,
                         "break_reasons": reasons, **compile_}}}}
-    return {"evidence": [one("break-cpu", "train_cpu.py", 0.0, **cpu),
-                         one("break-cuda", "train_cuda.py", 1.0, **gpu)]}
+    return {"evidence": [one("break-cpu", 0, **cpu), one("break-cuda", 2_000_000, **gpu)]}
 
 
 def test_the_graph_break_must_be_the_same_on_both_devices():
     found = gpurun.graph_break_summary(_break_report({}, {}))
-    assert found["break-cuda"]["break_reasons"] == [
-        "train.py:forward: Tensor.item() (data-dependent)"]  # the script's name made neutral
+    assert (found["break-cpu"]["on_cuda"], found["break-cuda"]["on_cuda"]) == (False, True)
     ok, detail = gpurun.graph_break_assertion(0, found, dry_run=False)
     assert ok, detail
     assert detail == ("exit 0; cpu 1 break(s), 2 graph(s); gpu 1 break(s), 2 graph(s); "
-                      "train.py:forward: Tensor.item() (data-dependent)")
+                      "lg_testlayer.py:forward: Tensor.item() (data-dependent)")
     two = gpurun.graph_break_summary(_break_report({}, {"n": 2, "graphs": 3}))
     ok, detail = gpurun.graph_break_assertion(0, two, dry_run=False)
     assert not ok and "graph_breaks: 1 vs 2" in detail and "graphs: 2 vs 3" in detail
@@ -174,7 +173,7 @@ def test_the_graph_break_must_be_the_same_on_both_devices():
     assert gpurun.graph_break_assertion(1, found, dry_run=False)[0] is False
     assert gpurun.graph_break_assertion(None, {}, dry_run=False) == (False, "exit None; runs: none")
     cpu_only = gpurun.graph_break_summary(_break_report({}, {}))
-    cpu_only["break-cuda"]["on_cuda"] = 0.0  # the GPU script fell back to the CPU
+    cpu_only["break-cuda"]["on_cuda"] = False  # the GPU script fell back to the CPU
     assert gpurun.graph_break_assertion(0, cpu_only, dry_run=False)[0] is False
     assert gpurun.graph_break_assertion(0, cpu_only, dry_run=True)[0] is True
 
@@ -295,6 +294,19 @@ def test_float32_convolutions_are_judged_from_the_compiled_twins_accuracy():
     assert gpurun.fp32_conv_assertion(report(None))[0] is False
     assert gpurun.fp32_conv_assertion(None) == (False, "no torch.cnn.compile run in the record "
                                                        "report")
+
+
+def test_the_graph_break_project_trains_the_compile_tests_layer(tmp_path):
+    """One source for the layer whose .item() breaks the graph: tests/test_compile.py, read."""
+    from test_compile import TORCH_V2
+
+    gpurun.main(["graph-break-project", "--dir", str(tmp_path), "--timeout", "60"])
+    assert (tmp_path / "lg_testlayer.py").read_text() == textwrap.dedent(TORCH_V2)
+    cuda = (tmp_path / "train_cuda.py").read_text()
+    assert 'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"' in cuda
+    assert 'DEVICE = "cpu"' in (tmp_path / "train_cpu.py").read_text()
+    compile(cuda, "train_cuda.py", "exec")
+    assert "timeout = 60" in (tmp_path / "lockguard.toml").read_text()
 
 
 def _docker_work(tmp_path: Path, fallback_reason: str) -> tuple[Path, Path]:

@@ -24,12 +24,13 @@ Needs lockguard importable (run.sh puts the wheel-installed copy on PYTHONPATH).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
-import re
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -232,11 +233,6 @@ def fp32_conv_assertion(report: dict[str, Any] | None) -> tuple[bool, str]:
     return False, f"no {FP32_CONV} run in the record report"
 
 
-def _break_reason(reason: str) -> str:
-    """A break reason with the script's name made device-neutral (train_cpu.py, train_cuda.py)."""
-    return re.sub(r"\btrain_(cpu|cuda)\.py\b", "train.py", reason)
-
-
 def graph_break_summary(report: dict[str, Any] | None) -> dict[str, Any]:
     """scenario -> what torch.compile reported, from run.sh's graph-break phase."""
     out: dict[str, Any] = {}
@@ -245,10 +241,11 @@ def graph_break_summary(report: dict[str, Any] | None) -> dict[str, Any]:
         diag = result.get("compile") or {}
         out[e.get("scenario")] = {
             "status": result.get("status"),
-            "on_cuda": (result.get("metrics") or {}).get("on_cuda"),
+            # the harness measures the GPU's peak around the run: nothing there, nothing ran there
+            "on_cuda": (result.get("peak_device_memory_bytes") or 0) > 0,
             "graph_breaks": diag.get("graph_breaks"), "graphs": diag.get("graphs"),
             "recompiles": diag.get("recompiles"),
-            "break_reasons": [_break_reason(r) for r in diag.get("break_reasons") or []]}
+            "break_reasons": diag.get("break_reasons") or []}
     return out
 
 
@@ -259,8 +256,8 @@ def graph_break_assertion(rc: int | None, found: dict[str, Any],
     cpu, gpu = found.get("break-cpu"), found.get("break-cuda")
     if not cpu or not gpu:
         return False, f"exit {rc}; runs: {', '.join(sorted(found)) or 'none'}"
-    if not dry_run and gpu["on_cuda"] != 1.0:
-        return False, f"the cuda script's tensors were not on the GPU (on_cuda {gpu['on_cuda']})"
+    if not dry_run and not gpu["on_cuda"]:
+        return False, "the cuda script's training used no GPU memory: it did not run there"
     keys = ("graph_breaks", "graphs", "recompiles", "break_reasons")
     same = all(cpu[k] == gpu[k] for k in keys)
     ok = rc == 0 and same and (cpu["graph_breaks"] or 0) >= 1
@@ -272,6 +269,77 @@ def graph_break_assertion(rc: int | None, found: dict[str, Any],
     elif cpu["break_reasons"]:
         detail += f"; {cpu['break_reasons'][0]}"
     return ok, detail
+
+
+COMPILE_TESTS = Path(__file__).resolve().parents[2] / "tests" / "test_compile.py"
+GRAPH_BREAK_CONFIG = """\
+# written by benchmarks/gpu/gpurun.py graph-break-project
+lock = "host-numpy.txt"
+golden_dir = "golden"
+timeout = {timeout}
+scenarios = ["break-cpu", "break-cuda"]
+[scenario.break-cpu]
+script = "train_cpu.py"
+framework = "torch"
+steps = 4
+[scenario.break-cuda]
+script = "train_cuda.py"
+framework = "torch"
+steps = 4
+"""
+
+
+# The compile tests' training of lg_testlayer, with its model and data moved to DEVICE (the
+# same data on both: drawn on the CPU). torch.set_default_device would spare the copy, but its
+# function mode becomes where torch.compile places the break ("torch/utils/_device.py").
+TRAINING = """\
+import torch
+from torch import nn
+
+from lg_testlayer import ScaledTanh
+
+DEVICE = {device}
+
+
+def run(steps, seed, timed=iter):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), ScaledTanh(16), nn.Linear(16, 2)).to(DEVICE)
+    compiled = torch.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8).to(DEVICE), torch.randn(32, 2).to(DEVICE)
+    losses = []
+    for _ in timed(range(steps)):
+        opt.zero_grad(set_to_none=True)
+        loss = ((compiled(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {{"losses": losses, "params": dict(model.named_parameters())}}
+"""
+
+
+def compile_test_text(name: str) -> str:
+    """A source text of tests/test_compile.py (TORCH_V2: lg_testlayer 2.0, whose .item() breaks
+    torch.compile's graph), read without importing the tests."""
+    for node in ast.parse(COMPILE_TESTS.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None)
+                                             for t in node.targets] == [name]:
+            return textwrap.dedent(ast.literal_eval(node.value))
+    raise ValueError(f"{COMPILE_TESTS}: no {name}")
+
+
+def graph_break_project(args: argparse.Namespace) -> int:
+    """Write run.sh's graph-break project into DIR (beside the host-numpy.txt lock run.sh put
+    there): the compile tests' layer, trained once on the CPU and once on the GPU."""
+    root = Path(args.dir)
+    (root / "lg_testlayer.py").write_text(compile_test_text("TORCH_V2"), encoding="utf-8")
+    for where, device in (("cpu", '"cpu"'),
+                          ("cuda", '"cuda" if torch.cuda.is_available() else "cpu"')):
+        (root / f"train_{where}.py").write_text(TRAINING.format(device=device),
+                                                encoding="utf-8")
+    (root / "lockguard.toml").write_text(GRAPH_BREAK_CONFIG.format(timeout=args.timeout),
+                                         encoding="utf-8")
+    return 0
 
 
 def docker_assertions(phases: dict[str, dict[str, Any]], reports: dict[str, Any],
@@ -637,12 +705,16 @@ def main(argv: list[str]) -> int:
     c.add_argument("--config", required=True)
     c.add_argument("--device", required=True, choices=["cpu", "cuda", "tpu"])
     c.add_argument("--scenario", action="append", default=[])
+    g = sub.add_parser("graph-break-project")
+    g.add_argument("--dir", required=True)
+    g.add_argument("--timeout", type=int, required=True)
     k = sub.add_parser("collect")
     k.add_argument("files", help="the folder holding the run's returned files")
     k.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]))
     args = p.parse_args(argv)
     return {"measure": measure, "summarize": summarize, "host": host_info,
-            "select": select_ids, "collect": collect}[args.command](args)
+            "select": select_ids, "collect": collect,
+            "graph-break-project": graph_break_project}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -239,65 +239,14 @@ else
 fi
 
 # 5b. torch.compile's graph breaks on the GPU as on the CPU (after the timings, so as not to take
-# their time): one user script with a layer that counts outliers by a data-dependent .item()
-# (tests/test_compile.py's lg_testlayer 2.0), compiled once with its tensors on the CPU and once
-# on the GPU (the CPU again in a dry run).
+# their time): tests/test_compile.py's training of lg_testlayer 2.0, whose layer counts outliers
+# by a data-dependent .item(), compiled once on the CPU and once on the GPU (the CPU again in a
+# dry run).
 if grep -q '^torch\.' "$work/scenarios.txt"; then
     gb=$work/graph-break
     mkdir -p "$gb"
     cp "$project/host-numpy.txt" "$gb/"
-    for where in cpu cuda; do
-        pick='"cpu"'
-        [ "$where" = cuda ] && pick='"cuda" if torch.cuda.is_available() else "cpu"'
-        printf 'import torch\nfrom torch import nn\n\nDEVICE = %s\n' "$pick" \
-            > "$gb/train_$where.py"
-        cat >> "$gb/train_$where.py" <<'EOF'
-
-
-class ScaledTanh(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.lin = nn.Linear(d, d)
-
-    def forward(self, x):
-        h = self.lin(x)
-        if (h.abs() > 1e4).sum().item() > 0:  # a data-dependent .item(): a graph break
-            h = h.clamp(-1e4, 1e4)
-        return torch.tanh(h) * 1.5
-
-
-def run(steps, seed, timed=iter):
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(8, 16), ScaledTanh(16), nn.Linear(16, 2)).to(DEVICE)
-    compiled = torch.compile(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = torch.randn(32, 8).to(DEVICE), torch.randn(32, 2).to(DEVICE)
-    losses = []
-    for _ in timed(range(steps)):
-        opt.zero_grad(set_to_none=True)
-        loss = ((compiled(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return {"losses": losses, "params": dict(model.named_parameters()),
-            "metrics": {"on_cuda": float(x.is_cuda)}}
-EOF
-    done
-    cat > "$gb/lockguard.toml" <<EOF
-# written by benchmarks/gpu/run.sh
-lock = "host-numpy.txt"
-golden_dir = "golden"
-timeout = $run_timeout
-scenarios = ["break-cpu", "break-cuda"]
-[scenario.break-cpu]
-script = "train_cpu.py"
-framework = "torch"
-steps = 4
-[scenario.break-cuda]
-script = "train_cuda.py"
-framework = "torch"
-steps = 4
-EOF
+    "$python" "$here/gpurun.py" graph-break-project --dir "$gb" --timeout "$run_timeout"
     phase graph-break 15 30 "$python" -m lockguard record --config "$gb/lockguard.toml" \
         --env local --device "$device" --format json -o "$work/graph-break.json"
 fi
