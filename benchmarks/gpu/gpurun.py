@@ -3,20 +3,28 @@
     python gpurun.py measure --config CFG --device cuda --label accel --repeat 3 --jobs 4 \
                              --out DIR [--steps N] --scenario torch --scenario jax
     python gpurun.py summarize --work WORK --out OUT --device cuda [--dry-run]
+    python gpurun.py graph-break-project --dir DIR --timeout SECONDS
 
 `measure` runs each scenario REPEAT times through lockguard's own runner in the local
-environment (the interpreter running this script, as `--env local` does) and keeps every
-RunResult in DIR/<label>/<scenario>.<i>.json: the raw material for the timings and for the
-run-to-run spread, which `check --repeat` reports only as "not bitwise reproducible".
+environment (the interpreter running this script, as `--env local` does), a run at a time in
+each of --jobs threads, and writes every RunResult to DIR/<label>/<scenario>.<i>.json as it
+ends (a phase cut short by its timeout keeps what finished): the raw material for the timings
+and for the run-to-run spread, which `check --repeat` reports only as "not bitwise
+reproducible". `graph-break-project` writes the project of run.sh's graph-break phase:
+tests/test_compile.py's lg_testlayer 2.0 (its .item() breaks torch.compile's graph) trained on
+the CPU and on the GPU.
 
 `summarize` reads what run.sh left in WORK (phases.tsv, the record/check/fallback reports in
 OUT, the measured runs) and writes OUT/gpu.json (the shape of benchmarks/results/gpu.json),
 prints a compact summary and exits 1 when an assertion fails: every scenario recorded and
-timed on the device asked for, and `check --device cuda` with the GPU hidden exiting 1 with
-`device_fallback` for every torch and jax scenario (a dry run, --device cpu elsewhere, asserts
-the same: it never had a GPU to begin with). With --docker, the docker phases too: the lock's
-CUDA images built (their stack proven), every scenario recorded in them on the GPU with the
-stack in its fingerprint, and with no GPU asked for, device_fallback naming the cause.
+timed on the device asked for (each timing phase ended by itself with all its runs), and
+`check --device cuda` with the GPU hidden exiting 1 with `device_fallback` for every torch and
+jax scenario (a dry run, --device cpu elsewhere, asserts the same: it never had a GPU to begin
+with); TF32 off in every torch run, torch.cnn.compile's float32 outputs within float32 rounding
+of float64, and the graph break the same on both devices. With --docker, the docker phases
+too: the lock's CUDA images built (their stack proven), every scenario recorded in them on the
+GPU with the stack in its fingerprint, and with no GPU asked for, device_fallback naming the
+cause.
 
 Needs lockguard importable (run.sh puts the wheel-installed copy on PYTHONPATH).
 """
