@@ -20,7 +20,7 @@
 #      container"; without Docker these phases are left out and said so;
 #   7. write gpu.json (the shape of benchmarks/results/gpu.json) and print a compact summary.
 # Each phase runs under a timeout cut from one overall budget, so the whole run ends in time
-# (default 420 s) and a phase that runs out leaves the later ones their share or is skipped.
+# (default 540 s) and a phase that runs out leaves the later ones their share or is skipped.
 # Results go to $OUT (the device tool's folder; default .gpu-work/out): log.txt, record.json,
 # check.json, fallback.json, golden.tar.gz, gpu.json, runs.tar.gz. Exit 0 when every assertion
 # in gpu.json holds, 1 when one does not.
@@ -70,7 +70,7 @@ else
     device=cuda
     python=${LOCKGUARD_GPU_PYTHON:-python3}
     steps=${LOCKGUARD_GPU_STEPS-}  # empty: each scenario's own steps, as goldens are recorded
-    budget=${LOCKGUARD_GPU_BUDGET:-420}
+    budget=${LOCKGUARD_GPU_BUDGET:-540}  # the H200 runs needed 453 s or so, graph break included
     scenarios=${LOCKGUARD_GPU_SCENARIOS:-torch jax}
     accel_repeat=3
     cpu_repeat=2
