@@ -126,10 +126,11 @@ def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[in
                 except OSError:
                     continue  # a dangling link: nothing to compile
                 mtime = int(st.st_mtime) & 0xFFFFFFFF  # as a .pyc header names it
-                if tag == sys.implementation.cache_tag and _current(pyc, mtime, st.st_size):
+                header = _header(pyc)  # one open says whether a .pyc is there and whose it is
+                if tag == sys.implementation.cache_tag and header == _current(mtime, st.st_size):
                     continue  # the wheel shipped it, current: uv's compile would keep it too
                 kept = store / f"{digest}-{mtime}-{st.st_size}.pyc"
-                if digest not in wanted and not os.path.exists(kept) and not os.path.exists(pyc):
+                if digest not in wanted and header is None and not os.path.exists(kept):
                     continue  # no run imported it yet: the first that does writes its .pyc
                 # (A stale .pyc the wheel shipped is replaced now: a run's would change the size
                 # of a file its RECORD lists, and the venv would fail its verification.)
@@ -204,17 +205,24 @@ def _cache_tag(venv: Path, python: str, step) -> str:
     return tail[-1].strip()
 
 
-def _current(pyc: str, mtime: int, size: int) -> bool:
-    """Whether `pyc` exists and is what this interpreter takes for the module of that mtime
-    and size: its magic number, the timestamp mode, the same mtime and size."""
-    from importlib.util import MAGIC_NUMBER
-
+def _header(pyc: str) -> bytes | None:
+    """The first 16 bytes of `pyc`; None when there is no such file (b"" when it is there but
+    cannot be read: a directory, no permission)."""
     try:
         with open(pyc, "rb") as f:
-            header = f.read(16)
+            return f.read(16)
+    except FileNotFoundError:
+        return None
     except OSError:
-        return False
-    return header == MAGIC_NUMBER + struct.pack("<III", 0, mtime, size & 0xFFFFFFFF)
+        return b""
+
+
+def _current(mtime: int, size: int) -> bytes:
+    """The header this interpreter writes for a module of that mtime and size (its magic
+    number, the timestamp mode): a .pyc that starts so is current."""
+    from importlib.util import MAGIC_NUMBER
+
+    return MAGIC_NUMBER + struct.pack("<III", 0, mtime, size & 0xFFFFFFFF)
 
 
 def _compile(venv: Path, pairs: list[tuple[str, str]], step) -> None:
