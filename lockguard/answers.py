@@ -96,7 +96,14 @@ def key(argv: list[str]) -> str:
 
     parts = [FORMAT, __version__, sys.executable, sys.version, list(argv), os.getcwd(),
              _env_subset(), _terminal(), _code_stamp()]
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+    _keys[tuple(argv)] = digest
+    return digest
+
+
+# key() of each argv this process asked for: replay's, for begin() when the replay missed (the
+# walk of lockguard's files is done once, not twice, in front of a check that runs).
+_keys: dict[tuple[str, ...], str] = {}
 
 
 def _answers_dir() -> Path:
@@ -190,7 +197,8 @@ def _saw_process(kind: str, *args: Any) -> None:
 def begin(argv: list[str]) -> None:
     """Start recording what this command's answer depends on (the full path of a check)."""
     global _recording
-    _recording = _Recording(list(argv), key(argv), _Watched(sys.stdout), _Watched(sys.stderr))
+    filed = _keys.get(tuple(argv)) or key(argv)
+    _recording = _Recording(list(argv), filed, _Watched(sys.stdout), _Watched(sys.stderr))
     sys.stdout, sys.stderr = _recording.stdout, _recording.stderr  # type: ignore[assignment]
     files.observer, process.observer = _saw_file, _saw_process
 
@@ -265,6 +273,8 @@ def replay(argv: list[str]) -> int | None:
     is as it was: its exit code. None: not known or not current (the full path runs)."""
     try:
         path = _answers_dir() / f"{key(argv)}.json"
+        if not path.is_file():
+            return None  # none filed (read_bytes would look for a near miss among the rest)
         data = files.read_bytes(path, "remembered answer", MAX_ANSWER_BYTES)
         answer = json.loads(data)
         if answer.get("format") != FORMAT or not _current(answer):

@@ -211,10 +211,14 @@ def scratch_dir(purpose: str) -> Iterator[Path]:
     root = Path(tempfile.gettempdir())
     prefix = f"lockguard-{purpose}-"
     try:
-        for entry in root.glob(prefix + "*"):
-            pid = entry.name[len(prefix):].split("-", 1)[0]
+        # scandir and a prefix test, not glob: a shared /tmp of thousands of entries cost 20 ms
+        # of fnmatch in front of every training run.
+        with os.scandir(root) as entries:
+            stale = [entry.path for entry in entries if entry.name.startswith(prefix)]
+        for path in stale:
+            pid = os.path.basename(path)[len(prefix):].split("-", 1)[0]
             if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                shutil.rmtree(entry, ignore_errors=True)
+                shutil.rmtree(path, ignore_errors=True)
     except OSError:
         pass
     with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=root,

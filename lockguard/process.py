@@ -96,6 +96,7 @@ class _Live:
 
 _live: dict[int, _Live] = {}
 _registry = threading.RLock()  # re-entered by a signal handler that lands inside run()
+_on_start: list[Callable[[], None]] = []  # when_started's work, for the next child to start
 _interrupted = threading.Event()
 _first_signal = 0.0
 
@@ -111,7 +112,8 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
         env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
         stderr_log: Path | None = None, header: str | None = None,
         on_line: Callable[[str], None] | None = None,
-        memory_limit: int | None = None) -> Completed:
+        memory_limit: int | None = None,
+        alongside: Callable[[], None] | None = None) -> Completed:
     """Run `argv` to completion under a supervisor and say how it ended.
 
     stdout and stderr go to `log` (stderr to `stderr_log` if given), truncated first and
@@ -119,7 +121,10 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
     `timeout` seconds the tree is killed and `timed_out` is set; once the tree holds more than
     `memory_limit` bytes resident it is killed and `memory_killed` says how much it held
     (supervisor.py: how that is measured). `on_line` is called from this thread with the
-    latest line of the log, a few times a second (progress display).
+    latest line of the log, a few times a second (progress display). `alongside` is called in
+    this thread as soon as the child's supervisor is started, before waiting for the end: work
+    the result depends on that need not delay the start; what it raises kills the tree and is
+    raised from here.
     Raises ProcessError when the command cannot start, Interrupted after an interrupt.
     """
     argv = tuple(str(a) for a in argv)
@@ -145,6 +150,8 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
     start = time.perf_counter()
     live = _start(job)
     try:
+        if alongside is not None:
+            alongside()
         report = _wait(live.proc, log, on_line, timeout)
     finally:
         _finish(live)
@@ -247,6 +254,10 @@ def _start(job: dict) -> _Live:
             if proc is not None:
                 _kill_supervisor(proc)
             raise
+        waiting = _on_start[:]
+        _on_start.clear()
+    for work in waiting:
+        threading.Thread(target=work, daemon=True).start()
     assert proc.stdin is not None
     try:
         # The job fits a pipe buffer unless the environment is huge; then this blocks until
@@ -259,6 +270,15 @@ def _start(job: dict) -> _Live:
         _finish(live)
         raise
     return live
+
+
+def when_started(work: Callable[[], None]) -> None:
+    """Run `work` on a thread of its own as soon as the next child has started: what is needed
+    only once a child has ended (imports for comparing and reporting) is then done beside it,
+    on another core, and neither delays its start nor waits for its end."""
+    with _registry:
+        if work not in _on_start:  # asked again before any child started: once is enough
+            _on_start.append(work)
 
 
 def _wait(proc: subprocess.Popen[bytes], log: Path,

@@ -13,11 +13,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from lockguard.errors import redact
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class Progress:
@@ -29,15 +34,9 @@ class Progress:
         self.verbose = verbose
         self._local = threading.local()  # stage: one per thread (envs are built in parallel)
         self._live = threading.Lock()  # held by the one step a terminal shows as a spinner
-        self._console = None
+        self._console: _Lines | Console | None = None
         if not quiet:
-            from rich.console import Console
-
-            self._console = Console(stderr=True, highlight=False,
-                                    no_color=bool(os.environ.get("NO_COLOR")) or None)
-            # A log (no terminal) gets whole lines: a CI viewer wraps them itself, and a line
-            # cut at 80 columns mid-phrase reads as two.
-            self._console.soft_wrap = not self._console.is_terminal
+            self._console = _console()
             if verbose:
                 _watch(self)
 
@@ -59,10 +58,14 @@ class Progress:
     def detail(self, message: str) -> None:
         """A dim line shown only with verbose=True (the commands lockguard runs, notes on
         settings), redacted like every line."""
-        if self._console is not None and self.verbose:
-            from rich.markup import escape
+        if self._console is None or not self.verbose:
+            return
+        if isinstance(self._console, _Lines):
+            self._console.print(redact(message))
+            return
+        from rich.markup import escape
 
-            self._console.print(f"[dim]{escape(redact(message))}[/dim]", soft_wrap=True)
+        self._console.print(f"[dim]{escape(redact(message))}[/dim]", soft_wrap=True)
 
     def command(self, argv: Sequence[str], where: str | None = None) -> None:
         """Show a command about to run (verbose only), as a shell would take it."""
@@ -140,6 +143,44 @@ class Progress:
 
 
 HEARTBEAT_S = 10.0  # between a step's "still running" lines in a log
+
+
+def _console() -> _Lines | Console:
+    """rich's console on a terminal (spinners, colour); whole plain lines in a log. A log
+    never needs rich, and not importing it keeps 20-30 ms out of every check's start."""
+    try:
+        terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        terminal = False
+    if not (terminal or os.environ.get("FORCE_COLOR") is not None
+            or os.environ.get("TTY_COMPATIBLE") == "1"):  # rich's own reasons for a terminal
+        return _Lines()
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False,
+                      no_color=bool(os.environ.get("NO_COLOR")) or None)
+    # A log (no terminal) gets whole lines: a CI viewer wraps them itself, and a line cut at
+    # 80 columns mid-phrase reads as two.
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
+class _Lines:
+    """Progress in a log: each message as one whole line on stderr, as it is (no markup, no
+    emoji codes, no wrapping), written at once so parallel steps never interleave mid-line."""
+
+    is_terminal = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def print(self, text: str, markup: bool = False) -> None:
+        with self._lock:
+            try:
+                sys.stderr.write(text + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass  # a closed or broken stderr must not fail the training it reports on
 
 
 class StepHandle:

@@ -355,6 +355,58 @@ def test_on_line_follows_the_output(tmp_path):
     assert seen and set(seen) <= {f"step {i}" for i in range(4)} and len(set(seen)) >= 2
 
 
+def test_work_alongside_a_child_runs_after_its_start_and_what_it_raises_kills_the_tree(
+        tmp_path, token):
+    """`alongside` (a venv's file check beside the training it guards) runs while the child
+    starts, and an exception from it ends the run at once, tree and all."""
+    script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+              "'import time; time.sleep(600)']); print('started', flush=True); time.sleep(600)")
+
+    class Damaged(Exception):
+        pass
+
+    seen: list[int] = []
+
+    def check() -> None:
+        deadline = time.monotonic() + 5  # it runs while the child starts: wait to see it
+        while not (found := marked(token)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.extend(found)
+        raise Damaged("the env changed")
+
+    began = time.monotonic()
+    with pytest.raises(Damaged):
+        process.run([sys.executable, "-c", script], log=tmp_path / "out.log", timeout=60,
+                    env={**os.environ, MARKER: token}, alongside=check)
+    assert seen and time.monotonic() - began < 5
+    assert gone_within(token, 1.0) == []
+    # Nothing raised: the run is as without it.
+    calls: list[str] = []
+    done = process.run([sys.executable, "-c", "print('ok')"], log=tmp_path / "b.log",
+                       timeout=30, alongside=lambda: calls.append("checked"))
+    assert (done.code, done.tail(), calls) == (0, "ok", ["checked"])
+
+
+def test_work_for_after_the_runs_starts_with_the_next_child_once(tmp_path):
+    import threading
+
+    ran: list[bool] = []
+    started = threading.Event()
+
+    def work() -> None:  # the pipeline's imports for comparing and reporting
+        ran.append(True)
+        started.set()
+
+    process.when_started(work)
+    process.when_started(work)  # asked twice before a child started: done once
+    assert not started.wait(0.2)  # no child yet, no work
+    process.run([sys.executable, "-c", "pass"], log=tmp_path / "out.log", timeout=30)
+    assert started.wait(5)
+    process.run([sys.executable, "-c", "pass"], log=tmp_path / "out2.log", timeout=30)
+    time.sleep(0.1)
+    assert ran == [True]
+
+
 def test_a_command_that_cannot_start_is_one_error(tmp_path):
     with pytest.raises(process.ProcessError, match="cannot run /nonexistent/python: No such"):
         process.run(["/nonexistent/python"], log=tmp_path / "out.log", timeout=5)

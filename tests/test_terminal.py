@@ -5,6 +5,7 @@ failing check says what to do next. Fast: no environment is built."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
 import time
@@ -102,3 +103,24 @@ def test_record_says_it_records_a_first_golden(tmp_path):
     [v] = report.verdicts
     assert v.reasons == [FIRST]
     assert "lockguard record" not in render(report, "text")
+
+
+def test_a_log_gets_its_lines_without_rich(tmp_path):
+    """Progress in a log is plain lines, as given: rich (20-30 ms of import and console set-up
+    in front of every training) is only for a terminal's spinners, and its emoji codes never
+    turn a path's ":bug:" into a picture."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from lockguard.progress import Progress; p = Progress()\n"
+            "p.info('kept in /tmp/a:bug:b [x]')\n"
+            "with p.step('Running 1 training run(s)'): pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, check=True)
+    assert proc.stdout.strip() == "[]"
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "kept in /tmp/a:bug:b [x]"
+    assert lines[1] == "Running 1 training run(s) …"
+    assert re.fullmatch(r"Running 1 training run\(s\): done in \d+\.\d s", lines[2])

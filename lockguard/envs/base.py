@@ -10,7 +10,7 @@ way.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -180,13 +180,16 @@ def compile_cache_env(root: str, shared: bool = False) -> dict[str, str]:
 
 
 def run_with(python: str, request: RunRequest, out_dir: Path,
-             env: dict[str, str], bytecode_list: Path | None = None) -> RunResult:
-    """Run the harness with a host interpreter (the venv and local backends)."""
+             env: dict[str, str], bytecode_list: Path | None = None,
+             alongside: Callable[[], None] | None = None) -> RunResult:
+    """Run the harness with a host interpreter (the venv and local backends); `alongside`:
+    process.run's."""
     out = out_dir / f"{request.scenario_id}.json"
     script = str(request.script) if request.script is not None else None
     argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script,
                                   str(bytecode_list) if bytecode_list is not None else None)]
-    return execute(argv, request, out, env=env, memory_limit=request.memory_limit)
+    return execute(argv, request, out, env=env, memory_limit=request.memory_limit,
+                   alongside=alongside)
 
 
 def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
@@ -205,7 +208,8 @@ def memory_error(request: RunRequest) -> str:
 
 def execute(argv: list[str], request: RunRequest, result_path: Path,
             env: dict[str, str] | None = None, cwd: Path | None = None,
-            memory_limit: int | None = None) -> RunResult:
+            memory_limit: int | None = None,
+            alongside: Callable[[], None] | None = None) -> RunResult:
     """Run a harness command; always return a RunResult, never raise for a failing training.
 
     Its output goes to a log beside the result file (the run's temporary directory); the log's
@@ -217,7 +221,7 @@ def execute(argv: list[str], request: RunRequest, result_path: Path,
     show_command(argv)
     try:
         done = process.run(argv, log=log, timeout=request.timeout, env=env, cwd=cwd,
-                           memory_limit=memory_limit)
+                           memory_limit=memory_limit, alongside=alongside)
     except process.ProcessError as exc:
         raise EnvError(f"cannot start the harness: {exc}") from None
     if done.timed_out:
