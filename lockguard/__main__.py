@@ -6,25 +6,31 @@ import atexit
 import os
 import sys
 
-_status: int | None = None  # the exit status main() ended with, once it has
+_status: int | None = None  # the exit status the command ended with, once it has
 
 
-def main() -> None:
-    """The console entry point: a `check` whose remembered answer is still current exits with it
-    without importing the command line; anything else runs cli.main on sys.argv."""
-    # Only as the first exit handler, which runs after every other: one registered before
-    # main() (a coverage tool's, a wrapper's) would otherwise never run.
+def entry() -> None:
+    """The console script and `python -m lockguard`: main(), then out of the process without
+    tearing the interpreter down. Freeing the modules a check imports (pydantic, rich, click,
+    lockguard's own: some 400) took 45 ms after every training, a tenth of what lockguard added
+    around one (benchmarks/bench_check.py). A program calling main() keeps its own exit."""
+    # Only as the first exit handler, which runs after every other (CPython joins the threads
+    # that are not daemons, then runs the handlers, most recently registered first): one
+    # registered before this (a coverage tool's, a wrapper's) would otherwise never run.
     if getattr(atexit, "_ncallbacks", lambda: 1)() == 0:
         atexit.register(_leave)
     try:
-        _run(sys.argv[1:])
+        main()
     except SystemExit as exc:
         global _status
         _status = _exit_status(exc)
         raise
 
 
-def _run(argv: list[str]) -> None:
+def main() -> None:
+    """A `check` whose remembered answer is still current exits with it without importing the
+    command line; anything else runs cli.main on sys.argv. Always raises SystemExit."""
+    argv = sys.argv[1:]
     if argv[:1] == ["check"]:
         from lockguard.answers import replay
 
@@ -37,7 +43,7 @@ def _run(argv: list[str]) -> None:
 
 
 def _exit_status(exc: SystemExit) -> int:
-    """The status the interpreter would exit with for `exc` (a non-int code is printed)."""
+    """The status the interpreter exits with for `exc` (it prints a code that is not an int)."""
     if exc.code is None:
         return 0
     if isinstance(exc.code, int):
@@ -46,20 +52,19 @@ def _exit_status(exc: SystemExit) -> int:
 
 
 def _leave() -> None:
-    """The last exit handler: with the threads joined, the other handlers run and the standard
-    streams flushed, exit without tearing down the interpreter (CPython runs the handlers after
-    joining the threads that are not daemons, most recently registered first). Freeing the modules a check
-    imports (pydantic, rich, click, lockguard's own: 400 of them) took 45 ms after every
-    training, a tenth of what lockguard added around one (benchmarks/bench_check.py)."""
+    """The last exit handler (see entry): flush the standard streams and exit with the
+    command's status; 120, as the interpreter does, when stdout cannot be flushed."""
     if _status is None:
         return  # not ended by SystemExit (a crash the interpreter reports): its way
+    status = _status
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001 - the interpreter ignores these at exit too
-            pass
-    os._exit(_status)
+        except Exception:  # noqa: BLE001 - what the interpreter does with it, below
+            if stream is sys.stdout:
+                status = 120
+    os._exit(status)
 
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -221,6 +221,7 @@ def remember(code: int, *, forget_last_check: Path | None) -> bool:
     global _recording
     rec, _recording = _recording, None
     files.observer = process.observer = None
+    _keys.clear()  # a later command of this process may run elsewhere, with another env
     if rec is None:
         return False
     sys.stdout, sys.stderr = rec.stdout._stream, rec.stderr._stream  # type: ignore[assignment]
@@ -245,6 +246,7 @@ def forget() -> None:
     global _recording
     rec, _recording = _recording, None
     files.observer = process.observer = None
+    _keys.clear()  # a later command of this process may run elsewhere, with another env
     if rec is not None:
         sys.stdout, sys.stderr = rec.stdout._stream, rec.stderr._stream  # type: ignore
 

@@ -150,8 +150,15 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
     start = time.perf_counter()
     live = _start(job)
     try:
+        for work in _claim_on_start():
+            threading.Thread(target=work, daemon=True).start()
         if alongside is not None:
-            alongside()
+            try:
+                alongside()
+            except BaseException:
+                if _interrupted.is_set():
+                    raise Interrupted() from None  # an interrupt, not what the work found
+                raise
         report = _wait(live.proc, log, on_line, timeout)
     finally:
         _finish(live)
@@ -254,10 +261,6 @@ def _start(job: dict) -> _Live:
             if proc is not None:
                 _kill_supervisor(proc)
             raise
-        waiting = _on_start[:]
-        _on_start.clear()
-    for work in waiting:
-        threading.Thread(target=work, daemon=True).start()
     assert proc.stdin is not None
     try:
         # The job fits a pipe buffer unless the environment is huge; then this blocks until
@@ -273,12 +276,20 @@ def _start(job: dict) -> _Live:
 
 
 def when_started(work: Callable[[], None]) -> None:
-    """Run `work` on a thread of its own as soon as the next child has started: what is needed
-    only once a child has ended (imports for comparing and reporting) is then done beside it,
-    on another core, and neither delays its start nor waits for its end."""
+    """Run `work` on a thread of its own as soon as the next child has been started (its job
+    handed to its supervisor): what is needed only once a child has ended (imports for
+    comparing and reporting) is then done beside it, on another core, rather than in front of
+    its start or after its end."""
     with _registry:
         if work not in _on_start:  # asked again before any child started: once is enough
             _on_start.append(work)
+
+
+def _claim_on_start() -> list[Callable[[], None]]:
+    with _registry:
+        claimed = _on_start[:]
+        _on_start.clear()
+    return claimed
 
 
 def _wait(proc: subprocess.Popen[bytes], log: Path,

@@ -165,9 +165,13 @@ def _console() -> _Lines | Console:
     return console
 
 
+_CONTROL = dict.fromkeys(map(ord, "\a\b\v\f\r"))  # what rich strips from a line: \r above all
+
+
 class _Lines:
-    """Progress in a log: each message as one whole line on stderr, as it is (no markup, no
-    emoji codes, no wrapping), written at once so parallel steps never interleave mid-line."""
+    """Progress in a log: each message as one whole line on stderr, as rich writes one there
+    (tabs expanded, control characters dropped) but with no emoji codes replaced, written at
+    once so parallel steps never interleave mid-line."""
 
     is_terminal = False
 
@@ -175,6 +179,7 @@ class _Lines:
         self._lock = threading.Lock()
 
     def print(self, text: str, markup: bool = False) -> None:
+        text = text.expandtabs(8).translate(_CONTROL)  # as rich prints it in a log
         with self._lock:
             try:
                 sys.stderr.write(text + "\n")

@@ -58,3 +58,39 @@ def test_click_usage_errors_are_one_line(tmp_path):
         assert proc.returncode == 2
         [line] = proc.stderr.splitlines()
         assert line.startswith("lockguard: error: ") and fragment in line, line
+
+
+def _python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *(["-c", code] if code else []), *args], cwd=cwd,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(cwd),
+                               "LOCKGUARD_CACHE": str(cwd / "cache"), "PYTHONPATH": str(REPO)})
+
+
+def test_the_command_leaves_without_teardown_and_keeps_its_status_and_output(tmp_path):
+    """`python -m lockguard` (and the console script) end in os._exit after the exit handlers
+    (lockguard/__main__.py): the status, stdout and the one line on stderr are the command's;
+    a handler registered before it still runs; a program calling main() keeps its own exit."""
+    version = _python("", tmp_path, "-m", "lockguard", "--version")
+    assert (version.returncode, version.stdout.strip()) == (0, "lockguard, version 0.1.0")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = _python("", empty, "-m", "lockguard", "check")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+    # Teardown skipped: a finaliser run at interpreter teardown (not at exit) never runs.
+    skipped = _python("import sys; from lockguard.__main__ import entry\n"
+                      "class Late:\n    def __del__(self): print('torn down', flush=True)\n"
+                      "sys.modules['late'] = Late()  # freed only by teardown\n"
+                      "sys.argv = ['lockguard', '--version']; entry()", tmp_path)
+    assert (skipped.returncode, skipped.stdout.strip()) == (0, "lockguard, version 0.1.0")
+    # A handler registered first still runs (the fast exit is then not registered at all).
+    first = _python("import atexit, sys; atexit.register(lambda: print('mine ran'))\n"
+                    "from lockguard.__main__ import entry\n"
+                    "sys.argv = ['lockguard', 'check']; entry()", empty)
+    assert first.returncode == 2 and first.stdout.strip() == "mine ran", first
+    # A program calling main() goes on, and exits as it says.
+    caller = _python("import sys; from lockguard.__main__ import main\n"
+                     "sys.argv = ['lockguard', '--version']\n"
+                     "try:\n    main()\nexcept SystemExit:\n    pass\n"
+                     "print('still here'); sys.exit(7)", tmp_path)
+    assert caller.returncode == 7 and caller.stdout.splitlines()[-1] == "still here", caller

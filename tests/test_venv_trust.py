@@ -437,6 +437,57 @@ def test_verify_names_what_is_damaged(tmp_path, damage, reason):
     assert reason in venv.verify(env, lock, allow_sdist=False)
 
 
+def _checked_later(env: Path, rebuilt) -> venv.VenvEnv:
+    """The env as VenvBackend.prepare returns it: its marker read, its files checked later."""
+    lock = parse_lock_text("pkg==1.0\n", "lock.txt")
+    problem, manifest = venv._marked_ready(env, lock, allow_sdist=False)
+    assert problem is None
+    return venv.VenvEnv(env, lock.lock_hash, env / "cc", bytecode_store=env / "bc",
+                        files=venv._FileCheck(str(env), manifest), rebuilt=rebuilt)
+
+
+def test_a_damaged_env_is_rebuilt_once_for_every_training_that_finds_it(tmp_path):
+    """Several trainings of one env find its damage beside their start: one rebuild serves
+    them all, and a rebuild that fails fails them all without a second attempt."""
+    import threading
+
+    env = tmp_path / "env"
+    site, _ = fake_env(env)
+    intact = _checked_later(env, rebuilt=lambda: pytest.fail("rebuilt an intact env"))
+    assert intact.checked() is intact
+    _truncate(site, env)
+    calls: list[int] = []
+    fresh = object()
+
+    def rebuild(fails: bool):
+        def rebuilt():
+            calls.append(1)
+            time.sleep(0.2)  # the other trainings arrive meanwhile
+            if fails:
+                raise EnvError("lock.txt: uv could not install the lock")
+            return fresh
+        return rebuilt
+
+    for fails in (False, True):
+        calls.clear()
+        damaged = _checked_later(env, rebuild(fails))
+        got: list[object] = []
+
+        def training() -> None:
+            try:
+                got.append(damaged.checked())
+            except EnvError as exc:
+                got.append(str(exc))
+
+        threads = [threading.Thread(target=training) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert calls == [1]
+        assert got == (["lock.txt: uv could not install the lock"] * 4 if fails else [fresh] * 4)
+
+
 def test_verify_refuses_an_env_of_another_lock_or_policy(tmp_path):
     env = tmp_path / "env"
     _, lock = fake_env(env)

@@ -22,7 +22,8 @@ marker, `bin/python` and every file's existence and size (one stat per file; ben
 bench_venv.py measures it for the torch env) and rebuilds a damaged env, saying why. The
 backend's prepare leaves the stats to the env's first training, which makes them while its
 interpreter starts; a damaged env's trainings are killed, the env rebuilt and the trainings
-run again, so no result ever comes from an env that did not pass.
+run again, so no result comes from an env that did not pass (bisect, which reads an env's
+metadata without a training, checks it first: VenvEnv.checked).
 
 The marker also names the files the lock's distributions installed that run at every start of
 the env's interpreter, before any training (.pth files, sitecustomize: `startup_files`), so
@@ -120,6 +121,8 @@ class VenvEnv:
         self.startup_files = startup or {}
         self._files = files  # not yet checked against the manifest: checked beside a run
         self._rebuilt = rebuilt  # prepare again: the env rebuilt after the check found damage
+        self._replaced = threading.Lock()
+        self._replacement: VenvEnv | BaseException | None = None  # what _rebuilt gave
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         """The harness with the venv's interpreter, its compilers' caches beside the venv (shared
@@ -134,10 +137,34 @@ class VenvEnv:
             result = run_with(str(self.python), request, out_dir, env, bytecode_list=listed,
                               alongside=None if files is None else lambda: _intact(files))
         except _Damaged:
-            assert self._rebuilt is not None
-            return self._rebuilt().run(request, out_dir)  # said why, built it, and runs anew
+            return self._rebuild().run(request, out_dir)
         remember_imported(self.path, listed, self.bytecode_store)
         return result
+
+    def checked(self) -> VenvEnv:
+        """This env with its files checked now, or the env rebuilt when one changed: for a
+        reader of its files that runs no training (bisect reads their metadata)."""
+        if self._files is not None:
+            try:
+                _intact(self._files)
+            except _Damaged:
+                return self._rebuild()
+        return self
+
+    def _rebuild(self) -> VenvEnv:
+        """The env rebuilt after its file check failed (prepare says why), once for all the
+        trainings that found it so: those after the first take its env, or its error."""
+        with self._replaced:
+            if self._replacement is None:
+                assert self._rebuilt is not None
+                try:
+                    self._replacement = self._rebuilt()
+                except BaseException as exc:
+                    self._replacement = exc
+                    raise
+            if isinstance(self._replacement, BaseException):
+                raise self._replacement
+            return self._replacement
 
 
 def _intact(files: _FileCheck) -> None:
@@ -206,8 +233,9 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
 
     With `check_files_beside_first_run`, a cached env's files are checked while its first
     training starts rather than before (verify's stats in parallel with the interpreter's
-    start); a damaged env's trainings are then killed, the env rebuilt and the trainings run
-    again, as if it had been found damaged here."""
+    start); a damaged env's trainings are then killed, the env rebuilt once (saying why, as
+    here) and the trainings run again in it. A reader of the env's files that starts no
+    training asks VenvEnv.checked() first."""
     python = python or sys.executable
     if installer == "uv":
         _uv()  # a missing uv is known before the lock is waited for

@@ -162,6 +162,9 @@ def env_requires(env: Env) -> tuple[Requires, str | None] | None:
 
     from lockguard.envs.installed import distributions, python_version, requires, site_packages
 
+    checked = getattr(env, "checked", None)  # a venv whose files are not checked yet
+    if checked is not None:
+        env = checked()
     root = getattr(env, "path", None)
     site = site_packages(Path(root)) if root is not None else None
     if site is None:

@@ -359,25 +359,39 @@ def _prewarm() -> None:
     report (pydantic models, rich) must not sit in front of the runs, nor after them. Started
     with the first training, not before it: on 2 cores a thread importing beside the start of
     the runs delayed it by 15-20 ms."""
+    import sys
+
     from lockguard import process
 
-    process.when_started(_import_for_reports)
+    if "lockguard.report.text" not in sys.modules:  # else done already, in this process
+        process.when_started(_import_for_reports)
 
 
 def _import_for_reports() -> None:
-    """Import compare and report, and build their pydantic models' validators (pydantic builds a
-    deferred one at its first use: 10 ms after the runs for the verdicts alone)."""
-    import lockguard.report.text  # noqa: F401 - pulls in compare and rich
-    from pydantic import BaseModel
+    """Import compare and report, and build their pydantic models' validators, which pydantic
+    builds at a deferred model's first use (10 ms after the runs for the verdicts alone). All
+    of them only where pydantic serialises rebuilds (its `_rebuild_lock`, pydantic#13438): a
+    rebuild here could otherwise race the main thread's first verdict; before that, RunResult
+    alone, which no result is read without. Quiet whatever happens: it is a head start, and
+    each model still builds itself when first used."""
+    try:
+        import lockguard.report.text  # noqa: F401 - pulls in compare and rich
+        from pydantic import BaseModel
+        from pydantic import main as pydantic_main
 
-    pending = [BaseModel]
-    while pending:
-        for model in pending.pop().__subclasses__():
-            pending.append(model)
-            if (model.__module__.startswith(("lockguard.compare.", "lockguard.report.",
-                                             "lockguard.results"))
-                    and not model.__pydantic_complete__):
-                model.model_rebuild()
+        if not hasattr(pydantic_main, "_rebuild_lock"):
+            RunResult.model_rebuild()
+            return
+        pending = [BaseModel]
+        while pending:
+            for model in pending.pop().__subclasses__():
+                pending.append(model)
+                if (model.__module__.startswith(("lockguard.compare.", "lockguard.report.",
+                                                 "lockguard.results"))
+                        and not model.__pydantic_complete__):
+                    model.model_rebuild(raise_errors=False)
+    except Exception:  # noqa: BLE001, S110 - see above
+        pass
 
 
 def build_workers(n: int) -> int:
