@@ -17,7 +17,7 @@ Each repeat, interleaved:
     a venv of its own): its cold check too, in the same repeat and with caches of its own, so
     that a change is measured against what it changed under the same load.
 Each timed step starts after `os.sync()` (the previous step's gigabytes written out first,
-untimed), and the steps' order is reversed in every other repeat: on a virtual disk the step
+untimed), and the steps' order rotates from repeat to repeat: on a virtual disk the step
 right after bare uv's 6 GB of writes paid for their writeback (two runs of the same commit,
 bare uv always first, gave ×1.08 and ×1.59). Reported: the medians, `cold - warm` (what
 building the two environments cost inside the check) and its ratio to bare uv (target ≤ ×1.2),
@@ -71,6 +71,10 @@ def main() -> None:
     parser.add_argument("--also", type=Path, help="another lockguard executable, timed cold too")
     parser.add_argument("--also-label", help="what --also is, for the table (e.g. a commit)")
     args = parser.parse_args()
+    steps = 3 if args.also else 2
+    if args.repeat % steps:
+        print(f"bench_ab: --repeat {args.repeat} is not a multiple of {steps}: the steps do "
+              "not each go first equally often", file=sys.stderr)
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     scratch = Scratch()
     runs: dict[str, list[float]] = {"bare_uv_s": [], "cold_s": [], "warm_s": []}
@@ -105,10 +109,11 @@ def main() -> None:
                     args.old, args.new, args.scenario, scratch.new("also"),
                     scratch.new("also-uv"), project, [str(args.also.resolve())]))
 
-            # Each goes first in every other repeat: a step that follows another's 5 GB of
+            # The order rotates, each step first in turn: a step that follows another's 5 GB of
             # writes can still find the disk busy with them, sync or not.
             order = [bare, cold] + ([also] if args.also else [])
-            for step in (order if i % 2 == 0 else order[::-1]):
+            k = i % len(order)
+            for step in order[k:] + order[:k]:
                 step()
             print(f"repeat {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs.items()),
                   flush=True)

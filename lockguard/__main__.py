@@ -52,17 +52,19 @@ def _exit_status(exc: SystemExit) -> int:
 
 
 def _leave() -> None:
-    """The last exit handler (see entry): flush the standard streams and exit with the
-    command's status; 120, as the interpreter does, when stdout cannot be flushed."""
+    """The last exit handler (see entry): flush the standard streams that are open and exit
+    with the command's status; 120, as the interpreter does, when one cannot be flushed (a
+    full disk, a closed pipe)."""
     if _status is None:
         return  # not ended by SystemExit (a crash the interpreter reports): its way
     status = _status
     for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001 - what the interpreter does with it, below
-            if stream is sys.stdout:
-                status = 120
+        except Exception:  # noqa: BLE001 - what the interpreter does with it
+            status = 120
     os._exit(status)
 
 

@@ -197,7 +197,7 @@ def _saw_process(kind: str, *args: Any) -> None:
 def begin(argv: list[str]) -> None:
     """Start recording what this command's answer depends on (the full path of a check)."""
     global _recording
-    filed = _keys.get(tuple(argv)) or key(argv)
+    filed = _keys.pop(tuple(argv), None) or key(argv)
     _recording = _Recording(list(argv), filed, _Watched(sys.stdout), _Watched(sys.stderr))
     sys.stdout, sys.stderr = _recording.stdout, _recording.stderr  # type: ignore[assignment]
     files.observer, process.observer = _saw_file, _saw_process
@@ -287,6 +287,7 @@ def replay(argv: list[str]) -> int | None:
             evidence.prepare(None, Path(answer["forget_last_check"]), check=True)
     except Exception:  # noqa: BLE001 - any doubt, and the full check answers instead
         return None
+    _keys.clear()  # answered: no begin() will take it
     os.utime(path)  # recently used: kept by _prune
     sys.stdout.write(answer["stdout"])
     sys.stdout.flush()

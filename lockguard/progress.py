@@ -169,9 +169,9 @@ _CONTROL = dict.fromkeys(map(ord, "\a\b\v\f\r"))  # what rich strips from a line
 
 
 class _Lines:
-    """Progress in a log: each message as one whole line on stderr, as rich writes one there
-    (tabs expanded, control characters dropped) but with no emoji codes replaced, written at
-    once so parallel steps never interleave mid-line."""
+    """Progress in a log: each message as one whole line on stderr, control characters dropped
+    and tabs expanded much as rich writes one there (it counts wide characters' columns), but
+    with no emoji codes replaced; written at once so parallel steps never interleave."""
 
     is_terminal = False
 
@@ -179,7 +179,7 @@ class _Lines:
         self._lock = threading.Lock()
 
     def print(self, text: str, markup: bool = False) -> None:
-        text = text.expandtabs(8).translate(_CONTROL)  # as rich prints it in a log
+        text = text.translate(_CONTROL).expandtabs(8)  # as rich prints ASCII in a log
         with self._lock:
             try:
                 sys.stderr.write(text + "\n")

@@ -88,6 +88,13 @@ def test_the_command_leaves_without_teardown_and_keeps_its_status_and_output(tmp
                     "from lockguard.__main__ import entry\n"
                     "sys.argv = ['lockguard', 'check']; entry()", empty)
     assert first.returncode == 2 and first.stdout.strip() == "mine ran", first
+    # Output that cannot be written is exit 120, as the interpreter makes it.
+    with open("/dev/full", "w") as full:
+        lost = subprocess.run([sys.executable, "-m", "lockguard", "--version"], cwd=tmp_path,
+                              stdout=full, stderr=subprocess.PIPE, text=True,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                                   "PYTHONPATH": str(REPO)})
+    assert lost.returncode == 120, lost.stderr
     # A program calling main() goes on, and exits as it says.
     caller = _python("import sys; from lockguard.__main__ import main\n"
                      "sys.argv = ['lockguard', '--version']\n"

@@ -130,6 +130,8 @@ class VenvEnv:
         the bytecode of the venv's modules it is first to import; the modules it lists are
         compiled into the store by the next build that installs the same files
         (envs/bytecode.py)."""
+        if self._replacement is not None:  # found damaged by an earlier training
+            return self._rebuild().run(request, out_dir)
         env = harness_env(compile_cache_env(str(self.compile_cache), self.shared_cache))
         listed = out_dir / BYTECODE_LIST
         files = self._files
