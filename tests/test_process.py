@@ -495,3 +495,29 @@ def test_supervisor_overhead_is_small(tmp_path):
     added = best(supervised) - one_start
     print(f"supervisor overhead: {added * 1000:.0f} ms per run ({one_start * 1000:.0f} ms bare)")
     assert added < 5 * one_start + 0.05
+
+
+def test_an_interrupt_during_the_work_alongside_is_an_interrupt(tmp_path, token):
+    """Ctrl-C landing while `alongside` runs (a venv's file check that then finds damage) ends
+    the run as an interrupt: never as the work's own error, which would start a rebuild."""
+    caller = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from lockguard import process
+        class Damaged(Exception):
+            pass
+        def check():
+            process.kill_all()  # what the signal handler does, as the check runs
+            raise Damaged("a file changed")
+        try:
+            process.run([sys.executable, "-c", "import time; time.sleep(600)"],
+                        log=Path({str(tmp_path / 'out.log')!r}), timeout=600, alongside=check)
+        except process.Interrupted:
+            print("interrupted")
+        except Damaged:
+            print("damaged")
+        """)
+    out = subprocess.run([sys.executable, "-c", caller], env={**os.environ, MARKER: token},
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "interrupted", out
+    assert gone_within(token, 2.0) == []
