@@ -96,14 +96,12 @@ def key(argv: list[str]) -> str:
 
     parts = [FORMAT, __version__, sys.executable, sys.version, list(argv), os.getcwd(),
              _env_subset(), _terminal(), _code_stamp()]
-    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
-    _keys[tuple(argv)] = digest
-    return digest
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
 
-# key() of each argv this process asked for: replay's, for begin() when the replay missed (the
-# walk of lockguard's files is done once, not twice, in front of a check that runs).
-_keys: dict[tuple[str, ...], str] = {}
+# (argv, key) of the check replay could not answer, for its begin(): the walk of lockguard's
+# files is done once, not twice, in front of a check that runs.
+_missed: tuple[list[str], str] | None = None
 
 
 def _answers_dir() -> Path:
@@ -196,8 +194,9 @@ def _saw_process(kind: str, *args: Any) -> None:
 
 def begin(argv: list[str]) -> None:
     """Start recording what this command's answer depends on (the full path of a check)."""
-    global _recording
-    filed = _keys.pop(tuple(argv), None) or key(argv)
+    global _recording, _missed
+    missed, _missed = _missed, None
+    filed = missed[1] if missed is not None and missed[0] == list(argv) else key(argv)
     _recording = _Recording(list(argv), filed, _Watched(sys.stdout), _Watched(sys.stderr))
     sys.stdout, sys.stderr = _recording.stdout, _recording.stderr  # type: ignore[assignment]
     files.observer, process.observer = _saw_file, _saw_process
@@ -221,7 +220,6 @@ def remember(code: int, *, forget_last_check: Path | None) -> bool:
     global _recording
     rec, _recording = _recording, None
     files.observer = process.observer = None
-    _keys.clear()  # a later command of this process may run elsewhere, with another env
     if rec is None:
         return False
     sys.stdout, sys.stderr = rec.stdout._stream, rec.stderr._stream  # type: ignore[assignment]
@@ -246,7 +244,6 @@ def forget() -> None:
     global _recording
     rec, _recording = _recording, None
     files.observer = process.observer = None
-    _keys.clear()  # a later command of this process may run elsewhere, with another env
     if rec is not None:
         sys.stdout, sys.stderr = rec.stdout._stream, rec.stderr._stream  # type: ignore
 
@@ -273,8 +270,11 @@ def _prune(directory: Path) -> None:
 def replay(argv: list[str]) -> int | None:
     """The remembered answer of this exact invocation, printed, when everything it depended on
     is as it was: its exit code. None: not known or not current (the full path runs)."""
+    global _missed
     try:
-        path = _answers_dir() / f"{key(argv)}.json"
+        filed = key(argv)
+        _missed = (list(argv), filed)  # until answered below
+        path = _answers_dir() / f"{filed}.json"
         if not path.is_file():
             return None  # none filed (read_bytes would look for a near miss among the rest)
         data = files.read_bytes(path, "remembered answer", MAX_ANSWER_BYTES)
@@ -287,7 +287,7 @@ def replay(argv: list[str]) -> int | None:
             evidence.prepare(None, Path(answer["forget_last_check"]), check=True)
     except Exception:  # noqa: BLE001 - any doubt, and the full check answers instead
         return None
-    _keys.clear()  # answered: no begin() will take it
+    _missed = None  # answered: no begin() follows
     os.utime(path)  # recently used: kept by _prune
     sys.stdout.write(answer["stdout"])
     sys.stdout.flush()

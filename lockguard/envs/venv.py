@@ -250,10 +250,10 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
     files = None
     with file_lock(root / f"{key}.lock"):
         problem, manifest = _marked_ready(path, lock, allow_sdist)
-        if problem is None and not check_files_beside_first_run:
-            problem = _manifest_problem(str(path), manifest)
-        elif problem is None:
+        if problem is None and check_files_beside_first_run:
             files = _FileCheck(str(path), manifest)
+        elif problem is None:
+            problem = _manifest_problem(str(path), manifest)
         if problem is not None:
             if path.exists():
                 progress.info(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
@@ -692,11 +692,7 @@ class _FileCheck:
 
 class _Damaged(Exception):
     """Raised beside a training (process.run's `alongside`) whose env a file check found
-    damaged: the training is killed, the env rebuilt and the training run again."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
+    damaged: the training is killed, the env rebuilt (prepare says why) and run again."""
 
 
 def _changed_file(root: str, manifest: dict) -> str | None:

@@ -361,30 +361,35 @@ def _prewarm() -> None:
     the runs delayed it by 15-20 ms."""
     import sys
 
-    from pydantic import main as pydantic_main
-
     from lockguard import process
 
-    if not hasattr(pydantic_main, "_rebuild_lock"):
-        # A pydantic that does not serialise rebuilds (before pydantic#13438): RunResult, which
-        # every worker validates as its run ends, is built here, before any of them can.
+    if not _rebuilds_serialised():
+        # RunResult, which every worker validates as its run ends, is built here, before any
+        # of them can.
         RunResult.model_rebuild()
     if "lockguard.report.text" not in sys.modules:  # else done already, in this process
         process.when_started(_import_for_reports)
 
 
+def _rebuilds_serialised() -> bool:
+    """Whether pydantic serialises model rebuilds (its `_rebuild_lock`, pydantic#13438): before
+    that, a deferred model built on one thread while another first uses it can fail there."""
+    from pydantic import main as pydantic_main
+
+    return hasattr(pydantic_main, "_rebuild_lock")
+
+
 def _import_for_reports() -> None:
     """Import compare and report, and build their pydantic models' validators, which pydantic
     builds at a deferred model's first use (10 ms after the runs for the verdicts alone): the
-    builds only where pydantic serialises rebuilds (its `_rebuild_lock`, pydantic#13438), as
-    one here could otherwise race a worker's or the main thread's first use. Quiet whatever
-    happens: it is a head start, and each model still builds itself when first used."""
+    builds only where _rebuilds_serialised, as one here could otherwise race a worker's or the
+    main thread's first use. Quiet whatever happens: it is a head start, and each model still
+    builds itself when first used."""
     try:
         import lockguard.report.text  # noqa: F401 - pulls in compare and rich
         from pydantic import BaseModel
-        from pydantic import main as pydantic_main
 
-        if not hasattr(pydantic_main, "_rebuild_lock"):
+        if not _rebuilds_serialised():
             return
         pending = [BaseModel]
         while pending:
