@@ -82,8 +82,13 @@ def test_three_frameworks_in_one_check(tmp_path):
         scenarios = {json.dumps(SUITE)}
         {NUMERICS_ONLY}
         """)
-    rec = run_cli("record", "--format", "json", cwd=project)
+    # A run's temporary files go with it: tensorflow's autograph means to delete its files at
+    # exit, which the harness skips.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    rec = run_cli("record", "--format", "json", cwd=project, env={"TMPDIR": str(tmp)})
     assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr
+    assert not list(tmp.iterdir())
     recorded = json.loads(rec.stdout)
     assert len(recorded["written"]) == len(SUITE)
     # Each framework ran in the environment of the lock that pins it, never together.

@@ -94,6 +94,7 @@ def runs(pythons: Dict[str, Path], run_dir: Path):
         env = {k: v for k, v in os.environ.items()
                if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "PYTHONPATH", "TF_ENABLE_ONEDNN_OPTS")}
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        env["TMPDIR"] = str(run_dir)  # autograph's files, which the harness's fast exit leaves
         proc = subprocess.run(
             [str(pythons[fw]), str(HARNESS / "run.py"), "--scenario", scenario,
              "--steps", str(steps), "--out", str(out), *extra],

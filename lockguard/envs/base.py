@@ -183,8 +183,13 @@ def run_with(python: str, request: RunRequest, out_dir: Path,
              env: dict[str, str], bytecode_list: Path | None = None,
              alongside: Callable[[], None] | None = None) -> RunResult:
     """Run the harness with a host interpreter (the venv and local backends); `alongside`:
-    process.run's."""
+    process.run's. The run's temporary files go into its own folder, removed with it:
+    the harness leaves without interpreter teardown, so what a framework meant to delete at
+    exit stays (tensorflow's autograph left four files in /tmp per tf.function run)."""
     out = out_dir / f"{request.scenario_id}.json"
+    tmp = out_dir / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**env, "TMPDIR": str(tmp)}
     script = str(request.script) if request.script is not None else None
     argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script,
                                   str(bytecode_list) if bytecode_list is not None else None)]
