@@ -421,3 +421,30 @@ def test_a_shared_compile_cache_goes_without_torch_s_autograd_cache() -> None:
     assert "TORCHINDUCTOR_AUTOGRAD_CACHE" not in compile_cache_env("/c")
     for shared in (False, True):  # no run reads a profile another left
         assert compile_cache_env("/c", shared)["TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO"] == "0"
+
+
+# --------------------------------------------------------------------------------------------
+# Inductor's precompiled headers: below a run's own TMPDIR, kept in the compile cache
+
+
+def test_a_runs_precompiled_headers_are_linked_into_its_compile_cache(tmp_path):
+    from lockguard.envs.base import _keep_precompiled_headers
+
+    cache = tmp_path / "cache" / "inductor"
+    run_tmp = tmp_path / "run" / "tmp"
+    run_tmp.mkdir(parents=True)
+    # The name torch gives the folder: getpass's, in the run's environment; its characters
+    # that cannot be in a path replaced as torch replaces them.
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "USER": "ci:runner", "LOGNAME": ""}
+    _keep_precompiled_headers(run_tmp, env)
+    link = run_tmp / "torchinductor_ci_runner" / "precompiled_headers"
+    assert link.is_symlink() and link.resolve() == (cache / "precompiled_headers").resolve()
+    (link / "h.gch").write_text("compiled once")
+    shutil.rmtree(tmp_path / "run")  # the run's folder goes with the run
+    assert (cache / "precompiled_headers" / "h.gch").read_text() == "compiled once"
+
+    # A run without an inductor cache of lockguard's keeps torch's default: nothing linked.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    _keep_precompiled_headers(bare, {"LOGNAME": "someone"})
+    assert list(bare.iterdir()) == []

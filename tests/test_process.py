@@ -4,7 +4,7 @@ The CLI tests run `--env local` user scenarios of framework numpy in this interp
 numpy), so no environment is built and each test takes seconds. Processes are found through a
 marker in their environment, read from /proc: MARKER=token for the processes a test starts
 itself, and for trainings (which see only the allowlisted variables, lockguard/allowlist.py) the
-TMPDIR the test gave lockguard, unique to the test (a training's own TMPDIR is below it).
+TMPDIR the test gave lockguard, unique to the test.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ SLOW = """
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                          start_new_session=True)
         print("training", flush=True)
-        open(STARTED, "w").close()
+        open(os.path.join(os.path.dirname(os.environ["TMPDIR"]), "started"), "w").close()
         time.sleep(600)
         return [1.0] * steps
     """
@@ -83,17 +83,14 @@ def project(root: Path, scripts: dict[str, str], timeout: float = 120) -> Path:
               f'scenarios = {json.dumps(sorted(scripts))}\n')
     for name in scripts:
         config += f'[scenario.{name}]\nscript = "{name}.py"\nframework = "numpy"\n'
-    # `started` beside the project (a training's TMPDIR is a folder of its run's own)
-    started = repr(str(root.parent / "started"))
-    return make_project(root, config, files={f"{n}.py": body.replace("STARTED", started)
-                                             for n, body in scripts.items()},
+    return make_project(root, config, files={f"{n}.py": body for n, body in scripts.items()},
                         locks={"new.txt": DATA / "numpy-2.0.2.txt"})
 
 
 def start(cwd: Path, token: str, tmp: Path, *args: str, wrapper: str | None = None,
           stdin=subprocess.DEVNULL) -> subprocess.Popen[str]:
     """lockguard in a session of its own (so a signal to its group reaches only it), with a
-    TMPDIR of its own that names `token` (the trainings' TMPDIRs are folders below it)."""
+    TMPDIR of its own that names `token` (the trainings see it: `started` is written beside it)."""
     env = cli_env({MARKER: token, "TMPDIR": str(tmpdir(tmp, token))})
     tmpdir(tmp, token).mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "lockguard", *args]

@@ -9,6 +9,7 @@ way.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -179,17 +180,56 @@ def compile_cache_env(root: str, shared: bool = False) -> dict[str, str]:
     return env
 
 
+def own_temp_dir(out_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """`env` with a TMPDIR of the run's own, below `out_dir`, which goes with the run: the
+    harness leaves without interpreter teardown, so what a framework meant to delete at exit
+    would stay behind (tensorflow's autograph left four files in /tmp per tf.function run)."""
+    tmp = out_dir / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**env, "TMPDIR": str(tmp)}
+    _keep_precompiled_headers(tmp, env)
+    return env
+
+
+def _keep_precompiled_headers(tmp: Path, env: dict[str, str]) -> None:
+    """Inductor's precompiled C++ headers, kept past a run whose TMPDIR is `tmp`.
+
+    torch keeps them in `<TMPDIR>/torchinductor_<user>/precompiled_headers` whatever
+    TORCHINDUCTOR_CACHE_DIR says (global on purpose: torch/_inductor/codecache.py's
+    _HEADER_DIR), and a run's TMPDIR goes with the run. Linked into the compile cache, the
+    next run that compiles C++ finds the header it would otherwise spend seconds of g++ on.
+    The user is named as torch names it (getpass.getuser in the run's environment `env`); a
+    wrong name costs a cold header, nothing else."""
+    cache = env.get("TORCHINDUCTOR_CACHE_DIR")
+    if not cache:
+        return
+    import re
+
+    user = next((env[name] for name in ("LOGNAME", "USER", "LNAME", "USERNAME")
+                 if env.get(name)), None)
+    if user is None:
+        import pwd
+
+        try:
+            user = pwd.getpwuid(os.getuid()).pw_name
+        except KeyError:
+            user = f"uid_{os.getuid()}"
+    home = tmp / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    target = Path(cache) / "precompiled_headers"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        home.mkdir(exist_ok=True)
+        (home / "precompiled_headers").symlink_to(target, target_is_directory=True)
+    except OSError:
+        pass  # compiled cold, as in a fresh cache
+
+
 def run_with(python: str, request: RunRequest, out_dir: Path,
              env: dict[str, str], bytecode_list: Path | None = None,
              alongside: Callable[[], None] | None = None) -> RunResult:
     """Run the harness with a host interpreter (the venv and local backends); `alongside`:
-    process.run's. The run's temporary files go into its own folder, removed with it:
-    the harness leaves without interpreter teardown, so what a framework meant to delete at
-    exit stays (tensorflow's autograph left four files in /tmp per tf.function run)."""
+    process.run's."""
     out = out_dir / f"{request.scenario_id}.json"
-    tmp = out_dir / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env = {**env, "TMPDIR": str(tmp)}
     script = str(request.script) if request.script is not None else None
     argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script,
                                   str(bytecode_list) if bytecode_list is not None else None)]

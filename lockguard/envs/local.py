@@ -28,21 +28,8 @@ class LocalEnv:
         self.label = f"local {self.python}"
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
-        """The harness with this interpreter, in the training allowlist's environment; torch
-        compiles into the cache it uses outside lockguard, not into the run's temporary folder
-        (its default is below TMPDIR, which a run gets of its own)."""
-        import getpass
-        import tempfile
-
-        env = harness_env()
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # no name for this uid: torch would fail to guess it too
-            user = None
-        if user is not None:
-            env.setdefault("TORCHINDUCTOR_CACHE_DIR",
-                           str(Path(tempfile.gettempdir()) / f"torchinductor_{user}"))
-        return run_with(self.python, request, out_dir, env)
+        """The harness with this interpreter, in the training allowlist's environment."""
+        return run_with(self.python, request, out_dir, harness_env())
 
 
 def prepare(python: str | None = None, lock_hash: str = "local") -> LocalEnv:

@@ -55,7 +55,7 @@ from packaging.version import InvalidVersion, Version
 from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import (
     READY, Backend, EnvError, RunRequest, compile_cache_env, harness_env, interpreter_tag,
-    require_writable_cache, run_with,
+    own_temp_dir, require_writable_cache, run_with,
 )
 from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
 from lockguard.envs.bytecode import RUN_LIST as BYTECODE_LIST
@@ -129,10 +129,11 @@ class VenvEnv:
         with the venvs whose compilers are pinned alike: envs/compile_cache.py). The run writes
         the bytecode of the venv's modules it is first to import; the modules it lists are
         compiled into the store by the next build that installs the same files
-        (envs/bytecode.py)."""
+        (envs/bytecode.py). Its temporary files go with it (base.own_temp_dir)."""
         if self._replacement is not None:  # found damaged by an earlier training
             return self._rebuild().run(request, out_dir)
-        env = harness_env(compile_cache_env(str(self.compile_cache), self.shared_cache))
+        env = own_temp_dir(out_dir, harness_env(compile_cache_env(str(self.compile_cache),
+                                                                 self.shared_cache)))
         listed = out_dir / BYTECODE_LIST
         files = self._files
         try:
