@@ -234,6 +234,33 @@ def test_bundled_compile_diagnostics_and_accuracy(venv_python: Path, tmp_path: P
     assert "memory" not in c
 
 
+def test_torchs_precompiled_header_folder_is_the_compile_caches(venv_python: Path,
+                                                               tmp_path: Path) -> None:
+    """torch keeps inductor's precompiled headers below TMPDIR whatever its cache setting says;
+    in the environment of a venv run (its own TMPDIR, envs/base.own_temp_dir) the folder torch
+    computes is the compile cache's, so the headers outlive the run."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from lockguard.envs.base import compile_cache_env, harness_env, own_temp_dir
+
+    # A run's folder is as short as lockguard's scratch folders (pytest's tmp_path is too long
+    # for a socket below it, where own_temp_dir keeps the TMPDIR it was given).
+    out_dir = Path(tempfile.mkdtemp(prefix="lg-"))
+    try:
+        env = own_temp_dir(out_dir, harness_env(compile_cache_env(str(tmp_path / "cache"))))
+        assert env["TMPDIR"] == str(out_dir / "tmp")
+        proc = subprocess.run([str(venv_python), "-c", "import os, torch._inductor.codecache "
+                               "as c; print(os.path.realpath(c._HEADER_DIR))"],
+                              capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == str((tmp_path / "cache" / "inductor" /
+                                       "precompiled_headers").resolve())
+
+
 RECOMPILE_SCRIPT = """\
     import torch
     from torch import nn

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -448,3 +449,33 @@ def test_a_runs_precompiled_headers_are_linked_into_its_compile_cache(tmp_path):
     bare.mkdir()
     _keep_precompiled_headers(bare, {"LOGNAME": "someone"})
     assert list(bare.iterdir()) == []
+
+
+def test_a_relative_cache_is_linked_by_its_absolute_path(tmp_path, monkeypatch):
+    from lockguard.envs.base import _keep_precompiled_headers
+
+    monkeypatch.chdir(tmp_path)  # LOCKGUARD_CACHE=relcache: the compile cache is relative
+    run_tmp = tmp_path / "run" / "tmp"
+    run_tmp.mkdir(parents=True)
+    _keep_precompiled_headers(run_tmp, {"TORCHINDUCTOR_CACHE_DIR": "relcache/inductor",
+                                        "LOGNAME": "ci"})
+    link = run_tmp / "torchinductor_ci" / "precompiled_headers"
+    assert Path(os.readlink(link)).is_absolute()
+    (link / "locks").mkdir(exist_ok=True)  # what torch does first, through the link
+    assert (tmp_path / "relcache" / "inductor" / "precompiled_headers" / "locks").is_dir()
+
+
+def test_a_runs_tmpdir_is_its_own_only_where_a_socket_still_fits_below_it(tmp_path):
+    from lockguard.envs.base import own_temp_dir
+
+    given = {"TMPDIR": "/the/callers", "LOGNAME": "ci"}
+    short = tmp_path / "0"
+    short.mkdir()
+    deep = tmp_path / ("d" * 120) / "0"
+    deep.mkdir(parents=True)
+    env = own_temp_dir(short, given)
+    if len(str(short / "tmp")) + 40 <= 103:  # pytest's own tmp_path may be long already
+        assert env["TMPDIR"] == str(short / "tmp") and (short / "tmp").is_dir()
+    # DataLoader workers talk through <TMPDIR>/pymp-XXXXXXXX/listener-XXXXXXXX: past a Unix
+    # socket's 103 bytes they fail and the loader waits; the run keeps the TMPDIR it had.
+    assert own_temp_dir(deep, given) == given and not (deep / "tmp").exists()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,12 +85,16 @@ def test_three_frameworks_in_one_check(tmp_path):
         {NUMERICS_ONLY}
         """)
     # A run's temporary files go with it: tensorflow's autograph means to delete its files at
-    # exit, which the harness skips.
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    rec = run_cli("record", "--format", "json", cwd=project, env={"TMPDIR": str(tmp)})
+    # exit, which the harness skips. (A TMPDIR as short as /tmp's children: below pytest's
+    # tmp_path a run's own would leave no room for a socket, and the run would keep this one.)
+    tmp = Path(tempfile.mkdtemp(prefix="lg-"))
+    try:
+        rec = run_cli("record", "--format", "json", cwd=project, env={"TMPDIR": str(tmp)})
+        left = sorted(p.name for p in tmp.iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr
-    assert not list(tmp.iterdir())
+    assert left == []
     recorded = json.loads(rec.stdout)
     assert len(recorded["written"]) == len(SUITE)
     # Each framework ran in the environment of the lock that pins it, never together.

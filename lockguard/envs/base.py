@@ -174,17 +174,32 @@ def compile_cache_env(root: str, shared: bool = False) -> dict[str, str]:
     the cache when a TORCH_COMPILE_JOB_ID is set): each run compiles as the first would."""
     env = {"TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor", "TRITON_CACHE_DIR": f"{root}/triton",
            "JAX_COMPILATION_CACHE_DIR": f"{root}/jax",
+           # torch's vendored quack (GPU kernels) keeps its JIT cache below TMPDIR otherwise
+           "QUACK_CACHE_DIR": f"{root}/quack",
            "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "0"}
     if shared:
         env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
     return env
 
 
+# A training makes Unix sockets below TMPDIR (multiprocessing's listener, which DataLoader
+# workers pass tensors through: <TMPDIR>/pymp-XXXXXXXX/listener-XXXXXXXX, 32 bytes more; torch's
+# shared-memory manager: <TMPDIR>/torch-shm-dir-XXXXXX/manager.sock, 34), and a socket's path
+# holds at most 103 bytes (macOS; Linux 107). Past that the worker fails and the loader waits
+# for it until the run's timeout.
+_SOCKET_ROOM = 40
+_SOCKET_PATH_MAX = 103
+
+
 def own_temp_dir(out_dir: Path, env: dict[str, str]) -> dict[str, str]:
-    """`env` with a TMPDIR of the run's own, below `out_dir`, which goes with the run: the
-    harness leaves without interpreter teardown, so what a framework meant to delete at exit
-    would stay behind (tensorflow's autograph left four files in /tmp per tf.function run)."""
+    """`env` with a TMPDIR of the run's own, below `out_dir`, removed with the run's scratch
+    folder: the harness leaves without interpreter teardown, so what a framework meant to
+    delete at exit would stay behind (tensorflow's autograph left four files in /tmp per
+    tf.function run). Where that folder's path leaves no room for a socket below it (a long
+    TMPDIR of lockguard's own), the run keeps the TMPDIR it was given."""
     tmp = out_dir / "tmp"
+    if len(os.fsencode(tmp)) + _SOCKET_ROOM > _SOCKET_PATH_MAX:
+        return env
     tmp.mkdir(exist_ok=True)
     env = {**env, "TMPDIR": str(tmp)}
     _keep_precompiled_headers(tmp, env)
@@ -199,7 +214,8 @@ def _keep_precompiled_headers(tmp: Path, env: dict[str, str]) -> None:
     _HEADER_DIR), and a run's TMPDIR goes with the run. Linked into the compile cache, the
     next run that compiles C++ finds the header it would otherwise spend seconds of g++ on.
     The user is named as torch names it (getpass.getuser in the run's environment `env`); a
-    wrong name costs a cold header, nothing else."""
+    wrong name costs a cold header, nothing else. (A header cut short by a killed run stays
+    there as it would in torch's own folder: g++ ignores a precompiled header it cannot use.)"""
     cache = env.get("TORCHINDUCTOR_CACHE_DIR")
     if not cache:
         return
@@ -215,7 +231,9 @@ def _keep_precompiled_headers(tmp: Path, env: dict[str, str]) -> None:
         except KeyError:
             user = f"uid_{os.getuid()}"
     home = tmp / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
-    target = Path(cache) / "precompiled_headers"
+    # Absolute: a relative link is read from the folder it is in (LOCKGUARD_CACHE may be
+    # relative), and torch cannot make its folders through a link that points nowhere.
+    target = Path(os.path.abspath(cache)) / "precompiled_headers"
     try:
         target.mkdir(parents=True, exist_ok=True)
         home.mkdir(exist_ok=True)
