@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from lockguard import envvars
 from lockguard.errors import LockguardError
@@ -47,12 +49,33 @@ def file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock, so two concurrent checks never build the same entry twice.
 
     flock is released by the kernel when the process dies, so a killed build never leaves a
-    stale lock behind (unlike lock files that are created and deleted).
+    stale lock behind (unlike lock files that are created and deleted). The wait for another
+    lockguard's build lasts as long as that build, but no longer than an interrupt
+    (process.Interrupted).
     """
     ensure_dir(path.parent)
     with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        _acquire(handle)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _acquire(handle: IO[str]) -> None:
+    """flock, polled: a thread blocked in flock(2) cannot be woken by Ctrl-C, which only the
+    main thread receives, and the command's end waits for its threads (a training's rebuild
+    waiting on another lockguard's build held an interrupted check until that build ended)."""
+    from lockguard import process
+
+    delay = 0.005
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if process.interrupted():
+            raise process.Interrupted()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)

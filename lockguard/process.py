@@ -418,6 +418,12 @@ def _kill_hard(supervisor: int) -> None:
         pass
 
 
+def interrupted() -> bool:
+    """Whether lockguard was interrupted (kill_all): work that waits on something other than a
+    child process (another lockguard's lock) asks, and stops."""
+    return _interrupted.is_set()
+
+
 def kill_all(wait: float = GRACE_S + 1.5) -> None:
     """Kill every running child tree; no new one starts afterwards. Returns once the
     supervisors other threads wait on are gone; those still there after `wait` s get SIGKILL."""

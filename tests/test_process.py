@@ -434,6 +434,40 @@ def test_a_caller_killed_by_sigkill_takes_its_tree_along(tmp_path, token):
     assert gone_within(token, 2.0) == []
 
 
+def test_an_interrupt_ends_a_threads_wait_for_another_builds_lock(tmp_path):
+    """A training's rebuild waits in a worker thread for another lockguard's build of the same
+    venv (cache.file_lock); Ctrl-C reaches only the main thread, and the command's end waits for
+    its threads: the wait must end at the interrupt, not when the other build does."""
+    caller = textwrap.dedent(f"""
+        import fcntl, threading, time
+        from pathlib import Path
+        from lockguard import process
+        from lockguard.cache import file_lock
+        path = Path({str(tmp_path)!r}) / "venv.lock"
+        other = open(path, "a+")
+        fcntl.flock(other, fcntl.LOCK_EX)  # another lockguard, building (its own open file)
+        outcome = []
+        def rebuild():
+            try:
+                with file_lock(path):
+                    outcome.append("locked")
+            except process.Interrupted:
+                outcome.append("interrupted")
+        waiter = threading.Thread(target=rebuild, daemon=True)
+        waiter.start()
+        time.sleep(1.0)
+        began = time.monotonic()
+        process.kill_all()
+        waiter.join(10)
+        print(outcome, waiter.is_alive(), round(time.monotonic() - began, 2))
+        """)
+    out = subprocess.run([sys.executable, "-c", caller], capture_output=True, text=True,
+                         timeout=60)
+    words = out.stdout.split()
+    assert words[:2] == ["['interrupted']", "False"], out
+    assert float(words[2]) < 1.0, out
+
+
 def test_kill_all_stops_runs_in_other_threads_promptly(tmp_path, token):
     caller = textwrap.dedent(f"""
         import sys, threading, time
