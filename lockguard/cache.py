@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -55,27 +54,32 @@ def file_lock(path: Path) -> Iterator[None]:
     """
     ensure_dir(path.parent)
     with open(path, "a+") as handle:
-        _acquire(handle)
+        _acquire(handle, path)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _acquire(handle: IO[str]) -> None:
+def _acquire(handle: IO[str], path: Path) -> None:
     """flock, polled: a thread blocked in flock(2) cannot be woken by Ctrl-C, which only the
     main thread receives, and the command's end waits for its threads (a training's rebuild
-    waiting on another lockguard's build held an interrupted check until that build ended)."""
+    waiting on another lockguard's build held an interrupted check until that build ended).
+    The interrupt is asked first each time, so a lock freed after it is not taken; the backoff
+    stops at 50 ms, so a long waiter still gets its turn among newer ones."""
     from lockguard import process
 
     delay = 0.005
     while True:
+        if process.interrupted():
+            raise process.Interrupted()
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             pass
-        if process.interrupted():
-            raise process.Interrupted()
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+        except OSError as exc:  # ENOLCK: a file system without locks (NFS without its daemon)
+            raise CacheError(f"{path}: cannot lock lockguard's cache: {exc.strerror or exc} "
+                             "(set LOCKGUARD_CACHE to a directory on a local disk)") from None
+        process.wait_interrupted(delay)
+        delay = min(delay * 2, 0.05)

@@ -419,9 +419,15 @@ def _kill_hard(supervisor: int) -> None:
 
 
 def interrupted() -> bool:
-    """Whether lockguard was interrupted (kill_all): work that waits on something other than a
-    child process (another lockguard's lock) asks, and stops."""
+    """Whether lockguard was interrupted (kill_all; never cleared, as no run starts after it):
+    work that waits on something other than a child process (another lockguard's lock) asks,
+    and stops."""
     return _interrupted.is_set()
+
+
+def wait_interrupted(seconds: float) -> bool:
+    """Wait up to `seconds`, ending at once when lockguard is interrupted; whether it was."""
+    return _interrupted.wait(seconds)
 
 
 def kill_all(wait: float = GRACE_S + 1.5) -> None:
