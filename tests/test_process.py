@@ -468,6 +468,28 @@ def test_an_interrupt_ends_a_threads_wait_for_another_builds_lock(tmp_path):
     assert float(words[2]) < 0.5, out
 
 
+def test_a_wait_for_another_build_is_told_once_after_a_second_and_a_glance_never(tmp_path):
+    """A check held up by another's build says so (the venv, image and wheelhouse builds pass
+    a line to print); another check glancing at a finished entry holds the lock for
+    milliseconds, which is not worth a line."""
+    import fcntl
+    import threading
+
+    from lockguard.cache import WAIT_TOLD_S, file_lock
+
+    path = tmp_path / "venv.lock"
+    for hold, told in ((0.2, []), (WAIT_TOLD_S + 0.5, ["waiting"])):
+        other = open(path, "a+")
+        fcntl.flock(other, fcntl.LOCK_EX)  # another lockguard (its own open file)
+        threading.Timer(hold, other.close).start()  # closing it releases the lock
+        said: list[str] = []
+        began = time.monotonic()
+        with file_lock(path, on_wait=lambda: said.append("waiting")):
+            waited = time.monotonic() - began
+        assert said == told, (hold, waited)
+        assert hold - 0.05 <= waited < hold + 0.5
+
+
 def test_a_cache_on_a_file_system_without_locks_is_one_line_naming_it(tmp_path, monkeypatch):
     import errno
     import fcntl

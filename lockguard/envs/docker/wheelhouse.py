@@ -136,7 +136,9 @@ def wheelhouse_for(lock: Lock, target: Target, progress: Progress = QUIET) -> Pa
     key = wheelhouse_key(lock, target)
     root = cache_dir() / "wheelhouses"
     path = root / key
-    with file_lock(root / f"{key}.lock"):
+    with file_lock(root / f"{key}.lock", on_wait=lambda: progress.info(
+            f"Waiting for another lockguard to finish the wheelhouse of "
+            f"{Path(lock.source).name} ({path})")):
         if not (path / READY).is_file():
             try:
                 _download(path, lock, target, progress)
