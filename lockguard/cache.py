@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from lockguard import envvars
-from lockguard.errors import LockguardError
+from lockguard.errors import LockguardError, one_line
 
 
 class CacheError(LockguardError):
@@ -45,18 +45,20 @@ def ensure_dir(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+def file_lock(path: Path, what: str = "", tell: Callable[[str], None] | None = None
+              ) -> Iterator[None]:
     """An exclusive advisory lock, so two concurrent checks never build the same entry twice.
 
     flock is released by the kernel when the process dies, so a killed build never leaves a
     stale lock behind (unlike lock files that are created and deleted). The wait for another
     lockguard's build lasts as long as that build, but no longer than an interrupt
-    (process.Interrupted); `on_wait` is called once it has lasted WAIT_TOLD_S, so that a check
-    held up by another's build says so rather than seeming to hang.
+    (process.Interrupted); once it has lasted WAIT_TOLD_S, `tell` (a progress line) is told
+    that lockguard waits for another to finish `what` ("the venv of torch.txt (<path>)"), so
+    that a check held up by another's build says so rather than seeming to hang.
     """
     ensure_dir(path.parent)
     with open(path, "a+") as handle:
-        _acquire(handle, path, on_wait)
+        _acquire(handle, path, what, tell)
         try:
             yield
         finally:
@@ -67,7 +69,8 @@ def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
 WAIT_TOLD_S = 1.0
 
 
-def _acquire(handle: IO[str], path: Path, on_wait: Callable[[], None] | None) -> None:
+def _acquire(handle: IO[str], path: Path, what: str,
+             tell: Callable[[str], None] | None) -> None:
     """flock, polled: a thread blocked in flock(2) cannot be woken by Ctrl-C, which only the
     main thread receives, and the command's end waits for its threads (a training's rebuild
     waiting on another lockguard's build held an interrupted check until that build ended).
@@ -76,7 +79,7 @@ def _acquire(handle: IO[str], path: Path, on_wait: Callable[[], None] | None) ->
     from lockguard import process
 
     delay = 0.005
-    told_at = time.monotonic() + WAIT_TOLD_S if on_wait is not None else None
+    told_at = time.monotonic() + WAIT_TOLD_S
     while True:
         if process.interrupted():
             raise process.Interrupted()
@@ -88,8 +91,8 @@ def _acquire(handle: IO[str], path: Path, on_wait: Callable[[], None] | None) ->
         except OSError as exc:  # ENOLCK: a file system without locks (NFS without its daemon)
             raise CacheError(f"{path}: cannot lock lockguard's cache: {exc.strerror or exc} "
                              "(set LOCKGUARD_CACHE to a directory on a local disk)") from None
-        if on_wait is not None and told_at is not None and time.monotonic() >= told_at:
-            told_at = None
-            on_wait()
+        if tell is not None and time.monotonic() >= told_at:
+            tell(one_line(f"Waiting for another lockguard to finish {what}"))
+            tell = None  # once
         process.wait_interrupted(delay)
         delay = min(delay * 2, 0.05)

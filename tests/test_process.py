@@ -478,13 +478,14 @@ def test_a_wait_for_another_build_is_told_once_after_a_second_and_a_glance_never
     from lockguard.cache import WAIT_TOLD_S, file_lock
 
     path = tmp_path / "venv.lock"
-    for hold, told in ((0.2, []), (WAIT_TOLD_S + 0.5, ["waiting"])):
+    for hold, told in ((0.2, []), (WAIT_TOLD_S + 0.5, [
+            "Waiting for another lockguard to finish the venv of torch.txt (/v)"])):
         other = open(path, "a+")
         fcntl.flock(other, fcntl.LOCK_EX)  # another lockguard (its own open file)
         threading.Timer(hold, other.close).start()  # closing it releases the lock
         said: list[str] = []
         began = time.monotonic()
-        with file_lock(path, on_wait=lambda: said.append("waiting")):
+        with file_lock(path, "the venv of torch.txt (/v)", said.append):
             waited = time.monotonic() - began
         assert said == told, (hold, waited)
         assert hold - 0.05 <= waited < hold + 0.5

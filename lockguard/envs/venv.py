@@ -249,11 +249,8 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
     root = cache_dir() / "venvs"
     path = root / key
     files = None
-    def waiting() -> None:
-        progress.info(one_line(f"Waiting for another lockguard to finish the venv of "
-                               f"{Path(lock.source).name} ({path})"))
-
-    with file_lock(root / f"{key}.lock", on_wait=waiting):
+    with file_lock(root / f"{key}.lock", f"the venv of {Path(lock.source).name} ({path})",
+                   progress.info):
         problem, manifest = _marked_ready(path, lock, allow_sdist)
         if problem is None and check_files_beside_first_run:
             files = _FileCheck(str(path), manifest)

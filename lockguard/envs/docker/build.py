@@ -73,8 +73,7 @@ def build_image(lock: Lock, framework: str, accelerator: str, *, base_image: str
     recipe = recipe_for(framework, accelerator, lock, base)
     root = cache_dir() / "images"
     key = recipe.content_hash[:20]
-    with file_lock(root / f"{key}.lock", on_wait=lambda: progress.info(
-            f"Waiting for another lockguard to finish the image {recipe.tag}")):
+    with file_lock(root / f"{key}.lock", f"the image {recipe.tag}", progress.info):
         found = _reusable(client, recipe, lock, progress)
         reused = found is not None
         image, stack = found if found is not None else _build(client, recipe, lock, progress)

@@ -136,9 +136,8 @@ def wheelhouse_for(lock: Lock, target: Target, progress: Progress = QUIET) -> Pa
     key = wheelhouse_key(lock, target)
     root = cache_dir() / "wheelhouses"
     path = root / key
-    with file_lock(root / f"{key}.lock", on_wait=lambda: progress.info(
-            f"Waiting for another lockguard to finish the wheelhouse of "
-            f"{Path(lock.source).name} ({path})")):
+    with file_lock(root / f"{key}.lock", f"the wheelhouse of {Path(lock.source).name} ({path})",
+                   progress.info):
         if not (path / READY).is_file():
             try:
                 _download(path, lock, target, progress)
