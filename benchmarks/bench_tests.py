@@ -1,6 +1,6 @@
 """How long lockguard's own tests take: the developer's loop and what CI runs.
 
-    python benchmarks/bench_tests.py [--only fast,suite,ci] [--top 15]
+    python benchmarks/bench_tests.py [--only fast,suite,ci,profile] [--top 15]
 
 Measures on this machine, one after another (never two test runs at once):
   fast   the fast subset, the command docs/development.md gives (no framework, no Docker,
@@ -15,6 +15,13 @@ Measures on this machine, one after another (never two test runs at once):
          compiler caches empty), then again in the same clone with that cache (warm). Docker
          images the engine already holds are reused (checked again, not rebuilt); an engine
          without them builds them in the cold run. Targets: cold <= 12 min, warm <= 6 min.
+  profile
+         the whole suite as `suite` runs it, under `strace -f` (process starts and ends only),
+         with benchmarks/suite_profile.py telling which test each worker ran when: the workers'
+         busy time split by what ran (trainings per framework, installs, Docker, the browser;
+         the rest is pytest and lockguard in-process), and the tests whose trainings took
+         longest. Under strace the suite runs some 20 % slower (its CPU time includes
+         strace's own); the shares are what it shows.
 
 Each records the wall time, the CPU time of the test processes (user + system), the load
 average before and after (the machine may be shared: CPU time is the steadier figure), the
@@ -116,16 +123,42 @@ def slowest(timed: list[tuple[float, str]], top: int) -> dict:
 
 
 def pytest_run(args: list[str], cwd: Path, top: int, python: str = sys.executable,
-               env: dict[str, str] | None = None) -> tuple[dict, list[tuple[float, str]]]:
-    """One pytest run: its measurement, and its test cases with their times."""
+               env: dict[str, str] | None = None,
+               wrapper: tuple[str, ...] = ()) -> tuple[dict, list[tuple[float, str]]]:
+    """One pytest run (under `wrapper`, a command that runs the rest): its measurement, and
+    its test cases with their times."""
     with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
         junit, log = Path(tmp) / "junit.xml", Path(tmp) / "pytest.log"
-        result = run([python, *args, f"--junitxml={junit}"], cwd, env, log)
+        result = run([*wrapper, python, *args, f"--junitxml={junit}"], cwd, env, log)
         timed = cases(junit)
         result.update(outcome=outcome(log), **slowest(timed, top))
         if result["exit_code"] not in (0, 1):
             result["log_tail"] = log.read_text(errors="replace")[-3000:]
     return result, timed
+
+
+def profile_run(top: int) -> dict:
+    """The warm suite under strace, its time split by what its processes were
+    (benchmarks/suite_profile.py). The log is kept (its path in the result) where the profile
+    could not be made of it."""
+    import suite_profile  # beside this script; pytest, run in the repository, loads it as
+    # benchmarks.suite_profile
+
+    strace = shutil.which("strace")
+    if strace is None:
+        raise SystemExit("profile: needs strace (Debian: apt-get install strace)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    log, clock = tmp / "strace.log", tmp / "clock.tsv"
+    result, _ = pytest_run([*SUITE, "-p", "benchmarks.suite_profile"], REPO, top,
+                           env={**os.environ, suite_profile.CLOCK_ENV: str(clock)},
+                           wrapper=(strace, *suite_profile.STRACE_OPTIONS, "-o", str(log)))
+    try:
+        result["profile"] = suite_profile.profile(log, clock, top)
+    except (OSError, ValueError) as exc:  # strace refused, or pytest never ran a test
+        result["profile_error"] = f"{type(exc).__name__}: {exc} (kept: {tmp})"
+        return result
+    shutil.rmtree(tmp, ignore_errors=True)
+    return result
 
 
 def ci_runs(top: int) -> dict:
@@ -159,11 +192,12 @@ def ci_runs(top: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="fast", help="fast,suite,ci (default: fast)")
+    parser.add_argument("--only", default="fast",
+                        help="fast,suite,ci,profile (default: fast)")
     parser.add_argument("--top", type=int, default=15, help="slowest tests to keep")
     args = parser.parse_args()
     wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-    unknown = set(wanted) - {"fast", "suite", "ci"}
+    unknown = set(wanted) - {"fast", "suite", "ci", "profile"}
     if unknown:
         parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
 
@@ -180,6 +214,8 @@ def main() -> None:
             DURATIONS.write_text(json.dumps(module_seconds(timed), indent=1) + "\n")
     if "ci" in wanted:
         measured.update(ci_runs(args.top))
+    if "profile" in wanted:
+        measured["suite_profile"] = profile_run(args.top)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for name, result in measured.items():
         result["measured_at"] = stamp
@@ -189,13 +225,24 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=1) + "\n")
 
-    print(f"{'what':12} {'wall s':>8} {'cpu s':>8} {'target s':>9}  load before -> after  outcome")
+    print(f"{'what':13} {'wall s':>8} {'cpu s':>8} {'target s':>9}  load before -> after  outcome")
     for name, r in data.items():
         if not isinstance(r, dict) or "wall_s" not in r:
             continue
         target = r.get("target_s", "")
-        print(f"{name:12} {r['wall_s']:8} {r['cpu_s']:8} {target:>9}  "
+        print(f"{name:13} {r['wall_s']:8} {r['cpu_s']:8} {target:>9}  "
               f"{r['load_before']} -> {r['load_after']}  {r['outcome']}")
+    prof = data.get("suite_profile", {}).get("profile")
+    if prof:
+        print(f"\nsuite_profile: {prof['workers']} workers busy {prof['worker_s']} s in all, "
+              f"{prof['tests']} tests, {prof['trainings']} trainings "
+              f"({prof['training_worker_s']} s of the workers' time)")
+        for row in prof["by_kind"]:
+            print(f"  {row['worker_s']:8} s  {row['runs']:5} runs  {row['kind']}")
+        print("  the tests whose trainings took longest (training s / test s, trainings):")
+        for row in prof["heaviest_tests"]:
+            print(f"  {row['training_s']:8} / {row['test_s']:6}  {row['trainings']:3}  "
+                  f"{row['test']}")
 
 
 if __name__ == "__main__":
