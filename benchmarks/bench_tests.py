@@ -20,8 +20,8 @@ Measures on this machine, one after another (never two test runs at once):
          with benchmarks/suite_profile.py telling which test each worker ran when: the workers'
          busy time split by what ran (trainings per framework, installs, Docker, the browser;
          the rest is pytest and lockguard in-process), and the tests whose trainings took
-         longest. Under strace the suite runs some 20 % slower (its CPU time includes
-         strace's own); the shares are what it shows.
+         longest. Under strace the suite ran some 6 % slower than in `.ci/run` (540 s against
+         510 s; its CPU time includes strace's own).
 
 Each records the wall time, the CPU time of the test processes (user + system), the load
 average before and after (the machine may be shared: CPU time is the steadier figure), the
@@ -101,6 +101,22 @@ def cases(junit: Path) -> list[tuple[float, str]]:
             for case in ET.parse(junit).iter("testcase")]
 
 
+def failures(junit: Path) -> list[str]:
+    """The test ids a --junitxml report says failed or errored, with their messages' first
+    line: which ones, where a run is otherwise only counts."""
+    if not junit.is_file():
+        return []
+    found = []
+    for case in ET.parse(junit).iter("testcase"):
+        bad = case.find("failure")
+        bad = bad if bad is not None else case.find("error")
+        if bad is not None:
+            message = (bad.get("message") or "").strip().splitlines()
+            found.append(f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+                         + (f": {message[0][:200]}" if message else ""))
+    return found
+
+
 def per_file(timed: list[tuple[float, str]]) -> Counter:
     """What each test file took: its tests' seconds added up."""
     files = Counter()
@@ -132,6 +148,8 @@ def pytest_run(args: list[str], cwd: Path, top: int, python: str = sys.executabl
         result = run([*wrapper, python, *args, f"--junitxml={junit}"], cwd, env, log)
         timed = cases(junit)
         result.update(outcome=outcome(log), **slowest(timed, top))
+        if failures(junit):
+            result["failures"] = failures(junit)
         if result["exit_code"] not in (0, 1):
             result["log_tail"] = log.read_text(errors="replace")[-3000:]
     return result, timed
@@ -239,6 +257,10 @@ def main() -> None:
               f"({prof['training_worker_s']} s of the workers' time)")
         for row in prof["by_kind"]:
             print(f"  {row['worker_s']:8} s  {row['runs']:5} runs  {row['kind']}")
+        print("  the modules whose trainings took longest (training s / module s, trainings):")
+        for row in prof["heaviest_modules"]:
+            print(f"  {row['training_s']:8} / {row['module_s']:6}  {row['trainings']:3}  "
+                  f"{row['module']}")
         print("  the tests whose trainings took longest (training s / test s, trainings):")
         for row in prof["heaviest_tests"]:
             print(f"  {row['training_s']:8} / {row['test_s']:6}  {row['trainings']:3}  "

@@ -122,9 +122,13 @@ def _suite(doc: dict) -> tuple[str, bool | None, str]:
     commit = _get(doc, "ci_cold", "commit")
     later = (suite is not None and (_get(doc, "suite_warm", "measured_at") or "")
              > (_get(doc, "ci_warm", "measured_at") or ""))
+    # Where the warm suite's time goes (bench_tests --only profile): the trainings' share.
+    prof = _get(doc, "suite_profile", "profile")
+    share = (f"; trainings {prof['training_worker_s'] / prof['worker_s']:.0%} of the workers' "
+             f"time ({prof['trainings']} runs, profiled)" if prof and prof["worker_s"] else "")
     text = (f"cold {_s(cold)}, warm {_s(warm)}" + (f" (at {commit})" if commit else "")
             + (f"; the suite alone, warm, since: {_s(suite)}" if later else "")
-            + f"; fast subset {_s(fast)}")
+            + f"; fast subset {_s(fast)}" + share)
     return (text, met, _load([x for k in ("fast", "ci_cold", "ci_warm", "suite_warm")
                               for x in (_get(doc, k, "load_before") or [])[:1]]))
 
