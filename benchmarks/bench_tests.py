@@ -92,12 +92,16 @@ def outcome(log: Path) -> dict[str, int]:
     return {word.rstrip("s") if word.startswith("error") else word: int(n) for n, word in counts}
 
 
+def _test_id(case: ET.Element) -> str:
+    """A --junitxml test case's id as pytest prints it: tests/test_x.py::test_y[param]."""
+    return f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+
+
 def cases(junit: Path) -> list[tuple[float, str]]:
     """Every test case of a --junitxml report: (seconds, call + setup + teardown), test id."""
     if not junit.is_file():
         return []
-    return [(float(case.get("time") or 0),
-             f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}")
+    return [(float(case.get("time") or 0), _test_id(case))
             for case in ET.parse(junit).iter("testcase")]
 
 
@@ -112,8 +116,7 @@ def failures(junit: Path) -> list[str]:
         bad = bad if bad is not None else case.find("error")
         if bad is not None:
             message = (bad.get("message") or "").strip().splitlines()
-            found.append(f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
-                         + (f": {message[0][:200]}" if message else ""))
+            found.append(_test_id(case) + (f": {message[0][:200]}" if message else ""))
     return found
 
 
@@ -148,8 +151,9 @@ def pytest_run(args: list[str], cwd: Path, top: int, python: str = sys.executabl
         result = run([*wrapper, python, *args, f"--junitxml={junit}"], cwd, env, log)
         timed = cases(junit)
         result.update(outcome=outcome(log), **slowest(timed, top))
-        if failures(junit):
-            result["failures"] = failures(junit)
+        failed = failures(junit)
+        if failed:
+            result["failures"] = failed
         if result["exit_code"] not in (0, 1):
             result["log_tail"] = log.read_text(errors="replace")[-3000:]
     return result, timed
@@ -257,14 +261,12 @@ def main() -> None:
               f"({prof['training_worker_s']} s of the workers' time)")
         for row in prof["by_kind"]:
             print(f"  {row['worker_s']:8} s  {row['runs']:5} runs  {row['kind']}")
-        print("  the modules whose trainings took longest (training s / module s, trainings):")
-        for row in prof["heaviest_modules"]:
-            print(f"  {row['training_s']:8} / {row['module_s']:6}  {row['trainings']:3}  "
-                  f"{row['module']}")
-        print("  the tests whose trainings took longest (training s / test s, trainings):")
-        for row in prof["heaviest_tests"]:
-            print(f"  {row['training_s']:8} / {row['test_s']:6}  {row['trainings']:3}  "
-                  f"{row['test']}")
+        for what in ("module", "test"):
+            print(f"  the {what}s whose trainings took longest "
+                  f"(training s / {what} s, trainings):")
+            for row in prof[f"heaviest_{what}s"]:
+                print(f"  {row['training_s']:8} / {row[f'{what}_s']:6}  {row['trainings']:3}  "
+                      f"{row[what]}")
 
 
 if __name__ == "__main__":

@@ -221,19 +221,19 @@ def profile(log: Path, clock: Path, top: int = 15) -> dict:
     training_s = sum(_union([s for (w2, k), ss in spans.items() if w2 == w
                              and k.startswith("training") for s in ss]) for w in busy)
     test_s = {n: t1 - t0 for ws in windows.values() for t0, t1, n in ws}
+    module_s: dict[str, float] = defaultdict(float)
+    for node, seconds in test_s.items():
+        module_s[node.split("::")[0]] += seconds
     modules: dict[str, dict] = {}
     for node, row in tests.items():
-        module = modules.setdefault(node.split("::")[0], {
-            "module": node.split("::")[0], "trainings": 0, "spans": [], "module_s": sum(
-                s for n, s in test_s.items() if n.split("::")[0] == node.split("::")[0])})
+        name = node.split("::")[0]
+        module = modules.setdefault(name, {"module": name, "trainings": 0, "spans": [],
+                                           "module_s": round(module_s[name], 1)})
         module["trainings"] += row["trainings"]
         module["spans"] += row["spans"]
+        row["test_s"] = round(test_s[node], 1)
     for row in (*tests.values(), *modules.values()):
         row["training_s"] = round(_union(row.pop("spans")), 1)
-    for node, row in tests.items():
-        row["test_s"] = round(test_s.get(node, 0.0), 1)
-    for row in modules.values():
-        row["module_s"] = round(row["module_s"], 1)
     root = procs[0]  # pytest itself: strace's wall time also waits for what a test leaked
     return {"pytest_wall_s": round((root.end or root.start) - root.start, 1),
             "workers": len(busy), "worker_s": round(sum(busy.values()), 1),
