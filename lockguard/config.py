@@ -138,6 +138,9 @@ class Config(_Strict):
     heavier_min_bytes: int = Field(default=48 << 20, ge=0)  # a smaller rise of the peak: noise
     scenarios: list[str] | None = None  # default selection; None = all that apply
     installer: Literal["uv", "pip"] = "uv"  # both install the same wheels, hash-checked
+    # What a lock's code runs in (lockguard/sandbox.py): the strongest sandbox available, one
+    # or exit 2, or none. LOCKGUARD_SANDBOX (and --sandbox, which sets it) overrides.
+    sandbox: Literal["auto", "required", "off"] = "auto"
     # Venvs install wheels only: building an sdist runs code from the lock on this machine.
     allow_sdist: StrictBool = False  # only a literal `true` opts in
     # A lock whose pins carry no --hash, or that names a plain-http index, find-links or a

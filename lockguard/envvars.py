@@ -12,6 +12,8 @@ template passes optional inputs through as empty strings).
     LOCKGUARD_BASE_IMAGE        a local Docker image to build on instead of the pinned base
     LOCKGUARD_IMAGES_DIR        a directory of Docker image templates (Dockerfile.in)
     LOCKGUARD_PIP_TOOLS_PYTHON  an interpreter with pip-tools, used as is by `lockguard lock`
+    LOCKGUARD_SANDBOX           auto, required or off: overrides the config's `sandbox` (what
+                                --sandbox sets for its invocation)
     LOCKGUARD_INSTALLER_ENV     names of variables installers (never trainings) also get, for
                                 an index's credential helper (allowlist.py); space or comma
                                 separated
@@ -90,6 +92,12 @@ def _names(value: str) -> str | None:
     return None
 
 
+def _sandbox(value: str) -> str | None:
+    from lockguard.sandbox import MODES
+
+    return None if value in MODES else f"must be one of {', '.join(MODES)}"
+
+
 # Set for every step by earlier versions of lockguard's workflow templates (where to install
 # lockguard from): not read, and not refused, so a workflow copied from them keeps working.
 NOT_READ = ("LOCKGUARD_REPO", "LOCKGUARD_VERSION")
@@ -101,6 +109,7 @@ KNOWN: dict[str, Callable[[str], str | None]] = {
     "LOCKGUARD_IMAGES_DIR": _directory,
     "LOCKGUARD_PIP_TOOLS_PYTHON": _interpreter,
     "LOCKGUARD_INSTALLER_ENV": _names,
+    "LOCKGUARD_SANDBOX": _sandbox,
     **{name: _any for name in NOT_READ},
 }
 

@@ -36,6 +36,7 @@ from lockguard.sizes import format_size
 # so it starts from its cached bytecode instead of being compiled every time.
 _SUPERVISE = (f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
               "from lockguard.supervisor import main; sys.exit(main())")
+_SUPERVISOR_ENV = ("PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")  # to start the interpreter
 HEAD_BYTES = 1_000_000  # of each output stream, kept as it comes
 TAIL_BYTES = 256 * 1024  # of each output stream, kept from its end
 GRACE_S = 0.5  # between SIGTERM and SIGKILL
@@ -113,7 +114,8 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
         stderr_log: Path | None = None, header: str | None = None,
         on_line: Callable[[str], None] | None = None,
         memory_limit: int | None = None,
-        alongside: Callable[[], None] | None = None) -> Completed:
+        alongside: Callable[[], None] | None = None,
+        sandbox: Mapping[str, object] | None = None) -> Completed:
     """Run `argv` to completion under a supervisor and say how it ended.
 
     stdout and stderr go to `log` (stderr to `stderr_log` if given), truncated first and
@@ -124,7 +126,8 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
     latest line of the log, a few times a second (progress display). `alongside` is called in
     this thread as soon as the child's supervisor is started, before waiting for the end: work
     the result depends on that need not delay the start; what it raises kills the tree and is
-    raised from here.
+    raised from here. `sandbox`: what the child is confined to before its exec
+    (lockguard.sandbox.Sandbox.spec); None: it runs as lockguard does.
     Raises ProcessError when the command cannot start, Interrupted after an interrupt.
     """
     argv = tuple(str(a) for a in argv)
@@ -143,10 +146,12 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
                            f"{exc.strerror or exc}") from None
     job = {"argv": list(argv), "stdout": str(log.resolve()),
            "stderr": str(Path(stderr_log).resolve()) if stderr_log else None,
-           "env": dict(env) if env is not None else None,
+           # Always given: the supervisor itself starts with no environment (below).
+           "env": dict(env) if env is not None else dict(os.environ),
            "cwd": str(cwd) if cwd is not None else None,
            "timeout": timeout, "head": HEAD_BYTES, "tail": TAIL_BYTES, "grace": GRACE_S,
-           "memory_limit": int(memory_limit) if memory_limit else None}
+           "memory_limit": int(memory_limit) if memory_limit else None,
+           "sandbox": dict(sandbox) if sandbox else None}
     start = time.perf_counter()
     live = _start(job)
     try:
@@ -252,9 +257,14 @@ def _start(job: dict) -> _Live:
             raise Interrupted()
         proc = None
         try:
+            # No more environment than an interpreter needs to start: the job carries the
+            # child's, and the supervisor's /proc/<pid>/environ is one more place a secret of
+            # lockguard's would otherwise sit.
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SUPERVISE],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={k: os.environ[k] for k in _SUPERVISOR_ENV
+                                         if k in os.environ})
             live = _Live(proc, threading.get_ident(), threading.Event())
             _live[proc.pid] = live
         except BaseException:

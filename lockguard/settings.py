@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lockguard import envvars
 from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy
 from lockguard.config import Config, Options, tolerance_value
 from lockguard.names import Verdict
@@ -36,6 +37,7 @@ class Settings:
     memory_limit: int | str  # bytes, "auto" or "none" (pipeline.memory_limit reads the host)
     python: str | None  # the interpreter venvs are built with and local runs use; None: ours
     installer: str  # uv or pip
+    sandbox: str  # auto | required | off: LOCKGUARD_SANDBOX (--sandbox), else the config's
     allow_sdist: bool
     allow_unhashed: bool
     allow_insecure_index: bool
@@ -57,6 +59,7 @@ class Settings:
             repeat=given.repeat, seed=config.seed, threads=config.threads,
             timeout=config.timeout, memory_limit=config.memory_limit,
             python=config.python_path, installer=config.installer,
+            sandbox=envvars.value("LOCKGUARD_SANDBOX") or config.sandbox,
             allow_sdist=config.allow_sdist, allow_unhashed=config.allow_unhashed,
             allow_insecure_index=config.allow_insecure_index,
             policy=_policy(config, given.exact), rerun=given.rerun,

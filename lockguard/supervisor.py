@@ -54,6 +54,7 @@ except ImportError:  # pragma: no cover - not CPython
     import signal
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 CHUNK = 1 << 16
@@ -208,10 +209,25 @@ def spawn(job, out_fd, err_fd):
                 what = f"cannot enter {job['cwd']}"
                 os.chdir(job["cwd"])
                 what = f"cannot run {job['argv'][0]}"
+            argv = job["argv"]
+            sandbox = job.get("sandbox")
+            if sandbox:
+                # The last step before the exec: what follows runs a lock's code
+                # (lockguard/sandbox.py says what the sandbox holds).
+                what = "cannot sandbox the run"
+                if sandbox.get("prefix"):
+                    argv = [*sandbox["prefix"], *argv]  # bubblewrap, which confines inside
+                if sandbox.get("landlock"):
+                    from lockguard import landlock
+
+                    rules = sandbox["landlock"]
+                    landlock.confine(rules["read"], rules["write"], rules["network"],
+                                     rules["devices"], rules["level"])
+                what = f"cannot run {argv[0]}"
             env = job.get("env")
             if env is None:
-                os.execvp(job["argv"][0], job["argv"])
-            os.execvpe(job["argv"][0], job["argv"], env)
+                os.execvp(argv[0], argv)
+            os.execvpe(argv[0], argv, env)
         except BaseException as exc:  # noqa: BLE001 - whatever it is, the parent must hear it
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
             try:
@@ -517,6 +533,10 @@ def main():
     Always 0: what went wrong is in the report's `error` (none without a job to run)."""
     supervisor = Supervisor()  # first: from here on a SIGTERM is handled, not fatal
     prctl(PR_SET_CHILD_SUBREAPER, 1)  # where it fails only the process group can be killed
+    # Not dumpable: no process of this user (a training among them) may read this one's
+    # memory or /proc/<pid>/environ, which holds the job's environment. The child's exec
+    # makes it dumpable again, for its own tools.
+    prctl(PR_SET_DUMPABLE, 0)
     job = read_job()
     if job is None or supervisor.stop_requested():
         return 0  # lockguard went away or stopped us before there was anything to run

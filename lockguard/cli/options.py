@@ -77,8 +77,24 @@ def options(*decorators: Decorator) -> Decorator:
     return apply
 
 
+
+
+def _set_sandbox(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # The edge: the invocation's setting travels as the variable Settings.resolve reads.
+    if value is not None:
+        import os
+
+        os.environ["LOCKGUARD_SANDBOX"] = value
+
+
+sandbox_option = click.option(
+    "--sandbox", type=click.Choice(["auto", "required", "off"]), expose_value=False,
+    callback=_set_sandbox, is_eager=True,
+    help="What lock code runs in (default from config: auto, the strongest available; "
+         "required: exit 2 without one; off: bare, said first in the report).")
 # Where the scenarios run and what is judged: what every command that plans scenarios takes.
-scope_options = options(lock_option, scenario_option, env_option, device_option, steps_option())
+scope_options = options(lock_option, scenario_option, env_option, sandbox_option,
+                        device_option, steps_option())
 # Where the report goes: stdout or -o in one format, and more formats to files.
 report_options = options(format_option, output_option, report_option)
 run_options = options(scope_options, report_options, artifacts_option, config_option,

@@ -14,28 +14,37 @@ implements Backend, a branch below, and its name in names.ENV_KINDS.
 
 from __future__ import annotations
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from lockguard.envs.base import Backend, Env, EnvError, RunRequest
+
+if TYPE_CHECKING:
+    from lockguard.sandbox import Sandbox
 
 __all__ = ["Backend", "Env", "EnvError", "RunRequest", "backend_for"]
 
 
 def backend_for(kind: str, *, python: str | None = None, installer: str = "uv",
                 allow_sdist: bool = False, allow_unhashed: bool = False,
-                allow_insecure_index: bool = False) -> Backend:
+                allow_insecure_index: bool = False, sandbox: Sandbox | None = None) -> Backend:
     """The backend `kind` (names.ENV_KINDS) names, with the project's settings: `python` the
     interpreter venvs are built with and local runs use (None: the one running lockguard),
     `installer` uv or pip, and the opt-ins to sdists, unhashed locks and plain-http indexes.
-    Nothing is checked or built here (Backend.admit, Backend.prepare do that)."""
+    `sandbox`: what the runs of the venv and local backends are confined to (a container is
+    the docker backend's). Nothing is checked or built here (Backend.admit, Backend.prepare
+    do that)."""
     if kind == "venv":
         from lockguard.envs.venv import VenvBackend
 
         return VenvBackend(python, installer, allow_sdist=allow_sdist,
                            allow_unhashed=allow_unhashed,
-                           allow_insecure_index=allow_insecure_index)
+                           allow_insecure_index=allow_insecure_index, sandbox=sandbox)
     if kind == "local":
         from lockguard.envs.local import LocalBackend
 
-        return LocalBackend(python)
+        return LocalBackend(python, sandbox)
     if kind == "docker":
         from lockguard.envs.docker.backend import DockerBackend
 

@@ -29,6 +29,7 @@ from lockguard.results import (
 
 if TYPE_CHECKING:
     from lockguard.locks.model import Lock
+    from lockguard.sandbox import Sandbox
 
 # The marker a backend writes last into what it built (a venv, an image's build record, a
 # wheelhouse): where it is missing, a build did not finish.
@@ -244,15 +245,47 @@ def _keep_precompiled_headers(tmp: Path, env: dict[str, str]) -> None:
 
 def run_with(python: str, request: RunRequest, out_dir: Path,
              env: dict[str, str], bytecode_list: Path | None = None,
-             alongside: Callable[[], None] | None = None) -> RunResult:
+             alongside: Callable[[], None] | None = None, *,
+             sandbox: Sandbox | None = None, reads: Sequence[str] = (),
+             writes: Sequence[str] = ()) -> RunResult:
     """Run the harness with a host interpreter (the venv and local backends); `alongside`:
-    process.run's."""
+    process.run's. Under an active `sandbox` the run reads only the system, the interpreter,
+    the harness, its project (a user script's) and `reads`, and writes only `out_dir` and
+    `writes` (confined)."""
     out = out_dir / f"{request.scenario_id}.json"
     script = str(request.script) if request.script is not None else None
     argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script,
                                   str(bytecode_list) if bytecode_list is not None else None)]
+    env, spec = confined(sandbox, out_dir, env, python, script=request.script, reads=reads,
+                         writes=writes)
     return execute(argv, request, out, env=env, memory_limit=request.memory_limit,
-                   alongside=alongside)
+                   alongside=alongside, sandbox=spec)
+
+
+def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python: str, *,
+             script: Path | None = None, reads: Sequence[str] = (),
+             writes: Sequence[str] = ()) -> tuple[dict[str, str], dict | None]:
+    """A training's environment and sandbox spec (process.run's `sandbox`): HOME an empty
+    folder of the run's scratch `out_dir`, which is all it may write besides `writes`
+    (lockguard/sandbox.py says what else it may read). Unsandboxed: `env` as it is, None."""
+    if sandbox is None or not sandbox.active:
+        return env, None
+    from lockguard.sandbox import Policy, interpreter_prefix, project_read
+
+    home = out_dir / "home"
+    home.mkdir(exist_ok=True)
+    env = {**env, "HOME": str(home)}
+    env.pop("XDG_CACHE_HOME", None)  # below the real HOME, most likely: unreadable now
+    temp = env.get("TMPDIR")
+    if temp and not Path(temp).is_relative_to(out_dir):
+        writes = (*writes, temp)  # own_temp_dir left it (no room for a socket path below)
+    for path in writes:
+        Path(path).mkdir(parents=True, exist_ok=True)  # bubblewrap binds what exists
+    prefix = str(Path(os.path.abspath(python)).parent.parent)  # a venv's own folder
+    policy = Policy(read=(prefix, interpreter_prefix(python), str(HARNESS_DIR), *reads,
+                          *project_read(script)),
+                    write=(str(out_dir), *writes), home=str(home))
+    return env, sandbox.spec(policy)
 
 
 def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:
@@ -272,7 +305,8 @@ def memory_error(request: RunRequest) -> str:
 def execute(argv: list[str], request: RunRequest, result_path: Path,
             env: dict[str, str] | None = None, cwd: Path | None = None,
             memory_limit: int | None = None,
-            alongside: Callable[[], None] | None = None) -> RunResult:
+            alongside: Callable[[], None] | None = None,
+            sandbox: dict | None = None) -> RunResult:
     """Run a harness command; always return a RunResult, never raise for a failing training.
 
     Its output goes to a log beside the result file (the run's temporary directory); the log's
@@ -284,7 +318,7 @@ def execute(argv: list[str], request: RunRequest, result_path: Path,
     show_command(argv)
     try:
         done = process.run(argv, log=log, timeout=request.timeout, env=env, cwd=cwd,
-                           memory_limit=memory_limit, alongside=alongside)
+                           memory_limit=memory_limit, alongside=alongside, sandbox=sandbox)
     except process.ProcessError as exc:
         raise EnvError(f"cannot start the harness: {exc}") from None
     if done.timed_out:

@@ -148,14 +148,19 @@ def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[in
     return linked, len(missing)
 
 
-def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
+def remember_imported(venv: Path, listed: Path, store_root: Path,
+                      compile_with: Path | None = None) -> int:
     """Mark as wanted the modules of the venv that a run listed in `listed` (it wrote their
     bytecode: harness/_lockguard_harness/bytecode.py), so that the next build installing the
     same files compiles them into the store. The list comes from a training, so it is a hint
     and no more: only a regular .py file inside the venv's site-packages counts (anything else
     is passed over), and what is marked is the sha256 of the file's bytes as lockguard reads
     them. The list is removed. Returns how many were marked; never fails a run (a full disk
-    marks fewer)."""
+    marks fewer).
+
+    `compile_with` (the venv's interpreter): the run was sandboxed and could not write the
+    bytecode it listed, so lockguard gives those modules theirs now, linked from the store or
+    compiled there from the bytes it hashed (the caller holds the venv's lock)."""
     try:
         # Bounded, and never waiting on a FIFO the run may have left in the list's place.
         text = read_bytes(listed, "bytecode list", RUN_LIST_MAX)
@@ -175,6 +180,7 @@ def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
         return 0
     seen: set[str] = set()
     marked = hashed = 0
+    lacking: list[tuple[str, str]] = []  # (module, sha256) of the marked
     for line in text.decode("utf-8", "surrogateescape").splitlines():
         if (len(seen) >= RUN_LIST_MODULES or hashed >= RUN_LIST_HASHED
                 or not line.endswith(".py") or not os.path.isabs(line) or "\0" in line):
@@ -186,11 +192,54 @@ def remember_imported(venv: Path, listed: Path, store_root: Path) -> int:
         try:
             data = read_bytes(Path(real), "module", MODULE_MAX)
             hashed += len(data)
-            (wanted / hashlib.sha256(data).hexdigest()).touch()
+            digest = hashlib.sha256(data).hexdigest()
+            (wanted / digest).touch()
             marked += 1
+            lacking.append((real, digest))
         except (ReadError, OSError, ValueError):
             continue
+    if compile_with is not None and lacking:
+        with contextlib.suppress(OSError, EnvError):
+            _give_bytecode(venv, compile_with, store_root, lacking)
     return marked
+
+
+class _Silent:
+    """A progress step that shows nothing: bytecode given after a run is no step of its own."""
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        """Nothing to show."""
+
+
+_SILENT = _Silent()
+
+
+def _give_bytecode(venv: Path, python: Path, store_root: Path,
+                   modules: list[tuple[str, str]]) -> None:
+    """A current .pyc for each of `modules` (path, sha256) that has none: linked from the store
+    where it holds one, else compiled (-I -S: no code of the lock's runs) and kept there."""
+    tag = sys.implementation.cache_tag if str(python) == sys.executable else None
+    if tag is None:
+        tag = _cache_tag(venv, str(python), _SILENT)
+    store = store_root / tag
+    store.mkdir(parents=True, exist_ok=True)
+    missing: list[tuple[str, str, Path]] = []
+    for module, digest in modules:
+        st = os.stat(module)
+        mtime = int(st.st_mtime) & 0xFFFFFFFF
+        directory, name = os.path.split(module)
+        pyc = os.path.join(directory, "__pycache__", f"{name[:-3]}.{tag}.pyc")
+        if _header(pyc) == _current(mtime, st.st_size):
+            continue  # another run's compile, or the build's link, came first
+        kept = store / f"{digest}-{mtime}-{st.st_size}.pyc"
+        os.makedirs(os.path.dirname(pyc), exist_ok=True)
+        if not link_file(kept, Path(pyc)):
+            missing.append((module, pyc, kept))
+    if missing:
+        _compile(venv, [(module, pyc) for module, pyc, _ in missing], _SILENT)
+        for _, pyc, kept in missing:
+            if os.path.exists(pyc):
+                link_file(Path(pyc), kept)
 
 
 def _cache_tag(venv: Path, python: str, step) -> str:

@@ -17,32 +17,37 @@ from lockguard.results import RunResult
 
 if TYPE_CHECKING:
     from lockguard.locks.model import Lock
+    from lockguard.sandbox import Sandbox
 
 
 class LocalEnv:
     """The interpreter `python` (None: the one running lockguard), as it is."""
 
-    def __init__(self, python: str | None = None, lock_hash: str = "local") -> None:
+    def __init__(self, python: str | None = None, lock_hash: str = "local",
+                 sandbox: Sandbox | None = None) -> None:
         self.python = python or sys.executable
+        self.sandbox = sandbox
         self.lock_hash = lock_hash
         self.label = f"local {self.python}"
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         """The harness with this interpreter, in the training allowlist's environment."""
-        return run_with(self.python, request, out_dir, harness_env())
+        return run_with(self.python, request, out_dir, harness_env(), sandbox=self.sandbox)
 
 
-def prepare(python: str | None = None, lock_hash: str = "local") -> LocalEnv:
+def prepare(python: str | None = None, lock_hash: str = "local",
+            sandbox: Sandbox | None = None) -> LocalEnv:
     """The local environment, named for `lock_hash` in reports (nothing is checked)."""
-    return LocalEnv(python, lock_hash)
+    return LocalEnv(python, lock_hash, sandbox)
 
 
 class LocalBackend(Backend):
     """Runs every scenario with `python` (None: the interpreter running lockguard); installs
     nothing, so it admits every lock and refuses none."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, sandbox: Sandbox | None = None) -> None:
         self.python = python
+        self.sandbox = sandbox
         self._identity: str | None = None
 
     def identity(self) -> str:
@@ -61,4 +66,5 @@ class LocalBackend(Backend):
     def prepare(self, lock: Lock | None, framework: str, device: str,
                 progress: Progress) -> LocalEnv:
         """The interpreter, labelled with the lock's hash (or "local" without one)."""
-        return prepare(self.python, lock.lock_hash if lock is not None else "local")
+        return prepare(self.python, lock.lock_hash if lock is not None else "local",
+                       self.sandbox)

@@ -44,8 +44,10 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -72,6 +74,9 @@ from lockguard.locks.model import Lock, Pin
 from lockguard.locks.writer import install_form, option_args, pylock_text, requirements_text
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult
+
+if TYPE_CHECKING:
+    from lockguard.sandbox import Sandbox
 
 LOCK_FILE = "lockguard-lock.txt"  # in the env: the lock the installer read, from the parsed Lock
 PYLOCK_FILE = "pylock.lockguard.toml"  # the same, when uv installs it as a pylock.toml
@@ -109,7 +114,8 @@ class VenvEnv:
                  startup: dict[str, tuple[tuple[str, bool], ...]] | None = None, *,
                  shared_cache: bool = False, bytecode_store: Path,
                  files: _FileCheck | None = None,
-                 rebuilt: Callable[[], VenvEnv] | None = None) -> None:
+                 rebuilt: Callable[[], VenvEnv] | None = None,
+                 sandbox: Sandbox | None = None) -> None:
         self.path = path
         self.lock_hash = lock_hash
         self.python = path / "bin" / "python"
@@ -121,6 +127,7 @@ class VenvEnv:
         self.startup_files = startup or {}
         self._files = files  # not yet checked against the manifest: checked beside a run
         self._rebuilt = rebuilt  # prepare again: the env rebuilt after the check found damage
+        self.sandbox = sandbox  # what its trainings are confined to (None: nothing)
         self._replaced = threading.Lock()
         self._replacement: VenvEnv | BaseException | None = None  # what _rebuilt gave
 
@@ -138,10 +145,15 @@ class VenvEnv:
         files = self._files
         try:
             result = run_with(str(self.python), request, out_dir, env, bytecode_list=listed,
-                              alongside=None if files is None else lambda: _intact(files))
+                              alongside=None if files is None else lambda: _intact(files),
+                              sandbox=self.sandbox, writes=(str(self.compile_cache),))
         except _Damaged:
             return self._rebuild().run(request, out_dir)
-        remember_imported(self.path, listed, self.bytecode_store)
+        sealed = self.sandbox is not None and self.sandbox.active
+        with file_lock(self.path.parent / f"{self.path.name}.lock") if sealed else _nothing():
+            # A sandboxed run cannot write the venv: lockguard compiles what it imported.
+            remember_imported(self.path, listed, self.bytecode_store,
+                              compile_with=self.python if sealed else None)
         return result
 
     def checked(self) -> VenvEnv:
@@ -170,6 +182,11 @@ class VenvEnv:
             return self._replacement
 
 
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
 def _intact(files: _FileCheck) -> None:
     problem = files.problem()
     if problem is not None:
@@ -185,8 +202,9 @@ class VenvBackend(Backend):
 
     def __init__(self, python: str | None = None, installer: str = "uv", *,
                  allow_sdist: bool = False, allow_unhashed: bool = False,
-                 allow_insecure_index: bool = False) -> None:
+                 allow_insecure_index: bool = False, sandbox: Sandbox | None = None) -> None:
         self.python = python
+        self.sandbox = sandbox
         self.installer = installer
         self.allow_sdist = allow_sdist
         self.allow_unhashed = allow_unhashed
@@ -226,12 +244,13 @@ class VenvBackend(Backend):
         self._admit(lock)
         return prepare(lock, python=self.python, installer=self.installer,
                        allow_sdist=self.allow_sdist, progress=progress,
-                       check_files_beside_first_run=True)
+                       check_files_beside_first_run=True, sandbox=self.sandbox)
 
 
 def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
             allow_sdist: bool = False, progress: Progress = QUIET,
-            check_files_beside_first_run: bool = False) -> VenvEnv:
+            check_files_beside_first_run: bool = False,
+            sandbox: Sandbox | None = None) -> VenvEnv:
     """Return the env for `lock`, building it first if the cache has no sound one.
 
     With `check_files_beside_first_run`, a cached env's files are checked while its first
@@ -266,11 +285,12 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
 
     def rebuilt() -> VenvEnv:
         return prepare(lock, python=python, installer=installer, allow_sdist=allow_sdist,
-                       progress=progress)
+                       progress=progress, sandbox=sandbox)
 
     return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared,
                    bytecode_store=cache_dir() / BYTECODE_STORE,
-                   files=files, rebuilt=rebuilt if files is not None else None)
+                   files=files, rebuilt=rebuilt if files is not None else None,
+                   sandbox=sandbox)
 
 
 def refuse_source_options(lock: Lock) -> None:

@@ -36,6 +36,7 @@ from lockguard.settings import Settings
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.report import Evidence
+    from lockguard.sandbox import Sandbox
 
 Role = Literal["baseline", "candidate"]
 
@@ -75,6 +76,7 @@ class Outcome:
     # lock run at every interpreter start (.pth files: envs/venv.startup_files), where known.
     startup_files: dict[str, dict[str, tuple[tuple[str, bool], ...]]] = field(
         default_factory=dict)
+    sandbox: str | None = None  # what the runs were confined to (sandbox_line); None: none ran
 
 
 @dataclass
@@ -155,7 +157,30 @@ def run_backend(settings: Settings, given: Backend | None = None) -> Backend:
         return given
     return backend_for(settings.env, python=settings.python, installer=settings.installer,
                        allow_sdist=settings.allow_sdist, allow_unhashed=settings.allow_unhashed,
-                       allow_insecure_index=settings.allow_insecure_index)
+                       allow_insecure_index=settings.allow_insecure_index,
+                       sandbox=run_sandbox(settings))
+
+
+def run_sandbox(settings: Settings) -> Sandbox | None:
+    """The sandbox the venv and local backends confine lock code to (None for docker, whose
+    containers are their own), one per mode and process: what the machine offers is probed
+    once, when a run first needs it."""
+    if settings.env == "docker":
+        return None
+    from lockguard.sandbox import resolve
+
+    return _sandboxes.setdefault(settings.sandbox, resolve(settings.sandbox))
+
+
+_sandboxes: dict[str, Sandbox] = {}
+
+
+def sandbox_line(settings: Settings) -> str:
+    """What a report says of the sandbox its runs had (lockguard/sandbox.py)."""
+    given = run_sandbox(settings)
+    if given is None:
+        return "docker: read-only containers without network (--network none)"
+    return given.describe()
 
 
 def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef], *,
@@ -191,7 +216,8 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
     from lockguard.compare.verdicts import skipped
 
     by_scenario = {sid: Runs() for sid in wanted}
-    outcome = Outcome(planned=planned, verdicts=[])
+    outcome = Outcome(planned=planned, verdicts=[],
+                      sandbox=sandbox_line(settings) if ran else None)
     for job, env, result in ran:
         by_scenario[job.planned.scenario.id].add(job, env.label, result)
         shipped = getattr(env, "startup_files", None)  # the venv backend's
@@ -330,6 +356,9 @@ def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Pro
             title: str | None = None) -> list[tuple[Job, Env, RunResult]]:
     """Prepare every job's environment on `backend`, then run all jobs in parallel: (job, the
     environment it ran in, result), in the order of `jobs`."""
+    confined = run_sandbox(settings)
+    if confined is not None:
+        confined.require()  # under "required": none to be had is exit 2 before any build
     envs = Environments(backend, progress)
     wanted = [(j.ref, j.planned.scenario.framework, j.planned.device) for j in jobs]
     envs.expect(wanted)

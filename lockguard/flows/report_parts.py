@@ -81,7 +81,7 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
     return build(command=command, mode=mode, device=settings.report_device,
                  locks=[lock_info(r, "baseline") for r in baseline]
                  + [lock_info(r, "candidate") for r in locks],
-                 verdicts=verdicts, evidence=outcome.evidence,
+                 verdicts=verdicts, evidence=outcome.evidence, sandbox=outcome.sandbox,
                  notes=([idle] if idle else []) + list(notes)
                  + trust_notes(settings, [*baseline, *locks]),
                  passed=passed, failing=[v.scenario for v in failing],

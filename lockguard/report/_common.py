@@ -346,6 +346,15 @@ def fastest_line(family: str, rows: list[FrameworkRow]) -> str:
         + ("" if row is timed[0] else f" {ratio(row.step_vs_fastest)}") for row in timed)
 
 
+def sandbox_warning(report: Report) -> str | None:
+    """The line every format puts first when the runs' lock code ran unsandboxed (sandbox =
+    "off", or none to be had under "auto"); None when it was confined or nothing ran."""
+    text = report.sandbox
+    if text is None or not (text.startswith("off") or text.startswith("none")):
+        return None
+    return f"sandbox {text}"
+
+
 def gate_lines(report: Report) -> tuple[str, list[str]] | None:
     """`check --base`: the sentence saying this change alters the gate, and what it changes;
     None when it changes nothing of it. Every format says it before anything else."""

@@ -17,7 +17,7 @@ from lockguard.names import Verdict
 from lockguard.report.model import Report
 from lockguard.report._common import (
     ACCEPTABLE, change_text, compile_rows, culprits, family_notes, family_title, final_loss,
-    fmt_float, framework_cells, FRAMEWORK_HEAD, gate_lines, lock_lines, LockLine, option_lines,
+    fmt_float, framework_cells, FRAMEWORK_HEAD, gate_lines, lock_lines, LockLine, option_lines, sandbox_warning,
     reproduce, STEP0, summary_line, timing_line, trial_line, verdict_name,
 )
 
@@ -198,6 +198,9 @@ def _details(report: Report, v: ScenarioVerdict) -> list[str]:
 
 def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | None) -> list[str]:
     lines = [headline(report), ""]
+    unconfined = sandbox_warning(report)
+    if unconfined is not None:
+        lines += [f"> ⚠️ **{_text(unconfined)}**", ""]
     gate = gate_lines(report)
     if gate is not None:
         lines += [f"> ⚠️ **{_text(gate[0])}:**", ">"]

@@ -333,6 +333,9 @@ class Report(BaseModel):
     # This machine's hardware class per device checked (lockguard/hardware.py), where readable.
     hardware: dict[str, HardwareClass] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    # What the runs' lock code was confined to (lockguard/sandbox.py: "bwrap (pid, net, ipc,
+    # ro) + landlock 7 (...)"), "off (...)" when it ran bare; None: nothing ran.
+    sandbox: str | None = None
     passed: bool = True
     duration_s: float | None = None
     # The command line that made this report (report options left out), for "reproduce with".

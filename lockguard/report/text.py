@@ -18,7 +18,7 @@ from lockguard.names import Verdict
 from lockguard.report.model import Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_notes,
-    family_title, final_loss, fmt_float, framework_cells, gate_lines, option_lines, summary_line,
+    family_title, final_loss, fmt_float, framework_cells, gate_lines, option_lines, sandbox_warning, summary_line,
     timing, verdict_name,
 )
 
@@ -69,6 +69,9 @@ def _wrapped(console: Console, text: str, width: int, first: str = "  • ") -> 
 
 def _header(console: Console, report: Report, width: int) -> None:
     """What judged the run (the gate), the locks, what changed in them, the rules broken."""
+    unconfined = sandbox_warning(report)
+    if unconfined is not None:
+        console.print(f"[bold yellow]⚠ {escape(unconfined)}[/]")
     gate = gate_lines(report)
     if gate is not None:
         console.print(f"[bold yellow]⚠ {escape(gate[0])}:[/]")
@@ -79,6 +82,8 @@ def _header(console: Console, report: Report, width: int) -> None:
         _plain(console, f"{lock.role} lock {lock.name} ({lock.lock_hash[:12]})"
                + (f": {versions}" if versions else "")
                + (f" [{lock.read_as}]" if lock.read_as else ""))
+    if report.sandbox is not None and unconfined is None:
+        _plain(console, f"sandbox: {report.sandbox}")
     for diff in report.lock_diffs:
         options = [row for o in diff.option_changes for row in option_lines(o)]
         changed = diff.changed

@@ -21,7 +21,7 @@ from importlib.machinery import SourceFileLoader
 
 def write_in_site_packages() -> list[str]:
     """From now on, write the bytecode of modules imported from the venv's site-packages; the
-    list returned fills with their source paths as they are written."""
+    list returned fills with their source paths as they are compiled (written or not)."""
     roots = set()
     for key in ("purelib", "platlib"):
         path = sysconfig.get_paths()[key]
@@ -33,10 +33,10 @@ def write_in_site_packages() -> list[str]:
     def in_site_packages_only(loader, source_path, bytecode_path, data):
         if not source_path.startswith(roots):
             return None  # not the venv's to keep: compiled in memory, as before
-        done = cache_bytecode(loader, source_path, bytecode_path, data)
-        if os.path.exists(bytecode_path):  # the interpreter ignores a failed write
-            written.append(source_path)
-        return done
+        # Listed whether or not the write succeeded (the interpreter ignores a failed one): in
+        # a sandbox the venv is read-only, and lockguard compiles what the list names.
+        written.append(source_path)
+        return cache_bytecode(loader, source_path, bytecode_path, data)
 
     SourceFileLoader._cache_bytecode = in_site_packages_only
     sys.dont_write_bytecode = False
