@@ -185,3 +185,25 @@ def withheld(environ: Mapping[str, str] | None = None) -> int:
     names' values)."""
     environ = os.environ if environ is None else environ
     return len(environ) - len(training_env(environ))
+
+
+def own_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The names of `environ` that read as credentials (a part TOKEN, SECRET, PASSWORD, KEY...)
+    and that no child of lockguard's is given: lockguard drops them from its own environment
+    before the first training (drop_own_secrets)."""
+    environ = os.environ if environ is None else environ
+    given = set(install_env(environ)) | set(docker_client_env(environ))
+    return sorted(k for k in environ
+                  if k not in given and _CREDENTIAL_PART.search(k.upper()))
+
+
+def drop_own_secrets() -> int:
+    """Remove own_secrets from this process's environment (what later children would inherit
+    and what os.environ shows); how many. /proc/<pid>/environ still holds the values the
+    process started with: the process is made undumpable (process.guard_self), which hides it
+    from every process but root's, and the sandbox hides it from a root training."""
+    names = own_secrets()
+    for name in names:
+        os.environ.pop(name, None)
+    return len(names)
+

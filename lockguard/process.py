@@ -428,6 +428,18 @@ def _kill_hard(supervisor: int) -> None:
         pass
 
 
+def guard_self() -> None:
+    """Make lockguard's process undumpable (no process of its user may read its memory or
+    /proc/<pid>/environ, where CI secrets it was started with stay) and drop from its
+    environment the credentials no child of its is given (allowlist.drop_own_secrets):
+    called once, before anything runs a lock's code."""
+    from lockguard.allowlist import drop_own_secrets
+    from lockguard.supervisor import PR_SET_DUMPABLE, prctl
+
+    prctl(PR_SET_DUMPABLE, 0)
+    drop_own_secrets()
+
+
 def interrupted() -> bool:
     """Whether lockguard was interrupted (kill_all; never cleared, as no run starts after it):
     work that waits on something other than a child process (another lockguard's lock) asks,

@@ -42,10 +42,11 @@ def cli() -> None:
       lockguard check                      # compare with the goldens
       lockguard check --help               # every option of a command
     """
-    from lockguard.process import install_signal_handlers
+    from lockguard.process import guard_self, install_signal_handlers
 
     # Ctrl-C and SIGTERM kill every training and build at once and exit 130 (handles_errors).
     install_signal_handlers()
+    guard_self()  # nothing of a lock's reads lockguard's memory or secrets (sandbox.py)
 
 
 for _command in (*gate.COMMANDS, *locks.COMMANDS, *project.COMMANDS):

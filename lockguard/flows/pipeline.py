@@ -371,6 +371,7 @@ def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Pro
                         "withheld from the trainings (only locale, paths and thread, "
                         "accelerator and framework settings pass)")
     _prewarm()
+    _hold_the_judge()
     # Runs are named for people by their role and lock ("baseline main@1a2b3c4:lock.txt"),
     # not by the environment's hash.
     both = {j.role for j in jobs} == {"baseline", "candidate"}
@@ -381,6 +382,27 @@ def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Pro
                            title=title)
     return [(job, env, result)
             for job, (env, _), result in zip(jobs, prepared, results, strict=True)]
+
+
+def _hold_the_judge() -> None:
+    """Before the first training: import every module that judges and reports (a module
+    imported later would be read from disk after a lock's code ran), then hash lockguard's
+    own files, checked again before the verdict (lockguard/integrity.py)."""
+    import importlib
+
+    from lockguard import integrity
+
+    for name in JUDGE_MODULES:
+        importlib.import_module(name)
+    integrity.take()
+
+
+# What judges a run and says so: imported before any training (_hold_the_judge).
+JUDGE_MODULES = ("lockguard.compare.verdicts", "lockguard.flows.acceptances",
+                 "lockguard.golden", "lockguard.evidence",
+                 "lockguard.report", "lockguard.report.text", "lockguard.report.markdown",
+                 "lockguard.report.html", "lockguard.report.junit", "lockguard.report.github",
+                 "lockguard.flows.report_parts", "lockguard.integrity")
 
 
 def _prewarm() -> None:

@@ -64,9 +64,11 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
     step-0 rows; `validate`: False builds a report made only of lockguard's own values
     without the model validator (an unrun golden answer). Other Report fields come as
     `fields`."""
+    from lockguard import integrity
     from lockguard.compare.verdicts import gate_passes, is_failure
     from lockguard.report import Report
 
+    integrity.verify()  # the judge that ran is the one that started (exit 2 otherwise)
     verdicts = outcome.verdicts
     idle = nothing_done(verdicts, done)
     if failing is None:
