@@ -18,7 +18,9 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError,
 from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import ReadError, lexists, read_bytes
-from lockguard.names import DEVICES, ENV_KINDS, FRAMEWORKS, MAX_STEPS, VERDICT_NAMES
+from lockguard.names import (
+    DEVICES, ENV_KINDS, FRAMEWORKS, MAX_STEPS, SANDBOX_MODES, VERDICT_NAMES,
+)
 from lockguard.sizes import SIZE_RULE, format_size, parse_size
 
 if sys.version_info >= (3, 11):
@@ -28,6 +30,7 @@ else:  # pragma: no cover
 
 Device = Literal[DEVICES]
 EnvKind = Literal[ENV_KINDS]
+SandboxMode = Literal[SANDBOX_MODES]
 Framework = Literal[FRAMEWORKS]
 
 
@@ -140,7 +143,7 @@ class Config(_Strict):
     installer: Literal["uv", "pip"] = "uv"  # both install the same wheels, hash-checked
     # What a lock's code runs in (lockguard/sandbox.py): the strongest sandbox available, one
     # or exit 2, or none. LOCKGUARD_SANDBOX (and --sandbox, which sets it) overrides.
-    sandbox: Literal["auto", "required", "off"] = "auto"
+    sandbox: SandboxMode = "auto"
     # Venvs install wheels only: building an sdist runs code from the lock on this machine.
     allow_sdist: StrictBool = False  # only a literal `true` opts in
     # A lock whose pins carry no --hash, or that names a plain-http index, find-links or a

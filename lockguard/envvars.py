@@ -93,9 +93,9 @@ def _names(value: str) -> str | None:
 
 
 def _sandbox(value: str) -> str | None:
-    from lockguard.sandbox import MODES
+    from lockguard.names import SANDBOX_MODES
 
-    return None if value in MODES else f"must be one of {', '.join(MODES)}"
+    return None if value in SANDBOX_MODES else f"must be one of {', '.join(SANDBOX_MODES)}"
 
 
 # Set for every step by earlier versions of lockguard's workflow templates (where to install

@@ -10,7 +10,7 @@ the running kernel knows, gives read (and execute) rights below `read`, every ri
 (`network` False); ABI 6's scoping keeps signals and abstract Unix sockets inside the domain.
 Landlock's ptrace rule (a sandboxed process cannot read another's /proc/<pid>/environ or
 memory unless that process is sandboxed below it) is waived for a holder of CAP_SYS_PTRACE,
-so a root lockguard's child first drops every capability (bounding set included, so an exec
+so the child first drops every capability it has (bounding set included, so an exec
 cannot give them back): root in the sandbox is then an ordinary uid 0 that Landlock holds.
 
 A domain cannot be left, so nothing here is undone; a kernel without Landlock raises
@@ -72,7 +72,7 @@ def abi():
     try:
         return max(0, _call(ctypes.c_long(_CREATE_RULESET), None, ctypes.c_size_t(0),
                             ctypes.c_uint32(_CREATE_RULESET_VERSION)))
-    except (Unavailable, OSError, AttributeError):
+    except (OSError, AttributeError):  # Unavailable is an OSError
         return 0
 
 
@@ -92,11 +92,13 @@ def drop_capabilities():
         raise Unavailable(errno, f"capset: {os.strerror(errno)}")
 
 
-def confine(read, write, network, devices=(), level=None):
-    """Restrict this process (and what it execs) to reading `read`, reading and writing
-    `devices` (device nodes, with their ioctls), everything below `write`, and no TCP unless
-    `network`; raises Unavailable where Landlock is missing or a step fails. A path that does
-    not exist is passed over. `level`: the ABI to use (default: the kernel's)."""
+def confine(read, write, network, devices=(), level=None, listed=()):
+    """Restrict this process (and what it execs) to reading `read`, listing the folders below
+    `listed` (not reading their files: a project's root, beside its unreadable `.git`),
+    reading and writing `devices` (device nodes, with their ioctls), everything below
+    `write`, and no TCP unless `network`; raises Unavailable where Landlock is missing or a
+    step fails. A path that does not exist is passed over. `level`: the ABI to use (default:
+    the kernel's)."""
     import ctypes
 
     level = abi() if level is None else level
@@ -114,11 +116,11 @@ def confine(read, write, network, devices=(), level=None):
     ruleset = _call(ctypes.c_long(_CREATE_RULESET), ctypes.create_string_buffer(attr, len(attr)),
                     ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     try:
-        for paths, rights in ((read, READ), (devices, DEVICE), (write, handled_fs)):
+        for paths, rights in ((read, READ), (listed, READ_DIR), (devices, DEVICE),
+                              (write, handled_fs)):
             for path in paths:
                 _add_path(ruleset, path, rights & handled_fs)
-        if os.getuid() == 0 or os.geteuid() == 0:
-            drop_capabilities()
+        drop_capabilities()  # any process may drop its own; root's are what matter
         if _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             errno = ctypes.get_errno()
             raise Unavailable(errno, f"no_new_privs: {os.strerror(errno)}")
@@ -156,8 +158,7 @@ def main():
     try:
         policy = marshal.loads(bytes.fromhex(sys.argv[1]))
         argv = sys.argv[3:]
-        confine(policy["read"], policy["write"], policy["network"], policy["devices"],
-                policy["level"])
+        confine(**policy)
         os.execvp(argv[0], argv)  # bubblewrap passed the run's environment through
     except BaseException as exc:  # noqa: BLE001 - one line for the log, whatever it was
         sys.stderr.write(f"lockguard sandbox: cannot confine the run: {exc}\n")

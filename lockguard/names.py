@@ -7,6 +7,7 @@ from enum import Enum
 FRAMEWORKS = ("torch", "jax", "tensorflow", "numpy")
 DEVICES = ("cpu", "cuda", "tpu")
 ENV_KINDS = ("venv", "docker", "local")
+SANDBOX_MODES = ("auto", "required", "off")  # what lock code runs in (lockguard/sandbox.py)
 FORMATS = ("text", "json", "markdown", "html", "junit", "github")
 RESOLVERS = ("pip-tools", "uv")
 # The bundled model families: a family's scenarios share data and initial weights in every

@@ -31,11 +31,12 @@ from pathlib import Path
 from lockguard.errors import LockguardError, tail
 from lockguard.sizes import format_size
 
+# lockguard importable in a `python -I -S -c` of the host interpreter (no site, no PYTHONPATH).
+IMPORTABLE = f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
 # -I -S: the supervisor needs nothing but the standard library, and no user site, PYTHONPATH or
 # sitecustomize may slow it down or change what it does. Imported rather than run as a script,
 # so it starts from its cached bytecode instead of being compiled every time.
-_SUPERVISE = (f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
-              "from lockguard.supervisor import main; sys.exit(main())")
+_SUPERVISE = IMPORTABLE + "from lockguard.supervisor import main; sys.exit(main())"
 _SUPERVISOR_ENV = ("PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")  # to start the interpreter
 HEAD_BYTES = 1_000_000  # of each output stream, kept as it comes
 TAIL_BYTES = 256 * 1024  # of each output stream, kept from its end

@@ -41,13 +41,17 @@ from __future__ import annotations
 import functools
 import marshal
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockguard import process
 from lockguard.errors import LockguardError, one_line, tail
+from lockguard.names import SANDBOX_MODES
+from lockguard.process import IMPORTABLE
 
-MODES = ("auto", "required", "off")
+
 # Read (and execute) for every sandboxed process: where programs, libraries and the system's
 # configuration live. Absent ones (no /lib32 here) are passed over.
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt",
@@ -57,8 +61,7 @@ SHARED_MEMORY = "/dev/shm"  # DataLoader workers' tensors, multiprocessing's sem
 GPU_NODES = ("nvidia", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset",
              "nvidia-caps", "dri", "kfd", "accel", "vfio")
 # Inside bubblewrap: apply Landlock, then exec the run (landlock.main).
-_STUB = (f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
-         "from lockguard.landlock import main; main()")
+_STUB = IMPORTABLE + "from lockguard.landlock import main; main()"
 REQUIRED_FIX = ("the sandbox needs Linux >= 5.13 with Landlock enabled, or bubblewrap with user "
                 "namespaces (apt-get install bubblewrap); on macOS, or where neither can be had, "
                 "use --env docker, or set sandbox = \"auto\" to run unsandboxed where it is "
@@ -71,13 +74,13 @@ class SandboxError(LockguardError):
 
 @dataclass(frozen=True)
 class Policy:
-    """What one sandboxed process may do: read `read` (beyond SYSTEM_READ), write `write`,
-    with HOME `home` (inside `write`); `network`: it may open TCP connections (an installer
-    fetching what a lock names), else it has none."""
+    """What one sandboxed process may do: read `read` (beyond SYSTEM_READ), list the folders
+    below `listed` without reading their files, write `write`; `network`: it may open TCP
+    connections (an installer fetching what a lock names), else it has none."""
 
     read: tuple[str, ...]
     write: tuple[str, ...]
-    home: str | None = None
+    listed: tuple[str, ...] = ()
     network: bool = False
 
 
@@ -89,7 +92,9 @@ class Sandbox:
 
     def __init__(self, mode: str, found: tuple[int, str | None, str] | None = None) -> None:
         self.mode = mode
-        self._found = found if found is not None or mode != "off" else (0, None, "")
+        if found is None and mode == "off":
+            found = (0, None, "")  # nothing to probe
+        self._found = found
 
     def _offers(self) -> tuple[int, str | None, str]:
         if self._found is None:
@@ -134,7 +139,8 @@ class Sandbox:
         if self.bwrap is not None:
             layers.append("bwrap (pid, net, ipc, ro)")
         if self.landlock:
-            rights = "fs, tcp, ptrace" if self.landlock >= 4 else "fs, ptrace"
+            tcp = self.landlock >= 4 and self.bwrap is None  # else the namespace holds it
+            rights = "fs, tcp, ptrace" if tcp else "fs, ptrace"
             if self.landlock >= 6:
                 rights += ", signals"
             layers.append(f"landlock {self.landlock} ({rights})")
@@ -150,8 +156,11 @@ class Sandbox:
             return None
         read = tuple(dict.fromkeys((*SYSTEM_READ, *policy.read)))
         write = tuple(dict.fromkeys((*policy.write, SHARED_MEMORY)))
+        # Inside bubblewrap's network namespace only loopback exists, and gloo's ranks (torch.ddp)
+        # talk over it: Landlock's TCP rule is for where there is no such namespace.
+        network = policy.network or self.bwrap is not None
         confine = {"read": list(read), "write": list(write), "devices": list(DEVICES),
-                   "network": policy.network, "level": self.landlock}
+                   "network": network, "level": self.landlock, "listed": list(policy.listed)}
         spec: dict = {"landlock": confine if self.landlock else None, "prefix": None}
         if self.bwrap is not None:
             spec["prefix"] = self._bwrap_prefix(policy, confine)
@@ -193,8 +202,8 @@ def _gpu_nodes() -> list[str]:
 def resolve(mode: str) -> Sandbox:
     """The sandbox `mode` gives on this machine (probed when first asked: Sandbox.require,
     describe, spec); SandboxError for a mode lockguard does not know."""
-    if mode not in MODES:
-        raise SandboxError(f"sandbox = {mode!r}: expected one of {', '.join(MODES)}")
+    if mode not in SANDBOX_MODES:
+        raise SandboxError(f"sandbox = {mode!r}: expected one of {', '.join(SANDBOX_MODES)}")
     return Sandbox(mode)
 
 
@@ -204,13 +213,10 @@ def _available() -> tuple[int, str | None, str]:
     a sandbox, or None; why what is missing is missing). Tried once per process, by starting
     one of each: an ABI the kernel answers can still be refused by a seccomp filter, and a
     bubblewrap on PATH by AppArmor's rule on user namespaces."""
-    from lockguard import process
-
     if not sys.platform.startswith("linux"):
         return 0, None, f"{sys.platform} has neither Landlock nor bubblewrap"
     missing = []
-    probe = (f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
-             "from lockguard import landlock; level = landlock.abi(); "
+    probe = (IMPORTABLE + "from lockguard import landlock; level = landlock.abi(); "
              "landlock.confine(['/usr'], [], False, (), level); print(level)")
     level = 0
     try:
@@ -222,7 +228,7 @@ def _available() -> tuple[int, str | None, str]:
             missing.append("landlock: " + one_line(tail(done.stderr.decode("utf-8", "replace"), 1) or "unavailable", 200))
     except (process.ProcessError, ValueError) as exc:
         missing.append(f"landlock: {exc}")
-    bwrap = _which("bwrap")
+    bwrap = shutil.which("bwrap")
     if bwrap is None:
         missing.append("bwrap is not installed")
     else:
@@ -239,26 +245,26 @@ def _available() -> tuple[int, str | None, str]:
     return level, bwrap, "; ".join(missing)
 
 
-def _which(name: str) -> str | None:
-    import shutil
-
-    return shutil.which(name)
-
-
-def project_read(script: Path | None) -> tuple[str, ...]:
-    """What a user scenario may read of its project: every entry of the repository holding
-    `script` (the folder with `.git`, else the script's own folder) except `.git`, whose
-    config holds a checkout's credentials. () for a bundled scenario."""
+def project_access(script: Path | None, project: Path | None
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(what a user scenario's `script` may read, what it may list) of its `project` (the
+    config's folder). It reads every entry of the repository holding the project (the folder
+    with `.git` at or above it, else the project itself) except `.git`, whose config holds a
+    checkout's credentials, and the script's own folder; it lists the repository's root (the
+    import system lists a folder on sys.path). ((), ()) for a bundled scenario (no script)."""
     if script is None:
-        return ()
+        return (), ()
     here = Path(os.path.abspath(script)).parent
-    root = next((p for p in (here, *here.parents) if (p / ".git").exists()), None)
-    if root is None:
-        return (str(here),)
+    start = Path(os.path.abspath(project)) if project is not None else here
+    root = next((p for p in (start, *start.parents) if (p / ".git").exists()), start)
     try:
-        return tuple(str(root / name) for name in sorted(os.listdir(root)) if name != ".git")
+        entries = tuple(str(root / name) for name in sorted(os.listdir(root)) if name != ".git")
     except OSError:
-        return (str(here),)
+        entries = ()
+    # The script's folder when it lies outside that repository (inside, the entries hold it:
+    # and were it the repository's root, naming it would open `.git` again).
+    outside = () if here.is_relative_to(root) else (str(here),)
+    return (*entries, *outside), (str(root),)
 
 
 def interpreter_prefix(python: str) -> str:

@@ -54,12 +54,15 @@ class Scenario:
 
     def request(self, *, steps: int, seed: int, device: str, threads: int,
                 timeout: float, memory_limit: int | None = None,
-                memory_limit_source: str = "config key memory_limit") -> RunRequest:
-        """This scenario as a harness run, in the env layer's terms."""
+                memory_limit_source: str = "config key memory_limit",
+                project: Path | None = None) -> RunRequest:
+        """This scenario as a harness run, in the env layer's terms (`project`: the folder of
+        the config that names a user scenario)."""
         return RunRequest(scenario_id=self.id, framework=self.framework, steps=steps, seed=seed,
                           device=device, threads=threads, timeout=timeout, dtype=self.dtype,
                           script=self.script, memory_limit=memory_limit,
-                          memory_limit_source=memory_limit_source)
+                          memory_limit_source=memory_limit_source,
+                          project=project if self.script is not None else None)
 
 
 def _b(id: str, framework: str, description: str, steps: int, family: str | None,

@@ -220,14 +220,9 @@ def spawn(job, out_fd, err_fd):
                 if sandbox.get("landlock"):
                     from lockguard import landlock
 
-                    rules = sandbox["landlock"]
-                    landlock.confine(rules["read"], rules["write"], rules["network"],
-                                     rules["devices"], rules["level"])
+                    landlock.confine(**sandbox["landlock"])
                 what = f"cannot run {argv[0]}"
-            env = job.get("env")
-            if env is None:
-                os.execvp(argv[0], argv)
-            os.execvpe(argv[0], argv, env)
+            os.execvpe(argv[0], argv, job["env"])  # always given: this process has none
         except BaseException as exc:  # noqa: BLE001 - whatever it is, the parent must hear it
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
             try:

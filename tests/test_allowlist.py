@@ -128,7 +128,9 @@ def test_a_user_scenario_sees_no_secret_through_the_real_cli(tmp_path):
         script = "sees.py"
         framework = "numpy"
         """, files={"sees.py": SEES}, locks={"lock.txt": DATA / "numpy-1.26.4.txt"})
-    env = {**SECRETS, **ALLOWED, **INSTALL_ONLY}
+    # Unsandboxed: the script writes what it saw into the project, which the sandbox forbids
+    # (test_sandbox.py holds what the sandbox hides).
+    env = {**SECRETS, **ALLOWED, **INSTALL_ONLY, "LOCKGUARD_SANDBOX": "off"}
     proc = run_cli("record", "-v", cwd=project, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     seen = json.loads((project / "seen.json").read_text())
@@ -214,7 +216,9 @@ def test_installers_and_trainings_never_see_the_secrets_and_the_pth_is_named(tmp
         scenarios = ["numpy.mlp"]
         allow_sdist = true
         """, files={"candidate.txt": candidate, "base.txt": base})
-    env = {**SECRETS, **ALLOWED, **INSTALL_ONLY}
+    # Unsandboxed: the .pth records what each start saw outside its run (test_sandbox.py holds
+    # what the sandbox hides).
+    env = {**SECRETS, **ALLOWED, **INSTALL_ONLY, "LOCKGUARD_SANDBOX": "off"}
     proc = run_cli("check", "--baseline-lock", "base.txt", "--format", "json", "-o",
                    "report.json", cwd=project, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -133,7 +133,8 @@ def probe(tmp_path: Path, world: dict, layer: str) -> dict:
     script = scratch / "probe.py"
     script.write_text(PROBE)
     env, spec = confined(available(layer), scratch, {"PATH": os.environ["PATH"]},
-                         sys.executable, script=Path(world["repo"]) / "train.py")
+                         sys.executable, script=Path(world["repo"]) / "train.py",
+                         project=Path(world["repo"]))
     assert spec is not None
     done = process.run([sys.executable, "-I", "-S", str(script), json.dumps(world)],
                        log=scratch / "probe.log", timeout=60, env=env, sandbox=spec)
@@ -163,7 +164,6 @@ def test_without_the_sandbox_the_same_probe_reaches_everything(tmp_path, world):
     scratch.mkdir()
     script = scratch / "probe.py"
     script.write_text(PROBE)
-    world = {**world, "home": world["home"]}
     done = process.run([sys.executable, "-I", "-S", str(script), json.dumps(world)],
                        log=scratch / "probe.log", timeout=60,
                        env={"PATH": os.environ["PATH"], "HOME": str(scratch)})
@@ -218,7 +218,7 @@ def _as_nobody(base: Path, python: str, world: dict) -> subprocess.CompletedProc
         found.require()
         policy = sandbox.Policy(read=({str(Path(python).resolve().parent.parent)!r},
                                       {str(code)!r}, {world['repo'] + '/train.py'!r}),
-                                write=({str(scratch)!r},), home={str(scratch)!r})
+                                write=({str(scratch)!r},))
         done = process.run([{python!r}, "-I", "-S", {str(scratch / 'probe.py')!r},
                             sys.argv[1]], log=Path({str(scratch / 'probe.log')!r}),
                            timeout=60, env={{"PATH": "/usr/bin:/bin", "HOME": {str(scratch)!r}}},

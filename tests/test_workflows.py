@@ -322,7 +322,8 @@ def run_gate(repo: Path, tmp: Path, **inputs: str) -> tuple[subprocess.Completed
     Actions; `inputs` override the step's env (all of which must be given here)."""
     step = action_step("gate")
     env = {"BASE_REF": "", "PR_BASE": "main", "QUEUE_BASE": "", "SCENARIOS": "", "ARGS": "",
-           "MERGE_PARTS": "", "REPORT_DIR": "lockguard-report", "FORMATS": "html junit"}
+           "MERGE_PARTS": "", "REPORT_DIR": "lockguard-report", "FORMATS": "html junit",
+           "LOCKGUARD_SANDBOX": step["env"]["LOCKGUARD_SANDBOX"]}
     assert set(step["env"]) == set(env), "the test must set every variable the step reads"
     env.update(inputs)
     summary = tmp / "summary.md"

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from lockguard.names import DEVICES, ENV_KINDS, FORMATS, MAX_STEPS
+from lockguard.names import DEVICES, ENV_KINDS, FORMATS, MAX_STEPS, SANDBOX_MODES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -77,8 +77,6 @@ def options(*decorators: Decorator) -> Decorator:
     return apply
 
 
-
-
 def _set_sandbox(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     # The edge: the invocation's setting travels as the variable Settings.resolve reads.
     if value is not None:
@@ -88,7 +86,7 @@ def _set_sandbox(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 sandbox_option = click.option(
-    "--sandbox", type=click.Choice(["auto", "required", "off"]), expose_value=False,
+    "--sandbox", type=click.Choice(SANDBOX_MODES), expose_value=False,
     callback=_set_sandbox, is_eager=True,
     help="What lock code runs in (default from config: auto, the strongest available; "
          "required: exit 2 without one; off: bare, said first in the report).")

@@ -14,8 +14,6 @@ implements Backend, a branch below, and its name in names.ENV_KINDS.
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING
 
 from lockguard.envs.base import Backend, Env, EnvError, RunRequest

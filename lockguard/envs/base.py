@@ -54,6 +54,9 @@ class RunRequest:
     timeout: float  # seconds
     dtype: str = "float32"  # for the result of a run that wrote none
     script: Path | None = None  # a user scenario's script; None for a bundled scenario
+    # The project a user scenario's script belongs to (its config's folder): what a
+    # sandboxed run of it may read besides the script's own folder.
+    project: Path | None = None
     memory_limit: int | None = None  # bytes its processes may hold resident together
     memory_limit_source: str = "config key memory_limit"  # where the limit came from, for errors
 
@@ -246,31 +249,31 @@ def _keep_precompiled_headers(tmp: Path, env: dict[str, str]) -> None:
 def run_with(python: str, request: RunRequest, out_dir: Path,
              env: dict[str, str], bytecode_list: Path | None = None,
              alongside: Callable[[], None] | None = None, *,
-             sandbox: Sandbox | None = None, reads: Sequence[str] = (),
-             writes: Sequence[str] = ()) -> RunResult:
+             sandbox: Sandbox | None = None, writes: Sequence[str] = ()) -> RunResult:
     """Run the harness with a host interpreter (the venv and local backends); `alongside`:
-    process.run's. Under an active `sandbox` the run reads only the system, the interpreter,
-    the harness, its project (a user script's) and `reads`, and writes only `out_dir` and
-    `writes` (confined)."""
+    process.run's. Under an active `sandbox` the run reads only the system, the interpreter
+    (and its venv), the harness and its project (a user script's), and writes only `out_dir`
+    and `writes` (confined)."""
     out = out_dir / f"{request.scenario_id}.json"
     script = str(request.script) if request.script is not None else None
     argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script,
                                   str(bytecode_list) if bytecode_list is not None else None)]
-    env, spec = confined(sandbox, out_dir, env, python, script=request.script, reads=reads,
-                         writes=writes)
+    env, spec = confined(sandbox, out_dir, env, python, script=request.script,
+                         project=request.project, writes=writes)
     return execute(argv, request, out, env=env, memory_limit=request.memory_limit,
                    alongside=alongside, sandbox=spec)
 
 
 def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python: str, *,
-             script: Path | None = None, reads: Sequence[str] = (),
+             script: Path | None = None, project: Path | None = None,
              writes: Sequence[str] = ()) -> tuple[dict[str, str], dict | None]:
     """A training's environment and sandbox spec (process.run's `sandbox`): HOME an empty
-    folder of the run's scratch `out_dir`, which is all it may write besides `writes`
-    (lockguard/sandbox.py says what else it may read). Unsandboxed: `env` as it is, None."""
+    folder of the run's scratch `out_dir`, which is all it may write besides `writes`; it
+    reads the system, `python`'s installation and venv, the harness and, for a user
+    `script`, its `project` (lockguard/sandbox.py). Unsandboxed: `env` as it is, None."""
     if sandbox is None or not sandbox.active:
         return env, None
-    from lockguard.sandbox import Policy, interpreter_prefix, project_read
+    from lockguard.sandbox import Policy, interpreter_prefix, project_access
 
     home = out_dir / "home"
     home.mkdir(exist_ok=True)
@@ -282,9 +285,9 @@ def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python
     for path in writes:
         Path(path).mkdir(parents=True, exist_ok=True)  # bubblewrap binds what exists
     prefix = str(Path(os.path.abspath(python)).parent.parent)  # a venv's own folder
-    policy = Policy(read=(prefix, interpreter_prefix(python), str(HARNESS_DIR), *reads,
-                          *project_read(script)),
-                    write=(str(out_dir), *writes), home=str(home))
+    readable, listed = project_access(script, project)
+    policy = Policy(read=(prefix, interpreter_prefix(python), str(HARNESS_DIR), *readable),
+                    write=(str(out_dir), *writes), listed=listed)
     return env, sandbox.spec(policy)
 
 

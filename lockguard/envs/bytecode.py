@@ -45,11 +45,13 @@ import struct
 import sys
 from pathlib import Path
 
+from lockguard.cache import file_lock
 from lockguard.envs.base import EnvError
 from lockguard.envs.installed import site_packages
-from lockguard.errors import one_line
+from lockguard.errors import LockguardError, one_line
 from lockguard.files import ReadError, clean_stale_temps, link_file, read_bytes, write_text
 from lockguard.installers import run_logged
+from lockguard.progress import StepHandle
 
 STORE = "bytecode"  # in lockguard's cache: <cache tag>/<sha256>-<mtime>-<size>.pyc and WANTED
 WANTED = "wanted"  # in the store: an empty file per sha256 of a module some run imported
@@ -139,17 +141,23 @@ def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[in
                     linked += 1
                 else:
                     missing.append((module, pyc, kept))
+    _compile_and_keep(venv, missing, step)
+    _prune(store)
+    return linked, len(missing)
+
+
+def _compile_and_keep(venv: Path, missing: list[tuple[str, str, Path]], step) -> None:
+    """Compile each (module, its .pyc, its place in the store) of `missing` and keep the .pyc
+    in the store."""
     if missing:
         _compile(venv, [(module, pyc) for module, pyc, _ in missing], step)
         for _, pyc, kept in missing:
             if os.path.exists(pyc):
                 link_file(Path(pyc), kept)  # not kept (no link here): compiled again next time
-    _prune(store)
-    return linked, len(missing)
 
 
 def remember_imported(venv: Path, listed: Path, store_root: Path,
-                      compile_with: Path | None = None) -> int:
+                      compile_with: Path | None = None, lock: Path | None = None) -> int:
     """Mark as wanted the modules of the venv that a run listed in `listed` (it wrote their
     bytecode: harness/_lockguard_harness/bytecode.py), so that the next build installing the
     same files compiles them into the store. The list comes from a training, so it is a hint
@@ -160,7 +168,7 @@ def remember_imported(venv: Path, listed: Path, store_root: Path,
 
     `compile_with` (the venv's interpreter): the run was sandboxed and could not write the
     bytecode it listed, so lockguard gives those modules theirs now, linked from the store or
-    compiled there from the bytes it hashed (the caller holds the venv's lock)."""
+    compiled there, holding the venv's build lock `lock` while it writes into the venv."""
     try:
         # Bounded, and never waiting on a FIFO the run may have left in the list's place.
         text = read_bytes(listed, "bytecode list", RUN_LIST_MAX)
@@ -199,28 +207,18 @@ def remember_imported(venv: Path, listed: Path, store_root: Path,
         except (ReadError, OSError, ValueError):
             continue
     if compile_with is not None and lacking:
-        with contextlib.suppress(OSError, EnvError):
+        with contextlib.suppress(OSError, LockguardError), \
+                file_lock(lock) if lock is not None else contextlib.nullcontext():
             _give_bytecode(venv, compile_with, store_root, lacking)
     return marked
-
-
-class _Silent:
-    """A progress step that shows nothing: bytecode given after a run is no step of its own."""
-
-    def update(self, *args: object, **kwargs: object) -> None:
-        """Nothing to show."""
-
-
-_SILENT = _Silent()
 
 
 def _give_bytecode(venv: Path, python: Path, store_root: Path,
                    modules: list[tuple[str, str]]) -> None:
     """A current .pyc for each of `modules` (path, sha256) that has none: linked from the store
     where it holds one, else compiled (-I -S: no code of the lock's runs) and kept there."""
-    tag = sys.implementation.cache_tag if str(python) == sys.executable else None
-    if tag is None:
-        tag = _cache_tag(venv, str(python), _SILENT)
+    silent = StepHandle()  # bytecode given after a run is no step of its own: nothing shown
+    tag = _cache_tag(venv, str(python), silent)
     store = store_root / tag
     store.mkdir(parents=True, exist_ok=True)
     missing: list[tuple[str, str, Path]] = []
@@ -229,17 +227,13 @@ def _give_bytecode(venv: Path, python: Path, store_root: Path,
         mtime = int(st.st_mtime) & 0xFFFFFFFF
         directory, name = os.path.split(module)
         pyc = os.path.join(directory, "__pycache__", f"{name[:-3]}.{tag}.pyc")
-        if _header(pyc) == _current(mtime, st.st_size):
+        if tag == sys.implementation.cache_tag and _header(pyc) == _current(mtime, st.st_size):
             continue  # another run's compile, or the build's link, came first
         kept = store / f"{digest}-{mtime}-{st.st_size}.pyc"
         os.makedirs(os.path.dirname(pyc), exist_ok=True)
         if not link_file(kept, Path(pyc)):
             missing.append((module, pyc, kept))
-    if missing:
-        _compile(venv, [(module, pyc) for module, pyc, _ in missing], _SILENT)
-        for _, pyc, kept in missing:
-            if os.path.exists(pyc):
-                link_file(Path(pyc), kept)
+    _compile_and_keep(venv, missing, silent)
 
 
 def _cache_tag(venv: Path, python: str, step) -> str:

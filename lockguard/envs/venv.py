@@ -44,8 +44,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -150,10 +149,10 @@ class VenvEnv:
         except _Damaged:
             return self._rebuild().run(request, out_dir)
         sealed = self.sandbox is not None and self.sandbox.active
-        with file_lock(self.path.parent / f"{self.path.name}.lock") if sealed else _nothing():
-            # A sandboxed run cannot write the venv: lockguard compiles what it imported.
-            remember_imported(self.path, listed, self.bytecode_store,
-                              compile_with=self.python if sealed else None)
+        # A sandboxed run cannot write the venv: lockguard compiles what it imported.
+        remember_imported(self.path, listed, self.bytecode_store,
+                          compile_with=self.python if sealed else None,
+                          lock=build_lock(self.path))
         return result
 
     def checked(self) -> VenvEnv:
@@ -180,11 +179,6 @@ class VenvEnv:
             if isinstance(self._replacement, BaseException):
                 raise self._replacement
             return self._replacement
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def _intact(files: _FileCheck) -> None:
@@ -268,7 +262,7 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
     root = cache_dir() / "venvs"
     path = root / key
     files = None
-    with file_lock(root / f"{key}.lock", f"the venv of {Path(lock.source).name} ({path})",
+    with file_lock(build_lock(path), f"the venv of {Path(lock.source).name} ({path})",
                    progress.info):
         problem, manifest = _marked_ready(path, lock, allow_sdist)
         if problem is None and check_files_beside_first_run:
@@ -291,6 +285,11 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
                    bytecode_store=cache_dir() / BYTECODE_STORE,
                    files=files, rebuilt=rebuilt if files is not None else None,
                    sandbox=sandbox)
+
+
+def build_lock(path: Path) -> Path:
+    """The lock file held while the venv at `path` is built or written into."""
+    return path.with_name(f"{path.name}.lock")
 
 
 def refuse_source_options(lock: Lock) -> None:

@@ -169,7 +169,9 @@ def run_sandbox(settings: Settings) -> Sandbox | None:
         return None
     from lockguard.sandbox import resolve
 
-    return _sandboxes.setdefault(settings.sandbox, resolve(settings.sandbox))
+    if settings.sandbox not in _sandboxes:
+        _sandboxes[settings.sandbox] = resolve(settings.sandbox)
+    return _sandboxes[settings.sandbox]
 
 
 _sandboxes: dict[str, Sandbox] = {}
@@ -328,7 +330,8 @@ def request_for(p: Planned, settings: Settings) -> RunRequest:
     limit, source = memory_limit(settings)
     return p.scenario.request(steps=p.steps, seed=settings.seed, device=p.device,
                               threads=settings.threads, timeout=settings.timeout,
-                              memory_limit=limit, memory_limit_source=source)
+                              memory_limit=limit, memory_limit_source=source,
+                              project=settings.config.root)
 
 
 # The default memory limit, of the memory this host gives lockguard: a runaway run is stopped
