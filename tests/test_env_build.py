@@ -386,6 +386,47 @@ def test_a_second_venv_links_the_bytecode_its_first_runs_imported(monkeypatch, t
 
 
 @pytest.mark.slow
+def test_a_sandboxed_run_gets_its_bytecode_from_lockguard_and_the_same_numbers(monkeypatch,
+                                                                               tmp_path):
+    """A sandboxed run cannot write its venv: it lists the modules it compiled, lockguard
+    compiles them (the venv's interpreter, -I -S) and the next run finds them current. Its
+    results are bitwise those of an unsandboxed run of the same venv on this machine, with
+    and without that bytecode."""
+    import subprocess
+
+    from lockguard.envs.base import RunRequest
+    from lockguard.sandbox import resolve
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    for name in ("UV_CACHE_DIR", "UV_LINK_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    confined = resolve("required")
+    lock = parse_lock_text(NUMPY_LOCK, "lock.txt")
+    sandboxed = venv.prepare(lock, sandbox=confined)
+    site = next(sandboxed.path.glob("lib/python*/site-packages"))
+    pyc = site / "numpy" / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+    assert not pyc.exists()
+    request = RunRequest(scenario_id="numpy.mlp", framework="numpy", steps=3, seed=0,
+                         device="cpu", threads=1, timeout=300)
+    results = []
+    for run in range(2):
+        out = tmp_path / f"run{run}"
+        out.mkdir()
+        results.append(sandboxed.run(request, out))
+        assert results[-1].status.value == "ok", results[-1].error
+        assert pyc.exists()  # given by lockguard after the first run
+    proc = subprocess.run([str(sandboxed.python), "-v", "-c", "import numpy"],
+                          capture_output=True, text=True, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert f"{pyc} matches " in proc.stderr and "bytecode is stale" not in proc.stderr
+    out = tmp_path / "bare"
+    out.mkdir()
+    bare = venv.prepare(lock).run(request, out)
+    for result in results:
+        assert (result.losses, result.outputs, result.param_digest) == (
+            bare.losses, bare.outputs, bare.param_digest)
+
+
+@pytest.mark.slow
 def test_a_checks_two_venvs_are_built_in_parallel(tmp_path):
     """A/B of two numpy locks: both venvs are built, at once where there are two cores."""
     project = make_project(tmp_path / "p", """
