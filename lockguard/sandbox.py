@@ -87,19 +87,16 @@ class Policy:
 class Sandbox:
     """The sandbox one invocation runs its lock code in: `mode` as set; what this machine
     offers (the Landlock ABI, 0: none; a working bubblewrap, None: none; why the stronger
-    layer is missing) is found out the first time a run asks, not before: a check that runs
-    nothing starts nothing."""
+    layer is missing) is `found` as given (tests), else found out (once a process, by
+    _available) the first time a run asks, not before: a check that runs nothing starts
+    nothing."""
 
     def __init__(self, mode: str, found: tuple[int, str | None, str] | None = None) -> None:
         self.mode = mode
-        if found is None and mode == "off":
-            found = (0, None, "")  # nothing to probe
-        self._found = found
+        self._found = (0, None, "") if found is None and mode == "off" else found
 
     def _offers(self) -> tuple[int, str | None, str]:
-        if self._found is None:
-            self._found = _available()
-        return self._found
+        return self._found if self._found is not None else _available()
 
     @property
     def landlock(self) -> int:

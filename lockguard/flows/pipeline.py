@@ -163,18 +163,13 @@ def run_backend(settings: Settings, given: Backend | None = None) -> Backend:
 
 def run_sandbox(settings: Settings) -> Sandbox | None:
     """The sandbox the venv and local backends confine lock code to (None for docker, whose
-    containers are their own), one per mode and process: what the machine offers is probed
-    once, when a run first needs it."""
+    containers are their own); what the machine offers is probed once a process, when a run
+    first needs it (sandbox.resolve)."""
     if settings.env == "docker":
         return None
     from lockguard.sandbox import resolve
 
-    if settings.sandbox not in _sandboxes:
-        _sandboxes[settings.sandbox] = resolve(settings.sandbox)
-    return _sandboxes[settings.sandbox]
-
-
-_sandboxes: dict[str, Sandbox] = {}
+    return resolve(settings.sandbox)
 
 
 def sandbox_line(settings: Settings) -> str:
