@@ -387,6 +387,12 @@ def _truncate(site: Path, env: Path) -> None:
     (site / "pkg" / "core.py").write_text("y = 2\n")
 
 
+def _same_size(site: Path, env: Path) -> None:
+    core = site / "pkg" / "core.py"
+    text = core.read_text()
+    core.write_text(text[:-2] + "9\n")  # what a training poisoning another's cache did
+
+
 def _no_python(site: Path, env: Path) -> None:
     (env / "bin" / "python").unlink()
 
@@ -422,6 +428,8 @@ def _script_deleted(site: Path, env: Path) -> None:
 @pytest.mark.parametrize("damage, reason", [
     (_delete, "lib/python3.11/site-packages/pkg/core.py (of pkg-1.0) is missing"),
     (_truncate, "lib/python3.11/site-packages/pkg/core.py (of pkg-1.0) has changed size"),
+    (_same_size, "lib/python3.11/site-packages/pkg/core.py (of pkg-1.0) has changed: its bytes "
+                 "are not the build's"),
     (_script_deleted, "bin/pkg-tool (of pkg-1.0) is missing"),
     (_no_python, "bin/python is missing or not executable"),
     (_python_not_executable, "bin/python is missing or not executable"),
@@ -435,6 +443,31 @@ def test_verify_names_what_is_damaged(tmp_path, damage, reason):
     site, lock = fake_env(env)
     damage(site, env)
     assert reason in venv.verify(env, lock, allow_sdist=False)
+
+
+def test_the_same_bytes_under_new_inodes_are_sound_and_read_once(tmp_path, monkeypatch):
+    """A cache restored from an archive (actions/cache) holds the build's bytes in new inodes:
+    every file's change time is past the seal, each is hashed once, found sound, and the seal
+    moves forward, so the next check hashes nothing."""
+    env = tmp_path / "env"
+    site, lock = fake_env(env)
+    assert venv.verify(env, lock, allow_sdist=False) is None
+    with tarfile.open(tmp_path / "cache.tar", "w") as archive:
+        archive.add(env, arcname="env")
+    shutil.rmtree(env)
+    with tarfile.open(tmp_path / "cache.tar") as archive:
+        archive.extractall(tmp_path, filter="tar")
+    hashed = []
+    real = venv._sha256
+    monkeypatch.setattr(venv, "_sha256", lambda path: hashed.append(path) or real(path))
+    assert venv.verify(env, lock, allow_sdist=False) is None
+    assert any(p.endswith("pkg/core.py") for p in hashed)
+    before = len(hashed)
+    assert venv.verify(env, lock, allow_sdist=False) is None
+    assert not any(p.endswith("pkg/core.py") for p in hashed[before:])
+    _same_size(site, env)  # and damage after the new seal is still found
+    assert "has changed: its bytes are not the build's" in venv.verify(env, lock,
+                                                                       allow_sdist=False)
 
 
 def _checked_later(env: Path, rebuilt) -> venv.VenvEnv:
@@ -536,6 +569,15 @@ def _delete_a_numpy_file(env: Path) -> str:
     return "numpy/__init__.py (of numpy-2.0.2) is missing"
 
 
+def _poison_numpy_same_size(env: Path) -> str:
+    """V01 of the hostile review: another project's unsandboxed training rewrote numpy's
+    __init__.py keeping its size."""
+    init = _site_packages(env) / "numpy" / "__init__.py"
+    data = init.read_bytes()
+    init.write_bytes(data[:-1] + (b"#" if data[-1:] != b"#" else b" "))
+    return "numpy/__init__.py (of numpy-2.0.2) has changed: its bytes are not the build's"
+
+
 def _delete_bin_python(env: Path) -> str:
     (env / "bin" / "python").unlink()
     return "bin/python is missing or not executable"
@@ -545,7 +587,8 @@ def _delete_bin_python(env: Path) -> str:
 # corrupt marker, a missing manifest) are told apart on hand-made envs above, and lead to the
 # same rebuild.
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", [_delete_a_numpy_file, _delete_bin_python])
+@pytest.mark.parametrize("damage", [_delete_a_numpy_file, _poison_numpy_same_size,
+                                    _delete_bin_python])
 def test_a_damaged_cached_venv_is_rebuilt(recorded, damage):
     project, cache = recorded
     golden = snapshot(project / "golden")

@@ -17,9 +17,13 @@ the user's file): with uv, a pylock.toml or uv.lock as a pylock.toml (uv install
 it names), anything else as requirements text.
 
 A cached env is verified at every use, not trusted: beside the marker lies a manifest of
-every file each installed distribution's RECORD lists, with its size; `prepare` checks the
-marker, `bin/python` and every file's existence and size (one stat per file; benchmarks/
-bench_venv.py measures it for the torch env) and rebuilds a damaged env, saying why. The
+every file each installed distribution's RECORD lists, with its size and the sha256 of its
+bytes at build; `prepare` checks the marker, `bin/python` and every file's existence, size and
+change time (one stat per file; benchmarks/bench_venv.py measures it for the torch env) and
+rebuilds a damaged env, saying why. A file whose inode changed after the env was sealed (its
+ctime, which no process can set back, is past the seal's) is read and hashed: other bytes
+than the build's are damage, even of the same size; the same bytes (a cache restored from an
+archive, another venv linking the same inode) move the seal forward, so they are read once. The
 backend's prepare leaves the stats to the env's first training, which makes them while its
 interpreter starts; a damaged env's trainings are killed, the env rebuilt and the trainings
 run again, so no result comes from an env that did not pass (bisect, which reads an env's
@@ -35,6 +39,7 @@ training allowlist (lockguard/allowlist.py): no CI secret reaches a lock's code.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -80,7 +85,9 @@ if TYPE_CHECKING:
 LOCK_FILE = "lockguard-lock.txt"  # in the env: the lock the installer read, from the parsed Lock
 PYLOCK_FILE = "pylock.lockguard.toml"  # the same, when uv installs it as a pylock.toml
 MANIFEST = "lockguard-manifest.json"
-MANIFEST_FORMAT = 1
+# 2: each file's sha256 beside its size, and the seal (SEAL) that says when they were checked
+MANIFEST_FORMAT = 2
+SEAL = "lockguard-seal.json"  # {"ctime_ns": N}: every listed file's content checked as of N
 PIP_DEBUG_LOG = "pip-debug.log"
 ALLOW_HINT = "set allow_sdist = true in [tool.lockguard] to allow it"
 
@@ -470,6 +477,18 @@ def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdi
              "built_s": round(built_s, 1),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     write_text(path / READY, json.dumps(ready, indent=1))
+    _seal(path, files)
+
+
+def _seal(path: Path, manifest: dict) -> None:
+    """Record that every file the manifest lists holds its listed bytes as of now: the
+    latest change time among them (a file changed later is hashed again at use)."""
+    latest = 0
+    for _, directory, names, _ in manifest["files"]:
+        for name in names:
+            with contextlib.suppress(OSError):
+                latest = max(latest, os.stat(os.path.join(path, directory, name)).st_ctime_ns)
+    write_text(path / SEAL, json.dumps({"ctime_ns": latest}))
 
 
 # What a distribution can install that runs at every start of the env's interpreter (site.py,
@@ -588,7 +607,8 @@ def _skipped_sources(debug_log: Path) -> list[tuple[str, Version]]:
 
 
 def build_manifest(path: Path) -> dict:
-    """Every file the RECORDs of the env's distributions list, with its size on disk now.
+    """Every file the RECORDs of the env's distributions list, with its size on disk now and
+    the sha256 of its bytes (`digests`, a list per group beside `files`).
 
     Grouped by owner and directory, names and sizes in parallel lists: json parses that four
     times faster than one [path, size] pair per file, and verifying is one stat per file.
@@ -598,11 +618,14 @@ def build_manifest(path: Path) -> dict:
     """
     root = str(path)
     groups: list[list] = []
+    digests: list[list[str]] = []
     stat = os.stat
 
     def add(owner: str, files: dict[str, tuple[list[str], list[int]]]) -> None:
-        groups.extend([owner, directory, names, sizes]
-                      for directory, (names, sizes) in sorted(files.items()))
+        for directory, (names, sizes) in sorted(files.items()):
+            groups.append([owner, directory, names, sizes])
+            prefix = os.path.join(root, directory)
+            digests.append([_sha256(os.path.join(prefix, name)) for name in names])
 
     add("the venv", {".": (["pyvenv.cfg"], [stat(path / "pyvenv.cfg").st_size])})
     for record in sorted(path.glob("lib/python*/site-packages/*.dist-info/RECORD")):
@@ -638,7 +661,12 @@ def build_manifest(path: Path) -> dict:
             names.append(name)
             sizes.append(size)
         add(record.parent.name.removesuffix(".dist-info"), files)
-    return {"format": MANIFEST_FORMAT, "files": groups}
+    return {"format": MANIFEST_FORMAT, "files": groups, "digests": digests}
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def verify(path: Path, lock: Lock, allow_sdist: bool) -> str | None:
@@ -680,12 +708,18 @@ def _marked_ready(path: Path, lock: Lock, allow_sdist: bool) -> tuple[str | None
         return f"its manifest {MANIFEST} is unreadable", {}
     if not isinstance(manifest, dict):
         return f"its manifest {MANIFEST} is unreadable", {}
+    try:
+        seal = json.loads((path / SEAL).read_text(encoding="utf-8"))["ctime_ns"]
+    except (OSError, ValueError, TypeError, KeyError):
+        seal = 0  # no seal: every file is hashed, and the env sealed again
+    manifest["seal_ns"] = seal if isinstance(seal, int) else 0
     return None, manifest
 
 
 def _manifest_problem(root: str, manifest: dict) -> str | None:
-    """Why the env at `root` differs from its manifest (a file missing or of another size), or
-    None: verify's second part, one stat per file."""
+    """Why the env at `root` differs from its manifest (a file missing, of another size, or
+    changed since its seal to other bytes than the build's), or None: verify's second part,
+    one stat per file and a hash of each file changed since the seal."""
     try:
         return _changed_file(root, manifest)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):  # tampered
@@ -720,17 +754,35 @@ def _changed_file(root: str, manifest: dict) -> str | None:
     if manifest.get("format") != MANIFEST_FORMAT:
         return f"its manifest {MANIFEST} has another format"
     stat = os.stat
-    for owner, directory, names, sizes in manifest["files"]:
+    seal = manifest.get("seal_ns", 0)
+    touched: list[tuple[str, str, str]] = []  # (path, sha256, what) changed since the seal
+    latest = seal
+    for (owner, directory, names, sizes), digests in zip(manifest["files"], manifest["digests"],
+                                                         strict=True):
         prefix = f"{root}/{directory}/"
-        for name, size in zip(names, sizes, strict=True):
+        for name, size, digest in zip(names, sizes, digests, strict=True):
+            what = f"{os.path.join(directory, name)} (of {owner})"
             try:
-                if stat(prefix + name).st_size != size:
-                    return f"{os.path.join(directory, name)} (of {owner}) has changed size"
+                st = stat(prefix + name)
             except FileNotFoundError:
-                return f"{os.path.join(directory, name)} (of {owner}) is missing"
+                return f"{what} is missing"
             except OSError as exc:
-                return (f"{os.path.join(directory, name)} (of {owner}) cannot be read: "
-                        f"{exc.strerror or exc}")
+                return f"{what} cannot be read: {exc.strerror or exc}"
+            if st.st_size != size:
+                return f"{what} has changed size"
+            # >=: a change in the seal's own clock tick (coarse change times) is read again
+            if st.st_ctime_ns >= seal:
+                touched.append((prefix + name, digest, what))
+                latest = max(latest, st.st_ctime_ns)
+    for path, digest, what in touched:
+        try:
+            if _sha256(path) != digest:
+                return f"{what} has changed: its bytes are not the build's"
+        except OSError as exc:
+            return f"{what} cannot be read: {exc.strerror or exc}"
+    if latest > seal:  # the same bytes as built: sealed as of now, not read again
+        with contextlib.suppress(OSError, LockguardError):
+            write_text(Path(root) / SEAL, json.dumps({"ctime_ns": latest}))
     return None
 
 
