@@ -80,9 +80,20 @@ def _split(value: str) -> list[str]:
     return value.split()  # pip takes several values of one option whitespace-separated
 
 
-@functools.cache
 def pip_config() -> dict[str, str]:
-    """pip's effective settings for `pip install`: env vars over [install] over [global].
+    """pip's effective settings for `pip install`: env vars over [install] over [global]."""
+    return dict(_pip_config()[0])
+
+
+def pip_config_files() -> list[str]:
+    """The configuration files pip reads here that exist: what an installer in a sandbox
+    (an allowed sdist's build) is given to read of the real HOME."""
+    return [f for f in _pip_config()[1] if os.path.isfile(f)]
+
+
+@functools.cache
+def _pip_config() -> tuple[dict[str, str], tuple[str, ...]]:
+    """(pip's effective settings, every configuration file pip looks at).
 
     Asking pip costs a second (it imports itself twice over), which every environment build
     with uv would pay; so the answer is kept in lockguard's cache with what it was read from
@@ -97,7 +108,7 @@ def pip_config() -> dict[str, str]:
     try:
         kept = json.loads(memo.read_text(encoding="utf-8"))
         if kept["source"] == _pip_config_source(kept["files"]):
-            return dict(kept["values"])
+            return dict(kept["values"]), tuple(kept["files"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
     from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +118,7 @@ def pip_config() -> dict[str, str]:
                             timeout=60, what="pip config debug")
         values = _ask_pip_config()
         debug = asked.result()
+    files: list[str] = []
     if values is not None and debug.returncode == 0:
         files = re.findall(r"^\s+(/.*), exists: (?:True|False)$", debug.stdout, re.M)
         try:
@@ -115,7 +127,7 @@ def pip_config() -> dict[str, str]:
                                          "values": values}, indent=1))
         except (OSError, LockguardError):
             pass  # asked again next time
-    return values or {}
+    return values or {}, tuple(files)
 
 
 def _pip_config_source(files: list[str]) -> list:
@@ -233,16 +245,19 @@ def installer_env() -> dict[str, str]:
     return env
 
 
-def run_logged(cmd: list[str], log: Path, step) -> tuple[int, list[str]]:
-    """Run an installer, its output going to a log file and its latest line to the spinner.
-    Returns the exit code (non-zero when it could not start or ran past BUILD_TIMEOUT_S) and
-    the log's last lines."""
+def run_logged(cmd: list[str], log: Path, step, *, env: dict[str, str] | None = None,
+               sandbox: dict | None = None) -> tuple[int, list[str]]:
+    """Run an installer, its output going to a log file and its latest line to the spinner;
+    in `env` (default: installer_env()) and `sandbox` (process.run's: an allowed sdist's
+    build). Returns the exit code (non-zero when it could not start or ran past
+    BUILD_TIMEOUT_S) and the log's last lines."""
     from lockguard import process
 
     show_command(cmd)
     try:
-        done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S, env=installer_env(),
-                           header=" ".join(cmd), on_line=step.update)
+        done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S,
+                           env=installer_env() if env is None else env,
+                           header=" ".join(cmd), on_line=step.update, sandbox=sandbox)
     except process.ProcessError as exc:
         return 127, [str(exc)]
     lines = done.output.splitlines()[-40:]

@@ -56,6 +56,7 @@ from lockguard.process import IMPORTABLE
 # configuration live. Absent ones (no /lib32 here) are passed over.
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt",
                "/proc", "/sys", "/nix", "/gnu")
+NAME_SERVICE = ("/etc/resolv.conf", "/etc/hosts")  # where they link, for a networked process
 DEVICES = ("/dev",)  # read, write and ioctl on device nodes (/dev/null; a GPU's)
 SHARED_MEMORY = "/dev/shm"  # DataLoader workers' tensors, multiprocessing's semaphores
 GPU_NODES = ("nvidia", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset",
@@ -151,7 +152,10 @@ class Sandbox:
         `sandbox`): None when runs are not sandboxed."""
         if not self.active:
             return None
-        read = tuple(dict.fromkeys((*SYSTEM_READ, *policy.read)))
+        # A process with network resolves names: /etc/resolv.conf is often a link into /run
+        # (systemd-resolved), which nothing else reads.
+        named = [os.path.realpath(f) for f in NAME_SERVICE] if policy.network else []
+        read = tuple(dict.fromkeys((*SYSTEM_READ, *policy.read, *named)))
         write = tuple(dict.fromkeys((*policy.write, SHARED_MEMORY)))
         # Inside bubblewrap's network namespace only loopback exists, and gloo's ranks (torch.ddp)
         # talk over it: Landlock's TCP rule is for where there is no such namespace.

@@ -336,9 +336,10 @@ def test_the_failure_reported_is_the_first_in_plan_order(project, tmp_path, monk
 
     monkeypatch.setattr(pipeline, "build_workers", lambda n: min(n, 2))
     refs = three_locks(tmp_path)
-    # a fails last, b at once: a sequential run would have reported a, and so must this one;
-    # c, not started when b failed, is never started.
-    fake = FakeBackend(build_s={"a.txt": 0.4}, failing={"a.txt", "b.txt"})
+    # a fails last, b soon (not at once: on a loaded machine a's thread may not have started
+    # by then): a sequential run would have reported a, and so must this one; c, not started
+    # when b failed, is never started.
+    fake = FakeBackend(build_s={"a.txt": 0.6, "b.txt": 0.1}, failing={"a.txt", "b.txt"})
     envs = pipeline.Environments(fake)
     wanted = [(ref, "numpy", "cpu") for ref in refs]
     envs.expect(wanted)

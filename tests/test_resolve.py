@@ -346,9 +346,9 @@ def local_project(tmp_path, wheelhouse, monkeypatch):
            "LOCKGUARD_CACHE": str(tmp_path / "cache")}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    installers.pip_config.cache_clear()
+    installers._pip_config.cache_clear()
     yield project
-    installers.pip_config.cache_clear()
+    installers._pip_config.cache_clear()
 
 
 def index_lines(path: Path) -> list[str]:
@@ -630,14 +630,14 @@ def test_pips_configuration_does_not_shape_the_lock(project, monkeypatch, resolv
                     "extra-index-url = file:///nonexistent/simple\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.setenv("PIP_CONSTRAINT", str(cap))
-    installers.pip_config.cache_clear()
+    installers._pip_config.cache_clear()
     try:
         lock = compile_lock(project / "requirements.in", project / "requirements.txt",
                             resolver=resolver)
         assert pins(lock)["six"] != "1.16.0"
         assert "nonexistent" not in lock.read_text() and "cap.txt" not in lock.read_text()
     finally:
-        installers.pip_config.cache_clear()
+        installers._pip_config.cache_clear()
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ import pytest
 from conftest import DATA, LOSS_EMA, make_project, run_cli, snapshot
 from test_cli_errors import assert_one_line_error
 
+from lockguard import sandbox
 from lockguard.envs import venv
 from lockguard.envs.base import EnvError
 from lockguard.locks.parser import parse_lock_text
@@ -39,19 +40,19 @@ PROBE_FILE = PROBE.replace("-", "_")
 
 # An sdist whose build runs its setup.py. Its in-tree build backend needs nothing from an
 # index (the test works offline), builds a one-file wheel, and runs setup.py first, as a
-# setuptools build would.
+# setuptools build would; what setup.py saw (SEEN) is kept in the wheel's module.
 BACKEND = '''
 import base64, hashlib, os, runpy, zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-runpy.run_path(os.path.join(HERE, "setup.py"))
+SEEN = runpy.run_path(os.path.join(HERE, "setup.py"))["SEEN"]
 NAME, VERSION = "{file}", "1.0"
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     info = f"{{NAME}}-{{VERSION}}.dist-info"
     files = {{
-        f"{{NAME}}.py": b"BUILT_FROM_SOURCE = True\\n",
+        f"{{NAME}}.py": f"BUILT_FROM_SOURCE = True\\nSEEN = {{SEEN!r}}\\n".encode(),
         f"{{info}}/METADATA": f"Metadata-Version: 2.1\\nName: {name}\\nVersion: 1.0\\n".encode(),
         f"{{info}}/WHEEL": b"Wheel-Version: 1.0\\nGenerator: probe\\nRoot-Is-Purelib: true\\n"
                           b"Tag: py3-none-any\\n",
@@ -69,15 +70,46 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def make_probe_sdist(directory: Path, marker: Path) -> Path:
-    """A hashed-pinnable sdist of PROBE 1.0 whose setup.py writes `marker` when it runs."""
+# setup.py: writes the marker and each of `writes`, reads each of `reads`, looks for `secret` in
+# every process's environment; SEEN says what it could ("allowed", "denied", "read the secret").
+SETUP = '''
+import os, pathlib
+SEEN = {{}}
+for name, action, path in {attempts!r}:
+    try:
+        if action == "write":
+            pathlib.Path(path).write_text("setup.py ran")
+            SEEN[name] = "allowed"
+        else:
+            data = pathlib.Path(path).read_bytes()
+            SEEN[name] = "read the secret" if {secret!r}.encode() in data else "allowed"
+    except OSError:
+        SEEN[name] = "denied"
+found = []
+for pid in os.listdir("/proc"):
+    try:
+        if pid.isdigit() and {secret!r}.encode() in open(f"/proc/{{pid}}/environ", "rb").read():
+            found.append(pid)
+    except OSError:
+        pass
+SEEN["environ holding the secret"] = found
+'''
+
+
+def make_probe_sdist(directory: Path, marker: Path, writes: dict[str, Path] | None = None,
+                     reads: dict[str, Path] | None = None, secret: str = "no secret") -> Path:
+    """A hashed-pinnable sdist of PROBE 1.0 whose setup.py writes `marker` when it runs (and
+    tries SETUP's other attempts)."""
     top = f"{PROBE_FILE}-1.0"
+    attempts = [("marker", "write", str(marker))]
+    attempts += [(name, "write", str(path)) for name, path in (writes or {}).items()]
+    attempts += [(name, "read", str(path)) for name, path in (reads or {}).items()]
     members = {
         "PKG-INFO": f"Metadata-Version: 2.1\nName: {PROBE}\nVersion: 1.0\n",
         "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
                           'backend-path = ["."]\n',
         "backend.py": BACKEND.format(file=PROBE_FILE, name=PROBE),
-        "setup.py": f"import pathlib\npathlib.Path({str(marker)!r}).write_text('setup.py ran')\n",
+        "setup.py": SETUP.format(attempts=attempts, secret=secret),
     }
     directory.mkdir(parents=True, exist_ok=True)
     sdist = directory / f"{top}.tar.gz"
@@ -90,11 +122,12 @@ def make_probe_sdist(directory: Path, marker: Path) -> Path:
     return sdist
 
 
-def sdist_project(tmp_path: Path, installer: str) -> tuple[Path, Path, int]:
-    """(project, marker, line of the probe's pin): numpy's lock plus the hashed probe sdist."""
+def sdist_project(tmp_path: Path, installer: str, **attempts) -> tuple[Path, Path, int]:
+    """(project, marker, line of the probe's pin): numpy's lock plus the hashed probe sdist
+    (`attempts`: make_probe_sdist's)."""
     marker = tmp_path / "outside" / "setup-py-ran"
     marker.parent.mkdir()
-    sdist = make_probe_sdist(tmp_path / "links", marker)
+    sdist = make_probe_sdist(tmp_path / "links", marker, **attempts)
     digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
     lock = (f"# numpy, and a package whose only distribution is an sdist\n"
             f"--find-links {sdist.parent}\n\n{NUMPY_PIN.strip()}\n"
@@ -151,14 +184,63 @@ def test_a_hashed_sdist_in_a_lock_never_runs_its_setup_py(tmp_path, installer):
         assert snapshot(project) == before
         assert venv_dirs(tmp_path / "cache") == [], "a failed build left a venv behind"
 
-    # The probe is real: allowed to build, its setup.py runs (and the scenario records).
+    # The probe is real: allowed to build, its setup.py runs (and the scenario records); the
+    # sandbox, which keeps the marker from being written, is off (test_sdist_builds_in_the_sandbox).
     config = project / "pyproject.toml"
     config.write_text(config.read_text().replace("installer =", "allow_sdist = true\ninstaller ="))
-    proc = run_cli("record", "--format", "json", cwd=project, env=env)
+    proc = run_cli("record", "--format", "json", cwd=project,
+                   env={**env, "LOCKGUARD_SANDBOX": "off"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert marker.read_text() == "setup.py ran"
     (built,) = venv_dirs(tmp_path / "cache")
     assert json.loads((built / venv.READY).read_text())["policy"] == "sdist-allowed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_sdist_builds_in_the_sandbox(tmp_path, installer):
+    """An allowed sdist's build code runs in the sandbox (as a training does, with the
+    installer's network): it writes the venv it is built into and nothing else -- not the
+    cache, the project or a folder beside them -- and reads no secret: not ~/.netrc, not the
+    checkout's .git/config, not lockguard's environment through /proc. The same build with
+    the sandbox off writes the marker (test_a_hashed_sdist_in_a_lock_never_runs_its_setup_py)."""
+    if not sandbox.resolve("auto").active:
+        pytest.fail(f"no sandbox here ({sandbox.resolve('auto').missing}): .ci/run installs "
+                    "bubblewrap, and Linux >= 5.13 has Landlock")
+    secret = "s3cr3t-the-build-must-not-see"
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".netrc").write_text(f"machine example.org login x password {secret}\n")
+    (home / ".aws" / "credentials").write_text(f"aws_secret_access_key = {secret}\n")
+    cache = tmp_path / "cache"
+    project_dir = tmp_path / "p"
+    project, marker, _ = sdist_project(
+        tmp_path, installer,
+        writes={"cache": cache / "planted", "project": project_dir / "planted",
+                "home": home / "planted"},
+        reads={"netrc": home / ".netrc", "aws": home / ".aws" / "credentials",
+               "git config": project_dir / ".git" / "config"},
+        secret=secret)
+    (project / ".git").mkdir()
+    (project / ".git" / "config").write_text(f'[http]\n\textraheader = AUTHORIZATION: {secret}\n')
+    config = project / "pyproject.toml"
+    config.write_text(config.read_text().replace("installer =", "allow_sdist = true\ninstaller ="))
+    env = {**installer_env(tmp_path), "HOME": str(home), "LOCKGUARD_SANDBOX": "required",
+           "CI_JOB_TOKEN": secret}
+    proc = run_cli("record", "--format", "json", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (built,) = venv_dirs(cache)
+    (module,) = built.glob(f"lib/python*/site-packages/{PROBE_FILE}.py")
+    seen = {}
+    exec(module.read_text(), seen)
+    assert seen["SEEN"] == {
+        "marker": "denied", "cache": "denied", "project": "denied", "home": "denied",
+        "netrc": "denied", "aws": "denied", "git config": "denied",
+        "environ holding the secret": []}, seen["SEEN"]
+    assert not marker.exists()
+    assert not [p for p in (cache / "planted", project / "planted", home / "planted")
+                if p.exists()]
+    assert not (cache / "venvs" / f"{built.name}.build").exists(), "the build's scratch stayed"
 
 
 H = {k: f"sha256:{k * 64}" for k in "abcd"}

@@ -266,11 +266,13 @@ def run_with(python: str, request: RunRequest, out_dir: Path,
 
 def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python: str, *,
              script: Path | None = None, project: Path | None = None,
-             writes: Sequence[str] = ()) -> tuple[dict[str, str], dict | None]:
+             writes: Sequence[str] = (), reads: Sequence[str] = (),
+             network: bool = False) -> tuple[dict[str, str], dict | None]:
     """A training's environment and sandbox spec (process.run's `sandbox`): HOME an empty
     folder of the run's scratch `out_dir`, which is all it may write besides `writes`; it
-    reads the system, `python`'s installation and venv, the harness and, for a user
-    `script`, its `project` (lockguard/sandbox.py). Unsandboxed: `env` as it is, None."""
+    reads the system, `python`'s installation and venv, the harness, `reads` and, for a user
+    `script`, its `project` (lockguard/sandbox.py); `network`: it may open TCP connections
+    (an allowed sdist's build, whose installer fetches). Unsandboxed: `env` as it is, None."""
     if sandbox is None or not sandbox.active:
         return env, None
     from lockguard.sandbox import Policy, interpreter_prefix, project_access
@@ -286,8 +288,9 @@ def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python
         Path(path).mkdir(parents=True, exist_ok=True)  # bubblewrap binds what exists
     prefix = str(Path(os.path.abspath(python)).parent.parent)  # a venv's own folder
     readable, listed = project_access(script, project)
-    policy = Policy(read=(prefix, interpreter_prefix(python), str(HARNESS_DIR), *readable),
-                    write=(str(out_dir), *writes), listed=listed)
+    policy = Policy(read=(prefix, interpreter_prefix(python), str(HARNESS_DIR), *readable,
+                          *reads),
+                    write=(str(out_dir), *writes), listed=listed, network=network)
     return env, sandbox.spec(policy)
 
 

@@ -10,7 +10,8 @@ the next run, and two concurrent checks never install into one venv.
 No code from a lock runs on this machine: building an sdist runs its setup.py (or build
 backend), so the installer gets `--only-binary :all:` unless the project sets
 `allow_sdist = true`. An sdist-only pin fails the build naming its lock line, and a lock's own
-`--no-binary` is refused before anything is built.
+`--no-binary` is refused before anything is built. An install that may build sdists runs in the
+sandbox (_build_sandbox); a wheels-only install runs no package code and runs bare.
 
 The installer reads the lock as lockguard.locks.writer writes it from the parsed Lock (never
 the user's file): with uv, a pylock.toml or uv.lock as a pylock.toml (uv installs the very files
@@ -280,7 +281,7 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
             if path.exists():
                 progress.info(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
                                        f"({path}): {problem}"))
-            _build(path, lock, python, installer, allow_sdist, progress)
+            _build(path, lock, python, installer, allow_sdist, progress, sandbox)
         startup = recorded_startup_files(path)
         compile_cache, shared = compile_cache_dir(root, path, key, lock, tag)
 
@@ -321,12 +322,12 @@ def refuse_source_options(lock: Lock) -> None:
 
 
 def _build(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
-           progress: Progress) -> None:
+           progress: Progress, sandbox: Sandbox | None = None) -> None:
     """Build the env at `path` and mark it ready; on any failure leave nothing behind."""
     try:
         if path.exists():
             shutil.rmtree(path)  # an earlier build was interrupted, or the env is damaged
-        _install(path, lock, python, installer, allow_sdist, progress)
+        _install(path, lock, python, installer, allow_sdist, progress, sandbox)
     except BaseException as exc:
         log = _keep_failed_log(path)
         shutil.rmtree(path, ignore_errors=True)
@@ -354,7 +355,7 @@ def _keep_failed_log(path: Path) -> Path | None:
 
 
 def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
-             progress: Progress) -> None:
+             progress: Progress, sandbox: Sandbox | None) -> None:
     started = time.perf_counter()
     # Said with -v, and in the error of a failed build (where a dropped index would matter).
     dropped = drop_uv_settings(dict(os.environ)) if installer == "uv" else []
@@ -362,7 +363,7 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
         progress.detail(uv_settings_note(dropped))
     with progress.step(f"Building venv for {Path(lock.source).name} ({len(lock.pins)} pins, "
                        f"{installer}, {build_policy(allow_sdist)})") as step:
-        code, tail = _install_with(installer, path, lock, python, allow_sdist, step)
+        code, tail = _install_with(installer, path, lock, python, allow_sdist, step, sandbox)
         used = installer
         if (code != 0 and installer == "uv" and any("Hash mismatch" in ln for ln in tail)
                 and install_form(lock) == "requirements.txt" and file_sources(lock) > 1):
@@ -376,7 +377,7 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             shutil.rmtree(path)
             path.mkdir()
             used = "pip"
-            code, tail = _install_with("pip", path, lock, python, allow_sdist, step)
+            code, tail = _install_with("pip", path, lock, python, allow_sdist, step, sandbox)
         if code != 0:
             sdist = None if allow_sdist else sdist_only_message(lock, used, tail, path)
             if sdist is not None:
@@ -405,7 +406,7 @@ def file_sources(lock: Lock) -> int:
 
 
 def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdist: bool,
-                  step) -> tuple[int, list[str]]:
+                  step, sandbox: Sandbox | None) -> tuple[int, list[str]]:
     """Create the venv at `path` and install the lock into it with `installer`: (exit code,
     the output's last lines).
 
@@ -460,7 +461,64 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
         lock_file, text = path / LOCK_FILE, requirements_text(lock)
     write_text(lock_file, text)
     cmd += ["-r", str(lock_file)]
+    if allow_sdist and sandbox is not None and sandbox.active:
+        with _build_sandbox(sandbox, path, lock, cmd, installer) as (env, spec):
+            return run_logged(cmd, path / "install.log", step, env=env, sandbox=spec)
     return run_logged(cmd, path / "install.log", step)
+
+
+@contextlib.contextmanager
+def _build_sandbox(sandbox: Sandbox, path: Path, lock: Lock, cmd: list[str], installer: str):
+    """(environment, sandbox spec) of an install that may build sdists, whose build code is the
+    lock's: it writes the venv being built and a scratch folder beside it (removed after:
+    HOME, TMPDIR and the installer's caches, private so that no build can plant a file in the
+    wheel cache other venvs link from), reads what a training reads plus the installer, the
+    lock's local sources and pip's configuration files, and reaches the network, which the
+    installer needs (docs/environments.md)."""
+    from lockguard.envs.base import confined
+    from lockguard.installers import installer_env, pip_config_files
+
+    scratch = path.parent / f"{path.name}.build"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        env = installer_env()
+        env.update(UV_CACHE_DIR=str(scratch / "uv-cache"), PIP_CACHE_DIR=str(scratch / "pip-cache"),
+                   TMPDIR=str(scratch / "tmp"))
+        reads = [os.path.dirname(os.path.realpath(cmd[0])), *_local_sources(cmd, lock)]
+        if installer == "pip":
+            # pip finds its user configuration below the real HOME, which the sandbox replaces.
+            home = os.path.expanduser("~")
+            env.setdefault("XDG_CONFIG_HOME", os.path.join(home, ".config"))
+            legacy = os.path.join(home, ".pip", "pip.conf")
+            if os.path.isfile(legacy):
+                env.setdefault("PIP_CONFIG_FILE", legacy)
+            reads += pip_config_files()
+        env, spec = confined(sandbox, scratch, env, str(path / "bin" / "python"),
+                             writes=(str(path), env["TMPDIR"]), reads=reads, network=True)
+        yield env, spec
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _local_sources(cmd: list[str], lock: Lock) -> list[str]:
+    """The folders and files on this machine an install takes files from: --find-links and
+    file:// indexes of the command and the lock, a pylock.toml's file:// URLs."""
+    values = [v for opt, v in zip(cmd, cmd[1:])
+              if opt in ("--find-links", "--index-url", "--extra-index-url")]
+    values += [v for opt, v in zip(option_args(lock), option_args(lock)[1:])
+               if opt in ("--find-links", "--index-url", "--extra-index-url")]
+    values += [f.url for pin in lock.pins for f in pin.files if f.url]
+    found = []
+    for value in values:
+        if value.startswith("file:"):
+            value = unquote(urlsplit(value).path)
+        elif "://" in value:
+            continue
+        value = os.path.abspath(value)
+        if os.path.exists(value):
+            found.append(value)
+    return list(dict.fromkeys(found))
 
 
 def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,
