@@ -361,6 +361,83 @@ def test_a_lock_only_pr_cannot_read_the_jobs_secrets(repo, tmp_path):
     assert [f["file"] for f in change["startup_files"]] == ["lgpeek.pth"]
 
 
+# T01/V01: a .pth that rewrites the judge (lockguard's acceptances), the environment's own numpy
+# (which other checks of the same lock would read) and the project's goldens.
+MARK = "lgevil was here"
+EVIL = ("import os, importlib.util; exec({code!r})\n")
+EVIL_CODE = """
+targets = [{acceptances!r}, importlib.util.find_spec("numpy").origin, {golden!r}]
+for path in targets:
+    try:
+        with open(path, "a") as f:
+            f.write("\\n# {mark}\\ndef find(*args, **kwargs):\\n    return True\\n")
+    except OSError:
+        pass
+"""
+
+
+def wheel_of(wheels: Path, name: str, files: dict[str, bytes]) -> Path:
+    """A real wheel of `name` 1.0 holding `files` (with METADATA, WHEEL and RECORD)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-1.0.dist-info"
+    files = {**files,
+             info + "/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+             info + "/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              b"Tag: py3-none-any\n"}
+    record = "".join(
+        "%s,sha256=%s,%d\n" % (path, base64.urlsafe_b64encode(hashlib.sha256(data).digest())
+                                .rstrip(b"=").decode(), len(data))
+        for path, data in files.items()) + info + "/RECORD,,\n"
+    files[info + "/RECORD"] = record.encode()
+    wheels.mkdir(parents=True, exist_ok=True)
+    wheel = wheels / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, data in files.items():
+            z.writestr(zipfile.ZipInfo(path, (1980, 1, 1, 0, 0, 0)), data)
+    return wheel
+
+
+def test_a_lock_only_prs_pth_cannot_rewrite_its_judge_its_env_or_the_goldens(repo, tmp_path):
+    """The attack of the hostile review's T01, for real: the candidate's new dependency ships
+    a .pth that appends an accept-everything find() to lockguard's acceptances.py (its path
+    known to the attacker), and the same to the env's numpy and a golden. In the sandbox the
+    check still fails with drift, and none of the three files changed."""
+    import hashlib
+
+    from lockguard import sandbox
+    from lockguard.cache import cache_root
+    from lockguard.flows import acceptances
+
+    if not sandbox.resolve("auto").active:
+        pytest.fail(f"no sandbox here ({sandbox.resolve('auto').missing}): .ci/run installs "
+                    "bubblewrap, and Linux >= 5.13 has Landlock")
+    judge = Path(acceptances.__file__)
+    judge_before = judge.read_bytes()
+    golden = repo / "golden" / "planted.py"
+    code = EVIL_CODE.format(acceptances=str(judge), golden=str(golden), mark=MARK)
+    wheel = wheel_of(repo / "wheels", "lgevil", {"lgevil.pth": EVIL.format(code=code).encode()})
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (repo / "requirements.txt").write_text(
+        NEW.read_text() + f"--find-links wheels\nlgevil==1.0 \\\n    --hash=sha256:{digest}\n")
+    commit(repo, "numpy 2, and a compatibility shim")
+    try:
+        code_, report, _ = gate_check(repo)
+        assert code_ == 1 and verdicts(report)["nep50"] == "drift", report
+        assert report["sandbox"].startswith(("bwrap", "landlock")), report["sandbox"]
+    finally:
+        damaged = judge.read_bytes() != judge_before
+        if damaged:  # the sandbox failed: put the judge back for the tests after this one
+            judge.write_bytes(judge_before)
+    assert not damaged, f"the candidate's .pth rewrote {judge}"
+    assert not golden.exists()
+    poisoned = [p for p in (cache_root() / "venvs").glob(
+        "*/lib/python*/site-packages/numpy/__init__.py") if MARK in p.read_text()]
+    assert poisoned == [], "the candidate's .pth rewrote its env's numpy"
+
+
 def test_a_golden_dir_that_leads_out_of_the_project_is_refused(repo, tmp_path):
     from lockguard.hardware import host_class
 
