@@ -245,16 +245,31 @@ def test_required_without_a_sandbox_is_exit_2_with_the_fix():
 
 
 def test_an_unsandboxed_run_is_said_first_in_every_report():
-    from lockguard.report import Report
+    import xml.etree.ElementTree as ET
+
+    from lockguard.report import Report, render
     from lockguard.report.markdown import render as markdown
     from lockguard.report.text import render as text
 
     report = Report(command="check", mode="golden", sandbox=sandbox.Sandbox("off").describe())
     assert text(report).splitlines()[0].startswith("⚠ sandbox off")
     assert "sandbox off" in markdown(report).split("\n\n")[1]
+    html = render(report, "html")
+    assert html.index('<section id="sandbox"><p class="warn">⚠ sandbox off') < html.index(
+        'id="locks"')
+    assert render(report, "github").splitlines()[0].startswith(
+        "::warning title=lockguard%3A sandbox off")
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(
+        render(report, "junit")).iter("property")}
+    assert props["sandbox"].startswith("off")
+    assert '"sandbox": "off' in render(report, "json")
+
     confined_report = Report(command="check", mode="golden", sandbox="landlock 7 (fs)")
     assert "⚠ sandbox" not in text(confined_report)
     assert "sandbox: landlock 7 (fs)" in text(confined_report)
+    assert "⚠ sandbox" not in render(confined_report, "html")
+    assert "sandbox: landlock 7 (fs)" in render(confined_report, "html")
+    assert "sandbox" not in render(confined_report, "github")
 
 
 def test_a_judge_changed_during_the_check_gives_no_verdict(tmp_path, monkeypatch):

@@ -443,6 +443,11 @@ def _config_text(s: Survey, ids: list[str], template: bool) -> tuple[str, str]:
     lines.append(f"# The bundled scenarios of what the locks pin ({', '.join(s.frameworks)}).")
     lines += _toml_list("scenarios", ids)
     lines.append('golden_dir = "golden"')
+    lines += ["# A lock's code runs sandboxed; where no sandbox can be had (macOS, a container "
+              "without",
+              '# Landlock) lockguard refuses to run it: use --env docker there, or "auto" '
+              "(docs/environments.md).",
+              'sandbox = "required"']
     if template:
         sid = init_files.SCENARIO_ID
         lines += ["",

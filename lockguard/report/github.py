@@ -23,7 +23,7 @@ from lockguard.files import repo_root, repo_workdir
 from lockguard.report.model import Report
 from lockguard.report._common import (
     bisected, change_text, culprits, framework_summary, gate_lines, LockLine, option_lines,
-    startup_note, summary_line, verdict_name,
+    sandbox_warning, startup_note, summary_line, verdict_name,
 )
 
 
@@ -97,6 +97,11 @@ def render(report: Report) -> str:
     placed on the lock lines and config file they concern (module docstring)."""
     where = _Paths(report)
     out: list[str] = []
+    unconfined = sandbox_warning(report)
+    if unconfined is not None:
+        out.append(command("warning", "the lock's code ran with lockguard's own access: it "
+                           "could have changed what judged it (docs/environments.md)",
+                           title=f"lockguard: {unconfined}"))
     gate = gate_lines(report)
     if gate is not None:
         # Said first, on the configuration file: the policy change a reviewer must see.

@@ -24,8 +24,8 @@ from lockguard.names import Verdict
 from lockguard.report.model import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
     change_text, compile_rows, culprits, family_notes, family_title, final_loss, fmt_float,
-    framework_cells, FRAMEWORK_HEAD, gate_lines, mib, option_lines, reproduce, seconds,
-    summary_line, timing, timing_line, verdict_name,
+    framework_cells, FRAMEWORK_HEAD, gate_lines, mib, option_lines, reproduce, sandbox_warning,
+    seconds, summary_line, timing, timing_line, verdict_name,
 )
 from lockguard.report.svg import Line, Mark, chart
 from lockguard.results import RunResult
@@ -95,7 +95,7 @@ def render(report: Report) -> str:
         title += ": measured" if report.passed else ": a run failed"
     elif report.command != "diff":
         title += ": pass" if report.passed else ": fail"
-    body = [_header(report, title), *_gate(report), *_locks(report)]
+    body = [_header(report, title), *_unconfined(report), *_gate(report), *_locks(report)]
     if report.frameworks is not None:
         body += _frameworks(report)
     if report.command != "diff":
@@ -145,6 +145,8 @@ def _header(report: Report, title: str) -> str:
                     f"<code>{e(report.base.merge_base[:12])}</code>")
     if report.duration_s is not None:
         meta.append(f"{report.duration_s:.1f} s")
+    if report.sandbox is not None and sandbox_warning(report) is None:
+        meta.append(f"sandbox: {e(report.sandbox)}")
     meta.append(f"lockguard {e(report.lockguard_version)}")
     failing = [v for v in report.compared if report.fails(v)]
     line = ""
@@ -163,6 +165,13 @@ def _header(report: Report, title: str) -> str:
                 + (f" ({e(tally)})" if tally else "") + "</p>")
     return (f"<header><h1>lockguard {e(report.command)}: {outcome}</h1>{line}"
             f'<p class="meta">{" · ".join(meta)}</p></header>')
+
+
+def _unconfined(report: Report) -> list[str]:
+    unconfined = sandbox_warning(report)
+    if unconfined is None:
+        return []
+    return [f'<section id="sandbox"><p class="warn">⚠ {e(unconfined)}</p></section>']
 
 
 def _gate(report: Report) -> list[str]:

@@ -67,6 +67,8 @@ def _suite_properties(props: ET.Element, report: Report) -> None:
     _property(props, "mode", report.mode)
     if report.device:
         _property(props, "device", report.device)
+    if report.sandbox is not None:
+        _property(props, "sandbox", report.sandbox)
     if report.base is not None:
         _property(props, "base.ref", report.base.ref)
         _property(props, "base.merge_base", report.base.merge_base)
