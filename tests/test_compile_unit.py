@@ -411,6 +411,59 @@ def test_a_compile_cache_stays_the_venvs_own_when_its_compilers_are_not_known_al
     assert "triton" in compiler_closure(venv, lock)
 
 
+def test_only_a_bisection_shares_compile_caches_and_each_project_writes_its_own(
+        tmp_path: Path, monkeypatch) -> None:
+    """A training writes the compile cache it runs with, so no cache is shared between the two
+    sides of an A/B (the candidate's code would plant the baseline's kernels): the venv backend
+    shares only when asked, and only bisection asks. A user scenario's script writes a folder
+    of its own project's, never the environment's or another project's."""
+    from lockguard.envs import backend_for
+    from lockguard.envs.base import RunRequest, compile_cache_for
+    from lockguard.flows import bisect, pipeline
+
+    venv = fake_venv(tmp_path / "a", TORCH)
+    assert compile_cache_dir(tmp_path, venv, "a", lock_of(TORCH), "t", share=False) == (
+        tmp_path / "a.compile-cache", False)
+    assert compile_cache_dir(tmp_path, venv, "a", lock_of(TORCH), "t")[1] is True
+    assert backend_for("venv").share_compile_caches is False
+    assert backend_for("venv", share_compile_caches=True).share_compile_caches is True
+
+    asked = []
+    real = pipeline.run_backend
+
+    def spy(settings, given=None, **kwargs):
+        asked.append(kwargs)
+        return real(settings, given, **kwargs)
+
+    monkeypatch.setattr(bisect, "run_backend", spy)
+    old_lines, new_lines = "six==1.0\nnumpy==1.26.4\n", "six==1.1\nnumpy==2.0.2\n"
+    (tmp_path / "old.txt").write_text(old_lines)
+    (tmp_path / "new.txt").write_text(new_lines)
+    from fakes import FakeBackend
+    from lockguard.config import Config, Options
+    from lockguard.flows.ab import check_ab
+    from lockguard.locks.ref import LockRef, read_lock
+    from lockguard.scenarios import bundled
+    from lockguard.settings import Settings
+
+    NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
+
+    config = Config(root=tmp_path, golden_dir="golden", steps=6)
+    refs = [LockRef(tmp_path / n, read_lock(tmp_path / n)) for n in ("new.txt", "old.txt")]
+    check_ab(Settings.resolve(config, Options(bisect=True)), [refs[0]], [refs[1]], NUMPY,
+             backend=FakeBackend())
+    assert asked == [{"share_compile_caches": True}]
+
+    def request(script=None, project=None):
+        return RunRequest("s", "torch", 2, 0, "cpu", 1, 60.0, script=script, project=project)
+
+    root = tmp_path / "env.compile-cache"
+    assert compile_cache_for(root, request()) == root
+    mine = compile_cache_for(root, request(tmp_path / "p" / "s.py", tmp_path / "p"))
+    theirs = compile_cache_for(root, request(tmp_path / "q" / "s.py", tmp_path / "q"))
+    assert mine.parent == theirs.parent == root / "projects" and mine != theirs
+
+
 def test_a_folded_field_s_blank_lines_do_not_end_the_metadata_header(tmp_path: Path) -> None:
     folded = "License: BSD\n        \n        Copyright (c) the authors\n        "
     venv = fake_venv(tmp_path / "v", TORCH, header=folded)

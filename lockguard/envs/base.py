@@ -9,6 +9,7 @@ way.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -184,6 +185,17 @@ def compile_cache_env(root: str, shared: bool = False) -> dict[str, str]:
     if shared:
         env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
     return env
+
+
+def compile_cache_for(root: Path, request: RunRequest) -> Path:
+    """The compile cache `request` runs with, and may write: the environment's `root`, or for
+    a user scenario a folder of it for the scenario's project alone, since its script is that
+    project's code: no project's script plants the kernels another project's runs of the same
+    lock read."""
+    if request.script is None:
+        return root
+    project = os.path.abspath(request.project or Path(request.script).parent)
+    return root / "projects" / hashlib.sha256(os.fsencode(project)).hexdigest()[:16]
 
 
 # A training makes Unix sockets below TMPDIR (multiprocessing's listener, which DataLoader

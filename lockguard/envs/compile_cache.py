@@ -13,11 +13,13 @@ in the compiler's key: except for torch's autograd cache, keyed by the graph bef
 expands its calls (a custom op's backward from another package, say), which a shared cache
 turns off (`compile_cache_env`).
 
-A bisection's mixes then compile warm from the first environment's cache, where each compiled
-cold before, and so does an upgrade that leaves the compiler's closure alone (numpy beside
-torch, not beside jax, which requires it). A lock without hashes (a version does not fix its
+Only a bisection's mixes share (backend_for's `share_compile_caches`): they then compile warm
+from the first environment's cache, where each compiled cold before. A training writes the
+cache it runs with (its compilers fill it as it runs, inside the sandbox), so a cache the two
+sides of an A/B shared would let the candidate's code plant the kernels the baseline then runs:
+everywhere else each venv keeps its own. A lock without hashes (a version does not fix its
 files), a METADATA that cannot be read, or a lock that pins no such framework keeps a cache of
-its own venv, as every venv did before.
+its own venv too.
 """
 
 from __future__ import annotations
@@ -40,11 +42,11 @@ COMPILERS = ("torch", "jax")  # the frameworks whose compilers keep a cache (com
 
 
 def compile_cache_dir(root: Path, venv: Path, venv_key: str, lock: Lock,
-                      tag: str) -> tuple[Path, bool]:
+                      tag: str, *, share: bool = True) -> tuple[Path, bool]:
     """The compilers' cache directory for the ready venv at `venv` (key `venv_key`, interpreter
-    tag `tag`) under `root`, and whether venvs share it (whose compilers are pinned alike);
-    else the venv's own."""
-    closure = compiler_closure(venv, lock)
+    tag `tag`) under `root`, and whether venvs share it (whose compilers are pinned alike,
+    where `share`); else the venv's own."""
+    closure = compiler_closure(venv, lock) if share else None
     pins = [pin for name in sorted(closure or ()) for pin in lock.by_name[name]]
     if not pins or not all(pin.hashes for pin in pins):
         return root / f"{venv_key}.compile-cache", False

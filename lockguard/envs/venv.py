@@ -61,7 +61,8 @@ from packaging.version import InvalidVersion, Version
 
 from lockguard.cache import cache_dir, file_lock
 from lockguard.envs.base import (
-    READY, Backend, EnvError, RunRequest, compile_cache_env, harness_env, interpreter_tag,
+    READY, Backend, EnvError, RunRequest, compile_cache_env, compile_cache_for, harness_env,
+    interpreter_tag,
     own_temp_dir, require_writable_cache, run_with,
 )
 from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
@@ -146,14 +147,15 @@ class VenvEnv:
         (envs/bytecode.py). Its temporary files go with it (base.own_temp_dir)."""
         if self._replacement is not None:  # found damaged by an earlier training
             return self._rebuild().run(request, out_dir)
-        env = own_temp_dir(out_dir, harness_env(compile_cache_env(str(self.compile_cache),
+        compile_cache = str(compile_cache_for(self.compile_cache, request))
+        env = own_temp_dir(out_dir, harness_env(compile_cache_env(compile_cache,
                                                                  self.shared_cache)))
         listed = out_dir / BYTECODE_LIST
         files = self._files
         try:
             result = run_with(str(self.python), request, out_dir, env, bytecode_list=listed,
                               alongside=None if files is None else lambda: _intact(files),
-                              sandbox=self.sandbox, writes=(str(self.compile_cache),))
+                              sandbox=self.sandbox, writes=(compile_cache,))
         except _Damaged:
             return self._rebuild().run(request, out_dir)
         sealed = self.sandbox is not None and self.sandbox.active
@@ -204,8 +206,10 @@ class VenvBackend(Backend):
 
     def __init__(self, python: str | None = None, installer: str = "uv", *,
                  allow_sdist: bool = False, allow_unhashed: bool = False,
-                 allow_insecure_index: bool = False, sandbox: Sandbox | None = None) -> None:
+                 allow_insecure_index: bool = False, sandbox: Sandbox | None = None,
+                 share_compile_caches: bool = False) -> None:
         self.python = python
+        self.share_compile_caches = share_compile_caches  # backend_for's
         self.sandbox = sandbox
         self.installer = installer
         self.allow_sdist = allow_sdist
@@ -246,13 +250,14 @@ class VenvBackend(Backend):
         self._admit(lock)
         return prepare(lock, python=self.python, installer=self.installer,
                        allow_sdist=self.allow_sdist, progress=progress,
-                       check_files_beside_first_run=True, sandbox=self.sandbox)
+                       check_files_beside_first_run=True, sandbox=self.sandbox,
+                       share_compile_cache=self.share_compile_caches)
 
 
 def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
             allow_sdist: bool = False, progress: Progress = QUIET,
             check_files_beside_first_run: bool = False,
-            sandbox: Sandbox | None = None) -> VenvEnv:
+            sandbox: Sandbox | None = None, share_compile_cache: bool = False) -> VenvEnv:
     """Return the env for `lock`, building it first if the cache has no sound one.
 
     With `check_files_beside_first_run`, a cached env's files are checked while its first
@@ -283,11 +288,12 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
                                        f"({path}): {problem}"))
             _build(path, lock, python, installer, allow_sdist, progress, sandbox)
         startup = recorded_startup_files(path)
-        compile_cache, shared = compile_cache_dir(root, path, key, lock, tag)
+        compile_cache, shared = compile_cache_dir(root, path, key, lock, tag,
+                                                  share=share_compile_cache)
 
     def rebuilt() -> VenvEnv:
         return prepare(lock, python=python, installer=installer, allow_sdist=allow_sdist,
-                       progress=progress, sandbox=sandbox)
+                       progress=progress, sandbox=sandbox, share_compile_cache=share_compile_cache)
 
     return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared,
                    bytecode_store=cache_dir() / BYTECODE_STORE,

@@ -318,7 +318,9 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
         result.notes.append("--env local runs the installed packages, not a lock: "
                             "nothing to bisect")
         return result
-    timed = _TimedBackend(run_backend(settings, backend))
+    # The mixes compile warm from one another's caches: a bisection names a culprit, it
+    # passes no gate, and every mix is made of the two sides' own pins.
+    timed = _TimedBackend(run_backend(settings, backend, share_compile_caches=True))
     requires, python = _installed_requires(
         timed, (old, new), scenario.framework,
         failing.expected_device or settings.report_device, progress)

@@ -150,15 +150,17 @@ def _healthy(p: Planned, ran: list[tuple[Job, Env, RunResult]]) -> bool:
     return bool(mine) and all(result.status == Status.ok for result in mine)
 
 
-def run_backend(settings: Settings, given: Backend | None = None) -> Backend:
+def run_backend(settings: Settings, given: Backend | None = None, *,
+                share_compile_caches: bool = False) -> Backend:
     """The backend a flow runs on: `given` (a test's fake, a flow's wrapper), else the one
-    settings.env names, with the settings it builds with (lockguard.envs.backend_for)."""
+    settings.env names, with the settings it builds with (lockguard.envs.backend_for);
+    `share_compile_caches` for bisection's mixes only."""
     if given is not None:
         return given
     return backend_for(settings.env, python=settings.python, installer=settings.installer,
                        allow_sdist=settings.allow_sdist, allow_unhashed=settings.allow_unhashed,
                        allow_insecure_index=settings.allow_insecure_index,
-                       sandbox=run_sandbox(settings))
+                       sandbox=run_sandbox(settings), share_compile_caches=share_compile_caches)
 
 
 def run_sandbox(settings: Settings) -> Sandbox | None:

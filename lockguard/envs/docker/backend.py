@@ -25,8 +25,8 @@ from typing import Any
 
 from lockguard.allowlist import container_env, docker_client_env
 from lockguard.envs.base import (
-    HARNESS_SETTINGS, Backend, EnvError, RunRequest, compile_cache_env, execute, failed_result,
-    harness_args, memory_error, require_writable_cache,
+    HARNESS_SETTINGS, Backend, EnvError, RunRequest, compile_cache_env, compile_cache_for,
+    execute, failed_result, harness_args, memory_error, require_writable_cache,
 )
 import lockguard.envs.docker.accelerators as accelerators
 import lockguard.envs.docker.engine as engine
@@ -61,14 +61,15 @@ class DockerEnv:
     def docker_argv(self, request: RunRequest, out_dir: Path, name: str) -> list[str]:
         """The `docker run` command line of one harness run."""
         out_name = f"{request.scenario_id}.json"
-        self.compile_cache.mkdir(parents=True, exist_ok=True)
+        compile_cache = compile_cache_for(self.compile_cache, request)
+        compile_cache.mkdir(parents=True, exist_ok=True)
         argv = [self.docker_cli, "run", "--rm", "--name", name, "--init",
                 "--network", "none", "--read-only", "--tmpfs", "/tmp:rw,exec",
                 "--shm-size", "1g", "--user", f"{os.getuid()}:{os.getgid()}",
                 "--label", "lockguard.run=1", "--workdir", "/tmp",
                 "-v", f"{HARNESS_DIR.resolve()}:{HARNESS_MOUNT}:ro",
                 "-v", f"{out_dir.resolve()}:{OUT_MOUNT}:rw",
-                "-v", f"{self.compile_cache.resolve()}:{CACHE_MOUNT}:rw"]
+                "-v", f"{compile_cache.resolve()}:{CACHE_MOUNT}:rw"]
         script = None
         if request.script is not None:
             path = Path(request.script).resolve()
