@@ -424,6 +424,9 @@ def test_a_sandboxed_run_gets_its_bytecode_from_lockguard_and_the_same_numbers(m
     for result in results:
         assert (result.losses, result.outputs, result.param_digest) == (
             bare.losses, bare.outputs, bare.param_digest)
+        # What the run was confined to is part of what it was (and of a golden recorded so).
+        assert result.fingerprint["sandbox"] == confined.describe()
+    assert "sandbox" not in bare.fingerprint
 
 
 @pytest.mark.slow

@@ -272,8 +272,12 @@ def run_with(python: str, request: RunRequest, out_dir: Path,
                                   str(bytecode_list) if bytecode_list is not None else None)]
     env, spec = confined(sandbox, out_dir, env, python, script=request.script,
                          project=request.project, writes=writes)
-    return execute(argv, request, out, env=env, memory_limit=request.memory_limit,
-                   alongside=alongside, sandbox=spec)
+    result = execute(argv, request, out, env=env, memory_limit=request.memory_limit,
+                     alongside=alongside, sandbox=spec)
+    if result.fingerprint and sandbox is not None:
+        # Part of what the run was, beside its platform: a golden says what it was recorded in.
+        result.fingerprint["sandbox"] = sandbox.describe()
+    return result
 
 
 def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python: str, *,
