@@ -46,6 +46,15 @@ def losses_for(scenario: str, version: str, seed: int, steps: int) -> list[float
     return [v if i == 0 else v * (1 + salt * 1e-6) for i, v in enumerate(base)]
 
 
+def _code_salt(script: Path) -> str:
+    """A salt of a user scenario's code: its script and the files beside it (what a real run
+    would import or read)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(script).parent.iterdir() if p.is_file()):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return "+code-" + h.hexdigest()[:8]
+
+
 @dataclass
 class FakeEnv:
     label: str
@@ -71,7 +80,9 @@ class FakeEnv:
             return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
                              steps=request.steps, seed=request.seed, status=Status.crashed,
                              error="RuntimeError: boom")
-        losses = losses_for(sid, version, request.seed, request.steps)
+        # A user scenario's numbers move with its code too, as a real run's would.
+        code = _code_salt(request.script) if request.script is not None else ""
+        losses = losses_for(sid, version + code, request.seed, request.steps)
         if behaviour == "nan":
             losses[-1] = float("nan")
         digest = f"d{version}"

@@ -423,6 +423,12 @@ def test_a_lock_only_prs_pth_cannot_rewrite_its_judge_its_env_or_the_goldens(rep
     (repo / "requirements.txt").write_text(
         NEW.read_text() + f"--find-links wheels\nlgevil==1.0 \\\n    --hash=sha256:{digest}\n")
     commit(repo, "numpy 2, and a compatibility shim")
+
+    def marks() -> dict[Path, int]:
+        return {p: p.read_text().count(MARK) for p in (cache_root() / "venvs").glob(
+            "*/lib/python*/site-packages/numpy/__init__.py")}
+
+    before = marks()  # what an unsandboxed run of this test (by hand) may have left
     try:
         code_, report, _ = gate_check(repo)
         assert code_ == 1 and verdicts(report)["nep50"] == "drift", report
@@ -433,8 +439,7 @@ def test_a_lock_only_prs_pth_cannot_rewrite_its_judge_its_env_or_the_goldens(rep
             judge.write_bytes(judge_before)
     assert not damaged, f"the candidate's .pth rewrote {judge}"
     assert not golden.exists()
-    poisoned = [p for p in (cache_root() / "venvs").glob(
-        "*/lib/python*/site-packages/numpy/__init__.py") if MARK in p.read_text()]
+    poisoned = [p for p, n in marks().items() if n > before.get(p, 0)]
     assert poisoned == [], "the candidate's .pth rewrote its env's numpy"
 
 

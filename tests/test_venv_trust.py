@@ -383,6 +383,14 @@ def test_uv_sdist_only_names_the_line(tmp_path):
 METADATA = "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n"
 
 
+def record_hash(text: str) -> str:
+    """A RECORD row's hash of `text`: sha256= and the urlsafe base64 of the digest."""
+    import base64
+
+    digest = hashlib.sha256(text.encode()).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
 def fake_env(root: Path) -> tuple[Path, object]:
     """An env directory laid out as a venv with one installed distribution, marked ready."""
     site = root / "lib" / "python3.11" / "site-packages"
@@ -395,7 +403,7 @@ def fake_env(root: Path) -> tuple[Path, object]:
     info = site / "pkg-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(METADATA)
-    rows = [f"{relative},sha256=AAAA,{len(text)}" for relative, text in files.items()]
+    rows = [f"{relative},{record_hash(text)},{len(text)}" for relative, text in files.items()]
     rows += ["pkg-1.0.dist-info/METADATA,,", "pkg-1.0.dist-info/RECORD,,",
              "pkg/__pycache__/never_written.cpython-311.pyc,,"]
     (info / "RECORD").write_text("\n".join(rows) + "\n")
@@ -425,6 +433,46 @@ def test_manifest_lists_each_installed_file_with_its_size(tmp_path):
     assert venv.verify(tmp_path / "env", lock, allow_sdist=False) is None
 
 
+def test_a_file_that_is_not_what_its_record_hashes_is_a_damaged_install(tmp_path):
+    """At build, each file is held to its RECORD row's sha256 (the wheel's own bytecode
+    aside, which the build replaces): an installer that linked a file from a cache a run
+    rewrote would otherwise seal the damage as the reference."""
+    site, _ = fake_env(tmp_path / "env")
+    (site / "pkg" / "core.py").write_text("z = 3\n" * 50)  # same size, other bytes
+    with pytest.raises(venv.DamagedInstall, match=r"pkg/core\.py does not hold the bytes its "
+                                                  r"RECORD names \(pkg\)"):
+        venv.build_manifest(tmp_path / "env")
+    assert venv.build_manifest(tmp_path / "env", verify=False)["files"]
+
+
+@pytest.mark.slow
+def test_a_damaged_uv_cache_is_cleaned_and_the_venv_built_from_sound_files(tmp_path):
+    """uv links a venv's files from its cache: an unsandboxed run that rewrote one in place
+    rewrote the cache's copy, and every venv built from it after. The next build finds the
+    file differs from its RECORD, cleans uv's cache of that distribution and installs again."""
+    project = make_project(tmp_path / "p", """
+        lock = "lock.txt"
+        scenarios = ["numpy.mlp"]
+        steps = 2
+        """, files={"lock.txt": NUMPY_LOCK})
+    env = installer_env(tmp_path)
+    proc = run_cli("record", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stderr
+    [cached] = list((tmp_path / "uv").glob("archive-v0/*/numpy/__init__.py"))
+    with open(cached, "a") as f:
+        f.write("\n# planted in the cache\n")
+    shutil.rmtree(tmp_path / "cache" / "venvs")  # the next check builds anew, from the cache
+    proc = run_cli("check", "--rerun", "-v", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "numpy/__init__.py does not hold the bytes its RECORD names (numpy)" in proc.stderr
+    assert "cleaning uv's cache of them and installing again" in proc.stderr
+    (built,) = venv_dirs(tmp_path / "cache")
+    (init,) = built.glob("lib/python*/site-packages/numpy/__init__.py")
+    assert "planted" not in init.read_text()
+    assert not any("planted" in p.read_text()
+                   for p in (tmp_path / "uv").glob("archive-v0/*/numpy/__init__.py"))
+
+
 def test_manifest_reads_every_spelling_of_a_record_row(tmp_path):
     """RECORD rows other than a plain relative path (quoted, dotted, doubled, absolute,
     CRLF) are listed where they lie, as csv and normpath read them; ones outside the env are
@@ -441,7 +489,7 @@ def test_manifest_reads_every_spelling_of_a_record_row(tmp_path):
     info = site / "pkg-1.0.dist-info"
     info.mkdir()
     (info / "RECORD").write_text("\n".join([
-        '"pkg/a,b.py",sha256=AAAA,1', "pkg/.hidden,,", "./pkg/dot.py,,", "pkg//double.py,,",
+        f'"pkg/a,b.py",{record_hash("1")},1', "pkg/.hidden,,", "./pkg/dot.py,,", "pkg//double.py,,",
         "pkg/sub/../sub/x.py,,", f"{outside},,", "../../../../outside.py,,",
         f"{site}/pkg/dot.py,,", "", "pkg/missing.py,sha256=BBBB,9", "pkg/crlf.py\r",
         "pkg-1.0.dist-info/RECORD,,",

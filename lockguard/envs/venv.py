@@ -40,6 +40,7 @@ training allowlist (lockguard/allowlist.py): no CI secret reaches a lock's code.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import csv
 import hashlib
@@ -361,7 +362,7 @@ def _keep_failed_log(path: Path) -> Path | None:
 
 
 def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
-             progress: Progress, sandbox: Sandbox | None) -> None:
+             progress: Progress, sandbox: Sandbox | None, healed: bool = False) -> None:
     started = time.perf_counter()
     # Said with -v, and in the error of a failed build (where a dropped index would matter).
     dropped = drop_uv_settings(dict(os.environ)) if installer == "uv" else []
@@ -397,8 +398,26 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
         if used == "uv":
             step.update("bytecode (linked where another venv compiled it)")
             link_or_compile(path, python, cache_dir() / BYTECODE_STORE, step)
-    mark_ready(path, lock, python=python, installer=used, allow_sdist=allow_sdist,
-               built_s=time.perf_counter() - started)
+    try:
+        mark_ready(path, lock, python=python, installer=used, allow_sdist=allow_sdist,
+                   built_s=time.perf_counter() - started, verify=not healed)
+    except DamagedInstall as damage:
+        if used != "uv":
+            raise
+        # uv links installed files from its cache, so one unsandboxed run that rewrote a venv's
+        # file in place rewrote the cache's copy, and every venv built from it since. The
+        # cache's entries of those distributions go; their archives are fetched again. Should
+        # the files still differ then, the wheel's own RECORD is wrong: built as it is.
+        progress.info(one_line(f"  {damage}; cleaning uv's cache of them and installing again"))
+        with progress.step(f"Cleaning uv's cache of {', '.join(damage.distributions)}") as step:
+            code, tail = run_logged([_uv(), "cache", "clean", "--no-config",
+                                     *damage.distributions],
+                                    path.parent / f"{path.name}.uv-clean.log", step)
+        if code != 0:
+            raise EnvError(one_line(f"{damage}, and uv could not clean it: "
+                                    f"{tool_reason(chr(10).join(tail), f'exit code {code}')}"))
+        shutil.rmtree(path)
+        _install(path, lock, python, installer, allow_sdist, progress, sandbox, healed=True)
 
 
 def file_sources(lock: Lock) -> int:
@@ -528,10 +547,11 @@ def _local_sources(cmd: list[str], lock: Lock) -> list[str]:
 
 
 def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,
-               built_s: float) -> None:
+               built_s: float, verify: bool = True) -> None:
     """Write the manifest of what is installed, then the marker that binds it (last: an env
-    without a marker is an unfinished build)."""
-    files = build_manifest(path)
+    without a marker is an unfinished build); DamagedInstall first, with `verify`, when a file
+    does not hold what its RECORD names."""
+    files = build_manifest(path, verify=verify)
     manifest = json.dumps(files, separators=(",", ":"))
     write_text(path / MANIFEST, manifest)
     ready = {"lock_hash": lock.lock_hash, "lock": lock.source, "python": python,
@@ -670,9 +690,23 @@ def _skipped_sources(debug_log: Path) -> list[tuple[str, Version]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_manifest(path: Path) -> dict:
+class DamagedInstall(EnvError):
+    """Files an install wrote do not hold the bytes their distribution's RECORD names: the
+    installer took them from a damaged cache (a hardlinked file a run rewrote, say)."""
+
+    def __init__(self, path: Path, damaged: list[tuple[str, str]]) -> None:
+        self.distributions = sorted({owner for owner, _ in damaged})
+        first = damaged[0][1]
+        more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+        super().__init__(f"{path}: {first}{more} does not hold the bytes its RECORD names "
+                         f"({', '.join(self.distributions)}): the installer's cache is damaged")
+
+
+def build_manifest(path: Path, *, verify: bool = True) -> dict:
     """Every file the RECORDs of the env's distributions list, with its size on disk now and
-    the sha256 of its bytes (`digests`, a list per group beside `files`).
+    the sha256 of its bytes (`digests`, a list per group beside `files`). A file whose bytes
+    are not those its RECORD row hashes is DamagedInstall: the installer linked or copied it
+    from a cache something changed, and sealing it would make the damage the reference.
 
     Grouped by owner and directory, names and sizes in parallel lists: json parses that four
     times faster than one [path, size] pair per file, and verifying is one stat per file.
@@ -683,27 +717,37 @@ def build_manifest(path: Path) -> dict:
     root = str(path)
     groups: list[list] = []
     digests: list[list[str]] = []
+    damaged: list[tuple[str, str]] = []
     stat = os.stat
 
-    def add(owner: str, files: dict[str, tuple[list[str], list[int]]]) -> None:
+    def add(owner: str, files: dict[str, tuple[list[str], list[int]]],
+            recorded: dict[str, str] | None = None) -> None:
         for directory, (names, sizes) in sorted(files.items()):
             groups.append([owner, directory, names, sizes])
             prefix = os.path.join(root, directory)
-            digests.append([_sha256(os.path.join(prefix, name)) for name in names])
+            found = [_sha256(os.path.join(prefix, name)) for name in names]
+            digests.append(found)
+            for name, digest in zip(names, found):
+                want = (recorded or {}).get(f"{directory}/{name}")
+                if want is not None and want != _record_hash(digest):
+                    damaged.append((canonicalize_name(owner.rpartition("-")[0] or owner),
+                                    f"{directory}/{name}"))
 
     add("the venv", {".": (["pyvenv.cfg"], [stat(path / "pyvenv.cfg").st_size])})
     for record in sorted(path.glob("lib/python*/site-packages/*.dist-info/RECORD")):
         site = str(record.parent.parent)
         site_rel = os.path.relpath(site, root)
         files: dict[str, tuple[list[str], list[int]]] = {}
+        recorded: dict[str, str] = {}  # relative path -> RECORD's sha256 (urlsafe base64)
         with open(record, newline="", encoding="utf-8", errors="replace") as f:
             text = f.read()
         for line in text.split("\n"):  # csv's line ends: "\n", "\r\n"
             if '"' in line:
                 row = next(csv.reader([line]), None)
-                entry = row[0] if row else ""
+                entry, hashed = (row[0], row[1] if len(row) > 1 else "") if row else ("", "")
             else:
-                entry = line.partition(",")[0].removesuffix("\r")
+                entry, _, rest = line.removesuffix("\r").partition(",")
+                hashed = rest.partition(",")[0]
             if not entry:
                 continue
             if (entry[0] in "/." or entry[-1] == "/" or "/." in entry or "//" in entry
@@ -724,8 +768,19 @@ def build_manifest(path: Path) -> dict:
             names, sizes = files.setdefault(directory or ".", ([], []))
             names.append(name)
             sizes.append(size)
-        add(record.parent.name.removesuffix(".dist-info"), files)
+            # A wheel's own bytecode is replaced by the build's (envs/bytecode.py), checked by
+            # the manifest from then on.
+            if hashed.startswith("sha256=") and not name.endswith(".pyc"):
+                recorded[f"{directory or '.'}/{name}"] = hashed[len("sha256="):]
+        add(record.parent.name.removesuffix(".dist-info"), files, recorded)
+    if damaged and verify:
+        raise DamagedInstall(path, damaged)
     return {"format": MANIFEST_FORMAT, "files": groups, "digests": digests}
+
+
+def _record_hash(hexdigest: str) -> str:
+    """A sha256 as a RECORD row spells it: urlsafe base64 without padding."""
+    return base64.urlsafe_b64encode(bytes.fromhex(hexdigest)).rstrip(b"=").decode()
 
 
 def _sha256(path: str) -> str:
