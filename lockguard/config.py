@@ -144,6 +144,10 @@ class Config(_Strict):
     # What a lock's code runs in (lockguard/sandbox.py): the strongest sandbox available, one
     # or exit 2, or none. LOCKGUARD_SANDBOX (and --sandbox, which sets it) overrides.
     sandbox: SandboxMode = "auto"
+    # `check --base` on a pull request that changes a user scenario's code (its folder, the
+    # project's Python files) and no lock: its code A/B against the target's, on the same lock
+    # (flows/git_base.py); false for a team that gates code changes elsewhere.
+    check_code_changes: StrictBool = True
     # Venvs install wheels only: building an sdist runs code from the lock on this machine.
     allow_sdist: StrictBool = False  # only a literal `true` opts in
     # A lock whose pins carry no --hash, or that names a plain-http index, find-links or a

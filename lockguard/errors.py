@@ -72,6 +72,17 @@ def printable(text: str) -> str:
     return redact(_CONTROL.sub("", _ESCAPES.sub("", text)))
 
 
+# The most of a file's content an error quotes: enough to find the line, never a whole file a
+# hostile link pointed at (/proc/self/environ, /etc/passwd) in a public CI log.
+QUOTE_LIMIT = 48
+
+
+def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` from a file, as an error quotes it: repr'd, cut to `limit` characters."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 2] + "…" + shown[0]
+
+
 def one_line(text: str, limit: int = 2000) -> str:
     """`text` as a single printable line: what an error message on stderr may be."""
     line = " ".join(printable(text).split())

@@ -271,6 +271,41 @@ class ReadError(LockguardError):
         super().__init__(f"{path}:{line}: {reason}" if line else f"{path}: {reason}")
 
 
+class EscapeError(LockguardError):
+    """A path of the project's gate (a lock, the configuration, a scenario script) that is a
+    symbolic link, or whose real path leaves the repository: refused before it is read."""
+
+
+# Trees whose files are the kernel's, never a project's: a lock or script that leads there is
+# a way to print /proc/self/environ (lockguard's secrets) into an error line.
+SYSTEM_TREES = ("/proc", "/sys", "/dev")
+
+
+def refuse_escape(path: Path, root: Path, what: str) -> None:
+    """EscapeError when `path` (`what`: "a lock"), or a folder it lies in below the
+    repository `root`, is a symbolic link (git would record it as one), or its real path lies
+    outside `root` or in /proc, /sys or /dev. A path that does not exist is no escape."""
+    path = Path(os.path.abspath(path))
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if any(real == t or real.startswith(t + "/") for t in SYSTEM_TREES):
+        raise EscapeError(f"{path}: {what} that leads to {real}: refused")
+    parts = path.parts
+    below = next((parts[i:] for i in range(len(parts), 0, -1)
+                  if os.path.realpath(Path(*parts[:i])) == top), None)
+    if below is None:
+        raise EscapeError(f"{path}: {what} outside the repository at {top}: refused")
+    here = Path(top)
+    for part in below:
+        here = here / part
+        if os.path.islink(here):
+            shown = "it" if here == Path(top, *below) else str(here)
+            raise EscapeError(f"{path}: {what} through a symbolic link ({shown} leads to "
+                              f"{os.path.realpath(here)}): lockguard reads none through a link")
+    if not (real == top or real.startswith(top + "/")) and os.path.lexists(path):
+        raise EscapeError(f"{path}: {what} that leads out of the repository (to {real}): "
+                          "refused")
+
+
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"))

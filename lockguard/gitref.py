@@ -55,13 +55,25 @@ class LockChange:
 
 
 class BaseTree:
-    """The merge base of HEAD and a ref, open for reading (one repository handle, one
-    `git cat-file` process): files as they were there, and what became of them since."""
+    """The merge base of HEAD and a ref, and the ref's tip, open for reading (one repository
+    handle, one `git cat-file` process a read): files as they were at the merge base (where
+    the pull request's diff starts) or are at the tip (what it merges into), and what became
+    of them since."""
 
-    def __init__(self, repo: _Repo, repo_dir: Path, ref: str, commit: str) -> None:
+    def __init__(self, repo: _Repo, repo_dir: Path, ref: str, commit: str,
+                 tip: str | None = None) -> None:
         self._repo, self._dir = repo, repo_dir
         self.ref = ref
-        self.commit = commit  # full sha
+        self.commit = commit  # the merge base (full sha)
+        self.tip = tip or commit  # the ref's own commit (full sha)
+
+    @property
+    def root(self) -> Path:
+        """The work tree's top folder (its real path)."""
+        if self._repo.root is None:
+            raise GitRefError(f"{self._repo.git_dir} is a bare repository; lockguard needs a "
+                              "work tree")
+        return Path(self._repo.root)
 
     def rel(self, path: Path) -> str:
         """`path` (relative to the repo_dir it was opened with) in git's spelling."""
@@ -71,9 +83,44 @@ class BaseTree:
         """The file's text at the merge base; None when it did not exist there."""
         return self.texts([path])[0]
 
-    def texts(self, paths: Sequence[Path]) -> list[str | None]:
-        """Several files' texts at the merge base, read by one git process."""
-        return _texts_at(self._repo, self.commit, [self.rel(Path(p)) for p in paths])
+    def texts(self, paths: Sequence[Path], *, at: str | None = None) -> list[str | None]:
+        """Several files' texts at the merge base (or the commit `at`), read by one git
+        process."""
+        return _texts_at(self._repo, at or self.commit, [self.rel(Path(p)) for p in paths])
+
+    def links(self, paths: Sequence[Path], *, at: str | None = None) -> list[Path]:
+        """Of `paths`, those git records at the merge base (or `at`) as symbolic links, or
+        below a folder it records as one."""
+        rels = [self.rel(Path(p)) for p in paths]
+        wanted = {r for rel in rels for r in _with_parents(rel)}
+        if not wanted:
+            return []
+        out = _git(self._repo, "ls-tree", "-z", "--full-tree", at or self.commit, "--",
+                   *sorted(wanted))
+        linked = set()
+        for entry in out.split("\0"):
+            meta, _, name = entry.partition("\t")
+            if meta.startswith("120000 "):
+                linked.add(name)
+        return [Path(p) for p, rel in zip(paths, rels)
+                if any(r in linked for r in _with_parents(rel))]
+
+    def extract(self, dest: Path, *, at: str | None = None) -> None:
+        """The whole tree at the merge base (or `at`) written below `dest` (a folder that
+        exists), as `git archive` gives it: no symbolic link is written (each is left out),
+        nor anything outside `dest`."""
+        import io
+        import tarfile
+
+        data = _git_bytes(self._repo, "archive", "--format=tar", at or self.commit,
+                          timeout=FETCH_TIMEOUT_S)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            members = [m for m in tar.getmembers() if (m.isfile() or m.isdir())
+                       and not m.name.startswith("/") and ".." not in m.name.split("/")]
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, members=members, filter="data")
+            else:  # a Python before the extraction filters: links and escapes left out above
+                tar.extractall(dest, members=members)
 
     def change(self, path: Path) -> LockChange:
         """The file at the merge base against the file on disk now."""
@@ -110,6 +157,17 @@ class BaseTree:
                 i += 2
         return found
 
+    def changed(self, *, at: str, pathspecs: Sequence[str]) -> list[str]:
+        """The files matching `pathspecs` (from the repository's root) that differ between the
+        commit `at` and the work tree on disk: changed, added (untracked ones included, as
+        .gitignore leaves them) or removed; repository-relative, sorted."""
+        specs = [f":(top){s}" if not s.startswith(":") else s.replace(":(", ":(top,", 1)
+                 for s in pathspecs]
+        diff = _git(self._repo, "diff", "--no-ext-diff", "--name-only", "-z", at, "--", *specs)
+        untracked = _git(self._repo, "ls-files", "-z", "--others", "--exclude-standard",
+                         "--full-name", "--", *specs)
+        return sorted({n for n in (diff + untracked).split("\0") if n})
+
     def dirty(self, paths: Sequence[Path]) -> list[Path]:
         """The given paths that have uncommitted changes: staged, unstaged or untracked."""
         return _dirty(self._repo, self._dir, paths)
@@ -117,10 +175,28 @@ class BaseTree:
 
 @contextlib.contextmanager
 def merge_base(repo_dir: Path, base_ref: str, *, fetch: bool = True) -> Iterator[BaseTree]:
-    """The merge base of HEAD and `base_ref`, open for reading (fetched if needed)."""
+    """The merge base of HEAD and `base_ref` and its tip, open for reading (fetched if
+    needed)."""
     repo_dir = Path(repo_dir)
     with _open(repo_dir) as repo:
-        yield BaseTree(repo, repo_dir, base_ref, _merge_base(repo, base_ref, fetch))
+        commit = _merge_base(repo, base_ref, fetch)
+        yield BaseTree(repo, repo_dir, base_ref, commit, _tip(repo, base_ref))
+
+
+def _tip(repo: _Repo, ref: str) -> str:
+    """The commit `ref` names, as _merge_base resolved (and may have fetched) it."""
+    sha = _try_resolve(repo, ref)
+    if sha is None and (target := _remote_for(repo, ref)) is not None:
+        sha = _try_resolve(repo, target[2])
+    if sha is None:
+        raise GitRefError(f"{ref} is not in this clone; {_fetch_hint(repo, ref)}")
+    return sha
+
+
+def _with_parents(rel: str) -> list[str]:
+    """`a/b/c` and the folders it lies in: a/b/c, a/b, a."""
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(len(parts), 0, -1) if parts[:i] != [""]]
 
 
 # The largest file compared with its merge-base version (a lock, a config file).

@@ -82,6 +82,9 @@ class FakeEnv:
                              error="RuntimeError: boom")
         # A user scenario's numbers move with its code too, as a real run's would.
         code = _code_salt(request.script) if request.script is not None else ""
+        if request.script is not None:
+            with self.backend._lock:
+                self.backend.scripts.append((sid, Path(request.script).read_text()))
         losses = losses_for(sid, version + code, request.seed, request.steps)
         if behaviour == "nan":
             losses[-1] = float("nan")
@@ -121,6 +124,8 @@ class FakeBackend:
     prepared: list[str] = field(default_factory=list)
     admitted: list[str] = field(default_factory=list)  # lock hashes, as the pipeline admitted them
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, version) in run order
+    # (scenario, the text of the script it ran) of each user scenario's run, in run order
+    scripts: list[tuple[str, str]] = field(default_factory=list)
     # Preparing: seconds each lock's build takes (by lock file name), the locks whose build
     # fails (an EnvError naming the lock), and what was seen: builds at once, at most, and the
     # progress stage ("environment n of N: ") each build ran under.

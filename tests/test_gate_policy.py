@@ -195,3 +195,225 @@ def test_an_acceptance_passes_only_its_own_change(tmp_path):
     # The same locks, other numbers (the scenario now behaves otherwise): fails again.
     moved = FakeBackend(behaviour={("numpy.mlp", "2.0.2"): "noisy:+0.01"})
     assert not check_ab(Settings.resolve(config), [new], [old], NUMPY, backend=moved).passed
+
+
+# --------------------------------------------------- the target's tip judges, found as ours is
+
+def repository(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A repository whose main holds `files`; checked out on branch pr."""
+    root = tmp_path / "repo"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "main")
+    git(root, "checkout", "-qb", "pr")
+    return root
+
+
+def commit_all(root: Path, message: str = "change") -> None:
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", message)
+
+
+def judged(root: Path, start: Path, named: Path | None = None):
+    """`check --base main` as the CLI opens it from `start` (with --config `named`)."""
+    config = load_config(named, start=start)
+    gate = open_gate(config, "main", [], start=None if named else start, named=named)
+    return gate, check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=FakeBackend())
+
+
+def sha(root: Path, ref: str = "main") -> str:
+    return git(root, "rev-parse", ref).strip()[:7]
+
+
+def test_a_config_moved_up_the_tree_is_judged_by_the_targets_where_it_was(tmp_path):
+    """P06 (H1): in a monorepo run from ml/, the PR empties ml/pyproject.toml's table and
+    puts a loosened one at the root; the target's ml/pyproject.toml judges, and the move is
+    the first change said."""
+    root = repository(tmp_path, {
+        "pyproject.toml": '[project]\nname = "root"\n',
+        "ml/pyproject.toml": '[project]\nname = "ml"\n\n[tool.lockguard]\nlock = "a.txt"\n',
+        "ml/a.txt": "numpy==1.26.4\n"})
+    (root / "ml" / "pyproject.toml").write_text('[project]\nname = "ml"\n')
+    (root / "pyproject.toml").write_text('[project]\nname = "root"\n\n[tool.lockguard]\n'
+                                         'lock = "ml/a.txt"\nfail_on = []\n')
+    (root / "ml" / "a.txt").write_text("numpy==2.0.2\n")
+    commit_all(root)
+    gate, report = judged(root, root / "ml")
+    assert gate.policy_from == "base"
+    assert gate.judged_by == f"main@{sha(root)}:ml/pyproject.toml"
+    assert gate.changes[0] == ("configuration: main's is ml/pyproject.toml, this checkout's is "
+                               "pyproject.toml (judged by main's; this checkout's takes effect "
+                               "once merged)")
+    assert any(c.startswith("fail_on: ") for c in gate.changes)
+    assert not report.passed and report.failing == ["numpy.mlp"]
+
+
+def test_a_config_added_below_the_targets_is_a_change_not_the_judge(tmp_path):
+    """P07: the target's configuration is at the root; the PR adds ml/lockguard.toml and the
+    gate runs from ml/: the root's judges."""
+    root = repository(tmp_path, {
+        "pyproject.toml": '[tool.lockguard]\nlock = "ml/a.txt"\n',
+        "ml/a.txt": "numpy==1.26.4\n"})
+    (root / "ml" / "lockguard.toml").write_text('lock = "a.txt"\nfail_on = []\n')
+    (root / "ml" / "a.txt").write_text("numpy==2.0.2\n")
+    commit_all(root)
+    gate, report = judged(root, root / "ml")
+    assert gate.judged_by == f"main@{sha(root)}:pyproject.toml"
+    assert gate.changes[0].startswith("configuration: main's is pyproject.toml, this "
+                                      "checkout's is ml/lockguard.toml")
+    assert not report.passed
+
+
+def test_a_branch_forked_before_the_gate_is_judged_by_the_targets_tip(tmp_path):
+    """P08 (H2): forked before main adopted lockguard, the branch brings its own lockguard.toml
+    (fail_on = []): the merge base has no configuration, main's tip has; that one judges."""
+    root = repository(tmp_path, {"pyproject.toml": '[project]\nname = "demo"\n',
+                                 "a.txt": "numpy==1.26.4\n"})
+    git(root, "checkout", "-q", "main")
+    (root / "pyproject.toml").write_text('[project]\nname = "demo"\n\n[tool.lockguard]\n'
+                                         'lock = "a.txt"\n')
+    commit_all(root, "adopt lockguard")
+    git(root, "checkout", "-q", "pr")
+    (root / "lockguard.toml").write_text('lock = "a.txt"\nfail_on = []\n')
+    (root / "a.txt").write_text("numpy==2.0.2\n")
+    commit_all(root, "bump, and a gate of our own")
+    gate, report = judged(root, root)
+    assert gate.policy_from == "base" and gate.judged_by == f"main@{sha(root)}:pyproject.toml"
+    assert gate.changes[0].startswith("configuration: main's is pyproject.toml, this "
+                                      "checkout's is lockguard.toml")
+    assert not report.passed and report.failing == ["numpy.mlp"]
+
+
+def test_a_branch_forked_before_main_tightened_its_policy_meets_the_tight_one(tmp_path):
+    """P10: main's fail_on was loose at the fork and is strict at its tip: the tip's judges."""
+    root = repository(tmp_path, {"pyproject.toml": '[tool.lockguard]\nlock = "a.txt"\n'
+                                                   'fail_on = []\n',
+                                 "a.txt": "numpy==1.26.4\n"})
+    git(root, "checkout", "-q", "main")
+    (root / "pyproject.toml").write_text('[tool.lockguard]\nlock = "a.txt"\n')
+    commit_all(root, "tighten")
+    git(root, "checkout", "-q", "pr")
+    (root / "a.txt").write_text("numpy==2.0.2\n")
+    commit_all(root, "bump")
+    gate, report = judged(root, root)
+    assert gate.judging.fail_on is None  # the default: drift fails
+    assert any(c.startswith("fail_on: ") for c in gate.changes)  # the branch still has []
+    assert not report.passed
+
+
+def test_a_target_without_a_gate_anywhere_on_the_way_lets_the_checkout_judge(tmp_path):
+    root = repository(tmp_path, {"pyproject.toml": '[project]\nname = "x"\n',
+                                 "ml/a.txt": "numpy==1.26.4\n"})
+    (root / "ml" / "lockguard.toml").write_text('lock = "a.txt"\n')
+    commit_all(root)
+    gate, _ = judged(root, root / "ml")
+    assert gate.policy_from == "pr"
+    assert gate.judged_by.endswith("main has none from ml up to the repository's root)") or \
+        "main has none from" in gate.judged_by
+
+
+def test_a_config_that_is_a_symbolic_link_is_refused(tmp_path):
+    """P28: pyproject.toml turned into a link to conf/pyproject.toml (fail_on = []), named
+    with --config as the pre-commit example does: refused before anything is read through it;
+    a lock that is a link (SL02: to /proc/self/environ) too, its content never quoted."""
+    from lockguard.files import EscapeError
+
+    root = repository(tmp_path, {"pyproject.toml": '[tool.lockguard]\nlock = "a.txt"\n',
+                                 "a.txt": "numpy==1.26.4\n"})
+    (root / "conf").mkdir()
+    (root / "conf" / "pyproject.toml").write_text('[tool.lockguard]\nlock = "../a.txt"\n'
+                                                  'fail_on = []\n')
+    (root / "pyproject.toml").unlink()
+    (root / "pyproject.toml").symlink_to("conf/pyproject.toml")
+    commit_all(root)
+    named = root / "pyproject.toml"
+    with pytest.raises(EscapeError, match=r"pyproject\.toml: the configuration file through a "
+                                          r"symbolic link"):
+        open_gate(load_config(named), "main", [], named=named)
+
+    root = repository(tmp_path / "2", {"pyproject.toml": '[tool.lockguard]\nlock = "a.txt"\n',
+                                       "a.txt": "numpy==1.26.4\n"})
+    (root / "a.txt").unlink()
+    (root / "a.txt").symlink_to("/proc/self/environ")
+    commit_all(root)
+    with pytest.raises(EscapeError) as caught:
+        open_gate(load_config(start=root), "main", [], start=root)
+    assert "a lock that leads to /proc/" in str(caught.value)
+    assert "PATH=" not in str(caught.value)
+
+
+def test_both_sides_run_the_targets_scenario_code(tmp_path):
+    """P01-P03: a PR that bumps the lock and rewrites the scenario (its script, a module or a
+    data file beside it) runs the target's code on both sides, and says what it changed."""
+    script = "import json\n\ndef run(steps, seed):\n    return {'losses': [1.0] * steps}\n"
+    root = repository(tmp_path, {
+        "pyproject.toml": '[tool.lockguard]\nlock = "a.txt"\nscenarios = ["mine"]\n'
+                          '[tool.lockguard.scenario.mine]\nscript = "sc/mine.py"\n'
+                          'framework = "numpy"\n',
+        "a.txt": "numpy==1.26.4\n", "sc/mine.py": script, "sc/helper.py": "X = 1\n",
+        "sc/cfg.json": "{}\n"})
+    (root / "a.txt").write_text("numpy==2.0.2\n")
+    (root / "sc" / "mine.py").write_text(script.replace("[1.0]", "[2.0]"))
+    (root / "sc" / "helper.py").write_text("X = 2\n")
+    (root / "sc" / "cfg.json").write_text('{"x": 1}\n')
+    commit_all(root)
+    config = load_config(start=root)
+    gate = open_gate(config, "main", [], start=root)
+    assert gate.code_changes == ["sc/cfg.json", "sc/helper.py", "sc/mine.py"]
+    assert "scenario code: sc/helper.py changed (the check runs main's)" in gate.changes
+    from lockguard.scenarios import select
+
+    fake = FakeBackend()
+    report = check_base(Settings.resolve(gate.judging), gate, select(gate.judging, []),
+                        backend=fake)
+    assert [t for _, t in fake.scripts] == [script, script]  # main's, on both sides
+    assert report.gate.changes == gate.changes
+
+
+def test_a_pr_that_changes_only_scenario_code_runs_it_against_the_targets(tmp_path):
+    """A PR that changes the scenario's code and no lock is not waved through: its code runs
+    against the target's on the same lock, under the target's policy; red, then `accept`,
+    then green. check_code_changes = false at the target leaves code to other checks."""
+    from lockguard.flows import accept
+    from lockguard.scenarios import select
+
+    script = "def run(steps, seed):\n    return {'losses': [1.0] * steps}\n"
+    table = ('[tool.lockguard]\nlock = "a.txt"\nscenarios = ["mine"]\ngolden_dir = "golden"\n'
+             '[tool.lockguard.scenario.mine]\nscript = "sc/mine.py"\nframework = "numpy"\n')
+    root = repository(tmp_path, {"pyproject.toml": table, "a.txt": "numpy==1.26.4\n",
+                                 "sc/mine.py": script, "sc/helper.py": "X = 1\n"})
+    (root / "sc" / "helper.py").write_text("X = 2  # the model changed\n")
+    commit_all(root)
+
+    def gate_check():
+        gate = open_gate(load_config(start=root), "main", [], start=root)
+        settings = Settings.resolve(gate.judging)
+        return settings, check_base(settings, gate, select(gate.judging, []),
+                                    backend=FakeBackend())
+
+    settings, report = gate_check()
+    assert not report.passed and report.failing == ["mine"]
+    assert any("the scenarios' code did" in n for n in report.notes)
+    [baseline] = [lk for lk in report.locks if lk.role == "baseline"]
+    assert baseline.name.endswith(f"with main@{sha(root)}'s scenario code")
+    report.id = "20260101T000000Z-aaaaaa"
+    adoptions, _ = accept.plan(report, tmp_path / "report.json", settings, [], "new model",
+                               "me <me@e>", verified=True)
+    accept.adopt(adoptions)
+    _, again = gate_check()
+    assert again.passed and again.verdicts[0].accepted.reason == "new model"
+
+    # The target turns code checks off: nothing to check.
+    git(root, "stash", "-u")
+    git(root, "checkout", "-q", "main")
+    (root / "pyproject.toml").write_text(table.replace('golden_dir = "golden"\n',
+                                                      'golden_dir = "golden"\n'
+                                                      'check_code_changes = false\n'))
+    commit_all(root, "code is gated elsewhere")
+    git(root, "checkout", "-q", "pr")
+    _, off = gate_check()
+    assert off.passed and off.verdicts == []
+    assert any("no lock changed" in n for n in off.notes)

@@ -217,8 +217,10 @@ def test_arbitrary_equality_is_refused():
     "https://example.org/pkg-1.0.tar.gz",
 ])
 def test_url_vcs_and_path_requirements_are_refused(requirement):
+    # Quoted as far as an error quotes a file (errors.quote): the line number finds it.
+    shown = repr(requirement) if len(repr(requirement)) <= 48 else repr(requirement)[:46] + "…'"
     assert error_of(f"six==1.16.0\n{requirement}\n") == (
-        f"requirements.txt:2: '{requirement}' is a URL, path or VCS requirement, which cannot "
+        f"requirements.txt:2: {shown} is a URL, path or VCS requirement, which cannot "
         "be pinned by version"
     )
 

@@ -162,8 +162,10 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         from lockguard.flows.git_base import open_gate
 
         refuse_inputs(targets, project_inputs(config, locks))
-        # The policy, the scenarios and the locks are the judging configuration's: the base's.
-        gate = open_gate(config, base_ref, list(locks), policy_from)
+        # The policy, the scenarios and the locks are the judging configuration's: the target's
+        # (its tip's), found as the checkout's was.
+        gate = open_gate(config, base_ref, list(locks), policy_from,
+                         start=None if config_path else Path.cwd(), named=config_path)
         judging, baseline = gate.judging, MergeBase(gate)
         chosen = select(judging, list(scenarios))
         # The gate names the locks; they are read here only for a plan (no lock changed is

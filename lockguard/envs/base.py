@@ -58,6 +58,9 @@ class RunRequest:
     # The project a user scenario's script belongs to (its config's folder): what a
     # sandboxed run of it may read besides the script's own folder.
     project: Path | None = None
+    # The project whose compile cache the run writes (compile_cache_for), when its code was
+    # taken from elsewhere (a tree extracted from git): the project it stands for.
+    cache_scope: Path | None = None
     memory_limit: int | None = None  # bytes its processes may hold resident together
     memory_limit_source: str = "config key memory_limit"  # where the limit came from, for errors
 
@@ -194,7 +197,8 @@ def compile_cache_for(root: Path, request: RunRequest) -> Path:
     lock read."""
     if request.script is None:
         return root
-    project = os.path.abspath(request.project or Path(request.script).parent)
+    project = os.path.abspath(request.cache_scope or request.project
+                              or Path(request.script).parent)
     return root / "projects" / hashlib.sha256(os.fsencode(project)).hexdigest()[:16]
 
 

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from lockguard.errors import UsageError
 from lockguard.flows.goldens import digest
-from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
+from lockguard.flows.pipeline import (
+    Backend, CodeTree, Job, Outcome, Planned, Runs, pipeline, run_backend,
+)
 from lockguard.locks.ref import LockRef, lock_for
 from lockguard.flows.report_parts import evidence, lock_info, report_for
 from lockguard.locks.diff import diff_locks, with_startup_files
@@ -24,10 +26,14 @@ if TYPE_CHECKING:
 
 def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
              scenarios: list[Scenario], progress: Progress = QUIET,
-             backend: Backend | None = None) -> Report:
+             backend: Backend | None = None,
+             code: tuple[CodeTree | None, CodeTree | None] = (None, None)) -> Report:
     """Check `locks` against `baseline`: each scenario run from both sides on this machine,
     alternating (with timing runs when a timing verdict is asked for), an intended change
-    passing through a committed acceptance; failing verdicts bisected with --bisect."""
+    passing through a committed acceptance; failing verdicts bisected with --bisect. `code`:
+    where each side (baseline, candidate) takes user scenarios' code from (None: the
+    checkout)."""
+    old_code, new_code = code
     start = time.perf_counter()
     policy = settings.policy
     harness, backend = harness_digest(), run_backend(settings, backend)
@@ -43,7 +49,8 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
             return []  # nothing to compare with: judged `new`
         # Baseline and candidate of one scenario run side by side, alternating, so that both
         # see the same machine load: their timing ratio is meaningful, absolute times are not.
-        return [Job(p, old, "baseline"), Job(p, p.lock, "candidate")] * settings.repeat
+        return [Job(p, old, "baseline", code=old_code),
+                Job(p, p.lock, "candidate", code=new_code)] * settings.repeat
 
     # `slower` is judged from timing runs only, and they cost K runs a side one at a time: made
     # when a timing verdict is asked for (slower in fail_on, or --timing).
@@ -53,7 +60,8 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
         old = lock_for(p.scenario, baseline)
         if old is None or not timed:
             return []
-        pair = [Job(p, old, "baseline", timing=True), Job(p, p.lock, "candidate", timing=True)]
+        pair = [Job(p, old, "baseline", timing=True, code=old_code),
+                Job(p, p.lock, "candidate", timing=True, code=new_code)]
         # A B, B A, A B, …: neither side always runs first (a warmer page cache, a CPU's clock
         # ramping up would otherwise favour one side in every pair).
         return [job for i in range(settings.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
@@ -79,19 +87,15 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                                    p.lock.lock.lock_hash, settings.golden_dir, policy, tolerance)
         return verdict, evidence(p.scenario.id, ("lock", old.name, runs.baseline[0]),
                                  ("lock", p.lock.name if p.lock else "local",
-                                  runs.candidate[0]), digest(p, settings, harness, backend))
+                                  runs.candidate[0]),
+                                 digest(new_code.planned(p) if new_code else p, settings,
+                                        harness, backend))
 
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend, timing=timing)
-    diffs = []
-    for new in locks:
-        old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
-        if old is not None:
-            # Naming the .pth files (and the like) the candidate's changed pins installed.
-            diffs.append(with_startup_files(diff_locks(old.lock, new.lock),
-                                            outcome.startup_files.get(new.lock.lock_hash)))
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
-                        baseline=baseline, started=start, lock_diffs=diffs)
+                        baseline=baseline, started=start,
+                        lock_diffs=_lock_diffs(locks, baseline, outcome))
     if settings.bisect and report.failing:
         from lockguard.flows.bisect import attach_bisection
 
@@ -99,6 +103,18 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                                   backend)
         report.duration_s = time.perf_counter() - start
     return report
+
+
+def _lock_diffs(locks: list[LockRef], baseline: list[LockRef], outcome: Outcome) -> list:
+    """Each candidate lock's difference from the baseline lock it is paired with, naming the
+    .pth files (and the like) the candidate's changed pins installed."""
+    diffs = []
+    for new in locks:
+        old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
+        if old is not None:
+            diffs.append(with_startup_files(diff_locks(old.lock, new.lock),
+                                            outcome.startup_files.get(new.lock.lock_hash)))
+    return diffs
 
 
 def diff(old: LockRef, new: LockRef) -> Report:

@@ -1,22 +1,32 @@
 """The git gate: `check --base REF`, A/B between the locks at the merge base and on disk, judged
-by the base's rules.
+by the target's rules and run with the target's scenario code.
 
-A pull request must not be able to switch off the gate that judges it. So the policy — fail_on,
-tolerances, the scenario selection, steps, the set of locks, and every other setting — is the
-configuration at the merge base, as CODEOWNERS changes are judged by the base branch: what the
-pull request changes of it is reported first and takes effect once merged. (`--policy pr` judges
-by the checkout's own configuration, for a team that wants that, and says so.) A lock the pull
-request renames, or names in another lock's place, is paired with the base's lock it replaces,
-so its scenarios are compared, never `new`.
+A pull request must not be able to choose its judge. So the policy — fail_on, tolerances, the
+scenario selection, steps, the set of locks, and every other setting — is the configuration at
+the tip of REF (what the pull request merges into, not the merge base, which a branch chooses by
+where it forks), found as the checkout's own is found: the same upward search from the same
+folder, the same file precedence. "The target has no configuration" holds only when there is
+none anywhere on that way. The scenario code is part of the judge: both sides run the user
+scenarios' scripts, the files beside them and the project's code from a tree of the tip, only
+the locks coming from the pull request; and a pull request that changes that code and no lock
+runs its code against the tip's, on the same lock (`check_code_changes`). What the pull request
+changes of any of it — settings, where its configuration lives, locks, scenario code — is
+reported first and takes effect once merged, as CODEOWNERS changes are judged by the base
+branch. (`--policy pr` judges by the checkout's own configuration and code, and says so.) A lock
+the pull request renames, or names in another lock's place, is paired with the base's lock it
+replaces, so its scenarios are compared, never `new`. No path of the gate may be a symbolic
+link or lead out of the repository.
 
-Kept apart from the other flows so that the common answer — no lock changed — needs only the
+Kept apart from the other flows so that the common answer — nothing changed — needs only the
 configuration and git: nothing is built, imported or run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,7 +37,7 @@ from lockguard.files import display_path
 from lockguard.progress import QUIET, Progress
 
 if TYPE_CHECKING:
-    from lockguard.flows.pipeline import Backend
+    from lockguard.flows.pipeline import Backend, CodeTree
     from lockguard.locks.ref import LockRef
     from lockguard.report import Report
     from lockguard.scenarios import Scenario
@@ -67,6 +77,11 @@ class Gate:
     pairs: list[LockPair]
     changes: list[str] = field(default_factory=list)  # of the gate, by this checkout
     notes: list[str] = field(default_factory=list)
+    tip: str = ""  # the target ref's commit, whose configuration and scenario code judge
+    repo: Path | None = None  # the repository's root on disk (its real path)
+    # Files of user scenarios' code (from the repository's root) this checkout changed since
+    # the tip: both sides run the tip's under the base's policy.
+    code_changes: list[str] = field(default_factory=list)
 
     @property
     def moved(self) -> bool:
@@ -91,33 +106,59 @@ class Gate:
 
 
 def open_gate(config: Config, base_ref: str, cli_locks: list[str],
-              policy_from: PolicyFrom = "base") -> Gate:
-    """Read the merge base's configuration and locks, pair each lock on disk with the one it
-    replaces, and say what this checkout changes of the gate."""
+              policy_from: PolicyFrom = "base", *, start: Path | None = None,
+              named: Path | None = None) -> Gate:
+    """Read the target's configuration (at the tip of `base_ref`, found from `start` as the
+    checkout's was: the working directory, or the folder of `named`, the --config file as
+    given), pair each lock on disk with the one it replaces at the merge base, and say what
+    this checkout changes of the gate: its settings, where its configuration lives, its locks
+    and its scenarios' code. A path of the gate that is a symbolic link, or leads out of the
+    repository, is refused before anything is read through it."""
+    start = Path(os.path.abspath(start if start is not None
+                                 else named.parent if named is not None else config.root))
     with gitref.merge_base(config.root, base_ref) as base:
-        base_config, base_file = _config_at(base, config)
-        if base_config is None:
-            # The base has no gate: this checkout introduces it, and nothing else can judge it.
+        repo = base.root
+        own = [(p, "the configuration file") for p in (named, config.file) if p is not None]
+        refuse_escapes(repo, own)
+        target, target_file = _config_at_tip(base, start, named)
+        short = short_ref(base_ref)
+        if target is None:
+            # The target has no gate anywhere the checkout's could be found: this checkout
+            # introduces it, and nothing else can judge it.
             judging, source = config, "pr"
-            judged_by = f"this checkout's configuration ({_config_name(config)}: {base_ref} has " \
-                        "none)"
+            judged_by = (f"this checkout's configuration ({_config_name(config)}: {short} has "
+                         f"none from {display_path(start)} up to the repository's root)")
         elif policy_from == "pr":
             judging, source = config, "pr"
             judged_by = f"this checkout's configuration ({_config_name(config)}; --policy pr)"
         else:
-            judging, source = base_config, "base"
-            judged_by = f"{short_ref(base_ref)}@{base.commit[:7]}:{base_file}"
+            judging, source = target, "base"
+            judged_by = f"{short}@{base.tip[:7]}:{target_file}"
         cli = [Path(p).absolute() for p in cli_locks]
         head_paths = cli or _configured(config)
-        base_paths = _configured(base_config) if base_config is not None else []
+        base_paths = _configured(target) if target is not None else []
+        refuse_escapes(repo, [(p, "a lock") for p in head_paths])
+        refuse_links(base, [(p, "a lock") for p in base_paths], at=base.commit,
+                     where=f"{short}@{base.commit[:7]}")
+        scripts = _scripts(judging) | _scripts(config)
+        refuse_escapes(repo, [(p, "a scenario script") for p in sorted(scripts)])
+        if target is not None:
+            refuse_links(base, [(p, "a scenario script") for p in sorted(_scripts(target))],
+                         at=base.tip, where=f"{short}@{base.tip[:7]}")
         pairs = _pair(base, base_paths, head_paths, keep_base=source == "base" and not cli)
         gate = Gate(ref=base_ref, merge_base=base.commit, checkout=config, judging=judging,
-                    policy_from=source, judged_by=judged_by, pairs=pairs)
-        if base_config is not None:
-            gate.changes = config_changes(base_config, config)
+                    policy_from=source, judged_by=judged_by, pairs=pairs, tip=base.tip,
+                    repo=repo)
+        if target is not None:
+            gate.changes = _config_moved(base, short, target_file, config)
+            gate.changes += config_changes(target, config)
         gate.changes += _pair_changes(gate)
-        if gate.moved:
-            gate.changes += _script_changes(base, base_config, config)
+        if target is not None:
+            gate.code_changes = _code_changed(base, judging, config)
+            runs = "the check runs this checkout's" if source == "pr" else \
+                f"the check runs {short}'s"
+            gate.changes += _listed(
+                [f"scenario code: {name} changed ({runs})" for name in gate.code_changes])
         dirty = base.dirty([p.head for p in pairs if p.head is not None])
     if not pairs:
         # What lock_paths says when nothing names a lock at all.
@@ -142,7 +183,11 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     base = GitBase.model_construct(ref=gate.ref, merge_base=gate.merge_base)
     notes = list(gate.notes)
     policy = _policy_info(gate)
+    users = [s for s in scenarios if s.script is not None]
     if not gate.moved:
+        if gate.code_changes and users and gate.policy_from == "base" \
+                and gate.judging.check_code_changes:
+            return _check_code(settings, gate, users, progress, backend, notes, start)
         notes.append(f"no lock changed since {gate.ref} (merge base {gate.merge_base[:12]}): "
                      "nothing to check")
         # Nothing ran: lockguard's own values, not validated (as flows/check.py's shortcut).
@@ -151,13 +196,56 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
                                       duration_s=time.perf_counter() - start)
     from lockguard.flows.ab import check_ab
     from lockguard.flows.report_parts import family_rule_report
-    from lockguard.locks.parser import parse_lock_text
-    from lockguard.locks.ref import LockRef, lock_for, lock_target
+    from lockguard.locks.ref import lock_for
 
-    candidates: list[LockRef] = []  # every lock on disk, in the judging order
-    baseline: list[LockRef] = []  # every base lock paired with one
-    moved: list[LockRef] = []  # candidates whose pins differ from their base's (or are new)
-    paired: dict[int, LockRef] = {}  # id(candidate) -> its base lock
+    candidates, baseline, moved, paired = _sides(gate, notes)
+
+    def runs_from(s: Scenario, refs: list[LockRef]) -> LockRef | None:
+        return lock_for(s, refs)
+
+    def hash_of(ref: LockRef | None) -> str | None:
+        return ref.lock.lock_hash if ref is not None else None
+
+    # Only scenarios whose lock moved, where a check of the whole set runs them (the first lock
+    # that pins their framework) against the base's (the same rule over the base's locks): the
+    # rest cannot have changed. A framework moved into another lock is compared all the same.
+    mine = [s for s in scenarios if runs_from(s, candidates) is not None
+            and hash_of(runs_from(s, candidates)) != hash_of(runs_from(s, baseline))]
+    judged = [ref for ref in moved if id(ref) in paired]  # moved locks the base's set names
+    if not mine and not judged:
+        if moved:
+            notes.append(f"no selected scenario runs from a lock new since {gate.ref}")
+        return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
+                      gate=policy, duration_s=time.perf_counter() - start)
+    run_new = list({id(r): r for s in mine if (r := runs_from(s, candidates))}.values()) \
+        or judged  # none: "nothing was compared", which fails (the locks moved)
+    run_old = list({id(r): r for s in mine if (r := runs_from(s, baseline))}.values()) \
+        or [paired[id(ref)] for ref in judged]
+    report = family_rule_report("check", moved)
+    if report is None:
+        # Under the base's policy both sides run the target's scenario code, only the locks
+        # differing; under --policy pr this checkout's.
+        with _target_code(gate, mine) as tree:
+            report = check_ab(settings, run_new, run_old, mine, progress, backend,
+                              code=(tree, tree))
+    report.notes = notes + report.notes
+    report.base = base
+    report.gate = policy
+    return report
+
+
+def _sides(gate: Gate, notes: list[str]) -> tuple[list[LockRef], list[LockRef], list[LockRef],
+                                                   dict[int, LockRef]]:
+    """The gate's pairs parsed: (every lock on disk, in the judging order; every base lock
+    paired with one; the candidates whose pins differ from their base's, or are new;
+    id(candidate) -> its base lock), what they say for people appended to `notes`."""
+    from lockguard.locks.parser import parse_lock_text
+    from lockguard.locks.ref import LockRef, lock_target
+
+    candidates: list[LockRef] = []
+    baseline: list[LockRef] = []
+    moved: list[LockRef] = []
+    paired: dict[int, LockRef] = {}
     # Each lock in its own format (a project may mix them), told by its file name at its side
     # (else its content), read for the platform the judging configuration builds for.
     target = lock_target(gate.judging)
@@ -183,32 +271,56 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
         elif pair.changed:
             notes.append(f"{display_path(pair.head)}: only comments or layout changed since "
                          f"{gate.ref}")
-    def runs_from(s: Scenario, refs: list[LockRef]) -> LockRef | None:
-        return lock_for(s, refs)
+    return candidates, baseline, moved, paired
 
-    def hash_of(ref: LockRef | None) -> str | None:
-        return ref.lock.lock_hash if ref is not None else None
 
-    # Only scenarios whose lock moved, where a check of the whole set runs them (the first lock
-    # that pins their framework) against the base's (the same rule over the base's locks): the
-    # rest cannot have changed. A framework moved into another lock is compared all the same.
-    mine = [s for s in scenarios if runs_from(s, candidates) is not None
-            and hash_of(runs_from(s, candidates)) != hash_of(runs_from(s, baseline))]
-    judged = [ref for ref in moved if id(ref) in paired]  # moved locks the base's set names
-    if not mine and not judged:
-        if moved:
-            notes.append(f"no selected scenario runs from a lock new since {gate.ref}")
-        return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
-                      gate=policy, duration_s=time.perf_counter() - start)
-    run_new = list({id(r): r for s in mine if (r := runs_from(s, candidates))}.values()) \
-        or judged  # none: "nothing was compared", which fails (the locks moved)
-    run_old = list({id(r): r for s in mine if (r := runs_from(s, baseline))}.values()) \
-        or [paired[id(ref)] for ref in judged]
-    report = (family_rule_report("check", moved)
-              or check_ab(settings, run_new, run_old, mine, progress, backend))
+@contextlib.contextmanager
+def _target_code(gate: Gate, scenarios: list[Scenario]) -> Iterator[CodeTree | None]:
+    """The target's tip extracted from git (a scratch folder, removed after), where the user
+    scenarios among `scenarios` take their code from under the base's policy; None where no
+    user scenario runs or this checkout's code is the policy's (--policy pr, or a target
+    without a gate)."""
+    if gate.policy_from != "base" or gate.repo is None \
+            or not any(s.script is not None for s in scenarios):
+        yield None
+        return
+    from lockguard.files import scratch_dir
+    from lockguard.flows.pipeline import CodeTree
+
+    with scratch_dir("tip") as tmp, gitref.merge_base(gate.repo, gate.ref, fetch=False) as base:
+        base.extract(Path(tmp), at=gate.tip)
+        yield CodeTree(repo=gate.repo, root=Path(tmp),
+                       label=f"{short_ref(gate.ref)}@{gate.tip[:7]}")
+
+
+def _check_code(settings: Settings, gate: Gate, users: list[Scenario], progress: Progress,
+                backend: Backend | None, notes: list[str], start: float) -> Report:
+    """No lock moved, but the user scenarios' code did: each runs on the same lock (this
+    checkout's, which is the merge base's) with the target's code as the baseline and this
+    checkout's as the candidate, judged by the target's policy; an intended change passes
+    through `accept`, as for a lock."""
+    import dataclasses
+
+    from lockguard.flows.ab import check_ab
+    from lockguard.locks.ref import lock_for
+    from lockguard.report import GitBase
+
+    candidates = gate.candidate_refs()
+    runs = [s for s in users if lock_for(s, candidates) is not None]
+    with _target_code(gate, runs) as tree:
+        label = tree.label if tree is not None else short_ref(gate.ref)
+        baseline = [dataclasses.replace(ref, label=f"{ref.name} with {label}'s scenario code")
+                    for ref in candidates]
+        report = check_ab(settings, candidates, baseline, runs, progress, backend,
+                          code=(tree, None))
+    notes.append(f"no lock changed since {gate.ref}, but the scenarios' code did: each ran "
+                 f"with {short_ref(gate.ref)}'s code and with this checkout's, on this "
+                 "checkout's lock (check_code_changes = false in the target's configuration "
+                 "leaves code changes to other checks)")
     report.notes = notes + report.notes
-    report.base = base
-    report.gate = policy
+    report.base = GitBase.model_construct(ref=gate.ref, merge_base=gate.merge_base)
+    report.gate = _policy_info(gate)
+    report.duration_s = time.perf_counter() - start
     return report
 
 
@@ -221,29 +333,94 @@ def _policy_info(gate: Gate):
                                       config=display_path(config) if config else None)
 
 
-# ------------------------------------------------------------------------- the base's config
+# ----------------------------------------------------------------------- the target's config
 
-def _config_at(base: gitref.BaseTree, config: Config) -> tuple[Config | None, str | None]:
-    """The configuration at the merge base, read where the checkout's lives (the same file
-    first, then the other names in the order load_config looks for them); None when the base
-    has no lockguard configuration there."""
-    names = list(CONFIG_NAMES)
-    if config.file is not None and config.file.name in names:
-        names.remove(config.file.name)
-        names.insert(0, config.file.name)
-    for name in names:
-        path = config.root / name
-        text = base.text(path)
+def _config_at_tip(base: gitref.BaseTree, start: Path,
+                   named: Path | None) -> tuple[Config | None, str | None]:
+    """The target's configuration, at the tip of its ref, found as load_config finds the
+    checkout's: the --config file as named (`named`), else upwards from `start` to the
+    repository's root, lockguard.toml before pyproject.toml in each folder, a pyproject.toml
+    only with a [tool.lockguard] table. (None, None) when there is none on that whole way."""
+    root = base.root
+    here = Path(os.path.realpath(start))
+    order = [Path(os.path.abspath(named))] if named is not None else []
+    if here == root or root in here.parents:
+        for directory in (here, *here.parents):
+            order += [directory / name for name in CONFIG_NAMES]
+            if directory == root:
+                break
+    order = list(dict.fromkeys(order))
+    where = f"{short_ref(base.ref)}@{base.tip[:7]}"
+    for path, text in zip(order, base.texts(order, at=base.tip)):
         if text is None:
             continue
+        rel = base.rel(path)
+        refuse_links(base, [(path, "the configuration")], at=base.tip, where=where)
         # Named as git names it, from the repository's root: main:ml/pyproject.toml.
-        where = f"{short_ref(base.ref)}:{base.rel(path)}"
-        section = lockguard_table(text, name, where)
+        source = f"{short_ref(base.ref)}:{rel}"
+        section = lockguard_table(text, path.name, source)
         if section is None:
             continue
-        source = where + (" [tool.lockguard]" if name == "pyproject.toml" else "")
-        return parse_config(section, source, config.root, config.file or path), base.rel(path)
+        if path.name == "pyproject.toml":
+            source += " [tool.lockguard]"
+        return parse_config(section, source, path.parent, path), rel
     return None, None
+
+
+def refuse_escapes(repo: Path, paths: list[tuple[Path, str]]) -> None:
+    """files.EscapeError for the first of `paths` (path, what it is) on disk that is or lies
+    below a symbolic link, or leads out of the repository at `repo`."""
+    from lockguard.files import refuse_escape
+
+    for path, what in paths:
+        refuse_escape(path, repo, what)
+
+
+def refuse_links(base: gitref.BaseTree, paths: list[tuple[Path, str]], *, at: str,
+                 where: str) -> None:
+    """files.EscapeError for the first of `paths` that git records as a symbolic link (or
+    below one) at the commit `at` (`where` names it: "main@1a2b3c4")."""
+    from lockguard.files import EscapeError
+
+    linked = set(base.links([p for p, _ in paths], at=at))
+    for path, what in paths:
+        if path in linked:
+            raise EscapeError(f"{where}:{base.rel(path)}: {what}, which git records as a "
+                              "symbolic link: lockguard reads none through a link")
+
+
+def _config_moved(base: gitref.BaseTree, short: str, target_file: str | None,
+                  config: Config) -> list[str]:
+    """The gate change of a configuration this checkout keeps elsewhere than the target."""
+    here = base.rel(config.file) if config.file is not None else None
+    if here == target_file:
+        return []
+    return [f"configuration: {short}'s is {target_file}, this checkout's "
+            + (f"is {here}" if here else "is none") + " (judged by "
+            f"{short}'s; this checkout's takes effect once merged)"]
+
+
+def _scripts(config: Config) -> set[Path]:
+    return {config.resolve(sc.script) for sc in config.scenario.values()}
+
+
+def _code_changed(base: gitref.BaseTree, judging: Config, checkout: Config) -> list[str]:
+    """The files of user scenarios' code this checkout changed since the target's tip, from
+    the repository's root: every file beside a scenario script (the script, its modules, its
+    data), and the project's own Python files (the judging configuration's folder's)."""
+    folders = {base.rel(p.parent) for p in _scripts(judging) | _scripts(checkout)}
+    if not folders:
+        return []
+    project = base.rel(judging.root)
+    python = f":(glob){project + '/' if project else ''}**/*.py"
+    return base.changed(at=base.tip, pathspecs=[*sorted(folders), python])
+
+
+def _listed(lines: list[str], most: int = 10) -> list[str]:
+    """`lines`, the first `most` of them, then how many more."""
+    if len(lines) <= most:
+        return lines
+    return lines[:most] + [f"... and {len(lines) - most} more changed files of scenario code"]
 
 
 def _config_name(config: Config) -> str:
@@ -326,22 +503,6 @@ def _pair_changes(gate: Gate) -> list[str]:
         elif _key(pair.base) != _key(pair.head):
             out.append(f"lock {display_path(pair.base)} → {display_path(pair.head)} "
                        f"({pair.how}): compared with {display_path(pair.base)} at {gate.ref}")
-    return out
-
-
-def _script_changes(base: gitref.BaseTree, base_config: Config | None,
-                    head: Config) -> list[str]:
-    """User scenario scripts this checkout changed: the check runs this checkout's."""
-    out = []
-    for name, scenario in sorted(head.scenario.items()):
-        path = head.resolve(scenario.script)
-        old = base.text(path) if base_config is not None and name in base_config.scenario \
-            else None
-        if old is None:
-            continue
-        if _normalise(old) != _normalise(gitref.disk_text(path)):
-            out.append(f"scenario {name}: its script {display_path(path)} changed (the check "
-                       "runs this checkout's)")
     return out
 
 

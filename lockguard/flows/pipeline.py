@@ -53,6 +53,36 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class CodeTree:
+    """Where one side of an A/B takes a user scenario's code from: the repository at `repo`
+    (the checkout's real path) as extracted below `root` (the target's tip, flows/git_base.py):
+    the script, the files beside it and the project's own code, all from there."""
+
+    repo: Path
+    root: Path
+    label: str  # for people: "main@1a2b3c4"
+
+    def place(self, path: Path) -> Path:
+        """`path` of the checkout, in this tree."""
+        return self.root / Path(os.path.realpath(path)).relative_to(self.repo)
+
+    def planned(self, p: Planned) -> Planned:
+        """`p` with its user script taken from this tree (what its inputs digest reads)."""
+        if p.scenario.script is None:
+            return p
+        return replace(p, scenario=replace(p.scenario, script=self.place(p.scenario.script)))
+
+    def request(self, request: RunRequest) -> RunRequest:
+        """`request` run from this tree: its script and project here, its compile cache the
+        checkout project's (the one it stands for)."""
+        if request.script is None:
+            return request
+        project = request.project or Path(request.script).parent
+        return replace(request, script=self.place(request.script), project=self.place(project),
+                       cache_scope=project)
+
+
+@dataclass(frozen=True)
 class Job:
     """One harness run a flow asked for: a scenario in the environment of one lock."""
 
@@ -62,6 +92,7 @@ class Job:
     # A timing run (lockguard/compare/timing.py): run after every numeric run of the check, one
     # at a time, alone; its figures judge `slower`, its numbers nothing.
     timing: bool = False
+    code: CodeTree | None = None  # where a user scenario's code comes from (None: the checkout)
 
 
 @dataclass
@@ -321,14 +352,15 @@ class Environments:
 
 # ----------------------------------------------------------------------------------- execute
 
-def request_for(p: Planned, settings: Settings) -> RunRequest:
+def request_for(p: Planned, settings: Settings, code: CodeTree | None = None) -> RunRequest:
     """The harness's request for `p`, with the settings' seed, threads, timeout and memory
-    limit."""
+    limit; a user scenario's code taken from `code` when given."""
     limit, source = memory_limit(settings)
-    return p.scenario.request(steps=p.steps, seed=settings.seed, device=p.device,
-                              threads=settings.threads, timeout=settings.timeout,
-                              memory_limit=limit, memory_limit_source=source,
-                              project=settings.config.root)
+    request = p.scenario.request(steps=p.steps, seed=settings.seed, device=p.device,
+                                 threads=settings.threads, timeout=settings.timeout,
+                                 memory_limit=limit, memory_limit_source=source,
+                                 project=settings.config.root)
+    return code.request(request) if code is not None else request
 
 
 # The default memory limit, of the memory this host gives lockguard: a runaway run is stopped
@@ -364,7 +396,7 @@ def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Pro
     envs.expect(wanted)
     envs.prepare_all(wanted)
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
-                 request_for(j.planned, settings)) for j in jobs]
+                 request_for(j.planned, settings, j.code)) for j in jobs]
     hidden = withheld()
     if hidden:  # how many, never which or what: -v output ends up in public CI logs
         progress.detail(f"{hidden} of lockguard's {len(os.environ)} environment variables are "

@@ -18,6 +18,7 @@ from typing import Any
 
 from packaging.markers import InvalidMarker, Marker
 
+from lockguard.errors import quote
 from lockguard.locks.model import LockError, LockFormat, PinFile
 from lockguard.locks.target import Target
 
@@ -128,7 +129,7 @@ def marker_holds(text: str | None, target: Target, where: str, doc: TomlLock,
     try:
         marker = Marker(text)
     except InvalidMarker as exc:
-        raise doc.error(where, f"bad marker {text!r}: {str(exc).splitlines()[0]}",
+        raise doc.error(where, f"bad marker {quote(text)}: {str(exc).splitlines()[0]}",
                         line) from None
     environment: dict[str, Any] = dict(target.markers)
     try:
@@ -138,7 +139,7 @@ def marker_holds(text: str | None, target: Target, where: str, doc: TomlLock,
         return any(marker.evaluate({**environment, "extra": extra})
                    for extra in (*extras, ""))
     except Exception as exc:  # an undefined variable, a comparison packaging refuses
-        raise doc.error(where, f"cannot evaluate marker {text!r}: {exc}", line) from None
+        raise doc.error(where, f"cannot evaluate marker {quote(text)}: {exc}", line) from None
 
 
 _HEX = {"sha256": 64, "sha384": 96, "sha512": 128}
@@ -153,7 +154,7 @@ def file_hash(algorithm: str, digest: Any, where: str, doc: TomlLock,
         return None
     if (not isinstance(digest, str) or len(digest) != _HEX[algorithm]
             or not re.fullmatch(r"[0-9a-fA-F]+", digest)):
-        raise doc.error(where, f"bad {algorithm} hash {digest!r} (expected "
+        raise doc.error(where, f"bad {algorithm} hash {quote(digest)} (expected "
                                f"{_HEX[algorithm]} hex digits)", line)
     return f"{algorithm}:{digest.lower()}"
 
@@ -161,11 +162,11 @@ def file_hash(algorithm: str, digest: Any, where: str, doc: TomlLock,
 def colon_hash(text: Any, where: str, doc: TomlLock, line: int | None) -> str:
     """A hash written "sha256:<hex>" (uv.lock, poetry.lock), checked."""
     if not isinstance(text, str) or ":" not in text:
-        raise doc.error(where, f"bad hash {text!r} (expected sha256:<64 hex digits>)", line)
+        raise doc.error(where, f"bad hash {quote(text)} (expected sha256:<64 hex digits>)", line)
     algorithm, _, digest = text.partition(":")
     found = file_hash(algorithm, digest, where, doc, line)
     if found is None:
-        raise doc.error(where, f"hash {text!r}: {algorithm} cannot be checked by pip "
+        raise doc.error(where, f"hash {quote(text)}: {algorithm} cannot be checked by pip "
                                "(use sha256)", line)
     return found
 

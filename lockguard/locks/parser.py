@@ -27,6 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import VERSION_PATTERN
 
+from lockguard.errors import quote
 from lockguard.files import ReadError, read_bytes
 from lockguard.locks.formats import lock_format
 from lockguard.locks.model import Lock, LockError, LockFormat, LockOptions, Pin, bulk
@@ -185,7 +186,7 @@ def _shlex_split(text: str, source: str, number: int) -> list[str]:
     try:
         return shlex.split(text)
     except ValueError as exc:
-        raise LockError(source, number, f"cannot split {text!r}: {exc}") from None
+        raise LockError(source, number, f"cannot split {quote(text)}: {exc}") from None
 
 
 # Options a lock may carry on their own lines, and whether each takes a value.
@@ -227,9 +228,9 @@ def _parse_options(tokens: list[str], source: str, number: int) -> list[tuple[st
         elif token.startswith("-") and token[1:2] in _SHORT_OPTIONS:
             name, value = _SHORT_OPTIONS[token[1]], token[2:] or None
         elif token.startswith("-"):
-            raise LockError(source, number, f"unsupported option {token!r} in a lock")
+            raise LockError(source, number, f"unsupported option {quote(token)} in a lock")
         else:
-            raise LockError(source, number, f"unexpected {token!r} (options start with '-')")
+            raise LockError(source, number, f"unexpected {quote(token)} (options start with '-')")
         if name not in _FILE_OPTIONS and name not in _TAKES_VALUE:
             raise LockError(source, number, f"unsupported option '--{name}' in a lock")
         if name not in _TAKES_VALUE and value is not None:
@@ -322,7 +323,7 @@ def _parse_requirement(line: str, source: str, number: int) -> Pin:
         if _URL_OR_PATH.search(text):
             raise LockError(source, number, _not_pinnable(text)) from None
         first_line = str(exc).splitlines()[0] if str(exc) else "invalid requirement"
-        raise LockError(source, number, f"cannot parse {text!r}: {first_line}") from None
+        raise LockError(source, number, f"cannot parse {quote(text)}: {first_line}") from None
     if req.url:
         raise LockError(source, number, _not_pinnable(text))
 
@@ -332,11 +333,11 @@ def _parse_requirement(line: str, source: str, number: int) -> Pin:
         # pin could not be ordered in a diff or checked against a family rule: refused.
         raise LockError(
             source, number,
-            f"{text!r} uses arbitrary equality (===), which lockguard cannot compare; "
+            f"{quote(text)} uses arbitrary equality (===), which lockguard cannot compare; "
             "pin it with ==",
         )
     if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
-        raise LockError(source, number, f"{text!r} is not pinned (expected name==version)")
+        raise LockError(source, number, f"{quote(text)} is not pinned (expected name==version)")
 
     return _pin(req.name, specifiers[0].version, req.extras,
                 str(req.marker) if req.marker is not None else None, tokens[split_at:], source,
@@ -362,7 +363,7 @@ def _pin(name: str, version: str, extras: Iterable[str], marker: str | None,
         digest = (value or "").lower()
         if not _HASH.match(digest):
             raise LockError(
-                source, number, f"bad --hash value {value!r} (expected sha256:<64 hex digits>)"
+                source, number, f"bad --hash value {quote(value)} (expected sha256:<64 hex digits>)"
             )
         hashes.add(digest)
 
@@ -378,7 +379,7 @@ def _pin(name: str, version: str, extras: Iterable[str], marker: str | None,
 
 
 def _not_pinnable(text: str) -> str:
-    return f"{text!r} is a URL, path or VCS requirement, which cannot be pinned by version"
+    return f"{quote(text)} is a URL, path or VCS requirement, which cannot be pinned by version"
 
 
 def _check_duplicates(pins: list[Pin], source: str) -> None:
@@ -408,7 +409,7 @@ def _check_hashes_everywhere(pins: list[Pin], source: str) -> None:
         if not pin.hashes:
             raise LockError(
                 source, pin.line,
-                f"{pin.requirement!r} has no --hash although other pins have hashes "
+                f"{quote(pin.requirement)} has no --hash although other pins have hashes "
                 "(pip's hash-checking mode would refuse it)",
             )
 

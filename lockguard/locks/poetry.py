@@ -20,6 +20,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockguard.errors import quote
 from lockguard.locks.formats import (
     TomlLock, colon_hash, get, marker_holds, pin_hashes, require_hashes_everywhere,
 )
@@ -70,7 +71,7 @@ def parse_poetry_lock(text: str, source: str, target: Target) -> Lock:
         try:
             Version(version)
         except InvalidVersion:
-            raise doc.error(f"{key}.version", f"{version!r} is not a version", line) from None
+            raise doc.error(f"{key}.version", f"{quote(version)} is not a version", line) from None
         index = _index(table, key, doc, line)
         if index is not None and index not in indexes:
             indexes.append(index)

@@ -24,6 +24,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockguard.errors import quote
 from lockguard.locks.formats import (
     TomlLock, file_hash, file_name, get, marker_holds, pin_hashes, require_hashes_everywhere,
 )
@@ -81,7 +82,7 @@ def _header(doc: TomlLock, target: Target) -> tuple[list | None, list]:
     try:
         major = Version(version).major
     except InvalidVersion:
-        raise doc.error("lock-version", f"{version!r} is not a version", version_line) from None
+        raise doc.error("lock-version", f"{quote(version)} is not a version", version_line) from None
     if major != SUPPORTED_MAJOR:
         raise doc.error("lock-version", f"{version} is not a lock version lockguard reads "
                                         f"({SUPPORTED_MAJOR}.x, PEP 751)", version_line)
@@ -132,7 +133,7 @@ def _package(package: object, key: str, line: int, doc: TomlLock, target: Target
     try:
         Version(version)
     except InvalidVersion:
-        raise doc.error(f"{key}.version", f"{version!r} is not a version", line) from None
+        raise doc.error(f"{key}.version", f"{quote(version)} is not a version", line) from None
     files = _files(package, key, doc, line, source)
     if not files:
         raise doc.error(key, "names neither wheels nor an sdist to install", line)
@@ -154,7 +155,7 @@ def _check_python(spec: str | None, target: Target, key: str, doc: TomlLock,
     try:
         specifier = SpecifierSet(spec)
     except InvalidSpecifier:
-        raise doc.error(key, f"{spec!r} is not a version specifier", line) from None
+        raise doc.error(key, f"{quote(spec)} is not a version specifier", line) from None
     if not specifier.contains(target.python_version(), prereleases=True):
         raise doc.error(key, f"{spec} excludes this platform's Python "
                              f"({target.python_version()})", line)

@@ -23,6 +23,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockguard.errors import quote
 from lockguard.locks.formats import (
     TomlLock, colon_hash, file_name, get, marker_holds, pin_hashes, require_hashes_everywhere,
 )
@@ -99,7 +100,7 @@ def _check_header(doc: TomlLock, target: Target) -> None:
         try:
             allowed = SpecifierSet(requires_python)
         except InvalidSpecifier:
-            raise doc.error("requires-python", f"{requires_python!r} is not a version "
+            raise doc.error("requires-python", f"{quote(requires_python)} is not a version "
                                                "specifier", python_line) from None
         if not allowed.contains(target.python_version(), prereleases=True):
             raise doc.error("requires-python", f"{requires_python} excludes this platform's "
@@ -206,7 +207,7 @@ def _pin(package: _Package, doc: TomlLock, source: str, target: Target,
     try:
         Version(package.version)
     except InvalidVersion:
-        raise doc.error(f"{package.key}.version", f"{package.version!r} is not a version",
+        raise doc.error(f"{package.key}.version", f"{quote(package.version)} is not a version",
                         package.line) from None
     files = _files(package, doc, source)
     return Pin(name=package.canonical, display_name=package.name, version=package.version,
