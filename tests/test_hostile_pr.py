@@ -204,6 +204,119 @@ def test_a_lock_new_beside_the_others_is_new_and_said(repo):
     assert "lock jax.txt is new: its scenarios have no baseline" in report["gate"]["changes"]
 
 
+CONSTANT = """\
+def run(steps, seed):
+    return {"losses": [1.0 + i for i in range(steps)]}
+"""
+
+
+def test_rewriting_the_scenario_with_the_bump_still_meets_the_targets_scenario(repo):
+    """P01: the PR bumps the lock and makes the scenario return constant losses; both sides
+    run main's script, so the drift is found, and the rewrite is said."""
+    shutil.copy(NEW, repo / "requirements.txt")
+    (repo / "nep50.py").write_text(CONSTANT)
+    commit(repo, "numpy 2, and a steadier scenario")
+    code, report, text = gate_check(repo)
+    assert code == 1 and verdicts(report)["nep50"] == "drift"
+    assert "scenario code: nep50.py changed (the check runs main's)" in report["gate"]["changes"]
+    assert text.startswith("⚠ this PR changes the gate")
+
+
+@pytest.mark.parametrize("case", ["module", "data"])
+def test_a_helper_or_data_file_beside_the_scenario_is_the_targets_too(repo, case):
+    """P02, P03: the scenario reads a module or a data file beside it; the PR bumps the lock and
+    changes that file so that numpy 2 gives the old numbers: main's file is the one read."""
+    helper = "import numpy as np\n\nBASE = 300.0\n"
+    script = NEP50.replace("total = float(np.uint8(200) + 100)",
+                           "total = float(np.uint8(200) + 100) * scale()")
+    if case == "module":
+        script = "from helper import scale\n" + script
+        files = {"helper.py": "def scale():\n    return 1.0\n"}
+        bent = {"helper.py": "import numpy as np\n\ndef scale():\n"
+                             "    return 300 / 44 if np.__version__.startswith('2.') else 1.0\n"}
+    else:
+        script = ("import json, pathlib\n\ndef scale():\n    return json.loads((pathlib.Path("
+                  "__file__).parent / 'cfg.json').read_text())['scale']\n\n" + script)
+        files = {"cfg.json": '{"scale": 1.0}\n'}
+        bent = {"cfg.json": '{"scale": 6.818181818181818}\n'}
+    del helper
+    (repo / "nep50.py").write_text(script)
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    git(repo, "checkout", "-q", "main")
+    (repo / "nep50.py").write_text(script)
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    commit(repo, f"the scenario reads a {case}")
+    git(repo, "checkout", "-q", "bump")
+    git(repo, "merge", "-q", "main")
+    shutil.copy(NEW, repo / "requirements.txt")
+    for name, text in bent.items():
+        (repo / name).write_text(text)
+    commit(repo, f"numpy 2, and a {case} that hides it")
+    code, report, _ = gate_check(repo)
+    assert code == 1 and verdicts(report)["nep50"] == "drift"
+    [name] = bent
+    assert f"scenario code: {name} changed (the check runs main's)" in report["gate"]["changes"]
+
+
+def test_a_scenario_script_made_a_link_is_refused(repo, tmp_path):
+    """P14: the PR replaces the scenario script by a link to a constant one outside."""
+    outside = repo.parent / "outside" / "constant.py"
+    outside.write_text(CONSTANT)
+    shutil.copy(NEW, repo / "requirements.txt")
+    (repo / "nep50.py").unlink()
+    (repo / "nep50.py").symlink_to(outside)
+    commit(repo, "numpy 2, and a scenario kept elsewhere")
+    proc = run_cli("check", "--base", "main", cwd=repo)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "nep50.py: a scenario script through a symbolic link" in proc.stderr
+
+
+def test_a_lock_made_a_link_to_the_environment_prints_no_secret(repo):
+    """SL02: requirements.txt committed as a link to /proc/self/environ: exit 2 in one line,
+    naming the link, quoting nothing of what it leads to, in every format."""
+    (repo / "requirements.txt").unlink()
+    (repo / "requirements.txt").symlink_to("/proc/self/environ")
+    commit(repo, "a lock elsewhere")
+    for fmt in ("text", "github"):
+        proc = run_cli("check", "--base", "main", "--format", fmt, cwd=repo,
+                       env={"GITHUB_TOKEN": "ghp_hostile_value"})
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "requirements.txt: a lock that leads to /proc/" in proc.stderr
+        assert "ghp_hostile" not in proc.stderr + proc.stdout
+
+
+def test_a_config_moved_to_the_root_of_a_monorepo_is_judged_where_it_was(tmp_path):
+    """P06 (H1), end to end: in ml/ of a monorepo (the action's working-directory), the PR
+    moves a loosened configuration to the root's pyproject.toml."""
+    mono = tmp_path / "mono"
+    ml = make_project(mono / "ml", CONFIG, files={"nep50.py": NEP50, "steady.py": STEADY},
+                      locks={"requirements.txt": OLD})
+    (mono / "pyproject.toml").write_text('[project]\nname = "root"\n')
+    git(mono, "init", "-q", "-b", "main")
+    git(mono, "config", "user.name", "Dev")
+    git(mono, "config", "user.email", "dev@example.com")
+    commit(mono, "the gate, in ml/")
+    git(mono, "checkout", "-qb", "bump")
+    text = (ml / "pyproject.toml").read_text()
+    (ml / "pyproject.toml").write_text(text.split("[tool.lockguard]")[0])
+    moved = text[text.index("[tool.lockguard]"):].replace('"requirements.txt"',
+                                                          '"ml/requirements.txt"')
+    moved = moved.replace('script = "', 'script = "ml/')
+    (mono / "pyproject.toml").write_text('[project]\nname = "root"\n\n'
+                                         + moved.replace("[tool.lockguard]\n",
+                                                         "[tool.lockguard]\nfail_on = []\n", 1))
+    shutil.copy(NEW, ml / "requirements.txt")
+    commit(mono, "numpy 2, and the gate at the root")
+    proc = run_cli("check", "--base", "main", "--format", "json", cwd=ml)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["gate"]["judged_by"].endswith(":ml/pyproject.toml")
+    assert report["gate"]["changes"][0].startswith("configuration: main's is ml/pyproject.toml")
+    assert report["failing"] == ["nep50"]
+
+
 def test_an_intended_change_goes_red_accept_green_in_one_commit(repo):
     shutil.copy(NEW, repo / "requirements.txt")
     code, report, _ = gate_check(repo)

@@ -413,7 +413,16 @@ def _code_changed(base: gitref.BaseTree, judging: Config, checkout: Config) -> l
         return []
     project = base.rel(judging.root)
     python = f":(glob){project + '/' if project else ''}**/*.py"
-    return base.changed(at=base.tip, pathspecs=[*sorted(folders), python])
+    changed = base.changed(at=base.tip, pathspecs=[*sorted(folders), python])
+    # What the gate says of otherwise: the locks, the configurations, the goldens.
+    own = {base.rel(p) for c in (judging, checkout) for p in _configured(c)}
+    own |= {base.rel(c.file) for c in (judging, checkout) if c.file is not None}
+    goldens = set()
+    for c in (judging, checkout):
+        with contextlib.suppress(gitref.GitRefError):  # a golden_dir outside the repository
+            goldens.add(base.rel(c.resolve(c.golden_dir)) + "/")
+    return [name for name in changed
+            if name not in own and not any(name.startswith(g) for g in goldens)]
 
 
 def _listed(lines: list[str], most: int = 10) -> list[str]:
