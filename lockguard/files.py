@@ -144,11 +144,18 @@ def _replace(target: Path, data: bytes, mode: int) -> None:
             os.close(fd)
         os.replace(tmp, target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise WriteError(_describe(target, exc)) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise
+
+
+def _discard(tmp: Path) -> None:
+    """Remove a temporary file a write left, if it can be: on a read-only file system (the
+    reason the write failed) even that fails, and the write's own error is the one to say."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
 
 
 def link_file(source: Path, target: Path) -> bool:
@@ -161,7 +168,7 @@ def link_file(source: Path, target: Path) -> bool:
         os.replace(tmp, target)
         return True
     except OSError:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         return False
 
 

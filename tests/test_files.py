@@ -211,3 +211,42 @@ def test_read_json_reads_a_regular_file(tmp_path):
     (tmp_path / "bad.json").write_bytes(b'{"a": "caf\xe9"}')
     with pytest.raises(ReadError, match=r"bad.json: the JSON report is not UTF-8 text \(byte"):
         read_json(tmp_path / "bad.json", "JSON report", 100)
+
+
+def test_a_read_only_file_system_is_a_one_line_write_error(tmp_path, monkeypatch):
+    """N16, R08b: on a read-only mount the write fails, and so does removing its temporary
+    file; the write's error is what is said (exit 2 at the edge), never the cleanup's OSError
+    (an internal error, exit 3)."""
+    import errno
+
+    from lockguard import files
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(files.os, "replace", read_only)
+    monkeypatch.setattr(files.Path, "unlink", read_only)
+    with pytest.raises(files.WriteError, match="Read-only file system") as caught:
+        write_text(tmp_path / "golden.json", "{}")
+    assert "\n" not in str(caught.value)
+    monkeypatch.setattr(files.os, "link", read_only)
+    assert files.link_file(tmp_path / "golden.json", tmp_path / "x") is False
+
+
+def test_refuse_escape_names_links_outside_paths_and_system_trees(tmp_path):
+    from lockguard.files import EscapeError, refuse_escape
+
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    (repo / "sub" / "lock.txt").write_text("x")
+    (tmp_path / "elsewhere").mkdir()
+    refuse_escape(repo / "sub" / "lock.txt", repo, "a lock")  # inside: fine
+    refuse_escape(repo / "absent.txt", repo, "a lock")  # nothing there: no escape
+    (repo / "linked").symlink_to(repo / "sub")
+    with pytest.raises(EscapeError, match=r"a lock through a symbolic link \(.*linked leads to"):
+        refuse_escape(repo / "linked" / "lock.txt", repo, "a lock")
+    (repo / "env.txt").symlink_to("/proc/self/environ")
+    with pytest.raises(EscapeError, match="a lock that leads to /proc/"):
+        refuse_escape(repo / "env.txt", repo, "a lock")
+    with pytest.raises(EscapeError, match="outside the repository"):
+        refuse_escape(tmp_path / "elsewhere" / "lock.txt", repo, "a lock")

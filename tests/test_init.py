@@ -266,6 +266,30 @@ def test_a_pyproject_that_is_not_toml_is_refused_and_left_alone(tmp_path):
     assert snapshot(project) == before
 
 
+@pytest.mark.parametrize("linked", ["pyproject.toml", ".github", ".github/workflows",
+                                    "scenarios"])
+def test_init_writes_nothing_through_a_link_out_of_the_project(tmp_path, linked):
+    """H5/N07 (a linked pyproject.toml), N04 (.github), N05 (.github/workflows), N08
+    (scenarios/ with the template): exit 2 in one line naming the link, before anything is
+    written, and the outside folder untouched."""
+    project = sample_project(tmp_path / "sample")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if linked == "pyproject.toml":
+        (outside / "config.toml").write_text('[outside]\nkeep = "me"\n')
+        (project / "pyproject.toml").unlink()
+        (project / "pyproject.toml").symlink_to(outside / "config.toml")
+    else:
+        (project / linked).parent.mkdir(parents=True, exist_ok=True)
+        (project / linked).symlink_to(outside)
+    before, before_outside = snapshot(project), snapshot(outside)
+    args = ["init", "--yes", "--no-record"] + (["--scenario-template"]
+                                                if linked == "scenarios" else [])
+    line = one_line_refusal(run_cli(*args, cwd=project))
+    assert "through a symbolic link" in line and "init would write" in line, line
+    assert snapshot(project) == before and snapshot(outside) == before_outside
+
+
 def test_an_existing_config_is_left_as_it_is(tmp_path):
     mine = PYPROJECT + '\n[tool.lockguard]\nlock = "requirements.txt"\nscenarios = ["numpy"]\n'
     project = sample_project(tmp_path / "sample", pyproject=mine)

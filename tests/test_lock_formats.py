@@ -111,6 +111,24 @@ def test_a_uv_lock_and_its_uv_export_read_alike_on_every_platform(platform):
     assert mine.lock_hash == exported.lock_hash
 
 
+@pytest.mark.parametrize("name", ["uv.lock", "pylock.toml", "poetry.lock"])
+def test_a_swapped_file_entry_is_another_lock(name):
+    """I12: two of a package's files exchange their hashes (the manylinux wheel's name now
+    downloads the musllinux file): the same multiset of hashes, another lock, so neither a
+    cached venv nor an unchanged-lock answer stands for it."""
+    import re
+
+    text = (LOCKS / "markers" / name).read_text()
+    lock = parse_lock_text(text, name, LINUX)
+    pin = next(p for p in lock.pins if len(p.files) >= 2 and all(f.hashes for f in p.files))
+    first, second = (f.hashes[0].split(":", 1)[1] for f in pin.files[:2])
+    swapped = re.sub(first, "@@", text).replace(second, first).replace("@@", second)
+    again = parse_lock_text(swapped, name, LINUX)
+    assert sorted(h for p in again.pins for h in p.hashes) == sorted(
+        h for p in lock.pins for h in p.hashes)
+    assert again.lock_hash != lock.lock_hash
+
+
 def test_a_poetry_lock_is_narrowed_by_its_markers_with_every_group():
     lock = parse_lock(LOCKS / "markers" / "poetry.lock", LINUX)
     # Poetry resolved one numpy for every Python; `poetry install` installs every group (lint
@@ -348,7 +366,10 @@ def test_the_requirements_writer_is_the_readers_inverse(name):
     assert install_form(lock) == "requirements.txt"
     text = requirements_text(lock)
     again = parse_lock_text(text, "requirements.txt")
-    assert again.lock_hash == lock.lock_hash and pins(again) == pins(lock)
+    assert pins(again) == pins(lock)
+    # A poetry.lock names each file with its hash, which requirements text cannot: its hash
+    # covers them (test_a_swapped_file_entry_is_another_lock), the text's does not.
+    assert (again.lock_hash == lock.lock_hash) == (name == "requirements.txt")
     # Each pin on its line of the lock read, so that an installer's "line N" is the lock's.
     assert [p.line for p in again.pins] == [p.line for p in lock.pins]
 

@@ -32,7 +32,9 @@ from lockguard.config import (
     MAX_CONFIG_BYTES, Config, ConfigError, load_config, lockguard_table, parse_config,
 )
 from lockguard.errors import UsageError, one_line
-from lockguard.files import ReadError, display_path, read_bytes, repo_root, write_text
+from lockguard.files import (
+    ReadError, display_path, read_bytes, refuse_escape, repo_root, write_text,
+)
 from lockguard.flows import init_files
 from lockguard.flows.pipeline import plan
 from lockguard.locks.ref import LockRef, load_locks, lock_for, read_lock
@@ -421,7 +423,27 @@ def prepare(s: Survey, choices: Choices) -> Plan:
             working_directory=relative)
     out.unrecorded = _unrecorded(config, locks, chosen)
     out.to_record = list(out.unrecorded) if choices.record else []
+    _refuse_escapes(out, config)
     return out
+
+
+def _refuse_escapes(p: Plan, config: Config) -> None:
+    """files.EscapeError, before anything is written, for a file `p` would write (or the
+    golden folder it would record into) that lies through a symbolic link or outside the
+    repository: a linked pyproject.toml, .github, .github/workflows or scenarios/ would have
+    init write wherever the link leads."""
+    s = p.survey
+    targets = []
+    if p.config_text is not None:
+        targets.append((s.config_target, "the configuration init would write"))
+    if p.template_text is not None:
+        targets.append((s.project / s.template, "the scenario template init would write"))
+    if p.workflow_text is not None:
+        targets.append((p.workflow_path, "the workflow init would write"))
+    if p.to_record:
+        targets.append((config.resolve(config.golden_dir), "the golden_dir init would record in"))
+    for path, what in targets:
+        refuse_escape(path, s.repo or s.project, what)
 
 
 def _config_text(s: Survey, ids: list[str], template: bool) -> tuple[str, str]:

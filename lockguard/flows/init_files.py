@@ -34,6 +34,10 @@ name: lockguard
 
 on:
   pull_request:
+    # edited: a pull request retargeted to another base branch is judged again, by that
+    # branch's gate (the default types leave the old check on the head commit). A title
+    # edit re-runs it too: a job skipped by an `if:` would count as passed.
+    types: [opened, synchronize, reopened, edited]
   merge_group:
   push:
     branches: [{branch}]

@@ -178,11 +178,15 @@ class Lock:
         the index url; the extra index urls and find-links in file order (uv gives earlier
         indexes priority); and the other options, sorted.
 
+        A TOML lock's pin also holds its files as sorted [file name, sorted hashes] pairs:
+        which file has which hash is what an installer on each platform downloads, so two
+        swapped entries are another lock (a requirements lock names no file: its pins are as
+        before).
+
         Not hashed: comments (including `# via` blocks), blank lines, whitespace, line
-        continuations, the order of pins and hashes, the spelling of names, the source path,
-        and the format: the hashes fix the files, so where a TOML lock downloads them from
-        (a file's url, a package's index) installs the same bytes. One pin set with one set of
-        hashes is one environment, whichever format carries it.
+        continuations, the order of pins, files and hashes, the spelling of names, the source
+        path, and where a TOML lock downloads a file from (its url, a package's index): the
+        hashes fix the bytes.
         """
         with bulk():
             return self._hash()
@@ -192,7 +196,13 @@ class Lock:
         document = {
             "format": 1,
             # (tuples are JSON arrays: the same document as lists)
-            "pins": [[p.name, _normal(p.version), p.extras, p.marker, p.hashes] for p in pins],
+            "pins": [[p.name, _normal(p.version), p.extras, p.marker, p.hashes]
+                     # A TOML lock names which file has which hash: swapping two entries
+                     # changes what an installer on another platform downloads.
+                     # (case aside: an index spells PySocks-…whl as pysocks-…whl)
+                     + ([sorted([f.name.lower(), sorted(f.hashes)] for f in p.files)]
+                        if p.files else [])
+                     for p in pins],
             "index_url": self.options.index_url,
             "extra_index_urls": list(self.options.extra_index_urls),
             "find_links": list(self.options.find_links),
