@@ -749,3 +749,23 @@ def test_cuda_majors_must_not_mix():
     ]
     assert rules_of("nvidia-cublas-cu11==11.11.3.6 ; sys_platform == 'win32'",
                     "nvidia-cublas-cu12==12.4.5.8 ; sys_platform == 'linux'") == []
+
+
+def test_a_lock_that_leads_into_proc_is_refused_and_no_error_quotes_a_whole_line(tmp_path):
+    """SL02 outside the gate: a lock linked to /proc/self/environ is refused unread; and a
+    lock line an error quotes is cut (errors.quote), so a file that is not a lock cannot be
+    printed into a CI log through an error."""
+    from lockguard.errors import QUOTE_LIMIT
+    from lockguard.locks.model import LockError
+    from lockguard.locks.parser import parse_lock
+
+    link = tmp_path / "requirements.txt"
+    link.symlink_to("/proc/self/environ")
+    with pytest.raises(LockError, match=r"requirements\.txt: leads to /proc/\w+/environ, "
+                                        r"which holds no lock: refused"):
+        parse_lock(link)
+    secret = "GITHUB_TOKEN=ghp_" + "x" * 200
+    message = error_of(f"{secret}\n")
+    assert "x" * 60 not in message
+    quoted = message.split(": cannot parse ", 1)[1].split("': ", 1)[0] + "'"
+    assert len(quoted) <= QUOTE_LIMIT and quoted.endswith("…'")
