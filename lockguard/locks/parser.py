@@ -45,7 +45,7 @@ def parse_lock(path: Path, target: Target | None = None) -> Lock:
     `target`: the platform a multi-platform lock is narrowed to (default: this interpreter)."""
     source = str(path)
     real = os.path.realpath(path)
-    if any(real == t or real.startswith(t + "/") for t in SYSTEM_TREES):
+    if any(real.startswith(t + "/") for t in SYSTEM_TREES) and os.path.isfile(real):
         # /proc/self/environ is a regular file, and its first line lockguard's secrets.
         raise LockError(source, None, f"leads to {real}, which holds no lock: refused")
     try:

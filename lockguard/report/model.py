@@ -73,9 +73,11 @@ class GatePolicy(BaseModel):
     config: str | None = None  # the checkout's configuration file (annotations point at it)
 
     def headline(self) -> str | None:
-        """The sentence above the changes; None when the checkout changes nothing."""
+        """The sentence above the changes; None when the checkout changes nothing and the
+        target judges. Whenever the checkout's own configuration judges (--policy pr, or a
+        target without one), that is said even with nothing changed."""
         if not self.changes:
-            return None
+            return None if self.source == "base" else f"this PR is judged by {self.judged_by}"
         if self.source == "base":
             return (f"this PR changes the gate: judged by {self.judged_by}, its changes take "
                     "effect once merged")
