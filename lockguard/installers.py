@@ -15,11 +15,15 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lockguard.allowlist import HARNESS_SETTINGS, UV_PASSED, install_env
 from lockguard.errors import LockguardError, last_line, one_line, printable
 from lockguard.files import scratch_dir, write_text
 from lockguard.progress import show_command
+
+if TYPE_CHECKING:
+    from lockguard.sandbox import Sandbox
 
 # One installer run (an environment build, a wheelhouse download): a hung download must not
 # hold CI forever.
@@ -191,11 +195,15 @@ def uv_settings_note(dropped: list[str]) -> str:
 def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None = None,
              error: type[LockguardError] = ToolError,
              env_changes: Mapping[str, str | None] | None = None,
-             ) -> subprocess.CompletedProcess[str]:
+             sandbox: Sandbox | None = None, reads: Sequence[str] = (),
+             writes: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """A packaging tool's command through the one process runner; stdout and stderr as text
     (each capped by the runner, which keeps the head and the end where errors are); its
     failure to run as `error`. `env_changes` are applied to the tool's environment last: a
-    value sets the variable, None removes it."""
+    value sets the variable, None removes it. Under an active `sandbox` (a resolver, which may
+    build an sdist for its metadata: the lock's code) it reads the system, the tool's and
+    lockguard's installations and `reads`, writes `writes` and a scratch HOME, and keeps the
+    network."""
     from lockguard import process
 
     env = install_env()  # the allowlist: no CI secret reaches a resolver's build code
@@ -210,9 +218,20 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
             env[name] = value
     with scratch_dir("cmd") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        spec = None
+        if sandbox is not None and sandbox.active:
+            from lockguard.sandbox import Policy, interpreter_prefix
+
+            tool = os.path.abspath(shutil.which(cmd[0]) or cmd[0])
+            # The tool's installation (a venv's own folder, and the interpreter its python
+            # links to) and lockguard's, whose uv and interpreter a resolver is handed.
+            read = (str(Path(tool).parent.parent), interpreter_prefix(tool), sys.prefix,
+                    interpreter_prefix(sys.executable), *reads)
+            env, spec = sandbox.confine(Path(tmp) / "sandbox", env,
+                                        Policy(read=read, write=tuple(writes), network=True))
         try:
             done = process.run(list(cmd), log=out, stderr_log=err, timeout=timeout, env=env,
-                               cwd=cwd)
+                               cwd=cwd, sandbox=spec)
         except process.ProcessError as exc:
             raise error(f"{what}: {exc}") from None
         if done.timed_out:

@@ -147,6 +147,31 @@ class Sandbox:
             text += f"; no bwrap: {self.missing}"
         return text
 
+    def confine(self, scratch: Path, env: dict[str, str], policy: Policy
+                ) -> tuple[dict[str, str], dict | None]:
+        """A sandboxed process's environment and spec (process.run's `sandbox`): HOME an empty
+        folder of its `scratch`, which it may write besides `policy.write` (folders made here:
+        bubblewrap binds what exists); a TMPDIR in the scratch unless `env` names one, which
+        is then writable too. Not active: `env` as it is, None."""
+        if not self.active:
+            return env, None
+        home = scratch / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        env = {**env, "HOME": str(home)}
+        env.setdefault("TMPDIR", str(scratch / "tmp"))  # /tmp is the machine's: unwritable
+        write = [str(scratch), *policy.write]
+        cache = env.get("XDG_CACHE_HOME")
+        if cache and not any(Path(cache).is_relative_to(w) for w in write):
+            del env["XDG_CACHE_HOME"]  # below the real HOME, most likely: unreadable now
+        temp = env["TMPDIR"]
+        if not Path(temp).is_relative_to(scratch):
+            write.append(temp)  # own_temp_dir left it (no room for a socket path below)
+        Path(temp).mkdir(parents=True, exist_ok=True)
+        for path in write:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        return env, self.spec(Policy(read=policy.read, write=tuple(write),
+                                     listed=policy.listed, network=policy.network))
+
     def spec(self, policy: Policy) -> dict | None:
         """What the supervisor applies in the child before its exec (process.run's
         `sandbox`): None when runs are not sandboxed."""

@@ -243,6 +243,37 @@ def test_sdist_builds_in_the_sandbox(tmp_path, installer):
     assert not (cache / "venvs" / f"{built.name}.build").exists(), "the build's scratch stayed"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("resolver", ["uv", "pip-tools"])
+def test_a_resolver_that_builds_an_sdist_builds_it_in_the_sandbox(tmp_path, resolver):
+    """`lockguard lock` of an input whose only distribution is an sdist: the resolver builds
+    it for its metadata, and that build is the lock's code. In the sandbox its setup.py writes
+    nothing outside (the marker, the project) and reads no ~/.netrc; with the sandbox off the
+    same resolve writes the marker (the probe is real)."""
+    secret = "s3cr3t-the-resolver-must-not-see"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text(f"machine example.org login x password {secret}\n")
+    marker = tmp_path / "outside" / "setup-py-ran"
+    marker.parent.mkdir()
+    project = tmp_path / "p"
+    project.mkdir()
+    sdist = make_probe_sdist(project / "links", marker,
+                             writes={"project": project / "planted"},
+                             reads={"netrc": home / ".netrc"}, secret=secret)
+    (project / "requirements.in").write_text(f"--find-links {sdist.parent}\n{PROBE}==1.0\n")
+    env = {**installer_env(tmp_path), "HOME": str(home)}
+    proc = run_cli("lock", "--resolver", resolver, "--sandbox", "required", cwd=project,
+                   env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{PROBE}==1.0" in (project / "requirements.txt").read_text()
+    assert not marker.exists() and not (project / "planted").exists()
+    (project / "requirements.txt").unlink()
+    proc = run_cli("lock", "--resolver", resolver, "--sandbox", "off", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "setup.py ran"
+
+
 H = {k: f"sha256:{k * 64}" for k in "abcd"}
 # What lockers write around the pins (comments, `# via` blocks, continuations, several options
 # on one line, extras, markers, spelling), none of which may change what gets installed.

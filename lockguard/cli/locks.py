@@ -11,7 +11,7 @@ from lockguard.cli.edge import handles_errors
 from lockguard.cli.gate import setup_run
 from lockguard.cli.options import (
     config_option, listing_format_option, lock_option, repeat_option, report_options,
-    run_options,
+    run_options, sandbox_option,
 )
 from lockguard.cli.output import finish, invocation, refuse_inputs, report_targets
 from lockguard.errors import UsageError
@@ -29,6 +29,7 @@ from lockguard.names import RESOLVERS
               help="Default: the tool that wrote the existing lock, as its header says "
                    "(pip-compile's header: pip-tools; uv's: uv); uv when there is no lock or "
                    "its header names neither.")
+@sandbox_option
 @handles_errors
 def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, resolver) -> None:
     """Write a fully pinned, hashed lock (requirements.txt format, with the header of the
@@ -55,8 +56,21 @@ def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, r
     progress = Progress()
     with progress.step(f"Resolving {requirements_in} with {resolver}"):
         resolve.compile_lock(requirements_in, target, upgrade_packages=list(upgrade_packages),
-                             resolver=resolver, progress=progress.detail)
+                             resolver=resolver, progress=progress.detail,
+                             sandbox=resolver_sandbox())
     click.echo(f"wrote {target}", err=True)
+
+
+def resolver_sandbox():
+    """The sandbox a resolver runs in (it may build an sdist for its metadata): --sandbox /
+    LOCKGUARD_SANDBOX, else the configuration's `sandbox`; required and none here: exit 2."""
+    from lockguard import envvars
+    from lockguard.config import load_config
+    from lockguard.sandbox import resolve
+
+    confined = resolve(envvars.value("LOCKGUARD_SANDBOX") or load_config().sandbox)
+    confined.require()
+    return confined
 
 
 @click.command()

@@ -297,21 +297,12 @@ def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python
         return env, None
     from lockguard.sandbox import Policy, interpreter_prefix, project_access
 
-    home = out_dir / "home"
-    home.mkdir(exist_ok=True)
-    env = {**env, "HOME": str(home)}
-    env.pop("XDG_CACHE_HOME", None)  # below the real HOME, most likely: unreadable now
-    temp = env.get("TMPDIR")
-    if temp and not Path(temp).is_relative_to(out_dir):
-        writes = (*writes, temp)  # own_temp_dir left it (no room for a socket path below)
-    for path in writes:
-        Path(path).mkdir(parents=True, exist_ok=True)  # bubblewrap binds what exists
     prefix = str(Path(os.path.abspath(python)).parent.parent)  # a venv's own folder
     readable, listed = project_access(script, project)
     policy = Policy(read=(prefix, interpreter_prefix(python), str(HARNESS_DIR), *readable,
                           *reads),
-                    write=(str(out_dir), *writes), listed=listed, network=network)
-    return env, sandbox.spec(policy)
+                    write=tuple(writes), listed=listed, network=network)
+    return sandbox.confine(out_dir, env, policy)
 
 
 def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:

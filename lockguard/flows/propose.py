@@ -16,6 +16,7 @@ from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.report import Report
+    from lockguard.sandbox import Sandbox
 
 
 def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
@@ -37,12 +38,17 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
             wanted[spec] = canonicalize_name(Requirement(spec).name)
         except InvalidRequirement as exc:
             raise ConfigError(f"upgrade {spec!r}: {exc}") from None
+    # The resolver may build an sdist for its metadata, whatever env the runs use.
+    from lockguard.sandbox import resolve as sandbox_for
+
+    confined = sandbox_for(settings.sandbox)
+    confined.require()
     candidates, baseline, notes = [], [], []
     for ref in locks:
         mine = [spec for spec, name in wanted.items() if name in ref.lock.by_name]
         if not mine:
             continue
-        proposal = _proposal(ref, mine, inputs, resolver, progress)
+        proposal = _proposal(ref, mine, inputs, resolver, progress, confined)
         notes.append(f"proposed lock for {display_path(ref.path)} ({proposal.resolver}): "
                      f"{proposal.path}")
         notes.extend(proposal.relaxed)
@@ -60,7 +66,7 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
 
 
 def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: str | None,
-              progress: Progress):
+              progress: Progress, sandbox: Sandbox | None):
     """The lock of `ref` with `upgrades`, resolved by the tool that writes its format: a
     uv.lock by `uv lock`, a pylock.toml by `uv pip compile`, requirements text by its header's
     resolver (locks/relock.py, locks/resolve.py)."""
@@ -69,10 +75,11 @@ def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: 
     from lockguard.locks import relock, resolve
 
     if ref.lock.format == "uv.lock":
-        return relock.propose_uv_lock(ref.path, upgrades, cache_dir(), progress=progress.info)
+        return relock.propose_uv_lock(ref.path, upgrades, cache_dir(), progress=progress.info,
+                                      sandbox=sandbox)
     if ref.lock.format == "pylock.toml":
         return relock.propose_pylock(ref.path, inputs or ref.inputs, upgrades, cache_dir(),
-                                     progress=progress.info)
+                                     progress=progress.info, sandbox=sandbox)
     if ref.lock.format == "poetry.lock":
         raise ConfigError(f"{display_path(ref.path)}: propose does not resolve a poetry.lock "
                           "(Poetry is no dependency of lockguard): run `poetry update --lock "
@@ -83,4 +90,4 @@ def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: 
                           "found (pass --inputs, or set `inputs` on the lock in config)")
     return resolve.propose_lock(source, ref.path, upgrades, cache_dir(),
                                 resolver,  # type: ignore[arg-type]
-                                progress=progress.info)
+                                progress=progress.info, sandbox=sandbox)

@@ -25,6 +25,7 @@ import sys
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -34,8 +35,11 @@ from lockguard.files import display_path, write_text
 from lockguard.installers import require_uv, tool_reason
 from lockguard.locks.parser import parse_lock
 from lockguard.locks.resolve import (
-    RESOLVE_TIMEOUT_S, SILENT, Proposal, ResolveError, run_tool,
+    RESOLVE_TIMEOUT_S, SILENT, Proposal, ResolveError, resolver_reads, run_tool,
 )
+
+if TYPE_CHECKING:
+    from lockguard.sandbox import Sandbox
 
 Progress = Callable[[str], None]
 _FORMAT = "1"  # of the proposal key: bump when what decides a proposal changes
@@ -46,7 +50,8 @@ _DONE = "lockguard-proposed"
 
 def propose_uv_lock(lock: Path, upgrades: Sequence[str], cache_dir: Path, *,
                     progress: Progress | None = None,
-                    timeout: float = RESOLVE_TIMEOUT_S) -> Proposal:
+                    timeout: float = RESOLVE_TIMEOUT_S,
+                    sandbox: Sandbox | None = None) -> Proposal:
     """`uv lock --upgrade-package` for each of `upgrades` (`name` or `name==version`), in a copy
     of the project (its pyproject.toml and uv.lock) under the cache."""
     lock = Path(lock)
@@ -65,14 +70,16 @@ def propose_uv_lock(lock: Path, upgrades: Sequence[str], cache_dir: Path, *,
         write_text(target, lock.read_text(encoding="utf-8"))  # the preferences: pins kept
         cmd = [uv, "lock", "--no-config", "--quiet", "--project", str(where)]
         cmd += [f"--upgrade-package={spec}" for spec in upgrades]
-        _run(cmd, where, timeout, progress, f"locking {display_path(project)} with uv")
+        _run(cmd, where, timeout, progress, f"locking {display_path(project)} with uv",
+             sandbox, reads=resolver_reads(lock.parent), writes=(str(where),))
         write_text(where / _DONE, "")
     return Proposal(target, "uv", tuple(relaxed))
 
 
 def propose_pylock(lock: Path, inputs: Path | None, upgrades: Sequence[str], cache_dir: Path,
                    *, progress: Progress | None = None,
-                   timeout: float = RESOLVE_TIMEOUT_S) -> Proposal:
+                   timeout: float = RESOLVE_TIMEOUT_S,
+                   sandbox: Sandbox | None = None) -> Proposal:
     """`uv pip compile INPUT -o pylock.toml --upgrade-package ...`, the current pylock the
     preferences (other pins kept). `inputs`: the input it is compiled from; None: the one its
     header's command names, else requirements.in beside it."""
@@ -105,7 +112,9 @@ def propose_pylock(lock: Path, inputs: Path | None, upgrades: Sequence[str], cac
         cmd += ["--override", str(where / "overrides.txt")]
     cmd += [f"--upgrade-package={spec}" for spec in upgrades]
     cmd += [str(source.resolve()), "--output-file", str(target)]
-    _run(cmd, lock.parent, timeout, progress, f"compiling {display_path(source)} with uv")
+    _run(cmd, lock.parent, timeout, progress, f"compiling {display_path(source)} with uv",
+         sandbox, reads=[*resolver_reads(lock.parent), str(source.resolve().parent)],
+         writes=(str(where),))
     write_text(where / _DONE, "")
     return Proposal(target, "uv", tuple(notes))
 
@@ -155,10 +164,12 @@ def _proposal_dir(cache_dir: Path, kind: str, lock: Path, inputs: Sequence[str],
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float, progress: Progress | None,
-         what: str) -> None:
+         what: str, sandbox: Sandbox | None = None, *, reads: Sequence[str] = (),
+         writes: Sequence[str] = ()) -> None:
     if progress is not None:
         progress(what)
-    proc = run_tool(cmd, cwd=cwd, timeout=timeout, what="uv")
+    proc = run_tool(cmd, cwd=cwd, timeout=timeout, what="uv", sandbox=sandbox, reads=reads,
+                    writes=writes)
     if proc.returncode != 0:
         raise ResolveError(f"uv could not resolve the proposal: "
                            f"{tool_reason(proc.stderr + chr(10) + proc.stdout, SILENT)}")

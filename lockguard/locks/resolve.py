@@ -88,7 +88,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from lockguard import envvars, installers
 from lockguard.errors import LockguardError, last_line
@@ -98,6 +98,9 @@ from lockguard.locks.model import LockOptions
 from lockguard.locks.parser import (
     InputLine, RequirementsInput, lock_writer, parse_lock, read_requirements_input,
 )
+
+if TYPE_CHECKING:
+    from lockguard.sandbox import Sandbox
 
 PIP_TOOLS_VERSION = "7.5.2"
 PIP_VERSION = "25.2"
@@ -175,8 +178,10 @@ def compile_lock(
     extra_args: Sequence[str] = (),
     progress: Progress | None = None,
     timeout: float = RESOLVE_TIMEOUT_S,
+    sandbox: Sandbox | None = None,
 ) -> Path:
     """Resolve `requirements_in` into a fully pinned, hashed lock at `output`; returns `output`.
+    The resolver runs in `sandbox` (it may build an sdist for its metadata: run_tool).
 
     Pins already in `output` are kept unless named in `upgrade_packages` (`P` or `P==V`, any
     specifier), as pip-compile does, and so are its index options. `resolver` None: the tool
@@ -209,6 +214,7 @@ def compile_lock(
         timeout=timeout,
         invocation=" ".join(shlex.quote(_redact(p)) for p in parts),
         relax=False,
+        sandbox=sandbox,
     )
 
 
@@ -237,6 +243,7 @@ def propose_lock(
     progress: Progress | None = None,
     timeout: float = RESOLVE_TIMEOUT_S,
     refresh: bool = False,
+    sandbox: Sandbox | None = None,
 ) -> Proposal:
     """Resolve a candidate lock: `current_inputs` with `upgrades` applied, other pins kept.
 
@@ -303,6 +310,7 @@ def propose_lock(
                                 ["lockguard", "propose", *upgrades, "--resolver", chosen]),
             relax=True,
             inputs=inputs,
+            sandbox=sandbox,
         )
     return Proposal(target, chosen, relaxed)
 
@@ -481,6 +489,7 @@ def _compile(
     invocation: str,
     relax: bool,
     inputs: RequirementsInput | None = None,
+    sandbox: Sandbox | None = None,
 ) -> Path:
     say = progress or (lambda _msg: None)
     _check_request(src, upgrade_packages, resolver)
@@ -517,19 +526,13 @@ def _compile(
         if blocks:
             copy, names = _relaxed_copy(inputs, blocks, Path(tmp) / "inputs", workdir)
             resolve_src = str(copy)
-        if resolver == "pip-tools":
-            cmd = [program, "-m", "piptools", "compile", "--quiet", "--no-header",
-                   "--generate-hashes", "--allow-unsafe", "--resolver=backtracking",
-                   "--strip-extras", "--output-file", str(scratch)]
-        else:
-            cmd = [program, "pip", "compile", "--quiet", "--no-config", "--no-header",
-                   "--generate-hashes", "--emit-index-url",
-                   *(["--emit-find-links"] if find_links else []),
-                   "--python", sys.executable, "--output-file", str(scratch)]
-        cmd += [f"--upgrade-package={p}" for p in upgrade_packages]
-        cmd += [*index_args, *extra_args, resolve_src]
+        cmd = [*_resolver_command(resolver, program, scratch, find_links),
+               *(f"--upgrade-package={p}" for p in upgrade_packages),
+               *index_args, *extra_args, resolve_src]
         say(f"resolving {src_arg} with {tool}")
-        proc = run_tool(cmd, cwd=workdir, timeout=timeout, what=resolver, env=env)
+        proc = run_tool(cmd, cwd=workdir, timeout=timeout, what=resolver, env=env,
+                        sandbox=sandbox, reads=resolver_reads(workdir, index_args),
+                        writes=(str(tmp),))
         if proc.returncode != 0:
             reason = _named_back(tool_reason(proc.stderr + "\n" + proc.stdout, SILENT), names)
             raise ResolveError(f"{resolver} could not resolve {src}: "
@@ -545,6 +548,20 @@ def _compile(
         write_text(output, header + body.lstrip("\n"))
     say(f"wrote {output}")
     return output
+
+
+def _resolver_command(resolver: Resolver, program: str, output: Path,
+                      find_links: bool) -> list[str]:
+    """The resolver's command line up to its options and input: hashes generated, its own
+    header left out (lockguard writes one), the lock written to `output`."""
+    if resolver == "pip-tools":
+        return [program, "-m", "piptools", "compile", "--quiet", "--no-header",
+                "--generate-hashes", "--allow-unsafe", "--resolver=backtracking",
+                "--strip-extras", "--output-file", str(output)]
+    return [program, "pip", "compile", "--quiet", "--no-config", "--no-header",
+            "--generate-hashes", "--emit-index-url",
+            *(["--emit-find-links"] if find_links else []),
+            "--python", sys.executable, "--output-file", str(output)]
 
 
 def _check_request(src: Path, upgrade_packages: Sequence[str], resolver: str) -> None:
@@ -864,10 +881,41 @@ def _pip_config() -> dict[str, str]:
 
 
 def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None = None,
-             env: Mapping[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
-    """A resolver command (installers.run_tool), its failures as ResolveError."""
+             env: Mapping[str, str | None] | None = None, sandbox: Sandbox | None = None,
+             reads: Sequence[str] = (), writes: Sequence[str] = ()
+             ) -> subprocess.CompletedProcess[str]:
+    """A resolver command (installers.run_tool), its failures as ResolveError. In an active
+    `sandbox` (a resolve that may build an sdist for its metadata) it keeps its caches in
+    lockguard's cache (resolvers/), the one place besides `writes` it may write."""
+    if sandbox is not None and sandbox.active:
+        from lockguard.cache import cache_dir
+
+        caches = cache_dir() / "resolvers"
+        env = {**(env or {}), "UV_CACHE_DIR": str(caches / "uv"),
+               "PIP_CACHE_DIR": str(caches / "pip"), "XDG_CACHE_HOME": str(caches)}
+        writes = (*writes, str(caches))
     return installers.run_tool(cmd, timeout=timeout, what=what, cwd=cwd, error=ResolveError,
-                               env_changes=env)
+                               env_changes=env, sandbox=sandbox, reads=reads, writes=writes)
+
+
+def resolver_reads(workdir: Path, args: Sequence[str] = ()) -> list[str]:
+    """What a sandboxed resolver reads besides the system and the installations: the
+    repository holding `workdir` (its requirements inputs, the files they include, local
+    wheel folders in it; `.git` left out) and the local folders `args` name (--find-links,
+    a file:// index, as `--option value` or `--option=value`)."""
+    from urllib.parse import unquote, urlsplit
+
+    from lockguard.sandbox import project_access
+
+    readable, _ = project_access(workdir / "requirements.in", workdir)
+    pairs = list(zip(args, args[1:])) + [tuple(a.split("=", 1)) for a in args if "=" in a]
+    local = []
+    for option, value in pairs:
+        if option in ("--find-links", "-f", "--index-url", "-i", "--extra-index-url"):
+            path = unquote(urlsplit(value).path) if value.startswith("file:") else value
+            if "://" not in path and os.path.exists(path):
+                local.append(os.path.abspath(path))
+    return [*readable, str(workdir), *local]
 
 
 # ---------------------------------------------------------------------------------------------
