@@ -74,6 +74,9 @@ PROBE = textwrap.dedent("""
     for name in ("install", "cache", "repository", "golden"):
         attempt(f"write {name}", lambda name=name: write(spec["write"][name]))
     attempt("tcp loopback", lambda: socket.create_connection(("127.0.0.1", spec["port"]), 2))
+    # A routable address (TEST-NET-1, which nothing answers): refused at once by the sandbox
+    # (no packet leaves); unsandboxed, the connect would only time out.
+    attempt("tcp routable", lambda: socket.create_connection(("192.0.2.1", 9), 1))
     attempt("scratch", lambda: write(os.path.join(os.environ["HOME"], "x")))
     attempt("project file", lambda: read(os.path.join(spec["repo"], "train.py")))
     seen["home"] = os.environ["HOME"]
@@ -154,6 +157,7 @@ def test_a_sandboxed_process_reads_no_secret_writes_nothing_of_the_judge_and_has
                  "tcp loopback"):
         assert seen[name].startswith("denied"), (name, seen[name])
     assert seen["every environ"] == "nothing found", seen
+    assert seen["tcp routable"] in ("denied: Permission denied", "denied: Network is unreachable"), seen
     for path in world["write"].values():
         assert not os.path.exists(path), path
 
@@ -292,3 +296,30 @@ def test_lockguard_keeps_no_credential_its_children_are_not_given():
                "MY_KEY": "x"}
     assert own_secrets(environ) == ["ACTIONS_RUNTIME_TOKEN", "AWS_SECRET_ACCESS_KEY",
                                     "GITHUB_TOKEN", "MY_DB_PASSWORD"]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_the_sandbox_is_broken_naming_the_denied_path(tmp_path):
+    """A scenario that writes into the goldens (or anything else outside its scratch) is
+    refused by the kernel; the run fails, and its verdict says which path was denied."""
+    from conftest import DATA, make_project, run_cli
+
+    script = ("import pathlib\n\ndef run(steps, seed):\n"
+              "    pathlib.Path(__file__).parent.joinpath('golden', 'forged.json')"
+              ".write_text('{}')\n    return {'losses': [1.0] * steps}\n")
+    project = make_project(tmp_path / "p", """
+        lock = "lock.txt"
+        scenarios = ["forger"]
+        [scenario.forger]
+        script = "forger.py"
+        framework = "numpy"
+        """, files={"forger.py": script}, locks={"lock.txt": DATA / "numpy-1.26.4.txt"})
+    (project / "golden").mkdir()
+    proc = run_cli("record", "--format", "json", "--sandbox", "required", cwd=project)
+    assert proc.returncode == 1, proc.stderr
+    [verdict] = json.loads(proc.stdout)["verdicts"]
+    assert verdict["verdict"] == "broken"
+    said = " ".join(verdict["reasons"]) + (verdict.get("error") or "")
+    assert "Permission denied" in said or "Read-only file system" in said, said
+    assert "golden/forged.json" in said, said
+    assert not (project / "golden" / "forged.json").exists()
