@@ -29,6 +29,9 @@ class Verdict(str, Enum):
     and a Policy's fail_on says which fail the gate."""
 
     identical = "identical"  # bitwise equal
+    # Not re-run: the lock, the scenario and the settings are as when its golden was recorded
+    # on this hardware class, so the golden's answer stands (check --rerun runs it).
+    unchanged = "unchanged"
     within_tolerance = "within_tolerance"  # differs, but inside the dtype's tolerance
     drift = "drift"  # numerics moved beyond tolerance
     # Only the hardware differs from the golden's (same lock, scenario and settings): the numbers
@@ -50,6 +53,8 @@ class Verdict(str, Enum):
 
 
 VERDICT_NAMES = tuple(v.value for v in Verdict)
+# Verdicts that need no word beyond their row: nothing moved (or a measurement).
+QUIET_VERDICTS = (Verdict.identical, Verdict.unchanged, Verdict.measured)
 
 
 # When several findings apply, the verdict is the first of them in this order. A broken run
@@ -68,5 +73,6 @@ PRECEDENCE: tuple[Verdict, ...] = (
     Verdict.within_tolerance,
     Verdict.measured,
     Verdict.identical,
+    Verdict.unchanged,
     Verdict.skipped,
 )

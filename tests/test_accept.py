@@ -149,7 +149,7 @@ def test_accept_an_ab_drift_then_check_passes(tmp_path):
     fast = run_cli("check", "--format", "json", cwd=project)
     assert fast.returncode == 0, fast.stdout + fast.stderr
     [v] = json.loads(fast.stdout)["verdicts"]
-    assert v["verdict"] == "identical" and "not re-run" in v["reasons"][0]
+    assert v["verdict"] == "unchanged" and "not re-run" in v["reasons"][0]
     # It ran nothing, so it keeps nothing, and leaves no pointer to the drift's artefacts:
     # `accept` cannot adopt an older check's runs in its name.
     assert "artefacts kept" not in fast.stderr

@@ -102,7 +102,7 @@ def test_a_check_that_ran_nothing_is_answered_again_within_the_import_budget(pro
     assert first.returncode == 0, first.stderr
     # (words, not lines: the evidence column wraps where the temporary path's length puts it)
     assert "not re-run" in " ".join(first.stdout.split())
-    assert "PASS check: 1 identical\n" in first.stdout
+    assert "PASS check: 1 unchanged\n" in first.stdout
     assert not lockguard.replayed and lockguard.remembered() == 1
     # A last-check pointer (an earlier check's) is taken away by a replay too: `accept` never
     # adopts runs older than the latest check.

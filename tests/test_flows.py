@@ -50,7 +50,8 @@ def test_record_then_check_is_identical_and_answered_without_running(project, tm
     again = FakeBackend()
     report = check(Settings.resolve(project), [numpy1], NUMPY, backend=again)
     assert report.passed
-    assert [v.verdict for v in report.verdicts] == [Verdict.identical]
+    # A run that did not happen is `unchanged`, never `identical`.
+    assert [v.verdict for v in report.verdicts] == [Verdict.unchanged]
     assert "not re-run" in report.verdicts[0].reasons[0]
     assert again.prepared == [] and again.runs == []
     # That report skips validation (it ran nothing): validated, it is the same in every format.

@@ -512,7 +512,7 @@ def test_golden_of_another_hardware_class_is_never_a_dependency_verdict(tmp_path
     assert (project / "golden" / "cpu" / other / f"{sid}.json").is_file()
     fast = run_cli("check", "--format", "json", cwd=project)
     [v] = json.loads(fast.stdout)["verdicts"]
-    assert v["verdict"] == "identical" and "not re-run" in v["reasons"][0] and not v["hardware"]
+    assert v["verdict"] == "unchanged" and "not re-run" in v["reasons"][0] and not v["hardware"]
 
 
 def test_the_shortcut_never_answers_from_an_edited_golden(tmp_path, numpy_locks):

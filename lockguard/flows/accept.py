@@ -150,7 +150,8 @@ def vouched(report: Report, source: Path, config: Config) -> bool:
 def _select(report: Report, source: Path, names: list[str]):
     compared = report.compared
     if not names:
-        return [v for v in compared if v.verdict != Verdict.identical or report.fails(v)]
+        return [v for v in compared
+                if v.verdict not in (Verdict.identical, Verdict.unchanged) or report.fails(v)]
     known = {v.scenario: v for v in report.verdicts}
     chosen = {}
     for name in names:

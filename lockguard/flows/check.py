@@ -130,7 +130,7 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
         if sid in answered:
             # Made of lockguard's own values: nothing to validate (see `assemble` below).
             return ScenarioVerdict.model_construct(
-                scenario=sid, framework=p.scenario.framework, verdict=Verdict.identical,
+                scenario=sid, framework=p.scenario.framework, verdict=Verdict.unchanged,
                 baseline_kind="golden",
                 reasons=["lock and scenario unchanged since the golden was recorded on this "
                          f"hardware class ({answered[sid].id}); not re-run "

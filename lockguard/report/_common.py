@@ -25,7 +25,7 @@ SYMBOL = {
     Verdict.compile_fallback: "✗", Verdict.device_fallback: "✗", Verdict.slower: "!",
     Verdict.heavier: "!",
     Verdict.broken: "✗", Verdict.new: "+", Verdict.incomparable: "?", Verdict.skipped: "-",
-    Verdict.other_hardware: "~", Verdict.measured: "·",
+    Verdict.other_hardware: "~", Verdict.measured: "·", Verdict.unchanged: "=",
 }
 
 
@@ -58,6 +58,8 @@ def final_loss(v: ScenarioVerdict) -> str:
 
 def summary_line(v: ScenarioVerdict) -> str:
     """The one most useful fact about a verdict, for the table's last column."""
+    if v.verdict == Verdict.unchanged:
+        return "not re-run (--rerun runs it)"  # the why, once for all: the verdict's reason
     if v.first_batch_differs is not None:
         return f"sample order changed from batch {v.first_batch_differs}"
     across = v.hardware is not None and v.verdict in (Verdict.other_hardware,

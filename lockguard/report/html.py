@@ -128,7 +128,7 @@ def _table(head: list[str] | None, rows: list[list[str]]) -> str:
 def _verdict_css(report: Report, v: ScenarioVerdict) -> str:
     if report.fails(v):
         return "bad"
-    return "good" if v.verdict in (Verdict.identical, Verdict.within_tolerance,
+    return "good" if v.verdict in (Verdict.identical, Verdict.unchanged, Verdict.within_tolerance,
                                    Verdict.measured) else "warn"
 
 

@@ -13,7 +13,7 @@ import math
 import re
 
 from lockguard.compare.verdicts import ScenarioVerdict
-from lockguard.names import Verdict
+from lockguard.names import QUIET_VERDICTS, Verdict
 from lockguard.report.model import Report
 from lockguard.report._common import (
     ACCEPTABLE, change_text, compile_rows, culprits, family_notes, family_title, final_loss,
@@ -31,7 +31,7 @@ ICON = {
     Verdict.compile_fallback: "❌", Verdict.device_fallback: "❌", Verdict.slower: "⚠️",
     Verdict.heavier: "⚠️",
     Verdict.broken: "💥", Verdict.new: "🆕", Verdict.incomparable: "❓", Verdict.skipped: "➖",
-    Verdict.other_hardware: "🖥️", Verdict.measured: "📏",
+    Verdict.other_hardware: "🖥️", Verdict.measured: "📏", Verdict.unchanged: "✅",
 }
 
 # "1 of 3 scenarios <verb>"
@@ -43,6 +43,7 @@ VERB = {
     Verdict.broken: "broke", Verdict.new: "have no baseline",
     Verdict.incomparable: "could not be compared", Verdict.skipped: "skipped",
     Verdict.other_hardware: "moved with the hardware only", Verdict.measured: "measured",
+    Verdict.unchanged: "unchanged since their goldens (not re-run)",
 }
 
 NAMED = 5  # at most this many --scenario options in a suggested command
@@ -377,8 +378,8 @@ def render(report: Report, limit: int = LIMIT) -> str:
     # Folded sections, most severe first (the last ones are cut first), built only as far as
     # they fit: a report of thousands of scenarios need not render them all.
     makers = [lambda v=v: _details(report, v) for v in ordered
-              if v.verdict not in (Verdict.identical, Verdict.measured) and (v.reasons or v.error)]
-    if any(v.verdict == Verdict.identical for v in report.compared):
+              if v.verdict not in QUIET_VERDICTS and (v.reasons or v.error)]
+    if any(v.verdict in (Verdict.identical, Verdict.unchanged) for v in report.compared):
         makers.append(lambda: _all_scenarios(report))
     tail = _closing(report) + ["", MARKER]
     bullets: int | None = None  # all of them, unless even they do not fit

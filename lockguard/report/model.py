@@ -16,7 +16,7 @@ from lockguard import __version__
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.errors import LockguardError
 from lockguard.files import MiB
-from lockguard.names import PRECEDENCE, Verdict
+from lockguard.names import PRECEDENCE, QUIET_VERDICTS, Verdict
 from lockguard.locks.diff import LockDiff
 from lockguard.hardware import HardwareClass
 from lockguard.results import RunResult
@@ -404,7 +404,7 @@ class Report(BaseModel):
     def notable(self) -> list[ScenarioVerdict]:
         """Compared verdicts that pass the gate but are worth a look (slower, new, moved)."""
         return [v for v in self.ordered()
-                if not self.fails(v) and v.verdict not in (Verdict.identical, Verdict.measured)]
+                if not self.fails(v) and v.verdict not in QUIET_VERDICTS]
 
     def skipped_groups(self) -> list[tuple[int, str]]:
         """Skipped scenarios collapsed by reason: (count, reason). Scenarios skipped because

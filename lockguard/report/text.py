@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lockguard.names import Verdict
+from lockguard.names import QUIET_VERDICTS, Verdict
 from lockguard.report.model import Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_notes,
@@ -28,6 +28,7 @@ STYLE = {
     Verdict.heavier: "yellow",
     Verdict.broken: "bold red", Verdict.new: "cyan", Verdict.incomparable: "yellow",
     Verdict.skipped: "dim", Verdict.other_hardware: "yellow", Verdict.measured: "green",
+    Verdict.unchanged: "green",
 }
 
 EVIDENCE_MIN = 24  # the narrowest evidence column the table is shown with
@@ -101,7 +102,7 @@ def _header(console: Console, report: Report, width: int) -> None:
 def _explanations(console: Console, report: Report, width: int) -> None:
     """Each verdict worth a word: its reasons, and its compiled paths side by side."""
     for v in report.ordered():
-        if v.verdict in (Verdict.identical, Verdict.measured) or not v.reasons:
+        if v.verdict in QUIET_VERDICTS or not v.reasons:
             continue
         console.print(f"\n[bold]{escape(v.scenario)}[/bold]: {escape(verdict_name(v))}")
         for reason in v.reasons:
