@@ -449,3 +449,39 @@ def test_ab_with_the_local_interpreter_is_refused_before_anything_runs(project, 
     with pytest.raises(UsageError, match="--env local runs one interpreter"):
         check_ab(Settings.resolve(project, Options(env="local")), [new], [old], NUMPY, backend=fake)
     assert fake.prepared == [] and fake.runs == []
+
+
+def test_an_ab_of_a_lock_against_itself_answers_at_once(project, tmp_path):
+    """The same lock on both sides (layout aside) can only say identical: nothing is built or
+    run, and each scenario reads `unchanged` (not run), never `identical`."""
+    from lockguard.flows.check import BaselineLocks
+
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    same = lock(tmp_path, "same.txt", "# a comment, another layout\nnumpy==2.0.2\n")
+    fake = FakeBackend()
+    report = check(Settings.resolve(project), [new], NUMPY, BaselineLocks((same,)),
+                   backend=fake)
+    assert report.passed and fake.prepared == [] and fake.runs == []
+    assert [v.verdict for v in report.verdicts] == [Verdict.unchanged]
+    assert any("nothing was built or run" in n for n in report.notes)
+
+
+def test_propose_of_what_the_lock_already_satisfies_builds_nothing(project, tmp_path,
+                                                                   monkeypatch):
+    """`propose 'numpy>=2'` with numpy 2.0.2 pinned resolves the lock it has: "already
+    satisfied", exit 0, nothing built."""
+    from lockguard.flows import propose as flow
+    from lockguard.locks.resolve import Proposal
+
+    current = lock(tmp_path, "requirements.txt", "numpy==2.0.2\n")
+    again = tmp_path / "proposed" / "requirements.txt"
+    again.parent.mkdir()
+    again.write_text("numpy==2.0.2  # as the resolver wrote it\n")
+    monkeypatch.setattr(flow, "_proposal", lambda *a: Proposal(again, "uv"))
+    fake = FakeBackend()
+    report = flow.propose(Settings.resolve(project), [current], ["numpy>=2"], NUMPY,
+                          backend=fake)
+    assert report.passed and report.verdicts == [] and fake.prepared == []
+    [note] = report.notes
+    assert note.startswith("already satisfied: ") and note.endswith(
+        "requirements.txt pins numpy==2.0.2 (numpy>=2): nothing to propose")

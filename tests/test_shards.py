@@ -223,9 +223,10 @@ def test_merge_refuses_missing_duplicate_and_foreign_parts(project, tmp_path):
 
 def test_parity_of_a_family_split_over_shards_is_rebuilt(project, tmp_path):
     both = lock(tmp_path, "lock.txt", "numpy==1.26.4\ntorch==2.3.0\n")
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\ntorch==2.2.0\n")
     mlp = [s for s in bundled() if s.id in ("torch.mlp", "numpy.mlp")]
-    whole = check_ab(Settings.resolve(project), [both], [both], mlp, backend=FakeBackend())
-    merged = shards.merge(run_parts(Settings.resolve(project), mlp, [both], 2, baseline=[both]))
+    whole = check_ab(Settings.resolve(project), [both], [old], mlp, backend=FakeBackend())
+    merged = shards.merge(run_parts(Settings.resolve(project), mlp, [both], 2, baseline=[old]))
     assert [(r.family, sorted(r.step0)) for r in merged.parity] == \
         [(r.family, sorted(r.step0)) for r in whole.parity] == [("mlp", ["numpy.mlp",
                                                                           "torch.mlp"])]

@@ -74,8 +74,39 @@ def check(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
     if isinstance(baseline, BaselineLocks) and baseline.refs:
         from lockguard.flows.ab import check_ab
 
+        if {r.lock.lock_hash for r in locks} == {r.lock.lock_hash for r in baseline.refs}:
+            return same_locks(settings, locks, list(baseline.refs), scenarios, progress,
+                              backend)
+
         return check_ab(settings, locks, list(baseline.refs), scenarios, progress, backend)
     return check_golden(settings, locks, scenarios, progress, backend)
+
+
+def same_locks(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
+               scenarios: list[Scenario], progress: Progress = QUIET,
+               backend: Backend | None = None) -> Report:
+    """An A/B whose candidate locks install exactly what its baseline locks do (the same lock
+    hashes: pins, hashes and options; comments and layout aside), answered at once: nothing
+    is built or run, and each scenario that would have run is `unchanged`, never
+    `identical`."""
+    from lockguard.compare.verdicts import ScenarioVerdict
+    from lockguard.names import Verdict
+
+    start = time.perf_counter()
+
+    def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
+        return ScenarioVerdict(
+            scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.unchanged,
+            baseline_kind="lock",
+            reasons=["the candidate lock installs exactly what the baseline lock does (the "
+                     "same lock hash): not run"]), None
+
+    outcome = pipeline(settings, scenarios, locks, decide=lambda p: [], judge=judge,
+                       progress=progress, backend=backend)
+    return report_for(settings, outcome, command="check", mode="ab", locks=locks,
+                      baseline=baseline, started=start,
+                      notes=["the candidate locks are the baseline locks (the same lock "
+                             "hashes): nothing was built or run"])
 
 
 def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],

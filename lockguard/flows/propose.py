@@ -49,17 +49,29 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
         if not mine:
             continue
         proposal = _proposal(ref, mine, inputs, resolver, progress, confined)
+        target = lock_target(settings.config)
+        proposed = LockRef(proposal.path, read_lock(proposal.path, target), ref.device)
+        if proposed.lock.lock_hash == ref.lock.lock_hash:
+            # The lock already satisfies what was asked (numpy>=2 with numpy 2.2.6 pinned):
+            # nothing to build or run for it.
+            notes.append(f"already satisfied: {display_path(ref.path)} pins "
+                         + ", ".join(ref.lock.by_name[wanted[spec]][0].requirement
+                                     for spec in mine)
+                         + f" ({' '.join(mine)}): nothing to propose")
+            continue
         notes.append(f"proposed lock for {display_path(ref.path)} ({proposal.resolver}): "
                      f"{proposal.path}")
         notes.extend(proposal.relaxed)
-        target = lock_target(settings.config)
-        candidates.append(LockRef(proposal.path, read_lock(proposal.path, target),
-                                  ref.device))
+        candidates.append(proposed)
         baseline.append(ref)
     unpinned = [spec for spec, name in wanted.items()
                 if not any(name in ref.lock.by_name for ref in locks)]
     if unpinned:
         raise ConfigError(f"no lock pins {', '.join(unpinned)}: propose upgrades what a lock pins")
+    if not candidates:
+        from lockguard.report import Report
+
+        return Report(command="propose", mode="ab", notes=notes, passed=True)
     mine = [s for s in scenarios if lock_for(s, candidates) is not None]
     report = check(settings, candidates, mine, BaselineLocks(tuple(baseline)), progress, backend)
     return report.model_copy(update={"command": "propose", "notes": notes + report.notes})
