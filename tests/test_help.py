@@ -150,3 +150,27 @@ def test_a_missing_file_gets_the_closest_names_beside_it(tmp_path, monkeypatch):
     assert near_miss(Path("requirments.txt")) == "; did you mean requirements.txt?"
     assert near_miss(Path("nothing-like-it.cfg")) == ""
     assert near_miss(tmp_path / "no-folder" / "requirements.txt") == ""
+
+
+def test_jobs_is_an_option_of_every_command_that_runs_scenarios(monkeypatch):
+    """--jobs N sets the runs at once (LOCKGUARD_JOBS, read by the pipeline) for the
+    invocation; shown in --help; out of range is a usage error."""
+    import os
+
+    from lockguard.flows.pipeline import default_workers
+
+    monkeypatch.delenv("LOCKGUARD_JOBS", raising=False)
+    for command in ("check", "record", "propose", "bisect"):
+        result = CliRunner().invoke(cli, [command, "--help"], prog_name="lockguard")
+        assert "--jobs N" in result.output, command
+    seen = {}
+
+    @click.command()
+    @__import__("lockguard.cli.options", fromlist=["x"])._jobs_option()
+    def probe() -> None:
+        seen["workers"] = default_workers()
+
+    monkeypatch.setitem(os.environ, "LOCKGUARD_JOBS", "4")  # restored after the test
+    assert CliRunner().invoke(probe, ["--jobs", "1"]).exit_code == 0
+    assert seen["workers"] == 1
+    assert CliRunner().invoke(probe, ["--jobs", "0"]).exit_code == 2

@@ -90,9 +90,29 @@ sandbox_option = click.option(
     callback=_set_sandbox, is_eager=True,
     help="What lock code runs in (default from config: auto, the strongest available; "
          "required: exit 2 without one; off: bare, said first in the report).")
+
+
+def _set_jobs(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    # The edge, as --sandbox: the variable the pipeline's worker count is read from.
+    if value is not None:
+        import os
+
+        os.environ["LOCKGUARD_JOBS"] = str(value)
+
+
+def _jobs_option() -> Decorator:
+    from lockguard.envvars import MAX_JOBS
+
+    return click.option(
+        "--jobs", "-j", type=click.IntRange(min=1, max=MAX_JOBS), expose_value=False,
+        callback=_set_jobs, is_eager=True, metavar="N",
+        help="Training runs at once (default: LOCKGUARD_JOBS, else one per core, at most 8); "
+             "1 on a busy or shared machine. Timing runs are always one at a time.")
+
+
 # Where the scenarios run and what is judged: what every command that plans scenarios takes.
 scope_options = options(lock_option, scenario_option, env_option, sandbox_option,
-                        device_option, steps_option())
+                        _jobs_option(), device_option, steps_option())
 # Where the report goes: stdout or -o in one format, and more formats to files.
 report_options = options(format_option, output_option, report_option)
 run_options = options(scope_options, report_options, artifacts_option, config_option,
