@@ -565,3 +565,29 @@ def test_progress_counts_times_and_shows_commands(capsys, monkeypatch):
     assert re.search(r"environment 2 of 3: Building venv for x.txt: done in \d+\.\d s", err)
     assert re.search(r"Running 2 training run\(s\): done in \d+\.\d s\n", err)
     assert "not verbose" not in err
+
+
+def test_every_format_says_which_step_times_judge_nothing_and_why():
+    """A step-time ratio from runs made side by side judges nothing: marked, and said once
+    under the table; a scenario too short to time says so with the reason, in text, Markdown
+    and HTML alike."""
+    from lockguard.compare.timing import TimingCheck
+    from lockguard.compare.verdicts import ScenarioVerdict
+    from lockguard.names import Verdict
+    from lockguard.report import Report, render
+
+    short = TimingCheck(measure="step median", runs=5, baseline_s=1e-4, candidate_s=1.2e-4,
+                        verdict="not judged",
+                        reason="steps of 0.1 ms are too short to time (under 2 ms)")
+    report = Report(command="check", mode="ab", passed=True, verdicts=[
+        ScenarioVerdict(scenario="torch.mlp", framework="torch", verdict=Verdict.identical,
+                        step_time_ratio=0.18, timing=short),
+        ScenarioVerdict(scenario="numpy.mlp", framework="numpy", verdict=Verdict.identical,
+                        step_time_ratio=1.9)])
+    for fmt in ("text", "markdown", "html"):
+        out = " ".join(render(report, fmt).split())
+        assert ("timing not judged for torch.mlp: steps of 0.1 ms are too short to time "
+                "(under 2 ms)") in out, fmt
+        if fmt != "markdown":  # which shows no step times
+            assert "×0.18*" in out and "×1.90*" in out, fmt
+            assert "from runs that judge nothing" in out, fmt

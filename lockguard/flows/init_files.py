@@ -23,8 +23,9 @@ _WORKFLOW = """\
 # lockguard: the gate on the ML dependency locks (written by `lockguard init`).
 #
 # On a pull request (and in a merge queue) the action A/B-checks the locks at the merge base
-# against the branch's and fails on drift, a compile or device fallback, a broken or slower
-# run; a pull request that changes no lock passes at once, from git alone, so this check can be
+# against the branch's and fails on drift, a compile or device fallback or a broken run (the
+# config's fail_on; slower and heavier are reported); a pull request that changes no lock (nor
+# scenario code) passes at once, from git alone, so this check can be
 # a required one (no `paths:` filter on pull requests: a path-filtered required check waits
 # forever on the pull requests it skips). It writes the job summary, annotates the changed lock
 # lines, keeps one pull-request comment up to date and uploads the reports with the evidence

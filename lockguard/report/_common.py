@@ -81,14 +81,38 @@ def summary_line(v: ScenarioVerdict) -> str:
     return ""
 
 
+# Marks a step-time ratio that judges nothing (timing_notes says why).
+UNJUDGED = "*"
+
+
 def timing(v: ScenarioVerdict) -> str:
-    """The step-time cell: the timing runs' ratio and interval where there were timing runs."""
+    """The step-time cell: the timing runs' ratio and interval where there were timing runs;
+    a ratio that judges nothing (runs made side by side, or steps too short to time) marked."""
     check = v.timing
-    if check is not None and check.ratio is not None and check.low is not None:
+    if check is not None and check.ratio is not None and check.low is not None \
+            and check.verdict != "not judged":
         return f"×{check.ratio:.2f} ({check.low:.2f}–{check.high:.2f})"
     if v.step_time_ratio is None:
         return "—"
-    return f"×{v.step_time_ratio:.2f}"
+    return f"×{v.step_time_ratio:.2f}{UNJUDGED}"
+
+
+def timing_notes(report: Report, marked: bool = True) -> list[str]:
+    """What the step-time column can and cannot say, one line each: the scenarios whose timing
+    was not judged and why, and (`marked`: for a format that shows the ratios) what an
+    unjudged, marked ratio is."""
+    reasons: dict[str, list[str]] = {}
+    for v in report.compared:
+        if v.timing is not None and v.timing.verdict == "not judged":
+            reasons.setdefault(v.timing.reason, []).append(v.scenario)
+    lines = [f"timing not judged for {', '.join(ids)}: {reason}"
+             for reason, ids in reasons.items()]
+    if marked and any(v.step_time_ratio is not None and (
+            v.timing is None or v.timing.verdict == "not judged") for v in report.compared):
+        lines.append(f"step time ×ratio{UNJUDGED}: from runs that judge nothing (made side by "
+                     "side, or too short to time); `slower` is judged only from timing runs "
+                     "(--timing, or slower in fail_on)")
+    return lines
 
 
 def timing_line(v: ScenarioVerdict) -> str | None:

@@ -25,7 +25,7 @@ from lockguard.report.model import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
     change_text, compile_rows, culprits, family_notes, family_title, final_loss, fmt_float,
     framework_cells, FRAMEWORK_HEAD, gate_lines, mib, option_lines, reproduce, sandbox_warning,
-    seconds, summary_line, timing, timing_line, verdict_name,
+    seconds, summary_line, timing, timing_line, timing_notes, verdict_name,
 )
 from lockguard.report.svg import Line, Mark, chart
 from lockguard.results import RunResult
@@ -230,6 +230,7 @@ def _summary(report: Report) -> list[str]:
         out.append(_table(["scenario, verdict", "evidence"], rows))
     for count, reason in report.skipped_groups():
         out.append(f'<p class="note">{count} skipped: {e(reason)}</p>')
+    out += [f'<p class="note">{e(line)}</p>' for line in timing_notes(report)]
     out += [f'<p class="note">note: {e(note)}</p>' for note in report.notes]
     command = reproduce(report, [v.scenario for v in report.compared if report.fails(v)])
     if command and not report.passed:

@@ -17,8 +17,9 @@ from lockguard.names import QUIET_VERDICTS, Verdict
 from lockguard.report.model import Report
 from lockguard.report._common import (
     ACCEPTABLE, change_text, compile_rows, culprits, family_notes, family_title, final_loss,
-    fmt_float, framework_cells, FRAMEWORK_HEAD, gate_lines, lock_lines, LockLine, option_lines, sandbox_warning,
-    reproduce, STEP0, summary_line, timing_line, trial_line, verdict_name,
+    fmt_float, framework_cells, FRAMEWORK_HEAD, gate_lines, lock_lines, LockLine, option_lines,
+    sandbox_warning, reproduce, STEP0, summary_line, timing_line, timing_notes, trial_line,
+    verdict_name,
 )
 
 MARKER = "<!-- lockguard-report -->"
@@ -228,6 +229,8 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
         lines += ["", f"**Tally:** {tally}"]
     for count, reason in report.skipped_groups():
         lines.append(f"{'' if tally else chr(10)}{count} skipped: {_text(reason)}")
+    # The step times are not shown here: only why a timing was not judged.
+    lines += [f"<sub>{_text(line)}</sub>" for line in timing_notes(report, marked=False)]
     if report.locks:
         lines += ["", "**Locks**"]
         for lock in report.locks:

@@ -18,8 +18,8 @@ from lockguard.names import QUIET_VERDICTS, Verdict
 from lockguard.report.model import Report
 from lockguard.report._common import (
     FRAMEWORK_HEAD, STEP0, SYMBOL, bisection_lines, change_line, compile_rows, family_notes,
-    family_title, final_loss, fmt_float, framework_cells, gate_lines, option_lines, sandbox_warning, summary_line,
-    timing, verdict_name,
+    family_title, final_loss, fmt_float, framework_cells, gate_lines, option_lines,
+    sandbox_warning, summary_line, timing, timing_notes, verdict_name,
 )
 
 STYLE = {
@@ -50,6 +50,8 @@ def render(report: Report, color: bool = False, width: int | None = None) -> str
         _verdicts(console, report, width)
     for count, reason in report.skipped_groups():
         _plain(console, f"-  {count} skipped: {reason}")
+    for line in timing_notes(report):
+        _plain(console, f"   {line}")
     _explanations(console, report, width)
     _closing(console, report)
     text = out.getvalue()
