@@ -173,6 +173,11 @@ def bundled() -> list[Scenario]:
     return [s for s in BUNDLED if implements(s.framework)]
 
 
+def model_libraries() -> frozenset[str]:
+    """Every model library (canonical name) a bundled library scenario trains with."""
+    return frozenset(canonicalize_name(r) for sc in BUNDLED for r in sc.requires)
+
+
 def libraries_of(scenario_id: str) -> frozenset[str]:
     """The model libraries (canonical names) a bundled library scenario trains with beside its
     framework; empty for any other scenario."""

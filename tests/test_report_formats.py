@@ -394,7 +394,7 @@ def test_markdown_headline_first_then_phone_sized_parts(drift_report):
     assert "4 skipped: no lock pins jax, tensorflow" in body
     assert "`main@1a2b3c4:requirements.txt`" in body
     assert BASELINE_PATH not in md  # the label, with the merge base, names it
-    assert "+ --extra-index-url https://mirror.example/simple (line 1)" in body
+    assert "- added --extra-index-url https://mirror.example/simple (line 1)" in body
     assert "lockguard check --base origin/main --scenario loss_ema" in body
     # An intended change passes only through an acceptance committed with it: A/B (the PR
     # gate) and golden checks alike name the command that makes one.
@@ -407,7 +407,7 @@ def test_markdown_headline_first_then_phone_sized_parts(drift_report):
 def test_markdown_passing_and_rule_headlines():
     v = verdict("numpy.mlp", [1.0, 0.5], [1.0, 0.5], EXACT)
     assert render(ab_report([v], EXACT), "markdown").splitlines()[0] == (
-        "✅ lockguard: 1 scenario passed with numpy 1.26.4 → 2.0.2, "
+        "✅ lockguard: 1 scenario passed with numpy 1.26.4 → 2.0.2 and "
         "+ --extra-index-url https://mirror.example/simple (1 identical)")
     assert render(rule_report(), "markdown").splitlines()[0] == (
         "❌ lockguard: requirements.txt breaks the torchvision-matches-torch rule")
@@ -471,7 +471,7 @@ def test_options_alone_are_not_no_lock_changes():
     report = Report(command="diff", mode="diff", lock_diffs=[diff_locks(old, new)])
     text = render(report, "text")
     assert "lock changes: 1" in text and "+ --extra-index-url https://x.example/simple" in text
-    assert "+ --extra-index-url https://x.example/simple (line 1)" in render(report, "markdown")
+    assert "- added --extra-index-url https://x.example/simple (line 1)" in render(report, "markdown")
 
 
 def tty_run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
@@ -591,3 +591,40 @@ def test_every_format_says_which_step_times_judge_nothing_and_why():
         if fmt != "markdown":  # which shows no step times
             assert "×0.18*" in out and "×1.90*" in out, fmt
             assert "from runs that judge nothing" in out, fmt
+
+
+def test_a_headline_names_the_framework_first_and_counts_the_cuda_wheels():
+    """A torch bump moves a dozen CUDA runtime wheels with it: the headline names torch, then
+    the count of the CUDA wheels, never "cuda-toolkit …, nvidia-cublas … and 14 more"."""
+    from lockguard.locks.diff import diff_locks
+    from lockguard.locks.parser import parse_lock_text
+    from lockguard.report.markdown import headline
+
+    cuda = ["cuda-toolkit", "nvidia-cublas", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"]
+    old = parse_lock_text("".join(f"{n}==1.0\n" for n in cuda) + "torch==2.9.1\nsix==1.0\n",
+                          "old.txt")
+    new = parse_lock_text("".join(f"{n}==1.1\n" for n in cuda) + "torch==2.10.0\nsix==1.1\n",
+                          "new.txt")
+    v = verdict("torch.mlp", [1.0, 0.5], [1.0, 0.5], EXACT)
+    report = ab_report([v], EXACT).model_copy(update={"lock_diffs": [diff_locks(old, new)]})
+    line = headline(report)
+    assert "torch 2.9.1 → 2.10.0, six 1.0 → 1.1 and 4 CUDA runtime wheels" in line, line
+    body = render(report, "markdown")
+    assert "- 4 CUDA runtime wheels: cuda-toolkit 1.0 → 1.1 (upgraded" in body
+    assert "\n- - " not in body and "\n- + " not in body
+
+
+def test_junit_testcases_carry_the_seconds_their_runs_trained(tmp_path):
+    from fakes import FakeBackend, lock
+    from lockguard.config import Config
+    from lockguard.flows.ab import check_ab
+    from lockguard.scenarios import bundled
+    from lockguard.settings import Settings
+
+    numpy = [s for s in bundled() if s.id == "numpy.mlp"]
+    report = check_ab(Settings.resolve(Config(root=tmp_path, steps=4)),
+                      [lock(tmp_path, "new.txt", "numpy==2.0.2\n")],
+                      [lock(tmp_path, "old.txt", "numpy==1.26.4\n")], numpy,
+                      backend=FakeBackend())
+    [case] = ET.fromstring(render(report, "junit")).iter("testcase")
+    assert case.get("time") == "0.020"  # the fake's 0.01 s a run, both sides

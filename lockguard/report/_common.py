@@ -14,7 +14,7 @@ from lockguard.compare.figures import mib, seconds
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
 from lockguard.locks.diff import Change, LockDiff, OptionChange
-from lockguard.scenarios import libraries_of
+from lockguard.scenarios import libraries_of, model_libraries
 
 if TYPE_CHECKING:
     from lockguard.report.model import Bisection, FrameworkRow, FrameworkTable, MixTrial, Report
@@ -429,6 +429,7 @@ class LockLine:
     line: int | None
     text: str  # e.g. "numpy 1.26.4 → 2.0.2 (upgraded, major)" or "+ --extra-index-url URL"
     short: str  # e.g. "numpy 1.26.4 → 2.0.2"
+    cuda: bool = False  # an NVIDIA/CUDA runtime wheel: a headline folds them into one count
 
 
 def lock_lines(report: Report, diff: LockDiff) -> list[LockLine]:
@@ -436,7 +437,7 @@ def lock_lines(report: Report, diff: LockDiff) -> list[LockLine]:
     lock = next((info for info in report.locks
                  if info.role == "candidate" and info.source == diff.new_source), None)
     path = lock.path if lock else diff.new_source
-    lines = [LockLine(path, c.new_line, change_text(c), change_short(c)) for c in diff.changed]
+    lines = [_line(path, c) for c in sorted(diff.changed, key=importance)]
     for option in diff.option_changes:
         lines += [LockLine(path, line, text, text) for line, text in option_lines(option)]
     return lines
@@ -452,9 +453,31 @@ def culprits(report: Report, verdict: ScenarioVerdict) -> list[LockLine]:
     if lock is None or diff is None:
         return []
     mine, libraries = {verdict.framework, "cuda"}, libraries_of(verdict.scenario)
-    lines = [LockLine(lock.path, c.new_line, change_text(c), change_short(c))
-             for c in diff.changed if mine & set(c.families) or c.name in libraries]
+    lines = [_line(lock.path, c) for c in sorted(diff.changed, key=importance)
+             if mine & set(c.families) or c.name in libraries]
     return lines or lock_lines(report, diff)
+
+
+def importance(change: Change) -> tuple[int, str]:
+    """How soon a change is named: a framework itself, then what belongs to a framework's
+    family or is a model library, then everything else, then the CUDA runtime wheels (which
+    move by the dozen with any CUDA framework)."""
+    from lockguard.locks.model import FRAMEWORK_DISTS
+
+    if any(change.name in dists for dists in FRAMEWORK_DISTS.values()):
+        rank = 0
+    elif "cuda" in change.families:
+        rank = 3
+    elif change.families or change.name in model_libraries():
+        rank = 1
+    else:
+        rank = 2
+    return rank, change.name
+
+
+def _line(path: str, change: Change) -> LockLine:
+    return LockLine(path, change.new_line, change_text(change), change_short(change),
+                    cuda="cuda" in change.families)
 
 
 def bisected(report: Report, verdict: ScenarioVerdict) -> list[LockLine]:

@@ -90,6 +90,9 @@ def _suite_properties(props: ET.Element, report: Report) -> None:
 def _testcase(suite: ET.Element, report: Report, v: ScenarioVerdict) -> str:
     """One scenario's testcase; "failure", "skipped" or "passed"."""
     case = ET.SubElement(suite, "testcase", classname=v.framework, name=v.scenario)
+    seconds = _seconds(report, v)
+    if seconds is not None:
+        case.set("time", f"{seconds:.3f}")
     case_props = ET.SubElement(case, "properties")
     _property(case_props, "verdict", v.verdict.value)
     if v.accepted is not None:
@@ -121,6 +124,18 @@ def _testcase(suite: ET.Element, report: Report, v: ScenarioVerdict) -> str:
     if row is not None:
         out.text += "\n" + row_line(row)
     return "passed"
+
+
+def _seconds(report: Report, v: ScenarioVerdict) -> float | None:
+    """How long the scenario's kept runs trained (both sides' total_s, as the harness timed
+    them); None when it did not run here (skipped, answered from its golden)."""
+    found = report.evidence_of(v.scenario)
+    if found is None:
+        return None
+    times = [side.result.timings.total_s for side in (found.baseline, found.candidate)
+             if side is not None and side.kind != "golden"]
+    times = [t for t in times if t is not None]
+    return sum(times) if times else None
 
 
 def _evidence(report: Report, v: ScenarioVerdict, case_props: ET.Element) -> str:

@@ -17,7 +17,8 @@ from lockguard.names import QUIET_VERDICTS, Verdict
 from lockguard.report.model import Report
 from lockguard.report._common import (
     ACCEPTABLE, change_text, compile_rows, culprits, family_notes, family_title, final_loss,
-    fmt_float, framework_cells, FRAMEWORK_HEAD, gate_lines, lock_lines, LockLine, option_lines,
+    fmt_float, framework_cells, FRAMEWORK_HEAD, gate_lines, importance, lock_lines, LockLine,
+    option_lines,
     sandbox_warning, reproduce, STEP0, summary_line, timing_line, timing_notes, trial_line,
     verdict_name,
 )
@@ -93,10 +94,26 @@ def _plural(n: int, word: str) -> str:
 
 
 def _changes(lines: list[LockLine]) -> str:
-    """The lock changes behind a headline, in a few words: 'numpy 1.26.4 → 2.0.2'."""
-    texts = list(dict.fromkeys(line.short for line in lines))
-    shown = ", ".join(texts[:2]) + (f" and {len(texts) - 2} more" if len(texts) > 2 else "")
+    """The lock changes behind a headline, in a few words, the frameworks first (lock_lines'
+    order) and the CUDA runtime wheels folded into one count: 'torch 2.9.1 → 2.10.0, numpy
+    2.3.4 → 2.3.5, and 14 CUDA runtime wheels'."""
+    texts = list(dict.fromkeys(line.short for line in lines if not line.cuda))
+    cuda = len({line.short for line in lines if line.cuda})
+    parts = texts[:2] + ([f"{len(texts) - 2} more"] if len(texts) > 2 else [])
+    if cuda:
+        parts.append(f"{cuda} CUDA runtime wheel{'s' if cuda > 1 else ''}")
+    shown = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] \
+        if parts else ""
     return _text(shown)
+
+
+def _worded(text: str) -> str:
+    """A change or option line with its leading +/- as a word: "added six 1.17.0"."""
+    if text.startswith("+ "):
+        return "added " + text[2:]
+    if text.startswith("- "):
+        return "removed " + text[2:]
+    return text
 
 
 def _verb(verdict: Verdict) -> str:
@@ -239,13 +256,20 @@ def _head(report: Report, failing: list[ScenarioVerdict], limit_bullets: int | N
                          + (f": {_text(versions)}" if versions else "")
                          + (f" ({_text(lock.read_as)})" if lock.read_as else ""))
     for diff in report.lock_diffs:
-        rows = [(c.new_line, change_text(c)) for c in diff.changed]
+        ordered = sorted(diff.changed, key=importance)
+        cuda = [c for c in ordered if "cuda" in c.families]
+        rows = [(c.new_line, change_text(c)) for c in ordered if c not in cuda]
         rows += [row for o in diff.option_changes for row in option_lines(o)]
         lock = next((info for info in report.locks if info.source == diff.new_source), None)
         where = f" in {_code(lock.name)}" if lock else ""
-        lines += ["", f"**Lock changes**{where}: {len(rows) or 'none'}"]
-        lines += [f"- {_text(text)}" + (f" (line {line})" if line else "")
+        count = len(rows) + len(cuda)
+        lines += ["", f"**Lock changes**{where}: {count or 'none'}"]
+        # A leading "+ "/"- " would nest a Markdown list: said in words.
+        lines += [f"- {_text(_worded(text))}" + (f" (line {line})" if line else "")
                   for line, text in rows]
+        if cuda:
+            lines.append(f"- {len(cuda)} CUDA runtime wheel{'s' if len(cuda) > 1 else ''}: "
+                         + _text(", ".join(_worded(change_text(c)) for c in cuda)))
     # Name the scenarios when a few failed; many are quicker to re-run all together.
     named = [v.scenario for v in failing] if len(failing) <= NAMED else []
     command = reproduce(report, named) if failing else None
