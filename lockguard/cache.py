@@ -29,6 +29,12 @@ def cache_dir() -> Path:
     return ensure_dir(cache_root())
 
 
+def entry_lock(path: Path) -> Path:
+    """The lock file held while the cache entry at `path` (a venv, an image record) is built
+    or written into: beside it, never inside (a rebuild removes the entry whole)."""
+    return path.with_name(f"{path.name}.lock")
+
+
 def ensure_dir(path: Path) -> Path:
     """`path` as a directory, created if missing; a one-line CacheError when it cannot be."""
     try:

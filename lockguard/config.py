@@ -127,6 +127,9 @@ class Config(_Strict):
     # Resident memory a training run's processes may hold together (bytes); "auto": 3/4 of
     # this machine's (flows/pipeline.memory_limit); "none": no limit. See MEMORY_LIMIT_RULE.
     memory_limit: Union[int, Literal["auto", "none"]] = "auto"
+    # The most lockguard's cache may hold after a check or record: the least recently used
+    # entries are pruned down to it (cache_entries.py); None: no bound. A size: "8GiB".
+    cache_max_size: int | None = None
     threads: int = Field(default=1, gt=0, le=1024)  # fixed, recorded in the fingerprint
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     tolerance: ToleranceSetting | None = None  # default: per dtype, like torch.testing
@@ -178,6 +181,14 @@ class Config(_Strict):
                 raise ValueError(f"scenario id {one_line(repr(name), 60)} is not valid: "
                                  f"{SCENARIO_ID_RULE}")
         return value
+
+    @field_validator("cache_max_size", mode="before")
+    @classmethod
+    def _cache_max_size(cls, value: Any) -> int | None:
+        size = parse_size(value) if isinstance(value, str) else value
+        if value is None or (isinstance(size, int) and not isinstance(size, bool) and size > 0):
+            return size
+        raise ValueError(f"{one_line(repr(value), 60)} is not a size: 8GiB, 500MB, or bytes")
 
     @field_validator("memory_limit", mode="before")
     @classmethod

@@ -35,6 +35,7 @@ class Settings:
     threads: int
     timeout: float  # seconds a run may take
     memory_limit: int | str  # bytes, "auto" or "none" (pipeline.memory_limit reads the host)
+    cache_max_size: int | None  # bytes the cache is pruned to after a check or record
     python: str | None  # the interpreter venvs are built with and local runs use; None: ours
     installer: str  # uv or pip
     sandbox: str  # auto | required | off: LOCKGUARD_SANDBOX (--sandbox), else the config's
@@ -58,6 +59,7 @@ class Settings:
             default_device=config.device, steps=given.steps or config.steps,
             repeat=given.repeat, seed=config.seed, threads=config.threads,
             timeout=config.timeout, memory_limit=config.memory_limit,
+            cache_max_size=config.cache_max_size,
             python=config.python_path, installer=config.installer,
             sandbox=envvars.value("LOCKGUARD_SANDBOX") or config.sandbox,
             allow_sdist=config.allow_sdist, allow_unhashed=config.allow_unhashed,

@@ -7,6 +7,7 @@ modules by concern, nothing below them knows click):
     gate.py     record · check · bisect · plan · merge · accept
     locks.py    lock · propose · outdated · diff
     project.py  init · scenarios · report · compare-frameworks · build · images
+    cache.py    cache · cache prune
 
 A command parses its options, calls one flow and hands its Report to `finish`. The commands
 reach environments only through the flows. `lockguard check` starts in lockguard/__main__.py,
@@ -21,7 +22,7 @@ import sys
 import click
 
 from lockguard import __version__, answers
-from lockguard.cli import gate, locks, project
+from lockguard.cli import cache, gate, locks, project
 from lockguard.cli.edge import fail
 from lockguard.errors import EXIT_ERROR, EXIT_INTERRUPTED, one_line
 
@@ -49,7 +50,7 @@ def cli() -> None:
     guard_self()  # nothing of a lock's reads lockguard's memory or secrets (sandbox.py)
 
 
-for _command in (*gate.COMMANDS, *locks.COMMANDS, *project.COMMANDS):
+for _command in (*gate.COMMANDS, *locks.COMMANDS, *project.COMMANDS, *cache.COMMANDS):
     cli.add_command(_command)
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lockguard.cli.cache import trim_cache
 from lockguard.cli.edge import handles_errors
 from lockguard.cli.options import (
     config_option, device_option, env_option, lock_option, options, repeat_option, report_options, run_options, scenario_option, steps_option,
@@ -82,6 +83,7 @@ def record(locks, scenarios, env, device, steps, fmt, output, reports, artifacts
     refuse_inputs(targets, project_inputs(config, locks))
     keep = evidence.prepare(artifacts_dir, config.root)
     report = record_flow(run.settings, run.locks, run.scenarios, run.progress)
+    trim_cache(run.settings.cache_max_size, run.progress)
     finish(report, targets, keep=keep,
            argv=invocation("record", locks=locks, config_path=config_path, env=env,
                            device=device, steps=steps,
@@ -193,6 +195,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         report = part.mark(part.empty or run_check(part.scenarios))
     args = (("--base", base_ref) + (("--policy", policy_from) if policy_from != "base" else ())
             if base_ref else tuple(a for b in baseline_locks for a in ("--baseline-lock", b)))
+    trim_cache(settings.cache_max_size, progress)
     finish(report, targets, keep=keep, remember_root=config.root,
            argv=invocation("check", *args, locks=locks, config_path=config_path, env=env,
                            device=device, steps=steps,

@@ -60,7 +60,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from lockguard.cache import cache_dir, file_lock
+from lockguard.cache import cache_dir, entry_lock, file_lock
+from lockguard.cache_entries import hold, record_use
 from lockguard.envs.base import (
     READY, Backend, EnvError, RunRequest, compile_cache_env, compile_cache_for, harness_env,
     interpreter_tag,
@@ -137,6 +138,7 @@ class VenvEnv:
         self._files = files  # not yet checked against the manifest: checked beside a run
         self._rebuilt = rebuilt  # prepare again: the env rebuilt after the check found damage
         self.sandbox = sandbox  # what its trainings are confined to (None: nothing)
+        self.held = None  # the shared lock on it a check holds (cache_entries.hold)
         self._replaced = threading.Lock()
         self._replacement: VenvEnv | BaseException | None = None  # what _rebuilt gave
 
@@ -208,8 +210,9 @@ class VenvBackend(Backend):
     def __init__(self, python: str | None = None, installer: str = "uv", *,
                  allow_sdist: bool = False, allow_unhashed: bool = False,
                  allow_insecure_index: bool = False, sandbox: Sandbox | None = None,
-                 share_compile_caches: bool = False) -> None:
+                 share_compile_caches: bool = False, project: Path | None = None) -> None:
         self.python = python
+        self.project = project  # the folder of the project the checks are of (cache listing)
         self.share_compile_caches = share_compile_caches  # backend_for's
         self.sandbox = sandbox
         self.installer = installer
@@ -249,10 +252,15 @@ class VenvBackend(Backend):
         a flow wraps (bisect's) is prepared lock by lock."""
         assert lock is not None, "the venv backend builds a lock's environment"
         self._admit(lock)
-        return prepare(lock, python=self.python, installer=self.installer,
-                       allow_sdist=self.allow_sdist, progress=progress,
-                       check_files_beside_first_run=True, sandbox=self.sandbox,
-                       share_compile_cache=self.share_compile_caches)
+        env = prepare(lock, python=self.python, installer=self.installer,
+                      allow_sdist=self.allow_sdist, progress=progress,
+                      check_files_beside_first_run=True, sandbox=self.sandbox,
+                      share_compile_cache=self.share_compile_caches)
+        # Listed as used by this project now, and held while this process lives: `lockguard
+        # cache prune` leaves it alone meanwhile (cache_entries.py).
+        record_use(env.path, self.project)
+        env.held = hold(env.path)
+        return env
 
 
 def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
@@ -303,8 +311,9 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
 
 
 def build_lock(path: Path) -> Path:
-    """The lock file held while the venv at `path` is built or written into."""
-    return path.with_name(f"{path.name}.lock")
+    """The lock file held while the venv at `path` is built or written into (cache.entry_lock,
+    which `lockguard cache prune` takes too)."""
+    return entry_lock(path)
 
 
 def refuse_source_options(lock: Lock) -> None:
