@@ -20,6 +20,7 @@ from lockguard.settings import Settings
 from lockguard.flows.check import MergeBase, check
 
 NUMPY = [s for s in bundled() if s.id == "numpy.mlp"]
+DATA_LOCKS = Path(__file__).parent / "data" / "locks"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -417,3 +418,33 @@ def test_a_pr_that_changes_only_scenario_code_runs_it_against_the_targets(tmp_pa
     _, off = gate_check()
     assert off.passed and off.verdicts == []
     assert any("no lock changed" in n for n in off.notes)
+
+
+def test_an_export_that_moved_apart_from_its_uv_lock_is_named_stale(tmp_path):
+    """A project guarded as uv.lock and the pylock.toml exported from it: a PR that moves one
+    and not the other fails with the file that is stale and the command that refreshes it,
+    never "nothing was compared"."""
+    from lockguard.locks.parser import exported_by
+
+    markers = DATA_LOCKS / "markers"
+    uv_lock, pylock = (markers / "uv.lock").read_text(), (markers / "pylock.toml").read_text()
+    command = exported_by(pylock)
+    assert command.startswith("uv export ")
+    for moved in ("uv.lock", "pylock.toml"):
+        (tmp_path / moved).mkdir()
+        root = project(tmp_path / moved, 'locks = ["uv.lock", "pylock.toml"]',
+                       {"uv.lock": uv_lock, "pylock.toml": pylock})
+        text = (root / moved).read_text()
+        for version in ("2.2.6", "2.4.6", "2.5.5"):  # numpy, whichever Python reads it
+            text = text.replace(version, version[:-1] + "9")
+        (root / moved).write_text(text)
+        gate = open_gate(load_config(start=root), "main", [], start=root)
+        report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=FakeBackend())
+        assert not report.passed
+        [rule] = report.rule_failures
+        assert rule.lock.endswith("pylock.toml") and rule.rule == "stale export"
+        if moved == "uv.lock":
+            assert "which this change moved: it still holds the old pins" in rule.message
+        else:
+            assert "moved, but" in rule.message and "did not" in rule.message
+        assert f"`{command}`" in rule.message

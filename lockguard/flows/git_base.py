@@ -199,6 +199,11 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     from lockguard.locks.ref import lock_for
 
     candidates, baseline, moved, paired = _sides(gate, notes)
+    stale = _stale_exports(gate, candidates, moved)
+    if stale:
+        return Report(command="check", mode="ab", notes=notes, passed=False, base=base,
+                      gate=policy, rule_failures=stale,
+                      duration_s=time.perf_counter() - start)
 
     def runs_from(s: Scenario, refs: list[LockRef]) -> LockRef | None:
         return lock_for(s, refs)
@@ -272,6 +277,34 @@ def _sides(gate: Gate, notes: list[str]) -> tuple[list[LockRef], list[LockRef], 
             notes.append(f"{display_path(pair.head)}: only comments or layout changed since "
                          f"{gate.ref}")
     return candidates, baseline, moved, paired
+
+
+def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef]) -> list:
+    """A failing rule for each lock exported from a uv.lock the gate also checks (its header
+    names the `uv export` command) that moved without it, or the other way round: one of the
+    two is stale, and a check of the pair would compare one side's change with nothing."""
+    from lockguard.locks.parser import exported_by
+    from lockguard.report import RuleFailure
+
+    texts = {p.head: p.head_text or "" for p in gate.pairs if p.head is not None}
+    sources = {ref.path.parent: ref for ref in candidates if ref.path.name == "uv.lock"}
+    out = []
+    for ref in candidates:
+        command = exported_by(texts.get(ref.path, ""))
+        source = sources.get(ref.path.parent)
+        if command is None or source is None:
+            continue
+        mine, theirs = (any(r is x for r in moved) for x in (ref, source))
+        if mine == theirs:
+            continue
+        shown, of = display_path(ref.path), display_path(source.path)
+        message = (f"exported from {of}, which this change moved: it still holds the old "
+                   f"pins; run `{command}` and commit it with {of}" if theirs else
+                   f"moved, but {of}, which it is exported from, did not: the next "
+                   f"`{command}` undoes it; change {of} (uv lock --upgrade-package NAME) and "
+                   "export again")
+        out.append(RuleFailure(lock=shown, rule="stale export", message=message, lines=[]))
+    return out
 
 
 @contextlib.contextmanager

@@ -452,6 +452,19 @@ def lock_writer(text: str) -> str | None:
     return found
 
 
+def exported_by(text: str) -> str | None:
+    """The `uv export ...` command a lock's header says wrote it (a pylock.toml or requirements
+    text exported from a project's uv.lock), as written; None for any other lock."""
+    for raw in text.lstrip("\ufeff").splitlines()[:10]:
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            break
+        found = re.match(r"#\s+(uv export\b.*)$", line)
+        if found:
+            return found.group(1).strip()
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Requirements inputs (requirements.in and the files it includes)
 # ---------------------------------------------------------------------------------------------
