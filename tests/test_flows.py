@@ -485,3 +485,18 @@ def test_propose_of_what_the_lock_already_satisfies_builds_nothing(project, tmp_
     [note] = report.notes
     assert note.startswith("already satisfied: ") and note.endswith(
         "requirements.txt pins numpy==2.0.2 (numpy>=2): nothing to propose")
+
+
+def test_goldens_of_an_older_lock_still_hold_and_say_how_to_stop_rerunning(project, tmp_path):
+    """After a merged bump that left a scenario's numbers alone, its golden names the old
+    lock: the check re-runs it (the inputs changed) and passes, saying once that `record`
+    would spare those runs."""
+    old = lock(tmp_path, "lock.txt", "numpy==1.26.4\n")
+    assert record(Settings.resolve(project), [old], NUMPY, backend=FakeBackend()).passed
+    new = lock(tmp_path, "lock.txt", "numpy==1.26.4\nsix==1.17.0\n")
+    fake = FakeBackend()
+    report = check(Settings.resolve(project), [new], NUMPY, backend=fake)
+    assert report.passed and fake.runs == [("numpy.mlp", "1.26.4")]
+    assert [v.verdict for v in report.verdicts] == [Verdict.identical]
+    assert any("the goldens of numpy.mlp were recorded with another lock" in n
+               and "`lockguard record`" in n for n in report.notes), report.notes

@@ -122,6 +122,7 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
     policy = settings.policy
     answered: dict[str, HardwareClass] = {}  # scenario -> class whose golden answers unrun
     goldens: dict[str, tuple[dict[str, Golden], str]] = {}
+    older: list[str] = []  # passing scenarios whose golden names another lock than this one
 
     def decide(p: Planned) -> list[Job]:
         sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, settings, harness,
@@ -167,8 +168,15 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
                          f"hardware class ({answered[sid].id}); not re-run "
                          "(--rerun runs it)"]), None
         found, inputs = goldens[sid]
-        return compare_with_goldens(p, runs.candidate, found, hosts.get(p.device), inputs,
-                                    policy, crossed)
+        verdict = compare_with_goldens(p, runs.candidate, found, hosts.get(p.device), inputs,
+                                       policy, crossed)
+        host = hosts.get(p.device)
+        mine = found.get(host.id) if host is not None else None
+        if mine is not None and p.lock is not None \
+                and mine.provenance.lock_hash != p.lock.lock.lock_hash \
+                and verdict[0].verdict in (Verdict.identical, Verdict.within_tolerance):
+            older.append(sid)  # its answer holds, but every check re-runs it until recorded
+        return verdict
 
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
@@ -177,6 +185,11 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
     # model, RunResults included) would be a fifth of the unchanged-lock answer. Rendering it
     # as JSON still goes through the model's serializer.
     ran_nothing = bool(answered) and set(answered) == {v.scenario for v in outcome.verdicts}
+    notes = crossed.notes()
+    if older:
+        notes.append(f"the goldens of {', '.join(sorted(older))} were recorded with another "
+                     "lock: they still hold, but every check runs them again until `lockguard "
+                     "record` records them with this one (after a merged lock bump, say)")
     return report_for(settings, outcome, command="check", mode="golden", locks=locks,
-                      started=start, notes=crossed.notes(), hardware=hosts.known(),
+                      started=start, notes=notes, hardware=hosts.known(),
                       validate=not ran_nothing)
