@@ -500,3 +500,13 @@ def test_goldens_of_an_older_lock_still_hold_and_say_how_to_stop_rerunning(proje
     assert [v.verdict for v in report.verdicts] == [Verdict.identical]
     assert any("the goldens of numpy.mlp were recorded with another lock" in n
                and "`lockguard record`" in n for n in report.notes), report.notes
+
+
+def test_the_poetry_command_propose_suggests_is_one_poetry_takes():
+    """`poetry update` takes names only ("numpy==2.3.0" is an error there): a version is added
+    as the requirement with `poetry add --lock`."""
+    from lockguard.flows.propose import poetry_command
+
+    assert poetry_command(["numpy"]) == "poetry update --lock numpy"
+    assert poetry_command(["numpy==2.3.0"]) == "poetry add --lock 'numpy==2.3.0'"
+    assert poetry_command(["numpy>=2", "six"]) == "poetry add --lock 'numpy>=2' 'six'"

@@ -77,6 +77,19 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
     return report.model_copy(update={"command": "propose", "notes": notes + report.notes})
 
 
+def poetry_command(upgrades: list[str]) -> str:
+    """The Poetry command that writes a poetry.lock with `upgrades`: `poetry update` takes
+    package names only (a version there is an error), so an exact version is added as the
+    project's requirement (`poetry add --lock NAME==VERSION`, which also updates the lock);
+    only names: `poetry update --lock NAME...`."""
+    from packaging.requirements import Requirement
+
+    versioned = [spec for spec in upgrades if str(Requirement(spec).specifier)]
+    if versioned:
+        return "poetry add --lock " + " ".join(f"'{spec}'" for spec in upgrades)
+    return "poetry update --lock " + " ".join(upgrades)
+
+
 def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: str | None,
               progress: Progress, sandbox: Sandbox | None):
     """The lock of `ref` with `upgrades`, resolved by the tool that writes its format: a
@@ -94,8 +107,8 @@ def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: 
                                      progress=progress.info, sandbox=sandbox)
     if ref.lock.format == "poetry.lock":
         raise ConfigError(f"{display_path(ref.path)}: propose does not resolve a poetry.lock "
-                          "(Poetry is no dependency of lockguard): run `poetry update --lock "
-                          f"{' '.join(upgrades)}` and check it with --baseline-lock")
+                          "(Poetry is no dependency of lockguard): run "
+                          f"`{poetry_command(upgrades)}` and check it with --baseline-lock")
     source = inputs or ref.inputs or ref.path.with_suffix(".in")
     if not source.is_file():
         raise ConfigError(f"{source}: requirements input of {display_path(ref.path)} not "
