@@ -532,3 +532,15 @@ def test_a_runs_tmpdir_is_its_own_only_where_a_socket_still_fits_below_it(tmp_pa
     # DataLoader workers talk through <TMPDIR>/pymp-XXXXXXXX/listener-XXXXXXXX: past a Unix
     # socket's 103 bytes they fail and the loader waits; the run keeps the TMPDIR it had.
     assert own_temp_dir(deep, given) == given and not (deep / "tmp").exists()
+
+
+def test_the_compile_accuracy_check_reads_as_a_sentence() -> None:
+    """The HTML report's compile diagnostics say the accuracy check in words, not its JSON."""
+    from lockguard.compare.compile import accuracy_text
+    from lockguard.results import AccuracyCheck
+
+    passed = AccuracyCheck(ok=True, series={"losses": {"compiled_vs_fp64": 1.2e-7,
+                                                       "eager_vs_fp64": 1.1e-7,
+                                                       "limit": 3.3e-7}})
+    assert accuracy_text(passed) == "passed: losses 1.2e-07 from fp64 (eager 1.1e-07, limit 3.3e-07)"
+    assert accuracy_text(AccuracyCheck(ok=False)) == "failed: no series checked"

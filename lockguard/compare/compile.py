@@ -7,7 +7,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from lockguard.compare.figures import mib
-from lockguard.results import CompileDiagnostics, CompileMemory
+from lockguard.results import AccuracyCheck, CompileDiagnostics, CompileMemory
 
 
 class CountChange(BaseModel):
@@ -212,6 +212,15 @@ def _reworded(removed: list[str], added: list[str]) -> list[list[str]]:
             free.remove(new)
             pairs.append([old, new])
     return pairs
+
+
+def accuracy_text(acc: AccuracyCheck) -> str:
+    """The accuracy check in a sentence, for a report: "passed: losses 1.2e-07 from fp64
+    (eager 1.1e-07, limit 3.3e-07); outputs …"."""
+    verdict = {True: "passed", False: "failed", None: "not decided"}[acc.ok]
+    parts = [f"{name} {_fmt_err(s.compiled_vs_fp64)} from fp64 (eager {_fmt_err(s.eager_vs_fp64)},"
+             f" limit {_fmt_err(s.limit)})" for name, s in acc.series.items()]
+    return f"{verdict}: " + ("; ".join(parts) or "no series checked")
 
 
 def accuracy_failure(diagnostics: CompileDiagnostics | None) -> str | None:

@@ -398,7 +398,12 @@ def _compile(v: ScenarioVerdict, ev: Evidence | None) -> list[str]:
     elif v.compile_diff is not None:
         out.append('<p class="note">the compiled path did not change</p>')
     if sides:
+        from lockguard.compare.compile import accuracy_text
+
         dumps = [s.result.compile.model_dump(exclude_defaults=True) for s in sides]
+        for d, side in zip(dumps, sides):
+            if side.result.compile.accuracy is not None:  # a sentence, not its JSON
+                d["accuracy"] = accuracy_text(side.result.compile.accuracy)
         keys = list(dict.fromkeys(k for d in dumps for k in d))
         table = _table(["", *[e(s.role) for s in sides]],
                        [[e(k), *[f"<code>{e(_show(d.get(k)))}</code>" for d in dumps]]
