@@ -96,7 +96,11 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
                         baseline=baseline, started=start,
                         lock_diffs=_lock_diffs(locks, baseline, outcome))
-    if settings.bisect and report.failing:
+    if settings.bisect and not report.failing:
+        accepted = len(report.accepted())
+        report.notes.append("nothing to bisect: no verdict fails the gate"
+                            + (f" ({accepted} accepted)" if accepted else ""))
+    elif settings.bisect:
         from lockguard.flows.bisect import attach_bisection
 
         report = attach_bisection(report, settings, scenarios, locks, baseline, progress,
