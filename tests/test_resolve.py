@@ -681,3 +681,21 @@ def test_outdated_lists_newer_numpy():
     assert row.latest_in_series == "1.26.4"
     from packaging.version import Version
     assert Version(row.latest_stable) >= Version("2.0.2")
+
+
+def test_outdated_text_names_each_lock_above_its_rows(tmp_path):
+    from lockguard.locks.ref import LockRef
+    from lockguard.locks.parser import parse_lock_text
+    from lockguard.report import listings
+
+    a = LockRef(tmp_path / "torch.txt", parse_lock_text("torch==2.3.0\n", "torch.txt"))
+    b = LockRef(tmp_path / "jax.txt", parse_lock_text("jax==0.4.30\n", "jax.txt"))
+    row = OutdatedRow(name="torch", current="2.3.0", families=("torch",),
+                      newer=(Release("2.4.0", False),), latest_stable="2.4.0",
+                      latest_in_series="2.3.1")
+    jrow = OutdatedRow(name="jax", current="0.4.30", families=("jax",),
+                       latest_stable="0.4.30", latest_in_series="0.4.30")
+    text = listings.outdated([(a, row), (b, jrow)], "text")
+    lines = text.splitlines()
+    assert lines[0].endswith("torch.txt:") and lines[1].lstrip().startswith("torch ")
+    assert lines[2] == "" and lines[3].endswith("jax.txt:") and "up to date" in lines[4]

@@ -32,14 +32,18 @@ def outdated(rows: Sequence[tuple[LockRef, OutdatedRow]], fmt: str) -> str:
         return json.dumps([{"lock": str(ref.path), **dataclasses.asdict(row)}
                            for ref, row in rows], indent=2, default=str) + "\n"
     lines = []
-    for _, row in rows:
+    shown = None
+    for ref, row in rows:
+        if ref.path != shown:  # each lock's rows under its name (a project may have several)
+            lines += ([""] if shown is not None else []) + [f"{ref.name}:"]
+            shown = ref.path
         if row.error:
-            lines.append(f"{row.name:<22} {row.current:<14} (index error: {row.error})")
+            lines.append(f"  {row.name:<22} {row.current:<14} (index error: {row.error})")
             continue
         latest = row.latest_stable or "—"
         series = row.latest_in_series or "—"
         pre = row.latest_prerelease or ""
         flag = "" if row.is_outdated else "  up to date"
-        lines.append(f"{row.name:<22} {row.current:<14} latest {latest:<12} same series "
+        lines.append(f"  {row.name:<22} {row.current:<14} latest {latest:<12} same series "
                      f"{series:<12}{(' pre ' + pre) if pre else ''}{flag}")
     return "".join(line + "\n" for line in lines)
