@@ -421,3 +421,29 @@ def test_the_scenario_template_trains_the_teams_model_once_edited(tmp_path):
     proc = run_cli("record", "--scenario", "my_model", cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert golden_file(project, "my_model").is_file()
+
+
+def test_init_says_what_a_lock_pr_will_cost_and_what_keeps_within_the_budget():
+    """From what record measured: the A/B's seconds here and, over the budget, a selection
+    within it that always keeps the user's own scenarios."""
+    from lockguard.flows.init import cost_lines
+    from lockguard.report import Evidence, Report, Side
+    from lockguard.results import SCHEMA_VERSION, RunResult, Status, Timings
+
+    def side(sid: str, seconds: float) -> Evidence:
+        result = RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework="torch",
+                           steps=2, seed=0, status=Status.ok,
+                           timings=Timings(total_s=seconds))
+        return Evidence(scenario=sid, candidate=Side(role="candidate", kind="lock",
+                                                     name="lock.txt", result=result))
+
+    report = Report(command="record", mode="record", passed=True, evidence=[
+        side("torch.mlp", 6), side("torch.lm.compile", 90), side("mine", 30)])
+    within = cost_lines(report, 1000, 2, {"mine"})
+    assert within == ["a lock pull request's A/B here: about 126 s (3 scenarios, both sides, "
+                      "2 at a time; record measured torch.lm.compile 90 s, mine 30 s, "
+                      "torch.mlp 6 s)"]
+    over = cost_lines(report, 60, 2, {"mine"})
+    assert over[1] == ("over the 60 s budget: `scenarios = ['mine', 'torch.mlp']` keeps a lock "
+                       "PR to about 36 s here; run the others (torch.lm.compile) on a schedule "
+                       "(`lockguard check --scenario ...`)")

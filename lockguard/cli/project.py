@@ -202,12 +202,17 @@ def images_pin() -> None:
                    "lockguard action. Default: yes (asked on a terminal).")
 @click.option("--action", "action", metavar="OWNER/REPO@REF", default=None,
               help="The lockguard action the workflow uses (default: your-org/lockguard@v1).")
+@click.option("--budget", "budget", type=click.FloatRange(min=1), default=120.0,
+              show_default=True, metavar="SECONDS",
+              help="What a lock pull request's A/B may take on this machine: once the goldens "
+                   "are recorded, init says what it will take and, over this, which scenarios "
+                   "keep within it.")
 @click.option("--yes", "-y", is_flag=True,
               help="Ask nothing, take the defaults (required when stdin is not a terminal).")
 @click.option("-v", "--verbose", is_flag=True, help="Show more progress detail.")
 @handles_errors
-def init(directory, locks, config_name, template, record_goldens, workflow, action, yes,
-         verbose) -> None:
+def init(directory, locks, config_name, template, record_goldens, workflow, action, budget,
+         yes, verbose) -> None:
     """Add lockguard to the project in DIRECTORY (default: here): find its locks and the
     frameworks they pin, write the config with the bundled scenarios that apply, record their
     goldens on this machine and write a GitHub workflow that runs the gate with the action.
@@ -234,7 +239,8 @@ def init(directory, locks, config_name, template, record_goldens, workflow, acti
 
     found = setup.survey(directory, list(locks), config_name)
     choices = setup.Choices(template=bool(template), record=record_goldens is not False,
-                            workflow=workflow is not False, action=action or ACTION)
+                            workflow=workflow is not False, action=action or ACTION,
+                            budget_s=budget)
     plan = setup.prepare(found, choices)
     if not plan.actions():
         for line in setup.describe(found) + plan.notes:

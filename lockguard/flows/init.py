@@ -145,6 +145,7 @@ class Choices:
     record: bool = True  # record the goldens that are missing on this machine
     workflow: bool = True  # write the GitHub workflow
     action: str = init_files.ACTION
+    budget_s: float = 120.0  # what a lock PR's A/B should take here (the cost line says)
 
 
 @dataclass
@@ -585,9 +586,44 @@ def apply(p: Plan, progress: Progress = QUIET) -> Done:
     return Done(lines, report, _next_steps(p, report))
 
 
+def cost_lines(report: Report, budget_s: float, workers: int,
+               users: set[str] = frozenset()) -> list[str]:
+    """What a lock pull request will cost on this machine, from what `record` measured: each
+    scenario's seconds, the A/B's (both sides of each, `workers` at a time), and, over
+    `budget_s`, a selection that keeps within it (the `users`' own scenarios always in it,
+    the cheapest bundled ones next), the rest left to a scheduled check."""
+    seconds = {e.scenario: e.candidate.result.timings.total_s for e in report.evidence
+               if e.candidate is not None and e.candidate.result.timings.total_s is not None}
+    if not seconds:
+        return []
+    ab = 2 * sum(seconds.values()) / max(1, workers)
+    each = ", ".join(f"{sid} {t:.0f} s" for sid, t in sorted(seconds.items(),
+                                                              key=lambda kv: -kv[1]))
+    lines = [f"a lock pull request's A/B here: about {ab:.0f} s ({len(seconds)} scenarios, both "
+             f"sides, {workers} at a time; record measured {each})"]
+    if ab <= budget_s:
+        return lines
+    kept, total = [], 0.0
+    for sid, t in sorted(seconds.items(), key=lambda kv: (kv[0] not in users, kv[1])):
+        cost = 2 * t / max(1, workers)
+        if sid in users or total + cost <= budget_s:
+            kept.append(sid)
+            total += cost
+    left = sorted(set(seconds) - set(kept))
+    lines.append(f"over the {budget_s:.0f} s budget: `scenarios = [{', '.join(map(repr, kept))}]`"
+                 f" keeps a lock PR to about {total:.0f} s here; run the others ("
+                 f"{', '.join(left)}) on a schedule (`lockguard check --scenario ...`)")
+    return lines
+
+
 def _next_steps(p: Plan, report: Report | None) -> list[str]:
     s = p.survey
     steps = []
+    if report is not None and report.passed:
+        from lockguard.flows.pipeline import default_workers
+
+        steps += cost_lines(report, p.choices.budget_s, default_workers(),
+                            set(p.config.scenario))
     if report is not None and not report.passed:
         steps.append("some goldens were not recorded (see above): fix what the report says, "
                      "then run `lockguard init` again or `lockguard record`")
