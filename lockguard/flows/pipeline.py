@@ -73,12 +73,13 @@ class CodeTree:
         return replace(p, scenario=replace(p.scenario, script=self.place(p.scenario.script)))
 
     def request(self, request: RunRequest) -> RunRequest:
-        """`request` run from this tree: its script and project here, its compile cache the
-        checkout project's (the one it stands for)."""
+        """`request` run from this tree: its script here, the whole tree its project (what
+        it may read: the repository's code, as a checkout's run reads its repository), its
+        compile cache the checkout project's (the one it stands for)."""
         if request.script is None:
             return request
         project = request.project or Path(request.script).parent
-        return replace(request, script=self.place(request.script), project=self.place(project),
+        return replace(request, script=self.place(request.script), project=self.root,
                        cache_scope=project)
 
 
