@@ -317,6 +317,23 @@ def test_a_config_moved_to_the_root_of_a_monorepo_is_judged_where_it_was(tmp_pat
     assert report["failing"] == ["nep50"]
 
 
+def test_a_pr_that_only_retrains_is_judged_against_main_s_training(repo):
+    """No lock moves, the scenario trains otherwise: its code runs against main's on the same
+    lock, red under main's policy; accepted in the same commit, green."""
+    (repo / "nep50.py").write_text(NEP50.replace("0.9 ** step", "0.8 ** step"))
+    commit(repo, "train differently")
+    code, report, text = gate_check(repo)
+    assert code == 1 and report["failing"] == ["nep50"], report
+    assert any("the scenarios' code did" in n for n in report["notes"])
+    [baseline] = [lk for lk in report["locks"] if lk["role"] == "baseline"]
+    assert "main@" in baseline["label"] and "scenario code" in baseline["label"]
+    proc = run_cli("accept", "--reason", "a new schedule", "--yes", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    commit(repo, "train differently, accepted")
+    code, report, _ = gate_check(repo)
+    assert code == 0 and report["verdicts"][0]["accepted"]["reason"] == "a new schedule"
+
+
 def test_an_intended_change_goes_red_accept_green_in_one_commit(repo):
     shutil.copy(NEW, repo / "requirements.txt")
     code, report, _ = gate_check(repo)
