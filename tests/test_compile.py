@@ -68,8 +68,9 @@ def package_project(root: Path, base_lock: str, v1: str, v2: str, config: str,
 def ab(project: Path, baseline: str, scenario: str, *extra: str) -> tuple[int, dict]:
     """`check` of `scenario` with `baseline` (v1.txt or v2.txt) against v2.txt: the exit code
     (0 or 1, else the test fails here) and the JSON report."""
-    proc = run_cli("check", "--baseline-lock", baseline, "--lock", "v2.txt", "--scenario",
-                   scenario, "--format", "json", *extra, cwd=project)
+    # --rerun: v2.txt against itself runs both sides (else it is answered at once).
+    proc = run_cli("check", "--rerun", "--baseline-lock", baseline, "--lock", "v2.txt",
+                   "--scenario", scenario, "--format", "json", *extra, cwd=project)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 

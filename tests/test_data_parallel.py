@@ -141,8 +141,9 @@ def test_the_same_reduction_is_identical(project):
 
 def test_bundled_data_parallel_scenarios_are_identical_and_distributed(tmp_path):
     project = three_framework_project(tmp_path / "p", NUMERICS_ONLY)
-    proc = run_cli("check", *scenario_args(BUNDLED), "--baseline-lock", "torch.txt",
-                   "--baseline-lock", "jax.txt", "--baseline-lock", "tf.txt", "--format", "json",
+    proc = run_cli("check", "--rerun", *scenario_args(BUNDLED),
+                   "--baseline-lock", "torch.txt", "--baseline-lock", "jax.txt",
+                   "--baseline-lock", "tf.txt", "--format", "json",
                    cwd=project)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     report = json.loads(proc.stdout)

@@ -108,8 +108,8 @@ def test_a_noisy_scenario_gets_an_envelope_and_is_judged_against_it(tmp_path, nu
 
 def test_ab_repeat_uses_the_baselines_envelope(tmp_path, numpy_locks):
     project = noisy_project(tmp_path / "ab", numpy_locks)
-    proc = run_cli("check", "--repeat", "3", "--baseline-lock", "new.txt", "--format", "json",
-                   cwd=project)
+    proc = run_cli("check", "--rerun", "--repeat", "3", "--baseline-lock", "new.txt",
+                   "--format", "json", cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdict = verdict_of(proc)
     assert verdict["verdict"] == "within_tolerance", verdict["reasons"]

@@ -90,7 +90,9 @@ def test_nep50_is_within_default_float32_tolerance(tmp_path, numpy_locks):
 
 def test_same_lock_on_both_sides_is_identical(tmp_path, numpy_locks):
     project = ema_project(tmp_path / "p", numpy_locks)
-    proc = run_cli("check", "--baseline-lock", "new.txt", "--format", "json", cwd=project)
+    # --rerun: the same lock on both sides runs (else it is answered at once, unchanged).
+    proc = run_cli("check", "--baseline-lock", "new.txt", "--rerun", "--format", "json",
+                   cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [verdict] = json.loads(proc.stdout)["verdicts"]
     assert verdict["verdict"] == "identical"
@@ -372,7 +374,7 @@ def test_second_record_reinstalls_nothing(tmp_path, numpy_locks):
 def test_two_concurrent_checks_share_one_cache(tmp_path, numpy_locks):
     project = ema_project(tmp_path / "cc", numpy_locks)
     env = cli_env({"LOCKGUARD_CACHE": str(tmp_path / "cache")})
-    cmd = [sys.executable, "-m", "lockguard", "check", "--baseline-lock", "new.txt",
+    cmd = [sys.executable, "-m", "lockguard", "check", "--rerun", "--baseline-lock", "new.txt",
            "--format", "json"]
     procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -521,7 +523,7 @@ def test_the_shortcut_never_answers_from_an_edited_golden(tmp_path, numpy_locks)
     path = golden_file(project, "loss_ema")
     recorded = path.read_text()
     assert json.loads(run_cli("check", "--format", "json", cwd=project).stdout)[
-        "verdicts"][0]["verdict"] == "identical"
+        "verdicts"][0]["verdict"] == "unchanged"
 
     def tampered(change) -> subprocess.CompletedProcess[str]:
         document = json.loads(recorded)

@@ -176,7 +176,7 @@ def test_a_hashed_sdist_in_a_lock_never_runs_its_setup_py(tmp_path, installer):
     uv_toml.write_text(f'[pip]\nno-binary = ["{PROBE}"]\n')
     env.update(UV_CONFIG_FILE=str(uv_toml), UV_NO_BINARY="1", UV_NO_BINARY_PACKAGE=PROBE)
     before = snapshot(project)
-    for command in (["record"], ["check", "--baseline-lock", "lock.txt"]):
+    for command in (["record"], ["check", "--baseline-lock", "lock.txt", "--rerun"]):
         proc = run_cli(*command, "--format", "json", cwd=project, env=env)
         assert_one_line_error(proc, f"lock.txt:{line}: {PROBE}==1.0",
                               "only available as a source distribution", "allow_sdist = true")

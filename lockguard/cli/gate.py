@@ -104,7 +104,9 @@ exact_option = click.option("--exact", is_flag=True, help="Require bitwise-ident
 @click.option("--baseline-lock", "baseline_locks", multiple=True, metavar="OLD",
               help="Also build OLD's environment and compare side by side (A/B).")
 @repeat_option("Run each scenario K times (detects nondeterminism, steadier timings).")
-@click.option("--rerun", is_flag=True, help="Run even when nothing changed since the golden.")
+@click.option("--rerun", is_flag=True,
+              help="Run even when nothing changed since the golden (A/B: even when both sides "
+                   "are the same lock, a check of determinism).")
 @click.option("--allow-new", is_flag=True,
               help="A scenario without a golden is reported `new` instead of an error.")
 @exact_option

@@ -74,7 +74,8 @@ def check(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
     if isinstance(baseline, BaselineLocks) and baseline.refs:
         from lockguard.flows.ab import check_ab
 
-        if {r.lock.lock_hash for r in locks} == {r.lock.lock_hash for r in baseline.refs}:
+        if {r.lock.lock_hash for r in locks} == {r.lock.lock_hash for r in baseline.refs} \
+                and not settings.rerun:
             return same_locks(settings, locks, list(baseline.refs), scenarios, progress,
                               backend)
 
@@ -88,7 +89,7 @@ def same_locks(settings: Settings, locks: list[LockRef], baseline: list[LockRef]
     """An A/B whose candidate locks install exactly what its baseline locks do (the same lock
     hashes: pins, hashes and options; comments and layout aside), answered at once: nothing
     is built or run, and each scenario that would have run is `unchanged`, never
-    `identical`."""
+    `identical`. (--rerun runs both sides: the same lock twice measures determinism.)"""
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.names import Verdict
 
@@ -106,7 +107,8 @@ def same_locks(settings: Settings, locks: list[LockRef], baseline: list[LockRef]
     return report_for(settings, outcome, command="check", mode="ab", locks=locks,
                       baseline=baseline, started=start,
                       notes=["the candidate locks are the baseline locks (the same lock "
-                             "hashes): nothing was built or run"])
+                             "hashes): nothing was built or run (--rerun runs both sides "
+                             "anyway: a check of the training's determinism)"])
 
 
 def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
