@@ -263,12 +263,12 @@ def test_a_nondeterministic_failure_is_not_bisected_and_says_why(tmp_path):
 
 
 def test_bisect_with_nothing_failing_says_there_is_nothing_to_bisect(tmp_path):
-    (tmp_path / "old.txt").write_text("six==1.0\nnumpy==1.26.4\n")
-    (tmp_path / "new.txt").write_text("six==1.1\nnumpy==1.26.4\n")
-    config = Config(root=tmp_path, golden_dir="golden", steps=6)
-    old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
-    new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
-    report = check_ab(Settings.resolve(config, Options(bisect=True)), [new], [old], NUMPY,
-                      backend=FakeBackend())
+    refs = {}
+    for name, text in (("old", "six==1.0\nnumpy==1.26.4\n"), ("new", "six==1.1\nnumpy==1.26.4\n")):
+        (tmp_path / f"{name}.txt").write_text(text)
+        refs[name] = LockRef(tmp_path / f"{name}.txt", read_lock(tmp_path / f"{name}.txt"))
+    settings = Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=6),
+                                Options(bisect=True))
+    report = check_ab(settings, [refs["new"]], [refs["old"]], NUMPY, backend=FakeBackend())
     assert report.passed and report.bisection == []
     assert "nothing to bisect: no verdict fails the gate" in report.notes

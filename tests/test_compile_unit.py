@@ -542,5 +542,6 @@ def test_the_compile_accuracy_check_reads_as_a_sentence() -> None:
     passed = AccuracyCheck(ok=True, series={"losses": {"compiled_vs_fp64": 1.2e-7,
                                                        "eager_vs_fp64": 1.1e-7,
                                                        "limit": 3.3e-7}})
-    assert accuracy_text(passed) == "passed: losses 1.2e-07 from fp64 (eager 1.1e-07, limit 3.3e-07)"
+    assert accuracy_text(passed) == ("passed: losses 1.2e-07 from fp64 (eager 1.1e-07, "
+                                     "limit 3.3e-07)")
     assert accuracy_text(AccuracyCheck(ok=False)) == "failed: no series checked"

@@ -29,16 +29,9 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def project(tmp_path: Path, table: str, files: dict[str, str]) -> Path:
-    root = tmp_path / "p"
-    root.mkdir()
-    (root / "pyproject.toml").write_text(f"[tool.lockguard]\n{table}\n")
-    for name, text in files.items():
-        (root / name).write_text(text)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "base")
-    git(root, "checkout", "-qb", "pr")
-    return root
+    """A repository whose main holds a pyproject.toml with `table` and `files`; on branch pr."""
+    return repository(tmp_path, {"pyproject.toml": f"[tool.lockguard]\n{table}\n", **files},
+                      name="p")
 
 
 def config_of(text: str):
@@ -200,9 +193,9 @@ def test_an_acceptance_passes_only_its_own_change(tmp_path):
 
 # --------------------------------------------------- the target's tip judges, found as ours is
 
-def repository(tmp_path: Path, files: dict[str, str]) -> Path:
+def repository(tmp_path: Path, files: dict[str, str], name: str = "repo") -> Path:
     """A repository whose main holds `files`; checked out on branch pr."""
-    root = tmp_path / "repo"
+    root = tmp_path / name
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)

@@ -443,27 +443,8 @@ PTH = ("import json, os; open(os.path.join({records!r}, 'seen-%d.json' % os.getp
 def pth_wheel(wheels: Path, records: Path) -> Path:
     """A real wheel (zip, METADATA, WHEEL, RECORD) whose only content is a .pth that records
     which of SECRETS (and LANG) every interpreter start sees."""
-    import base64
-    import hashlib
-    import zipfile
-
-    info = "lgpeek-1.0.dist-info"
-    files = {"lgpeek.pth": PTH.format(records=str(records),
-                                      watched=sorted(SECRETS) + ["LANG"]).encode(),
-             info + "/METADATA": b"Metadata-Version: 2.1\nName: lgpeek\nVersion: 1.0\n",
-             info + "/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                              b"Tag: py3-none-any\n"}
-    record = "".join(
-        "%s,sha256=%s,%d\n" % (path, base64.urlsafe_b64encode(hashlib.sha256(data).digest())
-                                .rstrip(b"=").decode(), len(data))
-        for path, data in files.items()) + info + "/RECORD,,\n"
-    files[info + "/RECORD"] = record.encode()
-    wheels.mkdir(parents=True, exist_ok=True)
-    wheel = wheels / "lgpeek-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        for path, data in files.items():
-            z.writestr(zipfile.ZipInfo(path, (1980, 1, 1, 0, 0, 0)), data)
-    return wheel
+    return wheel_of(wheels, "lgpeek", {"lgpeek.pth": PTH.format(
+        records=str(records), watched=sorted(SECRETS) + ["LANG"]).encode()})
 
 
 def test_a_lock_only_pr_cannot_read_the_jobs_secrets(repo, tmp_path):

@@ -471,7 +471,8 @@ def test_options_alone_are_not_no_lock_changes():
     report = Report(command="diff", mode="diff", lock_diffs=[diff_locks(old, new)])
     text = render(report, "text")
     assert "lock changes: 1" in text and "+ --extra-index-url https://x.example/simple" in text
-    assert "- added --extra-index-url https://x.example/simple (line 1)" in render(report, "markdown")
+    assert "- added --extra-index-url https://x.example/simple (line 1)" in render(
+        report, "markdown")
 
 
 def tty_run(args: list[str], cwd: Path, env: dict[str, str]) -> str:

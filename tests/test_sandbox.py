@@ -157,7 +157,8 @@ def test_a_sandboxed_process_reads_no_secret_writes_nothing_of_the_judge_and_has
                  "tcp loopback"):
         assert seen[name].startswith("denied"), (name, seen[name])
     assert seen["every environ"] == "nothing found", seen
-    assert seen["tcp routable"] in ("denied: Permission denied", "denied: Network is unreachable"), seen
+    assert seen["tcp routable"] in ("denied: Permission denied",
+                                    "denied: Network is unreachable"), seen
     for path in world["write"].values():
         assert not os.path.exists(path), path
 

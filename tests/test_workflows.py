@@ -759,7 +759,8 @@ def test_the_hook_manifest_is_valid_for_pre_commit() -> None:
 
     [hook] = load_manifest(str(HOOKS))
     assert hook["id"] == "lockguard-check" and hook["language"] == "python"
-    assert hook["pass_filenames"] is False and hook["entry"] == "lockguard check --base HEAD --sandbox required"
+    assert hook["pass_filenames"] is False
+    assert hook["entry"] == "lockguard check --base HEAD --sandbox required"
     files = re.compile(hook["files"])
     for path in ("requirements.txt", "requirements-dev.txt", "ml/requirements.gpu.txt",
                  "uv.lock", "poetry.lock", "pylock.toml", "ml/pylock.train.toml"):

@@ -96,17 +96,25 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
                         baseline=baseline, started=start,
                         lock_diffs=_lock_diffs(locks, baseline, outcome))
-    if settings.bisect and not report.failing:
+    if settings.bisect:
+        report = _bisected(report, settings, scenarios, locks, baseline, progress, backend)
+        report.duration_s = time.perf_counter() - start
+    return report
+
+
+def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],
+              locks: list[LockRef], baseline: list[LockRef], progress: Progress,
+              backend: Backend) -> Report:
+    """`report` with its failing verdicts bisected (--bisect); with none failing, a note that
+    there is nothing to bisect."""
+    if not report.failing:
         accepted = len(report.accepted())
         report.notes.append("nothing to bisect: no verdict fails the gate"
                             + (f" ({accepted} accepted)" if accepted else ""))
-    elif settings.bisect:
-        from lockguard.flows.bisect import attach_bisection
+        return report
+    from lockguard.flows.bisect import attach_bisection
 
-        report = attach_bisection(report, settings, scenarios, locks, baseline, progress,
-                                  backend)
-        report.duration_s = time.perf_counter() - start
-    return report
+    return attach_bisection(report, settings, scenarios, locks, baseline, progress, backend)
 
 
 def _lock_diffs(locks: list[LockRef], baseline: list[LockRef], outcome: Outcome) -> list:

@@ -172,11 +172,7 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
         found, inputs = goldens[sid]
         verdict = compare_with_goldens(p, runs.candidate, found, hosts.get(p.device), inputs,
                                        policy, crossed)
-        host = hosts.get(p.device)
-        mine = found.get(host.id) if host is not None else None
-        if mine is not None and p.lock is not None \
-                and mine.provenance.lock_hash != p.lock.lock.lock_hash \
-                and verdict[0].verdict in (Verdict.identical, Verdict.within_tolerance):
+        if _of_an_older_lock(p, found, hosts.get(p.device), verdict[0]):
             older.append(sid)  # its answer holds, but every check re-runs it until recorded
         return verdict
 
@@ -187,11 +183,22 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
     # model, RunResults included) would be a fifth of the unchanged-lock answer. Rendering it
     # as JSON still goes through the model's serializer.
     ran_nothing = bool(answered) and set(answered) == {v.scenario for v in outcome.verdicts}
-    notes = crossed.notes()
-    if older:
-        notes.append(f"the goldens of {', '.join(sorted(older))} were recorded with another "
-                     "lock: they still hold, but every check runs them again until `lockguard "
-                     "record` records them with this one (after a merged lock bump, say)")
+    notes = crossed.notes() + ([
+        f"the goldens of {', '.join(sorted(older))} were recorded with another lock: they "
+        "still hold, but every check runs them again until `lockguard record` records them "
+        "with this one (after a merged lock bump, say)"] if older else [])
     return report_for(settings, outcome, command="check", mode="golden", locks=locks,
                       started=start, notes=notes, hardware=hosts.known(),
                       validate=not ran_nothing)
+
+
+def _of_an_older_lock(p: Planned, found: dict[str, Golden], host: HardwareClass | None,
+                      verdict: ScenarioVerdict) -> bool:
+    """Whether `p` passed against this hardware class's golden, which names another lock than
+    the one it ran from (the lock moved, the numbers did not)."""
+    from lockguard.names import Verdict
+
+    mine = found.get(host.id) if host is not None else None
+    return (mine is not None and p.lock is not None
+            and mine.provenance.lock_hash != p.lock.lock.lock_hash
+            and verdict.verdict in (Verdict.identical, Verdict.within_tolerance))

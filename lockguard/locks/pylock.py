@@ -82,7 +82,8 @@ def _header(doc: TomlLock, target: Target) -> tuple[list | None, list]:
     try:
         major = Version(version).major
     except InvalidVersion:
-        raise doc.error("lock-version", f"{quote(version)} is not a version", version_line) from None
+        raise doc.error("lock-version", f"{quote(version)} is not a version",
+                        version_line) from None
     if major != SUPPORTED_MAJOR:
         raise doc.error("lock-version", f"{version} is not a lock version lockguard reads "
                                         f"({SUPPORTED_MAJOR}.x, PEP 751)", version_line)
