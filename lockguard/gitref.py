@@ -157,6 +157,16 @@ class BaseTree:
                 i += 2
         return found
 
+    def named(self, names: Sequence[str], *, at: str) -> list[str | None]:
+        """The texts of files named as git names them (from the repository's root) at the
+        commit `at`: read from git alone, whatever the work tree holds at those paths."""
+        return _texts_at(self._repo, at, list(names))
+
+    def files(self, *, at: str) -> list[str]:
+        """Every file at the commit `at`, from the repository's root."""
+        out = _git(self._repo, "ls-tree", "-r", "-z", "--name-only", "--full-tree", at)
+        return [n for n in out.split("\0") if n]
+
     def changed(self, *, at: str, pathspecs: Sequence[str]) -> list[str]:
         """The files matching `pathspecs` (from the repository's root) that differ between the
         commit `at` and the work tree on disk: changed, added (untracked ones included, as

@@ -363,8 +363,13 @@ def test_both_sides_run_the_targets_scenario_code(tmp_path):
     fake = FakeBackend()
     report = check_base(Settings.resolve(gate.judging), gate, select(gate.judging, []),
                         backend=fake)
-    assert [t for _, t in fake.scripts] == [script, script]  # main's, on both sides
+    # The lock A/B: main's code on both sides. Then the code, judged apart on the new lock
+    # (main's, then this checkout's): it trains otherwise, a rule that fails the gate.
+    assert [t for _, t in fake.scripts][:2] == [script, script]
+    assert [t for _, t in fake.scripts][2:] == [script, script.replace("[1.0]", "[2.0]")]
     assert report.gate.changes == gate.changes
+    assert [r.rule for r in report.rule_failures] == ["scenario code changed with the lock"]
+    assert not report.passed
 
 
 def test_a_pr_that_changes_only_scenario_code_runs_it_against_the_targets(tmp_path):

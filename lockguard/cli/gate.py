@@ -169,7 +169,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         # The policy, the scenarios and the locks are the judging configuration's: the target's
         # (its tip's), found as the checkout's was.
         gate = open_gate(config, base_ref, list(locks), policy_from,
-                         start=None if config_path else Path.cwd(), named=config_path)
+                         start=None if config_path else working_folder(), named=config_path)
         judging, baseline = gate.judging, MergeBase(gate)
         chosen = select(judging, list(scenarios))
         # The gate names the locks; they are read here only for a plan (no lock changed is
@@ -205,6 +205,17 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                            + (("--bisect",) if bisect else ())
                            + (("--timing",) if timing else ())
                            + (("--repeat", str(repeat)) if repeat > 1 else ())))
+
+
+def working_folder() -> Path:
+    """The working folder as the shell names it (PWD, when that is this folder), so that one
+    reached through a symbolic link is seen as one (the gate refuses it), else as resolved."""
+    import os
+
+    pwd = os.environ.get("PWD")
+    if pwd and os.path.isabs(pwd) and os.path.realpath(pwd) == os.path.realpath(os.getcwd()):
+        return Path(pwd)
+    return Path.cwd()
 
 
 @click.command("bisect")

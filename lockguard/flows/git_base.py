@@ -119,8 +119,10 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
     with gitref.merge_base(config.root, base_ref) as base:
         repo = base.root
         own = [(p, "the configuration file") for p in (named, config.file) if p is not None]
-        refuse_escapes(repo, own)
+        refuse_escapes(repo, [(start, "the folder the gate runs from"), *own])
         target, target_file = _config_at_tip(base, start, named)
+        if target is None:
+            _refuse_a_gate_elsewhere(base, start)
         short = short_ref(base_ref)
         if target is None:
             # The target has no gate anywhere the checkout's could be found: this checkout
@@ -137,7 +139,8 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
         cli = [Path(p).absolute() for p in cli_locks]
         head_paths = cli or _configured(config)
         base_paths = _configured(target) if target is not None else []
-        refuse_escapes(repo, [(p, "a lock") for p in head_paths])
+        # The target's locks too: the check reads them on disk where this checkout keeps them.
+        refuse_escapes(repo, [(p, "a lock") for p in (*head_paths, *base_paths)])
         refuse_links(base, [(p, "a lock") for p in base_paths], at=base.commit,
                      where=f"{short}@{base.commit[:7]}")
         scripts = _scripts(judging) | _scripts(config)
@@ -185,15 +188,7 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     policy = _policy_info(gate)
     users = [s for s in scenarios if s.script is not None]
     if not gate.moved:
-        if gate.code_changes and users and gate.policy_from == "base" \
-                and gate.judging.check_code_changes:
-            return _check_code(settings, gate, users, progress, backend, notes, start)
-        notes.append(f"no lock changed since {gate.ref} (merge base {gate.merge_base[:12]}): "
-                     "nothing to check")
-        # Nothing ran: lockguard's own values, not validated (as flows/check.py's shortcut).
-        return Report.model_construct(command="check", mode="ab", notes=notes, passed=True,
-                                      base=base, gate=policy,
-                                      duration_s=time.perf_counter() - start)
+        return _no_lock_moved(settings, gate, users, progress, backend, notes, start)
     from lockguard.flows.ab import check_ab
     from lockguard.flows.report_parts import family_rule_report
     from lockguard.locks.ref import lock_for
@@ -204,27 +199,28 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
         return Report(command="check", mode="ab", notes=notes, passed=False, base=base,
                       gate=policy, rule_failures=stale,
                       duration_s=time.perf_counter() - start)
-
-    def runs_from(s: Scenario, refs: list[LockRef]) -> LockRef | None:
-        return lock_for(s, refs)
+    if not moved:  # only comments or layout: no lock's pins moved
+        return _no_lock_moved(settings, gate, users, progress, backend, notes, start)
 
     def hash_of(ref: LockRef | None) -> str | None:
         return ref.lock.lock_hash if ref is not None else None
 
     # Only scenarios whose lock moved, where a check of the whole set runs them (the first lock
-    # that pins their framework) against the base's (the same rule over the base's locks): the
-    # rest cannot have changed. A framework moved into another lock is compared all the same.
-    mine = [s for s in scenarios if runs_from(s, candidates) is not None
-            and hash_of(runs_from(s, candidates)) != hash_of(runs_from(s, baseline))]
+    # that pins their framework) against the base's (the same rule over every base lock, the
+    # removed ones included): the rest cannot have changed. A framework moved into another
+    # lock, or into a renamed one git did not pair, is compared all the same.
+    mine = [s for s in scenarios if lock_for(s, candidates) is not None
+            and hash_of(lock_for(s, candidates)) != hash_of(lock_for(s, baseline))]
     judged = [ref for ref in moved if id(ref) in paired]  # moved locks the base's set names
     if not mine and not judged:
         if moved:
             notes.append(f"no selected scenario runs from a lock new since {gate.ref}")
         return Report(command="check", mode="ab", notes=notes, passed=True, base=base,
                       gate=policy, duration_s=time.perf_counter() - start)
-    run_new = list({id(r): r for s in mine if (r := runs_from(s, candidates))}.values()) \
-        or judged  # none: "nothing was compared", which fails (the locks moved)
-    run_old = list({id(r): r for s in mine if (r := runs_from(s, baseline))}.values()) \
+    run_new = list({id(r): r for s in mine if (r := lock_for(s, candidates))}.values())
+    unrun = _unrun(judged, run_new, candidates) if run_new else []
+    run_new = run_new or judged  # none: "nothing was compared", which fails (the locks moved)
+    run_old = list({id(r): r for s in mine if (r := lock_for(s, baseline))}.values()) \
         or [paired[id(ref)] for ref in judged]
     report = family_rule_report("check", moved)
     if report is None:
@@ -233,42 +229,123 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
         with _target_code(gate, mine) as tree:
             report = check_ab(settings, run_new, run_old, mine, progress, backend,
                               code=(tree, tree))
+        report = _with_code_check(report, settings, gate, [s for s in mine if s.script],
+                                  progress, backend)
+    if unrun:
+        report.rule_failures = [*report.rule_failures, *unrun]
+        report.passed = False
     report.notes = notes + report.notes
     report.base = base
     report.gate = policy
     return report
 
 
+def _no_lock_moved(settings: Settings, gate: Gate, users: list[Scenario], progress: Progress,
+                   backend: Backend | None, notes: list[str], start: float) -> Report:
+    """No lock's pins moved: the user scenarios' code A/B when their code changed (under the
+    target's policy, unless it leaves code to other checks), else the answer from git alone."""
+    from lockguard.report import GitBase, Report
+
+    if gate.code_changes and users and gate.policy_from == "base" \
+            and gate.judging.check_code_changes:
+        return _check_code(settings, gate, users, progress, backend, notes, start)
+    notes.append(f"no lock changed since {gate.ref} (merge base {gate.merge_base[:12]}): "
+                 "nothing to check")
+    # Nothing ran: lockguard's own values, not validated (as flows/check.py's shortcut).
+    return Report.model_construct(
+        command="check", mode="ab", notes=notes, passed=True,
+        base=GitBase.model_construct(ref=gate.ref, merge_base=gate.merge_base),
+        gate=_policy_info(gate), duration_s=time.perf_counter() - start)
+
+
+def _unrun(judged: list[LockRef], run: list[LockRef], candidates: list[LockRef]) -> list:
+    """A failing rule for each moved lock no selected scenario runs from (they run from the
+    first lock that pins their framework): its change would pass unchecked."""
+    from lockguard.report import RuleFailure
+
+    ran = {id(r) for r in run}
+    out = []
+    for ref in judged:
+        if id(ref) in ran:
+            continue
+        first = [c for c in candidates if c is not ref
+                 and c.lock.frameworks() & ref.lock.frameworks()]
+        why = (f"the scenarios of its frameworks run from {first[0].name}, the first lock "
+               "that pins them" if first else "no selected scenario runs from it")
+        out.append(RuleFailure(
+            lock=ref.name, rule="moved lock not compared",
+            message=f"it moved, but {why}: nothing compares its change; move that change "
+                    f"into a pull request of its own, or name it with --lock {ref.name}",
+            lines=[]))
+    return out
+
+
+def _with_code_check(report: Report, settings: Settings, gate: Gate, users: list[Scenario],
+                     progress: Progress, backend: Backend | None) -> Report:
+    """A lock A/B (run with the target's code) of a pull request that also changed the user
+    scenarios' code: that code is judged too, on the new lock against the target's. A failing
+    verdict there fails the gate as a rule (the lock change and the code change are to be
+    accepted apart: one pull request each), a passing one is noted."""
+    if not (gate.code_changes and users and gate.policy_from == "base"
+            and gate.judging.check_code_changes):
+        return report
+    from lockguard.report import RuleFailure
+
+    code = _check_code(settings, gate, users, progress, backend, [], time.perf_counter())
+    failing = [v for v in code.verdicts if code.fails(v)]
+    for v in failing:
+        report.rule_failures = [*report.rule_failures, RuleFailure(
+            lock=v.scenario, rule="scenario code changed with the lock",
+            message=f"this pull request's code of {v.scenario} trains otherwise than "
+                    f"{short_ref(gate.ref)}'s on the new lock ({v.verdict.value}: "
+                    f"{'; '.join(v.reasons[:1])}): change the code and the lock in two pull "
+                    "requests, each judged (and accepted) on its own", lines=[])]
+    if failing:
+        report.passed = False
+    else:
+        report.notes.append("the scenarios' code changed too: on the new lock it trains as "
+                            f"{short_ref(gate.ref)}'s does")
+    return report
+
+
 def _sides(gate: Gate, notes: list[str]) -> tuple[list[LockRef], list[LockRef], list[LockRef],
                                                    dict[int, LockRef]]:
-    """The gate's pairs parsed: (every lock on disk, in the judging order; every base lock
-    paired with one; the candidates whose pins differ from their base's, or are new;
-    id(candidate) -> its base lock), what they say for people appended to `notes`."""
+    """The gate's pairs parsed: (every lock on disk, in the judging order; every base lock,
+    those paired with one first, then those removed; the candidates whose pins differ from
+    their base's, or are new; id(candidate) -> its base lock), what they say for people
+    appended to `notes`."""
     from lockguard.locks.parser import parse_lock_text
     from lockguard.locks.ref import LockRef, lock_target
 
     candidates: list[LockRef] = []
-    baseline: list[LockRef] = []
+    baseline: list[LockRef] = []  # the paired ones first, then those removed
+    removed: list[LockRef] = []
     moved: list[LockRef] = []
     paired: dict[int, LockRef] = {}
     # Each lock in its own format (a project may mix them), told by its file name at its side
     # (else its content), read for the platform the judging configuration builds for.
     target = lock_target(gate.judging)
+
+    def at_base(pair: LockPair) -> LockRef:
+        where = f"{gate.ref}:{display_path(pair.base)}"
+        return LockRef(Path(where), parse_lock_text(pair.base_text or "", where, target,
+                                                    name=pair.base.name),
+                       label=gate.label(pair.base))  # errors name the ref
+
     for pair in gate.pairs:
         if pair.head is None:
             notes.append(f"{display_path(pair.base)} was removed since {gate.ref}")
+            # Still the baseline of what it pinned: a framework moved into another lock, or
+            # a lock renamed past git's rename detection, is compared with it, never `new`.
+            removed.append(at_base(pair))
             continue
         new = LockRef(pair.head, parse_lock_text(pair.head_text or "", str(pair.head), target))
         candidates.append(new)
         if pair.base is None:
-            notes.append(f"{display_path(pair.head)} is new since {gate.ref}: its scenarios "
-                         "have no baseline")
+            notes.append(f"{display_path(pair.head)} is new since {gate.ref}")
             moved.append(new)
             continue
-        where = f"{gate.ref}:{display_path(pair.base)}"
-        old = LockRef(Path(where), parse_lock_text(pair.base_text or "", where, target,
-                                                   name=pair.base.name),
-                      label=gate.label(pair.base))  # errors name the ref
+        old = at_base(pair)
         baseline.append(old)
         paired[id(new)] = old
         if old.lock.lock_hash != new.lock.lock_hash:
@@ -276,7 +353,7 @@ def _sides(gate: Gate, notes: list[str]) -> tuple[list[LockRef], list[LockRef], 
         elif pair.changed:
             notes.append(f"{display_path(pair.head)}: only comments or layout changed since "
                          f"{gate.ref}")
-    return candidates, baseline, moved, paired
+    return candidates, baseline + removed, moved, paired
 
 
 def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef]) -> list:
@@ -433,6 +510,25 @@ def _config_moved(base: gitref.BaseTree, short: str, target_file: str | None,
             f"{short}'s; this checkout's takes effect once merged)"]
 
 
+def _refuse_a_gate_elsewhere(base: gitref.BaseTree, start: Path) -> None:
+    """When no configuration of the target's lies on the way from `start` up, one elsewhere
+    in its tree means the gate was started from the wrong folder (or the pull request moved
+    the folder under it): an error, not "the target has none"."""
+    from lockguard.config import ConfigError
+
+    names = [n for n in base.files(at=base.tip) if n.rsplit("/", 1)[-1] in CONFIG_NAMES]
+    pyprojects = [n for n in names if n.endswith("pyproject.toml")]
+    texts = dict(zip(pyprojects, base.named(pyprojects, at=base.tip)))
+    found = [n for n in names if n.endswith("lockguard.toml")
+             or "[tool.lockguard" in (texts.get(n) or "")]
+    if found:
+        where = f"{short_ref(base.ref)}@{base.tip[:7]}"
+        raise ConfigError(f"{where} has a lockguard configuration ({', '.join(found[:3])}) but "
+                          f"none on the way from {display_path(start)} up to the repository's "
+                          "root: run the gate from the folder it configures (the action's "
+                          "working-directory), or name it with --config")
+
+
 def _scripts(config: Config) -> set[Path]:
     return {config.resolve(sc.script) for sc in config.scenario.values()}
 
@@ -445,8 +541,12 @@ def _code_changed(base: gitref.BaseTree, judging: Config, checkout: Config) -> l
     if not folders:
         return []
     project = base.rel(judging.root)
-    python = f":(glob){project + '/' if project else ''}**/*.py"
-    changed = base.changed(at=base.tip, pathspecs=[*sorted(folders), python])
+    # The project's folder whole (its model code, its hyperparameter files) and every Python
+    # file of the repository (a monorepo's shared code, which runs import), as this pull
+    # request changed them: from the merge base, so that a branch behind the target is not
+    # blamed for the target's own changes.
+    changed = base.changed(at=base.commit, pathspecs=[
+        *sorted(folders), project or ".", ":(glob)**/*.py"])
     # What the gate says of otherwise: the locks, the configurations, the goldens.
     own = {base.rel(p) for c in (judging, checkout) for p in _configured(c)}
     own |= {base.rel(c.file) for c in (judging, checkout) if c.file is not None}
