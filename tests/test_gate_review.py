@@ -140,6 +140,8 @@ def test_f7_an_export_moved_apart_from_a_moved_uv_lock_is_not_stale(tmp_path):
     commit_all(root)
     gate, report = run_gate(root, scenarios=NUMPY)
     assert not report.passed
+    assert [r.rule for r in report.rule_failures] == ["stale export"]
+    assert "does not pin what " in report.rule_failures[0].message
 
 
 @pytest.mark.parametrize("changed", ["shared/lib.py", "ml/model/hparams.yaml"])

@@ -372,14 +372,23 @@ def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef]) 
         if command is None or source is None:
             continue
         mine, theirs = (any(r is x for r in moved) for x in (ref, source))
-        if mine == theirs:
-            continue
         shown, of = display_path(ref.path), display_path(source.path)
-        message = (f"exported from {of}, which this change moved: it still holds the old "
-                   f"pins; run `{command}` and commit it with {of}" if theirs else
-                   f"moved, but {of}, which it is exported from, did not: the next "
-                   f"`{command}` undoes it; change {of} (uv lock --upgrade-package NAME) and "
-                   "export again")
+        if mine and theirs:
+            # Both moved: the export must pin what the uv.lock pins (both read for the same
+            # platform), else one of them moved apart.
+            pins = [{(p.name, p.version) for p in r.lock.pins} for r in (ref, source)]
+            if pins[0] == pins[1]:
+                continue
+            message = (f"does not pin what {of}, which it is exported from, pins (both "
+                       f"moved, apart): run `{command}` and commit it with {of}")
+        elif mine == theirs:
+            continue
+        else:
+            message = (f"exported from {of}, which this change moved: it still holds the old "
+                       f"pins; run `{command}` and commit it with {of}" if theirs else
+                       f"moved, but {of}, which it is exported from, did not: the next "
+                       f"`{command}` undoes it; change {of} (uv lock --upgrade-package NAME) "
+                       "and export again")
         out.append(RuleFailure(lock=shown, rule="stale export", message=message, lines=[]))
     return out
 
