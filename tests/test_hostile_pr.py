@@ -360,13 +360,16 @@ def test_an_intended_change_goes_red_accept_green_in_one_commit(repo):
         proc = run_cli("report", str(path), "--format", fmt, cwd=repo)
         assert proc.returncode == 0 and needle in proc.stdout, (fmt, proc.stdout[-2000:])
 
-    # The branch now also trains otherwise: both sides still run main's scenario, whose numbers
-    # are the accepted ones, and the rewrite is said as a change of the gate.
+    # The branch now also trains otherwise: the lock A/B still runs main's scenario, whose
+    # numbers are the accepted ones; the code, judged apart on the new lock, trains otherwise
+    # than main's, which fails the gate (a lock change and a code change: two pull requests).
     (repo / "nep50.py").write_text(NEP50.replace("0.9 ** step", "0.8 ** step"))
     commit(repo, "train differently")
     code, report, text = gate_check(repo)
-    assert code == 0 and report["verdicts"][0]["accepted"]["reason"] == "numpy 2 is intended"
+    assert report["verdicts"][0]["accepted"]["reason"] == "numpy 2 is intended"
     assert "scenario code: nep50.py changed (the check runs main's)" in text
+    assert code == 1 and [r["rule"] for r in report["rule_failures"]] == [
+        "scenario code changed with the lock"]
 
 
 def test_an_acceptance_never_survives_another_lock(repo):
