@@ -194,7 +194,7 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     from lockguard.locks.ref import lock_for
 
     candidates, baseline, moved, paired = _sides(gate, notes)
-    stale = _stale_exports(gate, candidates, moved)
+    stale = _stale_exports(gate, candidates, moved, paired)
     if stale:
         return Report(command="check", mode="ab", notes=notes, passed=False, base=base,
                       gate=policy, rule_failures=stale,
@@ -356,10 +356,12 @@ def _sides(gate: Gate, notes: list[str]) -> tuple[list[LockRef], list[LockRef], 
     return candidates, baseline + removed, moved, paired
 
 
-def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef]) -> list:
+def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef],
+                   paired: dict[int, LockRef]) -> list:
     """A failing rule for each lock exported from a uv.lock the gate also checks (its header
-    names the `uv export` command) that moved without it, or the other way round: one of the
-    two is stale, and a check of the pair would compare one side's change with nothing."""
+    names the `uv export` command, it lies beside the uv.lock, and at the merge base the two
+    pinned alike) that moved without it, or apart from it: one of the two is stale, and a
+    check of the pair would compare one side's change with nothing."""
     from lockguard.locks.parser import exported_by
     from lockguard.report import RuleFailure
 
@@ -371,13 +373,15 @@ def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef]) 
         source = sources.get(ref.path.parent)
         if command is None or source is None:
             continue
+        then = [paired.get(id(x)) for x in (ref, source)]
+        if None in then or _pins(then[0]) != _pins(then[1]):
+            continue  # another project's export beside it, or never in step: not derived
         mine, theirs = (any(r is x for r in moved) for x in (ref, source))
         shown, of = display_path(ref.path), display_path(source.path)
         if mine and theirs:
             # Both moved: the export must pin what the uv.lock pins (both read for the same
             # platform), else one of them moved apart.
-            pins = [{(p.name, p.version) for p in r.lock.pins} for r in (ref, source)]
-            if pins[0] == pins[1]:
+            if _pins(ref) == _pins(source):
                 continue
             message = (f"does not pin what {of}, which it is exported from, pins (both "
                        f"moved, apart): run `{command}` and commit it with {of}")
@@ -391,6 +395,10 @@ def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef]) 
                        "and export again")
         out.append(RuleFailure(lock=shown, rule="stale export", message=message, lines=[]))
     return out
+
+
+def _pins(ref: LockRef) -> set[tuple[str, str]]:
+    return {(p.name, p.version) for p in ref.lock.pins}
 
 
 @contextlib.contextmanager
