@@ -288,13 +288,18 @@ class EscapeError(LockguardError):
 SYSTEM_TREES = ("/proc", "/sys", "/dev")
 
 
+def in_system_tree(real: str) -> bool:
+    """Whether the real path `real` lies in (or is) one of SYSTEM_TREES."""
+    return any(real == t or real.startswith(t + "/") for t in SYSTEM_TREES)
+
+
 def refuse_escape(path: Path, root: Path, what: str) -> None:
     """EscapeError when `path` (`what`: "a lock"), or a folder it lies in below the
     repository `root`, is a symbolic link (git would record it as one), or its real path lies
     outside `root` or in /proc, /sys or /dev. A path that does not exist is no escape."""
     path = Path(os.path.abspath(path))
     real, top = os.path.realpath(path), os.path.realpath(root)
-    if any(real == t or real.startswith(t + "/") for t in SYSTEM_TREES):
+    if in_system_tree(real):
         raise EscapeError(f"{path}: {what} that leads to {real}: refused")
     parts = path.parts
     below = next((parts[i:] for i in range(len(parts), 0, -1)

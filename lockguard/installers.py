@@ -80,6 +80,28 @@ def pip_config_as_uv_args(*, constraints: bool = True, index_url: bool = True) -
     return args
 
 
+# The installer options that name where files come from.
+SOURCE_OPTIONS = ("--find-links", "-f", "--index-url", "-i", "--extra-index-url")
+
+
+def local_sources(args: Sequence[str], urls: Sequence[str] = ()) -> list[str]:
+    """The folders and files on this machine an installer or resolver given `args` (`--option
+    value` or `--option=value`) takes files from: its --find-links and file:// indexes, and
+    of `urls` (a pylock.toml's) the file:// ones; absolute, existing, each once. What a
+    sandboxed install or resolve is given to read."""
+    from urllib.parse import unquote, urlsplit
+
+    values = [v for option, v in zip(args, args[1:]) if option in SOURCE_OPTIONS]
+    values += [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in SOURCE_OPTIONS
+               and "=" in a]
+    found = []
+    for value in [*values, *urls]:
+        path = unquote(urlsplit(value).path) if value.startswith("file:") else value
+        if "://" not in path and os.path.exists(path):
+            found.append(os.path.abspath(path))
+    return list(dict.fromkeys(found))
+
+
 def _split(value: str) -> list[str]:
     return value.split()  # pip takes several values of one option whitespace-separated
 

@@ -75,8 +75,8 @@ from lockguard.envs.compile_cache import compile_cache_dir
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import write_bytes, write_text
 from lockguard.installers import (
-    drop_uv_settings, pip_config_as_uv_args, require_uv, run_logged, tool_reason,
-    uv_settings_note,
+    drop_uv_settings, local_sources, pip_config_as_uv_args, require_uv, run_logged,
+    tool_reason, uv_settings_note,
 )
 from lockguard.locks.model import Lock, Pin
 from lockguard.locks.writer import install_form, option_args, pylock_text, requirements_text
@@ -519,7 +519,10 @@ def _build_sandbox(sandbox: Sandbox, path: Path, lock: Lock, cmd: list[str], ins
         env = installer_env()
         env.update(UV_CACHE_DIR=str(scratch / "uv-cache"), PIP_CACHE_DIR=str(scratch / "pip-cache"),
                    TMPDIR=str(scratch / "tmp"))
-        reads = [os.path.dirname(os.path.realpath(cmd[0])), *_local_sources(cmd, lock)]
+        # The lock's local sources: the command's, the lock's options', a pylock's file URLs.
+        reads = [os.path.dirname(os.path.realpath(cmd[0])),
+                 *local_sources([*cmd, *option_args(lock)],
+                                [f.url for pin in lock.pins for f in pin.files if f.url])]
         if installer == "pip":
             # pip finds its user configuration below the real HOME, which the sandbox replaces.
             home = os.path.expanduser("~")
@@ -533,26 +536,6 @@ def _build_sandbox(sandbox: Sandbox, path: Path, lock: Lock, cmd: list[str], ins
         yield env, spec
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _local_sources(cmd: list[str], lock: Lock) -> list[str]:
-    """The folders and files on this machine an install takes files from: --find-links and
-    file:// indexes of the command and the lock, a pylock.toml's file:// URLs."""
-    values = [v for opt, v in zip(cmd, cmd[1:])
-              if opt in ("--find-links", "--index-url", "--extra-index-url")]
-    values += [v for opt, v in zip(option_args(lock), option_args(lock)[1:])
-               if opt in ("--find-links", "--index-url", "--extra-index-url")]
-    values += [f.url for pin in lock.pins for f in pin.files if f.url]
-    found = []
-    for value in values:
-        if value.startswith("file:"):
-            value = unquote(urlsplit(value).path)
-        elif "://" in value:
-            continue
-        value = os.path.abspath(value)
-        if os.path.exists(value):
-            found.append(value)
-    return list(dict.fromkeys(found))
 
 
 def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,

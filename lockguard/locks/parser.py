@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import VERSION_PATTERN
 
 from lockguard.errors import quote
-from lockguard.files import SYSTEM_TREES, ReadError, read_bytes
+from lockguard.files import ReadError, in_system_tree, read_bytes
 from lockguard.locks.formats import lock_format
 from lockguard.locks.model import Lock, LockError, LockFormat, LockOptions, Pin, bulk
 from lockguard.locks.target import Target, host_target
@@ -45,7 +45,7 @@ def parse_lock(path: Path, target: Target | None = None) -> Lock:
     `target`: the platform a multi-platform lock is narrowed to (default: this interpreter)."""
     source = str(path)
     real = os.path.realpath(path)
-    if any(real.startswith(t + "/") for t in SYSTEM_TREES) and os.path.isfile(real):
+    if in_system_tree(real) and os.path.isfile(real):
         # /proc/self/environ is a regular file, and its first line lockguard's secrets.
         raise LockError(source, None, f"leads to {real}, which holds no lock: refused")
     try:

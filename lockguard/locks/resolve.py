@@ -290,9 +290,9 @@ def propose_lock(
     target_dir = Path(cache_dir) / "proposals" / key.hexdigest()[:24]
     target = target_dir / current_lock.name
 
-    from lockguard.cache import file_lock  # cheap; deferred to keep `import resolve` minimal
+    from lockguard.cache import entry_lock, file_lock  # deferred: `import resolve` stays small
 
-    with file_lock(target_dir.parent / f"{target_dir.name}.lock"):
+    with file_lock(entry_lock(target_dir)):
         if target.is_file() and not refresh:
             # written atomically, so a file that exists is complete
             return Proposal(target, chosen, relaxed)
@@ -821,7 +821,7 @@ def _pip_tools_python(say: Progress) -> str:
         return override
     if _has_pinned_pair():
         return sys.executable
-    from lockguard.cache import cache_dir, file_lock
+    from lockguard.cache import cache_dir, entry_lock, file_lock
 
     interp = hashlib.sha256(f"{os.path.realpath(sys.executable)}|{sys.version}".encode()).hexdigest()
     name = (f"pip-tools-{PIP_TOOLS_VERSION}-pip-{PIP_VERSION}"
@@ -831,7 +831,7 @@ def _pip_tools_python(say: Progress) -> str:
     marker = venv / ".complete"
     if marker.is_file():
         return str(python)
-    with file_lock(venv.parent / f"{venv.name}.lock"):
+    with file_lock(entry_lock(venv)):
         if marker.is_file():  # another lockguard finished it while we waited
             return str(python)
         say(f"installing pip-tools {PIP_TOOLS_VERSION} with pip {PIP_VERSION} (once) in {venv}")
@@ -903,19 +903,10 @@ def resolver_reads(workdir: Path, args: Sequence[str] = ()) -> list[str]:
     repository holding `workdir` (its requirements inputs, the files they include, local
     wheel folders in it; `.git` left out) and the local folders `args` name (--find-links,
     a file:// index, as `--option value` or `--option=value`)."""
-    from urllib.parse import unquote, urlsplit
-
     from lockguard.sandbox import project_access
 
     readable, _ = project_access(workdir / "requirements.in", workdir)
-    pairs = list(zip(args, args[1:])) + [tuple(a.split("=", 1)) for a in args if "=" in a]
-    local = []
-    for option, value in pairs:
-        if option in ("--find-links", "-f", "--index-url", "-i", "--extra-index-url"):
-            path = unquote(urlsplit(value).path) if value.startswith("file:") else value
-            if "://" not in path and os.path.exists(path):
-                local.append(os.path.abspath(path))
-    return [*readable, str(workdir), *local]
+    return [*readable, str(workdir), *installers.local_sources(args)]
 
 
 # ---------------------------------------------------------------------------------------------
