@@ -147,18 +147,18 @@ class Sandbox:
             text += f"; no bwrap: {self.missing}"
         return text
 
-    def confine(self, scratch: Path, env: dict[str, str], policy: Policy
-                ) -> tuple[dict[str, str], dict | None]:
+    def confine(self, scratch: Path, env: dict[str, str], policy: Policy,
+                temp: str | None = None) -> tuple[dict[str, str], dict | None]:
         """A sandboxed process's environment and spec (process.run's `sandbox`): HOME an empty
         folder of its `scratch`, which it may write besides `policy.write` (folders made here:
-        bubblewrap binds what exists); a TMPDIR in the scratch unless `env` names one, which
-        is then writable too. Not active: `env` as it is, None."""
+        bubblewrap binds what exists); TMPDIR `temp`, writable too (a training's own, chosen
+        by own_temp_dir), else a folder of the scratch, whatever `env` said (the machine's
+        /tmp is no process's to write). Not active: `env` as it is, None."""
         if not self.active:
             return env, None
         home = scratch / "home"
         home.mkdir(parents=True, exist_ok=True)
-        env = {**env, "HOME": str(home)}
-        env.setdefault("TMPDIR", str(scratch / "tmp"))  # /tmp is the machine's: unwritable
+        env = {**env, "HOME": str(home), "TMPDIR": temp or str(scratch / "tmp")}
         write = [str(scratch), *policy.write]
         cache = env.get("XDG_CACHE_HOME")
         if cache and not any(Path(cache).is_relative_to(w) for w in write):

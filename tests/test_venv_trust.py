@@ -258,16 +258,20 @@ def test_a_resolver_that_builds_an_sdist_builds_it_in_the_sandbox(tmp_path, reso
     marker.parent.mkdir()
     project = tmp_path / "p"
     project.mkdir()
+    host_tmp = tmp_path / "host-tmp"  # the job's TMPDIR: the machine's, not the build's
+    host_tmp.mkdir()
     sdist = make_probe_sdist(project / "links", marker,
-                             writes={"project": project / "planted"},
+                             writes={"project": project / "planted",
+                                     "tmpdir": host_tmp / "planted"},
                              reads={"netrc": home / ".netrc"}, secret=secret)
     (project / "requirements.in").write_text(f"--find-links {sdist.parent}\n{PROBE}==1.0\n")
-    env = {**installer_env(tmp_path), "HOME": str(home)}
+    env = {**installer_env(tmp_path), "HOME": str(home), "TMPDIR": str(host_tmp)}
     proc = run_cli("lock", "--resolver", resolver, "--sandbox", "required", cwd=project,
                    env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"{PROBE}==1.0" in (project / "requirements.txt").read_text()
     assert not marker.exists() and not (project / "planted").exists()
+    assert not (host_tmp / "planted").exists()
     (project / "requirements.txt").unlink()
     proc = run_cli("lock", "--resolver", resolver, "--sandbox", "off", cwd=project, env=env)
     assert proc.returncode == 0, proc.stderr

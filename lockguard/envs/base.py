@@ -302,7 +302,7 @@ def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python
     policy = Policy(read=(prefix, interpreter_prefix(python), str(HARNESS_DIR), *readable,
                           *reads),
                     write=tuple(writes), listed=listed, network=network)
-    return sandbox.confine(out_dir, env, policy)
+    return sandbox.confine(out_dir, env, policy, temp=env.get("TMPDIR"))
 
 
 def failed_result(request: RunRequest, status: Status, error: str) -> RunResult:

@@ -517,8 +517,9 @@ def _build_sandbox(sandbox: Sandbox, path: Path, lock: Lock, cmd: list[str], ins
     scratch.mkdir(parents=True)
     try:
         env = installer_env()
-        env.update(UV_CACHE_DIR=str(scratch / "uv-cache"), PIP_CACHE_DIR=str(scratch / "pip-cache"),
-                   TMPDIR=str(scratch / "tmp"))
+        env.update(UV_CACHE_DIR=str(scratch / "uv-cache"),
+                   PIP_CACHE_DIR=str(scratch / "pip-cache"))
+        env.pop("TMPDIR", None)  # the sandbox gives the build one of its scratch
         # The lock's local sources: the command's, the lock's options', a pylock's file URLs.
         reads = [os.path.dirname(os.path.realpath(cmd[0])),
                  *local_sources([*cmd, *option_args(lock)],
@@ -532,7 +533,7 @@ def _build_sandbox(sandbox: Sandbox, path: Path, lock: Lock, cmd: list[str], ins
                 env.setdefault("PIP_CONFIG_FILE", legacy)
             reads += pip_config_files()
         env, spec = confined(sandbox, scratch, env, str(path / "bin" / "python"),
-                             writes=(str(path), env["TMPDIR"]), reads=reads, network=True)
+                             writes=(str(path),), reads=reads, network=True)
         yield env, spec
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
