@@ -151,6 +151,10 @@ class Config(_Strict):
     # project's Python files) and no lock: its code A/B against the target's, on the same lock
     # (flows/git_base.py); false for a team that gates code changes elsewhere.
     check_code_changes: StrictBool = True
+    # An A/B leaves out a costly bundled scenario (compiled, data parallel, data pipeline, model
+    # library) whose path and framework the change does not reach, its eager twin running
+    # (scenarios.Scenario.unreached); false (or --all-scenarios) runs every selected one.
+    skip_unreached: StrictBool = True
     # Venvs install wheels only: building an sdist runs code from the lock on this machine.
     allow_sdist: StrictBool = False  # only a literal `true` opts in
     # A lock whose pins carry no --hash, or that names a plain-http index, find-links or a
@@ -256,6 +260,7 @@ class Options:
     exact: bool = False
     bisect: bool = False  # A/B: find the changes behind each failing verdict (flows/bisect.py)
     timing: bool = False  # A/B: make the timing runs, `slower` or not in fail_on
+    all_scenarios: bool = False  # A/B: run the scenarios the change cannot reach too
 
 
 def find_python(python: str, root: Path) -> str | None:

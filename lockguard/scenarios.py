@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
@@ -14,6 +16,10 @@ from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
 from lockguard.files import MiB, listing, read_bytes
+from lockguard.locks.families import REACH_WORDS, reaches
+
+if TYPE_CHECKING:
+    from lockguard.locks.diff import Change
 
 # A user's scenario script and the Python files beside it, hashed into its inputs digest.
 MAX_SCRIPT_BYTES = 16 * MiB
@@ -46,6 +52,12 @@ class Scenario:
     # flax and optax...): it runs from the lock that pins its framework and these
     # (locks.ref.lock_for), and plans as skipped where none does.
     requires: tuple[str, ...] = ()
+    # A costly bundled scenario (compiled, data parallel, a data pipeline, a model library):
+    # the path it trains through beyond `covered_by`, the eager scenario that trains the rest
+    # alike (locks.families.REACHES). An A/B whose change reaches neither that path nor the
+    # framework runs the twin and leaves this one out (flows/ab.py); None: always run.
+    reach: str | None = None
+    covered_by: str | None = None
 
     @property
     def source(self) -> str:
@@ -64,19 +76,43 @@ class Scenario:
                           memory_limit_source=memory_limit_source,
                           project=project if self.script is not None else None)
 
+    def unreached(self, changes: Sequence[Change]) -> str | None:
+        """Why an A/B whose locks differ by `changes` (locks.diff, with the startup files the
+        candidate's environment installed) may leave this scenario out while its twin
+        `covered_by` runs: none of the packages reaches its own path or its framework, and
+        none installs a startup file that runs code (which runs before this training's own
+        path is imported, and does there what only this run would show). None when one does,
+        when nothing changed, and for a scenario without a reach (eager, the user's)."""
+        if self.reach is None or not changes or any(
+                reaches(self.reach, self.framework, c.name)
+                or any(f.runs_code for f in c.startup_files) for c in changes):
+            return None
+        names = sorted({c.name for c in changes})
+        moved = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return (f"not run: no {REACH_WORDS[self.reach]} changed, only {moved}, which the eager "
+                "twin that ran sees alike (--all-scenarios runs it)")
+
+
+_MLP_OF = {"torch": "torch.mlp", "jax": "jax.mlp", "tensorflow": "tf.mlp"}
+
 
 def _b(id: str, framework: str, description: str, steps: int, family: str | None,
        dtype: str = "float32", execution: str = "eager", plain_twin: str | None = None,
-       replicas: int = 1) -> Scenario:
+       replicas: int = 1, reach: str | None = None) -> Scenario:
+    if plain_twin is not None:
+        reach = "compiler"
+    # The eager MLP of the framework trains what a data-parallel or data-pipeline run adds to.
+    covered_by = plain_twin or (_MLP_OF[framework] if reach else None)
     return Scenario(id=id, framework=framework, description=description, steps=steps,
                     dtype=dtype, family=family, execution=execution, plain_twin=plain_twin,
-                    replicas=replicas)
+                    replicas=replicas, reach=reach, covered_by=covered_by)
 
 
 def _lib(id: str, framework: str, requires: tuple[str, ...], description: str, steps: int,
          execution: str = "eager") -> Scenario:
     return Scenario(id=id, framework=framework, description=description, steps=steps,
-                    execution=execution, requires=requires)
+                    execution=execution, requires=requires, reach="library",
+                    covered_by=_MLP_OF[framework])
 
 
 TORCH_COMPILE = "torch.compile (inductor)"
@@ -106,17 +142,19 @@ BUNDLED: tuple[Scenario, ...] = (
     # Data pipelines: the MLP trained from the framework's input pipeline, 2 epochs of 12
     # batches (harness gen.DATA); each batch's sample ids are recorded and compared exactly.
     _b("torch.data", "torch", "torch.mlp fed by a DataLoader (seeded shuffle, 2 workers, "
-       "collate)", 24, None, execution="DataLoader + eager"),
+       "collate)", 24, None, execution="DataLoader + eager", reach="data"),
     # Data parallel: the MLP's batch split over 2 workers whose gradients are all-reduced by
     # the framework's own synchronisation path: on the CPU torch DDP over gloo, jax sharded over
     # 2 host devices, TF MirroredStrategy over 2 logical CPUs; on cuda the same over 2 GPUs
     # (NCCL for torch and XLA, TF's choice of cross-device ops for MirroredStrategy).
     _b("torch.ddp", "torch", "torch.mlp under DistributedDataParallel, 2 processes (gloo on "
-       "the CPU, NCCL on GPUs)", 30, None, execution="DDP (2 processes)", replicas=2),
+       "the CPU, NCCL on GPUs)", 30, None, execution="DDP (2 processes)", replicas=2,
+       reach="parallel"),
     _b("jax.dp", "jax", "jax.mlp jitted over 2 devices: batch sharded, gradients all-reduced",
-       30, None, execution="jax.jit sharded over 2 devices", replicas=2),
+       30, None, execution="jax.jit sharded over 2 devices", replicas=2, reach="parallel"),
     _b("tf.dp", "tensorflow", "tf.mlp under MirroredStrategy over 2 devices (logical CPUs or "
-       "GPUs)", 30, None, execution="MirroredStrategy (2 replicas)", replicas=2),
+       "GPUs)", 30, None, execution="MirroredStrategy (2 replicas)", replicas=2,
+       reach="parallel"),
     _b("numpy.mlp", "numpy", "MLP with hand-written backprop and Adam in numpy", 30, "mlp"),
     _b("jax.mlp", "jax", "MLP, jitted train step, Adam", 30, "mlp", execution=JAX_JIT),
     _b("jax.lm", "jax", "tiny causal transformer LM, jitted, AdamW", 20, "lm",
@@ -128,7 +166,7 @@ BUNDLED: tuple[Scenario, ...] = (
        "bfloat16", JAX_JIT),
     _b("jax.rng", "jax", "MLP initialised by jax.random", 30, None, execution=JAX_JIT),
     _b("jax.data", "jax", "jax.mlp fed by a numpy pipeline (Generator shuffle, map, "
-       "prefetch thread)", 24, None, execution="numpy pipeline + jax.jit"),
+       "prefetch thread)", 24, None, execution="numpy pipeline + jax.jit", reach="data"),
     _b("tf.mlp", "tensorflow", "MLP in tf.function, Adam", 30, "mlp", execution=TF_FUNCTION),
     # Its plain twin is tf.mlp: the same tf.function, without XLA.
     _b("tf.mlp.xla", "tensorflow", "MLP in tf.function(jit_compile=True)", 30, "mlp",
@@ -146,7 +184,7 @@ BUNDLED: tuple[Scenario, ...] = (
     _b("tf.rng", "tensorflow", "MLP initialised by TensorFlow's RNG", 30, None,
        execution=TF_FUNCTION),
     _b("tf.data", "tensorflow", "tf.mlp fed by tf.data (shuffle, map, batch, prefetch, "
-       "deterministic)", 24, None, execution="tf.data + tf.function"),
+       "deterministic)", 24, None, execution="tf.data + tf.function", reach="data"),
     # Models constructed by the libraries pinned beside the framework, from a config, with the
     # library's own random initialisation (nothing downloaded), on synthetic data: a release
     # that changes a default (initialisation, attention, an epsilon) moves them with the

@@ -48,6 +48,9 @@ class Settings:
     bisect: bool  # A/B: find the changes behind each failing verdict
     timing: bool  # A/B: make the timing runs, `slower` in fail_on or not
     timing_runs: int  # timing runs a side, when made
+    # A/B: leave out what the change cannot reach (Scenario.unreached): the config's
+    # skip_unreached unless --all-scenarios.
+    skip_unreached: bool
     golden_dir: Path  # resolved against the config's folder
 
     @classmethod
@@ -66,7 +69,9 @@ class Settings:
             allow_insecure_index=config.allow_insecure_index,
             policy=_policy(config, given.exact), rerun=given.rerun,
             allow_new=given.allow_new, bisect=given.bisect, timing=given.timing,
-            timing_runs=config.timing_runs, golden_dir=config.resolve(config.golden_dir))
+            timing_runs=config.timing_runs,
+            skip_unreached=config.skip_unreached and not given.all_scenarios,
+            golden_dir=config.resolve(config.golden_dir))
 
     @property
     def report_device(self) -> str:

@@ -61,6 +61,8 @@ class FakeEnv:
     lock_hash: str
     lock: Lock
     backend: "FakeBackend"
+    # distribution -> ((file, runs code), ...), as a venv's (envs/venv.startup_files)
+    startup_files: dict = field(default_factory=dict)
 
     def run(self, request, out_dir: Path) -> RunResult:
         with self.backend.running(request.scenario_id):
@@ -139,6 +141,9 @@ class FakeBackend:
     timing_noise: float = 0.0
     peak_bytes: dict[str, int] = field(default_factory=dict)
     run_s: float = 0.0
+    # The startup files a distribution installs wherever a lock pins it (a .pth, as a venv
+    # would list it): distribution -> ((file, runs code), ...).
+    startup: dict[str, tuple[tuple[str, bool], ...]] = field(default_factory=dict)
     together: set[frozenset[str]] = field(default_factory=set)  # scenarios seen running at once
     _active: list[str] = field(default_factory=list)
     _building: int = 0
@@ -187,7 +192,9 @@ class FakeBackend:
                 self._building -= 1
         self.prepared.append(lock.lock_hash)
         return FakeEnv(label=f"fake {lock.lock_hash[:8]}", lock_hash=lock.lock_hash,
-                       lock=lock, backend=self)
+                       lock=lock, backend=self,
+                       startup_files={name: files for name, files in self.startup.items()
+                                      if lock.pin(name) is not None})
 
     @contextmanager
     def running(self, scenario: str) -> Iterator[None]:

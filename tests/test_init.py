@@ -443,6 +443,11 @@ def test_init_says_what_a_lock_pr_will_cost_and_what_keeps_within_the_budget():
     assert within == ["a lock pull request's A/B here: about 126 s (3 scenarios, both sides, "
                       "2 at a time; record measured torch.lm.compile 90 s, mine 30 s, "
                       "torch.mlp 6 s)"]
+    # With its eager twin measured, a PR that moves only numpy leaves the compiled run out.
+    twin = report.model_copy(update={"evidence": [*report.evidence, side("torch.lm", 10)]})
+    assert cost_lines(twin, 1000, 2, {"mine"})[1] == (
+        "one that moves only numpy (or another package no compiler or parallel path imports): "
+        "about 46 s, leaving out torch.lm.compile")
     over = cost_lines(report, 60, 2, {"mine"})
     assert over[1] == ("over the 60 s budget: `scenarios = ['mine', 'torch.mlp']` keeps a lock "
                        "PR to about 36 s here; run the others (torch.lm.compile) on a schedule "

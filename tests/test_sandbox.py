@@ -163,6 +163,9 @@ def test_a_sandboxed_process_reads_no_secret_writes_nothing_of_the_judge_and_has
         assert not os.path.exists(path), path
 
 
+# Exclusive: its write into lockguard's installation is, to a check running beside it, the judge
+# changing under it (integrity.JudgeChanged, exit 2).
+@pytest.mark.exclusive
 def test_without_the_sandbox_the_same_probe_reaches_everything(tmp_path, world):
     """The probe can fail: unsandboxed, each attack succeeds (what the review found)."""
     scratch = tmp_path / "run"

@@ -129,11 +129,15 @@ exact_option = click.option("--exact", is_flag=True, help="Require bitwise-ident
               help="A/B: also make the timing runs that judge `slower` (timing_runs a side, one "
                    "at a time, baseline and candidate alternating); automatic when `slower` is "
                    "in fail_on.")
+@click.option("--all-scenarios", "all_scenarios", is_flag=True,
+              help="A/B: run every selected scenario, also a compiled, data-parallel, "
+                   "data-pipeline or model-library one that the lock change cannot reach "
+                   "(left out by default while its eager twin runs: config skip_unreached).")
 @handles_errors
 def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
           config_path, verbose, baseline_locks, repeat, rerun, allow_new, exact,
           base_ref, policy_from, shard, plan_entry, plan_shards, bisect=False,
-          timing=False) -> None:
+          timing=False, all_scenarios=False) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock).
 
     \b
@@ -157,8 +161,10 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
         raise UsageError("--bisect needs a baseline: --baseline-lock OLD or --base GITREF")
     if base_ref and baseline_locks:
         raise UsageError("--base and --baseline-lock are two ways to pick a baseline: use one")
+    # A shard runs every scenario it is dealt: a left-out one's twin may be another shard's.
     opts = Options(device=device, steps=steps, env=env, repeat=repeat, rerun=rerun,
-                   allow_new=allow_new, exact=exact, bisect=bisect, timing=timing)
+                   allow_new=allow_new, exact=exact, bisect=bisect, timing=timing,
+                   all_scenarios=all_scenarios or bool(shard or plan_entry))
     progress = progress_for(fmt, verbose)
     config = load_config(config_path)
     baseline: Baseline
@@ -204,6 +210,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                            flags=(("--exact",) if exact else ())
                            + (("--bisect",) if bisect else ())
                            + (("--timing",) if timing else ())
+                           + (("--all-scenarios",) if all_scenarios else ())
                            + (("--repeat", str(repeat)) if repeat > 1 else ())))
 
 

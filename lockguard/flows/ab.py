@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from lockguard.errors import UsageError
 from lockguard.flows.goldens import digest
 from lockguard.flows.pipeline import (
-    Backend, CodeTree, Job, Outcome, Planned, Runs, pipeline, run_backend,
+    Backend, CodeTree, Environments, Job, Outcome, Planned, Runs, pipeline, run_backend,
 )
 from lockguard.locks.ref import LockRef, lock_for
 from lockguard.flows.report_parts import evidence, lock_info, report_for
@@ -91,8 +92,11 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                                  digest(new_code.planned(p) if new_code else p, settings,
                                         harness, backend))
 
+    def narrow(planned: list[Planned], envs: Environments) -> list[Planned]:
+        return unreached(planned, baseline, envs) if settings.skip_unreached else planned
+
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
-                       progress=progress, backend=backend, timing=timing)
+                       progress=progress, backend=backend, timing=timing, narrow=narrow)
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
                         baseline=baseline, started=start,
                         lock_diffs=_lock_diffs(locks, baseline, outcome))
@@ -100,6 +104,37 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
         report = _bisected(report, settings, scenarios, locks, baseline, progress, backend)
         report.duration_s = time.perf_counter() - start
     return report
+
+
+def unreached(planned: list[Planned], baseline: list[LockRef],
+              envs: Environments) -> list[Planned]:
+    """`planned` with each costly scenario its lock change cannot reach left out, saying why
+    (Scenario.unreached), while its eager twin runs. The change is read with the startup files
+    the candidate's environment installs, so the environments of those scenarios are prepared
+    here (both sides, at once: the runs use them); an environment that does not tell its
+    startup files (a container's) leaves nothing out, nor does a change of installer options
+    (the same pins may then be other files)."""
+    running = {p.scenario.id for p in planned if not p.skip_reason}
+    costly = [(p, old) for p in planned
+              if not p.skip_reason and p.lock is not None and p.scenario.covered_by in running
+              and (old := lock_for(p.scenario, baseline)) is not None]
+    if not costly:
+        return planned
+    envs.prepare_all([(ref, p.scenario.framework, p.device) for p, old in costly
+                      for ref in (old, p.lock)])
+    reasons: dict[str, str] = {}
+    for p, old in costly:
+        assert p.lock is not None
+        shipped = getattr(envs.get(p.lock, p.scenario.framework, p.device), "startup_files",
+                          None)
+        change = diff_locks(old.lock, p.lock.lock)
+        if shipped is None or change.option_changes:
+            continue
+        reason = p.scenario.unreached(with_startup_files(change, shipped).changed)
+        if reason:
+            reasons[p.scenario.id] = reason
+    return [replace(p, skip_reason=reasons[p.scenario.id]) if p.scenario.id in reasons else p
+            for p in planned]
 
 
 def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],

@@ -601,6 +601,17 @@ def cost_lines(report: Report, budget_s: float, workers: int,
                                                               key=lambda kv: -kv[1]))
     lines = [f"a lock pull request's A/B here: about {ab:.0f} s ({len(seconds)} scenarios, both "
              f"sides, {workers} at a time; record measured {each})"]
+    # What a PR that moves only numpy (or another package no compiler or parallel path
+    # imports) runs: the costly scenarios whose eager twin runs are left out (flows/ab.py).
+    from lockguard.scenarios import bundled
+
+    left_out = {s.id for s in bundled() if s.id in seconds and s.covered_by in seconds
+                and s.reach in ("compiler", "parallel")}
+    if left_out:
+        light = 2 * sum(t for sid, t in seconds.items() if sid not in left_out) / max(1, workers)
+        lines.append("one that moves only numpy (or another package no compiler or parallel "
+                     f"path imports): about {light:.0f} s, leaving out "
+                     f"{', '.join(sorted(left_out))}")
     if ab <= budget_s:
         return lines
     kept, total = [], 0.0

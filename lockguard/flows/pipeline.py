@@ -134,6 +134,10 @@ class Runs:
 
 Decide = Callable[[Planned], list[Job]]
 Judge = Callable[[Planned, Runs], "tuple[ScenarioVerdict, Evidence | None]"]
+# What a flow leaves out once the environments are known (an A/B: what its change cannot
+# reach, flows/ab.py): the plan with skip reasons added, given the environments (prepared on
+# asking, each once: the runs use the same).
+Narrow = Callable[[list[Planned], "Environments"], list[Planned]]
 
 
 # -------------------------------------------------------------------------------------- plan
@@ -207,6 +211,13 @@ def run_sandbox(settings: Settings) -> Sandbox | None:
     return resolve(settings.sandbox)
 
 
+def require_sandbox(settings: Settings) -> None:
+    """Under sandbox "required", exit 2 (before any build) where none is to be had."""
+    confined = run_sandbox(settings)
+    if confined is not None:
+        confined.require()
+
+
 def sandbox_line(settings: Settings) -> str:
     """What a report says of the sandbox its runs had (lockguard/sandbox.py)."""
     given = run_sandbox(settings)
@@ -218,7 +229,8 @@ def sandbox_line(settings: Settings) -> str:
 def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef], *,
              decide: Decide, judge: Judge, progress: Progress = QUIET,
              backend: Backend | None = None, jobs: int | None = None,
-             rounds: bool = False, timing: Decide | None = None) -> Outcome:
+             rounds: bool = False, timing: Decide | None = None,
+             narrow: Narrow | None = None) -> Outcome:
     """Plan the scenarios, run what `decide` asks for, and `judge` each scenario's results.
 
     `decide` sees every runnable scenario before anything is built, so a flow validates its
@@ -228,17 +240,25 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
     time the check takes, so a drift in the machine's load spreads over every scenario).
     `timing`: the timing runs a scenario needs (jobs with timing=True, in the order they are to
     run); they run after every other run of the check, one at a time, so that nothing else
-    trains beside them.
+    trains beside them. `narrow`: what to leave out, decided when the environments are known.
     """
     backend = run_backend(settings, backend)
+    envs = Environments(backend, progress)
     planned = on_this_host(plan(settings, scenarios, locks))
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
+    if narrow is not None:
+        require_sandbox(settings)  # before anything is built
+        envs.expect([(j.ref, j.planned.scenario.framework, j.planned.device)
+                     for mine in wanted.values() for j in mine])
+        planned = narrow(planned, envs)
+        wanted = {p.scenario.id: wanted[p.scenario.id] for p in planned if not p.skip_reason}
     if rounds:
         wanted_jobs = [job for round_ in zip_longest(*wanted.values()) for job in round_
                        if job is not None]
     else:
         wanted_jobs = [job for mine in wanted.values() for job in mine]
-    ran = execute(settings, backend, wanted_jobs, progress, workers=jobs) if wanted_jobs else []
+    ran = (execute(settings, backend, wanted_jobs, progress, workers=jobs, envs=envs)
+           if wanted_jobs else [])
     timed = [job for p in planned if not p.skip_reason and _healthy(p, ran)
              for job in (timing(p) if timing is not None else [])]
     if timed:
@@ -386,16 +406,16 @@ def memory_limit(settings: Settings) -> tuple[int | None, str]:
 
 
 def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Progress = QUIET,
-            workers: int | None = None,
-            title: str | None = None) -> list[tuple[Job, Env, RunResult]]:
-    """Prepare every job's environment on `backend`, then run all jobs in parallel: (job, the
-    environment it ran in, result), in the order of `jobs`."""
-    confined = run_sandbox(settings)
-    if confined is not None:
-        confined.require()  # under "required": none to be had is exit 2 before any build
-    envs = Environments(backend, progress)
+            workers: int | None = None, title: str | None = None,
+            envs: Environments | None = None) -> list[tuple[Job, Env, RunResult]]:
+    """Prepare every job's environment on `backend` (those `envs` holds already, as they are),
+    then run all jobs in parallel: (job, the environment it ran in, result), in the order of
+    `jobs`."""
+    require_sandbox(settings)
     wanted = [(j.ref, j.planned.scenario.framework, j.planned.device) for j in jobs]
-    envs.expect(wanted)
+    if envs is None:
+        envs = Environments(backend, progress)
+        envs.expect(wanted)
     envs.prepare_all(wanted)
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
                  request_for(j.planned, settings, j.code)) for j in jobs]

@@ -95,3 +95,40 @@ def cuda_major(pin: Pin) -> int | None:
             return int(match.group(1))
     return None
 
+
+
+# What a costly bundled scenario reaches beyond the path its eager twin covers (scenarios.py's
+# `reach` and `covered_by`): besides its framework's family and the CUDA wheels, these packages.
+# A change that moves none of them is seen by the twin (which trains the same data and model
+# with the same framework) as fully as by the costly one, so an A/B may leave the costly one
+# out (flows/ab.py). Each list is the path's own imports: torch's requirements and the optional
+# packages torch.compile imports when installed (tests/test_relevance.py holds them against the
+# installed torch); the data stack; the model libraries and what they require.
+REACHES: dict[str, frozenset[str]] = {
+    "compiler": frozenset({
+        "filelock", "typing-extensions", "setuptools", "sympy", "mpmath", "networkx", "jinja2",
+        "markupsafe", "fsspec", "optree", "tabulate", "z3-solver", "pydot", "einops", "scipy",
+        "packaging", "psutil", "matplotlib", "colorama", "redis", "objgraph", "pytest", "jax",
+        "jaxlib", "torch-xla", "torchrec", "flash-attn", "halide", "apache-tvm", "tvm",
+        # GPU kernel libraries inductor's backends import (by module and by distribution)
+        "cutlass", "cutlass-api", "cutlass-cppgen", "cutlass-library", "nvidia-cutlass",
+        "nvidia-cutlass-dsl", "pycute", "ck4inductor", "origami", "nvmatmulheuristics"}),
+    "parallel": frozenset(),  # torch's gloo and NCCL, XLA's and TF's collectives: the framework
+    "data": frozenset({"numpy"}),
+    "library": frozenset({
+        "numpy", "pillow", "torchvision", "timm", "transformers", "flax", "keras",
+        "huggingface-hub", "hf-xet", "safetensors", "tokenizers", "regex", "pyyaml",
+        "packaging", "filelock", "fsspec", "requests", "tqdm", "typer-slim", "optax", "chex",
+        "orbax-checkpoint", "msgpack", "tensorstore", "treescope", "rich", "typing-extensions",
+        "h5py", "namex", "optree", "absl-py", "ml-dtypes", "einops", "scipy", "toolz", "etils"}),
+}
+# What each reach is called where a report says why a scenario did not run.
+REACH_WORDS = {"compiler": "compiler package", "parallel": "package of its parallel path",
+               "data": "package of its data pipeline", "library": "package of its model library"}
+
+
+def reaches(reach: str, framework: str, name: str) -> bool:
+    """Whether a change to package `name` can reach a scenario of `framework` through the path
+    `reach` names (REACHES) beyond what its eager twin trains."""
+    families = package_families(name)
+    return framework in families or "cuda" in families or canonicalize_name(name) in REACHES[reach]

@@ -408,19 +408,21 @@ class Report(BaseModel):
 
     def skipped_groups(self) -> list[tuple[int, str]]:
         """Skipped scenarios collapsed by reason: (count, reason). Scenarios skipped because
-        no lock pins their framework share one line naming the frameworks."""
+        no lock pins their framework share one line naming the frameworks; those an A/B left
+        out as its change cannot reach them ("not run: ...") are named before the reason."""
         unpinned: dict[str, int] = {}
-        other: dict[str, int] = {}
+        other: dict[str, list[str]] = {}
         for v in self.skipped:
             reason = v.reasons[0] if v.reasons else "not run"
             if reason.startswith(f"no lock pins {v.framework}"):
                 unpinned[v.framework] = unpinned.get(v.framework, 0) + 1
             else:
-                other[reason] = other.get(reason, 0) + 1
+                other.setdefault(reason, []).append(v.scenario)
         groups = []
         if unpinned:
             groups.append((sum(unpinned.values()), "no lock pins " + ", ".join(sorted(unpinned))))
-        groups += [(n, reason) for reason, n in other.items()]
+        groups += [(len(ids), f"{', '.join(ids)} {reason}" if reason.startswith("not run: ")
+                    else reason) for reason, ids in other.items()]
         return groups
 
     def bisection_of(self, scenario: str) -> Bisection | None:
