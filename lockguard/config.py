@@ -136,7 +136,7 @@ class Config(_Strict):
     fail_on: list[str] | None = None
     fail_on_improvement: bool = False
     slower_ratio: float = Field(default=1.3, gt=1.0, allow_inf_nan=False)
-    slower_min_step_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)  # shorter: noise
+    slower_min_step_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)  # shorter: timed in blocks
     # Timing runs a side when a timing verdict is asked for (compare/timing.py): one at a time,
     # baseline and candidate alternating.
     timing_runs: int = Field(default=TIMING_RUNS, ge=3, le=50)

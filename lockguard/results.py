@@ -70,10 +70,15 @@ class Timings(BaseModel):
     sync_median_s: float | None = None
     # Data-pipeline scenarios: the mean step after the first (what `slower` judges for them).
     step_mean_s: float | None = None
+    # A timing run of short steps (compare/timing.py): the median time of `block_steps`
+    # consecutive steady steps.
+    block_median_s: float | None = None
+    block_steps: int | None = None
 
     @model_serializer(mode="wrap")
     def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_absent(self, handler(self), ("sync_median_s", "step_mean_s"))
+        return without_absent(self, handler(self), ("sync_median_s", "step_mean_s",
+                                                    "block_median_s", "block_steps"))
 
 
 class AccuracySeries(BaseModel):

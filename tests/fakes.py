@@ -76,7 +76,7 @@ class FakeEnv:
         for name in LIBRARIES.get(sid, ()):
             pin = self.lock.pin(name)
             version += f"+{name}-{pin.version if pin else 'unpinned'}"
-        self.backend.record_run(sid, version)
+        self.backend.record_run(sid, version, request.steps)
         behaviour = self.backend.behaviour.get((sid, version))
         if behaviour == "crash":
             return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
@@ -98,6 +98,7 @@ class FakeEnv:
             losses = [v * (1 + 1e-4 * z * (1 + i % 3) / 3 + shift) for i, v in enumerate(losses)]
             digest += f"-{z!r}"
         device = "cpu" if behaviour == "cpu-fallback" else request.device
+        step = self.backend.step_time(sid, version)
         return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
                          framework_version=version, device=device, device_name=device,
                          steps=request.steps, seed=request.seed, losses=losses,
@@ -106,7 +107,11 @@ class FakeEnv:
                          grad_norms=[abs(v) / 2 for v in losses],
                          outputs=losses[-2:], output_shape=[2], param_digest=digest,
                          timings={"total_s": 0.01, "first_step_s": 0.002,
-                                  "step_median_s": self.backend.step_time(sid, version)},
+                                  "step_median_s": step,
+                                  # a timing run of short steps times them in blocks too
+                                  **({"block_median_s": step * request.time_block,
+                                      "block_steps": request.time_block}
+                                     if request.time_block else {})},
                          peak_memory_bytes=self.backend.peak_bytes.get(sid))
 
 
@@ -126,6 +131,7 @@ class FakeBackend:
     prepared: list[str] = field(default_factory=list)
     admitted: list[str] = field(default_factory=list)  # lock hashes, as the pipeline admitted them
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, version) in run order
+    steps: list[int] = field(default_factory=list)  # each run's steps, in run order
     # (scenario, the text of the script it ran) of each user scenario's run, in run order
     scripts: list[tuple[str, str]] = field(default_factory=list)
     # Preparing: seconds each lock's build takes (by lock file name), the locks whose build
@@ -208,6 +214,7 @@ class FakeBackend:
             with self._lock:
                 self._active.remove(scenario)
 
-    def record_run(self, scenario: str, version: str) -> None:
+    def record_run(self, scenario: str, version: str, steps: int = 0) -> None:
         with self._lock:
             self.runs.append((scenario, version))
+            self.steps.append(steps)

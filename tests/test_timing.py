@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from fakes import FakeBackend, lock
-from lockguard.compare.timing import MIN_RUNS, compare_timing
+from lockguard.compare.timing import MIN_RUNS, compare_timing, time_blocks
 from lockguard.compare.tolerance import Policy
 from lockguard.config import Config, Options
 from lockguard.flows.ab import check_ab
@@ -34,7 +34,8 @@ def timed(step_s: float, run_s: float | None = None) -> RunResult:
 
 def figure(step_s: float) -> SimpleNamespace:
     """What compare_timing reads of a run, without building a RunResult (thousands per test)."""
-    return SimpleNamespace(timings=SimpleNamespace(step_mean_s=None, step_median_s=step_s),
+    return SimpleNamespace(timings=SimpleNamespace(step_mean_s=None, step_median_s=step_s,
+                                                   block_median_s=None, block_steps=None),
                            metrics={})
 
 
@@ -109,6 +110,31 @@ def test_what_is_not_judged():
     assert calls.reason.startswith("run() calls take ×")
 
 
+def blocks(step_s: float, k: int) -> RunResult:
+    return RunResult(schema_version=SCHEMA_VERSION, scenario="s", framework="numpy", steps=3,
+                     status=Status.ok, losses=[1.0, 0.5, 0.25],
+                     timings={"step_median_s": step_s, "block_median_s": step_s * k,
+                              "block_steps": k})
+
+
+def test_steps_too_short_to_time_one_by_one_are_timed_in_blocks():
+    """A 0.1 ms step is under the 2 ms a step must last to be timed (interpreter overhead and
+    scheduler noise): the timing runs time 50 at a time (5 ms a block), 15 blocks a run."""
+    assert time_blocks([timed(0.0001), timed(0.00012)], 30, POLICY) == (50, 751)
+    assert time_blocks([timed(0.01)], 30, POLICY) == (0, 30)  # long enough as it is
+    assert time_blocks([timed(0, run_s=1.0)], 30, POLICY) == (0, 30)  # no steps to time
+    slower = compare_timing([blocks(0.0001 * (1 + i / 50), 50) for i in range(5)],
+                            [blocks(0.0004 * (1 + i / 50), 50) for i in range(5)], POLICY)
+    assert slower.measure == "step block" and slower.verdict == "slower"
+    assert slower.reason.startswith("steady-state steps (timed 50 at a time) take ×4.00")
+    assert slower.baseline_s == pytest.approx(0.000104)  # a step's, not a block's
+    same = compare_timing([blocks(0.0001, 50)] * 5, [blocks(0.0001, 50)] * 5, POLICY)
+    assert same.verdict == "same"
+    # Blocks that still last under 2 ms are not judged either.
+    short = compare_timing([blocks(0.00001, 50)] * 5, [blocks(0.00001, 50)] * 5, POLICY)
+    assert short.verdict == "not judged" and short.reason.endswith("even 50 at a time")
+
+
 # ------------------------------------------------------------------------------ the flow
 
 
@@ -153,6 +179,23 @@ def test_timing_runs_alternate_one_at_a_time_after_the_numeric_runs(tmp_path):
     assert v.timing.verdict == "slower" and v.timing.runs == 5
     [said] = [r for r in v.reasons if r.startswith("steady-state steps take ×")]
     assert "99 % CI" in said and v.step_time_ratio == pytest.approx(v.timing.ratio)
+
+
+def test_a_check_of_short_steps_times_them_in_blocks(tmp_path):
+    """numpy.mlp's steps of about 0.2 ms: its timing runs time about 25 together (5 ms), 15
+    blocks a run, and `slower` speaks for it."""
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    fake = FakeBackend(step_s={("numpy.mlp", "1.26.4"): 0.0002, ("numpy.mlp", "2.0.2"): 0.0008},
+                       timing_noise=0.05)
+    report = check_ab(Settings.resolve(project(tmp_path), Options(timing=True)), [new], [old],
+                      NUMPY, backend=fake)
+    [v] = report.verdicts
+    block = v.timing.block_steps
+    assert v.timing.verdict == "slower" and 20 <= block <= 25, v.timing  # the noise's share
+    proof = report.evidence[0]
+    assert proof.candidate.result.steps == 6  # the numeric run's, judged as ever
+    assert fake.steps[:2] == [6, 6] and fake.steps[2:] == [1 + 15 * block] * 10
 
 
 def test_a_noisy_numeric_ratio_is_shown_never_judged(tmp_path):

@@ -105,3 +105,27 @@ def test_the_same_lock_is_never_slower(project):
         [v] = report["verdicts"]
         assert code == 0 and v["verdict"] == "identical", v["reasons"]
         assert v["timing"]["verdict"] in ("same", "inconclusive"), v["timing"]
+
+
+@pytest.mark.exclusive
+def test_steps_too_short_to_time_one_by_one_are_judged_in_blocks(tmp_path):
+    """torch.mlp's steps last a fraction of a millisecond, under the 2 ms a step must last to
+    be timed alone: the timing runs time them in blocks, and the same lock is judged not
+    slower (or too noisy to tell), never left unjudged."""
+    from conftest import TORCH_LOCK
+    from lockguard.config import Config, Options
+    from lockguard.flows.ab import check_ab
+    from lockguard.locks.ref import LockRef, read_lock
+    from lockguard.scenarios import bundled
+    from lockguard.settings import Settings
+
+    ref = LockRef(TORCH_LOCK, read_lock(TORCH_LOCK))
+    config = Config(root=tmp_path, golden_dir="golden", steps=10, timing_runs=4)
+    report = check_ab(Settings.resolve(config, Options(timing=True)), [ref], [ref],
+                      [s for s in bundled() if s.id == "torch.mlp"])
+    [v] = report.verdicts
+    assert v.verdict == "identical", v.reasons
+    timing = v.timing
+    assert timing.measure == "step block" and timing.block_steps > 1, timing
+    assert timing.verdict in ("same", "inconclusive"), timing
+    assert timing.baseline_s * timing.block_steps >= 0.002  # a block lasts 2 ms or more

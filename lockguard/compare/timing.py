@@ -21,7 +21,12 @@ d_i = ln(B_i / A_i): the point estimate exp(mean d), and Student's t interval of
     inconclusive   anything else: the interval reaches past the limit without excluding 1 —
                    the noise is too high to say either way, and that is what is said
     not judged     fewer than MIN_RUNS processes a side, or steps shorter than
-                   `slower_min_step_s` (interpreter overhead and scheduler noise)
+                   `slower_min_step_s` (interpreter overhead and scheduler noise) even when
+                   timed in blocks
+
+Steps shorter than `slower_min_step_s` are timed in blocks: the timing runs run the scenario
+longer and time BLOCK_FACTOR × that many seconds' worth of steps together (time_blocks, from
+the numeric runs' step time); the figure is then the median block, per step.
 
 Pure: no I/O, no clock. The interval and the spread are shown in every report format.
 """
@@ -44,7 +49,12 @@ from lockguard.results import RunResult
 CONFIDENCE = 0.99  # of the ratio's interval: a same-lock check may not cry `slower`
 MIN_RUNS = 3  # processes a side below which no interval is drawn
 
-Measure = Literal["step median", "step mean", "run() call"]
+Measure = Literal["step block", "step median", "step mean", "run() call"]
+# Steps shorter than slower_min_step_s are timed in blocks (time_blocks): a block lasts at least
+# BLOCK_FACTOR times that, and a timing run holds BLOCKS of them.
+BLOCK_FACTOR = 2.5
+BLOCKS = 15
+MAX_BLOCK = 10_000  # steps: a step of under a microsecond is no training worth timing
 TimingVerdict = Literal["slower", "faster", "same", "inconclusive", "not judged"]
 
 
@@ -55,6 +65,7 @@ class TimingCheck(BaseModel):
 
     measure: Measure
     runs: int  # processes a side (pairs)
+    block_steps: int | None = None  # "step block": the steps timed together
     baseline_s: float | None = None  # median of the baseline processes' figures
     candidate_s: float | None = None
     ratio: float | None = None  # candidate / baseline: exp of the mean paired log-ratio
@@ -77,10 +88,26 @@ def _t(dof: int) -> float:
     return t_quantile(1 - CONFIDENCE, dof)
 
 
+def time_blocks(numeric: Sequence[RunResult], steps: int, policy: Policy) -> tuple[int, int]:
+    """(block, steps) for a scenario's timing runs, from its numeric runs' steady step: (0, its
+    own steps) when a step is long enough to time one by one (or none shows); else steps timed
+    together so that a block lasts BLOCK_FACTOR × slower_min_step_s, and steps enough for
+    BLOCKS blocks after the first step."""
+    medians = [r.timings.step_median_s for r in numeric if r.timings.step_median_s]
+    if not medians or min(medians) >= policy.slower_min_step_s:
+        return 0, steps
+    block = min(MAX_BLOCK, math.ceil(BLOCK_FACTOR * policy.slower_min_step_s / min(medians)))
+    return block, max(steps, 1 + BLOCKS * block)
+
+
 def measure_of(runs: Sequence[RunResult]) -> tuple[Measure, list[float | None]]:
-    """Which figure of each run is compared: a data pipeline's mean step (its workers deliver
-    in bursts: the median step may be one that never waited), else the median steady step,
-    else, for a user script that shows no steps, the wall time of its run() call."""
+    """Which figure of each run is compared, per step: a timing run's blocks of short steps
+    (their median, over the steps in a block), else a data pipeline's mean step (its workers
+    deliver in bursts: the median step may be one that never waited), else the median steady
+    step, else, for a user script that shows no steps, the wall time of its run() call."""
+    if all(r.timings.block_median_s is not None and r.timings.block_steps for r in runs):
+        return "step block", [r.timings.block_median_s / r.timings.block_steps  # type: ignore
+                              for r in runs]
     if all(r.timings.step_mean_s is not None for r in runs):
         return "step mean", [r.timings.step_mean_s for r in runs]
     if all(r.timings.step_median_s is not None for r in runs):
@@ -106,13 +133,15 @@ def compare_timing(baselines: Sequence[RunResult], candidates: Sequence[RunResul
     spread = max(max(a_s) / min(a_s), max(b_s) / min(b_s))
     logs = [math.log(b / a) for a, b in pairs]
     ratio = math.exp(statistics.fmean(logs))
+    block = baselines[0].timings.block_steps if measure == "step block" else None
     found = dict(measure=measure, runs=k, baseline_s=base, candidate_s=cand, ratio=ratio,
-                 spread=spread)
-    if measure != "run() call" and base < policy.slower_min_step_s:
+                 spread=spread, block_steps=block)
+    if measure != "run() call" and base * (block or 1) < policy.slower_min_step_s:
         return TimingCheck(**found, verdict="not judged",
                            reason=f"steps of {seconds(base)} are too short to time (under "
                                   f"{seconds(policy.slower_min_step_s)}: interpreter overhead "
-                                  "and scheduler noise)")
+                                  "and scheduler noise)"
+                                  + (f", even {block} at a time" if block else ""))
     if k < MIN_RUNS:
         return TimingCheck(**found, verdict="not judged",
                            reason=f"{k} timing run(s) a side; at least {MIN_RUNS} are needed "
@@ -121,7 +150,8 @@ def compare_timing(baselines: Sequence[RunResult], candidates: Sequence[RunResul
     low, high = math.exp(math.log(ratio) - half), math.exp(math.log(ratio) + half)
     check = TimingCheck(**found, low=low, high=high, verdict="same", reason="")
     limit = policy.slower_ratio
-    what = {"step median": "steady-state steps", "step mean": "steps (mean, a data pipeline's)",
+    what = {"step block": f"steady-state steps (timed {block} at a time)",
+            "step median": "steady-state steps", "step mean": "steps (mean, a data pipeline's)",
             "run() call": "run() calls"}[measure]
     took = f"{what} take ×{ratio:.2f} the baseline's ({check.interval()}"
     if ratio >= limit and low > math.sqrt(limit):

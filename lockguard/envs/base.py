@@ -63,6 +63,9 @@ class RunRequest:
     cache_scope: Path | None = None
     memory_limit: int | None = None  # bytes its processes may hold resident together
     memory_limit_source: str = "config key memory_limit"  # where the limit came from, for errors
+    # A timing run of steps too short to time one by one: also time them in blocks of this
+    # many (the harness's --time-block); 0: one by one only.
+    time_block: int = 0
 
 
 class Env(Protocol):
@@ -161,6 +164,8 @@ def harness_args(request: RunRequest, harness_dir: str, out_path: str,
         args += ["--script", script_path, "--framework", request.framework]
     if bytecode_list is not None:
         args += ["--bytecode-list", bytecode_list]
+    if request.time_block:
+        args += ["--time-block", str(request.time_block)]
     return args
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from lockguard.errors import UsageError
@@ -17,6 +18,7 @@ from lockguard.flows.report_parts import evidence, lock_info, report_for
 from lockguard.locks.diff import diff_locks, with_startup_files
 from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
+from lockguard.compare.timing import time_blocks
 from lockguard.scenarios import Scenario, harness_digest
 from lockguard.settings import Settings
 
@@ -57,15 +59,9 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
     # when a timing verdict is asked for (slower in fail_on, or --timing).
     timed = settings.timing or Verdict.slower in policy.fail_on
 
-    def timing(p: Planned) -> list[Job]:
+    def timing(p: Planned, runs: Runs) -> list[Job]:
         old = lock_for(p.scenario, baseline)
-        if old is None or not timed:
-            return []
-        pair = [Job(p, old, "baseline", timing=True, code=old_code),
-                Job(p, p.lock, "candidate", timing=True, code=new_code)]
-        # A B, B A, A B, …: neither side always runs first (a warmer page cache, a CPU's clock
-        # ramping up would otherwise favour one side in every pair).
-        return [job for i in range(settings.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
+        return timing_jobs(p, runs, old, settings, code) if old is not None and timed else []
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
         from lockguard.compare.timing import compare_timing
@@ -92,11 +88,10 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                                  digest(new_code.planned(p) if new_code else p, settings,
                                         harness, backend))
 
-    def narrow(planned: list[Planned], envs: Environments) -> list[Planned]:
-        return unreached(planned, baseline, envs) if settings.skip_unreached else planned
-
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
-                       progress=progress, backend=backend, timing=timing, narrow=narrow)
+                       progress=progress, backend=backend, timing=timing,
+                       narrow=partial(unreached, baseline=baseline)
+                       if settings.skip_unreached else None)
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
                         baseline=baseline, started=start,
                         lock_diffs=_lock_diffs(locks, baseline, outcome))
@@ -106,8 +101,22 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
     return report
 
 
-def unreached(planned: list[Planned], baseline: list[LockRef],
-              envs: Environments) -> list[Planned]:
+def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
+                code: tuple[CodeTree | None, CodeTree | None]) -> list[Job]:
+    """The timing runs of `p` (its numeric `runs` done), from `old` and its own lock:
+    timing_runs a side, one at a time. Steps too short to time one by one are timed in blocks,
+    each run made long enough for enough of them (compare/timing.py); they judge nothing else."""
+    block, steps = time_blocks([*runs.baseline, *runs.candidate], p.steps, settings.policy)
+    p = replace(p, steps=steps)
+    pair = [Job(p, old, "baseline", timing=True, code=code[0], time_block=block),
+            Job(p, p.lock, "candidate", timing=True, code=code[1], time_block=block)]
+    # A B, B A, A B, …: neither side always runs first (a warmer page cache, a CPU's clock
+    # ramping up would otherwise favour one side in every pair).
+    return [job for i in range(settings.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
+
+
+def unreached(planned: list[Planned], envs: Environments, *,
+              baseline: list[LockRef]) -> list[Planned]:
     """`planned` with each costly scenario its lock change cannot reach left out, saying why
     (Scenario.unreached), while its eager twin runs. The change is read with the startup files
     the candidate's environment installs, so the environments of those scenarios are prepared

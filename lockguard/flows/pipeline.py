@@ -94,6 +94,7 @@ class Job:
     # at a time, alone; its figures judge `slower`, its numbers nothing.
     timing: bool = False
     code: CodeTree | None = None  # where a user scenario's code comes from (None: the checkout)
+    time_block: int = 0  # a timing run's: its steps also timed this many at a time
 
 
 @dataclass
@@ -109,6 +110,15 @@ class Outcome:
     startup_files: dict[str, dict[str, tuple[tuple[str, bool], ...]]] = field(
         default_factory=dict)
     sandbox: str | None = None  # what the runs were confined to (sandbox_line); None: none ran
+
+    def file(self, ran: list[tuple[Job, Env, RunResult]], by_scenario: dict[str, Runs]) -> None:
+        """File each run's result with its scenario's runs, and the startup files of the
+        environment it ran in."""
+        for job, env, result in ran:
+            by_scenario[job.planned.scenario.id].add(job, env.label, result)
+            shipped = getattr(env, "startup_files", None)  # the venv backend's
+            if job.ref is not None and shipped:
+                self.startup_files.setdefault(job.ref.lock.lock_hash, {}).update(shipped)
 
 
 @dataclass
@@ -133,6 +143,8 @@ class Runs:
 
 
 Decide = Callable[[Planned], list[Job]]
+# The timing runs a scenario needs, given what its numeric runs showed (their step times).
+Timing = Callable[[Planned, "Runs"], list[Job]]
 Judge = Callable[[Planned, Runs], "tuple[ScenarioVerdict, Evidence | None]"]
 # What a flow leaves out once the environments are known (an A/B: what its change cannot
 # reach, flows/ab.py): the plan with skip reasons added, given the environments (prepared on
@@ -229,7 +241,7 @@ def sandbox_line(settings: Settings) -> str:
 def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef], *,
              decide: Decide, judge: Judge, progress: Progress = QUIET,
              backend: Backend | None = None, jobs: int | None = None,
-             rounds: bool = False, timing: Decide | None = None,
+             rounds: bool = False, timing: Timing | None = None,
              narrow: Narrow | None = None) -> Outcome:
     """Plan the scenarios, run what `decide` asks for, and `judge` each scenario's results.
 
@@ -259,22 +271,18 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
         wanted_jobs = [job for mine in wanted.values() for job in mine]
     ran = (execute(settings, backend, wanted_jobs, progress, workers=jobs, envs=envs)
            if wanted_jobs else [])
-    timed = [job for p in planned if not p.skip_reason and _healthy(p, ran)
-             for job in (timing(p) if timing is not None else [])]
-    if timed:
-        ran += execute(settings, backend, timed, progress, workers=1,
-                       title=f"Timing {len(timed)} run(s), one at a time, baseline and "
-                             "candidate alternating")
     from lockguard.compare.verdicts import skipped
 
     by_scenario = {sid: Runs() for sid in wanted}
     outcome = Outcome(planned=planned, verdicts=[],
                       sandbox=sandbox_line(settings) if ran else None)
-    for job, env, result in ran:
-        by_scenario[job.planned.scenario.id].add(job, env.label, result)
-        shipped = getattr(env, "startup_files", None)  # the venv backend's
-        if job.ref is not None and shipped:
-            outcome.startup_files.setdefault(job.ref.lock.lock_hash, {}).update(shipped)
+    outcome.file(ran, by_scenario)
+    timed = [job for p in planned if not p.skip_reason and _healthy(p, ran)
+             for job in (timing(p, by_scenario[p.scenario.id]) if timing is not None else [])]
+    if timed:
+        outcome.file(execute(settings, backend, timed, progress, workers=1, envs=envs,
+                             title=f"Timing {len(timed)} run(s), one at a time, baseline and "
+                                   "candidate alternating"), by_scenario)
     for p in planned:
         if p.skip_reason:
             outcome.verdicts.append(skipped(p.scenario.id, p.scenario.framework, p.skip_reason))
@@ -418,7 +426,8 @@ def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Pro
         envs.expect(wanted)
     envs.prepare_all(wanted)
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
-                 request_for(j.planned, settings, j.code)) for j in jobs]
+                 replace(request_for(j.planned, settings, j.code), time_block=j.time_block))
+                for j in jobs]
     hidden = withheld()
     if hidden:  # how many, never which or what: -v output ends up in public CI logs
         progress.detail(f"{hidden} of lockguard's {len(os.environ)} environment variables are "

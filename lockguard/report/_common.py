@@ -121,7 +121,9 @@ def timing_line(v: ScenarioVerdict) -> str | None:
     check = v.timing
     if check is None:
         return None
-    return (f"{check.measure} ×{check.ratio:.2f} ({check.interval()}, one at a time, "
+    measure = (f"step ({check.block_steps} timed together)" if check.measure == "step block"
+               else check.measure)
+    return (f"{measure} ×{check.ratio:.2f} ({check.interval()}, one at a time, "
             f"alternating; run to run ×{check.spread:.2f}): {check.verdict}"
             if check.ratio is not None and check.spread is not None
             else f"{check.verdict} ({check.reason})")

@@ -38,8 +38,11 @@ class Context:
     """One harness run: its arguments, and the result being filled in."""
 
     def __init__(self, scenario: str, framework: str, steps: int, seed: int, device: str,
-                 threads: int, script: Optional[str] = None) -> None:
+                 threads: int, script: Optional[str] = None, time_block: int = 0) -> None:
         self.scenario = scenario
+        # A timing run of steps too short to time one by one: the steady steps are also timed
+        # in blocks of this many (finish's block_median_s).
+        self.time_block = time_block
         self.framework = framework
         self.steps = steps
         self.seed = seed
@@ -127,6 +130,12 @@ class Context:
                     # A pipeline's workers deliver in bursts (with 2 workers one step in two
                     # waits): the median can be a step that never waited; the mean has them all.
                     timings["step_mean_s"] = statistics.fmean(times[1:])
+            k = self.time_block
+            if k > 1 and len(times) - 1 >= k:
+                steady = times[1:]
+                timings["block_median_s"] = statistics.median(
+                    sum(steady[i:i + k]) for i in range(0, len(steady) - k + 1, k))
+                timings["block_steps"] = k
         timings["total_s"] = time.perf_counter() - self.started
         self.end_training()
         order, per = self.result.get("sample_order"), self.result.get("batches_per_epoch")
