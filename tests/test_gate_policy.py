@@ -447,3 +447,17 @@ def test_an_export_that_moved_apart_from_its_uv_lock_is_named_stale(tmp_path):
         else:
             assert "moved, but" in rule.message and "did not" in rule.message
         assert f"`{command}`" in rule.message
+    # Moved together, in step: the uv.lock's A/B compares the export's change too.
+    (tmp_path / "both").mkdir()
+    root = project(tmp_path / "both", 'locks = ["uv.lock", "pylock.toml"]',
+                   {"uv.lock": uv_lock, "pylock.toml": pylock})
+    for moved in ("uv.lock", "pylock.toml"):
+        text = (root / moved).read_text()
+        for version in ("2.2.6", "2.4.6", "2.5.5"):
+            text = text.replace(version, version[:-1] + "9")
+        (root / moved).write_text(text)
+    gate = open_gate(load_config(start=root), "main", [], start=root)
+    report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=FakeBackend())
+    # (The fake's other numpy drifts: a verdict, no rule.)
+    assert not report.rule_failures and [v.scenario for v in report.verdicts] == ["numpy.mlp"]
+    assert any("pylock.toml moved in step with " in n for n in report.notes)

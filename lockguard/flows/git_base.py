@@ -194,7 +194,7 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     from lockguard.locks.ref import lock_for
 
     candidates, baseline, moved, paired = _sides(gate, notes)
-    stale = _stale_exports(gate, candidates, moved, paired)
+    stale, in_step = _stale_exports(gate, candidates, moved, paired)
     if stale:
         return Report(command="check", mode="ab", notes=notes, passed=False, base=base,
                       gate=policy, rule_failures=stale,
@@ -211,7 +211,11 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     # lock, or into a renamed one git did not pair, is compared all the same.
     mine = [s for s in scenarios if lock_for(s, candidates) is not None
             and hash_of(lock_for(s, candidates)) != hash_of(lock_for(s, baseline))]
-    judged = [ref for ref in moved if id(ref) in paired]  # moved locks the base's set names
+    # Moved locks the base's set names; an export that moved in step with its uv.lock is
+    # compared through it.
+    judged = [ref for ref in moved if id(ref) in paired and id(ref) not in in_step]
+    notes += [f"{display_path(ref.path)} moved in step with {display_path(source.path)}, which "
+              "it is exported from: compared through it" for ref, source in in_step.values()]
     if not mine and not judged:
         if moved:
             notes.append(f"no selected scenario runs from a lock new since {gate.ref}")
@@ -357,17 +361,18 @@ def _sides(gate: Gate, notes: list[str]) -> tuple[list[LockRef], list[LockRef], 
 
 
 def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef],
-                   paired: dict[int, LockRef]) -> list:
+                   paired: dict[int, LockRef]) -> tuple[list, dict[int, tuple[LockRef, LockRef]]]:
     """A failing rule for each lock exported from a uv.lock the gate also checks (its header
     names the `uv export` command, it lies beside the uv.lock, and at the merge base the two
     pinned alike) that moved without it, or apart from it: one of the two is stale, and a
-    check of the pair would compare one side's change with nothing."""
+    check of the pair would compare one side's change with nothing. And the exports that moved
+    in step with their uv.lock (id → (export, uv.lock)): the uv.lock's A/B compares them."""
     from lockguard.locks.parser import exported_by
     from lockguard.report import RuleFailure
 
     texts = {p.head: p.head_text or "" for p in gate.pairs if p.head is not None}
     sources = {ref.path.parent: ref for ref in candidates if ref.path.name == "uv.lock"}
-    out = []
+    out, in_step = [], {}
     for ref in candidates:
         command = exported_by(texts.get(ref.path, ""))
         source = sources.get(ref.path.parent)
@@ -382,6 +387,7 @@ def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef],
             # Both moved: the export must pin what the uv.lock pins (both read for the same
             # platform), else one of them moved apart.
             if _pins(ref) == _pins(source):
+                in_step[id(ref)] = (ref, source)
                 continue
             message = (f"does not pin what {of}, which it is exported from, pins (both "
                        f"moved, apart): run `{command}` and commit it with {of}")
@@ -394,7 +400,7 @@ def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef],
                        f"`{command}` undoes it; change {of} (uv lock --upgrade-package NAME) "
                        "and export again")
         out.append(RuleFailure(lock=shown, rule="stale export", message=message, lines=[]))
-    return out
+    return out, in_step
 
 
 def _pins(ref: LockRef) -> set[tuple[str, str]]:

@@ -51,9 +51,11 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
         proposal = _proposal(ref, mine, inputs, resolver, progress, confined)
         target = lock_target(settings.config)
         proposed = LockRef(proposal.path, read_lock(proposal.path, target), ref.device)
-        if proposed.lock.lock_hash == ref.lock.lock_hash:
+        if all(_versions(proposed, wanted[spec]) == _versions(ref, wanted[spec])
+               for spec in mine):
             # The lock already satisfies what was asked (numpy>=2 with numpy 2.2.6 pinned):
-            # nothing to build or run for it.
+            # nothing to build or run for it. A resolution that differs otherwise (every
+            # wheel's hash where the lock kept one, a header) proposes nothing asked for.
             notes.append(f"already satisfied: {display_path(ref.path)} pins "
                          + ", ".join(ref.lock.by_name[wanted[spec]][0].requirement
                                      for spec in mine)
@@ -116,3 +118,8 @@ def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: 
     return resolve.propose_lock(source, ref.path, upgrades, cache_dir(),
                                 resolver,  # type: ignore[arg-type]
                                 progress=progress.info, sandbox=sandbox)
+
+
+def _versions(ref: LockRef, name: str) -> list:
+    """The versions `ref` pins `name` at (one a marker), compared as versions."""
+    return sorted(pin.parsed_version for pin in ref.lock.by_name.get(name, ()))
