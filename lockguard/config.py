@@ -7,7 +7,6 @@ looser than its owner believes. Paths in the config are relative to the file tha
 import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -15,6 +14,7 @@ from typing import Any, Literal, Union
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator,
                       model_validator)
 
+from lockguard import toml
 from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import ReadError, lexists, read_bytes
@@ -22,11 +22,6 @@ from lockguard.names import (
     DEVICES, ENV_KINDS, FRAMEWORKS, MAX_STEPS, SANDBOX_MODES, VERDICT_NAMES,
 )
 from lockguard.sizes import SIZE_RULE, format_size, parse_size
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 Device = Literal[DEVICES]
 EnvKind = Literal[ENV_KINDS]
@@ -340,8 +335,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: invalid TOML: {exc}") from None
 
 

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lockguard"
 BOTTOM = {"lockguard.errors", "lockguard.files", "lockguard.process", "lockguard.supervisor",
           "lockguard.cache", "lockguard.names", "lockguard.progress", "lockguard.installers",
           "lockguard.allowlist", "lockguard.sizes", "lockguard.envvars", "lockguard.sandbox",
-          "lockguard.landlock", "lockguard"}
+          "lockguard.landlock", "lockguard.toml", "lockguard"}
 # What the environment layer may not know: the project (config, scenarios), the flows, the
 # report and the command line. It takes a parsed lock and a run request.
 NOT_IN_ENVS = ("lockguard.flows", "lockguard.config", "lockguard.scenarios", "lockguard.report",

@@ -12,12 +12,12 @@ with `[[package]]` tables and a top-level integer `version` a uv.lock, one with
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from packaging.markers import InvalidMarker, Marker
 
+from lockguard import toml
 from lockguard.errors import quote
 from lockguard.locks.model import LockError, LockFormat, PinFile
 from lockguard.locks.target import Target
@@ -45,8 +45,8 @@ def lock_format(text: str, name: str) -> LockFormat:
     if by_name is not None:
         return by_name
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        data = toml.loads(text)
+    except toml.TOMLDecodeError:
         return "requirements.txt"
     if "lock-version" in data and "packages" in data:
         return "pylock.toml"
@@ -70,8 +70,8 @@ class TomlLock:
         self.source = source
         self.kind = kind
         try:
-            self.data: dict[str, Any] = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+            self.data: dict[str, Any] = toml.loads(text)
+        except toml.TOMLDecodeError as exc:
             message = str(exc)
             found = re.search(r"\(at line (\d+), column \d+\)", message)
             line = int(found.group(1)) if found else None

@@ -22,7 +22,6 @@ import hashlib
 import re
 import shlex
 import sys
-import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockguard import toml
 from lockguard.files import display_path, write_text
 from lockguard.installers import require_uv, tool_reason
 from lockguard.locks.parser import parse_lock
@@ -181,8 +181,8 @@ def _relax_pyproject(text: str, wanted: dict[str, str], shown: str) -> tuple[str
     """`text` with each requirement that rules out an exact upgrade asking for it instead, and
     one note per requirement rewritten."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        data = toml.loads(text)
+    except toml.TOMLDecodeError as exc:
         raise ResolveError(f"{shown}: not valid TOML: {exc}") from None
     project = data.get("project") or {}
     lists = [project.get("dependencies") or []]

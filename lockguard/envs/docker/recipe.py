@@ -16,22 +16,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import lockguard
-from lockguard import envvars
+from lockguard import envvars, toml
 from lockguard.envs.base import EnvError
 from lockguard.locks.model import Lock
 from lockguard.names import FRAMEWORKS
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 ACCELERATORS = ("cpu", "cuda", "tpu")
 # Where the image's venv lives; the harness runs with its interpreter.
@@ -289,6 +284,6 @@ def _read(path: Path) -> str:
 
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(_read(path))
-    except tomllib.TOMLDecodeError as exc:
+        return toml.loads(_read(path))
+    except toml.TOMLDecodeError as exc:
         raise EnvError(f"{path}: invalid TOML: {exc}") from None
