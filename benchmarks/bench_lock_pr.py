@@ -53,7 +53,12 @@ def numpy_pin(version: str) -> str:
 def project(root: Path) -> None:
     """The newcomer's torch project: config, the init template as its own scenario, locks."""
     (root / "scenarios").mkdir(parents=True)
-    (root / "scenarios" / "my_model.py").write_text(scenario_template("torch", None, False))
+    # The template, its model filled in as a newcomer would: a small MLP of their own.
+    template = scenario_template("torch", None, False)
+    (root / "scenarios" / "my_model.py").write_text(template.replace(
+        '    raise NotImplementedError(f"{__file__}: build_model() must return your model")',
+        "    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(),\n"
+        "                               torch.nn.Linear(64, CLASSES))"))
     (root / "pyproject.toml").write_text(
         '[project]\nname = "newcomer"\nversion = "0.1"\n\n[tool.lockguard]\n'
         'lock = "requirements.txt"\nscenarios = ["torch", "my_model"]\n\n'
