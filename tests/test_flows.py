@@ -510,3 +510,20 @@ def test_the_poetry_command_propose_suggests_is_one_poetry_takes():
     assert poetry_command(["numpy"]) == "poetry update --lock numpy"
     assert poetry_command(["numpy==2.3.0"]) == "poetry add --lock 'numpy==2.3.0'"
     assert poetry_command(["numpy>=2", "six"]) == "poetry add --lock 'numpy>=2' 'six'"
+
+
+def test_a_multi_lock_ab_diffs_each_candidate_against_the_lock_its_scenarios_ran_from(
+        project, tmp_path):
+    """tf's candidate against tf's baseline, not jax's (both pin numpy, which once paired them):
+    the report's lock changes are those its verdicts judged."""
+    jax_old = lock(tmp_path, "jax-old.txt", "jax==0.9.2\njaxlib==0.9.2\nnumpy==2.0.2\n")
+    tf_old = lock(tmp_path, "tf-old.txt", "tensorflow-cpu==2.20.0\nnumpy==2.0.2\n")
+    jax_new = lock(tmp_path, "jax-new.txt", "jax==0.10.2\njaxlib==0.10.2\nnumpy==2.0.2\n")
+    tf_new = lock(tmp_path, "tf-new.txt", "tensorflow-cpu==2.21.0\nnumpy==2.0.2\n")
+    chosen = [s for s in bundled() if s.id in ("jax.mlp", "tf.mlp")]
+    report = check_ab(Settings.resolve(project), [jax_new, tf_new], [jax_old, tf_old], chosen,
+                      backend=FakeBackend())
+    pairs = [(Path(d.old_source).name, Path(d.new_source).name) for d in report.lock_diffs]
+    assert pairs == [("jax-old.txt", "jax-new.txt"), ("tf-old.txt", "tf-new.txt")]
+    [tf_diff] = [d for d in report.lock_diffs if d.new_source.endswith("tf-new.txt")]
+    assert [c.name for c in tf_diff.changed] == ["tensorflow-cpu"]

@@ -162,11 +162,20 @@ def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],
 
 
 def _lock_diffs(locks: list[LockRef], baseline: list[LockRef], outcome: Outcome) -> list:
-    """Each candidate lock's difference from the baseline lock it is paired with, naming the
-    .pth files (and the like) the candidate's changed pins installed."""
+    """Each candidate lock's difference from the baseline lock its scenarios ran against (a
+    framework's scenario deciding over numpy's, which every lock may pin), else from one that
+    pins a framework it pins; naming the .pth files (and the like) the candidate's changed pins
+    installed."""
+    partner: dict[int, LockRef] = {}
+    for p in sorted(outcome.planned, key=lambda p: p.scenario.framework == "numpy"):
+        old = lock_for(p.scenario, baseline)
+        if p.lock is not None and old is not None:
+            partner.setdefault(id(p.lock), old)
     diffs = []
     for new in locks:
-        old = next((b for b in baseline if b.lock.frameworks() & new.lock.frameworks()), None)
+        old = partner.get(id(new)) or next(
+            (b for shared in (new.lock.frameworks() - {"numpy"}, new.lock.frameworks())
+             for b in baseline if b.lock.frameworks() & shared), None)
         if old is not None:
             diffs.append(with_startup_files(diff_locks(old.lock, new.lock),
                                             outcome.startup_files.get(new.lock.lock_hash)))
