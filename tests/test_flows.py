@@ -527,3 +527,19 @@ def test_a_multi_lock_ab_diffs_each_candidate_against_the_lock_its_scenarios_ran
     assert pairs == [("jax-old.txt", "jax-new.txt"), ("tf-old.txt", "tf-new.txt")]
     [tf_diff] = [d for d in report.lock_diffs if d.new_source.endswith("tf-new.txt")]
     assert [c.name for c in tf_diff.changed] == ["tensorflow-cpu"]
+
+
+def test_a_cpu_gate_on_torchs_cuda_build_says_what_it_costs_once(project, tmp_path):
+    cuda = "torch==2.14.1\nnvidia-cublas==13.1.1.3\nnvidia-nccl-cu13==2.30.7\nnumpy==2.0.2\n"
+    old = lock(tmp_path, "old.txt", cuda.replace("2.14.1", "2.14.0"))
+    new = lock(tmp_path, "new.txt", cuda)
+    torch_mlp = [s for s in bundled() if s.id == "torch.mlp"]
+    report = check_ab(Settings.resolve(project), [new], [old], torch_mlp, backend=FakeBackend())
+    said = [n.removeprefix(f"{tmp_path}/") for n in report.notes if "CUDA build" in n]
+    assert said == ["new.txt pins torch's CUDA build (2 CUDA wheels, gigabytes an environment in "
+                    "the cache) for a cpu gate: lock the CPU build (`uv pip compile "
+                    "--torch-backend cpu`, or `--extra-index-url "
+                    "https://download.pytorch.org/whl/cpu` in its requirements input)"]
+    cpu = lock(tmp_path, "cpu.txt", "torch==2.14.1\nnumpy==2.0.2\n")
+    report = check_ab(Settings.resolve(project), [cpu], [old], torch_mlp, backend=FakeBackend())
+    assert not [n for n in report.notes if "CUDA build" in n]

@@ -50,6 +50,24 @@ def trust_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
                               allow_insecure_index=settings.allow_insecure_index)]
 
 
+def cuda_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
+    """For a cpu gate, a line per lock that pins torch's CUDA build (what PyPI serves by
+    default): what it costs and how to lock the CPU build instead (docs/ci.md)."""
+    from lockguard.locks.families import package_families
+
+    if settings.report_device != "cpu":
+        return []
+    out = []
+    for name, lock in {ref.name: ref.lock for ref in locks}.items():
+        cuda = [p for p in lock.pins if "cuda" in package_families(p.name)]
+        if cuda and lock.pin("torch") is not None:
+            out.append(f"{name} pins torch's CUDA build ({len(cuda)} CUDA wheels, gigabytes "
+                       "an environment in the cache) for a cpu gate: lock the CPU build "
+                       "(`uv pip compile --torch-backend cpu`, or `--extra-index-url "
+                       "https://download.pytorch.org/whl/cpu` in its requirements input)")
+    return out
+
+
 def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
                locks: Sequence[LockRef], started: float, baseline: Sequence[LockRef] = (),
                done: str = "compared", notes: Sequence[str] = (),
@@ -85,7 +103,7 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
                  + [lock_info(r, "candidate") for r in locks],
                  verdicts=verdicts, evidence=outcome.evidence, sandbox=outcome.sandbox,
                  notes=([idle] if idle else []) + list(notes)
-                 + trust_notes(settings, [*baseline, *locks]),
+                 + trust_notes(settings, [*baseline, *locks]) + cuda_notes(settings, locks),
                  passed=passed, failing=[v.scenario for v in failing],
                  duration_s=time.perf_counter() - started, **fields)
 
