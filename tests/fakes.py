@@ -63,6 +63,7 @@ class FakeEnv:
     backend: "FakeBackend"
     # distribution -> ((file, runs code), ...), as a venv's (envs/venv.startup_files)
     startup_files: dict = field(default_factory=dict)
+    path: Path | None = None  # a venv-like folder whose dist-info holds `requires`, if given
 
     def run(self, request, out_dir: Path) -> RunResult:
         with self.backend.running(request.scenario_id):
@@ -150,6 +151,10 @@ class FakeBackend:
     # The startup files a distribution installs wherever a lock pins it (a .pth, as a venv
     # would list it): distribution -> ((file, runs code), ...).
     startup: dict[str, tuple[tuple[str, bool], ...]] = field(default_factory=dict)
+    # The Requires-Dist of (name, version), written as a venv's dist-info METADATA below
+    # `site_root` for every pin of a lock prepared (what bisection's consistency check reads).
+    requires: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    site_root: Path | None = None
     together: set[frozenset[str]] = field(default_factory=set)  # scenarios seen running at once
     _active: list[str] = field(default_factory=list)
     _building: int = 0
@@ -198,9 +203,23 @@ class FakeBackend:
                 self._building -= 1
         self.prepared.append(lock.lock_hash)
         return FakeEnv(label=f"fake {lock.lock_hash[:8]}", lock_hash=lock.lock_hash,
-                       lock=lock, backend=self,
+                       lock=lock, backend=self, path=self._installed(lock),
                        startup_files={name: files for name, files in self.startup.items()
                                       if lock.pin(name) is not None})
+
+    def _installed(self, lock: Lock) -> Path | None:
+        """A venv-like folder with a dist-info of every pin, when `requires` is given."""
+        if not self.requires or self.site_root is None:
+            return None
+        venv = self.site_root / lock.lock_hash[:16]
+        site = venv / "lib" / "python3.11" / "site-packages"
+        for pin in lock.pins:
+            info = site / f"{pin.name.replace('-', '_')}-{pin.version}.dist-info"
+            info.mkdir(parents=True, exist_ok=True)
+            lines = [f"Requires-Dist: {r}" for r in self.requires.get((pin.name, pin.version), ())]
+            (info / "METADATA").write_text("\n".join(["Metadata-Version: 2.1", f"Name: {pin.name}",
+                                                      f"Version: {pin.version}", *lines]) + "\n\n")
+        return venv
 
     @contextmanager
     def running(self, scenario: str) -> Iterator[None]:

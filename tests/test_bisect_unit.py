@@ -127,9 +127,10 @@ def test_cuda_wheels_alone_are_one_unit_and_ml_dtypes_joins_jax_and_tensorflow()
           "keras==3.4.0\nsix==1.16.0\n"
     diff = diff_locks(parse_lock_text(old, "o"), parse_lock_text(new, "n"))
     units = {u.label: sorted(c.name for c in u.changes) for u in change_units(diff)}
-    # jax moved, so the CUDA wheels go with it; ml-dtypes ties jax to tensorflow. Keras 3 is
-    # released on its own (tensorflow asks for keras>=3): a unit of its own, named as Keras.
-    assert units == {"jax family + tensorflow family": [
+    # jax moved, so the CUDA wheels go with it; ml-dtypes ties jax to tensorflow, whose own
+    # packages did not move: the unit is named for jax. Keras 3 is released on its own
+    # (tensorflow asks for keras>=3): a unit of its own, named as Keras.
+    assert units == {"jax family": [
         "jax", "ml-dtypes", "nvidia-cudnn-cu12", "nvidia-nccl-cu12"], "keras": ["keras"]}
     only_cuda = diff_locks(parse_lock_text(old, "o"), parse_lock_text(
         old.replace("9.1.0.70", "9.1.1.17").replace("2.20.5", "2.21.5"), "n"))
@@ -272,3 +273,73 @@ def test_bisect_with_nothing_failing_says_there_is_nothing_to_bisect(tmp_path):
     report = check_ab(settings, [refs["new"]], [refs["old"]], NUMPY, backend=FakeBackend())
     assert report.passed and report.bisection == []
     assert "nothing to bisect: no verdict fails the gate" in report.notes
+
+
+# ------------------------------------------------ coupled culprits (issue 42), on the fake backend
+
+JAX_OLD = "jax==0.4.35\njaxlib==0.4.35\nml-dtypes==0.5.4\nnumpy==1.26.4\n"
+JAX_NEW = "jax==0.5.0\njaxlib==0.5.0\nml-dtypes==0.7.0\nnumpy==2.0.2\n"
+# Their own Requires-Dist (as PyPI's wheels declare them, trimmed to the packages pinned).
+JAX_REQUIRES = {
+    ("jax", "0.4.35"): ("jaxlib<=0.4.35,>=0.4.34", "ml_dtypes>=0.4.0", "numpy>=1.24"),
+    ("jax", "0.5.0"): ("jaxlib<=0.5.0,>=0.5.0", "ml_dtypes>=0.4.0", "numpy>=1.25"),
+    ("jaxlib", "0.4.35"): ("ml-dtypes>=0.2.0", "numpy>=1.24"),
+    ("jaxlib", "0.5.0"): ("ml-dtypes>=0.2.0", "numpy>=1.25"),
+    ("ml-dtypes", "0.5.4"): ("numpy>=1.21",),
+    ("ml-dtypes", "0.7.0"): ("numpy>=2.0.0",),
+}
+
+
+def coupled(tmp_path, old_text: str, new_text: str, scenario_ids: list[str],
+            requires: dict) -> list:
+    for name, text in (("old", old_text), ("new", new_text)):
+        (tmp_path / f"{name}.txt").write_text(text)
+    refs = {n: LockRef(tmp_path / f"{n}.txt", read_lock(tmp_path / f"{n}.txt"))
+            for n in ("old", "new")}
+    config = Config(root=tmp_path, golden_dir="golden", steps=6)
+    chosen = [s for s in bundled() if s.id in scenario_ids]
+    fake = FakeBackend(requires=requires, site_root=tmp_path / "sites")
+    report = check_ab(Settings.resolve(config, Options(bisect=True)), [refs["new"]],
+                      [refs["old"]], chosen, backend=fake)
+    return report.bisection
+
+
+def test_a_family_unit_is_split_to_repair_its_mix_and_each_culprit_is_isolated(tmp_path):
+    """jax 0.5.0 with jaxlib and ml-dtypes moved beside numpy 2: the jax family's mix pins
+    ml-dtypes 0.7.0, which requires numpy 2, so it is repaired (ml-dtypes kept at 0.5.4, which
+    jax 0.5.0 accepts) rather than skipped: the RNG scenario's culprit is the jax family alone,
+    numpy never named; the numpy scenario's is numpy; each isolated."""
+    found = {b.scenario: b for b in coupled(tmp_path, JAX_OLD, JAX_NEW, ["jax.rng", "numpy.mlp"],
+                                            JAX_REQUIRES)}
+    rng = found["jax.rng"]
+    assert rng.culprit_units == ["jax family"] and rng.found, rng
+    assert not any("numpy" in c for c in rng.culprit)
+    assert rng.confidence == "isolated"
+    repaired = [t for t in rng.trials if t.kept]
+    assert [t.units for t in repaired] == [["jax family"]]
+    assert repaired[0].status == "reproduces"
+    assert repaired[0].kept == ["ml-dtypes kept at 0.5.4 (ml-dtypes==0.7.0 requires "
+                                "numpy>=2.0.0; the mix pins numpy==1.26.4)"]
+    assert repaired[0].changes == ["jax 0.4.35 → 0.5.0", "jaxlib 0.4.35 → 0.5.0"]
+    assert rng.sentence() == ("drift in jax.rng caused by jax 0.4.35 → 0.5.0 + jaxlib 0.4.35 → "
+                              "0.5.0 + ml-dtypes 0.5.4 → 0.7.0 (the 1 other change reproduces "
+                              "the baseline)")
+    assert rng.builds <= rng.bound
+    numpy = found["numpy.mlp"]
+    assert numpy.culprit == ["numpy 1.26.4 → 2.0.2"] and numpy.confidence == "isolated"
+
+
+def test_a_unit_that_cannot_run_apart_is_implicated_with_its_constraint(tmp_path):
+    """scipy 1.10 requires numpy < 2: numpy 2 cannot be mixed in without scipy 1.14, which the
+    family rule does not tie to it. numpy is implicated, naming the constraint; scipy, whose
+    mix alone is the baseline, is not named."""
+    requires = {("scipy", "1.10.0"): ("numpy<2,>=1.19.5",), ("scipy", "1.14.0"): ("numpy>=1.23.5",)}
+    [b] = coupled(tmp_path, "numpy==1.26.4\nscipy==1.10.0\n", "numpy==2.0.2\nscipy==1.14.0\n",
+                  ["numpy.mlp"], requires)
+    assert b.culprit == ["numpy 1.26.4 → 2.0.2"] and not b.found
+    assert b.confidence == "implicated"
+    assert b.sureness == ("it cannot be run apart from the other changes: scipy==1.10.0 requires "
+                          "numpy<2,>=1.19.5; the mix pins numpy==2.0.2")
+    assert any(n.startswith("scipy: its mix alone reproduces the baseline") for n in b.notes)
+    assert "(implicated: it cannot be run apart" in b.sentence()
+    assert "kept at" not in json.dumps([t.model_dump() for t in b.trials])

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from lockguard.files import display_path
+from lockguard.report._common import change_short
 from lockguard.errors import LockguardError, one_line
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
 from lockguard.locks.diff import Change, LockDiff, diff_locks
@@ -72,8 +73,6 @@ class Unit:
     def texts(self) -> list[str]:
         """Its changes in a few words each ('numpy 1.26.4 → 2.0.2'), as trials and culprits
         list them."""
-        from lockguard.report._common import change_short
-
         return [change_short(c) for c in self.changes]
 
 
@@ -118,6 +117,10 @@ def change_units(diff: LockDiff) -> list[Unit]:
     for root, members in groups.items():
         families = sorted({f.removeprefix("family:") for f in parent if find(f) == root
                            and f.startswith("family:")})
+        # Named for the families a change of its own moved: ml-dtypes alone (jax's and
+        # tensorflow's) makes the jax family's unit no "jax + tensorflow family".
+        own = [f for f in families if any(c.families == (f,) for c in members)]
+        families = own or families
         label = (" + ".join(f"{f} family" if f != "cuda" else "CUDA wheels" for f in families)
                  if families else members[0].display_name)
         units.append(Unit(label=label, changes=tuple(members)))
@@ -126,11 +129,14 @@ def change_units(diff: LockDiff) -> list[Unit]:
 
 # ------------------------------------------------------------------------------------ mixes
 
-def mix_text(old: LockRef, new: LockRef, units: Iterable[Unit]) -> tuple[InstallForm, str]:
-    """The baseline lock with `units` taken from the candidate (locks.mix.mix_locks), written
-    in the locks' install form (locks.writer): (form, text)."""
+def mix_text(old: LockRef, new: LockRef, units: Iterable[Unit],
+             changes: Sequence[Change] | None = None) -> tuple[InstallForm, str]:
+    """The baseline lock with `units` taken from the candidate (locks.mix.mix_locks), or only
+    `changes` of theirs (a repaired mix), written in the locks' install form (locks.writer):
+    (form, text)."""
     chosen = list(units)
-    mix = mix_locks(old.lock, new.lock, [c for unit in chosen for c in unit.changes])
+    mix = mix_locks(old.lock, new.lock, [c for unit in chosen for c in unit.changes]
+                    if changes is None else changes)
     labels = ", ".join(u.label for u in chosen) or "nothing"
     return write_lock(mix, header=f"lockguard bisect: {old.name} with {labels} from {new.name}")
 
@@ -178,11 +184,21 @@ def env_requires(env: Env) -> tuple[Requires, str | None] | None:
     return found, python_version(site)
 
 
-def inconsistency(mix: Lock, requires: Requires, python: str | None,
-                  known: set[str]) -> str | None:
-    """Why the mix cannot be installed as pinned: a pin whose dependency the mix pins at a
+@dataclass(frozen=True)
+class Violation:
+    """A pin of a mix whose requirement the mix's pin of the dependency does not meet."""
+
+    pin: str  # the requiring pin's canonical name
+    dep: str  # the dependency's canonical name
+    requirement: str  # as its metadata writes it: "numpy>=2.0.0"
+    message: str
+
+
+def violations(mix: Lock, requires: Requires, python: str | None,
+               known: set[str]) -> Iterable[Violation]:
+    """Each way the mix cannot be installed as pinned: a pin whose dependency the mix pins at a
     version outside its requirement, or no longer pins at all (`known`: the names either lock
-    pins; a dependency neither lock pins is outside this check). None when consistent."""
+    pins; a dependency neither lock pins is outside this check)."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
     from packaging.version import Version
@@ -200,11 +216,70 @@ def inconsistency(mix: Lock, requires: Requires, python: str | None,
             have = pinned.get(dep)
             if have is None:
                 if dep in known:
-                    return f"{pin.requirement} requires {req}, which the mix does not pin"
+                    yield Violation(pin.name, dep, str(req), f"{pin.requirement} requires "
+                                    f"{req}, which the mix does not pin")
                 continue
             if not req.specifier.contains(Version(have.version), prereleases=True):
-                return f"{pin.requirement} requires {req}; the mix pins {have.requirement}"
-    return None
+                yield Violation(pin.name, dep, str(req), f"{pin.requirement} requires {req}; "
+                                f"the mix pins {have.requirement}")
+
+
+def inconsistency(mix: Lock, requires: Requires, python: str | None,
+                  known: set[str]) -> str | None:
+    """Why the mix cannot be installed as pinned (the first of its violations); None when
+    consistent."""
+    return next((v.message for v in violations(mix, requires, python, known)), None)
+
+
+def repair(old: Lock, new: Lock, units: Sequence[Unit], requires: Requires,
+           python: str | None, known: set[str]) -> tuple[list[Change], list[str]] | str:
+    """The nearest consistent mix to the baseline with `units` from the candidate, within the
+    two locks' own versions: (its changes, what was kept back and why); else why none is.
+
+    A mix is repaired only by keeping some of the units' packages at the baseline's version
+    (a family unit split into its members: ml-dtypes kept at 0.5.4 beside jax 0.5.0 when 0.7.0
+    requires numpy 2), never by taking a change from outside `units`, which would make the
+    mix test more than it is asked to. Kept back, first, the package whose requirement fails,
+    else the dependency it requires (when its baseline version meets that); never a unit's
+    last change, nor a framework's own package (torch, jax, tensorflow…)."""
+    from lockguard.locks.model import FRAMEWORK_DISTS
+
+    leads = {d for dists in FRAMEWORK_DISTS.values() for d in dists}
+    chosen = {(c.name, c.marker): c for u in units for c in u.changes}
+    unit_of = {(c.name, c.marker): u for u in units for c in u.changes}
+    kept: list[str] = []
+    for _ in range(len(chosen) + 1):
+        mix = mix_locks(old, new, chosen.values())
+        found = next(iter(violations(mix, requires, python, known)), None)
+        if found is None:
+            return list(chosen.values()), kept
+        left = {u.label: sum(unit_of[k] is u for k in chosen) for u in units}
+
+        def keepable(name: str) -> tuple[str, str | None] | None:
+            key = next((k for k in chosen if k[0] == name), None)
+            if key is None or name in leads or left[unit_of[key].label] <= 1:
+                return None
+            return key
+
+        key = keepable(found.pin) or _meets_when_kept(keepable(found.dep), chosen, found)
+        if key is None:
+            return found.message
+        change = chosen.pop(key)
+        kept.append(f"{change.display_name} kept at {change.old_version} ({found.message})")
+    return "no consistent mix found"
+
+
+def _meets_when_kept(key: tuple[str, str | None] | None, chosen: dict, found: Violation
+                     ) -> tuple[str, str | None] | None:
+    """`key` when the dependency's baseline version meets the requirement that failed."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    if key is None or chosen[key].old_version is None:
+        return None
+    ok = Requirement(found.requirement).specifier.contains(Version(chosen[key].old_version),
+                                                            prereleases=True)
+    return key if ok else None
 
 
 # ------------------------------------------------------------------------- the search
@@ -337,8 +412,56 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
         culprit, strategy = frozenset({0}), "one unit"
     else:
         culprit, strategy = bisect_search(n, mixes)
+    culprit = _named(result, units, culprit, mixes.asked)
     _conclude(result, units, culprit, strategy)
+    _sureness(result, units, culprit, mixes)
     return result
+
+
+def _named(result: Bisection, units: list[Unit], culprit: frozenset[int],
+           asked: dict[frozenset[int], Outcome]) -> frozenset[int]:
+    """`culprit` without the units a mix shows change nothing: one whose mix alone reproduces
+    the baseline while the rest of the set could not be run without it (ddmin keeps it, since
+    it cannot tell), said in a note."""
+    for i in sorted(culprit) if len(culprit) > 1 else []:
+        rest = culprit - {i}
+        if asked.get(frozenset({i})) == "pass" and asked.get(rest) == "unresolved":
+            culprit = rest
+            result.notes.append(f"{units[i].label}: its mix alone reproduces the baseline, and "
+                                "the rest could not be run without it: not named")
+    return culprit
+
+
+def _sureness(result: Bisection, units: list[Unit], culprit: frozenset[int],
+              mixes: _Mixes) -> None:
+    """How sure the answer is (result.confidence, and why): isolated when the culprit set
+    alone reproduces the failure and the mix of every other change (asked here when the search
+    did not) reproduces the baseline; implicated when it cannot be separated from the others
+    (which constraint), or the others reproduce the failure too; suspected when no mix of it
+    could be run."""
+    full = frozenset(range(len(units)))
+    known: dict[frozenset[int], Outcome] = {frozenset(): "pass", full: "fail", **mixes.asked}
+    reasons = [t.reason.removeprefix("inconsistent: ") for t in result.trials
+               if t.status == "inconsistent" and t.reason
+               and set(t.units) & set(result.culprit_units)]
+    if known.get(culprit) != "fail":
+        result.found = False
+        result.confidence = "implicated" if reasons else "suspected"
+        result.sureness = (f"it cannot be run apart from the other changes: {reasons[0]}"
+                           if reasons else "no mix of these alone could be run")
+        return
+    rest = full - culprit
+    without = known[rest] if rest in known else mixes(rest)
+    result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
+    if without == "pass":
+        result.confidence = "isolated"
+        result.sureness = ("with these alone the failure reproduces; with every other change "
+                           "and not these, the baseline")
+        return
+    result.confidence = "implicated"
+    result.sureness = ("the other changes reproduce the failure too: another culprit among them"
+                       if without == "fail" else "a mix without them could not be run"
+                       + (f": {reasons[0]}" if reasons else ""))
 
 
 def _installed_requires(backend: Backend, refs: Sequence[LockRef], framework: str, device: str,
@@ -377,6 +500,7 @@ class _Mixes:
     progress: Progress
     known: set[str] = field(init=False)  # the names either lock pins
     together: bool = field(init=False)
+    asked: dict[frozenset[int], Outcome] = field(default_factory=dict)  # each mix once
 
     def __post_init__(self) -> None:
         from lockguard.names import Verdict
@@ -386,6 +510,11 @@ class _Mixes:
         self.together = self.failing.verdict in (Verdict.slower, Verdict.heavier)
 
     def __call__(self, subset: frozenset[int]) -> Outcome:
+        if subset not in self.asked:
+            self.asked[subset] = self._ask(subset)
+        return self.asked[subset]
+
+    def _ask(self, subset: frozenset[int]) -> Outcome:
         from lockguard.report import MixTrial
 
         chosen = [self.units[i] for i in sorted(subset)]
@@ -399,10 +528,19 @@ class _Mixes:
         why = (inconsistency(mix, self.requires, self.python, self.known)
                if self.requires else None)
         if why is not None:
-            trial.reason = f"inconsistent: {why}"
-            self.progress.info(f"  bisect {self.scenario.id}: skipped mix {' + '.join(names)} "
-                               f"({trial.reason})")
-            return "unresolved"
+            # The nearest consistent mix within the two locks, a family split if need be.
+            repaired = repair(self.old.lock, self.new.lock, chosen, self.requires, self.python,
+                              self.known)
+            if isinstance(repaired, str):
+                trial.reason = f"inconsistent: {repaired}"
+                self.progress.info(f"  bisect {self.scenario.id}: skipped mix "
+                                   f"{' + '.join(names)} ({trial.reason})")
+                return "unresolved"
+            taken, trial.kept = repaired
+            path = write_mix(*mix_text(self.old, self.new, chosen, taken))
+            mix = parse_lock(path)
+            trial.lock, trial.lock_hash = display_path(path), mix.lock_hash
+            trial.changes = [change_short(c) for c in taken]
         # Named for people by what it takes from the candidate: "baseline + jinja2 3.1.5".
         ref = LockRef(path, mix, device=self.new.device,
                       label=f"mix: baseline + {', '.join(changes) or 'nothing'}")

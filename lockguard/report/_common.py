@@ -271,6 +271,7 @@ def trial_line(trial: MixTrial) -> str:
     detail = "; ".join(x for x in [trial.verdict or "", ", ".join(cost)] if x)
     if trial.status in ("inconsistent", "broken") and trial.reason:
         detail = "; ".join(x for x in [detail, trial.reason] if x)
+    detail = "; ".join(x for x in [detail, *trial.kept] if x)
     return f"+ {what}: {trial.status}" + (f" ({detail})" if detail else "")
 
 

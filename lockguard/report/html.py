@@ -274,7 +274,8 @@ def _bisection(found: Bisection | None) -> list[str]:
     rows = [[e(", ".join(t.changes) or "nothing"), e(t.status), e(t.verdict or "—"),
              e(f"{t.build_s:.1f} s" if t.build_s is not None else "—"),
              e(f"{t.run_s:.1f} s" if t.run_s is not None else "—"),
-             e(t.reason if t.status in ("inconsistent", "broken") and t.reason else "")]
+             e("; ".join(([t.reason] if t.status in ("inconsistent", "broken") and t.reason
+                          else []) + t.kept))]
             for t in found.trials]
     return ([f"<h3>Bisection</h3><p><strong>{e(found.sentence())}</strong></p>",
              f'<p class="meta">{e(found.cost())}</p>']

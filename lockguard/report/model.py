@@ -250,6 +250,10 @@ class MixTrial(BaseModel):
     # inconsistent: the pins' dependency metadata disagree (not built); broken: the build or the
     # run failed; differs: another failing verdict. The last three are ddmin's "unresolved".
     status: Literal["reproduces", "baseline", "inconsistent", "broken", "differs"]
+    # A repaired mix: the units' packages kept at the baseline's version so that the mix's
+    # pins agree ("ml-dtypes kept at 0.5.4 (ml-dtypes==0.7.0 requires numpy>=2.0.0; ...)");
+    # `changes` then lists what it did take.
+    kept: list[str] = Field(default_factory=list)
     verdict: str | None = None
     reason: str | None = None
     build_s: float | None = None
@@ -273,6 +277,11 @@ class Bisection(BaseModel):
     culprit_lines: list[int] = Field(default_factory=list)  # their lines in the candidate lock
     others: int = 0  # package changes outside the culprit set
     found: bool = False  # the culprit set itself was run and reproduced the verdict
+    # isolated: it alone reproduces the failure, every other change without it the baseline;
+    # implicated: it cannot be told apart from other changes (`sureness` says which and why);
+    # suspected: no mix of it could be run. None: not bisected (reports before they existed).
+    confidence: Literal["isolated", "implicated", "suspected"] | None = None
+    sureness: str | None = None
     strategy: str | None = None  # "binary search", "ddmin", "one unit"
     trials: list[MixTrial] = Field(default_factory=list)
     builds: int = 0  # mix environments prepared (baseline and candidate are the check's)
@@ -285,6 +294,8 @@ class Bisection(BaseModel):
         if not self.culprit:
             return f"{self.verdict} in {self.scenario}: no culprit found"
         head = f"{self.verdict} in {self.scenario} caused by {' + '.join(self.culprit)}"
+        if self.confidence == "implicated":
+            return head + f" (implicated: {self.sureness})"
         if not self.found:
             return head + " (not confirmed: no mix of these alone could be run)"
         if self.others:
