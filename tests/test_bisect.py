@@ -147,6 +147,9 @@ def test_two_packages_needed_together_are_found_as_the_pair(tmp_path):
     assert report["verdicts"][0]["verdict"] == "drift"
     assert sorted(b["culprit"]) == ["lg-pair-a 1.0 → 2.0", "lg-pair-b 1.0 → 2.0"]
     assert b["found"] and b["others"] == 4 and b["strategy"] == "ddmin"
+    # Found as the pair, and said to be inseparable, with the constraint that ties them.
+    assert b["confidence"] == "implicated"
+    assert "lg-pair-b==2.0 requires lg-pair-a>=2.0" in b["sureness"]
     statuses = {tuple(t["units"]): t["status"] for t in b["trials"]}
     assert statuses.get(("lg-pair-a",)) == "baseline"
     inconsistent = [t for t in b["trials"] if t["status"] == "inconsistent"]

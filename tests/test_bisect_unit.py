@@ -330,16 +330,15 @@ def test_a_family_unit_is_split_to_repair_its_mix_and_each_culprit_is_isolated(t
 
 
 def test_a_unit_that_cannot_run_apart_is_implicated_with_its_constraint(tmp_path):
-    """scipy 1.10 requires numpy < 2: numpy 2 cannot be mixed in without scipy 1.14, which the
-    family rule does not tie to it. numpy is implicated, naming the constraint; scipy, whose
-    mix alone is the baseline, is not named."""
+    """scipy 1.10 requires numpy < 2: numpy 2 cannot be mixed in without scipy 1.14, and
+    numpy is a unit of its own (no package of it to keep back). The two are named together as
+    implicated, with the constraint that ties them; never as an isolated culprit."""
     requires = {("scipy", "1.10.0"): ("numpy<2,>=1.19.5",), ("scipy", "1.14.0"): ("numpy>=1.23.5",)}
     [b] = coupled(tmp_path, "numpy==1.26.4\nscipy==1.10.0\n", "numpy==2.0.2\nscipy==1.14.0\n",
                   ["numpy.mlp"], requires)
-    assert b.culprit == ["numpy 1.26.4 → 2.0.2"] and not b.found
+    assert b.culprit == ["numpy 1.26.4 → 2.0.2", "scipy 1.10.0 → 1.14.0"]
     assert b.confidence == "implicated"
-    assert b.sureness == ("it cannot be run apart from the other changes: scipy==1.10.0 requires "
-                          "numpy<2,>=1.19.5; the mix pins numpy==2.0.2")
-    assert any(n.startswith("scipy: its mix alone reproduces the baseline") for n in b.notes)
-    assert "(implicated: it cannot be run apart" in b.sentence()
-    assert "kept at" not in json.dumps([t.model_dump() for t in b.trials])
+    assert b.sureness == ("they cannot be run apart: scipy==1.10.0 requires numpy<2,>=1.19.5; "
+                          "the mix pins numpy==2.0.2")
+    assert "(implicated: they cannot be run apart" in b.sentence()
+    assert not any(t.kept for t in b.trials)

@@ -412,24 +412,9 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
         culprit, strategy = frozenset({0}), "one unit"
     else:
         culprit, strategy = bisect_search(n, mixes)
-    culprit = _named(result, units, culprit, mixes.asked)
     _conclude(result, units, culprit, strategy)
     _sureness(result, units, culprit, mixes)
     return result
-
-
-def _named(result: Bisection, units: list[Unit], culprit: frozenset[int],
-           asked: dict[frozenset[int], Outcome]) -> frozenset[int]:
-    """`culprit` without the units a mix shows change nothing: one whose mix alone reproduces
-    the baseline while the rest of the set could not be run without it (ddmin keeps it, since
-    it cannot tell), said in a note."""
-    for i in sorted(culprit) if len(culprit) > 1 else []:
-        rest = culprit - {i}
-        if asked.get(frozenset({i})) == "pass" and asked.get(rest) == "unresolved":
-            culprit = rest
-            result.notes.append(f"{units[i].label}: its mix alone reproduces the baseline, and "
-                                "the rest could not be run without it: not named")
-    return culprit
 
 
 def _sureness(result: Bisection, units: list[Unit], culprit: frozenset[int],
@@ -437,8 +422,8 @@ def _sureness(result: Bisection, units: list[Unit], culprit: frozenset[int],
     """How sure the answer is (result.confidence, and why): isolated when the culprit set
     alone reproduces the failure and the mix of every other change (asked here when the search
     did not) reproduces the baseline; implicated when it cannot be separated from the others
-    (which constraint), or the others reproduce the failure too; suspected when no mix of it
-    could be run."""
+    or its units from one another (which constraint), or the others reproduce the failure too;
+    suspected when no mix of it could be run."""
     full = frozenset(range(len(units)))
     known: dict[frozenset[int], Outcome] = {frozenset(): "pass", full: "fail", **mixes.asked}
     reasons = [t.reason.removeprefix("inconsistent: ") for t in result.trials
@@ -453,6 +438,10 @@ def _sureness(result: Bisection, units: list[Unit], culprit: frozenset[int],
     rest = full - culprit
     without = known[rest] if rest in known else mixes(rest)
     result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
+    if len(culprit) > 1 and reasons:
+        result.confidence = "implicated"
+        result.sureness = f"they cannot be run apart: {reasons[0]}"
+        return
     if without == "pass":
         result.confidence = "isolated"
         result.sureness = ("with these alone the failure reproduces; with every other change "
