@@ -1,6 +1,6 @@
 """How many environment builds culprit bisection needs, and what a real one costs.
 
-    python benchmarks/bench_bisect.py [--only search,real,compile] [--harmless 5]
+    python benchmarks/bench_bisect.py [--only search,real,coupled,compile] [--harmless 5]
 
   search  the search alone on counted oracles (each distinct mix asked is one build): a single
           culprit among n units for every position, n = 2 … 64, against the target
@@ -8,6 +8,9 @@
   real    `lockguard bisect` of the numpy NEP 50 drift among --harmless local-wheel bumps
           (tests/test_bisect.py's setup), cold (mix venvs built) and warm (cached): builds, wall
           time, and each mix's build and run seconds.
+  coupled `lockguard bisect` of jax 0.4.35 → 0.5.0 with numpy 1.26.4 → 2.0.2 (ml-dtypes along,
+          tests/test_bisect.py's coupled case): per scenario, the culprit, how sure, the
+          builds against the bound, the mixes repaired.
   compile `lockguard bisect` of a torch.compile graph break (tests/test_bisect.py's torch
           setup) with the compilers' cache of the torch lock emptied first: the A/B's two runs
           compile cold, each mix's run after them compiles warm from the cache that venvs of the
@@ -91,6 +94,34 @@ def real(harmless_n: int) -> dict:
     return out
 
 
+def coupled() -> dict:
+    from conftest import DATA, make_project, run_cli
+    from test_bisect import EMA_SCRIPT
+
+    root = Path(tempfile.gettempdir()) / "lockguard-bench-bisect-coupled"
+    shutil.rmtree(root, ignore_errors=True)
+    project = make_project(root, """
+        lock = "new.txt"
+        scenarios = ["jax.rng", "loss_ema"]
+        [scenario.loss_ema]
+        script = "loss_ema.py"
+        framework = "numpy"
+        tolerance = "exact"
+        """, files={"loss_ema.py": EMA_SCRIPT},
+        locks={"old.txt": DATA / "jax-0.4.35-numpy-1.26.4.txt",
+               "new.txt": DATA / "jax-0.5.0-numpy-2.0.2.txt"})
+    started = time.perf_counter()
+    proc = run_cli("bisect", "--baseline-lock", "old.txt", "--format", "json", cwd=project)
+    wall = time.perf_counter() - started
+    assert proc.returncode == 1, proc.stderr
+    return {"wall_s": round(wall, 1), "scenarios": {
+        b["scenario"]: {"culprit": b["culprit"], "confidence": b["confidence"],
+                        "builds": b["builds"], "bound": b["bound"], "units": len(b["units"]),
+                        "repaired": [t["kept"] for t in b["trials"] if t["kept"]],
+                        "skipped": sum(t["status"] == "inconsistent" for t in b["trials"])}
+        for b in json.loads(proc.stdout)["bisection"]}}
+
+
 def compile_mixes() -> dict:
     from conftest import run_cli, sides
     from test_bisect import graph_break_project
@@ -121,7 +152,7 @@ def compile_mixes() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="search,real,compile")
+    parser.add_argument("--only", default="search,real,coupled,compile")
     parser.add_argument("--harmless", type=int, default=5)
     args = parser.parse_args()
     # A mode measured now replaces its own figures only.
@@ -144,6 +175,13 @@ def main() -> None:
             for mix in row["mixes"]:
                 print(f"    {', '.join(mix['changes'])}: {mix['status']} "
                       f"(build {mix['build_s']} s, run {mix['run_s']} s)")
+    if "coupled" in args.only:
+        row = results["coupled"] = coupled()
+        for sid, b in row["scenarios"].items():
+            print(f"coupled {sid}: {b['culprit']} ({b['confidence']}) in {b['builds']} builds "
+                  f"(bound {b['bound']}, {b['units']} units), {len(b['repaired'])} mix(es) "
+                  f"repaired, {b['skipped']} skipped")
+        print(f"coupled: {row['wall_s']} s wall")
     if "compile" in args.only:
         row = results["compile"] = compile_mixes()
         print(f"compile: {row['culprit']} in {row['builds']} builds, {row['wall_s']} s wall; "

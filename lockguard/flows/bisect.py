@@ -591,9 +591,17 @@ def _conclude(result: Bisection, units: list[Unit], culprit: frozenset[int],
                             if c.new_line]
     result.others = sum(len(u.changes) for i, u in enumerate(units) if i not in culprit)
     # Confirmed: the set itself reproduced (or is the whole diff, which the check ran).
-    result.found = len(culprit) == n or any(
-        t.status == "reproduces" and sorted(t.units) == sorted(result.culprit_units)
-        for t in result.trials)
+    confirming = [t for t in result.trials if t.status == "reproduces"
+                  and sorted(t.units) == sorted(result.culprit_units)]
+    result.found = len(culprit) == n or bool(confirming)
+    if confirming and confirming[0].kept:
+        # A repaired mix reproduced it without the packages it kept back: those are not named.
+        taken = [c for i in sorted(culprit) for c in units[i].changes
+                 if change_short(c) in confirming[0].changes]
+        result.culprit = [change_short(c) for c in taken]
+        result.culprit_lines = [c.new_line for c in taken if c.new_line]
+        result.others += sum(len(units[i].changes) for i in culprit) - len(taken)
+        result.notes += [f"not named: {k}" for k in confirming[0].kept]
 
 
 def attach_bisection(report: Report, settings: Settings, scenarios: list[Scenario],
