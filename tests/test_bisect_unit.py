@@ -343,3 +343,15 @@ def test_a_unit_that_cannot_run_apart_is_implicated_with_its_constraint(tmp_path
                           "the mix pins numpy==2.0.2")
     assert "(implicated: they cannot be run apart" in b.sentence()
     assert not any(t.kept for t in b.trials)
+
+
+def test_two_independent_culprits_are_both_named(tmp_path):
+    """transformers.gpt2 moves with torch and with transformers, each alone: the first found,
+    the other changes still reproduce the failure, so the second is searched among them."""
+    [b] = coupled(tmp_path, "six==1.0\ntorch==2.13.0\ntransformers==4.57.6\n",
+                  "six==1.1\ntorch==2.14.0\ntransformers==5.0.0\n", ["transformers.gpt2"], {})
+    named = sorted([*b.culprit, *b.also])
+    assert named == ["torch 2.13.0 → 2.14.0", "transformers 4.57.6 → 5.0.0"], (b.culprit, b.also)
+    assert b.confidence == "implicated"
+    assert ", and independently by " in b.sentence()
+    assert "six 1.0 → 1.1" not in b.sentence()

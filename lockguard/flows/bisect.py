@@ -414,6 +414,14 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
         culprit, strategy = bisect_search(n, mixes)
     _conclude(result, units, culprit, strategy)
     _sureness(result, units, culprit, mixes)
+    rest = sorted(frozenset(range(n)) - culprit)
+    if mixes.asked.get(frozenset(rest)) == "fail" and len(rest) > 1:
+        # Every other change reproduces the failure too: another culprit, searched among them
+        # (each mix of theirs is a mix of the whole: asked once, built once).
+        again, _ = bisect_search(len(rest), lambda sub: mixes(frozenset(rest[i] for i in sub)))
+        result.also = [t for i in sorted(again) for t in units[rest[i]].texts]
+    elif mixes.asked.get(frozenset(rest)) == "fail":
+        result.also = [t for i in rest for t in units[i].texts]
     return result
 
 

@@ -282,6 +282,8 @@ class Bisection(BaseModel):
     # suspected: no mix of it could be run. None: not bisected (reports before they existed).
     confidence: Literal["isolated", "implicated", "suspected"] | None = None
     sureness: str | None = None
+    # Another culprit, found among the other changes when they reproduce the failure too.
+    also: list[str] = Field(default_factory=list)
     strategy: str | None = None  # "binary search", "ddmin", "one unit"
     trials: list[MixTrial] = Field(default_factory=list)
     builds: int = 0  # mix environments prepared (baseline and candidate are the check's)
@@ -294,6 +296,8 @@ class Bisection(BaseModel):
         if not self.culprit:
             return f"{self.verdict} in {self.scenario}: no culprit found"
         head = f"{self.verdict} in {self.scenario} caused by {' + '.join(self.culprit)}"
+        if self.also:
+            return head + f", and independently by {' + '.join(self.also)}"
         if self.confidence == "implicated":
             return head + f" (implicated: {self.sureness})"
         if not self.found:
