@@ -95,21 +95,12 @@ def real(harmless_n: int) -> dict:
 
 
 def coupled() -> dict:
-    from conftest import DATA, make_project, run_cli
-    from test_bisect import EMA_SCRIPT
+    from conftest import run_cli
+    from test_bisect import coupled_project
 
     root = Path(tempfile.gettempdir()) / "lockguard-bench-bisect-coupled"
     shutil.rmtree(root, ignore_errors=True)
-    project = make_project(root, """
-        lock = "new.txt"
-        scenarios = ["jax.rng", "loss_ema"]
-        [scenario.loss_ema]
-        script = "loss_ema.py"
-        framework = "numpy"
-        tolerance = "exact"
-        """, files={"loss_ema.py": EMA_SCRIPT},
-        locks={"old.txt": DATA / "jax-0.4.35-numpy-1.26.4.txt",
-               "new.txt": DATA / "jax-0.5.0-numpy-2.0.2.txt"})
+    project = coupled_project(root)
     started = time.perf_counter()
     proc = run_cli("bisect", "--baseline-lock", "old.txt", "--format", "json", cwd=project)
     wall = time.perf_counter() - started

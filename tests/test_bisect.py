@@ -243,13 +243,10 @@ def test_torch_graph_break_is_found_and_the_family_moves_as_one(tmp_path):
             "reproduce the baseline)") in text
 
 
-def test_coupled_jax_and_numpy_are_told_apart_by_repairing_the_mix(tmp_path):
-    """jax 0.4.35 → 0.5.0 (jaxlib with it) and numpy 1.26.4 → 2.0.2, ml-dtypes 0.5.4 → 0.7.0
-    along, as a resolver gives them: jax.rng drifts with jax 0.5.0's random streams, loss_ema
-    with numpy 2's NEP 50. The jax family's mix pins ml-dtypes 0.7.0, which requires numpy 2: it
-    is repaired (ml-dtypes kept at 0.5.4, which jax 0.5.0 accepts), so jax.rng's culprit is the
-    jax family alone, numpy never named; loss_ema's is numpy. Both isolated."""
-    project = make_project(tmp_path / "p", """
+def coupled_project(root: Path) -> Path:
+    """The coupled case: jax.rng and the NEP 50 scenario on jax 0.4.35 → 0.5.0 with numpy
+    1.26.4 → 2.0.2 and ml-dtypes along (old.txt → new.txt)."""
+    return make_project(root, """
         lock = "new.txt"
         scenarios = ["jax.rng", "loss_ema"]
         [scenario.loss_ema]
@@ -259,7 +256,15 @@ def test_coupled_jax_and_numpy_are_told_apart_by_repairing_the_mix(tmp_path):
         """, files={"loss_ema.py": EMA_SCRIPT},
         locks={"old.txt": DATA / "jax-0.4.35-numpy-1.26.4.txt",
                "new.txt": DATA / "jax-0.5.0-numpy-2.0.2.txt"})
-    _, report = bisect_json(project)
+
+
+def test_coupled_jax_and_numpy_are_told_apart_by_repairing_the_mix(tmp_path):
+    """jax 0.4.35 → 0.5.0 (jaxlib with it) and numpy 1.26.4 → 2.0.2, ml-dtypes 0.5.4 → 0.7.0
+    along, as a resolver gives them: jax.rng drifts with jax 0.5.0's random streams, loss_ema
+    with numpy 2's NEP 50. The jax family's mix pins ml-dtypes 0.7.0, which requires numpy 2: it
+    is repaired (ml-dtypes kept at 0.5.4, which jax 0.5.0 accepts), so jax.rng's culprit is the
+    jax family alone, numpy never named; loss_ema's is numpy. Both isolated."""
+    _, report = bisect_json(coupled_project(tmp_path / "p"))
     verdicts = {v["scenario"]: v["verdict"] for v in report["verdicts"]}
     assert verdicts == {"jax.rng": "drift", "loss_ema": "drift"}, report["verdicts"]
     found = {b["scenario"]: b for b in report["bisection"]}
