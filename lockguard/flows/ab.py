@@ -8,6 +8,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+from lockguard.compare.timing import time_blocks
 from lockguard.errors import UsageError
 from lockguard.flows.goldens import digest
 from lockguard.flows.pipeline import (
@@ -18,7 +19,6 @@ from lockguard.flows.report_parts import evidence, lock_info, report_for
 from lockguard.locks.diff import diff_locks, with_startup_files
 from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
-from lockguard.compare.timing import time_blocks
 from lockguard.scenarios import Scenario, harness_digest
 from lockguard.settings import Settings
 

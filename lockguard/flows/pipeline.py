@@ -258,10 +258,10 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
     envs = Environments(backend, progress)
     planned = on_this_host(plan(settings, scenarios, locks))
     wanted = {p.scenario.id: decide(p) for p in planned if not p.skip_reason}
+    envs.expect([(j.ref, j.planned.scenario.framework, j.planned.device)
+                 for mine in wanted.values() for j in mine])
     if narrow is not None:
         require_sandbox(settings)  # before anything is built
-        envs.expect([(j.ref, j.planned.scenario.framework, j.planned.device)
-                     for mine in wanted.values() for j in mine])
         planned = narrow(planned, envs)
         wanted = {p.scenario.id: wanted[p.scenario.id] for p in planned if not p.skip_reason}
     if rounds:
