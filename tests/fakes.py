@@ -156,6 +156,7 @@ class FakeBackend:
     requires: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     site_root: Path | None = None
     together: set[frozenset[str]] = field(default_factory=set)  # scenarios seen running at once
+    overlaps: list[int] = field(default_factory=list)  # runs already running as each started
     _active: list[str] = field(default_factory=list)
     _building: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -225,6 +226,7 @@ class FakeBackend:
     def running(self, scenario: str) -> Iterator[None]:
         with self._lock:
             self.together.update(frozenset((scenario, other)) for other in self._active)
+            self.overlaps.append(len(self._active))
             self._active.append(scenario)
         try:
             time.sleep(self.run_s)
