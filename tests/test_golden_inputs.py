@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -76,19 +80,45 @@ def test_record_checks_this_machines_class_directory_before_anything_runs(tmp_pa
     assert fake.prepared == [] and fake.runs == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to a read-only directory")
 def test_record_finds_a_read_only_class_directory_before_anything_runs(tmp_path):
-    classes = tmp_path / "golden" / "cpu" / CLASS
-    classes.mkdir(parents=True)
-    classes.chmod(0o555)
+    """Root writes to a read-only directory anyway: as root (CI), the record runs as nobody,
+    in a folder it may write, the class directory root's and read-only."""
+    if os.geteuid() != 0:
+        record_into_a_read_only_class_directory(tmp_path)
+        return
+    base = Path(tempfile.mkdtemp(prefix="lockguard-readonly-"))
+    try:
+        base.chmod(0o777)
+        (base / "golden" / "cpu" / CLASS).mkdir(parents=True, mode=0o555)
+        tests = Path(__file__).resolve().parent
+        code = (f"import sys; sys.path[:0] = [{str(tests)!r}, {str(tests.parent)!r}]\n"
+                "from pathlib import Path\n"
+                "from test_golden_inputs import record_into_a_read_only_class_directory as t\n"
+                f"t(Path({str(base)!r}))\nprint('held')\n")
+        done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                               sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "HOME": str(base),
+                                   "LOCKGUARD_CACHE": str(base / "cache")})
+        assert done.returncode == 0 and done.stdout.strip() == "held", done.stderr[-2000:]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def record_into_a_read_only_class_directory(root: Path) -> None:
+    """`record` into `root`'s golden folder, whose class directory is read-only to this user:
+    refused before anything is prepared."""
+    classes = root / "golden" / "cpu" / CLASS
+    classes.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 and classes.stat().st_uid == os.geteuid():
+        classes.chmod(0o555)
     fake = FakeBackend()
     try:
         with pytest.raises(WriteError, match="not writable"):
-            record(Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=4)),
-                   [lock(tmp_path, "lock.txt", "numpy==2.0.2\n")], NUMPY,
-                   backend=fake)
+            record(Settings.resolve(Config(root=root, golden_dir="golden", steps=4)),
+                   [lock(root, "lock.txt", "numpy==2.0.2\n")], NUMPY, backend=fake)
     finally:
-        classes.chmod(0o755)
+        if classes.stat().st_uid == os.geteuid():
+            classes.chmod(0o755)
     assert fake.prepared == []
 
 
