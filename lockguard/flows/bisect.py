@@ -265,7 +265,9 @@ def repair(old: Lock, new: Lock, units: Sequence[Unit], requires: Requires,
         if key is None:
             return found.message
         change = chosen.pop(key)
-        kept.append(f"{change.display_name} kept at {change.old_version} ({found.message})")
+        kept.append(f"{change.display_name} " + (f"kept at {change.old_version}"
+                                                  if change.old_version else "left out")
+                    + f" ({found.message})")
     return "no consistent mix found"
 
 
