@@ -4,11 +4,11 @@
     python benchmarks/bench_check.py --only instructions --against REF
 
 Measures, on this machine, with real environments built by lockguard (cached after the first run):
-  fastpath  `lockguard check` when the lock equals the goldens' and nothing changed: wall time
-            of the same invocation again (its remembered answer replayed, target <= 0.25 s) and
-            of the full check that answers it first (no framework imported, nothing built).
-  base      `lockguard check --base main` on a branch that did not touch the lock, the same two
-            (target <= 0.25 s).
+  fastpath  `lockguard check` when the lock equals the goldens' and nothing changed: its wall
+            time, answered from the goldens' provenance (no framework imported, nothing built;
+            target <= 0.25 s).
+  base      `lockguard check --base main` on a branch that did not touch the lock (target
+            <= 0.25 s).
   overhead  a warm `lockguard check --rerun` of one torch scenario vs running the same harness
             command by hand in the same venv (target: lockguard adds <= 5 %), and what each
             run costs beyond its import and its steps (target < 0.5 s).
@@ -63,32 +63,20 @@ def project(root: Path, config: str, locks: dict[str, Path]) -> Path:
     return root
 
 
-def answers_dir() -> Path:
-    configured = os.environ.get("LOCKGUARD_CACHE")
-    root = Path(configured).expanduser() if configured else Path.home() / ".cache" / "lockguard"
-    return root / "answers"
-
-
-def full_and_replayed(cmd: list[str], cwd: Path, repeat: int, target: float) -> dict:
-    """The no-op answered by the full check (no remembered answer: lockguard/answers.py) and
-    replayed (the same invocation again), interleaved so both see the same machine load."""
-    full, replayed = [], []
+def noop(cmd: list[str], cwd: Path, repeat: int, target: float) -> dict:
+    """A no-op check, run `repeat` times: its median wall time against `target`."""
     load = [list(os.getloadavg())]
-    for _ in range(repeat):
-        shutil.rmtree(answers_dir(), ignore_errors=True)
-        full.append(timed(cmd, cwd))
-        replayed.append(timed(cmd, cwd))
-    f, r = statistics.median(full), statistics.median(replayed)
+    runs = [timed(cmd, cwd) for _ in range(repeat)]
     load.append(list(os.getloadavg()))
-    return {"median_s": r, "runs_s": replayed, "full_median_s": f, "full_runs_s": full,
-            "full_over_replayed": f / r, "target_s": target, "load": load}
+    return {"median_s": statistics.median(runs), "runs_s": runs, "target_s": target,
+            "load": load}
 
 
 def bench_fastpath(tmp: Path, repeat: int) -> dict:
     p = project(tmp / "fast", 'lock = "requirements.txt"\nsteps = 5\n'
                 'scenarios = ["torch.mlp", "torch.lm"]', {"requirements.txt": TORCH_LOCK})
     timed([*lockguard_cmd(), "record"], p)
-    return full_and_replayed([*lockguard_cmd(), "check"], p, repeat, 0.25)
+    return noop([*lockguard_cmd(), "check"], p, repeat, 0.25)
 
 
 def bench_base_repo(root: Path) -> Path:
@@ -104,7 +92,7 @@ def bench_base_repo(root: Path) -> Path:
 def bench_base(tmp: Path, repeat: int) -> dict:
     """`check --base main` on a branch whose lock did not change: git alone answers."""
     p = bench_base_repo(tmp / "base")
-    return full_and_replayed([*lockguard_cmd(), "check", "--base", "main"], p, repeat, 0.25)
+    return noop([*lockguard_cmd(), "check", "--base", "main"], p, repeat, 0.25)
 
 
 def bench_overhead(tmp: Path, repeat: int) -> dict:

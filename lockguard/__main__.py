@@ -1,6 +1,5 @@
-"""The `lockguard` command (and `python -m lockguard`): a check's remembered answer when it is
-still current (answers.py: standard library and lockguard's bottom layer only), else the
-command line (cli.py)."""
+"""The `lockguard` command (and `python -m lockguard`): the command line (cli.py), left without
+tearing the interpreter down."""
 
 import atexit
 import os
@@ -28,18 +27,10 @@ def entry() -> None:
 
 
 def main() -> None:
-    """A `check` whose remembered answer is still current exits with it without importing the
-    command line; anything else runs cli.main on sys.argv. Always raises SystemExit."""
-    argv = sys.argv[1:]
-    if argv[:1] == ["check"]:
-        from lockguard.answers import replay
-
-        code = replay(argv)
-        if code is not None:
-            sys.exit(code)
+    """cli.main on sys.argv. Always raises SystemExit."""
     from lockguard.cli import main as run_cli
 
-    run_cli(argv)
+    run_cli(sys.argv[1:])
 
 
 def _exit_status(exc: SystemExit) -> int:

@@ -15,9 +15,6 @@ The one reader: every config, lock, golden, report and harness result is read th
 
 Paths are shown to the user with `display_path`, here beside the other path helpers.
 
-What a command reads can be watched (`observer`): a check that ran nothing remembers the bytes
-its answer depended on (answers.py). The probes such an answer depends on besides reads go
-through `lexists` and `listing`, so that they are watched too.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +96,6 @@ def write_text(path: Path, text: str) -> None:
 def write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path`: atomically for regular files, through for anything else."""
     path = Path(path)
-    if observer is not None:
-        observer("write", path, None)
     try:
         st = os.stat(path)  # follows symlinks: what matters is what they point to
     except FileNotFoundError:
@@ -330,27 +325,14 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-# Told of each file read ("read", path, its bytes or None when missing), path probed ("exists",
-# path, bool), directory listed ("listing", path/pattern, names) and file written ("write",
-# path, None); None when nobody listens.
-Observer = Callable[[str, Path, Any], None]
-observer: Observer | None = None
-
-
 def lexists(path: Path) -> bool:
-    """Whether anything is at `path` (a dangling symlink counts), watched."""
-    found = os.path.lexists(path)
-    if observer is not None:
-        observer("exists", Path(path), found)
-    return found
+    """Whether anything is at `path` (a dangling symlink counts)."""
+    return os.path.lexists(path)
 
 
 def listing(directory: Path, pattern: str) -> list[Path]:
-    """The entries of `directory` matching the glob `pattern`, sorted, watched."""
-    found = sorted(Path(directory).glob(pattern))
-    if observer is not None:
-        observer("listing", Path(directory) / pattern, [p.name for p in found])
-    return found
+    """The entries of `directory` matching the glob `pattern`, sorted."""
+    return sorted(Path(directory).glob(pattern))
 
 
 def read_bytes(path: Path, what: str, limit: int) -> bytes:
@@ -358,15 +340,7 @@ def read_bytes(path: Path, what: str, limit: int) -> bytes:
     errors ("lock file", "golden file"). Anything but a regular file is refused with its kind
     named; a file over `limit` bytes is refused before it is read. A missing file is a
     ReadError with `missing` set, "<path>: <what> not found"."""
-    try:
-        data = _read_bytes(Path(path), what, limit)
-    except ReadError as exc:
-        if observer is not None and exc.missing:
-            observer("read", Path(path), None)
-        raise
-    if observer is not None:
-        observer("read", Path(path), data)
-    return data
+    return _read_bytes(Path(path), what, limit)
 
 
 def _read_bytes(path: Path, what: str, limit: int) -> bytes:

@@ -103,13 +103,6 @@ _interrupted = threading.Event()
 _first_signal = 0.0
 
 
-# Told of each process started: ("capture", Captured, cwd, env, input) once a captured command
-# finished, ("run", argv) as a supervised one starts; None when nobody listens (answers.py
-# remembers the git answers a no-op check depended on, and nothing that ran anything else).
-Observer = Callable[..., None]
-observer: Observer | None = None
-
-
 def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
         env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
         stderr_log: Path | None = None, header: str | None = None,
@@ -132,8 +125,6 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
     Raises ProcessError when the command cannot start, Interrupted after an interrupt.
     """
     argv = tuple(str(a) for a in argv)
-    if observer is not None:
-        observer("run", argv)
     if timeout is not None and not math.isfinite(timeout):
         timeout = None
     log = Path(log)
@@ -237,10 +228,7 @@ def capture(argv: Sequence[str], *, timeout: float, cwd: Path | str | None = Non
         live.done.set()
     if _interrupted.is_set():
         raise Interrupted()
-    done = Captured(argv, code, out, err)
-    if observer is not None:
-        observer("capture", done, cwd, env, input)
-    return done
+    return Captured(argv, code, out, err)
 
 
 def _kill_group(pid: int) -> None:

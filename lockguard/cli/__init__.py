@@ -10,8 +10,7 @@ modules by concern, nothing below them knows click):
     cache.py    cache · cache prune
 
 A command parses its options, calls one flow and hands its Report to `finish`. The commands
-reach environments only through the flows. `lockguard check` starts in lockguard/__main__.py,
-which answers an unchanged check from memory (answers.py) before any of this is imported.
+reach environments only through the flows.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import sys
 
 import click
 
-from lockguard import __version__, answers
+from lockguard import __version__
 from lockguard.cli import cache, gate, locks, project
 from lockguard.cli.edge import fail
 from lockguard.errors import EXIT_ERROR, EXIT_INTERRUPTED, one_line
@@ -58,9 +57,6 @@ def main(argv: list[str] | None = None) -> None:
     """The `lockguard` entry point: click's usage errors become the same one line as every
     other bad input (click's own rendering spreads them over three lines)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["check"]:
-        # What the answer depends on is recorded; one that ran nothing is kept (answers.py).
-        answers.begin(args)
     try:
         code = cli.main(args=args, prog_name="lockguard", standalone_mode=False)
     except (KeyboardInterrupt, click.exceptions.Abort):
@@ -69,6 +65,4 @@ def main(argv: list[str] | None = None) -> None:
         where = exc.ctx.command_path if getattr(exc, "ctx", None) else "lockguard"
         fail(f"error: {where}: {one_line(exc.format_message())} (see `{where} --help`)",
              EXIT_ERROR)
-    finally:
-        answers.forget()
     sys.exit(code if isinstance(code, int) else 0)

@@ -204,7 +204,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
     args = (("--base", base_ref) + (("--policy", policy_from) if policy_from != "base" else ())
             if base_ref else tuple(a for b in baseline_locks for a in ("--baseline-lock", b)))
     trim_cache(settings.cache_max_size, progress)
-    finish(report, targets, keep=keep, remember_root=config.root,
+    finish(report, targets, keep=keep,
            argv=invocation("check", *args, locks=locks, config_path=config_path, env=env,
                            device=device, steps=steps,
                            flags=(("--exact",) if exact else ())

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockguard import answers
 from lockguard.errors import LockguardError, UsageError, one_line
 from lockguard.names import FORMATS
 
@@ -144,7 +143,6 @@ def github_actions(report: Report, targets: Targets) -> None:
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if not summary:
         return
-    answers.spoil("appended to the job summary")  # a replay would not
     summary_path = Path(summary)
     if any(fmt == "markdown" and path is not None and path.resolve() == summary_path.resolve()
            for fmt, path in targets):
@@ -198,12 +196,10 @@ def invocation(command: str, *args: str, locks: tuple[str, ...] = (),
 
 
 def finish(report: Report, targets: Targets, *, argv: list[str] | None = None,
-           keep: Target | None = None, ci: bool = True, remember_root: Path | None = None
-           ) -> None:
+           keep: Target | None = None, ci: bool = True) -> None:
     """The end of every command that produces a Report: name it (its id, the command line that
     reproduces it), write it to every target, keep its evidence, and exit 0 when the gate
-    passes, 1 when it fails. `remember_root`: a check's project root, whose no-op answer the
-    same invocation may replay (answers.py) when nothing ran and only stdout was written."""
+    passes, 1 when it fails."""
     if argv is not None:
         report.invocation = argv
     if keep is not None:
@@ -211,8 +207,4 @@ def finish(report: Report, targets: Targets, *, argv: list[str] | None = None,
     deliver(report, targets, ci=ci)
     if keep is not None:
         keep_evidence(keep, report)
-        if remember_root is not None and not report.evidence and keep.pruned \
-                and targets == [("text", None)]:
-            # Nothing ran: the same invocation is answered from what this one read.
-            answers.remember(0 if report.passed else 1, forget_last_check=remember_root)
     sys.exit(0 if report.passed else 1)

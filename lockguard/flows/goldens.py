@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard import answers, golden
+from lockguard import golden
 from lockguard.files import display_path
 from lockguard.flows.pipeline import Planned
 from lockguard.flows.report_parts import evidence
@@ -33,11 +33,9 @@ class Hosts:
 
     def get(self, device: str) -> HardwareClass | None:
         """This machine's class for `device`, read on first asking; None when it cannot be
-        read. Asking ties the run's answers to that class (answers.depends_on_hardware)."""
+        read."""
         if device not in self._known:
-            self._known[device] = found = host_class(device)
-            # A golden's path names the class: an answer from it holds on this class only.
-            answers.depends_on_hardware(device, found.id if found is not None else None)
+            self._known[device] = host_class(device)
         return self._known[device]
 
     def known(self) -> dict[str, HardwareClass]:

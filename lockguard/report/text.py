@@ -142,8 +142,7 @@ def _closing(console: Console, report: Report) -> None:
         tally = ", ".join(f"{n} {verdict.value}" for verdict, n in report.tally())
         if report.accepted():
             tally += f" ({len(report.accepted())} accepted)"
-        # A check that ran nothing took no time worth a figure (and its answer is replayed
-        # as it is: answers.py).
+        # A check that ran nothing took no time worth a figure.
         ran = report.evidence or report.command != "check"
         took = f" in {report.duration_s:.1f} s" if report.duration_s is not None and ran else ""
         console.print(f"\n{outcome} {report.command}: {escape(tally) or 'nothing to do'}{took}")
