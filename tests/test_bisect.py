@@ -280,3 +280,23 @@ def test_coupled_jax_and_numpy_are_told_apart_by_repairing_the_mix(tmp_path):
     assert rng["builds"] <= rng["bound"]
     ema = found["loss_ema"]
     assert ema["culprit"] == ["numpy 1.26.4 → 2.0.2"] and ema["confidence"] == "isolated"
+
+
+def test_a_family_that_cannot_run_apart_is_implicated_with_its_constraint(tmp_path):
+    """jax 0.4.35 → 0.5.0 with numpy 1.24.4 → 2.0.2: jax 0.5.0 requires numpy>=1.25, and no
+    package of the jax family can be kept back to allow 1.24.4 (jax itself is the framework),
+    so the jax family is never run without numpy. jax.rng's drift is named with numpy as
+    implicated, with the constraint; never as an isolated culprit."""
+    project = make_project(tmp_path / "p", """
+        lock = "new.txt"
+        scenarios = ["jax.rng"]
+        """, locks={"old.txt": DATA / "jax-0.4.35-numpy-1.24.4.txt",
+                    "new.txt": DATA / "jax-0.5.0-numpy-2.0.2-scipy-1.13.1.txt"})
+    _, report = bisect_json(project)
+    [b] = report["bisection"]
+    assert b["confidence"] == "implicated", b
+    assert "requires numpy>=1.25" in b["sureness"] and "numpy==1.24.4" in b["sureness"]
+    assert sorted(b["culprit_units"]) == ["jax family", "numpy"]
+    skipped = [t for t in b["trials"] if t["status"] == "inconsistent"]
+    assert skipped and all(t["units"] == ["jax family"] for t in skipped)
+    assert not any(t["kept"] for t in b["trials"])
