@@ -65,6 +65,9 @@ class FakeEnv:
     startup_files: dict = field(default_factory=dict)
     path: Path | None = None  # a venv-like folder whose dist-info holds `requires`, if given
 
+    def site_packages(self) -> Path | None:
+        return next(iter(self.path.glob("lib/python*/site-packages")), None) if self.path else None
+
     def run(self, request, out_dir: Path) -> RunResult:
         with self.backend.running(request.scenario_id):
             return self._run(request)

@@ -216,6 +216,13 @@ def test_each_mechanism_is_defined_once(what, pattern, expected_in):
         f"{what}: expected only in {expected_in}, found at {found}"
 
 
+def test_the_flows_read_an_environment_through_its_protocol():
+    """What a flow reads of an Env (startup_files, site_packages) the protocol declares, and
+    every backend has it: no getattr across the seam, which hid which backend had what."""
+    found = definitions(r"getattr\((envs\.get\(|(self\.)?[a-z_]*env\b)")
+    assert found == [], found
+
+
 def test_every_expected_error_derives_from_the_one_root():
     """A class named *Error defined in lockguard derives (directly or not) from LockguardError."""
     import importlib

@@ -20,6 +20,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -652,10 +653,12 @@ def test_a_damaged_env_is_rebuilt_once_for_every_training_that_finds_it(tmp_path
     env = tmp_path / "env"
     site, _ = fake_env(env)
     intact = _checked_later(env, rebuilt=lambda: pytest.fail("rebuilt an intact env"))
-    assert intact.checked() is intact
+    assert intact.site_packages() == site
     _truncate(site, env)
     calls: list[int] = []
-    fresh = object()
+    fresh_site = tmp_path / "fresh" / "lib" / "python3.11" / "site-packages"
+    fresh_site.mkdir(parents=True)
+    fresh = SimpleNamespace(path=tmp_path / "fresh")  # what a rebuild gives, as far as read
 
     def rebuild(fails: bool):
         def rebuilt():
@@ -673,7 +676,7 @@ def test_a_damaged_env_is_rebuilt_once_for_every_training_that_finds_it(tmp_path
 
         def training() -> None:
             try:
-                got.append(damaged.checked())
+                got.append(damaged.site_packages())
             except EnvError as exc:
                 got.append(str(exc))
 
@@ -683,7 +686,8 @@ def test_a_damaged_env_is_rebuilt_once_for_every_training_that_finds_it(tmp_path
         for t in threads:
             t.join()
         assert calls == [1]
-        assert got == (["lock.txt: uv could not install the lock"] * 4 if fails else [fresh] * 4)
+        assert got == (["lock.txt: uv could not install the lock"] * 4 if fails
+                       else [fresh_site] * 4)
 
 
 def test_verify_refuses_an_env_of_another_lock_or_policy(tmp_path):

@@ -69,10 +69,19 @@ class RunRequest:
 
 
 class Env(Protocol):
-    """One prepared environment: runs the harness for a request, in a process of its own."""
+    """One prepared environment: runs the harness for a request, in a process of its own, and
+    says what the flows read of it without a run."""
 
     label: str  # for reports: "venv 3f2a9c…", "docker lockguard/torch-cpu:…", "local /usr/bin/python"
     lock_hash: str
+    # What the environment's interpreter runs at every start (.pth files, sitecustomize):
+    # distribution -> ((file, runs code), ...); None where it cannot tell (a container).
+    startup_files: dict[str, tuple[tuple[str, bool], ...]] | None
+
+    def site_packages(self) -> Path | None:
+        """Where its installed distributions' dist-info can be read (its files checked first);
+        None where they cannot be read from here (a container, an interpreter as it is)."""
+        ...
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         """Run `request`'s training, its result file and log under `out_dir`: always a

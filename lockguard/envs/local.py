@@ -29,6 +29,11 @@ class LocalEnv:
         self.sandbox = sandbox
         self.lock_hash = lock_hash
         self.label = f"local {self.python}"
+        self.startup_files = None  # the interpreter's own, not a lock's: not told
+
+    def site_packages(self) -> Path | None:
+        """None: an interpreter as it is installs no lock."""
+        return None
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         """The harness with this interpreter, in the training allowlist's environment."""

@@ -72,6 +72,7 @@ from lockguard.envs.bytecode import RUN_LIST as BYTECODE_LIST
 from lockguard.envs.bytecode import STORE as BYTECODE_STORE
 from lockguard.envs.bytecode import link_or_compile, remember_imported
 from lockguard.envs.compile_cache import compile_cache_dir
+from lockguard.envs.installed import site_packages as installed_site_packages
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import write_bytes, write_text
 from lockguard.installers import (
@@ -168,15 +169,16 @@ class VenvEnv:
                           lock=build_lock(self.path))
         return result
 
-    def checked(self) -> VenvEnv:
-        """This env with its files checked now, or the env rebuilt when one changed: for a
-        reader of its files that runs no training (bisect reads their metadata)."""
+    def site_packages(self) -> Path | None:
+        """Its site-packages, its files checked now (the env rebuilt when one changed): for a
+        reader of its metadata that runs no training (bisection)."""
+        env = self
         if self._files is not None:
             try:
                 _intact(self._files)
             except _Damaged:
-                return self._rebuild()
-        return self
+                env = self._rebuild()
+        return installed_site_packages(env.path)
 
     def _rebuild(self) -> VenvEnv:
         """The env rebuilt after its file check failed (prepare says why), once for all the
@@ -273,7 +275,7 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
     training starts rather than before (verify's stats in parallel with the interpreter's
     start); a damaged env's trainings are then killed, the env rebuilt once (saying why, as
     here) and the trainings run again in it. A reader of the env's files that starts no
-    training asks VenvEnv.checked() first."""
+    training asks VenvEnv.site_packages(), which checks them first."""
     python = python or sys.executable
     if installer == "uv":
         _uv()  # a missing uv is known before the lock is waited for

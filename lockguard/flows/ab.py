@@ -134,8 +134,7 @@ def unreached(planned: list[Planned], envs: Environments, *,
     reasons: dict[str, str] = {}
     for p, old in costly:
         assert p.lock is not None
-        shipped = getattr(envs.get(p.lock, p.scenario.framework, p.device), "startup_files",
-                          None)
+        shipped = envs.get(p.lock, p.scenario.framework, p.device).startup_files
         change = diff_locks(old.lock, p.lock.lock)
         if shipped is None or change.option_changes:
             continue

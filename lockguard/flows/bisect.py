@@ -166,13 +166,9 @@ def env_requires(env: Env) -> tuple[Requires, str | None] | None:
     Python version (X.Y); None for an environment without a readable site-packages."""
     from packaging.version import InvalidVersion, Version
 
-    from lockguard.envs.installed import distributions, python_version, requires, site_packages
+    from lockguard.envs.installed import distributions, python_version, requires
 
-    checked = getattr(env, "checked", None)  # a venv whose files are not checked yet
-    if checked is not None:
-        env = checked()
-    root = getattr(env, "path", None)
-    site = site_packages(Path(root)) if root is not None else None
+    site = env.site_packages()
     if site is None:
         return None
     found: Requires = {}

@@ -116,7 +116,7 @@ class Outcome:
         environment it ran in."""
         for job, env, result in ran:
             by_scenario[job.planned.scenario.id].add(job, env.label, result)
-            shipped = getattr(env, "startup_files", None)  # the venv backend's
+            shipped = env.startup_files
             if job.ref is not None and shipped:
                 self.startup_files.setdefault(job.ref.lock.lock_hash, {}).update(shipped)
 

@@ -57,6 +57,11 @@ class DockerEnv:
         self.label = f"docker {image.tag}"
         self.compile_cache = image_dir(image.recipe).with_suffix(".compile-cache")
         self._client = client
+        self.startup_files = None  # inside the image: not read from here
+
+    def site_packages(self) -> Path | None:
+        """None: the image's files are not read from here."""
+        return None
 
     def docker_argv(self, request: RunRequest, out_dir: Path, name: str) -> list[str]:
         """The `docker run` command line of one harness run."""
