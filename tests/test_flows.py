@@ -544,3 +544,23 @@ def test_a_cpu_gate_on_torchs_cuda_build_says_what_it_costs_once(project, tmp_pa
     cpu = lock(tmp_path, "cpu.txt", "torch==2.14.1\nnumpy==2.0.2\n")
     report = check_ab(Settings.resolve(project), [cpu], [old], torch_mlp, backend=FakeBackend())
     assert not [n for n in report.notes if "CUDA build" in n]
+
+
+def test_two_locks_that_both_pin_numpy_are_paired_once_by_their_framework(project, tmp_path):
+    """--baseline-lock jax-old --baseline-lock torch-old against torch-new and jax-new: numpy.mlp
+    runs from torch-new (the first lock that pins numpy) and is compared with torch-old, its
+    pair, not with jax-old (the first baseline that pins numpy); the lock diffs agree."""
+    jax_old = lock(tmp_path, "jax-old.txt", "jax==0.9.2\njaxlib==0.9.2\nnumpy==1.26.4\n")
+    torch_old = lock(tmp_path, "torch-old.txt", "torch==2.13.0\nnumpy==2.0.2\n")
+    torch_new = lock(tmp_path, "torch-new.txt", "torch==2.14.0\nnumpy==2.0.2\n")
+    jax_new = lock(tmp_path, "jax-new.txt", "jax==0.10.2\njaxlib==0.10.2\nnumpy==1.26.4\n")
+    chosen = [s for s in bundled() if s.id in ("numpy.mlp", "torch.mlp", "jax.mlp")]
+    report = check_ab(Settings.resolve(project), [torch_new, jax_new], [jax_old, torch_old],
+                      chosen, backend=FakeBackend())
+    proof = {e.scenario: e for e in report.evidence}
+    assert proof["numpy.mlp"].candidate.name.endswith("torch-new.txt")
+    assert proof["numpy.mlp"].baseline.name.endswith("torch-old.txt")
+    assert {v.scenario: v.verdict for v in report.verdicts}["numpy.mlp"] == Verdict.identical
+    assert proof["jax.mlp"].baseline.name.endswith("jax-old.txt")
+    pairs = [(Path(d.old_source).name, Path(d.new_source).name) for d in report.lock_diffs]
+    assert pairs == [("torch-old.txt", "torch-new.txt"), ("jax-old.txt", "jax-new.txt")]

@@ -14,7 +14,7 @@ from lockguard.flows.goldens import digest
 from lockguard.flows.pipeline import (
     Backend, CodeTree, Environments, Job, Outcome, Planned, Runs, pipeline, run_backend,
 )
-from lockguard.locks.ref import LockRef, lock_for
+from lockguard.locks.ref import LockRef, Pairing, pair_locks
 from lockguard.flows.report_parts import evidence, lock_info, report_for
 from lockguard.locks.diff import diff_locks, with_startup_files
 from lockguard.names import Verdict
@@ -30,13 +30,16 @@ if TYPE_CHECKING:
 def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
              scenarios: list[Scenario], progress: Progress = QUIET,
              backend: Backend | None = None,
-             code: tuple[CodeTree | None, CodeTree | None] = (None, None)) -> Report:
+             code: tuple[CodeTree | None, CodeTree | None] = (None, None),
+             partners: dict[int, LockRef] | None = None) -> Report:
     """Check `locks` against `baseline`: each scenario run from both sides on this machine,
     alternating (with timing runs when a timing verdict is asked for), an intended change
     passing through a committed acceptance; failing verdicts bisected with --bisect. `code`:
     where each side (baseline, candidate) takes user scenarios' code from (None: the
-    checkout)."""
+    checkout); `partners`: pairs already made (id of a candidate → its baseline lock, as
+    check --base pairs them), the rest paired by framework (locks.ref.pair_locks)."""
     old_code, new_code = code
+    pairing = pair_locks(locks, baseline, partners)
     start = time.perf_counter()
     policy = settings.policy
     harness, backend = harness_digest(), run_backend(settings, backend)
@@ -47,7 +50,7 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                          "lock (--env venv or docker)")
 
     def decide(p: Planned) -> list[Job]:
-        old = lock_for(p.scenario, baseline)
+        old = pairing.of(p.scenario, p.lock)
         if old is None:
             return []  # nothing to compare with: judged `new`
         # Baseline and candidate of one scenario run side by side, alternating, so that both
@@ -60,14 +63,14 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
     timed = settings.timing or Verdict.slower in policy.fail_on
 
     def timing(p: Planned, runs: Runs) -> list[Job]:
-        old = lock_for(p.scenario, baseline)
+        old = pairing.of(p.scenario, p.lock)
         return timing_jobs(p, runs, old, settings, code) if old is not None and timed else []
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
         from lockguard.compare.timing import compare_timing
         from lockguard.compare.verdicts import ScenarioVerdict, compare_runs, is_failure
         from lockguard.flows.acceptances import accept_known
-        old = lock_for(p.scenario, baseline)
+        old = pairing.of(p.scenario, p.lock)
         if old is None:
             return ScenarioVerdict(
                 scenario=p.scenario.id, framework=p.scenario.framework, verdict=Verdict.new,
@@ -90,13 +93,13 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
 
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend, timing=timing,
-                       narrow=partial(unreached, baseline=baseline)
+                       narrow=partial(unreached, pairing=pairing)
                        if settings.skip_unreached else None)
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
                         baseline=baseline, started=start,
-                        lock_diffs=_lock_diffs(locks, baseline, outcome))
+                        lock_diffs=_lock_diffs(locks, pairing, outcome))
     if settings.bisect:
-        report = _bisected(report, settings, scenarios, locks, baseline, progress, backend)
+        report = _bisected(report, settings, scenarios, locks, pairing, progress, backend)
         report.duration_s = time.perf_counter() - start
     return report
 
@@ -116,7 +119,7 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
 
 
 def unreached(planned: list[Planned], envs: Environments, *,
-              baseline: list[LockRef]) -> list[Planned]:
+              pairing: Pairing) -> list[Planned]:
     """`planned` with each costly scenario its lock change cannot reach left out, saying why
     (Scenario.unreached), while its eager twin runs. The change is read with the startup files
     the candidate's environment installs, so the environments of those scenarios are prepared
@@ -126,7 +129,7 @@ def unreached(planned: list[Planned], envs: Environments, *,
     running = {p.scenario.id for p in planned if not p.skip_reason}
     costly = [(p, old) for p in planned
               if not p.skip_reason and p.lock is not None and p.scenario.covered_by in running
-              and (old := lock_for(p.scenario, baseline)) is not None]
+              and (old := pairing.of(p.scenario, p.lock)) is not None]
     if not costly:
         return planned
     envs.prepare_all([(ref, p.scenario.framework, p.device) for p, old in costly
@@ -146,7 +149,7 @@ def unreached(planned: list[Planned], envs: Environments, *,
 
 
 def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],
-              locks: list[LockRef], baseline: list[LockRef], progress: Progress,
+              locks: list[LockRef], pairing: Pairing, progress: Progress,
               backend: Backend) -> Report:
     """`report` with its failing verdicts bisected (--bisect); with none failing, a note that
     there is nothing to bisect."""
@@ -157,24 +160,15 @@ def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],
         return report
     from lockguard.flows.bisect import attach_bisection
 
-    return attach_bisection(report, settings, scenarios, locks, baseline, progress, backend)
+    return attach_bisection(report, settings, scenarios, locks, pairing, progress, backend)
 
 
-def _lock_diffs(locks: list[LockRef], baseline: list[LockRef], outcome: Outcome) -> list:
-    """Each candidate lock's difference from the baseline lock its scenarios ran against (a
-    framework's scenario deciding over numpy's, which every lock may pin), else from one that
-    pins a framework it pins; naming the .pth files (and the like) the candidate's changed pins
-    installed."""
-    partner: dict[int, LockRef] = {}
-    for p in sorted(outcome.planned, key=lambda p: p.scenario.framework == "numpy"):
-        old = lock_for(p.scenario, baseline)
-        if p.lock is not None and old is not None:
-            partner.setdefault(id(p.lock), old)
+def _lock_diffs(locks: list[LockRef], pairing: Pairing, outcome: Outcome) -> list:
+    """Each candidate lock's difference from its baseline lock (the pairing's), naming the
+    .pth files (and the like) the candidate's changed pins installed."""
     diffs = []
     for new in locks:
-        old = partner.get(id(new)) or next(
-            (b for shared in (new.lock.frameworks() - {"numpy"}, new.lock.frameworks())
-             for b in baseline if b.lock.frameworks() & shared), None)
+        old = pairing.partners.get(id(new))
         if old is not None:
             diffs.append(with_startup_files(diff_locks(old.lock, new.lock),
                                             outcome.startup_files.get(new.lock.lock_hash)))

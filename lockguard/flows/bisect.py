@@ -35,7 +35,7 @@ from lockguard.locks.diff import Change, LockDiff, diff_locks
 from lockguard.locks.mix import mix_locks
 from lockguard.locks.model import Lock
 from lockguard.locks.parser import parse_lock
-from lockguard.locks.ref import LockRef
+from lockguard.locks.ref import LockRef, Pairing
 from lockguard.locks.writer import InstallForm, write_lock
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario
@@ -611,9 +611,10 @@ def _conclude(result: Bisection, units: list[Unit], culprit: frozenset[int],
 
 
 def attach_bisection(report: Report, settings: Settings, scenarios: list[Scenario],
-                     candidates: list[LockRef], baseline: list[LockRef],
+                     candidates: list[LockRef], pairing: Pairing,
                      progress: Progress = QUIET, backend: Backend | None = None) -> Report:
-    """Bisect every failing scenario of an A/B report; the report with `bisection` filled."""
+    """Bisect every failing scenario of an A/B report (each between the locks the A/B compared
+    it across: `pairing`); the report with `bisection` filled."""
     from lockguard.locks.ref import lock_for
 
     by_id = {s.id: s for s in scenarios}
@@ -628,7 +629,8 @@ def attach_bisection(report: Report, settings: Settings, scenarios: list[Scenari
                          "bisection compares single runs")
             continue
         sc = by_id[verdict.scenario]
-        old, new = lock_for(sc, baseline), lock_for(sc, candidates)
+        new = lock_for(sc, candidates)
+        old = pairing.of(sc, new)
         ev = report.evidence_of(sc.id)
         if old is None or new is None or ev is None or ev.baseline is None:
             continue

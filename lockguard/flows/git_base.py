@@ -231,8 +231,10 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
         # Under the base's policy both sides run the target's scenario code, only the locks
         # differing; under --policy pr this checkout's.
         with _target_code(gate, mine) as tree:
+            # Each lock against the one git paired it with (a rename, the same path).
             report = check_ab(settings, run_new, run_old, mine, progress, backend,
-                              code=(tree, tree))
+                              code=(tree, tree), partners={
+                                  id(r): paired[id(r)] for r in run_new if id(r) in paired})
         report = _with_code_check(report, settings, gate, [s for s in mine if s.script],
                                   progress, backend)
     if unrun:
@@ -445,7 +447,8 @@ def _check_code(settings: Settings, gate: Gate, users: list[Scenario], progress:
         baseline = [dataclasses.replace(ref, label=f"{ref.name} with {label}'s scenario code")
                     for ref in candidates]
         report = check_ab(settings, candidates, baseline, runs, progress, backend,
-                          code=(tree, None))
+                          code=(tree, None),
+                          partners={id(c): b for c, b in zip(candidates, baseline)})
     notes.append(f"no lock changed since {gate.ref}, but the scenarios' code did: each ran "
                  f"with {short_ref(gate.ref)}'s code and with this checkout's, on this "
                  "checkout's lock (check_code_changes = false in the target's configuration "

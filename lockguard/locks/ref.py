@@ -9,6 +9,7 @@ else the interpreter running lockguard (lockguard.locks.target).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -101,6 +102,41 @@ def lock_for(scenario: _HasFramework, locks: list[LockRef]) -> LockRef | None:
         if scenario.framework in ref.lock.frameworks() and _pins(ref.lock, _requires(scenario)):
             return ref
     return None
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Which baseline lock each candidate lock is compared with, decided once for an A/B: every
+    consumer (the runs, the lock diffs, bisection, acceptances) asks `of`."""
+
+    baseline: tuple[LockRef, ...]
+    partners: dict[int, LockRef]  # id(candidate) -> its baseline lock
+
+    def of(self, scenario: _HasFramework, candidate: LockRef | None) -> LockRef | None:
+        """The baseline lock `scenario` is compared against when it runs from `candidate`:
+        the candidate's partner when that pins what the scenario needs, else the first
+        baseline lock that does (a framework moved from one lock into another)."""
+        partner = self.partners.get(id(candidate)) if candidate is not None else None
+        if partner is not None and lock_for(scenario, [partner]) is not None:
+            return partner
+        return lock_for(scenario, list(self.baseline))
+
+
+def pair_locks(candidates: Sequence[LockRef], baseline: Sequence[LockRef],
+               given: dict[int, LockRef] | None = None) -> Pairing:
+    """The pairing of an A/B: the partners `given` (check --base: by git's rename or the path),
+    then, for each other candidate, the first baseline lock that pins a framework it pins,
+    numpy not counted (every lock may pin it), else one that pins numpy."""
+    partners = dict(given or {})
+    for new in candidates:
+        if id(new) in partners:
+            continue
+        pinned = new.lock.frameworks()
+        partner = next((old for shared in (pinned - {"numpy"}, pinned) if shared
+                        for old in baseline if old.lock.frameworks() & shared), None)
+        if partner is not None:
+            partners[id(new)] = partner
+    return Pairing(tuple(baseline), partners)
 
 
 def no_lock_reason(scenario: _HasFramework, locks: list[LockRef]) -> str:
