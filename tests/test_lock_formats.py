@@ -703,3 +703,16 @@ def test_bisecting_uv_locks_builds_pylock_mixes(tmp_path, monkeypatch):
     read = parse_lock(mix)
     assert read.format == "pylock.toml" and pins(read) == ["numpy==2.0.2", "six==1.16.0"]
     assert read.pin("numpy").files == new.lock.pin("numpy").files
+
+
+def test_the_one_toml_quoter_round_trips_what_tomllib_reads():
+    """lockguard.toml.string, what init's config and a pylock.toml mix are written with: every
+    string reads back as it was, DEL included (JSON writes it raw, and TOML forbids it: init
+    once wrote a config tomllib rejected)."""
+    from lockguard import toml
+
+    for text in ("plain", 'a "quoted" \\ path', "tab\tnew\nline", "del \x7f here",
+                 "\x00\x1f controls", "ünïcødé ✓", "emoji 🧪", ""):
+        quoted = toml.string(text)
+        assert toml.loads(f"k = {quoted}") == {"k": text}, quoted
+    assert "ü" in toml.string("ü")  # non-ASCII stays readable

@@ -20,7 +20,6 @@ An existing config is never touched; an existing workflow or template file neith
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockguard import toml
 from lockguard.config import (
     MAX_CONFIG_BYTES, Config, ConfigError, load_config, lockguard_table, parse_config,
 )
@@ -460,9 +460,9 @@ def _config_text(s: Survey, ids: list[str], template: bool) -> tuple[str, str]:
     if pyproject:
         lines.insert(0, "[tool.lockguard]")
     if len(names) == 1:
-        lines.append(f"lock = {_toml(names[0])}")
+        lines.append(f"lock = {toml.string(names[0])}")
     else:
-        lines.append("locks = [" + ", ".join(_toml(n) for n in names) + "]")
+        lines.append("locks = [" + ", ".join(toml.string(n) for n in names) + "]")
     lines.append(f"# The bundled scenarios of what the locks pin ({', '.join(s.frameworks)}).")
     lines += _toml_list("scenarios", ids)
     lines.append('golden_dir = "golden"')
@@ -478,25 +478,20 @@ def _config_text(s: Survey, ids: list[str], template: bool) -> tuple[str, str]:
                   f'# builds it, add "{sid}" to `scenarios` and run `lockguard record '
                   f"--scenario {sid}`.",
                   f"[{prefix}scenario.{sid}]",
-                  f"script = {_toml(s.template.as_posix())}",
-                  f"framework = {_toml(s.template_framework)}",
-                  f"description = {_toml('your own model: ' + (s.package or 'a template'))}"]
+                  f"script = {toml.string(s.template.as_posix())}",
+                  f"framework = {toml.string(s.template_framework)}",
+                  f"description = {toml.string('your own model: ' + (s.package or 'a template'))}"]
     summary = (f"lock{'s' if len(names) > 1 else ''} {', '.join(names)}; scenarios "
                f"{', '.join(ids)}" + (f"; scenario {init_files.SCENARIO_ID} (not selected "
                                       "until you edit it)" if template else ""))
     return "\n".join(lines) + "\n", summary
 
 
-def _toml(value: str) -> str:
-    # A JSON string is a TOML basic string (TOML takes the same escapes).
-    return json.dumps(value, ensure_ascii=False)
-
-
 def _toml_list(key: str, values: list[str], width: int = 96) -> list[str]:
-    one = f"{key} = [" + ", ".join(_toml(v) for v in values) + "]"
+    one = f"{key} = [" + ", ".join(toml.string(v) for v in values) + "]"
     if len(one) <= width:
         return [one]
-    return [f"{key} = ["] + [f"    {_toml(v)}," for v in values] + ["]"]
+    return [f"{key} = ["] + [f"    {toml.string(v)}," for v in values] + ["]"]
 
 
 def _new_text(s: Survey, block: str) -> str:

@@ -21,13 +21,13 @@ each writes the folder it meant as an absolute path.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 from collections.abc import Iterable
 from typing import Literal
 
+from lockguard import toml
 from lockguard.locks.model import Lock, Pin
 
 InstallForm = Literal["requirements.txt", "pylock.toml"]
@@ -147,12 +147,12 @@ def pylock_text(lock: Lock, header: str | None = None) -> str:
     for pin in sorted(lock.pins, key=lambda p: (p.name, p.marker or "")):
         if not pin.files or not all(f.url and f.hashes for f in pin.files):
             raise ValueError(f"{pin.requirement} names no file URLs: not writable as pylock")
-        out += ["", "[[packages]]", f"name = {_toml(pin.display_name)}",
-                f"version = {_toml(pin.version)}"]
+        out += ["", "[[packages]]", f"name = {toml.string(pin.display_name)}",
+                f"version = {toml.string(pin.version)}"]
         if pin.marker:
-            out.append(f"marker = {_toml(pin.marker)}")
+            out.append(f"marker = {toml.string(pin.marker)}")
         if pin.index:
-            out.append(f"index = {_toml(pin.index)}")
+            out.append(f"index = {toml.string(pin.index)}")
         sdists = [f for f in pin.files if not f.is_wheel]
         wheels = [f for f in pin.files if f.is_wheel]
         if sdists:
@@ -165,12 +165,9 @@ def pylock_text(lock: Lock, header: str | None = None) -> str:
 
 
 def _file_table(f) -> str:
-    hashes = ", ".join(f"{algorithm} = {_toml(digest)}"
+    hashes = ", ".join(f"{algorithm} = {toml.string(digest)}"
                        for algorithm, _, digest in (h.partition(":") for h in f.hashes))
-    place = f"url = {_toml(f.url)}" if "://" in (f.url or "") else f"path = {_toml(f.url)}"
-    return f"{{ name = {_toml(f.name)}, {place}, hashes = {{ {hashes} }} }}"
+    place = f"url = {toml.string(f.url)}" if "://" in (f.url or "") else f"path = {toml.string(f.url)}"
+    return f"{{ name = {toml.string(f.name)}, {place}, hashes = {{ {hashes} }} }}"
 
 
-def _toml(text: str) -> str:
-    # A JSON string is a TOML basic string (the same escapes, \uXXXX included).
-    return json.dumps(text)
