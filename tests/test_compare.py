@@ -911,3 +911,15 @@ def test_a_data_pipeline_is_judged_slower_on_its_mean_step() -> None:
                      timing=check)
     assert v.verdict == Verdict.slower and v.step_time_ratio == pytest.approx(0.1 / 0.006)
     assert v.reasons[0].startswith("steps (mean, a data pipeline's) take ×16.67"), v.reasons
+
+
+def test_a_difference_exactly_at_the_tolerance_passes_and_one_ulp_more_does_not():
+    """|new - old| <= atol + rtol * |old|, as torch.testing: the boundary is inside. Values exact
+    in binary, so the sums are too: 1.5 against 1.0 with atol 0.5 (and with rtol 0.5), then the
+    next double above 1.5."""
+    for tol in (Tolerance(rtol=0.0, atol=0.5), Tolerance(rtol=0.5, atol=0.0),
+                Tolerance(rtol=0.25, atol=0.25)):
+        at = compare_series("losses", [1.0], [1.5], tol, dtype="float64")
+        assert at.mismatched == 0, (tol, at)
+        over = compare_series("losses", [1.0], [math.nextafter(1.5, 2.0)], tol, dtype="float64")
+        assert over.mismatched == 1, (tol, over)
