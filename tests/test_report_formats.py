@@ -629,3 +629,26 @@ def test_junit_testcases_carry_the_seconds_their_runs_trained(tmp_path):
                       backend=FakeBackend())
     [case] = ET.fromstring(render(report, "junit")).iter("testcase")
     assert case.get("time") == "0.020"  # the fake's 0.01 s a run, both sides
+
+
+def test_what_a_pr_changes_of_the_gate_is_said_first_in_every_format():
+    """check --base: the sentence that the PR changes the gate, and each change, in every
+    format (the text one was the only one tested)."""
+    import json as _json
+
+    from lockguard.report import GatePolicy, Report, render
+
+    report = Report(command="check", mode="ab", passed=True, gate=GatePolicy(
+        source="base", judged_by="main@1a2b3c4:pyproject.toml",
+        changes=["fail_on: drift, broken → broken", "tolerance: (default) → exact"]))
+    headline = "this PR changes the gate: judged by main@1a2b3c4:pyproject.toml"
+    for fmt in ("text", "markdown", "html", "github", "junit"):
+        # (as each format escapes: markdown's \_, a workflow command's %XX)
+        shown = " ".join(render(report, fmt).split()).replace("\\_", "_")
+        shown = shown.replace("%3A", ":").replace("%2C", ",").replace("%0A", " ")
+        assert headline in shown or fmt == "junit", fmt  # JUnit: the changes, as properties
+        assert "fail_on: drift, broken → broken" in shown, fmt
+        assert "tolerance: (default) → exact" in shown, fmt
+    document = _json.loads(render(report, "json"))
+    assert document["gate"]["changes"] == ["fail_on: drift, broken → broken",
+                                           "tolerance: (default) → exact"]
