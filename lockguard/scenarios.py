@@ -21,7 +21,8 @@ from lockguard.locks.families import REACH_WORDS, reaches
 if TYPE_CHECKING:
     from lockguard.locks.diff import Change
 
-# A user's scenario script and the Python files beside it, hashed into its inputs digest.
+# A user's scenario script and each file beside it, hashed into its inputs digest by content
+# up to this size (a larger one, a dataset, by its size and modification time).
 MAX_SCRIPT_BYTES = 16 * MiB
 
 
@@ -301,17 +302,26 @@ def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, 
     """Everything that determines a run's result besides the machine: equal digests, equal runs.
 
     `environment` names the backend and interpreter (a cp311 venv and a cp312 one install other
-    wheels from one lock). A user script is hashed with the Python files beside it, which it may
-    import (the harness puts its folder on sys.path)."""
+    wheels from one lock). A user script is hashed with every file beside it, which it may
+    import (the harness puts its folder on sys.path) or read (a table, a config): a file up to
+    MAX_SCRIPT_BYTES by its content, a larger one by its size and modification time."""
     h = hashlib.sha256()
     parts = [lock_hash, harness, scenario.id, scenario.framework, str(steps), str(seed), device,
              str(threads), environment]
     h.update("\0".join(parts).encode())
     if scenario.script:
         h.update(read_bytes(scenario.script, "scenario script", MAX_SCRIPT_BYTES))
-        for sibling in listing(scenario.script.parent, "*.py"):
-            if sibling != scenario.script and sibling.is_file():
-                h.update(b"\0" + sibling.name.encode() + b"\0"
-                         + read_bytes(sibling, "Python file beside a scenario script",
-                                      MAX_SCRIPT_BYTES))
+        for sibling in listing(scenario.script.parent, "*"):
+            if sibling == scenario.script or not sibling.is_file():
+                continue
+            h.update(b"\0" + sibling.name.encode() + b"\0")
+            try:
+                stat = sibling.stat()
+            except OSError:  # gone since it was listed: a digest no golden has
+                h.update(b"\0gone")
+                continue
+            if stat.st_size > MAX_SCRIPT_BYTES:  # a dataset: not read on every check
+                h.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+            else:
+                h.update(read_bytes(sibling, "file beside a scenario script", MAX_SCRIPT_BYTES))
     return h.hexdigest()

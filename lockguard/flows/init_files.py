@@ -104,7 +104,7 @@ Good to know:
   imported from the project's folder, which the line below puts on sys.path. What it imports
   must be in the lock. Under `env = "docker"` only this file's folder is mounted in the
   container: copy what it needs beside it.
-- `lockguard check` answers from the goldens while the lock, lockguard's harness and the .py
+- `lockguard check` answers from the goldens while the lock, lockguard's harness and the
   files in this folder are unchanged; a change to your package alone is not seen there:
   `lockguard check --rerun` runs it anyway. (The pull-request gate, `check --base`, always
   runs both sides.)
