@@ -420,6 +420,8 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
         result.also = [t for i in sorted(again) for t in units[rest[i]].texts]
     elif mixes.asked.get(frozenset(rest)) == "fail":
         result.also = [t for i in rest for t in units[i].texts]
+    # Every mix built, the confirmations and a second culprit's search included.
+    result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
     return result
 
 
@@ -443,7 +445,6 @@ def _sureness(result: Bisection, units: list[Unit], culprit: frozenset[int],
         return
     rest = full - culprit
     without = known[rest] if rest in known else mixes(rest)
-    result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
     if len(culprit) > 1 and reasons:
         result.confidence = "implicated"
         result.sureness = f"they cannot be run apart: {reasons[0]}"
@@ -586,10 +587,9 @@ class _Mixes:
 def _conclude(result: Bisection, units: list[Unit], culprit: frozenset[int],
               strategy: str) -> None:
     """Fill `result` with what the search found: the culprit's units, changes and candidate
-    lock lines, the builds it took, and whether the culprit set itself reproduced."""
+    lock lines, and whether the culprit set itself reproduced."""
     n = len(units)
     result.strategy = strategy
-    result.builds = len({t.lock_hash for t in result.trials if t.status != "inconsistent"})
     result.culprit = [t for i in sorted(culprit) for t in units[i].texts]
     result.culprit_units = [units[i].label for i in sorted(culprit)]
     # Lines of the candidate lock (what annotations point at); a removed package has none.
