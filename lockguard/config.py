@@ -17,7 +17,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError,
 from lockguard import toml
 from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
-from lockguard.files import ReadError, lexists, read_bytes
+from lockguard.files import ReadError, read_bytes
 from lockguard.names import (
     DEVICES, ENV_KINDS, FRAMEWORKS, MAX_STEPS, SANDBOX_MODES, VERDICT_NAMES,
 )
@@ -365,14 +365,14 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
     for directory in (here, *here.parents):
         for name in CONFIG_NAMES:
             candidate = directory / name
-            if lexists(candidate):  # read even when not a regular file: said so
+            if os.path.lexists(candidate):  # read even when not a regular file: said so
                 data = _read_toml(candidate)
                 tool = data.get("tool", {})
                 if not isinstance(tool, dict):
                     raise ConfigError(f"{candidate}: key 'tool': expected a table")
                 if name == "lockguard.toml" or "lockguard" in tool:
                     return _load_file(candidate, data)
-        if lexists(directory / ".git"):
+        if os.path.lexists(directory / ".git"):
             break  # don't wander out of the project
     return Config(root=here)
 

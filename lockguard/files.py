@@ -76,7 +76,7 @@ def repo_root(cwd: Path | None = None) -> Path | None:
         root = Path(workspace).resolve()
         if here == root or root in here.parents:
             return root
-    return next((p for p in (here, *here.parents) if lexists(p / ".git")), None)
+    return next((p for p in (here, *here.parents) if os.path.lexists(p / ".git")), None)
 
 
 def repo_workdir(cwd: Path | None = None) -> str:
@@ -323,11 +323,6 @@ def file_kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "a regular file"
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
-def lexists(path: Path) -> bool:
-    """Whether anything is at `path` (a dangling symlink counts)."""
-    return os.path.lexists(path)
 
 
 def listing(directory: Path, pattern: str) -> list[Path]:
