@@ -596,12 +596,14 @@ def cost_lines(report: Report, budget_s: float, workers: int,
                                                               key=lambda kv: -kv[1]))
     lines = [f"a lock pull request's A/B here: about {ab:.0f} s ({len(seconds)} scenarios, both "
              f"sides, {workers} at a time; record measured {each})"]
-    # What a PR that moves only numpy (or another package no compiler or parallel path
-    # imports) runs: the costly scenarios whose eager twin runs are left out (flows/ab.py).
+    # What a PR that moves only numpy runs: what the A/B leaves out of such a change
+    # (Scenario.unreached) while its eager twin runs.
+    from lockguard.locks.diff import Change
     from lockguard.scenarios import bundled
 
+    numpy_only = [Change(name="numpy", display_name="numpy", kind="upgraded")]
     left_out = {s.id for s in bundled() if s.id in seconds and s.covered_by in seconds
-                and s.reach in ("compiler", "parallel")}
+                and s.unreached(numpy_only)}
     if left_out:
         light = 2 * sum(t for sid, t in seconds.items() if sid not in left_out) / max(1, workers)
         lines.append("one that moves only numpy (or another package no compiler or parallel "
