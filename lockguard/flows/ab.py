@@ -16,7 +16,7 @@ from lockguard.flows.pipeline import (
 )
 from lockguard.locks.ref import LockRef, Pairing, pair_locks
 from lockguard.flows.report_parts import evidence, lock_info, report_for
-from lockguard.locks.diff import diff_locks, with_startup_files
+from lockguard.locks.diff import LockDiff, diff_locks, with_startup_files
 from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario, harness_digest
@@ -135,10 +135,13 @@ def unreached(planned: list[Planned], envs: Environments, *,
     envs.prepare_all([(ref, p.scenario.framework, p.device) for p, old in costly
                       for ref in (old, p.lock)])
     reasons: dict[str, str] = {}
+    diffs: dict[tuple[int, int], LockDiff] = {}  # one diff a pair of locks
     for p, old in costly:
         assert p.lock is not None
         shipped = envs.get(p.lock, p.scenario.framework, p.device).startup_files
-        change = diff_locks(old.lock, p.lock.lock)
+        change = diffs.get((id(old), id(p.lock)))
+        if change is None:
+            change = diffs[(id(old), id(p.lock))] = diff_locks(old.lock, p.lock.lock)
         if shipped is None or change.option_changes:
             continue
         reason = p.scenario.unreached(with_startup_files(change, shipped).changed)
