@@ -289,10 +289,13 @@ def _spelling(name: str, known) -> str:
     return did_you_mean(name, ids + sorted(parents))
 
 
-def harness_digest() -> str:
-    """A hash of the harness code: a golden recorded by other harness code is not a shortcut."""
+def harness_digest(scenario: Scenario) -> str:
+    """A hash of the harness code a run of `scenario` can import (envs/harness.harness_files):
+    a golden recorded by other code of its framework's harness is not a shortcut; an edit of
+    another framework's module leaves it one."""
     h = hashlib.sha256()
-    for name, path in harness_files():
+    for name, path in harness_files(scenario.framework, scenario.id,
+                                    user_script=scenario.script is not None):
         h.update(name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 

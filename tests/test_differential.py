@@ -19,7 +19,7 @@ import pytest
 
 from fakes import FakeBackend, lock
 from lockguard.config import Config, Options
-from lockguard.flows import check as check_flow
+from lockguard.flows import goldens
 from lockguard.flows.check import check
 from lockguard.flows.record import record
 from lockguard.names import Verdict
@@ -63,11 +63,7 @@ def test_the_golden_shortcut_answers_only_what_a_cold_run_confirms(tmp_path, mon
     (root / "sc" / "table.json").write_text('{"rows": 0}\n')
     state = {"numpy": "1.26.4", "steps": 4, "harness": "harness-0"}
     # The harness's code is part of a golden's inputs: a changed harness is another digest.
-    monkeypatch.setattr(check_flow, "harness_digest", lambda: state["harness"])
-    from lockguard.flows import goldens, record as record_flow
-    for module in (goldens, record_flow):
-        if hasattr(module, "harness_digest"):
-            monkeypatch.setattr(module, "harness_digest", lambda: state["harness"])
+    monkeypatch.setattr(goldens, "harness_digest", lambda scenario: state["harness"])
 
     def now() -> tuple[Settings, list, list]:
         config = project(root, state["steps"])

@@ -19,7 +19,7 @@ from lockguard.flows.report_parts import evidence, lock_info, report_for
 from lockguard.locks.diff import LockDiff, diff_locks, with_startup_files
 from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
-from lockguard.scenarios import Scenario, harness_digest
+from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
     pairing = pair_locks(locks, baseline, partners)
     start = time.perf_counter()
     policy = settings.policy
-    harness, backend = harness_digest(), run_backend(settings, backend)
+    backend = run_backend(settings, backend)
     if settings.local:
         # Both sides would run the one interpreter lockguard was given: always identical.
         raise UsageError("--env local runs one interpreter, whatever the locks pin: an A/B "
@@ -89,7 +89,7 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                                  ("lock", p.lock.name if p.lock else "local",
                                   runs.candidate[0]),
                                  digest(new_code.planned(p) if new_code else p, settings,
-                                        harness, backend))
+                                        backend))
 
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend, timing=timing,

@@ -22,7 +22,7 @@ from lockguard.flows.report_parts import family_rule_report, report_for
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass
 from lockguard.progress import QUIET, Progress
-from lockguard.scenarios import Scenario, harness_digest
+from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
@@ -119,7 +119,6 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
     start = time.perf_counter()
     backend = run_backend(settings, backend)
     gdir = settings.golden_dir
-    harness = harness_digest()
     hosts, crossed = Hosts(), Crossings()
     policy = settings.policy
     answered: dict[str, HardwareClass] = {}  # scenario -> class whose golden answers unrun
@@ -127,8 +126,7 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
     older: list[str] = []  # passing scenarios whose golden names another lock than this one
 
     def decide(p: Planned) -> list[Job]:
-        sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, settings, harness,
-                                                     backend)
+        sid, host, inputs = p.scenario.id, hosts.get(p.device), digest(p, settings, backend)
         mine = golden_path(gdir, p.device, host.id, sid) if host is not None else None
         # Every golden read here is verified (digest, shape, class): a bad one is an error
         # before anything runs.

@@ -13,7 +13,7 @@ from lockguard.flows.report_parts import evidence
 from lockguard.golden import Golden, GoldenError, class_paths
 from lockguard.hardware import HardwareClass, difference, hardware_class, host_class
 from lockguard.results import RunResult
-from lockguard.scenarios import inputs_digest
+from lockguard.scenarios import harness_digest, inputs_digest
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
@@ -71,11 +71,12 @@ def lock_name(p: Planned) -> str:
     return p.lock.name if p.lock else "local"
 
 
-def digest(p: Planned, settings: Settings, harness: str, backend: Backend) -> str:
+def digest(p: Planned, settings: Settings, backend: Backend) -> str:
     """The inputs digest of `p`'s runs on `backend`: what a golden is recorded from, and
     answers for unrun while it is unchanged."""
     return inputs_digest(p.scenario, lock_hash=lock_hash(p), steps=p.steps, seed=settings.seed,
-                         device=p.device, threads=settings.threads, harness=harness,
+                         device=p.device, threads=settings.threads,
+                         harness=harness_digest(p.scenario),
                          environment=environment(backend))
 
 

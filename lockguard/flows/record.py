@@ -25,7 +25,7 @@ from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass, hardware_class
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
-from lockguard.scenarios import Scenario, harness_digest
+from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
     gdir = settings.golden_dir
     hosts, crossed = Hosts(), Crossings()
     notes: list[str] = []
-    harness = harness_digest()
     policy = settings.policy
     commit = gitref.head_commit(settings.config.root)
     previous: dict[str, dict[str, Golden]] = {}
@@ -65,7 +64,7 @@ def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
         from lockguard.names import Verdict
 
         result, envelope = _reference(runs.candidate)
-        inputs = digest(p, settings, harness, backend)
+        inputs = digest(p, settings, backend)
         verdict, proof = compare_with_goldens(p, runs.candidate, previous[p.scenario.id],
                                               hosts.get(p.device), inputs, policy, crossed,
                                               alone=(Verdict.new, FIRST))
