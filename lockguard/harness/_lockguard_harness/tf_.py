@@ -147,6 +147,15 @@ def setup(ctx) -> None:
         ctx.result["fingerprint"]["gpu"] = {str(k): _plain(v) for k, v in details.items()}
     ctx.result["device_name"] = name
 
+    _fingerprint(ctx, gpus, landed, op_determinism)
+    if ctx.script:
+        _install_function_counter()
+
+
+def _fingerprint(ctx, gpus: list, landed: str, op_determinism: bool) -> None:
+    """What the run ran on, beside its numbers: the device it landed on and why it fell back,
+    TensorFlow's build, oneDNN and XLA, and the determinism settings in force."""
+    cls = ctx.result["device"]
     fp = ctx.result["fingerprint"]
     fp["env"] = recorded_env()
     fp["device_expected"] = ctx.device
@@ -166,7 +175,7 @@ def setup(ctx) -> None:
     fp["keras"] = installed_version("keras")
     fp["tf_keras"] = installed_version("tf-keras") or installed_version("tf_keras")
     fp["ml_dtypes"] = installed_version("ml_dtypes") or installed_version("ml-dtypes")
-    fp["numpy"] = numpy.__version__
+    fp["numpy"] = np.__version__
     fp["physical_gpus"] = len(gpus)
     port = _try(lambda: __import__("tensorflow.python.util._pywrap_util_port",
                                    fromlist=["_"]))
@@ -184,8 +193,6 @@ def setup(ctx) -> None:
             tf.config.experimental.tensor_float_32_execution_enabled())),
         "global_seed": ctx.seed,
     }
-    if ctx.script:
-        _install_function_counter()
 
 
 # --------------------------------------------------------------------------- helpers
