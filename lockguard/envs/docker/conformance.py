@@ -1,8 +1,8 @@
 """After a build (and before reusing an image built elsewhere): the image holds exactly the lock.
 
-The probe (lockguard/probes/conformance.py) runs with the image's venv interpreter and reports what is installed, what the markers
-see, and whether the framework imports at all: a wheel that installs but cannot load on the base
-fails the build, not the first training run.
+The probe (lockguard/probes/conformance.py) runs with the image's venv interpreter and reports
+what is installed, what the markers see, and whether the framework imports at all: a wheel that
+installs but cannot load on the base fails the build, not the first training run.
 """
 
 from __future__ import annotations
