@@ -462,6 +462,21 @@ def test_built_image_holds_the_lock_and_its_labels(engine, numpy_image):
 
 
 @pytest.mark.docker
+def test_the_stack_probe_runs_bundled_in_an_image(engine, numpy_image):
+    """The stack probe and its sibling (platform_info) as `python -c` their bundled program in a
+    real container of the image's venv (tests/test_probes.py runs each branch on the host)."""
+    from lockguard.envs.docker.stack import stack_probe
+
+    report = stack_probe(engine, numpy_image.tag, "numpy", "cuda")
+    assert report["view"] == {"version": "2.3.5"} and report["errors"] == []
+    assert report["requires"] == {"numpy": ["2.3.5", []]} and report["libraries"] == []
+    assert report["markers"] == installed_in(engine, numpy_image.tag, "numpy")["markers"]
+    assert report["markers"]["python_version"] == "3.11"
+    # numpy's own extension modules, loaded from the venv's site-packages by its import.
+    assert any(e["file"].startswith("numpy/") and e["dist"] == "numpy" for e in report["loaded"])
+
+
+@pytest.mark.docker
 def test_second_build_is_a_cache_hit(engine, numpy_image):
     start = time.perf_counter()
     again = dk.build_image(numpy_lock(), "numpy", "cpu")

@@ -5,8 +5,9 @@ paths no test runs:
 
     cli → flows → report → domain (locks, compare, results, golden, hardware, scenarios,
     config, settings, gitref) → envs → bottom (errors, files, process, supervisor, cache, names,
-    progress, installers, allowlist, sizes, envvars); the harness apart, importing nothing of
-    lockguard.
+    progress, installers, allowlist, sizes, envvars, probes); the harness apart, importing
+    nothing of lockguard; the probes (lockguard/probes/*.py, run in a target interpreter) import
+    the stdlib only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lockguard"
 BOTTOM = {"lockguard.errors", "lockguard.files", "lockguard.process", "lockguard.supervisor",
           "lockguard.cache", "lockguard.names", "lockguard.progress", "lockguard.installers",
           "lockguard.allowlist", "lockguard.sizes", "lockguard.envvars", "lockguard.sandbox",
-          "lockguard.landlock", "lockguard.toml", "lockguard"}
+          "lockguard.landlock", "lockguard.toml", "lockguard.probes", "lockguard"}
 # What the environment layer may not know: the project (config, scenarios), the flows, the
 # report and the command line. It takes a parsed lock and a run request.
 NOT_IN_ENVS = ("lockguard.flows", "lockguard.config", "lockguard.scenarios", "lockguard.report",
@@ -86,6 +87,27 @@ def test_the_harness_imports_nothing_of_lockguard():
     outside = [v for v in violations(harness_modules(), ("lockguard",))
                if not v.split(" imports ")[1].startswith("lockguard.harness")]
     assert outside == []
+
+
+# What a probe may import besides the stdlib and its siblings: the frameworks the stack probe
+# checks, in the image that has them.
+PROBE_FRAMEWORKS = {"lockguard.probes.stack": {"torch", "jax", "libtpu"}}
+
+
+def test_the_probes_import_the_stdlib_only():
+    """A probe runs in a target interpreter that has neither lockguard nor any dependency: it
+    imports the stdlib, its siblings in lockguard/probes (by their plain names), and for the
+    stack probe the framework it checks; never lockguard. The probes are among the sources
+    every other rule here reads (the 80-line rule, docstrings)."""
+    import sys
+
+    probes = [m for m in SOURCES if within(m, ("lockguard.probes",))]
+    assert "lockguard.probes.stack" in probes and "lockguard.probes.platform_info" in probes
+    siblings = {m.rpartition(".")[2] for m in probes}
+    bad = sorted(f"{m} imports {i}" for m in probes for i in imports(SOURCES[m])
+                 if i.split(".")[0] not in sys.stdlib_module_names | siblings
+                 | PROBE_FRAMEWORKS.get(m, set()) or within(i, ("lockguard",)))
+    assert bad == []
 
 
 def test_the_environment_layer_knows_nothing_of_the_project_or_the_flows():
@@ -202,6 +224,10 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("finding uv, or saying why it is needed", r'which\("uv"\)|needs the uv command',
      ["lockguard.installers"]),
     ("the ready marker's name", r"^READY\s*=", ["lockguard.envs.base"]),
+    # A program for another interpreter is a probe (lockguard/probes, run by engine.probe in a
+    # container) or, importing lockguard by design, the supervisor and the sandbox's stub.
+    ("a Python program passed with -c", r'"-c", [^"]',
+     ["lockguard.envs.docker.engine", "lockguard.process", "lockguard.sandbox"]),
     # Settings are resolved once (settings.Settings.resolve): the gate policy, "exact"
     # normalised into a Tolerance, and no `--option or config key` merged anywhere else.
     ("the gate policy from the config", r"\bPolicy\(exact=", ["lockguard.settings"]),

@@ -10,6 +10,7 @@ way.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from lockguard.errors import LockguardError, tail
 from lockguard.progress import Progress, show_command
 from lockguard.sizes import format_size
 from lockguard.files import ReadError, read_json, scratch_dir
+from lockguard.probes import PLATFORM_INFO
 from lockguard.results import (
     MAX_RESULT_BYTES, SCHEMA_VERSION, ResultError, RunResult, Status, parse_result,
 )
@@ -150,15 +152,19 @@ def interpreter_tag(python: str) -> str:
     with scratch_dir("python") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         try:
-            done = process.run([python, "-c", "import sys,platform;print(sys.implementation.name,"
-                                "platform.python_version(),platform.machine())"],
-                               log=out, stderr_log=err, timeout=120)
+            done = process.run(PLATFORM_INFO.argv(python), log=out, stderr_log=err,
+                               timeout=120)
         except process.ProcessError as exc:
             raise EnvError(f"python = {python!r}: {exc}") from None
-        if done.code != 0:
+        try:
+            markers = json.loads(out.read_text(errors="replace"))["markers"]
+        except (ValueError, TypeError, KeyError):
+            markers = None
+        if done.code != 0 or not isinstance(markers, dict):
             reason = tail(err.read_text(errors="replace"), 1) or done.describe()
             raise EnvError(f"python = {python!r} is not a working interpreter: {reason}")
-        return out.read_text(errors="replace").strip()
+        return (f"{markers['implementation_name']} {markers['python_full_version']} "
+                f"{markers['platform_machine']}")
 
 
 def harness_args(request: RunRequest, harness_dir: str, out_path: str,

@@ -51,6 +51,7 @@ from lockguard.envs.installed import site_packages
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import ReadError, clean_stale_temps, link_file, read_bytes, write_text
 from lockguard.installers import run_logged
+from lockguard.probes import CACHE_TAG, COMPILE_BYTECODE
 from lockguard.progress import StepHandle
 
 STORE = "bytecode"  # in lockguard's cache: <cache tag>/<sha256>-<mtime>-<size>.pyc and WANTED
@@ -62,37 +63,9 @@ MODULE_MAX = 64 << 20  # a listed module larger than this is no hint (torch's la
 # 2,500 modules, 40 MB together.
 RUN_LIST_MODULES = 50_000
 RUN_LIST_HASHED = 1 << 30
-LIST_FILE = "lockguard-compile.json"  # in the venv while it compiles: [[module, its .pyc], ...]
+# In the venv while lockguard/probes/compile_bytecode.py compiles: [[module, its .pyc], ...].
+LIST_FILE = "lockguard-compile.json"
 LOG_FILE = "compile.log"
-# Run as `python -I -S -c COMPILE LIST_FILE`: compiles the listed modules on every core
-# (compileall compiles listed files one at a time, and passing over a directory's current .pyc
-# files cost 6 s of a torch venv's 19), each to the .pyc named with it, in the timestamp mode uv
-# writes.
-COMPILE = """
-import concurrent.futures, json, multiprocessing, os, py_compile, sys
-
-def compile_one(pair):
-    try:
-        module, pyc = pair
-        py_compile.compile(module, cfile=pyc, doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
-    except Exception as exc:  # a module that does not compile is left without bytecode
-        return f"{pair!r}: {type(exc).__name__}"
-
-if __name__ == "__main__":
-    with open(sys.argv[1], encoding="utf-8") as f:
-        pairs = json.load(f)
-    try:
-        cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                 else os.cpu_count())
-        with concurrent.futures.ProcessPoolExecutor(
-                cores, mp_context=multiprocessing.get_context("fork")) as pool:
-            problems = list(pool.map(compile_one, pairs, chunksize=64))
-    except (OSError, ImportError):  # no semaphores here (a container without /dev/shm)
-        problems = [compile_one(pair) for pair in pairs]
-    print("".join(f"{p}\\n" for p in problems if p), end="")
-"""
-ASK_TAG = "import sys; print(sys.implementation.cache_tag)"
 
 
 def link_or_compile(venv: Path, python: str, store_root: Path, step) -> tuple[int, int]:
@@ -240,8 +213,7 @@ def _cache_tag(venv: Path, python: str, step) -> str:
     """The interpreter's cache tag (cpython-311), asked of the venv's own unless it is ours."""
     if python == sys.executable:
         return sys.implementation.cache_tag
-    code, tail = run_logged([str(venv / "bin" / "python"), "-I", "-S", "-c", ASK_TAG],
-                            venv / LOG_FILE, step)
+    code, tail = run_logged(CACHE_TAG.argv(str(venv / "bin" / "python")), venv / LOG_FILE, step)
     if code != 0 or not tail or not tail[-1].strip():
         raise EnvError(one_line(f"{python}: cannot tell its bytecode's cache tag: "
                                 f"{tail[-1] if tail else f'exit code {code}'}"))
@@ -271,8 +243,8 @@ def _current(mtime: int, size: int) -> bytes:
 def _compile(venv: Path, pairs: list[tuple[str, str]], step) -> None:
     listed = venv / LIST_FILE
     write_text(listed, json.dumps(pairs))
-    code, tail = run_logged([str(venv / "bin" / "python"), "-I", "-S", "-c", COMPILE,
-                             str(listed)], venv / LOG_FILE, step)
+    code, tail = run_logged(COMPILE_BYTECODE.argv(str(venv / "bin" / "python"), str(listed)),
+                            venv / LOG_FILE, step)
     if code != 0:
         raise EnvError(one_line(f"{venv}: could not compile its modules' bytecode: "
                                 f"{tail[-1] if tail else f'exit code {code}'}"))

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 
+from lockguard.probes import PLATFORM_INFO
+
 
 @dataclass(frozen=True)
 class Target:
@@ -68,30 +70,6 @@ def host_target() -> Target:
                   tags=tuple(str(tag) for tag in sys_tags()))
 
 
-# packaging.markers.default_environment, for an interpreter that may not have packaging.
-_MARKERS_SCRIPT = """\
-import json, os, platform, sys
-def version(info):
-    v = "{0.major}.{0.minor}.{0.micro}".format(info)
-    if info.releaselevel != "final":
-        v += info.releaselevel[0] + str(info.serial)
-    return v
-print(json.dumps({
-    "implementation_name": sys.implementation.name,
-    "implementation_version": version(sys.implementation.version),
-    "os_name": os.name,
-    "platform_machine": platform.machine(),
-    "platform_release": platform.release(),
-    "platform_system": platform.system(),
-    "platform_version": platform.version(),
-    "python_full_version": platform.python_version(),
-    "platform_python_implementation": platform.python_implementation(),
-    "python_version": ".".join(platform.python_version_tuple()[:2]),
-    "sys_platform": sys.platform,
-}))
-"""
-
-
 def target_for(python: str | None) -> Target:
     """The platform of `python` (an interpreter's path; None or this one: `host_target`)."""
     if python is None or Path(python).resolve() == Path(sys.executable).resolve():
@@ -108,13 +86,14 @@ def _other_target(python: str) -> Target:
     with scratch_dir("markers") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         try:
-            done = process.run([python, "-I", "-c", _MARKERS_SCRIPT], log=out, stderr_log=err,
-                               timeout=120)
+            # packaging.markers.default_environment, asked of an interpreter that may not
+            # have packaging.
+            done = process.run(PLATFORM_INFO.argv(python), log=out, stderr_log=err, timeout=120)
         except process.ProcessError as exc:
             raise LockError(f"python = {python!r}", None, str(exc)) from None
         try:
-            markers = json.loads(out.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            markers = json.loads(out.read_text(encoding="utf-8"))["markers"]
+        except (OSError, ValueError, TypeError, KeyError):
             markers = None
         if done.code != 0 or not isinstance(markers, dict):
             raise LockError(f"python = {python!r}", None,

@@ -1,8 +1,8 @@
 """After a build (and before reusing an image built elsewhere): the image holds exactly the lock.
 
-The probe runs with the image's venv interpreter and reports what is installed, what the markers
-see, and whether the framework imports at all: a wheel that installs but cannot load on the base
-fails the build, not the first training run.
+The probe (lockguard/probes/conformance.py) runs with the image's venv interpreter and reports
+what is installed, what the markers see, and whether the framework imports at all: a wheel that
+installs but cannot load on the base fails the build, not the first training run.
 """
 
 from __future__ import annotations
@@ -16,24 +16,12 @@ from packaging.version import InvalidVersion, Version
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker.engine import probe
 from lockguard.envs.docker.recipe import VENV_PYTHON
-from lockguard.envs.docker.wheelhouse import PLATFORM_INFO, Target, expected_pins
+from lockguard.envs.docker.wheelhouse import Target, expected_pins
 from lockguard.locks.model import Lock, Pin
+from lockguard.probes import CONFORMANCE
 
 # Distributions a fresh venv brings with it: allowed in an image although the lock lacks them.
 INSTALLER_DISTS = frozenset({"pip", "setuptools", "wheel"})
-
-CONFORMANCE = PLATFORM_INFO + r"""
-import importlib, importlib.metadata as md
-report = platform_info()
-report["dists"] = {d.metadata["Name"]: d.version for d in md.distributions() if d.metadata["Name"]}
-try:
-    importlib.import_module(sys.argv[1])
-    report["import_error"] = None
-except BaseException as exc:
-    first = (str(exc).splitlines() or [""])[0][:200]
-    report["import_error"] = "%s: %s" % (type(exc).__name__, first)
-print(json.dumps(report))
-"""
 
 
 def conformance_problems(expected: list[Pin], installed: dict[str, str]) -> list[str]:

@@ -20,8 +20,9 @@ from lockguard import envvars
 from lockguard.cache import cache_dir
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker.recipe import BASE_IMAGE_ENV, Base, base_for
-from lockguard.envs.docker.wheelhouse import PROBE, Target
+from lockguard.envs.docker.wheelhouse import Target
 from lockguard.files import write_text
+from lockguard.probes import PLATFORM_INFO, Probe
 from lockguard.progress import QUIET, Progress
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
@@ -173,7 +174,8 @@ def target_of(client: Any, base: Base) -> Target:
     cached = cache_dir() / "images" / "bases" / f"{image.id.replace(':', '-')}.json"
     if cached.is_file():
         return Target.from_probe(json.loads(cached.read_text(encoding="utf-8")))
-    data = probe(client, base.ref, "python3", PROBE, [], what=f"probing base image {base.ref}")
+    data = probe(client, base.ref, "python3", PLATFORM_INFO, [],
+                 what=f"probing base image {base.ref}")
     target = Target.from_probe(data)
     write_text(cached, json.dumps(data))
     return target
@@ -184,13 +186,13 @@ def target_of(client: Any, base: Base) -> Target:
 # ---------------------------------------------------------------------------------------------
 
 
-def probe(client: Any, image: str, python: str, code: str, args: list[str], *,
+def probe(client: Any, image: str, python: str, program: Probe, args: list[str], *,
           what: str) -> dict[str, Any]:
-    """Run `python -c code args` in a throwaway container without network; the last JSON line
-    it prints."""
+    """Run a probe (`python -c` its program, args) in a throwaway container without network;
+    the last JSON line it prints."""
     errors = sdk_errors()
     try:
-        out = run_once(client, image, [*args], entrypoint=[python, "-c", code],
+        out = run_once(client, image, [*args], entrypoint=[python, "-c", program.program()],
                        network_mode="none", stdout=True, stderr=False)
     except errors.ContainerError as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""

@@ -6,7 +6,8 @@ A cuda image is the lock's own wheels on a plain glibc + Python base: torch's de
 wheels, `jax[cuda13]` and `tensorflow[and-cuda]` depend on nvidia-* wheels that carry CUDA's
 runtime, cuBLAS, cuDNN, NCCL and the rest; `jax[tpu]` brings libtpu. Only the driver
 (libcuda.so.1) comes from the host, mounted by the NVIDIA container runtime when a container
-asks for GPUs. So after the build, in a container without any accelerator, `STACK_PROBE`:
+asks for GPUs. So after the build, in a container without any accelerator, the stack probe
+(lockguard/probes/stack.py):
 
 1. imports the framework and has it load its stack as it does on a GPU host (torch's import,
    jax's CUDA plugin `initialize` steps, libtpu through jax's own PJRT loader), and records
@@ -43,220 +44,9 @@ from packaging.version import InvalidVersion, Version
 from lockguard.envs.base import EnvError
 from lockguard.envs.docker.engine import probe
 from lockguard.envs.docker.recipe import VENV_PYTHON
-from lockguard.envs.docker.wheelhouse import PLATFORM_INFO
 from lockguard.locks.families import cuda_major
 from lockguard.locks.model import Lock, Pin
-
-# Runs in the image with the venv's interpreter: stdlib and the framework only. argv: the
-# framework's module, the accelerator. Prints one JSON line.
-STACK_PROBE = PLATFORM_INFO + r"""
-import ctypes, glob, importlib, importlib.metadata as md, importlib.util, json, os, re, sys
-import sysconfig
-
-module, accelerator = sys.argv[1], sys.argv[2]
-site = sysconfig.get_paths()["purelib"]
-out = {"module": module, "accelerator": accelerator, "view": {}, "errors": [],
-       "loaded": [], "libraries": [], "versions": {}, "requires": {},
-       "markers": platform_info()["markers"]}
-
-SHARED = re.compile(r"\.so(\.[0-9][0-9.]*)?$")  # libx.so, libx.so.13, libx.so.13.0: not x.sort.h
-
-def dist_version(name):
-    return md.version(name)
-
-def first_line(exc):
-    return "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0][:300])
-
-# Which distribution installed each shared library (by real path).
-owners = {}
-for dist in md.distributions():
-    name = dist.metadata["Name"]
-    for f in dist.files or ():
-        if SHARED.search(str(f)):
-            owners[os.path.realpath(str(dist.locate_file(f)))] = [name, dist.version]
-
-def where(path):
-    real = os.path.realpath(path)
-    rel = os.path.relpath(real, site) if real.startswith(site + os.sep) else real
-    owner = owners.get(real) or [None, None]
-    return {"file": rel, "dist": owner[0], "version": owner[1]}
-
-view = out["view"]
-try:
-    fw = importlib.import_module(module)
-    view["version"] = getattr(fw, "__version__", None)
-except BaseException as exc:
-    out["errors"].append("import %s: %s" % (module, first_line(exc)))
-    fw = None
-    if module == "torch":
-        # What torch was built for, from its version file, even when it cannot import.
-        try:
-            import runpy
-            spec = importlib.util.find_spec("torch")
-            found = runpy.run_path(os.path.join(os.path.dirname(spec.origin), "version.py"))
-            view["version"], view["cuda_build"] = found.get("__version__"), found.get("cuda")
-        except BaseException:
-            pass
-
-def attempt(key, fn):
-    try:
-        view[key] = fn()
-    except BaseException as exc:
-        out["errors"].append("%s: %s" % (key, first_line(exc)))
-
-roots = []  # the wheels' folders whose libraries the framework may load
-if fw is not None and module == "torch" and accelerator == "cuda":
-    import torch
-    view["cuda_build"] = torch.version.cuda
-    attempt("cudnn", lambda: torch.backends.cudnn.version())
-    attempt("nccl", lambda: ".".join(str(x) for x in torch.cuda.nccl.version()))
-    roots.append(os.path.join(os.path.dirname(torch.__file__), "lib"))
-elif fw is not None and module == "jax" and accelerator == "cuda":
-    plugins = sorted(p for p in glob.glob(os.path.join(site, "jax_plugins", "xla_cuda*"))
-                     if os.path.isdir(p))
-    view["plugin"] = os.path.basename(plugins[-1]) if plugins else None
-    if plugins:
-        name = "jax_plugins." + os.path.basename(plugins[-1])
-        plugin = None
-        try:
-            plugin = importlib.import_module(name)
-            # What the plugin's initialize() does first: load the nvidia wheels' libraries
-            # and its version-reporting extension; then jaxlib loads the PJRT plugin itself.
-            plugin._load_nvidia_libraries()
-            plugin._import_extensions()
-        except BaseException as exc:
-            out["errors"].append("%s: %s" % (name, first_line(exc)))
-            plugin = None
-        versions = getattr(plugin, "cuda_versions", None) if plugin else None
-        if plugin is not None and versions is None:
-            out["errors"].append("%s: its CUDA extension (jax_cudaNN_plugin) does not import"
-                                 % name)
-        if versions is not None:
-            for key, get, build in (
-                    ("cuda", "cuda_runtime_get_version", "cuda_runtime_build_version"),
-                    ("cudnn", "cudnn_get_version", "cudnn_build_version"),
-                    ("cublas", "cublas_get_version", "cublas_build_version"),
-                    ("cufft", "cufft_get_version", "cufft_build_version"),
-                    ("cusparse", "cusparse_get_version", "cusparse_build_version")):
-                attempt(key, getattr(versions, get))
-                attempt(key + "_build", getattr(versions, build))
-        if plugin is not None:
-            from jax._src.lib import xla_client
-            path = plugin._get_library_path()
-            attempt("pjrt", lambda: bool(xla_client.load_pjrt_plugin_dynamically(
-                "cuda", str(path))) and os.path.basename(str(path)))
-        roots += plugins + glob.glob(os.path.join(site, "jax_cuda*_plugin"))
-elif fw is not None and module == "tensorflow" and accelerator == "cuda":
-    attempt("build_info", lambda: dict(fw.sysconfig.get_build_info()))
-    info = view.get("build_info") or {}
-    view["cuda_build"] = info.get("cuda_version")
-    view["is_cuda_build"] = bool(info.get("is_cuda_build"))
-    roots.append(os.path.dirname(fw.__file__))
-elif fw is not None and accelerator == "tpu":
-    try:
-        import libtpu
-        view["libtpu_path"] = where(libtpu.get_library_path())["file"]
-    except BaseException as exc:
-        out["errors"].append("import libtpu: %s" % first_line(exc))
-    if module == "jax" and "libtpu_path" in view:
-        from jax._src import cloud_tpu_init
-        from jax._src.lib import xla_client
-        attempt("pjrt", lambda: bool(xla_client.load_pjrt_plugin_dynamically(
-            "tpu", cloud_tpu_init.get_tpu_library_path())) and "libtpu")
-    roots.append(os.path.join(site, "libtpu"))
-if accelerator == "cuda":
-    roots += sorted(glob.glob(os.path.join(site, "nvidia", "*")))
-
-# What the framework's distributions (and jax's plugins) declare they need of the stack.
-names = set(md.packages_distributions().get(module, []))
-for dist in md.distributions():
-    name = dist.metadata["Name"] or ""
-    if name.lower().replace("_", "-").startswith(("jax-cuda", "jax-rocm")):
-        names.add(name)
-for name in sorted(names):
-    try:
-        out["requires"][name] = [dist_version(name), md.requires(name) or []]
-    except md.PackageNotFoundError:
-        pass
-
-# What the framework loaded, and from where.
-def mapped():
-    found = {}
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and SHARED.search(parts[5].strip()):
-                    found[parts[5].strip()] = True
-    except OSError:
-        pass
-    return list(found)
-loaded = mapped()
-out["loaded"] = [dict(where(p), path=p) for p in loaded]
-
-# Every other library of the stack, loaded as the framework would load it later.
-seen = set(os.path.realpath(p) for p in loaded)
-for root in roots:
-    for path in sorted(glob.glob(os.path.join(root, "**", "*.so*"), recursive=True)):
-        real = os.path.realpath(path)
-        if real in seen or not os.path.isfile(real) or not SHARED.search(path):
-            continue
-        seen.add(real)
-        entry = where(path)
-        try:
-            ctypes.CDLL(path)
-            entry["error"] = None
-        except OSError as exc:
-            entry["error"] = (str(exc).splitlines() or [""])[0][:300]
-        out["libraries"].append(entry)
-
-# The libraries' own answers, from the copies in this process.
-def loaded_path(stem):
-    for path in mapped():
-        base = path.rsplit("/", 1)[-1]
-        if base.startswith(stem + ".so"):
-            return path
-    return None
-
-def ask(key, stem, call):
-    path = loaded_path(stem)
-    if path is None:
-        return
-    try:
-        out["versions"][key] = call(ctypes.CDLL(path))
-        out["versions"][key + "_file"] = where(path)
-    except BaseException as exc:
-        out["errors"].append("%s version: %s" % (key, first_line(exc)))
-
-def cudart(lib):
-    v = ctypes.c_int(0)
-    status = lib.cudaRuntimeGetVersion(ctypes.byref(v))
-    return v.value if status == 0 else None
-
-def cudnn(lib):
-    lib.cudnnGetVersion.restype = ctypes.c_size_t
-    return int(lib.cudnnGetVersion())
-
-def cublas(lib):
-    parts = []
-    for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
-        v = ctypes.c_int(0)
-        if lib.cublasGetProperty(prop, ctypes.byref(v)) != 0:
-            return None
-        parts.append(v.value)
-    return parts
-
-def nccl(lib):
-    v = ctypes.c_int(0)
-    return v.value if lib.ncclGetVersion(ctypes.byref(v)) == 0 else None
-
-if accelerator == "cuda":
-    ask("cudart", "libcudart", cudart)
-    ask("cudnn", "libcudnn", cudnn)
-    ask("cublas", "libcublas", cublas)
-    ask("nccl", "libnccl", nccl)
-print(json.dumps(out))
-"""
+from lockguard.probes import STACK
 
 # The driver's own libraries: the NVIDIA container runtime mounts them into a container that
 # asks for GPUs, so an image never holds them, and a library that needs only them passes.
@@ -307,8 +97,8 @@ class AcceleratorStack:
 
 
 def stack_probe(client: Any, tag: str, module: str, accelerator: str) -> dict[str, Any]:
-    """Run STACK_PROBE in a container of `tag` (no network, no accelerator)."""
-    return probe(client, tag, VENV_PYTHON, STACK_PROBE, [module, accelerator],
+    """Run the stack probe in a container of `tag` (no network, no accelerator)."""
+    return probe(client, tag, VENV_PYTHON, STACK, [module, accelerator],
                  what=f"checking the {accelerator} stack in {tag}")
 
 

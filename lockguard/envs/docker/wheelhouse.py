@@ -2,7 +2,8 @@
 the host with their hashes checked, into a cached wheelhouse.
 
 `Target` is the image's Python as pip download and environment markers see it (probed in the
-base by `PROBE`, or declared in bases.toml for bases that get Python during the build);
+base by the probe lockguard/probes/platform_info.py, or declared in bases.toml for bases that
+get Python during the build);
 `expected_pins` the lock's pins whose markers hold there; `wheelhouse_for` downloads them
 (`pip download --only-binary=:all:` for the target's platform) into
 $LOCKGUARD_CACHE/wheelhouses/<lock hash + target>, built under a file lock and marked ready only
@@ -33,27 +34,6 @@ from lockguard.locks.model import Lock, Pin
 from lockguard.locks.writer import option_args, wheel_request
 from lockguard.progress import QUIET, Progress
 
-# Runs with the base's python3 (stdlib only): what pip needs to pick wheels, and what
-# environment markers see (packaging's default_environment, spelt out).
-PLATFORM_INFO = r"""
-import json, os, platform, sys
-def _v(info):
-    s = "%d.%d.%d" % (info.major, info.minor, info.micro)
-    return s if info.releaselevel == "final" else s + info.releaselevel[0] + str(info.serial)
-def platform_info():
-    return {"python": "%d.%d" % sys.version_info[:2], "glibc": platform.libc_ver()[1],
-        "arch": platform.machine(), "implementation": sys.implementation.name,
-        "markers": {"implementation_name": sys.implementation.name,
-            "implementation_version": _v(sys.implementation.version), "os_name": os.name,
-            "platform_machine": platform.machine(), "platform_release": platform.release(),
-            "platform_system": platform.system(), "platform_version": platform.version(),
-            "python_full_version": platform.python_version(),
-            "platform_python_implementation": platform.python_implementation(),
-            "python_version": "%d.%d" % sys.version_info[:2], "sys_platform": sys.platform}}
-"""
-PROBE = PLATFORM_INFO + "print(json.dumps(platform_info()))\n"
-
-
 @dataclass(frozen=True)
 class Target:
     """The Python of an image, as pip download and environment markers need it."""
@@ -66,8 +46,9 @@ class Target:
 
     @classmethod
     def from_probe(cls, data: dict) -> "Target":
-        """The target from PROBE's JSON output in the base image; EnvError when that Python is
-        not CPython or the base has no glibc, for which no wheels can be picked."""
+        """The target from the platform_info probe's JSON output in the base image; EnvError
+        when that Python is not CPython or the base has no glibc, for which no wheels can be
+        picked."""
         if data.get("implementation") != "cpython":
             raise EnvError(f"the base's Python is {data.get('implementation')}, not CPython")
         if not data.get("glibc"):
