@@ -26,7 +26,7 @@ BOTTOM = {"lockguard.errors", "lockguard.files", "lockguard.process", "lockguard
 # What the environment layer may not know: the project (config, scenarios), the flows, the
 # report and the command line. It takes a parsed lock and a run request.
 NOT_IN_ENVS = ("lockguard.flows", "lockguard.config", "lockguard.scenarios", "lockguard.report",
-               "lockguard.cli", "lockguard.locks.resolve", "lockguard.locks.outdated",
+               "lockguard.cli", "lockguard.locks.resolvers", "lockguard.locks.outdated",
                "lockguard.golden", "lockguard.compare", "lockguard.gitref")
 # The domain is pure of everything above it.
 NOT_IN_DOMAIN = ("lockguard.flows", "lockguard.report", "lockguard.cli")

@@ -435,7 +435,7 @@ def test_another_interpreter_is_asked_for_its_markers_as_packaging_computes_them
 
 @pytest.mark.parametrize("name", ["uv.lock", "poetry.lock", "pylock.toml", "pylock.gpu.toml"])
 def test_lockguard_lock_never_writes_requirements_text_over_another_format(tmp_path, name):
-    from lockguard.locks.resolve import ResolveError, compile_lock
+    from lockguard.locks.resolvers import ResolveError, compile as compile_lock
 
     (tmp_path / "requirements.in").write_text("numpy\n")
     (tmp_path / name).write_text("kept\n")

@@ -3,7 +3,7 @@ project's `uv.lock`: `uv lock --upgrade-package`) and `propose_pylock` (a pylock
 from an input: `uv pip compile -o pylock.toml --upgrade-package`). What a PR bot runs, so that
 the proposal and the bot's pull request agree on what changed.
 
-Like lockguard.locks.resolve's proposals for requirements locks, each is written under
+Like lockguard.locks.resolvers' proposals for requirements locks, each is written under
 `<cache>/proposals/<key>/`, keyed by everything that decides it, the user's files only read.
 A requirement of the project that rules an upgrade out (`numpy==1.26.4` in pyproject.toml, as
 a bot's pull request edits it) is read as asking for the upgrade, and a note says so: in a
@@ -34,7 +34,7 @@ from lockguard import toml
 from lockguard.files import display_path, write_text
 from lockguard.installers import require_uv, tool_reason
 from lockguard.locks.parser import parse_lock
-from lockguard.locks.resolve import (
+from lockguard.locks.resolvers import (
     RESOLVE_TIMEOUT_S, SILENT, Proposal, ResolveError, resolver_reads, run_tool,
 )
 
