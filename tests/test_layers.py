@@ -196,6 +196,9 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
     # tomllib on 3.11, tomli on 3.10 (tests/test_python310.py): every TOML reader imports it.
     ("the TOML reader", r"^\s*(import|from) toml(lib|i)\b", ["lockguard.toml"]),
+    # ...and tomli_w the one writer (toml.dumps, toml.string): no TOML quoted by hand.
+    ("the TOML writer", r"^\s*(import|from) tomli_w\b|^def (dumps|string)\(",
+     ["lockguard.toml"]),
     # What pip, pip-tools and uv said when they failed, in one line: for resolver and backends.
     ("installer and resolver error trimming", r"╰─▶|\(from versions",
      ["lockguard.installers"]),

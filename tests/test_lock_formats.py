@@ -10,6 +10,7 @@ this machine's, so that every test here passes on any CI machine.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from packaging.markers import default_environment
 
 from conftest import DATA, NUMERICS_ONLY
+from lockguard import toml
 from lockguard.locks.diff import diff_locks
 from lockguard.locks.formats import format_by_name, lock_format
 from lockguard.locks.installable import require_wheels
@@ -358,6 +360,28 @@ def test_the_pylock_writer_is_the_readers_inverse(project, name):
     assert again.lock_hash == lock.lock_hash
     assert [(p.name, p.version, p.files, p.index) for p in again.pins] == [
         (p.name, p.version, p.files, p.index) for p in sorted(lock.pins, key=lambda p: p.name)]
+
+
+CONTROL = "".join(map(chr, range(0x20))) + "\x7f\x80\x9f" + 'é ü 中 "quoted" \\back'
+
+
+def test_toml_written_here_round_trips_every_control_character():
+    """The TOML writer (tomli_w behind lockguard.toml) escapes what TOML forbids raw: the C0
+    controls, DEL (U+007F, which JSON's escapes leave raw and tomllib rejects), quotes and
+    backslashes, in a value laid out by hand (toml.string) and in a pylock.toml."""
+    assert toml.loads(f"k = {toml.string(CONTROL)}\n")["k"] == CONTROL
+    assert toml.loads(toml.dumps({"k": [CONTROL], "t": {"u": CONTROL}})) == {
+        "k": [CONTROL], "t": {"u": CONTROL}}
+    lock = parse_lock(LOCKS / "jax-0.10.2" / "pylock.toml", LINUX)
+    pin = lock.pins[0]
+    odd = dataclasses.replace(pin, files=(dataclasses.replace(
+        pin.files[0], url=f"https://x.example/{CONTROL}/a.whl"),), index=f"https://{CONTROL}")
+    text = pylock_text(dataclasses.replace(lock, pins=(odd,)), header=f"mix of {CONTROL}")
+    assert text.startswith("# mix of \\u0000")
+    [package] = toml.loads(text)["packages"]
+    assert package["index"] == f"https://{CONTROL}"
+    files = [*package.get("wheels", ()), *([package["sdist"]] if "sdist" in package else [])]
+    assert [f["url"] for f in files] == [f"https://x.example/{CONTROL}/a.whl"]
 
 
 @pytest.mark.parametrize("name", ["requirements.txt", "poetry.lock"])
