@@ -3,9 +3,9 @@
     python benchmarks/bench_resolve.py [--set ml|small] [--repeat N] [--skip-cold]
                                        [--resolver pip-tools|uv ...]
 
-Both resolvers run through lockguard.locks.resolve.compile_lock, i.e. exactly what `lockguard lock`
+Both resolvers run through lockguard.locks.resolvers.compile, i.e. exactly what `lockguard lock`
 does: hashes generated, from PyPI and whatever index requirements.in names, never the machine's
-pip configuration (a lock is the project's; see lockguard.locks.resolve). `--set ml` is a
+pip configuration (a lock is the project's; see lockguard.locks.resolvers). `--set ml` is a
 realistic ML stack (torch, jax, tensorflow and the data stack), `--set small` the small lock of
 the quickstart's kind (numpy and six).
 
@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lockguard.locks import resolve  # noqa: E402
+from lockguard.locks import resolvers  # noqa: E402
+from lockguard.locks.resolvers import piptools  # noqa: E402
 
 # The three framework families with their usual companions, and the data stack around them.
 ML_REQUIREMENTS = """\
@@ -80,12 +81,12 @@ def _run_once(variant: str, src: Path, work: Path, caches: Path) -> dict[str, ob
     os.environ.update(env)
     start = time.perf_counter()
     try:
-        resolve.compile_lock(src, out, **VARIANTS[variant])  # type: ignore[arg-type]
+        resolvers.compile(src, out, **VARIANTS[variant])  # type: ignore[arg-type]
         seconds = time.perf_counter() - start
         pins = _pins(out)
         return {"seconds": round(seconds, 2), "ok": True, "packages": len(pins),
                 "pins": {k: v for k, v in pins.items() if k in FRAMEWORKS}, "_all": pins}
-    except resolve.ResolveError as exc:
+    except resolvers.ResolveError as exc:
         return {"seconds": round(time.perf_counter() - start, 2), "ok": False, "error": str(exc)}
     finally:
         for key, value in saved.items():
@@ -114,7 +115,7 @@ def main() -> int:
     variants = args.resolver or list(VARIANTS)
 
     start = time.perf_counter()
-    tool_python = resolve._pip_tools_python(lambda m: print(m, file=sys.stderr))
+    tool_python = piptools.tool_python(lambda m: print(m, file=sys.stderr))
     bootstrap_s = time.perf_counter() - start
 
     results: dict[str, dict[str, object]] = {}
@@ -160,8 +161,8 @@ def main() -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "cpus": os.cpu_count()},
-        "tools": {"pip-tools": resolve.PIP_TOOLS_VERSION, "pip": resolve.PIP_VERSION,
-                  "uv": resolve._resolver_identity("uv"), "tool_python": tool_python,
+        "tools": {"pip-tools": piptools.PIP_TOOLS_VERSION, "pip": piptools.PIP_VERSION,
+                  "uv": resolvers.resolver_identity("uv"), "tool_python": tool_python,
                   "tool_env_bootstrap_s": round(bootstrap_s, 2)},
         "requirements": requirements.split(),
         "results": results,

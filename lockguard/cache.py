@@ -1,9 +1,11 @@
-"""The one cache directory (venvs, images, wheelhouses, tool envs) and its file locks."""
+"""The one cache directory (venvs, images, wheelhouses, tool envs), its file locks, and the one
+way an entry of it is built (`entry`: lock, ready?, stage, check, marker last, publish)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import IO
 
 from lockguard import envvars
 from lockguard.errors import LockguardError, one_line
+from lockguard.files import publish_dir, write_text
 
 
 class CacheError(LockguardError):
@@ -102,3 +105,65 @@ def _acquire(handle: IO[str], path: Path, what: str,
             tell = None  # once
         process.wait_interrupted(delay)
         delay = min(delay * 2, 0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# A cache entry: built once, whole or not at all
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def entry(path: Path, build: Callable[[Path], str], *, ready: Callable[[Path], bool],
+          marker: str, check: Callable[[Path], None] | None = None, in_place: bool = False,
+          discard: Callable[[Path], None] | None = None, what: str = "",
+          tell: Callable[[str], None] | None = None) -> Iterator[bool]:
+    """The one choreography of a cache entry (a venv, a wheelhouse, an image's record, a
+    proposal): under its file lock (`entry_lock`), `ready(path)` or else `build(stage)`, then
+    `check(stage)`, then the marker `stage/marker` written last with what `build` returned,
+    then the stage published at `path` in one rename. Yields whether it built, the lock still
+    held (what the caller reads of the entry under it, no other lockguard rebuilds meanwhile).
+
+    The stage is a folder beside `path`, so a reader never sees half an entry and a failed or
+    interrupted build leaves nothing: `discard(stage)` (default: the folder removed) runs on
+    any failure, Ctrl-C included, and the error goes on. `in_place` builds at `path` itself,
+    for what bakes its own absolute path in (a venv's scripts and pyvenv.cfg) or lives
+    elsewhere (an image in the engine): its marker is removed before the build and written
+    last, so an unfinished build is never taken for a finished one.
+    """
+    with file_lock(entry_lock(path), what, tell):
+        if ready(path):
+            yield False
+            return
+        stage = path if in_place else stage_of(path)
+        try:
+            _clear(stage, marker, in_place)
+            text = build(stage)
+            if check is not None:
+                check(stage)
+            write_text(stage / marker, text)
+            if not in_place:
+                publish_dir(stage, path)
+        except BaseException:
+            (discard or _remove)(stage)
+            raise
+        yield True
+
+
+def stage_of(path: Path) -> Path:
+    """Where the entry at `path` is built before it is published: a hidden folder beside it
+    (the same file system, so publishing is a rename), one at a time under the entry's lock."""
+    return path.with_name(f".{path.name}.stage")
+
+
+def _clear(stage: Path, marker: str, in_place: bool) -> None:
+    """An entry built in place loses its marker first (what else it holds, the build decides);
+    a stage starts empty (one a killed build left is removed: the lock says none is building)."""
+    if in_place:
+        (stage / marker).unlink(missing_ok=True)
+        return
+    _remove(stage)
+    stage.mkdir(parents=True)
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

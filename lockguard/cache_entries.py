@@ -185,7 +185,9 @@ def hold(venv: Path):
 def _dirs(folder: Path) -> Iterator[Path]:
     try:
         with os.scandir(folder) as found:
-            yield from (Path(e.path) for e in found if e.is_dir(follow_symlinks=False))
+            # A stage (cache.stage_of) is an entry being built, under its entry's lock.
+            yield from (Path(e.path) for e in found if e.is_dir(follow_symlinks=False)
+                        and not (e.name.startswith(".") and e.name.endswith(".stage")))
     except OSError:
         return
 

@@ -21,7 +21,7 @@ template passes optional inputs through as empty strings).
                                 not read: earlier workflow templates set them (where to
                                 install lockguard from) for every step, lockguard's included
 
-The readers (cache.py, flows/pipeline.py, envs/docker, locks/resolve.py) take their values
+The readers (cache.py, flows/pipeline.py, envs/docker, locks/resolvers/) take their values
 through `value`, so what is read is what was checked.
 """
 

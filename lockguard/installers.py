@@ -1,7 +1,7 @@
 """The packaging tools lockguard runs beside its own code: where uv is (or why it is needed),
 what pip is configured with (uv reads none of pip's configuration, so the venv builds pass it
 on), running one of them, and what one said when it failed, in one line. Shared by the
-resolver (locks/resolve.py) and the environment backends (envs/venv.py, envs/docker/), so none
+resolver (locks/resolvers/) and the environment backends (envs/venv.py, envs/docker/), so none
 of them imports another.
 """
 

@@ -1,6 +1,6 @@
 """TOML as every reader of it here parses it (the standard library's tomllib from Python 3.11,
-its backport tomli, a dependency there, on 3.10), and the one quoter of a TOML string the
-writers use."""
+its backport tomli, a dependency there, on 3.10), and as every writer writes it: tomli_w
+(`dumps` for a document, `string` for one value where the writer lays the lines out itself)."""
 
 import sys
 
@@ -9,12 +9,30 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (tests/test_python310.py)
     from tomli import TOMLDecodeError, loads
 
-__all__ = ["TOMLDecodeError", "loads", "string"]
+__all__ = ["TOMLDecodeError", "comment", "dumps", "loads", "string"]
+
+
+def dumps(document: dict) -> str:
+    """`document` as TOML text (tomli_w: every string escaped as TOML requires)."""
+    import tomli_w
+
+    return tomli_w.dumps(document)
 
 
 def string(text: str) -> str:
-    """`text` as a TOML basic string: JSON's escapes, which TOML shares, non-ASCII kept as it
-    is, and DEL escaped too (JSON writes it raw; TOML forbids it)."""
-    import json
+    """`text` as one TOML value (a basic string, non-ASCII kept, control characters and DEL
+    escaped), for a writer that lays out its own lines: tomli_w's, as it writes a key's
+    value."""
+    return dumps({"v": text}).removeprefix("v = ").removesuffix("\n")
 
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+def comment(text: str) -> str:
+    """`text` as TOML comment lines ("# ..." each, newline-ended): a comment may hold no
+    control character but tab, so any other is written as its \\uXXXX escape."""
+    import re
+
+    def escape(match: re.Match[str]) -> str:
+        return f"\\u{ord(match[0]):04x}"
+
+    return "".join("# " + re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", escape, line) + "\n"
+                   for line in text.split("\n"))

@@ -472,7 +472,7 @@ def test_propose_of_what_the_lock_already_satisfies_builds_nothing(project, tmp_
     """`propose 'numpy>=2'` with numpy 2.0.2 pinned resolves the lock it has: "already
     satisfied", exit 0, nothing built."""
     from lockguard.flows import propose as flow
-    from lockguard.locks.resolve import Proposal
+    from lockguard.locks.resolvers import Proposal
 
     current = lock(tmp_path, "requirements.txt", "numpy==2.0.2\n")
     again = tmp_path / "proposed" / "requirements.txt"

@@ -27,7 +27,7 @@ BOTTOM = {"lockguard.errors", "lockguard.files", "lockguard.process", "lockguard
 # What the environment layer may not know: the project (config, scenarios), the flows, the
 # report and the command line. It takes a parsed lock and a run request.
 NOT_IN_ENVS = ("lockguard.flows", "lockguard.config", "lockguard.scenarios", "lockguard.report",
-               "lockguard.cli", "lockguard.locks.resolve", "lockguard.locks.outdated",
+               "lockguard.cli", "lockguard.locks.resolvers", "lockguard.locks.outdated",
                "lockguard.golden", "lockguard.compare", "lockguard.gitref")
 # The domain is pure of everything above it.
 NOT_IN_DOMAIN = ("lockguard.flows", "lockguard.report", "lockguard.cli")
@@ -218,6 +218,9 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
     # tomllib on 3.11, tomli on 3.10 (tests/test_python310.py): every TOML reader imports it.
     ("the TOML reader", r"^\s*(import|from) toml(lib|i)\b", ["lockguard.toml"]),
+    # ...and tomli_w the one writer (toml.dumps, toml.string): no TOML quoted by hand.
+    ("the TOML writer", r"^\s*(import|from) tomli_w\b|^def (dumps|string)\(",
+     ["lockguard.toml"]),
     # What pip, pip-tools and uv said when they failed, in one line: for resolver and backends.
     ("installer and resolver error trimming", r"╰─▶|\(from versions",
      ["lockguard.installers"]),
@@ -228,6 +231,14 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     # container) or, importing lockguard by design, the supervisor and the sandbox's stub.
     ("a Python program passed with -c", r'"-c", [^"]',
      ["lockguard.envs.docker.engine", "lockguard.process", "lockguard.sandbox"]),
+    # A cache entry is built one way (cache.entry: file lock, ready?, stage, check, marker
+    # written last, publish, the stage removed on failure): no other module writes a ready
+    # marker (READY, the pip-tools env's COMPLETE, a proposal's PROPOSED or _DONE) or takes
+    # an entry's lock to build one.
+    ("the cache entry's choreography",
+     r"write_(text|bytes)\(.*\b(READY|COMPLETE|PROPOSED|_DONE|marker)\b|"
+     r"\b(READY|COMPLETE|PROPOSED|_DONE|marker)\)\.write_(text|bytes)\(|"
+     r"file_lock\((entry|build)_lock\(", ["lockguard.cache"]),
     # Settings are resolved once (settings.Settings.resolve): the gate policy, "exact"
     # normalised into a Tolerance, and no `--option or config key` merged anywhere else.
     ("the gate policy from the config", r"\bPolicy\(exact=", ["lockguard.settings"]),

@@ -10,6 +10,7 @@ this machine's, so that every test here passes on any CI machine.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from packaging.markers import default_environment
 
 from conftest import DATA, NUMERICS_ONLY
+from lockguard import toml
 from lockguard.locks.diff import diff_locks
 from lockguard.locks.formats import format_by_name, lock_format
 from lockguard.locks.installable import require_wheels
@@ -263,6 +265,17 @@ POETRY = (LOCKS / "numpy-2.0.2" / "poetry.lock").read_text()
     ("pylock.toml", PYLOCK.replace('requires-python = ">=3.11, <3.14"',
                                    'requires-python = ">=3.12"'),
      r"^pylock.toml:\d+: requires-python: >=3.12 excludes this platform's Python \(3.11.7\)"),
+    # The structure as packaging.pylock validates it: the key it names, the table's line.
+    ("pylock.toml", PYLOCK.replace('created-by = "uv"\n', ""),
+     r"^pylock.toml: created-by: Missing required value \(PEP 751\)$"),
+    ("pylock.toml", PYLOCK.replace('version = "2.0.2"', 'version = "2.0.2!x"'),
+     r"^pylock.toml:7: packages\[0\].version: Invalid version: '2.0.2!x' \(PEP 751\)$"),
+    ("pylock.toml", PYLOCK.replace('index = "https://pypi.org/simple"',
+                                   'marker = "python_version <"'),
+     r"^pylock.toml:7: packages\[0\].marker: Expected a marker variable or quoted string "
+     r"\(PEP 751\)$"),
+    ("pylock.toml", PYLOCK.replace('requires-python = ">=3.11, <3.14"', 'requires-python = 3'),
+     r"^pylock.toml:5: requires-python: Unexpected type int \(expected str\) \(PEP 751\)$"),
     ("poetry.lock", POETRY.replace('lock-version = "2.1"', 'lock-version = "2.0"'),
      r"^poetry.lock:\d+: metadata.lock-version: 2.0 \(Poetry 1.x\) records no markers"),
     ("poetry.lock", POETRY.replace('lock-version = "2.1"', 'lock-version = "3.0"'),
@@ -283,8 +296,10 @@ def test_errors_name_the_line_and_the_key(name, text, match):
 def test_missing_hashes_in_each_format():
     # PEP 751 requires a hash on every file: a pylock without one is malformed.
     hashless = PYLOCK.replace(", hashes = { sha256 = ", ", tool = { x = ")
-    with pytest.raises(LockError, match=r"packages\[0\] \(numpy\)\.sdist: "
-                                        r"numpy-2.0.2.tar.gz has no hashes \(PEP 751"):
+    # (packaging.pylock says so: the first package's table, and its key)
+    line = PYLOCK.splitlines().index("[[packages]]") + 1
+    with pytest.raises(LockError, match=rf"^pylock.toml:{line}: packages\[0\]\.sdist\.hashes: "
+                                        r"Missing required value \(PEP 751\)$"):
         parse_lock_text(hashless, "pylock.toml", LINUX)
     # A uv.lock or poetry.lock without hashes reads, and is refused by the trust rules as a
     # requirements lock without --hash is (unless allow_unhashed).
@@ -358,6 +373,28 @@ def test_the_pylock_writer_is_the_readers_inverse(project, name):
     assert again.lock_hash == lock.lock_hash
     assert [(p.name, p.version, p.files, p.index) for p in again.pins] == [
         (p.name, p.version, p.files, p.index) for p in sorted(lock.pins, key=lambda p: p.name)]
+
+
+CONTROL = "".join(map(chr, range(0x20))) + "\x7f\x80\x9f" + 'é ü 中 "quoted" \\back'
+
+
+def test_toml_written_here_round_trips_every_control_character():
+    """The TOML writer (tomli_w behind lockguard.toml) escapes what TOML forbids raw: the C0
+    controls, DEL (U+007F, which JSON's escapes leave raw and tomllib rejects), quotes and
+    backslashes, in a value laid out by hand (toml.string) and in a pylock.toml."""
+    assert toml.loads(f"k = {toml.string(CONTROL)}\n")["k"] == CONTROL
+    assert toml.loads(toml.dumps({"k": [CONTROL], "t": {"u": CONTROL}})) == {
+        "k": [CONTROL], "t": {"u": CONTROL}}
+    lock = parse_lock(LOCKS / "jax-0.10.2" / "pylock.toml", LINUX)
+    pin = lock.pins[0]
+    odd = dataclasses.replace(pin, files=(dataclasses.replace(
+        pin.files[0], url=f"https://x.example/{CONTROL}/a.whl"),), index=f"https://{CONTROL}")
+    text = pylock_text(dataclasses.replace(lock, pins=(odd,)), header=f"mix of {CONTROL}")
+    assert text.startswith("# mix of \\u0000")
+    [package] = toml.loads(text)["packages"]
+    assert package["index"] == f"https://{CONTROL}"
+    files = [*package.get("wheels", ()), *([package["sdist"]] if "sdist" in package else [])]
+    assert [f["url"] for f in files] == [f"https://x.example/{CONTROL}/a.whl"]
 
 
 @pytest.mark.parametrize("name", ["requirements.txt", "poetry.lock"])
@@ -435,7 +472,7 @@ def test_another_interpreter_is_asked_for_its_markers_as_packaging_computes_them
 
 @pytest.mark.parametrize("name", ["uv.lock", "poetry.lock", "pylock.toml", "pylock.gpu.toml"])
 def test_lockguard_lock_never_writes_requirements_text_over_another_format(tmp_path, name):
-    from lockguard.locks.resolve import ResolveError, compile_lock
+    from lockguard.locks.resolvers import ResolveError, compile as compile_lock
 
     (tmp_path / "requirements.in").write_text("numpy\n")
     (tmp_path / name).write_text("kept\n")
@@ -716,3 +753,13 @@ def test_the_one_toml_quoter_round_trips_what_tomllib_reads():
         quoted = toml.string(text)
         assert toml.loads(f"k = {quoted}") == {"k": text}, quoted
     assert "ü" in toml.string("ü")  # non-ASCII stays readable
+
+
+def test_a_newer_minor_pylock_is_read_without_packagings_warning(caplog):
+    """PEP 751: an installer reads a newer minor lock-version; packaging.pylock, which
+    validates the structure, would log that it does not know that minor."""
+    newer = PYLOCK.replace('lock-version = "1.0"', 'lock-version = "1.1"')
+    with caplog.at_level("DEBUG"):
+        lock = parse_lock_text(newer, "pylock.toml", LINUX)
+    assert lock.by_name["numpy"][0].version == "2.0.2"
+    assert [r.getMessage() for r in caplog.records] == []

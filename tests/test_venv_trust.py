@@ -448,7 +448,8 @@ def fake_env(root: Path) -> tuple[Path, object]:
     python.write_text("#!/bin/sh\n")
     python.chmod(0o755)
     lock = parse_lock_text("pkg==1.0\n", "lock.txt")
-    venv.mark_ready(root, lock, python="python3", installer="pip", allow_sdist=False, built_s=1)
+    (root / venv.READY).write_text(venv.ready_record(root, lock, python="python3", installer="pip",
+                                                     allow_sdist=False, built_s=1))
     return site, lock
 
 

@@ -43,7 +43,7 @@ def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, r
       lockguard lock ml/requirements.in -o ml/requirements.txt --resolver uv
       lockguard lock -P torch==2.14.1      # one package moves, every other pin stays
     """
-    from lockguard.locks import resolve
+    from lockguard.locks import resolvers
     from lockguard.progress import Progress
 
     if not requirements_in.is_file():
@@ -52,12 +52,11 @@ def lock_command(requirements_in: Path, output: Path | None, upgrade_packages, r
         raise UsageError(f"{requirements_in}: requirements input not found"
                          f"{near_miss(requirements_in)}")
     target = output or requirements_in.with_suffix(".txt")
-    resolver = resolver or resolve.default_resolver(target if target.is_file() else None)
+    resolver = resolver or resolvers.default_resolver(target if target.is_file() else None)
     progress = Progress()
     with progress.step(f"Resolving {requirements_in} with {resolver}"):
-        resolve.compile_lock(requirements_in, target, upgrade_packages=list(upgrade_packages),
-                             resolver=resolver, progress=progress.detail,
-                             sandbox=resolver_sandbox())
+        resolvers.compile(requirements_in, target, list(upgrade_packages), resolver=resolver,
+                          progress=progress.detail, sandbox=resolver_sandbox())
     click.echo(f"wrote {target}", err=True)
 
 

@@ -60,7 +60,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from lockguard.cache import cache_dir, entry_lock, file_lock
+from lockguard.cache import cache_dir, entry, entry_lock
 from lockguard.cache_entries import hold, record_use
 from lockguard.envs.base import (
     READY, Backend, EnvError, RunRequest, compile_cache_env, compile_cache_for, harness_env,
@@ -285,19 +285,26 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
     key = venv_key(lock, python, installer, allow_sdist, tag=tag)
     root = cache_dir() / "venvs"
     path = root / key
-    files = None
-    with file_lock(build_lock(path), f"the venv of {Path(lock.source).name} ({path})",
-                   progress.info):
-        problem, manifest = _marked_ready(path, lock, allow_sdist)
+    files, problem = None, None
+
+    def ready(at: Path) -> bool:
+        nonlocal files, problem
+        problem, manifest = _marked_ready(at, lock, allow_sdist)
         if problem is None and check_files_beside_first_run:
-            files = _FileCheck(str(path), manifest)
+            files = _FileCheck(str(at), manifest)
         elif problem is None:
-            problem = _manifest_problem(str(path), manifest)
-        if problem is not None:
-            if path.exists():
-                progress.info(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
-                                       f"({path}): {problem}"))
-            _build(path, lock, python, installer, allow_sdist, progress, sandbox)
+            problem = _manifest_problem(str(at), manifest)
+        return problem is None
+
+    def build(at: Path) -> str:
+        if at.exists():
+            progress.info(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
+                                   f"({at}): {problem}"))
+        return _build(at, lock, python, installer, allow_sdist, progress, sandbox)
+
+    # In place: a venv's scripts and pyvenv.cfg name the folder it was made in.
+    with entry(path, build, ready=ready, marker=READY, in_place=True,
+               what=f"the venv of {Path(lock.source).name} ({path})", tell=progress.info):
         startup = recorded_startup_files(path)
         compile_cache, shared = compile_cache_dir(root, path, key, lock, tag,
                                                   share=share_compile_cache)
@@ -340,15 +347,15 @@ def refuse_source_options(lock: Lock) -> None:
 
 
 def _build(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
-           progress: Progress, sandbox: Sandbox | None = None) -> None:
-    """Build the env at `path` and mark it ready; on any failure leave nothing behind."""
+           progress: Progress, sandbox: Sandbox | None = None) -> str:
+    """Build the env at `path`; its ready marker's text (cache.entry writes it last, and
+    removes the env on any failure, once the failed build's log is kept beside it)."""
     try:
         if path.exists():
             shutil.rmtree(path)  # an earlier build was interrupted, or the env is damaged
-        _install(path, lock, python, installer, allow_sdist, progress, sandbox)
+        return _install(path, lock, python, installer, allow_sdist, progress, sandbox)
     except BaseException as exc:
         log = _keep_failed_log(path)
-        shutil.rmtree(path, ignore_errors=True)
         if isinstance(exc, OSError):
             raise EnvError(one_line(f"{path}: cannot build the venv of {lock.source}: "
                                     f"{exc.strerror or exc}")) from None
@@ -373,7 +380,7 @@ def _keep_failed_log(path: Path) -> Path | None:
 
 
 def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
-             progress: Progress, sandbox: Sandbox | None, healed: bool = False) -> None:
+             progress: Progress, sandbox: Sandbox | None, healed: bool = False) -> str:
     started = time.perf_counter()
     # Said with -v, and in the error of a failed build (where a dropped index would matter).
     dropped = drop_uv_settings(dict(os.environ)) if installer == "uv" else []
@@ -410,8 +417,9 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             step.update("bytecode (linked where another venv compiled it)")
             link_or_compile(path, python, cache_dir() / BYTECODE_STORE, step)
     try:
-        mark_ready(path, lock, python=python, installer=used, allow_sdist=allow_sdist,
-                   built_s=time.perf_counter() - started, verify=not healed)
+        return ready_record(path, lock, python=python, installer=used,
+                            allow_sdist=allow_sdist, built_s=time.perf_counter() - started,
+                            verify=not healed)
     except DamagedInstall as damage:
         if used != "uv":
             raise
@@ -428,7 +436,8 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             raise EnvError(one_line(f"{damage}, and uv could not clean it: "
                                     f"{tool_reason(chr(10).join(tail), f'exit code {code}')}"))
         shutil.rmtree(path)
-        _install(path, lock, python, installer, allow_sdist, progress, sandbox, healed=True)
+        return _install(path, lock, python, installer, allow_sdist, progress, sandbox,
+                        healed=True)
 
 
 def file_sources(lock: Lock) -> int:
@@ -541,11 +550,12 @@ def _build_sandbox(sandbox: Sandbox, path: Path, lock: Lock, cmd: list[str], ins
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,
-               built_s: float, verify: bool = True) -> None:
-    """Write the manifest of what is installed, then the marker that binds it (last: an env
-    without a marker is an unfinished build); DamagedInstall first, with `verify`, when a file
-    does not hold what its RECORD names."""
+def ready_record(path: Path, lock: Lock, *, python: str, installer: str, allow_sdist: bool,
+                 built_s: float, verify: bool = True) -> str:
+    """Write the manifest of what is installed and its seal, and return the ready marker's
+    text that binds them (cache.entry writes it last: an env without a marker is an unfinished
+    build); DamagedInstall first, with `verify`, when a file does not hold what its RECORD
+    names."""
     files = build_manifest(path, verify=verify)
     manifest = json.dumps(files, separators=(",", ":"))
     write_text(path / MANIFEST, manifest)
@@ -555,8 +565,8 @@ def mark_ready(path: Path, lock: Lock, *, python: str, installer: str, allow_sdi
              "startup_files": startup_files(path, files),
              "built_s": round(built_s, 1),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    write_text(path / READY, json.dumps(ready, indent=1))
     _seal(path, files)
+    return json.dumps(ready, indent=1)
 
 
 def _seal(path: Path, manifest: dict) -> None:

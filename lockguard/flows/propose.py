@@ -96,10 +96,10 @@ def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: 
               progress: Progress, sandbox: Sandbox | None):
     """The lock of `ref` with `upgrades`, resolved by the tool that writes its format: a
     uv.lock by `uv lock`, a pylock.toml by `uv pip compile`, requirements text by its header's
-    resolver (locks/relock.py, locks/resolve.py)."""
+    resolver (locks/relock.py, locks/resolvers/)."""
     from lockguard.cache import cache_dir
     from lockguard.config import ConfigError
-    from lockguard.locks import relock, resolve
+    from lockguard.locks import relock, resolvers
 
     if ref.lock.format == "uv.lock":
         return relock.propose_uv_lock(ref.path, upgrades, cache_dir(), progress=progress.info,
@@ -115,9 +115,9 @@ def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: 
     if not source.is_file():
         raise ConfigError(f"{source}: requirements input of {display_path(ref.path)} not "
                           "found (pass --inputs, or set `inputs` on the lock in config)")
-    return resolve.propose_lock(source, ref.path, upgrades, cache_dir(),
-                                resolver,  # type: ignore[arg-type]
-                                progress=progress.info, sandbox=sandbox)
+    return resolvers.propose(source, ref.path, upgrades, cache_dir(),
+                             resolver,  # type: ignore[arg-type]
+                             progress=progress.info, sandbox=sandbox)
 
 
 def _versions(ref: LockRef, name: str) -> list:

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from lockguard.locks.families import package_families
 from lockguard.installers import tool_reason
-from lockguard.locks.resolve import SILENT, ResolveError, run_tool
+from lockguard.locks.resolvers import SILENT, ResolveError, run_tool
 from lockguard.names import FRAMEWORKS
 
 INDEX_TIMEOUT_S = 120.0

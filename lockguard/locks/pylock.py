@@ -10,6 +10,10 @@ text; an editable `directory` (the project itself, as `uv export` lists it) is t
 code, not a pin, and is left out. Two kept packages of one name are an error (the lock's
 markers overlap).
 
+The structure is PEP 751's as `packaging.pylock` reads it (`Pylock.from_dict`: required keys,
+types, versions, specifiers, markers, names, hashes), its error naming the key and the line of
+its table; what lockguard adds is the narrowing to a target and what it can pin and install.
+
 `uv pip compile -o pylock.toml`, `uv export --format pylock.toml`, `pip lock` and PDM write
 these files; `uv pip install -r pylock.toml` installs them (lockguard.locks.writer writes the
 narrowed lock back in this format for it).
@@ -18,9 +22,10 @@ narrowed lock back in this format for it).
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -39,6 +44,8 @@ def parse_pylock(text: str, source: str, target: Target) -> Lock:
     docstring); LockError naming `source`:line and key when it cannot be used (another major
     lock-version, no environment that holds, a vcs/directory/archive package, a missing hash)."""
     doc = TomlLock(text, source, "pylock.toml")
+    _lock_version(doc)
+    _validate(doc)
     environments, groups = _header(doc, target)
     packages = get(doc.data, "packages", list, "packages", doc, doc.key_line("packages"),
                    required=True)
@@ -71,8 +78,36 @@ def parse_pylock(text: str, source: str, target: Target) -> Lock:
                 environment=target.describe() if marked else None, left_out=left_out)
 
 
-def _header(doc: TomlLock, target: Target) -> tuple[list | None, list]:
-    """The lock's own keys checked against this platform: (environments, default-groups)."""
+def _validate(doc: TomlLock) -> None:
+    """The document against PEP 751 as packaging reads it; a LockError naming the key at fault
+    and the line of its table (the n-th `[[packages]]` for `packages[n]...`)."""
+    from packaging.pylock import Pylock, PylockValidationError
+
+    try:
+        # A newer minor is read (PEP 751), lock-version checked already: packaging's warning
+        # that it does not know that minor is not the user's business.
+        Pylock.from_dict({**doc.data, "lock-version": f"{SUPPORTED_MAJOR}.0"})
+    except PylockValidationError as exc:
+        context = exc.context or "pylock.toml"
+        # one line: a marker's error draws a caret under the marker on the lines after
+        reason = exc.message.splitlines()[0] if exc.message.strip() else "invalid"
+        raise doc.error(context, f"{reason} (PEP 751)", _line_of(doc, context)) from None
+
+
+def _line_of(doc: TomlLock, context: str) -> int | None:
+    """The line of the table or key a dotted `context` (`packages[2].wheels[0].hashes`) names:
+    the n-th `[[packages]]` header, else the top-level key's line."""
+    match = re.match(r"packages\[(\d+)\]", context)
+    if match:
+        lines = doc.table_lines("packages")
+        if int(match[1]) < len(lines):
+            return lines[int(match[1])]
+    return doc.key_line(re.split(r"[.\[]", context, maxsplit=1)[0])
+
+
+def _lock_version(doc: TomlLock) -> None:
+    """`lock-version` first, in lockguard's words: missing (not a pylock), not a version, or
+    another major than lockguard reads (a newer minor is read, as PEP 751 says)."""
     data = doc.data
     version_line = doc.key_line("lock-version")
     version = get(data, "lock-version", str, "lock-version", doc, version_line)
@@ -87,6 +122,11 @@ def _header(doc: TomlLock, target: Target) -> tuple[list | None, list]:
     if major != SUPPORTED_MAJOR:
         raise doc.error("lock-version", f"{version} is not a lock version lockguard reads "
                                         f"({SUPPORTED_MAJOR}.x, PEP 751)", version_line)
+
+
+def _header(doc: TomlLock, target: Target) -> tuple[list | None, list]:
+    """The lock's own keys checked against this platform: (environments, default-groups)."""
+    data = doc.data
     environments = get(data, "environments", list, "environments", doc,
                        doc.key_line("environments"))
     if environments is not None:
@@ -109,8 +149,6 @@ def _package(package: object, key: str, line: int, doc: TomlLock, target: Target
              ) -> tuple[str, Pin | None, bool]:
     """One [[packages]] table: (its key for messages, its Pin or None when it is not installed
     on this platform, whether it has a marker)."""
-    if not isinstance(package, dict):
-        raise doc.error(key, "expected a table", line)
     name = get(package, "name", str, key, doc, line, required=True)
     key = f"{key} ({name})"
     marker = get(package, "marker", str, key, doc, line)
@@ -131,10 +169,6 @@ def _package(package: object, key: str, line: int, doc: TomlLock, target: Target
     version = get(package, "version", str, key, doc, line)
     if version is None:
         raise doc.error(key, "names no version (lockguard compares pinned versions)", line)
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise doc.error(f"{key}.version", f"{quote(version)} is not a version", line) from None
     files = _files(package, key, doc, line, source)
     if not files:
         raise doc.error(key, "names neither wheels nor an sdist to install", line)
@@ -153,11 +187,7 @@ def _check_python(spec: str | None, target: Target, key: str, doc: TomlLock,
                   line: int | None) -> None:
     if spec is None:
         return
-    try:
-        specifier = SpecifierSet(spec)
-    except InvalidSpecifier:
-        raise doc.error(key, f"{quote(spec)} is not a version specifier", line) from None
-    if not specifier.contains(target.python_version(), prereleases=True):
+    if not SpecifierSet(spec).contains(target.python_version(), prereleases=True):
         raise doc.error(key, f"{spec} excludes this platform's Python "
                              f"({target.python_version()})", line)
 
@@ -172,22 +202,15 @@ def _files(package: dict[str, Any], key: str, doc: TomlLock, line: int,
     entries += [(f"{key}.wheels[{j}]", wheel) for j, wheel in enumerate(wheels)]
     files = []
     for where, entry in entries:
-        if not isinstance(entry, dict):
-            raise doc.error(where, "expected a table", line)
         url = get(entry, "url", str, where, doc, line)
         path = get(entry, "path", str, where, doc, line)
-        if url is None and path is None:
-            raise doc.error(where, "names neither a url nor a path", line)
         if url is None:
             # Relative to the lock's folder (PEP 751); absolute here, as the lock is installed
             # from a copy written elsewhere.
             url = path if os.path.isabs(path) else os.path.normpath(
                 os.path.join(os.path.dirname(os.path.abspath(source)), path))
         name = get(entry, "name", str, where, doc, line) or file_name(url)
-        hashes = get(entry, "hashes", dict, where, doc, line)
-        if not hashes:
-            raise doc.error(where, f"{name} has no hashes (PEP 751 requires them: the lock "
-                                   "fixes the file, not only its version)", line)
+        hashes = get(entry, "hashes", dict, where, doc, line) or {}
         found = [file_hash(algorithm, digest, f"{where}.hashes", doc, line)
                  for algorithm, digest in hashes.items()]
         checked = tuple(sorted(h for h in found if h is not None))

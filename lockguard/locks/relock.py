@@ -3,7 +3,7 @@ project's `uv.lock`: `uv lock --upgrade-package`) and `propose_pylock` (a pylock
 from an input: `uv pip compile -o pylock.toml --upgrade-package`). What a PR bot runs, so that
 the proposal and the bot's pull request agree on what changed.
 
-Like lockguard.locks.resolve's proposals for requirements locks, each is written under
+Like lockguard.locks.resolvers' proposals for requirements locks, each is written under
 `<cache>/proposals/<key>/`, keyed by everything that decides it, the user's files only read.
 A requirement of the project that rules an upgrade out (`numpy==1.26.4` in pyproject.toml, as
 a bot's pull request edits it) is read as asking for the upgrade, and a note says so: in a
@@ -34,7 +34,7 @@ from lockguard import toml
 from lockguard.files import display_path, write_text
 from lockguard.installers import require_uv, tool_reason
 from lockguard.locks.parser import parse_lock
-from lockguard.locks.resolve import (
+from lockguard.locks.resolvers import (
     RESOLVE_TIMEOUT_S, SILENT, Proposal, ResolveError, resolver_reads, run_tool,
 )
 
@@ -64,16 +64,18 @@ def propose_uv_lock(lock: Path, upgrades: Sequence[str], cache_dir: Path, *,
     relaxed_text, relaxed = _relax_pyproject(text, wanted, display_path(project))
     uv = _uv()
     where = _proposal_dir(cache_dir, "uv.lock", lock, [text], upgrades, uv)
-    target = where / "uv.lock"
-    if not (where / _DONE).is_file():
+
+    def build(_where: Path) -> str:
         write_text(where / "pyproject.toml", relaxed_text)
-        write_text(target, lock.read_text(encoding="utf-8"))  # the preferences: pins kept
+        write_text(where / "uv.lock", lock.read_text(encoding="utf-8"))  # the preferences
         cmd = [uv, "lock", "--no-config", "--quiet", "--project", str(where)]
         cmd += [f"--upgrade-package={spec}" for spec in upgrades]
         _run(cmd, where, timeout, progress, f"locking {display_path(project)} with uv",
              sandbox, reads=resolver_reads(lock.parent), writes=(str(where),))
-        write_text(where / _DONE, "")
-    return Proposal(target, "uv", tuple(relaxed))
+        return ""
+
+    _entry(where, build)
+    return Proposal(where / "uv.lock", "uv", tuple(relaxed))
 
 
 def propose_pylock(lock: Path, inputs: Path | None, upgrades: Sequence[str], cache_dir: Path,
@@ -97,8 +99,33 @@ def propose_pylock(lock: Path, inputs: Path | None, upgrades: Sequence[str], cac
                           upgrades, uv)
     target = where / lock.name
     notes = _blocked_notes(source, wanted)
-    if (where / _DONE).is_file():
-        return Proposal(target, "uv", tuple(notes))
+
+    def build(_where: Path) -> str:
+        _compile_pylock(lock, source, target, uv, scope, header, wanted, notes, upgrades,
+                        timeout, progress, sandbox)
+        return ""
+
+    _entry(where, build)
+    return Proposal(target, "uv", tuple(notes))
+
+
+def _entry(where: Path, build: Callable[[Path], str]) -> None:
+    """The proposal folder `where` as a cache entry (cache.entry), its marker `_DONE`. In place:
+    uv writes the folder's path into what it writes (the project, a pylock's command line);
+    _proposal_dir makes the folder again after a failure removed it."""
+    from lockguard.cache import entry
+
+    with entry(where, build, ready=lambda path: (path / _DONE).is_file(), marker=_DONE,
+               in_place=True, what=f"the proposal {where.name}"):
+        pass
+
+
+def _compile_pylock(lock: Path, source: Path, target: Path, uv: str, scope: list[str],
+                    header: str | None, wanted: dict[str, str], notes: list[str],
+                    upgrades: Sequence[str], timeout: float, progress: Progress | None,
+                    sandbox: Sandbox | None) -> None:
+    """`uv pip compile` of `source` into `target`, the current pylock the preferences."""
+    where = target.parent
     write_text(target, lock.read_text(encoding="utf-8"))  # the preferences: other pins kept
     cmd = [uv, "pip", "compile", "--no-config", "--quiet", *scope]
     if not any(a in ("--python-version", "--universal") or a.startswith("--python-version=")
@@ -115,8 +142,6 @@ def propose_pylock(lock: Path, inputs: Path | None, upgrades: Sequence[str], cac
     _run(cmd, lock.parent, timeout, progress, f"compiling {display_path(source)} with uv",
          sandbox, reads=[*resolver_reads(lock.parent), str(source.resolve().parent)],
          writes=(str(where),))
-    write_text(where / _DONE, "")
-    return Proposal(target, "uv", tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -141,33 +141,33 @@ def wheel_request(pins: Iterable[Pin]) -> str:
 
 def pylock_text(lock: Lock, header: str | None = None) -> str:
     """The lock as a pylock.toml (PEP 751, lock-version 1.0) that `uv pip install -r`
-    installs: each pin with its index, marker (a narrowed lock has none) and files."""
-    out = [f"# {header}"] if header else []
-    out += ['lock-version = "1.0"', 'created-by = "lockguard"']
+    installs: each pin with its index, marker (a narrowed lock has none) and files, written by
+    a TOML library (toml.dumps), so any text in it round-trips."""
+    packages = []
     for pin in sorted(lock.pins, key=lambda p: (p.name, p.marker or "")):
         if not pin.files or not all(f.url and f.hashes for f in pin.files):
             raise ValueError(f"{pin.requirement} names no file URLs: not writable as pylock")
-        out += ["", "[[packages]]", f"name = {toml.string(pin.display_name)}",
-                f"version = {toml.string(pin.version)}"]
+        package: dict = {"name": pin.display_name, "version": pin.version}
         if pin.marker:
-            out.append(f"marker = {toml.string(pin.marker)}")
+            package["marker"] = pin.marker
         if pin.index:
-            out.append(f"index = {toml.string(pin.index)}")
+            package["index"] = pin.index
         sdists = [f for f in pin.files if not f.is_wheel]
         wheels = [f for f in pin.files if f.is_wheel]
-        if sdists:
-            out.append(f"sdist = {_file_table(sdists[0])}")
         if wheels:
-            out.append("wheels = [")
-            out += [f"    {_file_table(f)}," for f in wheels]
-            out.append("]")
-    return "\n".join(out) + "\n"
+            package["wheels"] = [_file_table(f) for f in wheels]
+        if sdists:
+            package["sdist"] = _file_table(sdists[0])
+        packages.append(package)
+    document = {"lock-version": "1.0", "created-by": "lockguard", "packages": packages}
+    return (toml.comment(header) if header else "") + toml.dumps(document)
 
 
-def _file_table(f) -> str:
-    hashes = ", ".join(f"{algorithm} = {toml.string(digest)}"
-                       for algorithm, _, digest in (h.partition(":") for h in f.hashes))
-    place = f"url = {toml.string(f.url)}" if "://" in (f.url or "") else f"path = {toml.string(f.url)}"
-    return f"{{ name = {toml.string(f.name)}, {place}, hashes = {{ {hashes} }} }}"
+def _file_table(f) -> dict:
+    """A file of a pin as PEP 751 names it: its name, its URL (or a local path), its hashes."""
+    place = "url" if "://" in (f.url or "") else "path"
+    return {"name": f.name, place: f.url,
+            "hashes": {algorithm: digest
+                       for algorithm, _, digest in (h.partition(":") for h in f.hashes)}}
 
 

@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockguard.cache import cache_dir, file_lock
+from lockguard.cache import cache_dir, entry
 from lockguard.envs.base import READY, EnvError
 import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.conformance import check_conformance
 from lockguard.envs.docker.recipe import ImageRecipe, recipe_for
 from lockguard.envs.docker.stack import check_stack
 from lockguard.envs.docker.wheelhouse import wheelhouse_for
-from lockguard.files import write_text
 from lockguard.locks.model import Lock
 from lockguard.progress import QUIET, Progress
 
@@ -71,12 +70,28 @@ def build_image(lock: Lock, framework: str, accelerator: str, *, base_image: str
     client = client or engine.connect()
     base = engine.resolve_base(client, accelerator, base_image)
     recipe = recipe_for(framework, accelerator, lock, base)
-    root = cache_dir() / "images"
-    key = recipe.content_hash[:20]
-    with file_lock(root / f"{key}.lock", f"the image {recipe.tag}", progress.info):
-        found = _reusable(client, recipe, lock, progress)
-        reused = found is not None
-        image, stack = found if found is not None else _build(client, recipe, lock, progress)
+    found: tuple[Any, dict[str, Any] | None] | None = None
+    reused = True
+
+    def recorded(_directory: Path) -> bool:
+        nonlocal found
+        found = _recorded(client, recipe)
+        return found is not None
+
+    def build(_directory: Path) -> str:
+        # The record of an existing image checked now, or of one built and checked.
+        nonlocal found, reused
+        image, stack, seconds = (_checked_existing(client, recipe, lock, progress)
+                                 or _build(client, recipe, lock, progress))
+        found, reused = (image, stack), seconds is None
+        return _record(recipe, lock, image.id, seconds, stack)
+
+    # In place: the image lives in the engine; its folder keeps the build log a failure names.
+    with entry(image_dir(recipe), build, ready=recorded, marker=READY, in_place=True,
+               discard=lambda _directory: None, what=f"the image {recipe.tag}",
+               tell=progress.info):
+        assert found is not None
+        image, stack = found
     return BuiltImage(tag=recipe.tag, id=image.id, recipe=recipe, reused=reused,
                       seconds=time.perf_counter() - started,
                       size=int(image.attrs.get("Size") or 0),
@@ -102,38 +117,52 @@ def _check(client: Any, recipe: ImageRecipe, lock: Lock, log: Path,
     return stack.record()
 
 
-def _reusable(client: Any, recipe: ImageRecipe, lock: Lock,
-              progress: Progress) -> tuple[Any, dict[str, Any] | None] | None:
-    """The existing image under the recipe's tag and its stack, if it passes (or already
-    passed) the checks."""
+def _tagged(client: Any, recipe: ImageRecipe) -> Any:
+    """The image under the recipe's tag, or None."""
     try:
-        image = client.images.get(recipe.tag)
+        return client.images.get(recipe.tag)
     except engine.sdk_errors().ImageNotFound:
         return None
+
+
+def _recorded(client: Any, recipe: ImageRecipe) -> tuple[Any, dict[str, Any] | None] | None:
+    """The existing image under the recipe's tag and its stack, if its checks were recorded
+    here (the entry's ready predicate)."""
+    image = _tagged(client, recipe)
     record = image_dir(recipe) / READY
-    if record.is_file():
-        try:
-            data = json.loads(record.read_text(encoding="utf-8"))
-            # A record without a stack (from before stacks were checked) does not count for a
-            # cuda/tpu image: it is checked now.
-            if data.get("image_id") == image.id and (
-                    data.get("stack") is not None or not has_stack(recipe)):
-                return image, data.get("stack")
-        except (OSError, ValueError):
-            pass
-    # Tagged but not checked here (another cache dir, or the tag was moved): check it now.
+    if image is None or not record.is_file():
+        return None
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    # A record without a stack (from before stacks were checked) does not count for a
+    # cuda/tpu image: it is checked now.
+    if data.get("image_id") == image.id and (
+            data.get("stack") is not None or not has_stack(recipe)):
+        return image, data.get("stack")
+    return None
+
+
+def _checked_existing(client: Any, recipe: ImageRecipe, lock: Lock, progress: Progress
+                      ) -> tuple[Any, dict[str, Any] | None, None] | None:
+    """An image tagged but not checked here (another cache dir, or the tag was moved), with its
+    stack, checked now; None when nothing is tagged."""
+    image = _tagged(client, recipe)
+    if image is None:
+        return None
+    image_dir(recipe).mkdir(parents=True, exist_ok=True)
     with progress.step(f"Checking existing image {recipe.tag} against {Path(lock.source).name}"):
         stack = _check(client, recipe, lock, image_dir(recipe) / "build.log", progress)
-    _write_record(recipe, lock, image.id, None, stack)
-    return image, stack
+    return image, stack, None
 
 
 def _build(client: Any, recipe: ImageRecipe, lock: Lock,
-           progress: Progress) -> tuple[Any, dict[str, Any] | None]:
+           progress: Progress) -> tuple[Any, dict[str, Any] | None, float]:
+    """Build the recipe's image and check it: (image, its stack, seconds)."""
     started = time.perf_counter()
     directory = image_dir(recipe)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / READY).unlink(missing_ok=True)
     log = directory / "build.log"
     engine.ensure_base(client, recipe.base, progress)
     target = engine.target_of(client, recipe.base)
@@ -160,9 +189,7 @@ def _build(client: Any, recipe: ImageRecipe, lock: Lock,
     except EnvError:
         engine.remove_quietly(client, recipe.tag)  # a non-conforming image is never reused
         raise
-    image = client.images.get(recipe.tag)
-    _write_record(recipe, lock, image.id, time.perf_counter() - started, stack)
-    return image, stack
+    return client.images.get(recipe.tag), stack, time.perf_counter() - started
 
 
 def _write_context(context: Path, recipe: ImageRecipe, house: Path,
@@ -259,11 +286,12 @@ def _stream_build(client: Any, recipe: ImageRecipe, context: Path, log: Path,
     return stages.install_layer
 
 
-def _write_record(recipe: ImageRecipe, lock: Lock, image_id: str, seconds: float | None,
-                  stack: dict[str, Any] | None) -> None:
+def _record(recipe: ImageRecipe, lock: Lock, image_id: str, seconds: float | None,
+            stack: dict[str, Any] | None) -> str:
+    """The build record (the image's ready marker): what was checked, of which image."""
     record = {"tag": recipe.tag, "image_id": image_id, "lock_hash": lock.lock_hash,
               "lock": lock.source, "base": recipe.base.ref, "base_digest": recipe.base.digest,
               "built_s": round(seconds, 1) if seconds is not None else None,
               "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "stack": stack}
-    write_text(image_dir(recipe) / READY, json.dumps(record, indent=1))
+    return json.dumps(record, indent=1)

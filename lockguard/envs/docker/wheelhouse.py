@@ -17,7 +17,6 @@ import hashlib
 import json
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,11 +24,10 @@ from pathlib import Path
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from lockguard.cache import cache_dir, file_lock
+from lockguard.cache import cache_dir, entry
 from lockguard.envs.base import READY, EnvError
 from lockguard.envs.docker.recipe import Base
 from lockguard.installers import run_logged, tool_reason
-from lockguard.files import publish_dir
 from lockguard.locks.model import Lock, Pin
 from lockguard.locks.writer import option_args, wheel_request
 from lockguard.progress import QUIET, Progress
@@ -111,76 +109,75 @@ def wheelhouse_key(lock: Lock, target: Target) -> str:
 def wheelhouse_for(lock: Lock, target: Target, progress: Progress = QUIET) -> Path:
     """A directory holding requirements.txt (pins with sha256) and wheels/ for this target.
 
-    Cached under $LOCKGUARD_CACHE/wheelhouses/<lock hash + target>; built under a file lock and
-    marked ready only when complete, like the venvs.
+    Cached under $LOCKGUARD_CACHE/wheelhouses/<lock hash + target>: a cache entry
+    (cache.entry), downloaded into a stage beside it and published whole with its ready
+    marker; a failed download's log is kept as <wheelhouse>.failed.log.
     """
     key = wheelhouse_key(lock, target)
     root = cache_dir() / "wheelhouses"
     path = root / key
-    with file_lock(root / f"{key}.lock", f"the wheelhouse of {Path(lock.source).name} ({path})",
-                   progress.info):
-        if not (path / READY).is_file():
-            try:
-                _download(path, lock, target, progress)
-            except OSError as exc:
-                shutil.rmtree(path, ignore_errors=True)
-                if exc.errno == errno.ENOSPC:
-                    raise EnvError(f"disk full while downloading the wheels of {lock.source} "
-                                   f"into {root}: free space there or point LOCKGUARD_CACHE "
-                                   f"elsewhere") from None
-                raise
+
+    def keep_log(stage: Path) -> None:
+        log = stage / "download.log"
+        if log.is_file():
+            shutil.copyfile(log, f"{path}.failed.log")
+        shutil.rmtree(stage, ignore_errors=True)
+
+    try:
+        with entry(path, lambda stage: _download(stage, path, lock, target, progress),
+                   ready=lambda at: (at / READY).is_file(), marker=READY, discard=keep_log,
+                   what=f"the wheelhouse of {Path(lock.source).name} ({path})",
+                   tell=progress.info):
+            pass
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise EnvError(f"disk full while downloading the wheels of {lock.source} "
+                           f"into {root}: free space there or point LOCKGUARD_CACHE "
+                           f"elsewhere") from None
+        raise
     return path
 
 
-def _download(path: Path, lock: Lock, target: Target, progress: Progress) -> None:
-    if path.exists():
-        shutil.rmtree(path)  # an earlier download was interrupted
+def _download(tmp: Path, path: Path, lock: Lock, target: Target, progress: Progress) -> str:
+    """Download the lock's wheels for `target` into the stage `tmp` of the wheelhouse `path`;
+    the ready marker's text (what it holds)."""
     pins = expected_pins(lock, target)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.", dir=path.parent))
-    try:
-        wheels = tmp / "wheels"
-        wheels.mkdir()
-        request = tmp / "download.txt"
-        request.write_text(wheel_request(pins), encoding="utf-8")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--implementation", "cp", "--python-version", target.python,
-               "--abi", target.abi, "--no-input", "--disable-pip-version-check",
-               "--progress-bar", "off", "-d", str(wheels)]
-        for platform_tag in target.platforms():
-            cmd += ["--platform", platform_tag]
-        if lock.has_hashes:
-            cmd.append("--require-hashes")
-        cmd += _lock_options(lock) + ["-r", str(request)]
-        with progress.step(f"Downloading {len(pins)} wheel(s) of {Path(lock.source).name} "
-                           f"for {target.describe()}") as step:
-            code, tail = run_logged(cmd, tmp / "download.log", step)
-        if code != 0:
-            text = "\n".join(tail)
-            if "No space left on device" in text:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            reason = tool_reason("\n".join(tail), f"exit code {code}")
-            if "No matching distribution" in text or "Could not find a version" in text:
-                raise EnvError(f"{lock.source}: no wheel for the image's platform "
-                               f"({target.describe()}): {reason}")
-            raise EnvError(f"{lock.source}: pip could not download the lock's wheels for "
-                           f"{target.describe()}: {reason} (log: {path}.failed.log)")
-        files = _match_wheels(wheels, pins, lock)
-        # What the image installs: each pin with the hash of the very file downloaded (the
-        # lock's own hashes were checked by pip above; a hashless lock gets them here).
-        exact = [replace(p, hashes=(f"sha256:{_sha256(files[p.name])}",)) for p in pins]
-        (tmp / "requirements.txt").write_text(wheel_request(exact), encoding="utf-8")
-        info = {"lock_hash": lock.lock_hash, "lock": lock.source, "target": target.key,
-                "wheels": sorted(f.name for f in files.values()),
-                "bytes": sum(f.stat().st_size for f in files.values()),
-                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        (tmp / READY).write_text(json.dumps(info, indent=1), encoding="utf-8")
-        publish_dir(tmp, path)
-    except BaseException:
-        log = tmp / "download.log"
-        if log.is_file():
-            shutil.copyfile(log, f"{path}.failed.log")
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    wheels = tmp / "wheels"
+    wheels.mkdir()
+    request = tmp / "download.txt"
+    request.write_text(wheel_request(pins), encoding="utf-8")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--implementation", "cp", "--python-version", target.python,
+           "--abi", target.abi, "--no-input", "--disable-pip-version-check",
+           "--progress-bar", "off", "-d", str(wheels)]
+    for platform_tag in target.platforms():
+        cmd += ["--platform", platform_tag]
+    if lock.has_hashes:
+        cmd.append("--require-hashes")
+    cmd += _lock_options(lock) + ["-r", str(request)]
+    with progress.step(f"Downloading {len(pins)} wheel(s) of {Path(lock.source).name} "
+                       f"for {target.describe()}") as step:
+        code, tail = run_logged(cmd, tmp / "download.log", step)
+    if code != 0:
+        text = "\n".join(tail)
+        if "No space left on device" in text:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        reason = tool_reason("\n".join(tail), f"exit code {code}")
+        if "No matching distribution" in text or "Could not find a version" in text:
+            raise EnvError(f"{lock.source}: no wheel for the image's platform "
+                           f"({target.describe()}): {reason}")
+        raise EnvError(f"{lock.source}: pip could not download the lock's wheels for "
+                       f"{target.describe()}: {reason} (log: {path}.failed.log)")
+    files = _match_wheels(wheels, pins, lock)
+    # What the image installs: each pin with the hash of the very file downloaded (the
+    # lock's own hashes were checked by pip above; a hashless lock gets them here).
+    exact = [replace(p, hashes=(f"sha256:{_sha256(files[p.name])}",)) for p in pins]
+    (tmp / "requirements.txt").write_text(wheel_request(exact), encoding="utf-8")
+    info = {"lock_hash": lock.lock_hash, "lock": lock.source, "target": target.key,
+            "wheels": sorted(f.name for f in files.values()),
+            "bytes": sum(f.stat().st_size for f in files.values()),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return json.dumps(info, indent=1)
 
 
 # The download takes wheels only (--only-binary=:all:): the lock's own format controls would
