@@ -654,7 +654,7 @@ CASES = [
         "lock-version: 2.0 is not a lock version lockguard reads")),
     Case("pylock-missing-hashes", **toml_lock("pylock.toml", PYLOCK.replace(
         f', hashes = {{ sha256 = "{GOOD_HASH}" }}', ""), "pylock.toml:4",
-        "packages[0] (numpy).wheels[0]", "has no hashes (PEP 751")),
+        "packages[0] (numpy).wheels[0].hashes", "Missing required value (PEP 751")),
     Case("pylock-no-wheel-for-this-platform", **toml_lock("pylock.toml", PYLOCK.replace(
         WHEEL, FOREIGN_WHEEL), "pylock.toml:4", "numpy==2.0.2: none of its 1 wheels installs",
         "no installer can install it here")),

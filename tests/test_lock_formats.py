@@ -269,10 +269,10 @@ POETRY = (LOCKS / "numpy-2.0.2" / "poetry.lock").read_text()
     ("pylock.toml", PYLOCK.replace('created-by = "uv"\n', ""),
      r"^pylock.toml: created-by: Missing required value \(PEP 751\)$"),
     ("pylock.toml", PYLOCK.replace('version = "2.0.2"', 'version = "2.0.2!x"'),
-     r"^pylock.toml:7: packages\[0\].version: Invalid version: '2.0.2!x' \(PEP 751\)$"),
+     r"^pylock.toml:7: packages\[0\] \(numpy\).version: Invalid version: '2.0.2!x' \(PEP 751\)$"),
     ("pylock.toml", PYLOCK.replace('index = "https://pypi.org/simple"',
                                    'marker = "python_version <"'),
-     r"^pylock.toml:7: packages\[0\].marker: Expected a marker variable or quoted string "
+     r"^pylock.toml:7: packages\[0\] \(numpy\).marker: Expected a marker variable or quoted string "
      r"\(PEP 751\)$"),
     ("pylock.toml", PYLOCK.replace('requires-python = ">=3.11, <3.14"', 'requires-python = 3'),
      r"^pylock.toml:5: requires-python: Unexpected type int \(expected str\) \(PEP 751\)$"),
@@ -298,7 +298,7 @@ def test_missing_hashes_in_each_format():
     hashless = PYLOCK.replace(", hashes = { sha256 = ", ", tool = { x = ")
     # (packaging.pylock says so: the first package's table, and its key)
     line = PYLOCK.splitlines().index("[[packages]]") + 1
-    with pytest.raises(LockError, match=rf"^pylock.toml:{line}: packages\[0\]\.sdist\.hashes: "
+    with pytest.raises(LockError, match=rf"^pylock.toml:{line}: packages\[0\] \(numpy\)\.sdist\.hashes: "
                                         r"Missing required value \(PEP 751\)$"):
         parse_lock_text(hashless, "pylock.toml", LINUX)
     # A uv.lock or poetry.lock without hashes reads, and is refused by the trust rules as a

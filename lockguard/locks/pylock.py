@@ -91,7 +91,21 @@ def _validate(doc: TomlLock) -> None:
         context = exc.context or "pylock.toml"
         # one line: a marker's error draws a caret under the marker on the lines after
         reason = exc.message.splitlines()[0] if exc.message.strip() else "invalid"
-        raise doc.error(context, f"{reason} (PEP 751)", _line_of(doc, context)) from None
+        raise doc.error(_named(doc, context), f"{reason} (PEP 751)",
+                        _line_of(doc, context)) from None
+
+
+def _named(doc: TomlLock, context: str) -> str:
+    """`packages[0].wheels[0].hashes` as `packages[0] (numpy).wheels[0].hashes`: the key with
+    the package it is in, as lockguard's own checks name it."""
+    match = re.match(r"packages\[(\d+)\]", context)
+    packages = doc.data.get("packages")
+    if not match or not isinstance(packages, list) or int(match[1]) >= len(packages):
+        return context
+    name = packages[int(match[1])].get("name") if isinstance(
+        packages[int(match[1])], dict) else None
+    return (f"{match[0]} ({name}){context[match.end():]}" if isinstance(name, str)
+            else context)
 
 
 def _line_of(doc: TomlLock, context: str) -> int | None:
