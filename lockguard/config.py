@@ -256,6 +256,9 @@ class Options:
     bisect: bool = False  # A/B: find the changes behind each failing verdict (flows/bisect.py)
     timing: bool = False  # A/B: make the timing runs, `slower` or not in fail_on
     all_scenarios: bool = False  # A/B: run the scenarios the change cannot reach too
+    # A/B: where a drift starts (compare/locate.py): True --locate (every scenario whose loss
+    # or gradient differs at all), False --no-locate, None a drift of a torch scenario.
+    locate: bool | None = None
 
 
 def find_python(python: str, root: Path) -> str | None:

@@ -5,13 +5,15 @@ JSON with exactly these fields; this module is the only place that reads it back
 written with Python's repr, which round-trips exactly, so losses are never rounded.
 """
 
+import base64
+import binascii
 import math
 import sys
 from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
-                      ValidationError, model_serializer)
+                      ValidationError, field_validator, model_serializer, model_validator)
 
 from lockguard.errors import LockguardError
 
@@ -145,6 +147,95 @@ class CompileDiagnostics(BaseModel):
         return without_absent(self, handler(self), ("accuracy", "memory"))
 
 
+# A localisation run's capture (harness locate_torch.py): bounded whatever the harness wrote, so
+# that a hostile result cannot make the judge hold or compare more than this.
+MAX_CAPTURE_CALLS = 2000
+MAX_CAPTURE_SAMPLE = 4096  # values of one tensor
+SHA256 = r"^[0-9a-f]{64}$"
+
+
+class CapturedTensor(BaseModel):
+    """A module's output (or the gradient at it) in a capture: its digest, dtype, shapes, and
+    its first values as float32 little-endian bytes in base64 (`values()` decodes them)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    digest: str = Field(pattern=SHA256)
+    dtype: str = Field(max_length=32)
+    shapes: list[list[int]] = Field(max_length=64)
+    numel: int = Field(ge=0)
+    sample: str = Field(max_length=(MAX_CAPTURE_SAMPLE * 4 + 2) // 3 * 4)
+
+    @field_validator("sample")
+    @classmethod
+    def _whole_floats(cls, value: str) -> str:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("is not base64") from None
+        if len(raw) % 4:
+            raise ValueError("does not hold whole float32 values")
+        return value
+
+    def values(self) -> list[float]:
+        """The sampled values (float32, widened exactly)."""
+        import struct
+
+        raw = base64.b64decode(self.sample)
+        return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+class RefereeFigures(BaseModel):
+    """A module call run again by the harness: whether the replay in its own dtype reproduced
+    its output bit for bit, and its output's distance from the float64 answer (ULPs of its
+    dtype, max and mean); or why that could not be done."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    replay_exact: bool | None = None
+    max_ulp: JsonFloat | None = Field(default=None, ge=0)
+    mean_ulp: JsonFloat | None = Field(default=None, ge=0)
+    error: str | None = Field(default=None, max_length=400)
+
+
+class ModuleCall(BaseModel):
+    """One module call of a captured step, in call order (harness locate_torch.py)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    name: str = Field(max_length=400)
+    type: str = Field(max_length=200)
+    parent: int = Field(ge=-1)  # the call it ran inside; -1: none
+    params: str | None = Field(default=None, pattern=SHA256)  # its own parameters' digest
+    inputs: str = Field(pattern=SHA256)
+    out: CapturedTensor | None = None
+    grad: CapturedTensor | None = None
+    grad_order: int | None = Field(default=None, ge=0)  # when its gradient came, in the backward
+    referee: RefereeFigures | None = None
+
+
+class Capture(BaseModel):
+    """Every module call of one training step (a localisation run's, lockguard's --locate)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    step: int = Field(ge=0)
+    calls: list[ModuleCall] = Field(max_length=MAX_CAPTURE_CALLS)
+    truncated: bool = False
+    sample: int = Field(ge=1, le=MAX_CAPTURE_SAMPLE)
+
+    @model_validator(mode="after")
+    def _a_tree(self) -> "Capture":
+        for index, call in enumerate(self.calls):
+            if call.parent >= index:
+                raise ValueError(f"call {index} runs inside call {call.parent}, which is not "
+                                 "an earlier call")
+            for tensor in (call.out, call.grad):
+                if tensor is not None and len(base64.b64decode(tensor.sample)) > 4 * self.sample:
+                    raise ValueError(f"call {index} keeps more than {self.sample} values")
+        return self
+
+
 class RunResult(BaseModel):
     """What one harness run reports (module docstring): per-step losses and grad norms, the
     probe outputs, parameter digest, compile diagnostics, timings and peak memory; what goldens
@@ -184,14 +275,16 @@ class RunResult(BaseModel):
     sample_order: list[list[int]] = Field(default_factory=list)
     batches_per_epoch: int | None = Field(default=None, ge=1)
     epoch_digests: list[str] = Field(default_factory=list)
+    # A localisation run (--locate-step): every module call of that step. Absent elsewhere.
+    capture: Capture | None = None
     status: Status = Status.ok
     error: str | None = None  # last lines of the error, for crashed/nan/timeout
 
     @model_serializer(mode="wrap")
     def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Only the data scenarios record an order.
+        # Only the data scenarios record an order, only localisation runs a capture.
         return without_absent(self, handler(self),
-                              ("sample_order", "batches_per_epoch", "epoch_digests"))
+                              ("sample_order", "batches_per_epoch", "epoch_digests", "capture"))
 
 
 class ResultError(LockguardError):
@@ -235,6 +328,8 @@ def contract_problems(result: RunResult, *, scenario: str, framework: str,
         problems.append(f"{len(result.grad_norms)} gradient norms for {steps} steps")
     if result.sample_order and len(result.sample_order) != steps:
         problems.append(f"{len(result.sample_order)} batches' sample order for {steps} steps")
+    if result.capture is not None and result.capture.step >= steps:
+        problems.append(f"it captured step {result.capture.step} of a run of {steps} steps")
     if result.output_shape and math.prod(result.output_shape) != len(result.outputs):
         problems.append(f"{len(result.outputs)} outputs for shape {result.output_shape}")
     return problems

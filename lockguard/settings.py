@@ -52,6 +52,9 @@ class Settings:
     # skip_unreached unless --all-scenarios.
     skip_unreached: bool
     golden_dir: Path  # resolved against the config's folder
+    # A/B: which scenarios are re-run to find where their difference starts (compare/locate.py):
+    # "drift" (the default: a drift verdict), "always" (--locate: any difference), "never".
+    locate: str = "drift"
 
     @classmethod
     def resolve(cls, config: Config, options: Options | None = None) -> Settings:
@@ -71,7 +74,8 @@ class Settings:
             allow_new=given.allow_new, bisect=given.bisect, timing=given.timing,
             timing_runs=config.timing_runs,
             skip_unreached=config.skip_unreached and not given.all_scenarios,
-            golden_dir=config.resolve(config.golden_dir))
+            golden_dir=config.resolve(config.golden_dir),
+            locate={None: "drift", True: "always", False: "never"}[given.locate])
 
     @property
     def report_device(self) -> str:

@@ -9,8 +9,10 @@ tested beside these, never replaced by them.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
+import struct
 import random
 import threading
 import time
@@ -53,6 +55,43 @@ def _code_salt(script: Path) -> str:
     for path in sorted(p for p in Path(script).parent.iterdir() if p.is_file()):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return "+code-" + h.hexdigest()[:8]
+
+
+def _captured(values: list[float]) -> dict:
+    """A captured tensor as the harness writes it (locate_torch._describe): float32 values."""
+    raw = struct.pack(f"<{len(values)}f", *values)
+    return {"digest": hashlib.sha256(raw).hexdigest(), "dtype": "float32",
+            "shapes": [[len(values)]], "numel": len(values),
+            "sample": base64.b64encode(raw).decode("ascii")}
+
+
+def fake_shift(version: str) -> int:
+    """How many float32 ULPs a version moves fc2's second output value (1 to 64)."""
+    return 1 + int(hashlib.sha256(version.encode()).hexdigest()[:8], 16) % 64
+
+
+def capture_for(version: str, step: int) -> dict:
+    """A localisation run's capture of a two-layer model whose fc2 kernel moves with the
+    version: fc2's second output value `fake_shift(version)` ULPs above 2.0, the model's output
+    (fc2's, passed on) with it, and the gradient at fc1's output moving too (downstream);
+    fc1 and every input are the same in every version, as are the weights."""
+    fc2 = [1.0, 2.0 + fake_shift(version) * 2.0 ** -22, 3.0]
+    same = hashlib.sha256(b"inputs").hexdigest()
+    weights = hashlib.sha256(b"weights").hexdigest()
+    fc1 = _captured([0.5, 0.25])
+    calls = [
+        {"name": "(model)", "type": "MLP", "parent": -1, "inputs": same, "out": _captured(fc2),
+         "grad": _captured([1.0, 1.0, 1.0]), "grad_order": 0},
+        {"name": "fc1", "type": "Linear", "parent": 0, "params": weights, "inputs": same,
+         "out": fc1, "grad": _captured([0.125, 0.5 + fake_shift(version) * 2.0 ** -24]),
+         "grad_order": 2},
+        {"name": "fc2", "type": "Linear", "parent": 0, "params": weights,
+         "inputs": hashlib.sha256(fc1["digest"].encode()).hexdigest(), "out": _captured(fc2),
+         "grad": _captured([1.0, 1.0, 1.0]), "grad_order": 1,
+         "referee": {"replay_exact": True, "max_ulp": fake_shift(version) / 4,
+                     "mean_ulp": fake_shift(version) / 12}},
+    ]
+    return {"step": step, "calls": calls, "truncated": False, "sample": 512}
 
 
 @dataclass
@@ -116,7 +155,9 @@ class FakeEnv:
                                   **({"block_median_s": step * request.time_block,
                                       "block_steps": request.time_block}
                                      if request.time_block else {})},
-                         peak_memory_bytes=self.backend.peak_bytes.get(sid))
+                         peak_memory_bytes=self.backend.peak_bytes.get(sid),
+                         capture=(capture_for(version, request.locate_step)
+                                  if request.locate_step is not None else None))
 
 
 @dataclass

@@ -129,6 +129,10 @@ exact_option = click.option("--exact", is_flag=True, help="Require bitwise-ident
               help="A/B: also make the timing runs that judge `slower` (timing_runs a side, one "
                    "at a time, baseline and candidate alternating); automatic when `slower` is "
                    "in fail_on.")
+@click.option("--locate/--no-locate", "locate", default=None,
+              help="A/B: re-run the first divergent step of each torch scenario whose numbers "
+                   "differ with every module captured, and name the module where the "
+                   "difference starts (automatic for a drift; --no-locate: never).")
 @click.option("--all-scenarios", "all_scenarios", is_flag=True,
               help="A/B: run every selected scenario, also a compiled, data-parallel, "
                    "data-pipeline or model-library one that the lock change cannot reach "
@@ -137,7 +141,7 @@ exact_option = click.option("--exact", is_flag=True, help="Require bitwise-ident
 def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_dir,
           config_path, verbose, baseline_locks, repeat, rerun, allow_new, exact,
           base_ref, policy_from, shard, plan_entry, plan_shards, bisect=False,
-          timing=False, all_scenarios=False) -> None:
+          timing=False, locate=None, all_scenarios=False) -> None:
     """Run scenarios against the lock and compare with goldens (or a baseline lock).
 
     \b
@@ -164,7 +168,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
     # A shard runs every scenario it is dealt: a left-out one's twin may be another shard's.
     opts = Options(device=device, steps=steps, env=env, repeat=repeat, rerun=rerun,
                    allow_new=allow_new, exact=exact, bisect=bisect, timing=timing,
-                   all_scenarios=all_scenarios or bool(shard or plan_entry))
+                   locate=locate, all_scenarios=all_scenarios or bool(shard or plan_entry))
     progress = progress_for(fmt, verbose)
     config = load_config(config_path)
     baseline: Baseline
@@ -210,6 +214,7 @@ def check(locks, scenarios, env, device, steps, fmt, output, reports, artifacts_
                            flags=(("--exact",) if exact else ())
                            + (("--bisect",) if bisect else ())
                            + (("--timing",) if timing else ())
+                           + ({True: ("--locate",), False: ("--no-locate",)}.get(locate, ()))
                            + (("--all-scenarios",) if all_scenarios else ())
                            + (("--repeat", str(repeat)) if repeat > 1 else ())))
 

@@ -17,6 +17,7 @@ from lockguard.compare.envelope import (
     Envelope, EnvelopeCheck, describe, deterministic, envelope_of, judge_envelope, run_difference,
 )
 from lockguard.compare.figures import median, mib
+from lockguard.compare.locate import Location
 from lockguard.compare.numerics import SeriesDiff, compare_series, first_difference
 from lockguard.compare.timing import TimingCheck, measure_of
 from lockguard.compare.tolerance import Policy, Tolerance, effective_tolerance, normalise_dtype
@@ -103,11 +104,23 @@ class ScenarioVerdict(BaseModel):
     accepted: Accepted | None = None
     # What the check's timing runs say (A/B with timing runs only): the ratio's interval.
     timing: TimingCheck | None = None
+    # Where the drift starts (A/B, --locate or a drift of a torch scenario): the first module
+    # whose weights, output or gradient differs at the first divergent step (compare/locate.py).
+    location: Location | None = None
 
 
 
 # --------------------------------------------------------------------------------------------
 # Putting it together
+
+
+def with_location(verdict: ScenarioVerdict, location: Location | None) -> ScenarioVerdict:
+    """`verdict` with where its drift starts (compare/locate.py) and that in words after its
+    reasons (the first still explains the verdict)."""
+    if location is None:
+        return verdict
+    return verdict.model_copy(update={"location": location,
+                                      "reasons": [*verdict.reasons, *location.sentences()]})
 
 
 class _Findings:

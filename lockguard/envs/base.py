@@ -68,6 +68,9 @@ class RunRequest:
     # A timing run of steps too short to time one by one: also time them in blocks of this
     # many (the harness's --time-block); 0: one by one only.
     time_block: int = 0
+    # A localisation run: record every module call of this step (the harness's --locate-step);
+    # None: an ordinary run.
+    locate_step: int | None = None
 
 
 class Env(Protocol):
@@ -181,6 +184,8 @@ def harness_args(request: RunRequest, harness_dir: str, out_path: str,
         args += ["--bytecode-list", bytecode_list]
     if request.time_block:
         args += ["--time-block", str(request.time_block)]
+    if request.locate_step is not None:
+        args += ["--locate-step", str(request.locate_step)]
     return args
 
 

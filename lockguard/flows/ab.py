@@ -66,6 +66,10 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
         old = pairing.of(p.scenario, p.lock)
         return timing_jobs(p, runs, old, settings, code) if old is not None and timed else []
 
+    def locating(p: Planned, runs: Runs) -> list[Job]:
+        old = pairing.of(p.scenario, p.lock)
+        return locate_jobs(p, runs, old, settings, code) if old is not None else []
+
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
         from lockguard.compare.timing import compare_timing
         from lockguard.compare.verdicts import ScenarioVerdict, compare_runs, is_failure
@@ -81,6 +85,7 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
         verdict = compare_runs(runs.baseline, runs.candidate, policy=policy,
                                baseline_kind="lock", expected_device=p.device,
                                timed_together=True, tolerance=tolerance, timing=timing_check)
+        verdict = _located(verdict, runs)
         if is_failure(verdict, policy) and p.lock is not None:
             # An intended change passes only through an acceptance committed with it.
             verdict = accept_known(verdict, p, runs.candidate, old.lock.lock_hash,
@@ -92,7 +97,7 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                                         backend))
 
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
-                       progress=progress, backend=backend, timing=timing,
+                       progress=progress, backend=backend, timing=timing, locate=locating,
                        narrow=partial(unreached, pairing=pairing)
                        if settings.skip_unreached else None)
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
@@ -116,6 +121,48 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     # A B, B A, A B, …: neither side always runs first (a warmer page cache, a CPU's clock
     # ramping up would otherwise favour one side in every pair).
     return [job for i in range(settings.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
+
+
+# The frameworks whose harness captures module calls (harness/_lockguard_harness/locate_*.py).
+LOCATABLE = frozenset({"torch"})
+
+
+def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
+                code: tuple[CodeTree | None, CodeTree | None]) -> list[Job]:
+    """The localisation runs of `p` (compare/locate.py), one a side: its first divergent step
+    (of loss or gradient norm) again, the run ending there, every module call captured. Made
+    for a drift under the default, for any difference under --locate, never under --no-locate;
+    for a bundled torch scenario only so far (a user script's model is not the harness's to
+    hook)."""
+    from lockguard.compare.locate import locate_step
+    from lockguard.compare.verdicts import compare_runs
+
+    if (settings.locate == "never" or p.scenario.framework not in LOCATABLE
+            or p.scenario.script is not None or not runs.baseline or not runs.candidate):
+        return []
+    step = locate_step(runs.baseline[0], runs.candidate[0])
+    if step is None:
+        return []
+    if settings.locate == "drift":
+        verdict = compare_runs(runs.baseline, runs.candidate, policy=settings.policy,
+                               baseline_kind="lock", expected_device=p.device,
+                               timed_together=False, tolerance=p.scenario.tolerance)
+        if verdict.verdict != Verdict.drift:
+            return []
+    short = replace(p, steps=step + 1)
+    return [Job(short, old, "baseline", code=code[0], locate_step=step),
+            Job(short, p.lock, "candidate", code=code[1], locate_step=step)]
+
+
+def _located(verdict: ScenarioVerdict, runs: Runs) -> ScenarioVerdict:
+    """`verdict` with where its difference starts, when the scenario had localisation runs."""
+    if not (runs.baseline_located and runs.candidate_located):
+        return verdict
+    from lockguard.compare.locate import located
+    from lockguard.compare.verdicts import with_location
+
+    return with_location(verdict, located(runs.baseline[0], runs.candidate[0],
+                                          runs.baseline_located[0], runs.candidate_located[0]))
 
 
 def unreached(planned: list[Planned], envs: Environments, *,

@@ -95,6 +95,9 @@ class Job:
     timing: bool = False
     code: CodeTree | None = None  # where a user scenario's code comes from (None: the checkout)
     time_block: int = 0  # a timing run's: its steps also timed this many at a time
+    # A localisation run (compare/locate.py): its steps end with this one, whose module calls
+    # it records; its numbers judge nothing else.
+    locate_step: int | None = None
 
 
 @dataclass
@@ -132,11 +135,15 @@ class Runs:
     # The timing runs, in the order they ran (baseline_timed[i] just before candidate_timed[i]).
     baseline_timed: list[RunResult] = field(default_factory=list)
     candidate_timed: list[RunResult] = field(default_factory=list)
+    # The localisation runs (one a side, at most), their captures for compare/locate.py.
+    baseline_located: list[RunResult] = field(default_factory=list)
+    candidate_located: list[RunResult] = field(default_factory=list)
 
     def add(self, job: Job, env_label: str, result: RunResult) -> None:
-        """File `result` of `job` under its role (a timing run's apart)."""
-        if job.timing:
-            getattr(self, f"{job.role}_timed").append(result)
+        """File `result` of `job` under its role (timing and localisation runs apart)."""
+        if job.timing or job.locate_step is not None:
+            kind = "timed" if job.timing else "located"
+            getattr(self, f"{job.role}_{kind}").append(result)
             return
         getattr(self, job.role).append(result)
         self.envs[job.role] = env_label
@@ -242,7 +249,7 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
              decide: Decide, judge: Judge, progress: Progress = QUIET,
              backend: Backend | None = None, jobs: int | None = None,
              rounds: bool = False, timing: Timing | None = None,
-             narrow: Narrow | None = None) -> Outcome:
+             narrow: Narrow | None = None, locate: Timing | None = None) -> Outcome:
     """Plan the scenarios, run what `decide` asks for, and `judge` each scenario's results.
 
     `decide` sees every runnable scenario before anything is built, so a flow validates its
@@ -253,6 +260,8 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
     `timing`: the timing runs a scenario needs (jobs with timing=True, in the order they are to
     run); they run after every other run of the check, one at a time, so that nothing else
     trains beside them. `narrow`: what to leave out, decided when the environments are known.
+    `locate`: the localisation runs a scenario needs, given its numeric runs (compare/locate.py),
+    run after them, in parallel as they were.
     """
     backend = run_backend(settings, backend)
     envs = Environments(backend, progress)
@@ -283,6 +292,12 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
         outcome.file(execute(settings, backend, timed, progress, workers=1, envs=envs,
                              title=f"Timing {len(timed)} run(s), one at a time, baseline and "
                                    "candidate alternating"), by_scenario)
+    located = [job for p in planned if not p.skip_reason and _healthy(p, ran)
+               for job in (locate(p, by_scenario[p.scenario.id]) if locate is not None else [])]
+    if located:
+        outcome.file(execute(settings, backend, located, progress, workers=jobs, envs=envs,
+                             title=f"Locating {len(located) // 2} drift(s): the first divergent "
+                                   "step again, every module captured"), by_scenario)
     for p in planned:
         if p.skip_reason:
             outcome.verdicts.append(skipped(p.scenario.id, p.scenario.framework, p.skip_reason))
@@ -426,7 +441,8 @@ def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Pro
         envs.expect(wanted)
     envs.prepare_all(wanted)
     prepared = [(envs.get(j.ref, j.planned.scenario.framework, j.planned.device),
-                 replace(request_for(j.planned, settings, j.code), time_block=j.time_block))
+                 replace(request_for(j.planned, settings, j.code), time_block=j.time_block,
+                         locate_step=j.locate_step))
                 for j in jobs]
     hidden = withheld()
     if hidden:  # how many, never which or what: -v output ends up in public CI logs

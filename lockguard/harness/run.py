@@ -2,7 +2,7 @@
 
     python run.py --scenario torch.mlp --steps 30 --out result.json [--seed 0] [--device cpu]
                   [--threads 1] [--script user.py --framework torch] [--bytecode-list FILE]
-                  [--time-block K]
+                  [--time-block K] [--locate-step N]
 
 Imports only the stdlib here; the framework module for the scenario imports its one framework.
 A framework module (in the package _lockguard_harness) exposes:
@@ -61,6 +61,9 @@ def parse_args(argv: list) -> argparse.Namespace:
     p.add_argument("--time-block", type=int, default=0,
                    help="also time the steady steps in blocks of this many (a timing run of "
                         "steps too short to time one by one)")
+    p.add_argument("--locate-step", type=int, default=None,
+                   help="record every module's inputs, output and gradient at this step (a "
+                        "torch scenario's; _lockguard_harness/locate_torch.py)")
     p.add_argument("--bytecode-list", help="write the bytecode of the venv's modules this run "
                    "imports first, and list them here (_lockguard_harness/bytecode.py)")
     return p.parse_args(argv)
@@ -105,7 +108,7 @@ def main(argv: list) -> int:
 
         written = bytecode.write_in_site_packages()
     ctx = Context(args.scenario, framework, args.steps, args.seed, args.device, args.threads,
-                  args.script, args.time_block)
+                  args.script, args.time_block, args.locate_step)
     try:
         start = time.perf_counter()
         module = importlib.import_module(f"{PACKAGE}.{MODULE_OF_FRAMEWORK[framework]}")

@@ -335,8 +335,10 @@ def _delta_figure(v: ScenarioVerdict, baseline: Side, candidate: Side,
                    f"rtol {tol.rtol:g})")
     svg = chart(f"loss difference of {v.scenario}", [Line("|Δ loss|", _finite(delta), "delta")],
                 log=True, band=band, band_label="allowed", marks=marks)
+    shape = v.location.shape if v.location is not None else None
     return _figure(svg, f"|candidate − baseline| per step, log scale; {allowed}; bitwise equal "
-                        "steps lie on the bottom edge" + _marks_caption(marks))
+                        "steps lie on the bottom edge" + _marks_caption(marks)
+                   + (f"; {shape.sentence()}" if shape is not None else ""))
 
 
 def _marks_caption(marks: list[Mark]) -> str:

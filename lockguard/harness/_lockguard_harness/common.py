@@ -38,8 +38,12 @@ class Context:
     """One harness run: its arguments, and the result being filled in."""
 
     def __init__(self, scenario: str, framework: str, steps: int, seed: int, device: str,
-                 threads: int, script: Optional[str] = None, time_block: int = 0) -> None:
+                 threads: int, script: Optional[str] = None, time_block: int = 0,
+                 locate_step: Optional[int] = None) -> None:
         self.scenario = scenario
+        # A localisation run (lockguard's --locate): the step whose module calls are recorded
+        # in result["capture"] (locate_torch.py); None in every other run.
+        self.locate_step = locate_step
         # A timing run of steps too short to time one by one: the steady steps are also timed
         # in blocks of this many (finish's block_median_s).
         self.time_block = time_block

@@ -70,6 +70,7 @@ from . import devices, gen
 from .common import Batches, seed_host_rngs
 from .common import attempt as _try
 from .compile_torch import RECORDER, accuracy
+from .locate_torch import Capture
 from .userscript import Adapter, UserResultError, describe, host_array_adapter, run_script
 
 try:  # only to accept numpy arrays from user scripts; never required
@@ -383,17 +384,24 @@ def train(ctx, model: nn.Module, loss_fn: Callable[..., torch.Tensor],
     params = [p for p in model.parameters() if p.requires_grad]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    for _ in range(ctx.steps):
+    for step in range(ctx.steps):
         start = time.perf_counter()
         inputs: Tuple[torch.Tensor, ...] = ()
         ids = None
         if batches is not None:
             fetched, ids = next(batches.iterator)
             inputs = tuple(t.to(device) for t in fetched)
+        # A localisation run records the module calls of one step, up to its backward: the
+        # weights it saw are still those the optimiser step below moves.
+        capture = Capture(step) if step == getattr(ctx, "locate_step", None) else None
+        if capture is not None:
+            capture.attach(model)
         optimizer.zero_grad(set_to_none=True)
         with _autocast(device, amp_dtype):
             loss = loss_fn(model, *inputs)
         loss.backward()
+        if capture is not None:
+            ctx.result["capture"] = capture.finish()
         norm = _grad_norm(params)
         optimizer.step()
         value = loss.detach().float().item()

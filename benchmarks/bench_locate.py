@@ -1,0 +1,61 @@
+"""The cost of localising a drift (lockguard/compare/locate.py): one localisation run of a side
+(the first divergent step again, every module captured, a float64 referee per module call)
+against that scenario's normal run, in the same environment, one after the other.
+
+    python benchmarks/bench_locate.py PYTHON [SCENARIO ...]
+
+PYTHON: the interpreter of an environment that has torch (and transformers for its scenario),
+e.g. one of lockguard's cached venvs. Each run is the harness process as lockguard starts it
+(no sandbox: the sandbox costs both the same). The localisation run is timed at its worst, the
+last step of the normal run (every earlier step trains first). Target: at most 2× the normal run.
+Writes benchmarks/results/locate.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE.parent / "lockguard" / "harness" / "run.py"
+STEPS = {"torch.lm": 20, "transformers.gpt2": 10}
+
+
+def wall(python: str, scenario: str, steps: int, *extra: str) -> float:
+    """Seconds one harness process takes, start to exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        subprocess.run([python, str(HARNESS), "--scenario", scenario, "--steps", str(steps),
+                        "--out", os.path.join(tmp, "r.json"), *extra], check=True,
+                       capture_output=True)
+        took = time.perf_counter() - start
+        result = json.loads(Path(tmp, "r.json").read_text())
+        assert result["status"] == "ok", result["error"]
+        assert not extra or result.get("capture"), "no capture"
+    return took
+
+
+def main(argv: list[str]) -> int:
+    python, scenarios = argv[0], argv[1:] or list(STEPS)
+    rows = {}
+    for sid in scenarios:
+        n = STEPS.get(sid, 10)
+        normal = min(wall(python, sid, n) for _ in range(2))
+        located = min(wall(python, sid, n, "--locate-step", str(n - 1)) for _ in range(2))
+        rows[sid] = {"normal_s": round(normal, 2), "located_s": round(located, 2),
+                     "ratio": round(located / normal, 2), "steps": n,
+                     "load": os.getloadavg()[0]}
+        print(f"{sid}: normal {normal:.2f} s ({n} steps), localisation run {located:.2f} s "
+              f"(steps 0-{n - 1}, the last captured): ×{located / normal:.2f}")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "locate.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,290 @@
+"""Where a drift starts: two sides' captures of one training step (RunResult.capture, written by
+the harness's locate_torch.py) compared module call by module call, and the shape of the drift
+over the steps (one tiny first difference amplified by training, or a systematic change).
+
+Pure, like the rest of lockguard.compare: RunResults in, a `Location` out.
+
+The rule. Calls are paired by module name and occurrence. Weights first: a module whose own
+parameters differ as the step begins differed before it (at step 0: the initialisation). Then
+the forward, in the order the calls finished (a module's children before it): the first call
+whose output differs is where the difference shows first; the difference *arises* in the
+innermost call around that point whose inputs were still equal on both sides (a module whose
+inputs already differ only carries a difference made before it: GPT-2's c_proj after an
+attention whose own code changed names the attention). With every forward output equal, the
+first gradient, in the order the backward produced them, that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lockguard.compare.numerics import bitwise_equal, first_difference, ulp_distance
+from lockguard.results import JsonFloat, Capture, ModuleCall, RefereeFigures, RunResult
+
+# Drift shapes (amplification): a first loss difference of at most this many ULPs is "tiny"; a
+# tiny one that grew at least GROWTH times by the last step was amplified by training; one of
+# more than SYSTEMATIC_ULPS at its first step is a systematic change.
+TINY_ULPS = 16
+GROWTH = 10.0
+SYSTEMATIC_ULPS = 1000
+
+
+class DriftShape(BaseModel):
+    """How the loss difference evolves from the first divergent step: |Δloss| per step and
+    what that shape says."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    kind: Literal["amplified", "systematic", "steady"]
+    first_step: int
+    first_ulp: int | None  # the loss difference at the first divergent step, in ULPs
+    growth: list[JsonFloat] = Field(default_factory=list)  # |Δloss| at each step from first_step
+
+    def sentence(self) -> str:
+        """The shape in words, for reasons and reports."""
+        last = self.growth[-1] if self.growth else 0.0
+        first = self.growth[0] if self.growth else 0.0
+        if self.kind == "amplified":
+            return (f"one first difference amplified by training: {self.first_ulp} ulp of loss "
+                    f"at step {self.first_step}, |Δloss| {first:.3g} → {last:.3g} by the last "
+                    "step")
+        if self.kind == "systematic":
+            return (f"a systematic change: the loss differs by {self.first_ulp} ulp already at "
+                    f"step {self.first_step} (an initialisation, a changed default or kernel "
+                    "of large effect), not a rounding amplified")
+        return (f"a steady difference: |Δloss| {first:.3g} at step {self.first_step}, {last:.3g} "
+                "by the last step (not amplified)")
+
+
+class Location(BaseModel):
+    """Where two sides' captured step first differs (module docstring's rule)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    step: int
+    kind: Literal["weights", "forward", "gradient", "none"]
+    module: str | None = None  # where the difference arises (qualified name)
+    module_type: str | None = None  # its class on the baseline side
+    candidate_type: str | None = None  # its class on the candidate side, when other
+    first_output: str | None = None  # the first call whose output differs, when another module
+    max_ulp: int | None = None  # over the sampled values; None when they are all equal
+    sampled: int | None = None  # how many values the ULPs were taken over, of `numel`
+    numel: int | None = None
+    later_differing: int = 0  # calls after it whose output or gradient differs too
+    compared: int = 0  # calls compared
+    unpaired: list[str] = Field(default_factory=list)  # module calls on one side only
+    baseline_referee: RefereeFigures | None = None
+    candidate_referee: RefereeFigures | None = None
+    same_inputs: bool | None = None  # both sides' referees ran on equal inputs
+    truncated: bool = False
+    shape: DriftShape | None = None
+
+    def sentences(self) -> list[str]:
+        """The location in words: where, how much, what follows, the referee's word."""
+        out = [self._where()]
+        referee = self._referee()
+        if referee:
+            out.append(referee)
+        if self.unpaired:
+            out.append("module calls on one side only: " + ", ".join(self.unpaired[:6])
+                       + (" …" if len(self.unpaired) > 6 else ""))
+        if self.truncated:
+            out.append("the capture was truncated: calls after the first "
+                       "2000 were not compared")
+        if self.shape is not None:
+            out.append(self.shape.sentence())
+        return out
+
+    def _where(self) -> str:
+        if self.kind == "none":
+            return (f"step {self.step} re-run with every module captured: no module's weights, "
+                    "output or gradient differs (the difference is outside the modules: the "
+                    "loss function or the optimiser)")
+        types = self.module_type or "?"
+        if self.candidate_type and self.candidate_type != self.module_type:
+            types = f"{types} → {self.candidate_type}"
+        head = f"{self.module} ({types})"
+        ulp = (f"{self.max_ulp} ulp" if self.max_ulp is not None
+               else f"equal over the first {self.sampled} of {self.numel} values")
+        if self.kind == "weights":
+            what = ("before the first step: an initialisation change" if self.step == 0
+                    else f"entering step {self.step}: an earlier update moved them")
+            return f"the weights of {head} differ {what}"
+        where = "forward output" if self.kind == "forward" else "gradient (backward)"
+        inside = (f"; it shows first at {self.first_output}, inside it, whose inputs already "
+                  "differ" if self.first_output else "")
+        return (f"the drift starts in {head} at step {self.step}: its {where} differs by max "
+                f"{ulp} on equal inputs{inside}; {self.later_differing} other module call(s) of "
+                f"the {self.compared} compared differ too (downstream)")
+
+    def _referee(self) -> str | None:
+        old, new = self.baseline_referee, self.candidate_referee
+        if old is None or new is None or self.kind not in ("forward",):
+            return None
+        usable = [r for r in (old, new) if r.error is None and r.replay_exact
+                  and r.max_ulp is not None]
+        if len(usable) < 2:
+            why = next((r.error for r in (old, new) if r.error), None) or \
+                "the module's replay did not reproduce its output"
+            return f"float64 referee unavailable: {why}"
+        inputs = ("on the same inputs" if self.same_inputs
+                  else "each on its own inputs (they differ)")
+        closer = _closer(new, old)
+        return (f"float64 referee, {inputs}: candidate {new.max_ulp:.2g} ulp from float64 "
+                f"(mean {new.mean_ulp:.2g}), baseline {old.max_ulp:.2g} ulp (mean "
+                f"{old.mean_ulp:.2g}): {closer}")
+
+
+def _closer(new: RefereeFigures, old: RefereeFigures) -> str:
+    key_new, key_old = (new.max_ulp, new.mean_ulp), (old.max_ulp, old.mean_ulp)
+    if key_new <= key_old:
+        return "the candidate is at least as accurate"
+    return "the baseline is closer to the exact answer"
+
+
+def _keys(calls: Sequence[ModuleCall]) -> list[str]:
+    """Each call's pairing key: its name, and its occurrence when the module ran more than once."""
+    seen: dict[str, int] = {}
+    keys = []
+    for call in calls:
+        n = seen.get(call.name, 0)
+        seen[call.name] = n + 1
+        keys.append(call.name if n == 0 else f"{call.name}#{n}")
+    return keys
+
+
+def _finish_order(calls: Sequence[ModuleCall]) -> list[int]:
+    """The calls' indices in the order they finished: children before their parent."""
+    children: dict[int, list[int]] = {}
+    for index, call in enumerate(calls):
+        children.setdefault(call.parent, []).append(index)
+    order: list[int] = []
+    stack: list[tuple[int, bool]] = [(i, False) for i in reversed(children.get(-1, []))]
+    while stack:
+        index, done = stack.pop()
+        if done:
+            order.append(index)
+            continue
+        stack.append((index, True))
+        stack.extend((c, False) for c in reversed(children.get(index, [])))
+    return order
+
+
+def _differs(a, b) -> bool:
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return a.digest != b.digest
+
+
+def _ulps(a, b) -> tuple[int | None, int, int]:
+    """(max ULP over the sampled values, how many were compared, numel) of two captured tensors;
+    None when the samples are equal (the difference lies beyond them)."""
+    va, vb = a.values(), b.values()
+    n = min(len(va), len(vb))
+    worst = None
+    for x, y in zip(va[:n], vb[:n]):
+        if not bitwise_equal(x, y):
+            try:
+                d = ulp_distance(x, y, a.dtype)
+            except ValueError:
+                continue
+            worst = d if worst is None else max(worst, d)
+    return worst, n, a.numel
+
+
+def locate(baseline: Capture, candidate: Capture) -> Location:
+    """Where `candidate`'s captured step first differs from `baseline`'s (module docstring)."""
+    bkeys, ckeys = _keys(baseline.calls), _keys(candidate.calls)
+    cindex = {k: i for i, k in enumerate(ckeys)}
+    pairs = {i: cindex[k] for i, k in enumerate(bkeys) if k in cindex}
+    unpaired = [k for k in bkeys if k not in cindex] + [k for k in ckeys if k not in set(bkeys)]
+    common = dict(step=candidate.step, compared=len(pairs), unpaired=unpaired,
+                  truncated=baseline.truncated or candidate.truncated)
+    b, c = baseline.calls, candidate.calls
+    for i, j in pairs.items():  # call order: the outer module's weights first
+        if b[i].params != c[j].params:
+            return _found("weights", i, j, b, c, pairs, common, tensor="params")
+    order = [i for i in _finish_order(b) if i in pairs]
+    first = next((i for i in order if _differs(b[i].out, c[pairs[i]].out)), None)
+    if first is not None:
+        origin = first
+        while b[origin].inputs != c[pairs[origin]].inputs and b[origin].parent in pairs:
+            origin = b[origin].parent
+        loc = _found("forward", origin, pairs[origin], b, c, pairs, common, tensor="out")
+        if origin != first:
+            loc.first_output = b[first].name
+        return loc
+    by_grad = sorted((i for i in pairs if b[i].grad_order is not None),
+                     key=lambda i: b[i].grad_order)
+    first = next((i for i in by_grad if _differs(b[i].grad, c[pairs[i]].grad)), None)
+    if first is not None:
+        return _found("gradient", first, pairs[first], b, c, pairs, common, tensor="grad")
+    return Location(kind="none", **common)
+
+
+def _found(kind: str, i: int, j: int, b: Sequence[ModuleCall], c: Sequence[ModuleCall],
+           pairs: dict[int, int], common: dict, tensor: str) -> Location:
+    later = sum(1 for k, m in pairs.items() if k != i and k not in _ancestors(b, i)
+                and (_differs(b[k].out, c[m].out) or _differs(b[k].grad, c[m].grad)))
+    figures: dict = {}
+    if tensor != "params":
+        mine, theirs = getattr(b[i], tensor), getattr(c[j], tensor)
+        if mine is not None and theirs is not None:
+            figures["max_ulp"], figures["sampled"], figures["numel"] = _ulps(mine, theirs)
+    return Location(kind=kind, module=b[i].name, module_type=b[i].type,
+                    candidate_type=c[j].type if c[j].type != b[i].type else None,
+                    later_differing=later, baseline_referee=b[i].referee,
+                    candidate_referee=c[j].referee, same_inputs=b[i].inputs == c[j].inputs,
+                    **figures, **common)
+
+
+def _ancestors(calls: Sequence[ModuleCall], index: int) -> set[int]:
+    found = set()
+    while calls[index].parent >= 0:
+        index = calls[index].parent
+        found.add(index)
+    return found
+
+
+def drift_shape(old: Sequence[float], new: Sequence[float], dtype: str) -> DriftShape | None:
+    """The shape of the loss difference from its first divergent step (None: none differs)."""
+    first = first_difference(old, new)
+    if first is None or first >= min(len(old), len(new)):
+        return None
+    growth = [abs(a - b) for a, b in zip(old[first:], new[first:])]
+    try:
+        ulp = ulp_distance(old[first], new[first], dtype)
+    except ValueError:
+        ulp = None
+    if ulp is not None and ulp > SYSTEMATIC_ULPS:
+        kind = "systematic"
+    elif ulp is not None and ulp <= TINY_ULPS and max(growth[-3:]) >= GROWTH * growth[0]:
+        kind = "amplified"
+    else:
+        kind = "steady"
+    return DriftShape(kind=kind, first_step=first, first_ulp=ulp, growth=growth)
+
+
+def locate_step(baseline: RunResult, candidate: RunResult) -> int | None:
+    """The step a localisation re-runs: the first whose loss or gradient norm differs (a
+    gradient can differ a step before the loss shows it); None when neither does."""
+    steps = [s for s in (first_difference(baseline.losses, candidate.losses),
+                         first_difference(baseline.grad_norms, candidate.grad_norms))
+             if s is not None]
+    limit = min(len(baseline.losses), len(candidate.losses))
+    steps = [s for s in steps if s < limit]
+    return min(steps) if steps else None
+
+
+def located(baseline: RunResult, candidate: RunResult, located_baseline: RunResult,
+            located_candidate: RunResult) -> Location | None:
+    """The Location of two localisation runs, with the drift's shape from the full runs; None
+    when either run captured nothing (it broke: its verdict says so elsewhere)."""
+    if located_baseline.capture is None or located_candidate.capture is None:
+        return None
+    loc = locate(located_baseline.capture, located_candidate.capture)
+    loc.shape = drift_shape(baseline.losses, candidate.losses, candidate.dtype)
+    return loc

@@ -1,0 +1,258 @@
+"""Per-module capture of one torch training step: where a drift starts (lockguard's --locate).
+
+Runs inside the target environment (stdlib and torch). torch_.train attaches a `Capture` to the
+model at the step the host asks for (--locate-step N, the first step whose loss or gradient norm
+differed between two sides) and finishes it after that step's backward, before the optimiser
+moves the weights. For every module call of the step it records, in call order:
+
+    name, type       the module's qualified name in the model ("transformer.h.0.attn") and class
+    parent           the index of the call it ran inside (-1: the model itself)
+    params           sha256 of the module's own parameters (not its children's) as they entered
+                     the step: weights that differ here differed before the step began
+    inputs           sha256 of the floating tensors it was given (positional and keyword)
+    out, grad        its output and the gradient that reached that output in the backward:
+                     sha256 of the bytes, the dtype, the shapes, and the first SAMPLE values as
+                     float32 little-endian bytes in base64 (exact for float32, bfloat16, float16)
+    referee          the module run again on a copy of its own inputs, in its own dtype (does the
+                     replay reproduce the output bit for bit?) and in float64 (a deep copy cast to
+                     float64): the output's distance from the float64 answer in units of the
+                     output dtype's ULP at that answer, max and mean. Under the RNG state the
+                     call started with, so that a dropout draws the same mask.
+
+The host (lockguard/compare/locate.py) compares two sides' captures. Bounded: at most MAX_CALLS
+calls (then `truncated`), SAMPLE values a tensor; the referee is skipped for a call holding more
+than REFEREE_MAX_PARAMS parameters (its float64 copy would cost more than the step).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import ctypes
+import hashlib
+import math
+import struct
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+SAMPLE = 512  # values kept of each captured tensor (its digest covers all of them)
+MAX_CALLS = 2000  # module calls recorded in one step
+REFEREE_MAX_PARAMS = 20_000_000
+
+
+def _float_tensors(value: Any) -> List[torch.Tensor]:
+    """The floating-point tensors in a module's inputs or outputs, depth first (tuples, lists,
+    dicts and transformers' ModelOutput, which is a dict), in a fixed order."""
+    found: List[torch.Tensor] = []
+
+    def walk(v: Any, depth: int) -> None:
+        if depth > 4:
+            return
+        if isinstance(v, torch.Tensor):
+            if v.is_floating_point():
+                found.append(v)
+        elif isinstance(v, (tuple, list)):
+            for item in v:
+                walk(item, depth + 1)
+        elif isinstance(v, dict):
+            for key in v:
+                walk(v[key], depth + 1)
+
+    walk(value, 0)
+    return found
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    """The tensor's bytes in native (little-endian) order, without numpy."""
+    t = t.detach().cpu().contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
+def _digest(tensors: List[torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(f"{t.dtype}{tuple(t.shape)}".encode() + b"\0")
+        h.update(_bytes(t))
+    return h.hexdigest()
+
+
+def _describe(tensors: List[torch.Tensor]) -> Optional[Dict[str, Any]]:
+    """What the host compares of tensors: digest, dtype, shapes, the first SAMPLE values."""
+    if not tensors:
+        return None
+    flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in tensors])
+    head = flat[:SAMPLE]
+    return {"digest": _digest(tensors), "dtype": str(tensors[0].dtype).replace("torch.", ""),
+            "shapes": [list(t.shape) for t in tensors], "numel": int(flat.numel()),
+            "sample": base64.b64encode(struct.pack(f"<{head.numel()}f", *head.tolist())
+                                       ).decode("ascii")}
+
+
+def _to(value: Any, dtype: Optional[torch.dtype], clone: bool) -> Any:
+    """`value` with every floating tensor detached and cast to `dtype` (None: its own), copied
+    when `clone` (a replay of an in-place module must not write into what it was given)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point():
+            out = value.detach() if dtype is None else value.detach().to(dtype)
+            return out.clone() if clone and out.dtype == value.dtype else out
+        return value
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_to(v, dtype, clone) for v in value)
+    if isinstance(value, list):
+        return [_to(v, dtype, clone) for v in value]
+    if isinstance(value, dict) and type(value) is dict:
+        return {k: _to(v, dtype, clone) for k, v in value.items()}
+    if clone and value is not None and not isinstance(value, (bool, int, float, str)):
+        # An object given to a module (transformers' key/value cache) may be changed by the
+        # call: a replay starts from a copy of it as it was.
+        try:
+            return copy.deepcopy(value)
+        except Exception:  # noqa: BLE001 - then the replay says whether it reproduced
+            return value
+    return value
+
+
+def _ulps(out: torch.Tensor, exact: torch.Tensor) -> Tuple[float, float]:
+    """(max, mean) of |out - exact| in units of out's dtype's ULP at `exact` (float64), the ULP
+    taken at least at the tensor's root mean square: a value near zero that two larger terms
+    cancelled into is no kernel's fault, and its own ULP would count its rounding a million
+    times over."""
+    rms = exact.double().pow(2).mean().sqrt()
+    at = torch.maximum(exact.abs(), rms).to(out.dtype)
+    ulp = (torch.nextafter(at, torch.full_like(at, math.inf)) - at).double()
+    d = (out.double() - exact).abs() / ulp
+    return float(d.max().item()), float(d.mean().item())
+
+
+class Capture:
+    """The per-module record of one training step (module docstring)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.calls: List[Dict[str, Any]] = []
+        self.truncated = False
+        self._stack: List[int] = []
+        self._handles: List[Any] = []
+        self._pending: Dict[int, Tuple[Any, Any, Any]] = {}  # call -> (args, kwargs, rng)
+        self._busy = False  # the referee's own module calls are not recorded
+        self._grads = 0
+
+    def attach(self, model: nn.Module) -> None:
+        """Hook every module of `model` (itself included) for this step."""
+        for name, module in model.named_modules():
+            label = name or "(model)"
+            self._handles.append(module.register_forward_pre_hook(
+                lambda m, a, k, label=label: self._pre(m, label, a, k), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(
+                lambda m, a, k, out: self._post(m, out), with_kwargs=True))
+
+    def _pre(self, module: nn.Module, label: str, args: Any, kwargs: Any) -> None:
+        if self._busy:
+            return
+        if len(self.calls) >= MAX_CALLS:
+            self.truncated = True
+            self._stack.append(-1)
+            return
+        index = len(self.calls)
+        own = [p for p in module.parameters(recurse=False)]
+        self.calls.append({
+            "name": label, "type": type(module).__name__,
+            "parent": self._stack[-1] if self._stack else -1,
+            "params": _digest(own) if own else None,
+            "inputs": _digest(_float_tensors((args, kwargs))),
+        })
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None)
+        self._pending[index] = (_to(args, _same, True), _to(kwargs, _same, True), rng)
+        self._stack.append(index)
+
+    def _post(self, module: nn.Module, out: Any) -> None:
+        if self._busy:
+            return
+        index = self._stack.pop()
+        if index < 0:
+            return
+        entry = self.calls[index]
+        tensors = _float_tensors(out)
+        entry["out"] = _describe(tensors)
+        args, kwargs, rng = self._pending.pop(index)
+        entry["referee"] = self._referee(module, args, kwargs, rng, tensors)
+        first = next((t for t in tensors if t.requires_grad), None)
+        if first is not None:
+            first.register_hook(lambda g, entry=entry: self._grad(entry, g))
+
+    def _grad(self, entry: Dict[str, Any], grad: torch.Tensor) -> None:
+        if grad is not None and "grad" not in entry:
+            entry["grad"] = _describe([grad])
+            entry["grad_order"] = self._grads
+            self._grads += 1
+
+    def _referee(self, module: nn.Module, args: Any, kwargs: Any, rng: Any,
+                 outputs: List[torch.Tensor]) -> Optional[Dict[str, Any]]:
+        """The replay in the module's own dtype and the float64 answer (module docstring)."""
+        if not outputs:
+            return None
+        if sum(p.numel() for p in module.parameters()) > REFEREE_MAX_PARAMS:
+            return {"error": "too large for a float64 copy"}
+        self._busy = True
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=_devices()):
+                _set_rng(rng)
+                again = _float_tensors(copy.deepcopy(module)(*_to(args, _same, True),
+                                                             **_to(kwargs, _same, True)))
+                exact_replay = len(again) == len(outputs) and all(
+                    torch.equal(a, b.detach()) for a, b in zip(again, outputs))
+                _set_rng(rng)
+                with _no_autocast(outputs[0].device):
+                    wide = copy.deepcopy(module).double()
+                    exact = _float_tensors(wide(*_to(args, torch.float64, True),
+                                                **_to(kwargs, torch.float64, True)))
+            if len(exact) != len(outputs):
+                return {"replay_exact": exact_replay, "error": "the float64 run returned "
+                        f"{len(exact)} tensors, not {len(outputs)}"}
+            figures = [_ulps(o.detach(), e.to(o.device)) for o, e in zip(outputs, exact)]
+            return {"replay_exact": exact_replay, "max_ulp": max(f[0] for f in figures),
+                    "mean_ulp": sum(f[1] * o.numel() for f, o in zip(figures, outputs))
+                    / max(1, sum(o.numel() for o in outputs))}
+        except Exception as exc:  # noqa: BLE001 - a module that cannot be replayed says why
+            return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        finally:
+            self._busy = False
+
+    def finish(self) -> Dict[str, Any]:
+        """Remove the hooks; the capture as the result's `capture`."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        return {"step": self.step, "calls": self.calls, "truncated": self.truncated,
+                "sample": SAMPLE}
+
+
+_same = None  # _to(value, _same, True): every floating tensor copied in its own dtype
+
+
+def _devices() -> List[int]:
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+def _set_rng(rng: Any) -> None:
+    cpu, cuda = rng
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class _no_autocast:
+    """No autocast for the float64 run (a bf16 scenario's forward runs under one)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.inner = torch.autocast(device.type, enabled=False)
+
+    def __enter__(self) -> None:
+        self.inner.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.inner.__exit__(*exc)
+        return False
