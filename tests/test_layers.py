@@ -287,6 +287,18 @@ def test_every_backend_implements_the_whole_protocol():
         assert [m for m in methods if m not in vars(type(backend))] == [], type(backend)
 
 
+def test_the_backend_registry_names_every_environment_kind_once():
+    """envs.BACKENDS is the one list of backends, and names.ENV_KINDS (what --env and the config
+    accept) the one list of their names: the two agree, in order, and an unknown kind is
+    refused naming the ones there are."""
+    from lockguard.envs import BACKENDS, backend_for
+    from lockguard.names import ENV_KINDS
+
+    assert tuple(BACKENDS) == ENV_KINDS
+    with pytest.raises(ValueError, match="expected venv, docker, local"):
+        backend_for("conda")
+
+
 # Functions still over the limit, each with why it waits (the list may only shrink).
 LONG_FUNCTIONS = {
     # The harness's bytes are in every golden's inputs digest: splitting it re-records every

@@ -98,7 +98,7 @@ class Backend(Protocol):
     (envs/venv.py VenvBackend, envs/local.py LocalBackend, envs/docker/backend.py
     DockerBackend), `lockguard.envs.backend_for` choosing one, and a fake for flow tests
     (tests/fakes.py FakeBackend). A new backend (an accelerator host, a remote runner) is a
-    module here implementing these four methods, and a line in backend_for.
+    module here implementing these four methods, and its entry in envs.BACKENDS.
 
     The pipeline (flows/pipeline.py) calls `admit` with every lock of a check before it builds
     anything, then `prepare` once per lock and `scope`, several at once on threads of its own:
