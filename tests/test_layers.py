@@ -275,7 +275,7 @@ def test_every_backend_implements_the_whole_protocol():
     """backend_for gives an envs.base.Backend for every kind, and each backend (the test fake
     too) defines every method of the protocol itself, none left to the protocol's stubs."""
     from fakes import FakeBackend
-    from lockguard.envs import Backend, backend_for
+    from lockguard.envs import Backend, ImageBackend, backend_for
     from lockguard.names import ENV_KINDS
 
     methods = [name for name, value in vars(Backend).items()
@@ -285,6 +285,15 @@ def test_every_backend_implements_the_whole_protocol():
     for backend in backends:
         assert isinstance(backend, Backend)
         assert [m for m in methods if m not in vars(type(backend))] == [], type(backend)
+    # The image commands (`lockguard build`, `images pin`) are the docker backend's own
+    # methods, reached through backend_for: no forwarding module beside it.
+    images = [name for name, value in vars(ImageBackend).items()
+              if callable(value) and not name.startswith("_")]
+    assert sorted(images) == ["build_image", "check_registry", "pin_bases", "push",
+                              "stack_line"]
+    builders = [b for b in backends if isinstance(b, ImageBackend)]
+    assert [type(b).__name__ for b in builders] == ["DockerBackend"]
+    assert [m for m in images if m not in vars(type(builders[0]))] == []
 
 
 def test_the_backend_registry_names_every_environment_kind_once():

@@ -5,7 +5,9 @@
                 RunResult; RunRequest; running the harness process once for every backend
     venv.py     VenvBackend: a cached virtualenv per lock (the default)
     local.py    LocalBackend: the interpreter as it is
-    docker/     DockerBackend (docker/backend.py): an image per lock, framework, accelerator
+    docker/     DockerBackend (docker/backend.py): an image per lock, framework, accelerator;
+                it also builds, pushes and pins images apart from a check (base.ImageBackend:
+                `lockguard build`, `lockguard images pin`)
 
 `backend_for(kind, ...)` chooses one from BACKENDS, the registry (pre-commit's all_languages,
 nox's ALL_VENVS); the flows know only this package and envs.base, never a backend's module. A
@@ -20,15 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockguard.envs.base import Backend, Env, EnvError, RunRequest
+from lockguard.envs.base import Backend, Env, EnvError, ImageBackend, RunRequest
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from lockguard.sandbox import Sandbox
 
-__all__ = ["BACKENDS", "Backend", "BackendOptions", "Env", "EnvError", "RunRequest",
-           "backend_for"]
+__all__ = ["BACKENDS", "Backend", "BackendOptions", "Env", "EnvError", "ImageBackend",
+           "RunRequest", "backend_for"]
 
 
 @dataclass(frozen=True)

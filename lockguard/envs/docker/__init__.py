@@ -19,7 +19,8 @@ One module per concern, each importing only those above it:
     accelerators.py  the driver's CUDA against the image's, TPU device nodes, whether a run
                      asks for them
     backend.py       DockerEnv (`docker run` of the harness), prepare, and DockerBackend (the
-                     envs.base.Backend that lockguard.envs.backend_for hands the flows)
+                     envs.base.ImageBackend that lockguard.envs.backend_for hands the flows:
+                     a check's environments, and `lockguard build`'s and `images pin`'s images)
     pin.py           `lockguard images pin`
 """
 

@@ -25,13 +25,16 @@ from typing import Any
 
 from lockguard.allowlist import container_env, docker_client_env
 from lockguard.envs.base import (
-    HARNESS_SETTINGS, Backend, EnvError, RunRequest, compile_cache_env, compile_cache_for,
+    HARNESS_SETTINGS, EnvError, ImageBackend, RunRequest, compile_cache_env, compile_cache_for,
     execute, failed_result, harness_args, memory_error, require_writable_cache,
 )
 import lockguard.envs.docker.accelerators as accelerators
 import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
+from lockguard.envs.docker.pin import pin_images
+from lockguard.envs.docker.push import Pushed, check_registry, push_image
 from lockguard.envs.docker.recipe import VENV_PYTHON
+from lockguard.envs.docker.stack import stack_line
 from lockguard.envs.harness import HARNESS_DIR
 from lockguard.locks.model import Lock
 from lockguard.progress import QUIET, Progress
@@ -193,10 +196,12 @@ def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
     return DockerEnv(image, lock.lock_hash, accelerator, docker_cli, client)
 
 
-class DockerBackend(Backend):
+class DockerBackend(ImageBackend):
     """The docker backend: an image per lock, framework and accelerator, built with wheels
     only. A lock is admitted only with hashes and an https index unless `allow_unhashed` /
-    `allow_insecure_index` opt in (locks/trust.py)."""
+    `allow_insecure_index` opt in (locks/trust.py). Its images are also built, pushed and
+    pinned apart from a check (`lockguard build`, `lockguard images pin`): the methods after
+    `prepare`."""
 
     def __init__(self, *, allow_unhashed: bool = False,
                  allow_insecure_index: bool = False) -> None:
@@ -230,3 +235,29 @@ class DockerBackend(Backend):
         assert lock is not None, "the docker backend builds a lock's image"
         self._admit(lock)
         return prepare(lock, framework=framework, accelerator=device, progress=progress)
+
+    # ----------------------------------------------------------- the images, apart from checks
+
+    def check_registry(self, registry: str) -> str:
+        """REGISTRY as --push takes it (push.check_registry), refused before any build."""
+        return check_registry(registry)
+
+    def build_image(self, lock: Lock, framework: str, accelerator: str, *,
+                    base_image: str | None, progress: Progress) -> BuiltImage:
+        """The lock's pinned image for `framework` on `accelerator`, built or reused."""
+        return build_image(lock, framework, accelerator, base_image=base_image,
+                           progress=progress)
+
+    def stack_line(self, image: BuiltImage) -> str | None:
+        """A cuda or tpu image's stack, as a line; None for an image without one."""
+        return stack_line(image.stack) if image.stack is not None else None
+
+    def push(self, image: BuiltImage, registry: str) -> Pushed:
+        """Tag the image below `registry`, push it and record the pushed digest beside its
+        build record."""
+        return push_image(engine.connect(), image.tag, image.id, registry,
+                          image_dir(image.recipe))
+
+    def pin_bases(self, progress: Progress) -> dict[str, tuple[str, str]]:
+        """Refresh images/bases.toml's digests from the registry: base -> (old, new)."""
+        return pin_images(progress)
