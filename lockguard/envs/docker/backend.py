@@ -37,7 +37,7 @@ from lockguard.envs.docker.recipe import VENV_PYTHON
 from lockguard.envs.docker.stack import stack_line
 from lockguard.envs.harness import HARNESS_DIR
 from lockguard.locks.model import Lock
-from lockguard.progress import QUIET, Progress
+from lockguard.progress import Progress
 from lockguard.results import RunResult, Status
 
 # Inside the container.
@@ -173,29 +173,6 @@ def image_framework(lock: Lock, framework: str) -> str:
     return framework
 
 
-def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
-            progress: Progress = QUIET, base_image: str | None = None) -> DockerEnv:
-    """The env for `lock`'s `framework` on `accelerator`: its image built or reused, the
-    accelerator checked (cuda: GPU request and driver CUDA; tpu: device nodes) unless the
-    run asks for none (accelerators.gpus_requested, tpus_requested)."""
-    engine.sdk()  # before anything else: an install without the docker extra says so first
-    docker_cli = shutil.which("docker")
-    if docker_cli is None:
-        raise EnvError("the docker backend runs containers with the `docker` command, which is "
-                       "not on PATH (install the Docker CLI, e.g. apt-get install docker.io)")
-    client = engine.connect()
-    image = build_image(lock, image_framework(lock, framework), accelerator,
-                        base_image=base_image, client=client, progress=progress)
-    if accelerator == "cuda" and accelerators.gpus_requested():
-        accelerators.check_gpu(client, image.recipe, lock)
-    elif accelerator == "tpu" and accelerators.tpus_requested() \
-            and not accelerators.tpu_devices():
-        raise EnvError("no TPU device nodes on this host (/dev/accel*, /dev/vfio/*): the tpu "
-                       "images run on a TPU VM (with TPU_VISIBLE_CHIPS= the image runs without "
-                       "one, a device_fallback)")
-    return DockerEnv(image, lock.lock_hash, accelerator, docker_cli, client)
-
-
 class DockerBackend(ImageBackend):
     """The docker backend: an image per lock, framework and accelerator, built with wheels
     only. A lock is admitted only with hashes and an https index unless `allow_unhashed` /
@@ -230,11 +207,30 @@ class DockerBackend(ImageBackend):
 
     def prepare(self, lock: Lock | None, framework: str, device: str,
                 progress: Progress) -> DockerEnv:
-        """The image's env (module-level `prepare`), the lock admitted again first: a backend
-        a flow wraps (bisect's) is prepared lock by lock."""
+        """The env for `lock`'s `framework` on the `device` accelerator, the lock admitted
+        again first (a backend a flow wraps, bisect's, is prepared lock by lock): its image
+        built or reused, the accelerator checked (cuda: GPU request and driver CUDA; tpu:
+        device nodes) unless the run asks for none (accelerators.gpus_requested,
+        tpus_requested)."""
         assert lock is not None, "the docker backend builds a lock's image"
         self._admit(lock)
-        return prepare(lock, framework=framework, accelerator=device, progress=progress)
+        engine.sdk()  # before anything else: an install without the docker extra says so first
+        docker_cli = shutil.which("docker")
+        if docker_cli is None:
+            raise EnvError("the docker backend runs containers with the `docker` command, which "
+                           "is not on PATH (install the Docker CLI, e.g. apt-get install "
+                           "docker.io)")
+        client = engine.connect()
+        image = build_image(lock, image_framework(lock, framework), device, client=client,
+                            progress=progress)
+        if device == "cuda" and accelerators.gpus_requested():
+            accelerators.check_gpu(client, image.recipe, lock)
+        elif device == "tpu" and accelerators.tpus_requested() \
+                and not accelerators.tpu_devices():
+            raise EnvError("no TPU device nodes on this host (/dev/accel*, /dev/vfio/*): the tpu "
+                           "images run on a TPU VM (with TPU_VISIBLE_CHIPS= the image runs "
+                           "without one, a device_fallback)")
+        return DockerEnv(image, lock.lock_hash, device, docker_cli, client)
 
     # ----------------------------------------------------------- the images, apart from checks
 
