@@ -3,10 +3,10 @@
 Read from the source with ast (function-level imports included), so the rules hold for code
 paths no test runs:
 
-    cli → flows → report → domain (locks, compare, results, golden, hardware, scenarios,
-    config, settings, gitref) → envs → bottom (errors, files, process, supervisor, cache, names,
-    progress, installers, allowlist, sizes, envvars); the harness apart, importing nothing of
-    lockguard.
+    cli → init → flows → report → domain (locks, compare, results, golden, hardware,
+    scenarios, config, settings, gitref) → envs → bottom (errors, files, process, supervisor,
+    cache, names, progress, installers, allowlist, sizes, envvars); the harness apart,
+    importing nothing of lockguard.
 """
 
 from __future__ import annotations
@@ -256,6 +256,18 @@ def test_the_flows_import_no_concrete_backend():
     assert violations(flows, BACKENDS) == []
 
 
+def test_init_is_a_layer_between_the_command_line_and_the_flows():
+    """`lockguard init` (lockguard/init/) is a project wizard, no pipeline flow: it may use the
+    flows, config, locks and scenarios, and reaches no environment backend nor the command
+    line; nothing but the command line imports it."""
+    init = [m for m in SOURCES if within(m, ("lockguard.init",))]
+    assert init
+    assert violations(init, ("lockguard.cli",) + BACKENDS) == []
+    below = [m for m in SOURCES if not within(m, ("lockguard.init", "lockguard.cli"))]
+    assert violations(below, ("lockguard.init",)) == []
+    assert "lockguard.flows.init" not in SOURCES
+
+
 def test_the_docker_backend_imports_no_other_backend():
     """What the backends share (the ready marker, running an installer, trimming its error)
     lies in envs/base.py and installers.py, not in the venv backend."""
@@ -363,7 +375,7 @@ def test_the_flows_read_settings_never_the_command_lines_options():
     """The command line resolves one settings.Settings from the config and its options and
     hands it down: no flow imports config.Options or reads an option, and the helpers that
     climbed back into them (env_kind, golden_dir, tolerance_of, policy_for) are gone."""
-    flows = {m: SOURCES[m] for m in SOURCES if within(m, ("lockguard.flows",))}
+    flows = {m: SOURCES[m] for m in SOURCES if within(m, ("lockguard.flows", "lockguard.init"))}
     assert flows
     importing = []
     for name, path in flows.items():
