@@ -264,7 +264,7 @@ def tool(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 # What each test module cost the last time the whole suite was measured (seconds; written by
-# benchmarks/bench_tests.py --only suite): pytest-xdist hands whole modules to its workers
+# dev/bench_tests.py --only suite): pytest-xdist hands whole modules to its workers
 # (`--dist loadfile`, so that a module's fixtures, an environment or a recording, are made
 # once), in collection order, so the costliest go first and no worker is left with a long
 # module at the end while the others wait.
