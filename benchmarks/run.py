@@ -7,10 +7,11 @@
 
 Each row names the benchmark that measures it (a script of this folder, writing its JSON into
 benchmarks/results/; the test suite's row, dev/bench_tests.py into dev/results/: it measures
-lockguard's own tests, not lockguard); ratios are measured side by side inside one script's run. The table is
-printed as Markdown, with the load average each benchmark saw: on a machine busy with other
-work, wall times stretch and the figures say so. `--docs` replaces the table between the
-markers in docs/performance.md, the one place of the docs that quotes these figures.
+lockguard's own tests, not lockguard); ratios are measured side by side inside one script's
+run. The table is printed as Markdown, with the load average each benchmark saw: on a machine
+busy with other work, wall times stretch and the figures say so. `--docs` replaces the table
+between the markers in docs/performance.md, the one place of the docs that quotes these
+figures.
 """
 
 from __future__ import annotations
