@@ -117,13 +117,15 @@ def compile_mixes() -> dict:
     from conftest import run_cli, sides
     from test_bisect import graph_break_project
 
-    from lockguard.envs.venv import prepare
+    from lockguard.envs.venv import VenvBackend
     from lockguard.locks.parser import parse_lock
+    from lockguard.progress import QUIET
 
     root = Path(tempfile.gettempdir()) / "lockguard-bench-bisect-compile"
     shutil.rmtree(root, ignore_errors=True)
     project = graph_break_project(root)
-    shared = prepare(parse_lock(project / "new.txt")).compile_cache
+    new = parse_lock(project / "new.txt")
+    shared = VenvBackend().prepare(new, "torch", "cpu", QUIET).compile_cache
     shutil.rmtree(shared, ignore_errors=True)
     started = time.perf_counter()
     proc = run_cli("bisect", "--baseline-lock", "old.txt", "--format", "json", cwd=project)

@@ -58,12 +58,13 @@ def two_runs(env, where: Path) -> list[float]:
 
 
 def lockguard_kind(lock: Path, where: Path, cache: Path) -> list[float]:
-    from lockguard.envs import venv
+    from lockguard.envs.venv import VenvBackend
     from lockguard.locks.parser import parse_lock
+    from lockguard.progress import QUIET
 
     with with_env({"LOCKGUARD_CACHE": str(cache)}):
         start = time.perf_counter()
-        env = venv.prepare(parse_lock(lock))
+        env = VenvBackend().prepare(parse_lock(lock), "numpy", "cpu", QUIET)
         built = time.perf_counter() - start
         return [built, *two_runs(env, where)]
 

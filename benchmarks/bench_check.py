@@ -100,11 +100,12 @@ def bench_overhead(tmp: Path, repeat: int) -> dict:
                 {"requirements.txt": TORCH_LOCK})
     timed([*lockguard_cmd(), "record"], p)
     sys.path.insert(0, str(REPO))
-    from lockguard.envs.venv import prepare
+    from lockguard.envs.venv import VenvBackend
     from lockguard.locks.parser import parse_lock
     from lockguard.envs.harness import ENTRY, HARNESS_DIR
+    from lockguard.progress import QUIET
 
-    env = prepare(parse_lock(p / "requirements.txt"))
+    env = VenvBackend().prepare(parse_lock(p / "requirements.txt"), "torch", "cpu", QUIET)
     by_hand = [str(env.python), str(HARNESS_DIR / ENTRY), "--scenario", "torch.mlp",
                "--steps", "30", "--out", str(tmp / "hand.json")]
     hand, guarded, fixed = [], [], []

@@ -10,10 +10,11 @@ In one run, side by side, for each lock (default: the tests' torch lock and a nu
   work as lockguard's build: INDEXES are pip's index options as lockguard passes them
   (pip_config_as_uv_args), so both resolve against the same indexes and find-links, and
   UV_LINK_MODE=hardlink for both;
-- lockguard uv: `lockguard.envs.venv.prepare(lock, installer="uv")` (uv venv, uv pip install
-  with wheels only and pip's index options, then the manifest and the ready marker);
+- lockguard uv: `VenvBackend(installer="uv").prepare(lock, ...)`, as a check builds (the lock
+  admitted, uv venv, uv pip install with wheels only and pip's index options, then the
+  manifest and the ready marker);
 - lockguard uv, copy: the same with UV_LINK_MODE=copy (what hardlinking from the cache saves);
-- lockguard pip: `prepare(lock, installer="pip")`.
+- lockguard pip: `VenvBackend(installer="pip").prepare(lock, ...)`.
 
 Every build is cold for the environment (a fresh lockguard cache: nothing to reuse) and is
 measured twice over: with a cold wheel cache (a fresh, empty UV_CACHE_DIR / PIP_CACHE_DIR:
@@ -143,15 +144,16 @@ def fresh_lockguard_cache(where: Path) -> Path:
 
 
 def lockguard_build(lock: Path, installer: str, where: Path, caches: dict[str, str]) -> float:
-    from lockguard.envs import venv
+    from lockguard.envs.venv import VenvBackend
     from lockguard.locks.parser import parse_lock
+    from lockguard.progress import QUIET
 
     # Only the measured installer's cache variable: a PIP_* variable lockguard did not see
     # before is a change to pip's configuration, and would make every uv build ask pip again.
     own = {k: v for k, v in caches.items() if k.startswith("UV_" if installer == "uv" else "PIP_")}
     with with_env({"LOCKGUARD_CACHE": str(fresh_lockguard_cache(where)), **own}):
         start = time.perf_counter()
-        venv.prepare(parse_lock(lock), installer=installer)
+        VenvBackend(installer=installer).prepare(parse_lock(lock), "torch", "cpu", QUIET)
         return time.perf_counter() - start
 
 

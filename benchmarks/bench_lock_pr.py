@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from lockguard.flows.init_files import scenario_template  # noqa: E402
+from lockguard.init.templates import scenario_template  # noqa: E402
 
 DATA = REPO / "tests" / "data"
 RESULTS = REPO / "benchmarks" / "results"

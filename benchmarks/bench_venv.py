@@ -44,7 +44,7 @@ def main() -> None:
     from lockguard.progress import Progress
 
     lock = parse_lock(args.lock)
-    env = venv.prepare(lock, progress=Progress())
+    env = venv.VenvBackend().prepare(lock, "torch", "cpu", Progress())
     manifest = json.loads((env.path / venv.MANIFEST).read_text())
     files = sum(len(names) for _, _, names, _ in manifest["files"])
     timings = []

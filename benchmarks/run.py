@@ -6,10 +6,12 @@
     python benchmarks/run.py --print --docs       # ... and write it into docs/performance.md
 
 Each row names the benchmark that measures it (a script of this folder, writing its JSON into
-benchmarks/results/); ratios are measured side by side inside one script's run. The table is
-printed as Markdown, with the load average each benchmark saw: on a machine busy with other
-work, wall times stretch and the figures say so. `--docs` replaces the table between the
-markers in docs/performance.md, the one place of the docs that quotes these figures.
+benchmarks/results/; the test suite's row, dev/bench_tests.py into dev/results/: it measures
+lockguard's own tests, not lockguard); ratios are measured side by side inside one script's
+run. The table is printed as Markdown, with the load average each benchmark saw: on a machine
+busy with other work, wall times stretch and the figures say so. `--docs` replaces the table
+between the markers in docs/performance.md, the one place of the docs that quotes these
+figures.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Row:
     key: str
     what: str
     command: list[str]  # the benchmark, run from the repository root
-    result: str  # its file in results/
+    result: Path  # its JSON
     # (measured text, met: bool | None, load text) from the result document
     read: Callable[[dict], tuple[str, bool | None, str]]
     target: str
@@ -144,34 +146,34 @@ def _diff(doc: dict) -> tuple[str, bool | None, str]:
 
 
 PY = sys.executable
+BENCH = "benchmarks/bench_check.py"
 ROWS = [
     Row("noop", "unchanged-lock `check` (answered from provenance, then replayed)",
-        [PY, "benchmarks/bench_check.py", "--only", "fastpath"], "check.json",
-        _noop("fastpath"), "≤ 0.25 s"),
-    Row("base", "`check --base main`, lock unchanged",
-        [PY, "benchmarks/bench_check.py", "--only", "base"], "check.json", _noop("base"),
+        [PY, BENCH, "--only", "fastpath"], RESULTS / "check.json", _noop("fastpath"),
         "≤ 0.25 s"),
+    Row("base", "`check --base main`, lock unchanged",
+        [PY, BENCH, "--only", "base"], RESULTS / "check.json", _noop("base"), "≤ 0.25 s"),
     Row("overhead", "overhead around a warm `torch.mlp` run",
-        [PY, "benchmarks/bench_check.py", "--only", "overhead"], "check.json", _overhead,
-        "≤ ×1.05"),
+        [PY, BENCH, "--only", "overhead"], RESULTS / "check.json", _overhead, "≤ ×1.05"),
     Row("quickstart", "the README's first command, cold, PyPI only",
-        [PY, "benchmarks/bench_quickstart.py", "--repeat", "1"], "quickstart.json",
+        [PY, "benchmarks/bench_quickstart.py", "--repeat", "1"], RESULTS / "quickstart.json",
         _quickstart, "≤ 60 s; the checks ≤ 30 s"),
     Row("ab", "cold A/B torch 2.13.0+cpu → 2.14.1 (two 5 GB environments)",
-        [PY, "benchmarks/bench_ab.py", "--repeat", "1"], "ab.json", _ab,
+        [PY, "benchmarks/bench_ab.py", "--repeat", "1"], RESULTS / "ab.json", _ab,
         "≤ 45 s; building ≤ ×1.2 of bare uv"),
+    # lockguard's own test suite: dev tooling (dev/), whose CI figures the table still shows.
     Row("suite", "`.ci/run` in a fresh clone (cold, warm) and the fast subset",
-        [PY, "benchmarks/bench_tests.py"], "tests.json", _suite,
+        [PY, "dev/bench_tests.py"], HERE.parent / "dev" / "results" / "tests.json", _suite,
         "cold ≤ 12 min, warm ≤ 6 min, fast ≤ 60 s"),
     Row("diff", "`lockguard diff` of two 100,000-pin locks",
-        [PY, "benchmarks/bench_diff.py"], "diff.json", _diff, "≤ 3 s"),
+        [PY, "benchmarks/bench_diff.py"], RESULTS / "diff.json", _diff, "≤ 3 s"),
 ]
 
 
 def table() -> str:
     lines = ["| what | measured | target | met | load |", "|---|---|---|---|---|"]
     for row in ROWS:
-        path = RESULTS / row.result
+        path = row.result
         doc = json.loads(path.read_text()) if path.exists() else {}
         measured, met, load = row.read(doc)
         mark = {True: "yes", False: "**no**", None: "not measured"}[met]

@@ -98,7 +98,6 @@ class _Live:
 
 _live: dict[int, _Live] = {}
 _registry = threading.RLock()  # re-entered by a signal handler that lands inside run()
-_on_start: list[Callable[[], None]] = []  # when_started's work, for the next child to start
 _interrupted = threading.Event()
 _first_signal = 0.0
 
@@ -147,8 +146,6 @@ def run(argv: Sequence[str], *, log: Path, timeout: float | None = None,
     start = time.perf_counter()
     live = _start(job)
     try:
-        for work in _claim_on_start():
-            threading.Thread(target=work, daemon=True).start()
         if alongside is not None:
             try:
                 alongside()
@@ -272,23 +269,6 @@ def _start(job: dict) -> _Live:
         _finish(live)
         raise
     return live
-
-
-def when_started(work: Callable[[], None]) -> None:
-    """Run `work` on a thread of its own as soon as the next child has been started (its job
-    handed to its supervisor): what is needed only once a child has ended (imports for
-    comparing and reporting) is then done beside it, on another core, rather than in front of
-    its start or after its end."""
-    with _registry:
-        if work not in _on_start:  # asked again before any child started: once is enough
-            _on_start.append(work)
-
-
-def _claim_on_start() -> list[Callable[[], None]]:
-    with _registry:
-        claimed = _on_start[:]
-        _on_start.clear()
-    return claimed
 
 
 def _wait(proc: subprocess.Popen[bytes], log: Path,

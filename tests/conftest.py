@@ -140,12 +140,34 @@ def numpy_locks() -> dict[str, Path]:
     return {"old": DATA / "numpy-1.26.4.txt", "new": DATA / "numpy-2.0.2.txt"}
 
 
+def prepared_venv(lock, progress=None, **options):
+    """The venv of `lock` (a parsed Lock) as a check gets it: a VenvBackend with `options`
+    (python, installer, sandbox, allow_sdist, ...) admits the lock, then prepares its env
+    (the backend's prepare is the only way to one)."""
+    from lockguard.envs.venv import VenvBackend
+    from lockguard.progress import QUIET
+
+    backend = VenvBackend(**options)
+    backend.admit([lock])
+    return backend.prepare(lock, "numpy", "cpu", progress or QUIET)
+
+
+def prepared_image(lock, framework: str, accelerator: str = "cpu"):
+    """The docker env of `lock`'s `framework` image on `accelerator`, as a check gets it: the
+    DockerBackend admits the lock, then prepares the env (its image built or reused)."""
+    from lockguard.envs.docker import DockerBackend
+    from lockguard.progress import QUIET
+
+    backend = DockerBackend()
+    backend.admit([lock])
+    return backend.prepare(lock, framework, accelerator, QUIET)
+
+
 def lockguard_python(lock: Path) -> Path:
     """The interpreter of the venv lockguard itself builds (or reuses) for `lock`."""
-    from lockguard.envs.venv import prepare
     from lockguard.locks.parser import parse_lock
 
-    return prepare(parse_lock(lock)).python
+    return prepared_venv(parse_lock(lock)).python
 
 
 # The environments harness tests run in: the same locks the integration tests use, so a test
@@ -242,7 +264,7 @@ def tool(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 # What each test module cost the last time the whole suite was measured (seconds; written by
-# benchmarks/bench_tests.py --only suite): pytest-xdist hands whole modules to its workers
+# dev/bench_tests.py --only suite): pytest-xdist hands whole modules to its workers
 # (`--dist loadfile`, so that a module's fixtures, an environment or a recording, are made
 # once), in collection order, so the costliest go first and no worker is left with a long
 # module at the end while the others wait.

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FRAMEWORK_LOCKS, TORCH_LOCK, make_project, run_cli
+from conftest import FRAMEWORK_LOCKS, TORCH_LOCK, make_project, prepared_venv, run_cli
 from conftest import build_wheels as build_local_wheels
 from lockguard.report import Report, render
 from test_harness_torch import harness, venv_python  # noqa: F401 - fixture
@@ -200,10 +200,9 @@ def test_torch_same_lock_on_both_sides_is_clean(torch_project: Path) -> None:
 def _inductor_env() -> dict[str, str]:
     # The compile cache lockguard keeps for that venv: warm across test runs, as re-checks are.
     from lockguard.envs.base import compile_cache_env
-    from lockguard.envs.venv import prepare
     from lockguard.locks.parser import parse_lock
 
-    env = prepare(parse_lock(FRAMEWORK_LOCKS["torch"]))
+    env = prepared_venv(parse_lock(FRAMEWORK_LOCKS["torch"]))
     return compile_cache_env(str(env.compile_cache), env.shared_cache)
 
 

@@ -45,7 +45,7 @@ from lockguard.locks.parser import parse_lock, parse_lock_text
 from lockguard.results import Status
 from lockguard.scenarios import Scenario, bundled
 
-from conftest import TEST_BASE
+from conftest import TEST_BASE, prepared_image, prepared_venv
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -288,7 +288,7 @@ def test_no_engine_says_where_and_how(tmp_path, monkeypatch):
     dead.close()
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
     with pytest.raises(EnvError, match="connection refused. Start one"):
-        dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
+        prepared_image(numpy_lock(), "numpy")
     monkeypatch.delenv("DOCKER_HOST")
     assert "(DOCKER_HOST is not set)" in no_engine_message(FileNotFoundError(2, "x"))
 
@@ -492,11 +492,9 @@ def test_container_results_equal_the_venv(engine, numpy_image, tmp_path):
     Only the fingerprint's interpreter differs (the image's Debian python3.11 is 3.11.2, the
     venv's is the host's), and the image id is recorded.
     """
-    from lockguard.envs import venv
-
     lock = numpy_lock()
-    in_docker = dk.prepare(lock, framework="numpy", accelerator="cpu")
-    in_venv = venv.prepare(lock)
+    in_docker = prepared_image(lock, "numpy")
+    in_venv = prepared_venv(lock)
     scenarios = [_user(USER_SCRIPT)] + [s for s in bundled() if s.id == "numpy.mlp"]
     assert len(scenarios) == 2
     (tmp_path / "d").mkdir()
@@ -516,7 +514,7 @@ def test_container_results_equal_the_venv(engine, numpy_image, tmp_path):
 
 @pytest.mark.docker
 def test_runs_are_sandboxed(engine, numpy_image, tmp_path):
-    env = dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
+    env = prepared_image(numpy_lock(), "numpy")
     result = env.run(_request(_user(PROBE_SCRIPT, steps=2)), tmp_path)
     assert result.status == Status.ok, result.error
     m = result.metrics
@@ -528,7 +526,7 @@ def test_runs_are_sandboxed(engine, numpy_image, tmp_path):
 
 @pytest.mark.docker
 def test_timeout_stops_the_container(engine, numpy_image, tmp_path):
-    env = dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
+    env = prepared_image(numpy_lock(), "numpy")
     result = env.run(_request(_user(PROBE_SCRIPT, steps=600), timeout=8), tmp_path)
     assert result.status == Status.timeout
     assert result.fingerprint["image"]["id"] == numpy_image.id
@@ -605,11 +603,9 @@ def test_images_pin_without_registry(engine, tmp_path):
 @pytest.mark.slow
 def test_torch_image_equals_the_venv(engine, tmp_path):
     """torch 2.13.0+cpu (tests/data/torch-2.13.0.txt, from /opt/wheels): torch.mlp bitwise equal."""
-    from lockguard.envs import venv
-
     lock = parse_lock(TORCH_LOCK)
-    in_docker = dk.prepare(lock, framework="torch", accelerator="cpu")
-    in_venv = venv.prepare(lock)
+    in_docker = prepared_image(lock, "torch")
+    in_venv = prepared_venv(lock)
     scenario = [s for s in bundled() if s.id == "torch.mlp"][0]
     (tmp_path / "d").mkdir()
     (tmp_path / "v").mkdir()

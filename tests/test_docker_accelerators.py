@@ -40,7 +40,7 @@ from lockguard.locks.parser import parse_lock, parse_lock_text
 from lockguard.names import Verdict
 from lockguard.results import SCHEMA_VERSION, RunResult, Status
 
-from conftest import make_project, run_cli
+from conftest import make_project, prepared_image, run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 TORCH_CUDA = DATA / "torch-2.14.1-cuda.txt"
@@ -630,7 +630,7 @@ def test_jax_tpu_image_proves_libtpu_and_falls_back_saying_why(engine, jax_tpu, 
     if not accelerators.tpu_devices():  # asking for the TPU here: one clear error
         monkeypatch.delenv("TPU_VISIBLE_CHIPS", raising=False)
         with pytest.raises(EnvError, match="no TPU device nodes on this host"):
-            dk.prepare(lock, framework="jax", accelerator="tpu")
+            prepared_image(lock, "jax", "tpu")
     _falls_back(image, "tpu", "TPU_VISIBLE_CHIPS", NO_TPU, tmp_path, monkeypatch)
 
 
@@ -641,7 +641,7 @@ def _falls_back(image: dk.BuiltImage, device: str, variable: str, cause: str, tm
 
     monkeypatch.setenv(variable, "")
     lock = parse_lock(JAX_CUDA if device == "cuda" else JAX_TPU)
-    env = dk.prepare(lock, framework="jax", accelerator=device)
+    env = prepared_image(lock, "jax", device)
     assert env.device_args() == []
     scenario = [s for s in bundled() if s.id == "jax.mlp"][0]
     request = scenario.request(steps=3, seed=0, device=device, threads=1, timeout=600)

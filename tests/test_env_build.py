@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, make_project, run_cli
+from conftest import DATA, make_project, prepared_venv, run_cli
 
 from lockguard.config import Config
 from lockguard.envs import venv
@@ -50,7 +50,7 @@ def test_a_missing_uv_is_one_error_naming_the_setting(monkeypatch, tmp_path):
     with pytest.raises(venv.EnvError, match=r'^installer = "uv" needs the uv command, which is '
                        r'neither beside .* nor on PATH \(it is a dependency of lockguard: '
                        r'reinstall lockguard, or set installer = "pip" in \[tool.lockguard\]\)$'):
-        venv.prepare(parse_lock_text(NUMPY_LOCK, "lock.txt"))
+        prepared_venv(parse_lock_text(NUMPY_LOCK, "lock.txt"))
     assert not (tmp_path / "cache").exists()  # known before anything is built
 
 
@@ -105,7 +105,7 @@ def test_a_second_lock_installs_its_shared_wheels_from_the_cache_with_no_index(
     monkeypatch.setenv("PATH", path_without_uv())
     for name in ("UV_CACHE_DIR", "PIP_CACHE_DIR", "UV_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
-    first = venv.prepare(parse_lock_text(NUMPY_LOCK, "first.txt"))
+    first = prepared_venv(parse_lock_text(NUMPY_LOCK, "first.txt"))
     ready = json.loads((first.path / venv.READY).read_text())
     assert ready["installer"] == "uv"
     assert str(BESIDE) in (first.path / "install.log").read_text().splitlines()[0]
@@ -116,7 +116,7 @@ def test_a_second_lock_installs_its_shared_wheels_from_the_cache_with_no_index(
     second_text = re.sub(r"numpy==2\.0\.2", 'numpy==2.0.2 ; python_version >= "3.9"', NUMPY_LOCK)
     second_lock = parse_lock_text(second_text, "second.txt")
     monkeypatch.setenv("UV_OFFLINE", "1")
-    second = venv.prepare(second_lock)
+    second = prepared_venv(second_lock)
     assert second.path != first.path
     assert venv.verify(second.path, second_lock, allow_sdist=False) is None
 
@@ -350,7 +350,7 @@ def test_a_second_venv_links_the_bytecode_its_first_runs_imported(monkeypatch, t
         site = next(env.path.glob("lib/python*/site-packages"))
         return site / module / "__pycache__" / f"__init__.{tag}.pyc"
 
-    first = venv.prepare(parse_lock_text(NUMPY_LOCK, "first.txt"))
+    first = prepared_venv(parse_lock_text(NUMPY_LOCK, "first.txt"))
     assert not compiled(first, "numpy").exists()
     request = RunRequest(scenario_id="numpy.mlp", framework="numpy", steps=2, seed=0,
                          device="cpu", threads=1, timeout=300)
@@ -373,7 +373,7 @@ def test_a_second_venv_links_the_bytecode_its_first_runs_imported(monkeypatch, t
         first_written = written
     wheel = build_wheels({"lg-own": ("1.0", "VALUE = 1\n", (), None)}, tmp_path / "wheels")
     digest = hashlib.sha256(wheel["lg-own"].read_bytes()).hexdigest()
-    second = venv.prepare(parse_lock_text(
+    second = prepared_venv(parse_lock_text(
         f"{NUMPY_LOCK}\n--find-links {tmp_path / 'wheels'}\nlg-own==1.0 --hash=sha256:{digest}\n",
         "second.txt"))
     assert compiled(second, "numpy").stat().st_nlink == 2  # the venv and the store
@@ -402,7 +402,7 @@ def test_a_sandboxed_run_gets_its_bytecode_from_lockguard_and_the_same_numbers(m
         monkeypatch.delenv(name, raising=False)
     confined = resolve("required")
     lock = parse_lock_text(NUMPY_LOCK, "lock.txt")
-    sandboxed = venv.prepare(lock, sandbox=confined)
+    sandboxed = prepared_venv(lock, sandbox=confined)
     site = next(sandboxed.path.glob("lib/python*/site-packages"))
     pyc = site / "numpy" / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
     assert not pyc.exists()
@@ -420,7 +420,7 @@ def test_a_sandboxed_run_gets_its_bytecode_from_lockguard_and_the_same_numbers(m
     assert f"{pyc} matches " in proc.stderr and "bytecode is stale" not in proc.stderr
     out = tmp_path / "bare"
     out.mkdir()
-    bare = venv.prepare(lock).run(request, out)
+    bare = prepared_venv(lock).run(request, out)
     for result in results:
         assert (result.losses, result.outputs, result.param_digest) == (
             bare.losses, bare.outputs, bare.param_digest)
@@ -471,7 +471,7 @@ def test_the_host_interpreters_venv_is_made_in_process_another_interpreters_by_u
     for python in (sys.executable, os.path.realpath(sys.executable)):
         host = python == sys.executable
         monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / ("host" if host else "other")))
-        env = venv.prepare(parse_lock_text(NUMPY_LOCK, "numpy.txt"), python=python)
+        env = prepared_venv(parse_lock_text(NUMPY_LOCK, "numpy.txt"), python=python)
         assert (env.path.parent / f"{env.path.name}.uv.log").exists() is not host
         assert ("\nuv = " in (env.path / "pyvenv.cfg").read_text()) is not host
         out = subprocess.run([str(env.python), "-c", "import numpy, sys; "
@@ -544,7 +544,7 @@ def test_a_release_split_over_two_indexes_installs_the_file_the_lock_hashes(
     digest = hashlib.sha256(platform.read_bytes()).hexdigest()
     lock = parse_lock_text(f"{indexes}lgfb-pkg==1.0 \\\n    --hash=sha256:{digest}\n",
                            str(tmp_path / "lock.txt"))
-    env = venv.prepare(lock, progress=Progress())
+    env = prepared_venv(lock, progress=Progress())
     err = capsys.readouterr().err
     assert "uv took a file the lock does not hash; installing with pip" in err
     out = subprocess.run([str(env.python), "-c", "import lgfb_pkg; print(lgfb_pkg.WHICH)"],
@@ -556,7 +556,7 @@ def test_a_release_split_over_two_indexes_installs_the_file_the_lock_hashes(
     bad = parse_lock_text(f"{indexes}lgfb-pkg==1.0 \\\n    --hash=sha256:{'0' * 64}\n",
                           str(tmp_path / "bad.txt"))
     with pytest.raises(venv.EnvError, match=r"bad\.txt: pip could not install the lock"):
-        venv.prepare(bad)
+        prepared_venv(bad)
 
 
 @pytest.mark.slow
@@ -581,6 +581,6 @@ def test_a_wrong_hash_from_one_place_fails_at_once_without_a_pip_rebuild(monkeyp
     assert venv.file_sources(parse_lock_text(two + f"    --hash=sha256:{good}\n", "b.txt")) == 2
     bad = parse_lock_text(one + f"    --hash=sha256:{'0' * 64}\n", str(tmp_path / "bad.txt"))
     with pytest.raises(venv.EnvError, match=r"bad\.txt: uv could not install the lock") as e:
-        venv.prepare(bad, progress=Progress())
+        prepared_venv(bad, progress=Progress())
     assert "hash" in str(e.value).lower()
     assert "installing with pip" not in capsys.readouterr().err

@@ -90,7 +90,7 @@ def test_the_projects_own_scripts_and_tests_set_only_known_names():
         "LOCKGUARD_WHEELS_MAX_MIB", "LOCKGUARD_GPU_DRYRUN_VENV",  # benchmarks/gpu/prepare.sh
         "LOCKGUARD_TEST_SECRET",  # test_docker: an in-process unit test of the withheld env
     }
-    places = [*REPO.glob("tests/*.py"), *REPO.glob("benchmarks/**/*.py"),
+    places = [*REPO.glob("tests/*.py"), *REPO.glob("benchmarks/**/*.py"), *REPO.glob("dev/*.py"),
               *REPO.glob("benchmarks/**/*.sh"), *REPO.glob(".github/workflows/*.yml"),
               REPO / "action.yml", *REPO.glob(".ci/*")]
     found: dict[str, set[str]] = {}

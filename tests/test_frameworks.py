@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (DATA, NUMERICS_ONLY, TORCH_LOCK, golden_file, make_project, run_cli,
-                      scenario_args, sides, three_framework_project)
+from conftest import (DATA, NUMERICS_ONLY, TORCH_LOCK, golden_file, make_project,
+                      prepared_venv, run_cli, scenario_args, sides, three_framework_project)
 
 pytestmark = pytest.mark.slow
 
@@ -34,11 +34,10 @@ SUITE = ["torch.mlp", "torch.lm", "torch.lm.bf16", "torch.rng", "numpy.mlp",
 
 def by_hand(lock: Path, scenario: str, out: Path, steps: int) -> dict:
     """Run the harness directly in lockguard's cached venv for `lock`, no lockguard in between."""
-    from lockguard.envs.venv import prepare
     from lockguard.locks.parser import parse_lock
     from lockguard.envs.harness import ENTRY, HARNESS_DIR
 
-    env = prepare(parse_lock(lock))
+    env = prepared_venv(parse_lock(lock))
     subprocess.run([str(env.python), str(HARNESS_DIR / ENTRY), "--scenario", scenario,
                     "--steps", str(steps), "--out", str(out)], check=True, timeout=600,
                    env={**os.environ, "PYTHONHASHSEED": "0"})

@@ -25,7 +25,7 @@ import yaml
 from conftest import DATA, REPO, golden_file, run_cli, snapshot, tool
 from forked_cli import cli_env
 from lockguard.config import load_config
-from lockguard.flows import init_files
+from lockguard.init import templates
 
 NUMPY_LOCK = DATA / "numpy-1.26.4.txt"
 PYPROJECT = '[project]\nname = "sample"\nversion = "0.1"\n\n[tool.ruff]\nline-length = 100  # kept\n'
@@ -126,14 +126,14 @@ def test_init_yes_writes_a_loadable_config_and_a_workflow_actionlint_accepts(tmp
     assert config.scenarios == ["numpy.mlp"]
     assert config.scenario == {}  # no template without --scenario-template under --yes
     assert not (project / "golden").exists()  # --no-record
-    assert not (project / init_files.SCENARIO_PATH).exists()
+    assert not (project / templates.SCENARIO_PATH).exists()
 
-    workflow = project / init_files.WORKFLOW_PATH
+    workflow = project / templates.WORKFLOW_PATH
     proc = actionlint(workflow, project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     document = yaml.safe_load(workflow.read_text())
     steps = document["jobs"]["gate"]["steps"]
-    assert steps[-1]["uses"] == init_files.ACTION
+    assert steps[-1]["uses"] == templates.ACTION
     assert document[True]["push"]["branches"] == ["main"]  # YAML 1.1 reads `on` as true
     assert "working-directory" not in steps[-1]["with"]  # the project is the repository
 
@@ -169,9 +169,9 @@ def test_on_a_terminal_it_asks(tmp_path):
                      "Record the goldens of 1 scenario(s) now", "Write .github/workflows/lockguard.yml? [Y/n]"):
         assert question in proc.stdout, (question, proc.stdout)
     config = load_config(project / "pyproject.toml")
-    assert config.scenario["my_model"].script == init_files.SCENARIO_PATH
-    assert (project / init_files.SCENARIO_PATH).is_file()
-    assert (project / init_files.WORKFLOW_PATH).is_file()
+    assert config.scenario["my_model"].script == templates.SCENARIO_PATH
+    assert (project / templates.SCENARIO_PATH).is_file()
+    assert (project / templates.WORKFLOW_PATH).is_file()
     assert not (project / "golden").exists()
 
 
@@ -298,9 +298,9 @@ def test_an_existing_config_is_left_as_it_is(tmp_path):
     assert (project / "pyproject.toml").read_text() == mine
     assert "already configured" in proc.stdout
     # The template is written, and how to register it is said (the config is not touched).
-    assert (project / init_files.SCENARIO_PATH).is_file()
+    assert (project / templates.SCENARIO_PATH).is_file()
     assert "[tool.lockguard.scenario.my_model]" in proc.stdout
-    assert (project / init_files.WORKFLOW_PATH).is_file()
+    assert (project / templates.WORKFLOW_PATH).is_file()
 
 
 def test_a_project_in_a_subfolder_gets_the_workflow_at_the_repository_root(tmp_path):
@@ -313,7 +313,7 @@ def test_a_project_in_a_subfolder_gets_the_workflow_at_the_repository_root(tmp_p
     proc = run_cli("init", "--yes", "--no-record", "ml", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert (project / "lockguard.toml").is_file()
-    workflow = repo / init_files.WORKFLOW_PATH
+    workflow = repo / templates.WORKFLOW_PATH
     assert not (project / ".github").exists()
     document = yaml.safe_load(workflow.read_text())
     assert document["jobs"]["gate"]["steps"][-1]["with"]["working-directory"] == "ml"
@@ -330,7 +330,7 @@ def test_a_workflow_that_already_runs_lockguard_is_respected(tmp_path):
                                         "      - uses: acme/lockguard@v1\n")
     proc = run_cli("init", "--yes", "--no-record", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert not (project / init_files.WORKFLOW_PATH).exists()
+    assert not (project / templates.WORKFLOW_PATH).exists()
     assert "a workflow already runs lockguard: gate.yml" in proc.stdout
 
 
@@ -339,7 +339,7 @@ def test_the_action_can_be_named(tmp_path):
     proc = run_cli("init", "--yes", "--no-record", "--action", "acme/lockguard@v2.1",
                    cwd=project)
     assert proc.returncode == 0, proc.stderr
-    steps = yaml.safe_load((project / init_files.WORKFLOW_PATH).read_text())["jobs"]["gate"][
+    steps = yaml.safe_load((project / templates.WORKFLOW_PATH).read_text())["jobs"]["gate"][
         "steps"]
     assert steps[-1]["uses"] == "acme/lockguard@v2.1"
     assert "your-org" not in proc.stdout
@@ -350,24 +350,24 @@ def test_the_workflow_follows_the_action_and_the_example_gate():
     its triggers and permissions are the example gate's (lock-gate.yml)."""
     action = yaml.safe_load((REPO / "action.yml").read_text())
     example = yaml.safe_load((REPO / ".github" / "workflows" / "lock-gate.yml").read_text())
-    ours = yaml.safe_load(init_files.workflow(action=init_files.ACTION, branch="main",
+    ours = yaml.safe_load(templates.workflow(action=templates.ACTION, branch="main",
                                               python="3.11", working_directory="ml"))
     given = ours["jobs"]["gate"]["steps"][-1]["with"]
     assert set(given) <= set(action["inputs"]), set(given) - set(action["inputs"])
     assert ours[True] == example[True]
     assert ours["permissions"] == example["permissions"]
-    assert re.fullmatch(r"[\w.-]+/[\w.-]+@[\w.-]+", init_files.ACTION)
+    assert re.fullmatch(r"[\w.-]+/[\w.-]+@[\w.-]+", templates.ACTION)
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow", "numpy"])
 def test_every_scenario_template_is_valid_python_that_imports_the_package(framework):
-    text = init_files.scenario_template(framework, "mymodel", src_layout=False)
+    text = templates.scenario_template(framework, "mymodel", src_layout=False)
     compile(text, "my_model.py", "exec")
     assert "\nimport mymodel  " in text and "def run(steps: int, seed: int)" in text
     assert "raise NotImplementedError" in text
     assert max(len(line) for line in text.splitlines()) <= 100
-    assert '"src"' in init_files.scenario_template(framework, "mymodel", src_layout=True)
-    unknown = init_files.scenario_template(framework, None, src_layout=False)
+    assert '"src"' in templates.scenario_template(framework, "mymodel", src_layout=True)
+    unknown = templates.scenario_template(framework, None, src_layout=False)
     compile(unknown, "my_model.py", "exec")
     assert "# import your_package" in unknown
 
@@ -382,7 +382,7 @@ def test_init_yes_records_the_goldens_and_a_second_run_changes_nothing(tmp_path)
     assert "PASS record: 1 new" in proc.stdout
     assert golden_file(project, "numpy.mlp").is_file()
     assert load_config(project / "pyproject.toml").scenarios == ["numpy.mlp"]
-    proc = actionlint(project / init_files.WORKFLOW_PATH, project)
+    proc = actionlint(project / templates.WORKFLOW_PATH, project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     before = snapshot(project)
@@ -402,9 +402,9 @@ def test_the_scenario_template_trains_the_teams_model_once_edited(tmp_path):
     proc = run_cli("init", "--yes", "--no-record", "--no-workflow", "--scenario-template",
                    cwd=project)
     assert proc.returncode == 0, proc.stderr
-    script = project / init_files.SCENARIO_PATH
+    script = project / templates.SCENARIO_PATH
     config = load_config(project / "pyproject.toml")
-    assert config.scenario["my_model"].script == init_files.SCENARIO_PATH
+    assert config.scenario["my_model"].script == templates.SCENARIO_PATH
     assert config.scenario["my_model"].framework == "numpy"
     assert "my_model" not in config.scenarios  # selected once it trains the team's model
 
@@ -426,7 +426,7 @@ def test_the_scenario_template_trains_the_teams_model_once_edited(tmp_path):
 def test_init_says_what_a_lock_pr_will_cost_and_what_keeps_within_the_budget():
     """From what record measured: the A/B's seconds here and, over the budget, a selection
     within it that always keeps the user's own scenarios."""
-    from lockguard.flows.init import cost_lines
+    from lockguard.init import cost_lines
     from lockguard.report import Evidence, Report, Side
     from lockguard.results import SCHEMA_VERSION, RunResult, Status, Timings
 

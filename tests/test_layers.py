@@ -3,11 +3,11 @@
 Read from the source with ast (function-level imports included), so the rules hold for code
 paths no test runs:
 
-    cli → flows → report → domain (locks, compare, results, golden, hardware, scenarios,
-    config, settings, gitref) → envs → bottom (errors, files, process, supervisor, cache, names,
-    progress, installers, allowlist, sizes, envvars, probes); the harness apart, importing
-    nothing of lockguard; the probes (lockguard/probes/*.py, run in a target interpreter) import
-    the stdlib only.
+    cli → init → flows → report → domain (locks, compare, results, golden, hardware,
+    scenarios, config, settings, gitref) → envs → bottom (errors, files, process, supervisor,
+    cache, names, progress, installers, allowlist, sizes, envvars, probes); the harness apart,
+    importing nothing of lockguard; the probes (lockguard/probes/*.py, run in a target
+    interpreter) import the stdlib only.
 """
 
 from __future__ import annotations
@@ -293,6 +293,18 @@ def test_the_flows_import_no_concrete_backend():
     assert violations(flows, BACKENDS) == []
 
 
+def test_init_is_a_layer_between_the_command_line_and_the_flows():
+    """`lockguard init` (lockguard/init/) is a project wizard, no pipeline flow: it may use the
+    flows, config, locks and scenarios, and reaches no environment backend nor the command
+    line; nothing but the command line imports it."""
+    init = [m for m in SOURCES if within(m, ("lockguard.init",))]
+    assert init
+    assert violations(init, ("lockguard.cli",) + BACKENDS) == []
+    below = [m for m in SOURCES if not within(m, ("lockguard.init", "lockguard.cli"))]
+    assert violations(below, ("lockguard.init",)) == []
+    assert "lockguard.flows.init" not in SOURCES
+
+
 def test_the_docker_backend_imports_no_other_backend():
     """What the backends share (the ready marker, running an installer, trimming its error)
     lies in envs/base.py and installers.py, not in the venv backend."""
@@ -312,7 +324,7 @@ def test_every_backend_implements_the_whole_protocol():
     """backend_for gives an envs.base.Backend for every kind, and each backend (the test fake
     too) defines every method of the protocol itself, none left to the protocol's stubs."""
     from fakes import FakeBackend
-    from lockguard.envs import Backend, backend_for
+    from lockguard.envs import Backend, ImageBackend, backend_for
     from lockguard.names import ENV_KINDS
 
     methods = [name for name, value in vars(Backend).items()
@@ -322,6 +334,27 @@ def test_every_backend_implements_the_whole_protocol():
     for backend in backends:
         assert isinstance(backend, Backend)
         assert [m for m in methods if m not in vars(type(backend))] == [], type(backend)
+    # The image commands (`lockguard build`, `images pin`) are the docker backend's own
+    # methods, reached through backend_for: no forwarding module beside it.
+    images = [name for name, value in vars(ImageBackend).items()
+              if callable(value) and not name.startswith("_")]
+    assert sorted(images) == ["build_image", "check_registry", "pin_bases", "push",
+                              "stack_line"]
+    builders = [b for b in backends if isinstance(b, ImageBackend)]
+    assert [type(b).__name__ for b in builders] == ["DockerBackend"]
+    assert [m for m in images if m not in vars(type(builders[0]))] == []
+
+
+def test_the_backend_registry_names_every_environment_kind_once():
+    """envs.BACKENDS is the one list of backends, and names.ENV_KINDS (what --env and the config
+    accept) the one list of their names: the two agree, in order, and an unknown kind is
+    refused naming the ones there are."""
+    from lockguard.envs import BACKENDS, backend_for
+    from lockguard.names import ENV_KINDS
+
+    assert tuple(BACKENDS) == ENV_KINDS
+    with pytest.raises(ValueError, match="expected venv, docker, local"):
+        backend_for("conda")
 
 
 # Functions still over the limit, each with why it waits (the list may only shrink: it is
@@ -376,7 +409,7 @@ def test_the_flows_read_settings_never_the_command_lines_options():
     """The command line resolves one settings.Settings from the config and its options and
     hands it down: no flow imports config.Options or reads an option, and the helpers that
     climbed back into them (env_kind, golden_dir, tolerance_of, policy_for) are gone."""
-    flows = {m: SOURCES[m] for m in SOURCES if within(m, ("lockguard.flows",))}
+    flows = {m: SOURCES[m] for m in SOURCES if within(m, ("lockguard.flows", "lockguard.init"))}
     assert flows
     importing = []
     for name, path in flows.items():

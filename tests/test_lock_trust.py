@@ -91,7 +91,7 @@ def test_no_environment_is_built_before_every_lock_is_admitted(tmp_path, monkeyp
     from lockguard.envs import local, venv
 
     built = []
-    monkeypatch.setattr(venv, "prepare",
+    monkeypatch.setattr(venv, "_prepare",
                         lambda lock, **_: built.append(lock) or pytest.fail("built"))
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     good = lock(tmp_path, "old.txt", NUMPY_LOCK)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, make_project, run_cli
+from conftest import DATA, make_project, prepared_image, run_cli
 
 from lockguard import process
 from lockguard.config import Config
@@ -155,12 +155,11 @@ def test_a_container_over_its_limit_is_broken_naming_the_limit(engine, tmp_path)
     told by the engine's `oom` event."""
     from test_docker import _request, _user, numpy_lock
 
-    from lockguard.envs import docker as dk
     from lockguard.results import Status
 
     script = tmp_path / "greedy.py"
     script.write_text(GREEDY_SCENARIO)
-    env = dk.prepare(numpy_lock(), framework="numpy", accelerator="cpu")
+    env = prepared_image(numpy_lock(), "numpy")
     request = _request(_user(script, steps=2))
     limited = type(request)(**{**request.__dict__, "memory_limit": 256 * MIB})
     result = env.run(limited, tmp_path)

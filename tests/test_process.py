@@ -416,26 +416,6 @@ def test_work_alongside_a_child_runs_after_its_start_and_what_it_raises_kills_th
     assert (done.code, done.tail(), calls) == (0, "ok", ["checked"])
 
 
-def test_work_for_after_the_runs_starts_with_the_next_child_once(tmp_path):
-    import threading
-
-    ran: list[bool] = []
-    started = threading.Event()
-
-    def work() -> None:  # the pipeline's imports for comparing and reporting
-        ran.append(True)
-        started.set()
-
-    process.when_started(work)
-    process.when_started(work)  # asked twice before a child started: done once
-    assert not started.wait(0.2)  # no child yet, no work
-    process.run([sys.executable, "-c", "pass"], log=tmp_path / "out.log", timeout=30)
-    assert started.wait(5)
-    process.run([sys.executable, "-c", "pass"], log=tmp_path / "out2.log", timeout=30)
-    time.sleep(0.1)
-    assert ran == [True]
-
-
 def test_a_command_that_cannot_start_is_one_error(tmp_path):
     with pytest.raises(process.ProcessError, match="cannot run /nonexistent/python: No such"):
         process.run(["/nonexistent/python"], log=tmp_path / "out.log", timeout=5)

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import DATA, LOSS_EMA, make_project, run_cli, snapshot
+from conftest import DATA, LOSS_EMA, make_project, prepared_venv, run_cli, snapshot
 from test_cli_errors import assert_one_line_error
 
 from lockguard import sandbox
@@ -699,11 +699,16 @@ def test_verify_refuses_an_env_of_another_lock_or_policy(tmp_path):
     assert "not this lock's" in venv.verify(env, other, allow_sdist=False)
 
 
-def test_a_python_that_cannot_run_is_an_env_error(tmp_path, monkeypatch):
+def test_a_python_that_cannot_run_is_one_error_naming_the_setting(tmp_path, monkeypatch):
+    """Met first where the backend admits the lock (the interpreter's platform, for its
+    wheels), before anything is built: an expected error (exit 2), not a crash."""
+    from lockguard.errors import LockguardError
+
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     lock = parse_lock_text(NUMPY_LOCK, str(tmp_path / "numpy.txt"))
-    with pytest.raises(EnvError, match=r"python = .*/nonexistent/python.*cannot run"):
-        venv.prepare(lock, python=str(tmp_path / "nonexistent" / "python"))
+    with pytest.raises(LockguardError, match=r"^python = .*/nonexistent/python.*cannot run"):
+        prepared_venv(lock, python=str(tmp_path / "nonexistent" / "python"))
+    assert not (tmp_path / "cache" / "venvs").exists()
 
 
 # ---------------------------------------------------------------------------------------------

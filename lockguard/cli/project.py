@@ -230,8 +230,8 @@ def init(directory, locks, config_name, template, record_goldens, workflow, acti
       lockguard init --yes
       lockguard init --yes --no-record --lock requirements/gpu.txt
       lockguard init ml --scenario-template --action my-org/lockguard@v1"""
-    from lockguard.flows import init as setup
-    from lockguard.flows.init_files import ACTION, WORKFLOW_PATH
+    from lockguard import init as setup
+    from lockguard.init.templates import ACTION, WORKFLOW_PATH
     from lockguard.progress import Progress
 
     def ask(flag: bool | None, question: str, default: bool) -> bool:

@@ -5,25 +5,77 @@
                 RunResult; RunRequest; running the harness process once for every backend
     venv.py     VenvBackend: a cached virtualenv per lock (the default)
     local.py    LocalBackend: the interpreter as it is
-    docker/     DockerBackend (docker/backend.py): an image per lock, framework, accelerator
+    docker/     DockerBackend (docker/backend.py): an image per lock, framework, accelerator;
+                it also builds, pushes and pins images apart from a check (base.ImageBackend:
+                `lockguard build`, `lockguard images pin`)
 
-`backend_for(kind, ...)` chooses one; the flows know only this package and envs.base, never a
-backend's module. A new backend (an accelerator host, a remote runner) is a module here that
-implements Backend, a branch below, and its name in names.ENV_KINDS.
+`backend_for(kind, ...)` chooses one from BACKENDS, the registry (pre-commit's all_languages,
+nox's ALL_VENVS); the flows know only this package and envs.base, never a backend's module. A
+new backend (an accelerator host, a remote runner) is a module here that implements Backend,
+its entry in BACKENDS and its name in names.ENV_KINDS (tests/test_layers.py holds the two
+equal).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockguard.envs.base import Backend, Env, EnvError, RunRequest
+from lockguard.envs.base import Backend, Env, EnvError, ImageBackend, RunRequest
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from lockguard.sandbox import Sandbox
 
-__all__ = ["Backend", "Env", "EnvError", "RunRequest", "backend_for"]
+__all__ = ["BACKENDS", "Backend", "BackendOptions", "Env", "EnvError", "ImageBackend",
+           "RunRequest", "backend_for"]
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """The project's settings a backend is made with (backend_for's keywords); each backend
+    takes those it has a use for."""
+
+    python: str | None = None
+    installer: str = "uv"
+    allow_sdist: bool = False
+    allow_unhashed: bool = False
+    allow_insecure_index: bool = False
+    sandbox: Sandbox | None = None
+    share_compile_caches: bool = False
+    project: Path | None = None
+
+
+# Each backend's module is imported only when it is asked for: a check run in venvs never
+# loads the docker backend (nor its SDK), and the other way round.
+
+def _venv(o: BackendOptions) -> Backend:
+    from lockguard.envs.venv import VenvBackend
+
+    return VenvBackend(o.python, o.installer, allow_sdist=o.allow_sdist,
+                       allow_unhashed=o.allow_unhashed,
+                       allow_insecure_index=o.allow_insecure_index, sandbox=o.sandbox,
+                       share_compile_caches=o.share_compile_caches, project=o.project)
+
+
+def _docker(o: BackendOptions) -> Backend:
+    from lockguard.envs.docker.backend import DockerBackend
+
+    return DockerBackend(allow_unhashed=o.allow_unhashed,
+                         allow_insecure_index=o.allow_insecure_index)
+
+
+def _local(o: BackendOptions) -> Backend:
+    from lockguard.envs.local import LocalBackend
+
+    return LocalBackend(o.python, o.sandbox)
+
+
+# kind (names.ENV_KINDS, in its order) -> the backend made with a project's options.
+BACKENDS: dict[str, Callable[[BackendOptions], Backend]] = {
+    "venv": _venv, "docker": _docker, "local": _local}
 
 
 def backend_for(kind: str, *, python: str | None = None, installer: str = "uv",
@@ -39,20 +91,9 @@ def backend_for(kind: str, *, python: str | None = None, installer: str = "uv",
     (envs/compile_cache.py), which only bisection's mixes do: the two sides of an A/B never
     read what the other's code compiled. Nothing is checked or built here (Backend.admit,
     Backend.prepare do that)."""
-    if kind == "venv":
-        from lockguard.envs.venv import VenvBackend
-
-        return VenvBackend(python, installer, allow_sdist=allow_sdist,
-                           allow_unhashed=allow_unhashed,
-                           allow_insecure_index=allow_insecure_index, sandbox=sandbox,
-                           share_compile_caches=share_compile_caches, project=project)
-    if kind == "local":
-        from lockguard.envs.local import LocalBackend
-
-        return LocalBackend(python, sandbox)
-    if kind == "docker":
-        from lockguard.envs.docker.backend import DockerBackend
-
-        return DockerBackend(allow_unhashed=allow_unhashed,
-                             allow_insecure_index=allow_insecure_index)
-    raise ValueError(f"unknown environment kind {kind!r} (expected venv, local or docker)")
+    make = BACKENDS.get(kind)
+    if make is None:
+        raise ValueError(f"unknown environment kind {kind!r} (expected "
+                         f"{', '.join(BACKENDS)})")
+    return make(BackendOptions(python, installer, allow_sdist, allow_unhashed,
+                               allow_insecure_index, sandbox, share_compile_caches, project))

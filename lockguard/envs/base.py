@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lockguard import process
 from lockguard.allowlist import HARNESS_SETTINGS, training_env
@@ -103,7 +103,7 @@ class Backend(Protocol):
     (envs/venv.py VenvBackend, envs/local.py LocalBackend, envs/docker/backend.py
     DockerBackend), `lockguard.envs.backend_for` choosing one, and a fake for flow tests
     (tests/fakes.py FakeBackend). A new backend (an accelerator host, a remote runner) is a
-    module here implementing these four methods, and a line in backend_for.
+    module here implementing these four methods, and its entry in envs.BACKENDS.
 
     The pipeline (flows/pipeline.py) calls `admit` with every lock of a check before it builds
     anything, then `prepare` once per lock and `scope`, several at once on threads of its own:
@@ -133,6 +133,39 @@ class Backend(Protocol):
         """The environment `lock` runs `framework`'s scenarios in on `device`, built first if
         no sound one is cached; None: the interpreter itself (the local backend only). A
         build that fails raises EnvError (or LockError) naming the lock."""
+        ...
+
+
+@runtime_checkable
+class ImageBackend(Backend, Protocol):
+    """A backend whose environments are container images, which it also builds, pushes and
+    pins apart from any check (`lockguard build`, `lockguard images pin`): the docker backend.
+    The flows reach it as every backend, through envs.backend_for, and read its images'
+    `tag`, `id`, `size`, `reused`, `seconds` and `log` (the docker backend's BuiltImage),
+    and a push's `ref` and `record` (its Pushed); they import no backend's module."""
+
+    def check_registry(self, registry: str) -> str:
+        """REGISTRY as `--push` takes it, or a UsageError saying what is wrong with it: asked
+        before anything is built."""
+        ...
+
+    def build_image(self, lock: Lock, framework: str, accelerator: str, *,
+                    base_image: str | None, progress: Progress) -> Any:
+        """The lock's pinned image for `framework` on `accelerator`, built or reused (the lock
+        is admitted first by the caller, as a check admits it)."""
+        ...
+
+    def stack_line(self, image: Any) -> str | None:
+        """A cuda or tpu image's stack, as a line ("cuda 13.0 · cuDNN 9.x · NCCL 2.x ...");
+        None for an image with no accelerator stack."""
+        ...
+
+    def push(self, image: Any, registry: str) -> Any:
+        """Tag `image` below `registry`, push it and record the pushed digest."""
+        ...
+
+    def pin_bases(self, progress: Progress) -> dict[str, tuple[str, str]]:
+        """Refresh the pinned base images' digests from the registry: base -> (old, new)."""
         ...
 
 

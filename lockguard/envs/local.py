@@ -40,12 +40,6 @@ class LocalEnv:
         return run_with(self.python, request, out_dir, harness_env(), sandbox=self.sandbox)
 
 
-def prepare(python: str | None = None, lock_hash: str = "local",
-            sandbox: Sandbox | None = None) -> LocalEnv:
-    """The local environment, named for `lock_hash` in reports (nothing is checked)."""
-    return LocalEnv(python, lock_hash, sandbox)
-
-
 class LocalBackend(Backend):
     """Runs every scenario with `python` (None: the interpreter running lockguard); installs
     nothing, so it admits every lock and refuses none."""
@@ -70,6 +64,7 @@ class LocalBackend(Backend):
 
     def prepare(self, lock: Lock | None, framework: str, device: str,
                 progress: Progress) -> LocalEnv:
-        """The interpreter, labelled with the lock's hash (or "local" without one)."""
-        return prepare(self.python, lock.lock_hash if lock is not None else "local",
-                       self.sandbox)
+        """The interpreter, labelled with the lock's hash (or "local" without one): nothing
+        is checked or built."""
+        return LocalEnv(self.python, lock.lock_hash if lock is not None else "local",
+                        self.sandbox)

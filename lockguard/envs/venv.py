@@ -250,11 +250,11 @@ class VenvBackend(Backend):
 
     def prepare(self, lock: Lock | None, framework: str, device: str,
                 progress: Progress) -> VenvEnv:
-        """The lock's venv (module-level `prepare`), the lock admitted again first: a backend
-        a flow wraps (bisect's) is prepared lock by lock."""
+        """The lock's venv (`_prepare`), the lock admitted again first: a backend a flow wraps
+        (bisect's) is prepared lock by lock."""
         assert lock is not None, "the venv backend builds a lock's environment"
         self._admit(lock)
-        env = prepare(lock, python=self.python, installer=self.installer,
+        env = _prepare(lock, python=self.python, installer=self.installer,
                       allow_sdist=self.allow_sdist, progress=progress,
                       check_files_beside_first_run=True, sandbox=self.sandbox,
                       share_compile_cache=self.share_compile_caches)
@@ -265,7 +265,7 @@ class VenvBackend(Backend):
         return env
 
 
-def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
+def _prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
             allow_sdist: bool = False, progress: Progress = QUIET,
             check_files_beside_first_run: bool = False,
             sandbox: Sandbox | None = None, share_compile_cache: bool = False) -> VenvEnv:
@@ -310,7 +310,7 @@ def prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
                                                   share=share_compile_cache)
 
     def rebuilt() -> VenvEnv:
-        return prepare(lock, python=python, installer=installer, allow_sdist=allow_sdist,
+        return _prepare(lock, python=python, installer=installer, allow_sdist=allow_sdist,
                        progress=progress, sandbox=sandbox, share_compile_cache=share_compile_cache)
 
     return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared,

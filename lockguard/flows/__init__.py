@@ -10,8 +10,11 @@
 - shards.py      the plan as a CI matrix, one part of it, and merging the parts' reports
 - accept.py      adopt a check's candidate results as goldens, on purpose, saying why
 - frameworks.py  compare-frameworks: the bundled families in every pinned framework, measured
-- init.py        add lockguard to a project: find its locks, write the config, the workflow
-                 (init_files.py holds the texts) and the scenario template, record the goldens
+- build.py       `lockguard build` and `images pin`: the docker backend's images, apart from a
+                 check
+
+`lockguard init` (adding lockguard to a project) is no flow: lockguard/init/ holds it, and uses
+these.
 
 goldens.py holds what record and the golden check share (hardware classes, inputs digest,
 comparing with a golden), report_parts.py what every flow puts into its Report (report_for:

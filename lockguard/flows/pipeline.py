@@ -449,7 +449,10 @@ def execute(settings: Settings, backend: Backend, jobs: list[Job], progress: Pro
         progress.detail(f"{hidden} of lockguard's {len(os.environ)} environment variables are "
                         "withheld from the trainings (only locale, paths and thread, "
                         "accelerator and framework settings pass)")
-    _prewarm()
+    # Every worker thread validates a RunResult as its run ends: the deferred model is built
+    # here, on one thread, before any of them can (pydantic before its _rebuild_lock,
+    # pydantic#13438, lets two first uses of a deferred model race; the floor is 2.5).
+    RunResult.model_rebuild()
     _hold_the_judge()
     # Runs are named for people by their role and lock ("baseline main@1a2b3c4:lock.txt"),
     # not by the environment's hash.
@@ -482,55 +485,6 @@ JUDGE_MODULES = ("lockguard.compare.verdicts", "lockguard.flows.acceptances",
                  "lockguard.report", "lockguard.report.text", "lockguard.report.markdown",
                  "lockguard.report.html", "lockguard.report.junit", "lockguard.report.github",
                  "lockguard.flows.report_parts", "lockguard.integrity")
-
-
-def _prewarm() -> None:
-    """Import what comparing and reporting need while the harness processes train: compare and
-    report (pydantic models, rich) must not sit in front of the runs, nor after them. Started
-    with the first training, not before it: on 2 cores a thread importing beside the start of
-    the runs delayed it by 15-20 ms."""
-    import sys
-
-    from lockguard import process
-
-    if not _rebuilds_serialised():
-        # RunResult, which every worker validates as its run ends, is built here, before any
-        # of them can.
-        RunResult.model_rebuild()
-    if "lockguard.report.text" not in sys.modules:  # else done already, in this process
-        process.when_started(_import_for_reports)
-
-
-def _rebuilds_serialised() -> bool:
-    """Whether pydantic serialises model rebuilds (its `_rebuild_lock`, pydantic#13438): before
-    that, a deferred model built on one thread while another first uses it can fail there."""
-    from pydantic import main as pydantic_main
-
-    return hasattr(pydantic_main, "_rebuild_lock")
-
-
-def _import_for_reports() -> None:
-    """Import compare and report, and build their pydantic models' validators, which pydantic
-    builds at a deferred model's first use (10 ms after the runs for the verdicts alone): the
-    builds only where _rebuilds_serialised, as one here could otherwise race a worker's or the
-    main thread's first use. Quiet whatever happens: it is a head start, and each model still
-    builds itself when first used."""
-    try:
-        import lockguard.report.text  # noqa: F401 - pulls in compare and rich
-        from pydantic import BaseModel
-
-        if not _rebuilds_serialised():
-            return
-        pending = [BaseModel]
-        while pending:
-            for model in pending.pop().__subclasses__():
-                pending.append(model)
-                if (model.__module__.startswith(("lockguard.compare.", "lockguard.report.",
-                                                 "lockguard.results"))
-                        and not model.__pydantic_complete__):
-                    model.model_rebuild(raise_errors=False)
-    except Exception:  # noqa: BLE001, S110 - see above
-        pass
 
 
 def build_workers(n: int) -> int:

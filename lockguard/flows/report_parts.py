@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from lockguard.report import Evidence, LockInfo, ParityRow, Report
     from lockguard.settings import Settings
 
-# compare and report (pydantic models, rich) are imported where used, and warmed up in the
-# background while training runs (pipeline._prewarm).
+# compare and report (pydantic models, rich) are imported where used: not on the way to a
+# check that runs nothing (before any training, pipeline._hold_the_judge imports them).
 
 
 def lock_info(ref: LockRef, role: str) -> LockInfo:

@@ -1,6 +1,7 @@
 """The docker backend: one image per framework x accelerator x lock, built and run on an engine.
 
-    prepare(lock, framework=, accelerator=) -> DockerEnv      (builds the image if needed)
+    DockerBackend().prepare(lock, framework, accelerator, progress) -> DockerEnv
+                                                   (builds the image if needed; a check's)
     build_image(lock, framework, accelerator) -> BuiltImage  (`lockguard build`)
     pin_images() -> {base: (old, new)}                        (`lockguard images pin`)
 
@@ -18,8 +19,9 @@ One module per concern, each importing only those above it:
                      cleanup, the build record
     accelerators.py  the driver's CUDA against the image's, TPU device nodes, whether a run
                      asks for them
-    backend.py       DockerEnv (`docker run` of the harness), prepare, and DockerBackend (the
-                     envs.base.Backend that lockguard.envs.backend_for hands the flows)
+    backend.py       DockerEnv (`docker run` of the harness) and DockerBackend (the
+                     envs.base.ImageBackend that lockguard.envs.backend_for hands the flows:
+                     a check's environments, and `lockguard build`'s and `images pin`'s images)
     pin.py           `lockguard images pin`
 """
 
@@ -31,14 +33,14 @@ from lockguard.envs.docker.wheelhouse import Target, wheelhouse_for
 from lockguard.envs.docker.engine import connect, resolve_base, target_of
 from lockguard.envs.docker.stack import AcceleratorStack, stack_line
 from lockguard.envs.docker.build import BuiltImage, build_image
-from lockguard.envs.docker.backend import DockerBackend, DockerEnv, image_framework, prepare
+from lockguard.envs.docker.backend import DockerBackend, DockerEnv, image_framework
 from lockguard.envs.docker.pin import pin_images
 
 __all__ = [
     "ACCELERATORS", "BASE_IMAGE_ENV", "FRAMEWORKS", "IMAGES_DIR_ENV", "AcceleratorStack",
     "Base", "BuiltImage",
     "DockerBackend", "DockerEnv", "ImageRecipe", "Target", "base_for", "build_image", "connect", "image_framework",
-    "pin_images", "prepare", "recipe_for", "resolve_base", "stack_line", "target_of",
+    "pin_images", "recipe_for", "resolve_base", "stack_line", "target_of",
     "templates_dir",
     "wheelhouse_for",
 ]

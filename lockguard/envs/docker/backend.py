@@ -25,16 +25,19 @@ from typing import Any
 
 from lockguard.allowlist import container_env, docker_client_env
 from lockguard.envs.base import (
-    HARNESS_SETTINGS, Backend, EnvError, RunRequest, compile_cache_env, compile_cache_for,
+    HARNESS_SETTINGS, EnvError, ImageBackend, RunRequest, compile_cache_env, compile_cache_for,
     execute, failed_result, harness_args, memory_error, require_writable_cache,
 )
 import lockguard.envs.docker.accelerators as accelerators
 import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
+from lockguard.envs.docker.pin import pin_images
+from lockguard.envs.docker.push import Pushed, check_registry, push_image
 from lockguard.envs.docker.recipe import VENV_PYTHON
+from lockguard.envs.docker.stack import stack_line
 from lockguard.envs.harness import HARNESS_DIR
 from lockguard.locks.model import Lock
-from lockguard.progress import QUIET, Progress
+from lockguard.progress import Progress
 from lockguard.results import RunResult, Status
 
 # Inside the container.
@@ -170,33 +173,12 @@ def image_framework(lock: Lock, framework: str) -> str:
     return framework
 
 
-def prepare(lock: Lock, *, framework: str, accelerator: str = "cpu",
-            progress: Progress = QUIET, base_image: str | None = None) -> DockerEnv:
-    """The env for `lock`'s `framework` on `accelerator`: its image built or reused, the
-    accelerator checked (cuda: GPU request and driver CUDA; tpu: device nodes) unless the
-    run asks for none (accelerators.gpus_requested, tpus_requested)."""
-    engine.sdk()  # before anything else: an install without the docker extra says so first
-    docker_cli = shutil.which("docker")
-    if docker_cli is None:
-        raise EnvError("the docker backend runs containers with the `docker` command, which is "
-                       "not on PATH (install the Docker CLI, e.g. apt-get install docker.io)")
-    client = engine.connect()
-    image = build_image(lock, image_framework(lock, framework), accelerator,
-                        base_image=base_image, client=client, progress=progress)
-    if accelerator == "cuda" and accelerators.gpus_requested():
-        accelerators.check_gpu(client, image.recipe, lock)
-    elif accelerator == "tpu" and accelerators.tpus_requested() \
-            and not accelerators.tpu_devices():
-        raise EnvError("no TPU device nodes on this host (/dev/accel*, /dev/vfio/*): the tpu "
-                       "images run on a TPU VM (with TPU_VISIBLE_CHIPS= the image runs without "
-                       "one, a device_fallback)")
-    return DockerEnv(image, lock.lock_hash, accelerator, docker_cli, client)
-
-
-class DockerBackend(Backend):
+class DockerBackend(ImageBackend):
     """The docker backend: an image per lock, framework and accelerator, built with wheels
     only. A lock is admitted only with hashes and an https index unless `allow_unhashed` /
-    `allow_insecure_index` opt in (locks/trust.py)."""
+    `allow_insecure_index` opt in (locks/trust.py). Its images are also built, pushed and
+    pinned apart from a check (`lockguard build`, `lockguard images pin`): the methods after
+    `prepare`."""
 
     def __init__(self, *, allow_unhashed: bool = False,
                  allow_insecure_index: bool = False) -> None:
@@ -225,8 +207,53 @@ class DockerBackend(Backend):
 
     def prepare(self, lock: Lock | None, framework: str, device: str,
                 progress: Progress) -> DockerEnv:
-        """The image's env (module-level `prepare`), the lock admitted again first: a backend
-        a flow wraps (bisect's) is prepared lock by lock."""
+        """The env for `lock`'s `framework` on the `device` accelerator, the lock admitted
+        again first (a backend a flow wraps, bisect's, is prepared lock by lock): its image
+        built or reused, the accelerator checked (cuda: GPU request and driver CUDA; tpu:
+        device nodes) unless the run asks for none (accelerators.gpus_requested,
+        tpus_requested)."""
         assert lock is not None, "the docker backend builds a lock's image"
         self._admit(lock)
-        return prepare(lock, framework=framework, accelerator=device, progress=progress)
+        engine.sdk()  # before anything else: an install without the docker extra says so first
+        docker_cli = shutil.which("docker")
+        if docker_cli is None:
+            raise EnvError("the docker backend runs containers with the `docker` command, which "
+                           "is not on PATH (install the Docker CLI, e.g. apt-get install "
+                           "docker.io)")
+        client = engine.connect()
+        image = build_image(lock, image_framework(lock, framework), device, client=client,
+                            progress=progress)
+        if device == "cuda" and accelerators.gpus_requested():
+            accelerators.check_gpu(client, image.recipe, lock)
+        elif device == "tpu" and accelerators.tpus_requested() \
+                and not accelerators.tpu_devices():
+            raise EnvError("no TPU device nodes on this host (/dev/accel*, /dev/vfio/*): the tpu "
+                           "images run on a TPU VM (with TPU_VISIBLE_CHIPS= the image runs "
+                           "without one, a device_fallback)")
+        return DockerEnv(image, lock.lock_hash, device, docker_cli, client)
+
+    # ----------------------------------------------------------- the images, apart from checks
+
+    def check_registry(self, registry: str) -> str:
+        """REGISTRY as --push takes it (push.check_registry), refused before any build."""
+        return check_registry(registry)
+
+    def build_image(self, lock: Lock, framework: str, accelerator: str, *,
+                    base_image: str | None, progress: Progress) -> BuiltImage:
+        """The lock's pinned image for `framework` on `accelerator`, built or reused."""
+        return build_image(lock, framework, accelerator, base_image=base_image,
+                           progress=progress)
+
+    def stack_line(self, image: BuiltImage) -> str | None:
+        """A cuda or tpu image's stack, as a line; None for an image without one."""
+        return stack_line(image.stack) if image.stack is not None else None
+
+    def push(self, image: BuiltImage, registry: str) -> Pushed:
+        """Tag the image below `registry`, push it and record the pushed digest beside its
+        build record."""
+        return push_image(engine.connect(), image.tag, image.id, registry,
+                          image_dir(image.recipe))
+
+    def pin_bases(self, progress: Progress) -> dict[str, tuple[str, str]]:
+        """Refresh images/bases.toml's digests from the registry: base -> (old, new)."""
+        return pin_images(progress)

@@ -3,7 +3,7 @@ the scenario template that trains the team's own model. One place for each, so t
 workflow follows the action's inputs (action.yml) and the example gate
 (.github/workflows/lock-gate.yml): tests/test_init.py holds them together.
 
-Texts only; flows/init.py decides what goes in them and where they are written.
+Texts only; init/plan.py decides what goes in them and where they are written.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """How long lockguard's own tests take: the developer's loop and what CI runs.
 
-    python benchmarks/bench_tests.py [--only fast,suite,ci,profile] [--top 15]
+    python dev/bench_tests.py [--only fast,suite,ci,profile] [--top 15]
+
+Developer tooling, not a benchmark of lockguard: it measures lockguard's own test suite (the
+speed table in docs/performance.md still shows its CI figures, from dev/results/tests.json).
 
 Measures on this machine, one after another (never two test runs at once):
   fast   the fast subset, the command docs/development.md gives (no framework, no Docker,
@@ -17,7 +20,7 @@ Measures on this machine, one after another (never two test runs at once):
          without them builds them in the cold run. Targets: cold <= 12 min, warm <= 6 min.
   profile
          the whole suite as `suite` runs it, under `strace -f` (process starts and ends only),
-         with benchmarks/suite_profile.py telling which test each worker ran when: the workers'
+         with dev/suite_profile.py telling which test each worker ran when: the workers'
          busy time split by what ran (trainings per framework, installs, Docker, the browser;
          the rest is pytest and lockguard in-process), and the tests whose trainings took
          longest. Under strace the suite ran some 6 % slower than in `.ci/run` (540 s against
@@ -26,7 +29,7 @@ Measures on this machine, one after another (never two test runs at once):
 Each records the wall time, the CPU time of the test processes (user + system), the load
 average before and after (the machine may be shared: CPU time is the steadier figure), the
 outcome counts and the slowest tests and files (from pytest's --junitxml). Results are merged
-into benchmarks/results/tests.json, one key per measurement, so that measurements taken at
+into dev/results/tests.json, one key per measurement, so that measurements taken at
 different times keep their own figures; the table is printed.
 """
 
@@ -48,7 +51,7 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results" / "tests.json"
+RESULTS = REPO / "dev" / "results" / "tests.json"
 # docs/development.md's loop and the README's test command (its pytest part).
 FAST_SERIAL = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not docker"]
 FAST = [*FAST_SERIAL, "-n", "auto"]
@@ -161,17 +164,17 @@ def pytest_run(args: list[str], cwd: Path, top: int, python: str = sys.executabl
 
 def profile_run(top: int) -> dict:
     """The warm suite under strace, its time split by what its processes were
-    (benchmarks/suite_profile.py). The log is kept (its path in the result) where the profile
+    (dev/suite_profile.py). The log is kept (its path in the result) where the profile
     could not be made of it."""
     import suite_profile  # beside this script; pytest, run in the repository, loads it as
-    # benchmarks.suite_profile
+    # dev.suite_profile
 
     strace = shutil.which("strace")
     if strace is None:
         raise SystemExit("profile: needs strace (Debian: apt-get install strace)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     log, clock = tmp / "strace.log", tmp / "clock.tsv"
-    result, _ = pytest_run([*SUITE, "-p", "benchmarks.suite_profile"], REPO, top,
+    result, _ = pytest_run([*SUITE, "-p", "dev.suite_profile"], REPO, top,
                            env={**os.environ, suite_profile.CLOCK_ENV: str(clock)},
                            wrapper=(strace, *suite_profile.STRACE_OPTIONS, "-o", str(log)))
     try:

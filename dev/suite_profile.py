@@ -3,7 +3,7 @@ it and sorted into what it is (a training, an environment install, Docker, a bro
 
 bench_tests.py --only profile runs the whole suite under `strace -f` (process starts and ends
 only, through a seccomp filter, so the suite runs at nearly full speed) with this module loaded
-as a pytest plugin (`-p benchmarks.suite_profile`), which writes when each test began and ended
+as a pytest plugin (`-p dev.suite_profile`), which writes when each test began and ended
 on which worker. `profile(log, clock)` joins the two: a process belongs to the test its worker
 was running when the process started (the worker is found up its parents: lockguard's commands
 are forked from a zygote the worker started, trainings from lockguard).

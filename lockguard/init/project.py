@@ -1,0 +1,296 @@
+"""What `lockguard init` finds in a project, its first stage (`survey`): its locks
+(requirements*.txt as pip-compile or `uv pip compile` write them, pylock.toml, uv.lock,
+poetry.lock; read by the one parser; a lock only counts when it pins a framework and passes the
+trust rules lockguard installs by), lock formats lockguard does not read (Pipfile.lock,
+pdm.lock), the project's own package, an existing lockguard config, the repository and its
+workflows. No lock and no config: a UsageError saying what was looked for and how to make one.
+Nothing is written here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockguard.config import MAX_CONFIG_BYTES, load_config
+from lockguard.errors import UsageError, one_line
+from lockguard.files import ReadError, display_path, read_bytes, repo_root
+from lockguard.gitref import default_branch
+import lockguard.init.templates as templates
+from lockguard.locks.families import framework_version
+from lockguard.locks.formats import format_by_name
+from lockguard.locks.model import Lock, LockError
+from lockguard.locks.parser import parse_lock
+from lockguard.locks.ref import load_locks, read_lock
+from lockguard.locks.trust import require_trusted
+from lockguard.names import FRAMEWORKS
+
+# Lock files lockguard does not read, and how to get a lock it reads from each (uv.lock,
+# poetry.lock and pylock.toml are read: lockguard.locks.formats).
+UNSUPPORTED = {
+    "Pipfile.lock": "compile a hashed requirements.txt: `uv pip compile --generate-hashes`",
+    "pdm.lock": "`pdm export -o requirements.txt` writes a hashed one (or `pdm export -f "
+                "pylock -o pylock.toml`)",
+}
+# What a requirements lock is called: requirements.txt, requirements-gpu.txt, dev-requirements.txt,
+# and any .txt in a requirements/ folder.
+_REQUIREMENTS = re.compile(r"(?i)^(.*[-_.])?requirements([-_.].*)?\.txt$")
+_INPUT = re.compile(r"(?i)^(.*[-_.])?requirements([-_.].*)?\.in$")
+# Folders never searched: tools' and environments' own, and what holds no lock of the project.
+_PRUNED = {"node_modules", "__pycache__", "site-packages", "build", "dist", "golden"}
+SEARCH_DEPTH = 3  # the project's folder and two below it: ml/requirements/gpu.txt
+MAX_SEARCHED = 20_000  # entries looked at: a huge tree is not walked to its end
+# Folders that hold no code of the project's own, for the scenario template's import.
+_NOT_PACKAGES = {"tests", "test", "testing", "scenarios", "docs", "examples", "golden",
+                 "benchmarks", "scripts", "tools", "build", "dist"}
+# A workflow that already runs lockguard: the action of any owner, or the command.
+_RUNS_LOCKGUARD = re.compile(r"uses:\s*['\"]?[\w.-]+/lockguard[@/]|\blockguard\s+check\b")
+
+NO_LOCK_FIX = ("make one with `lockguard lock requirements.in` or `uv pip compile "
+               "requirements.in --generate-hashes -o requirements.txt`, or name it: "
+               "`lockguard init --lock PATH`")
+
+
+@dataclass(frozen=True)
+class FoundLock:
+    """A lock init will configure: read by the one parser and pinning at least one framework
+    (`frameworks`)."""
+
+    path: Path
+    name: str  # as the config names it: relative to the project, with forward slashes
+    lock: Lock
+    frameworks: tuple[str, ...]  # in FRAMEWORKS order
+
+    def describe(self) -> str:
+        """For the survey's summary: its name and the framework versions it pins
+        ("requirements.txt: torch 2.4.1, numpy 2.0.2")."""
+        versions = ", ".join(f"{fw} {framework_version(self.lock, fw)}" for fw in self.frameworks)
+        return f"{self.name}: {versions}"
+
+
+@dataclass(frozen=True)
+class PassedOver:
+    """A file that looked like a lock and is not used, and why."""
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What `survey` found in the project: its locks and the files passed over, an existing
+    config, its package and layout, the repository and a workflow that already runs lockguard.
+    `prepare` decides from it what to write."""
+
+    project: Path  # absolute
+    config_file: Path | None  # the project's existing lockguard config; None: none yet
+    config_target: Path  # where a new config goes: pyproject.toml, or lockguard.toml
+    locks: tuple[FoundLock, ...]
+    passed_over: tuple[PassedOver, ...] = ()  # looked like locks, not used
+    unsupported: tuple[PassedOver, ...] = ()  # lock formats lockguard does not read
+    uncompiled: tuple[str, ...] = ()  # requirements*.in without their lock
+    package: str | None = None  # the project's own package, for the scenario template
+    src_layout: bool = False
+    repo: Path | None = None  # the repository's top folder; None: not in one
+    branch: str = "main"  # where pushes warm the cache
+    workflow: Path = Path(templates.WORKFLOW_PATH)
+    workflow_found: str | None = None  # a workflow that already runs lockguard, if any
+    template: Path = Path(templates.SCENARIO_PATH)
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks any found lock pins, in FRAMEWORKS order."""
+        pinned = {fw for found in self.locks for fw in found.frameworks}
+        return tuple(fw for fw in FRAMEWORKS if fw in pinned)
+
+    @property
+    def template_framework(self) -> str:
+        """The framework the template trains with: the first one pinned that is not numpy."""
+        return next((fw for fw in self.frameworks if fw != "numpy"), "numpy")
+
+
+def survey(project: Path, cli_locks: list[str] | None = None,
+           config_name: str | None = None) -> Survey:
+    """What `project` holds (see the module's docstring). `cli_locks`: use these locks
+    instead of searching; `config_name`: pyproject.toml or lockguard.toml for a new config."""
+    project = project.resolve()
+    if not project.is_dir():
+        raise UsageError(f"{project}: not a directory")
+    existing = _existing_config(project)
+    target = project / (config_name or ("pyproject.toml" if (project / "pyproject.toml").is_file()
+                                        else "lockguard.toml"))
+    found: list[FoundLock] = []
+    passed_over: list[PassedOver] = []
+    unsupported: list[PassedOver] = []
+    uncompiled: list[str] = []
+    if existing is not None:
+        # Its locks, read as every command reads them (a broken config is said so, here).
+        for ref in load_locks(load_config(existing), []):
+            found.append(FoundLock(ref.path, _config_path(ref.path, project), ref.lock,
+                                   _frameworks(ref.lock)))
+        passed_over += [PassedOver(f"--lock {given}", "the config names the locks")
+                   for given in cli_locks or []]
+    elif cli_locks:
+        for given in cli_locks:
+            path = Path(given).resolve()
+            lock = read_lock(Path(given))
+            require_trusted(lock, allow_unhashed=False, allow_insecure_index=False)
+            frameworks = _frameworks(lock)
+            if not frameworks:
+                raise UsageError(f"{given}: the lock pins none of {', '.join(FRAMEWORKS)}: "
+                                 "lockguard has nothing to train under it")
+            found.append(FoundLock(path, _config_path(path, project), lock, frameworks))
+    else:
+        files = _search(project)
+        for path in files:
+            name = _config_path(path, project)
+            if path.name in UNSUPPORTED:
+                unsupported.append(PassedOver(name, f"not read (lockguard reads requirements "
+                                                f"locks, pylock.toml, uv.lock and poetry.lock); "
+                                                f"{UNSUPPORTED[path.name]}"))
+            elif _INPUT.match(path.name):
+                if not path.with_suffix(".txt").exists():
+                    uncompiled.append(name)
+            else:
+                try:
+                    lock = parse_lock(path)
+                    require_trusted(lock, allow_unhashed=False, allow_insecure_index=False)
+                except LockError as exc:
+                    where = f"line {exc.line}: " if exc.line is not None else ""
+                    passed_over.append(PassedOver(name, one_line(where + exc.reason, 300)))
+                    continue
+                frameworks = _frameworks(lock)
+                if frameworks:
+                    found.append(FoundLock(path, name, lock, frameworks))
+                else:
+                    passed_over.append(PassedOver(name, f"pins none of {', '.join(FRAMEWORKS)}"))
+        found.sort(key=lambda f: (f.name.count("/"), f.name != "requirements.txt", f.name))
+    if existing is None and not found:
+        raise UsageError(_no_lock(project, passed_over, unsupported, uncompiled))
+    package, src = _package(project)
+    repo = repo_root(project)
+    workflows = (repo or project) / ".github" / "workflows"
+    return Survey(project=project, config_file=existing, config_target=target,
+                  locks=tuple(found), passed_over=tuple(passed_over), unsupported=tuple(unsupported),
+                  uncompiled=tuple(uncompiled), package=package, src_layout=src, repo=repo,
+                  branch=default_branch(repo) if repo else "main",
+                  workflow_found=_workflow_running_lockguard(workflows))
+
+
+def describe(s: Survey) -> list[str]:
+    """What the survey found, one line each."""
+    lines = [f"project: {s.project}"]
+    if s.config_file is not None:
+        table = " [tool.lockguard]" if s.config_file.name == "pyproject.toml" else ""
+        lines.append(f"already configured: {shown(s.config_file, s.project)}{table} (left as "
+                     "it is)")
+    lines += [f"lock {found.describe()}" for found in s.locks]
+    lines += [f"not used: {p.name}: {p.reason}" for p in s.passed_over]
+    lines += [f"not used: {p.name}: {p.reason}" for p in s.unsupported]
+    lines += [f"not compiled: {name} (compile it: `lockguard lock {name}`)"
+              for name in s.uncompiled]
+    if s.package:
+        lines.append(f"your code: {'src/' if s.src_layout else ''}{s.package}/")
+    if s.workflow_found:
+        lines.append(f"a workflow already runs lockguard: {s.workflow_found}")
+    return lines
+
+
+def config_place(s: Survey) -> str:
+    """Where a new config goes, as the user knows it: "[tool.lockguard] in pyproject.toml"."""
+    table = "[tool.lockguard] in " if s.config_target.name == "pyproject.toml" else ""
+    return table + shown(s.config_target, s.project)
+
+
+def _existing_config(project: Path) -> Path | None:
+    """The project's own file holding lockguard settings, found as every command finds it (a
+    config in a folder above is another project's: this one gets its own)."""
+    found = load_config(start=project).file
+    return found if found is not None and found.parent == project else None
+
+
+def _search(project: Path) -> list[Path]:
+    """Files below `project` (SEARCH_DEPTH folders deep) named like a lock or its input."""
+    found: list[Path] = []
+    seen = 0
+    for top, dirs, files in os.walk(project):
+        here = Path(top)
+        depth = len(here.relative_to(project).parts)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _PRUNED
+                         and depth + 1 < SEARCH_DEPTH
+                         and not (here / d / "pyvenv.cfg").exists())
+        for name in sorted(files):
+            seen += 1
+            if (_REQUIREMENTS.match(name) or _INPUT.match(name) or name in UNSUPPORTED
+                    or format_by_name(name) in ("uv.lock", "poetry.lock", "pylock.toml")
+                    or (here.name == "requirements" and name.endswith(".txt"))):
+                found.append(here / name)
+        if seen > MAX_SEARCHED:
+            break
+    return found
+
+
+def _frameworks(lock: Lock) -> tuple[str, ...]:
+    pinned = lock.frameworks()
+    return tuple(fw for fw in FRAMEWORKS if fw in pinned)
+
+
+def _config_path(path: Path, project: Path) -> str:
+    return Path(os.path.relpath(path, project)).as_posix()
+
+
+def shown(path: Path, project: Path) -> str:
+    """`path` as the user knows it: relative to the project, else as files.display_path
+    shows it."""
+    try:
+        return path.relative_to(project).as_posix()
+    except ValueError:
+        return display_path(path)
+
+
+def _no_lock(project: Path, passed_over: list[PassedOver], unsupported: list[PassedOver],
+             uncompiled: list[str]) -> str:
+    why = [f"{p.name}: {p.reason}" for p in passed_over + unsupported]
+    why += [f"{name} is not compiled" for name in uncompiled]
+    seen = f" ({'; '.join(why)})" if why else ""
+    return (f"{display_path(project)}: no lock to guard: looked for hashed locks "
+            f"(requirements*.txt, pylock.toml, uv.lock, poetry.lock) that pin "
+            f"{', '.join(FRAMEWORKS)}{seen}; "
+            + NO_LOCK_FIX)
+
+
+def _package(project: Path) -> tuple[str | None, bool]:
+    """The project's own importable package (a folder with __init__.py at the top or in
+    src/), the one named like the project's folder when there are several; and whether it is
+    in src/."""
+    for base, src in ((project, False), (project / "src", True)):
+        try:
+            names = sorted(e.name for e in os.scandir(base) if e.is_dir()
+                           and e.name.isidentifier() and e.name not in _NOT_PACKAGES
+                           and (Path(e.path) / "__init__.py").is_file())
+        except OSError:
+            continue
+        if names:
+            wanted = re.sub(r"[-.]+", "_", project.name).lower()
+            return (wanted if wanted in names else names[0]), src
+    return None, False
+
+
+def _workflow_running_lockguard(workflows: Path) -> str | None:
+    try:
+        paths = sorted(p for p in workflows.iterdir() if p.suffix in (".yml", ".yaml"))
+    except OSError:
+        return None
+    for path in paths:
+        if path.name == Path(templates.WORKFLOW_PATH).name:
+            continue  # the one init writes: judged as "already there"
+        try:
+            text = read_bytes(path, "workflow", MAX_CONFIG_BYTES).decode("utf-8", "replace")
+        except ReadError:
+            continue
+        if _RUNS_LOCKGUARD.search(text):
+            return path.name
+    return None
+
+
