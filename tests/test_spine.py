@@ -19,6 +19,7 @@ import pytest
 
 from conftest import (LOSS_EMA, TORCH_LOCK, golden_file, make_project, run_cli, scenario_args,
                       snapshot)
+from fakes import other_cpu
 from forked_cli import cli_env
 
 pytestmark = pytest.mark.slow
@@ -410,22 +411,6 @@ def test_the_projects_own_goldens_reproduce():
 
 
 # ------------------------------------------------------------------ hardware classes, trust
-
-def other_cpu() -> dict:
-    """A CPU of another hardware class than this machine's, whichever of the Intel and AMD
-    machines of this kind runs the test: an AMD EPYC 7B13 (family 25 model 1), or on such a
-    machine a 7B12 (family 23 model 49)."""
-    from lockguard.harness._lockguard_harness.common import cpu_info
-
-    here = cpu_info()
-    zen3 = {"vendor_id": "AuthenticAMD", "family": 25, "model_number": 1,
-            "model": "AMD EPYC 7B13 64-Core Processor"}
-    zen2 = {"vendor_id": "AuthenticAMD", "family": 23, "model_number": 49,
-            "model": "AMD EPYC 7B12 64-Core Processor"}
-    same = (here.get("vendor_id"), here.get("family"), here.get("model_number")) == (
-        zen3["vendor_id"], zen3["family"], zen3["model_number"])
-    return zen2 if same else zen3
-
 
 AMD = other_cpu()
 AMD_NAME = AMD["model"].removesuffix(" 64-Core Processor")  # "AMD EPYC 7B13"
