@@ -10,8 +10,8 @@ import sys
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
-                      ValidationError, model_serializer)
+from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, SerializationInfo,
+                      SerializerFunctionWrapHandler, ValidationError, model_serializer)
 
 from lockguard.errors import LockguardError
 
@@ -188,10 +188,34 @@ class RunResult(BaseModel):
     error: str | None = None  # last lines of the error, for crashed/nan/timeout
 
     @model_serializer(mode="wrap")
-    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _without_absent(self, handler: SerializerFunctionWrapHandler,
+                        info: SerializationInfo) -> dict[str, Any]:
         # Only the data scenarios record an order.
-        return without_absent(self, handler(self),
+        data = without_absent(self, handler(self),
                               ("sample_order", "batches_per_epoch", "epoch_digests"))
+        return _spelled_non_finite(self, data) if info.mode_is_json() else data
+
+
+# JSON has no NaN or infinity, and pydantic writes them as null, which no float field reads
+# back: a report or evidence file of a run that ended in NaN could not be read again (`accept`
+# and `lockguard report` said "invalid report"). Spelled as these strings, they are valid JSON
+# and read back as the same floats.
+_SPELLED = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _spelled_non_finite(result: RunResult, data: dict[str, Any]) -> dict[str, Any]:
+    def spell(value: float) -> float | str:
+        return value if math.isfinite(value) else _SPELLED[repr(value)]
+
+    for key in ("losses", "grad_norms", "outputs"):
+        values = getattr(result, key)
+        if not all(math.isfinite(v) for v in values):
+            data[key] = [spell(v) for v in values]
+    for key in ("param_norms", "metrics"):
+        named = getattr(result, key)
+        if not all(math.isfinite(v) for v in named.values()):
+            data[key] = {name: spell(v) for name, v in named.items()}
+    return data
 
 
 class ResultError(LockguardError):
