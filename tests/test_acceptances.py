@@ -127,3 +127,70 @@ def test_a_golden_whose_accepted_result_was_edited_is_no_acceptance(tmp_path):
     assert gold.provenance.acceptance.result_digest != golden.result_digest(gold.result)
     report, v = checked(settings, old, new, FakeBackend())
     assert not report.passed and v.accepted is None
+
+
+# ------------------------------------------------------------------- what `accept` refuses
+
+CANDIDATE = ("numpy.mlp", "2.0.2")
+
+
+def refused_project(tmp_path: Path, case: str) -> tuple[Path, Path]:
+    """A project whose A/B check (numpy 1.26.4 → 2.0.2, on the fake) produced the report at
+    the returned path, in the way `case` names; nothing accepted yet."""
+    root = make_project(tmp_path / "p", 'golden_dir = "golden"\nsteps = 6')
+    old, new = lock(root, "old.txt", OLD), lock(root, "new.txt", NEW)
+    config = load_config(start=root)
+    options = Options(device="cuda") if case == "cpu-fallback" else \
+        Options(repeat=3) if case == "noisy" else None
+    behaviour = {CANDIDATE: case} if case in ("nan", "timeout", "invalid", "crash",
+                                             "cpu-fallback", "noisy") else {}
+    backend = FakeBackend(behaviour=behaviour)
+    if case == "record":
+        report = record(Settings.resolve(config), [new], NUMPY, backend=backend)
+    else:
+        report = check_ab(Settings.resolve(config, options), [new], [old], NUMPY,
+                          backend=backend)
+        assert not report.passed
+    data = json.loads(render(report, "json"))
+    if case == "propose":  # (a proposal's report is a check of a lock in lockguard's cache)
+        data["command"] = "propose"
+    path = root / "report.json"
+    path.write_text(json.dumps(data))
+    if case == "lock rewritten":
+        (root / "new.txt").write_text("numpy==2.1.0\n")
+    return root, path
+
+
+@pytest.mark.parametrize("case, why", [
+    ("crash", "scenario numpy.mlp: its run is crashed (RuntimeError: boom); a golden must be a "
+              "healthy run"),
+    ("nan", "scenario numpy.mlp: its run is nan (loss 5 is nan)"),
+    ("timeout", "scenario numpy.mlp: its run is timeout"),
+    ("invalid", "scenario numpy.mlp: its run is invalid (the run's result breaks the result "
+                "contract"),
+    ("cpu-fallback", "scenario numpy.mlp: it ran on cpu, not on cuda"),
+    ("noisy", "scenario numpy.mlp: its repeated runs disagreed with each other "
+              "(nondeterministic)"),
+    ("record", "report.json: a `record` report, not a check's (its results are already "
+               "goldens)"),
+    ("propose", "report.json: a `propose` report, not a check's (a proposal's lock lives in "
+                "lockguard's cache"),
+    ("lock rewritten", "scenario numpy.mlp: "),
+])
+def test_accept_refuses_and_writes_nothing(tmp_path, case, why):
+    root, path = refused_project(tmp_path, case)
+    before = snapshot(root)
+    refused = run_cli("accept", "--from", str(path), "--reason", "intended", "--yes", cwd=root)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert why in refused.stderr, refused.stderr
+    if case == "lock rewritten":
+        assert "new.txt changed since the check ran; run `lockguard check` again and accept " \
+               "that" in refused.stderr
+    assert snapshot(root) == before
+    # The same report with its refused cause away is adopted (the refusal was that cause's).
+    if case == "lock rewritten":
+        (root / "new.txt").write_text(NEW)
+        taken = run_cli("accept", "--from", str(path), "--reason", "intended", "--yes",
+                        cwd=root)
+        assert taken.returncode == 0 and "wrote: golden/cpu/" in taken.stderr, taken.stderr
