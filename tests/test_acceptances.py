@@ -194,3 +194,36 @@ def test_accept_refuses_and_writes_nothing(tmp_path, case, why):
         taken = run_cli("accept", "--from", str(path), "--reason", "intended", "--yes",
                         cwd=root)
         assert taken.returncode == 0 and "wrote: golden/cpu/" in taken.stderr, taken.stderr
+
+
+# ------------------------------------------------------------- an unverified golden, recorded
+
+def test_record_replaces_an_unverified_golden_with_a_verified_one(tmp_path):
+    """Adopted from artefacts nothing vouches for, a golden answers no check without a run;
+    `record` of the same lock on this class (the same numbers) makes it a verified golden, and
+    the next check answers from it."""
+    from lockguard.flows.check import check
+
+    root = tmp_path / "p"
+    root.mkdir()
+    settings = settings_of(root)
+    old, new = lock(tmp_path, "old.txt", OLD), lock(tmp_path, "new.txt", NEW)
+    report = check_ab(settings, [new], [old], NUMPY, backend=FakeBackend())
+    report.id = "20260101T000000Z-aaaaaa"
+    adoptions, notes = accept.plan(report, tmp_path / "report.json", settings, [], "from CI",
+                                   "me <me@e>", verified=False)
+    assert any("adopted as unverified" in n for n in notes)
+    [(adoption, _)] = accept.adopt(adoptions)
+    assert not golden.trusted(golden.load(adoption.path))
+    fake = FakeBackend()
+    check(settings, [new], NUMPY, backend=fake)
+    assert fake.runs == [("numpy.mlp", "2.0.2")]  # unverified: run and compared, not answered
+
+    recorded = record(settings, [new], NUMPY, backend=FakeBackend())
+    assert [v.verdict for v in recorded.verdicts] == [Verdict.identical]  # the same numbers
+    gold = golden.load(adoption.path)
+    assert golden.trusted(gold) and gold.provenance.acceptance is None
+    assert gold.result == adoption.result
+    fake = FakeBackend()
+    answered = check(settings, [new], NUMPY, backend=fake)
+    assert fake.runs == [] and [v.verdict for v in answered.verdicts] == [Verdict.unchanged]
