@@ -29,7 +29,7 @@ from lockguard.flows.ab import check_ab
 from lockguard.flows.record import record
 from lockguard.hardware import hardware_class, host_class
 from lockguard.names import Verdict
-from lockguard.report import Report, render
+from lockguard.report import render
 from lockguard.scenarios import bundled
 from lockguard.settings import Settings
 
