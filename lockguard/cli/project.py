@@ -156,6 +156,7 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
 
 
 @click.group()
+@handles_errors
 def images() -> None:
     """Container image templates and their pinned bases.
 
