@@ -318,7 +318,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # The flocks that order tests, host-wide: every pytest session and every worker of one take
 # them, so that a timing test has the machine to itself from another session's tests too (a
 # per-session folder, the xdist base temp, held off only its own session's workers).
-TEST_LOCKS = Path(os.environ.get("LOCKGUARD_TEST_LOCKS", "/tmp/lockguard-test-locks"))
+TEST_LOCKS = Path(os.environ.get("LG_TEST_LOCKS", "/tmp/lockguard-test-locks"))
 
 
 def hold(name: str, exclusive: bool) -> Iterator[None]:

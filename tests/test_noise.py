@@ -3,7 +3,7 @@ real CLI, and a user scenario that is nondeterministic on purpose — each run l
 as a GPU reduction with atomics does.
 
 Its noise is seeded, so that a failure can be replayed: from NOISE_SEED (printed; set
-LOCKGUARD_TEST_NOISE_SEED to draw others), the invocation's number and the run's own number
+LG_TEST_NOISE_SEED to draw others), the invocation's number and the run's own number
 among the invocation's runs. A fresh draw lands outside an envelope about once in a thousand
 (envelope.FAMILY_ALPHA); with os.urandom that was a flake, seeded it is a fixed outcome.
 """
@@ -51,7 +51,7 @@ def run(steps, seed):
 '''
 
 
-NOISE_SEED = int(os.environ.get("LOCKGUARD_TEST_NOISE_SEED", "20261205"))
+NOISE_SEED = int(os.environ.get("LG_TEST_NOISE_SEED", "20261205"))
 
 
 def noisy(*args: str, cwd):
@@ -59,7 +59,7 @@ def noisy(*args: str, cwd):
     seed_file = cwd / "noise_seed.txt"
     seed = int(seed_file.read_text()) + 1
     seed_file.write_text(str(seed))
-    print(f"noise: LOCKGUARD_TEST_NOISE_SEED={NOISE_SEED}, invocation seed {seed}")
+    print(f"noise: LG_TEST_NOISE_SEED={NOISE_SEED}, invocation seed {seed}")
     return run_cli(*args, cwd=cwd)
 
 
