@@ -10,8 +10,8 @@ import sys
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, SerializationInfo,
-                      SerializerFunctionWrapHandler, ValidationError, model_serializer)
+from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
+                      ValidationError, model_serializer)
 
 from lockguard.errors import LockguardError
 
@@ -22,9 +22,11 @@ MAX_RESULT_BYTES = 64 << 20
 
 
 def _json_float(value: float) -> float | str:
-    # Differences can be inf or nan (a NaN where a number was expected). Strict JSON has no
-    # spelling for those, so they are written as the strings "inf" / "nan", which pydantic
-    # reads back as floats.
+    # Differences can be inf or nan (a NaN where a number was expected), and so can a broken
+    # run's losses, kept in a report and its evidence. Strict JSON has no spelling for those
+    # (pydantic's default writes null, which no float field reads back: `accept` and `lockguard
+    # report` of a NaN run said "invalid report"), so they are written as the strings "inf" /
+    # "nan", which pydantic reads back as floats.
     return value if math.isfinite(value) else str(value)
 
 
@@ -162,13 +164,13 @@ class RunResult(BaseModel):
     steps: int
     seed: int = 0
     fingerprint: dict[str, Any] = Field(default_factory=dict)
-    losses: list[float] = Field(default_factory=list)
-    grad_norms: list[float] = Field(default_factory=list)
-    outputs: list[float] = Field(default_factory=list)  # probe batch, flattened
+    losses: list[JsonFloat] = Field(default_factory=list)
+    grad_norms: list[JsonFloat] = Field(default_factory=list)
+    outputs: list[JsonFloat] = Field(default_factory=list)  # probe batch, flattened
     output_shape: list[int] = Field(default_factory=list)
     param_digest: str | None = None  # sha256 of the parameters' bytes, in a fixed order
-    param_norms: dict[str, float] = Field(default_factory=dict)
-    metrics: dict[str, float] = Field(default_factory=dict)  # user scenario extras
+    param_norms: dict[str, JsonFloat] = Field(default_factory=dict)
+    metrics: dict[str, JsonFloat] = Field(default_factory=dict)  # user scenario extras
     compile: CompileDiagnostics | None = None
     timings: Timings = Field(default_factory=Timings)
     # Peak host memory of the training: how far the resident set rose above where it stood when
@@ -188,34 +190,10 @@ class RunResult(BaseModel):
     error: str | None = None  # last lines of the error, for crashed/nan/timeout
 
     @model_serializer(mode="wrap")
-    def _without_absent(self, handler: SerializerFunctionWrapHandler,
-                        info: SerializationInfo) -> dict[str, Any]:
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Only the data scenarios record an order.
-        data = without_absent(self, handler(self),
+        return without_absent(self, handler(self),
                               ("sample_order", "batches_per_epoch", "epoch_digests"))
-        return _spelled_non_finite(self, data) if info.mode_is_json() else data
-
-
-# JSON has no NaN or infinity, and pydantic writes them as null, which no float field reads
-# back: a report or evidence file of a run that ended in NaN could not be read again (`accept`
-# and `lockguard report` said "invalid report"). Spelled as these strings, they are valid JSON
-# and read back as the same floats.
-_SPELLED = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
-def _spelled_non_finite(result: RunResult, data: dict[str, Any]) -> dict[str, Any]:
-    def spell(value: float) -> float | str:
-        return value if math.isfinite(value) else _SPELLED[repr(value)]
-
-    for key in ("losses", "grad_norms", "outputs"):
-        values = getattr(result, key)
-        if not all(math.isfinite(v) for v in values):
-            data[key] = [spell(v) for v in values]
-    for key in ("param_norms", "metrics"):
-        named = getattr(result, key)
-        if not all(math.isfinite(v) for v in named.values()):
-            data[key] = {name: spell(v) for name, v in named.items()}
-    return data
 
 
 class ResultError(LockguardError):
