@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from lockguard.cache import cache_root
 from lockguard.errors import LockguardError
-from lockguard.files import WriteError, publish_dir, write_text, writable_dir
+from lockguard.files import (WriteError, publish_dir, recover_dir, staging_dir, write_text,
+                             writable_dir)
 
 if TYPE_CHECKING:
     from lockguard.report import Report
@@ -74,6 +75,9 @@ def prepare(option: Path | None, root: Path, *, check: bool = False) -> Target:
     report_id = new_id()
     project = project_dir(root)
     directory = option if option is not None else project / report_id
+    # A run killed while it published here left its copies beside the directory: the last
+    # artefacts are put back where a reader (accept) looks for them.
+    recover_dir(directory)
     try:
         if directory.exists() and not directory.is_dir():
             raise WriteError(f"--artifacts {directory}: is not a directory")
@@ -105,9 +109,7 @@ def _replaceable(directory: Path) -> bool:
 def save(target: Target, report: Report, report_json: str) -> Path:
     """Write the report (`report_json`: its JSON, as `--format json` renders it) and both
     sides' results of every scenario; returns the directory."""
-
-    parent = target.directory.parent
-    staging = parent / f".{target.directory.name}.{os.getpid()}.partial"
+    staging = staging_dir(target.directory)
     try:
         shutil.rmtree(staging, ignore_errors=True)
         for ev in report.evidence:

@@ -167,9 +167,15 @@ def link_file(source: Path, target: Path) -> bool:
         return False
 
 
+def staging_dir(directory: Path) -> Path:
+    """Where this process assembles `directory`'s next content, beside it, for publish_dir."""
+    return directory.parent / f".{directory.name}.{os.getpid()}.partial"
+
+
 def publish_dir(staging: Path, directory: Path) -> None:
     """Put the finished directory `staging` where `directory` is, in one rename (a reader sees
     the old directory or the new one, never half of one), replacing what was there."""
+    recover_dir(directory)
     if not directory.exists():
         os.rename(staging, directory)
         return
@@ -181,6 +187,28 @@ def publish_dir(staging: Path, directory: Path) -> None:
         os.rename(old, directory)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_dir(directory: Path) -> None:
+    """Undo what a writer of `directory` that was killed left beside it: the old directory it
+    had renamed aside and not yet replaced is put back (killed between publish_dir's two
+    renames); its staging directory, or an old copy already replaced, is removed. Those of a
+    writer still running are left alone."""
+    prefix = f".{directory.name}."
+    try:
+        entries = list(os.scandir(directory.parent))
+    except OSError:
+        return
+    for entry in entries:
+        pid, _, kind = entry.name.removeprefix(prefix).partition(".")
+        if not entry.name.startswith(prefix) or kind not in ("partial", "old") \
+                or not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if kind == "old" and not os.path.lexists(directory):
+            with contextlib.suppress(OSError):
+                os.rename(entry.path, directory)
+                continue
+        shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def clean_stale_temps(directory: Path) -> None:

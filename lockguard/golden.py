@@ -391,7 +391,11 @@ def result_digest(result: RunResult) -> str:
 def trusted(gold: Golden) -> bool:
     """Whether a golden may answer a check without a run: not one adopted from artefacts that
     nothing vouches for (Acceptance.verified)."""
-    acceptance = gold.provenance.acceptance
+    return _vouched(gold.provenance)
+
+
+def _vouched(provenance: Provenance) -> bool:
+    acceptance = provenance.acceptance
     return acceptance is None or acceptance.verified is not False
 
 
@@ -428,8 +432,11 @@ def write(path: Path, result: RunResult, provenance: Provenance,
     if old is not None \
             and reference_key(old.result, old.provenance, old.hardware, old.envelope) \
             == reference_key(result, provenance, hardware, envelope) \
-            and _binding(provenance) in (None, _binding(old.provenance)):
-        return False  # (a new acceptance of the same numbers is written: it is what passes)
+            and _binding(provenance) in (None, _binding(old.provenance)) \
+            and (_vouched(old.provenance) or not _vouched(provenance)):
+        # (A new acceptance of the same numbers is written: it is what passes; and a run
+        # this machine vouches for replaces an unverified golden of the same numbers.)
+        return False
     stamped = provenance.model_copy(update={
         "lockguard_version": __version__,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})

@@ -24,9 +24,11 @@ MAX_RESULT_BYTES = 64 << 20
 
 
 def _json_float(value: float) -> float | str:
-    # Differences can be inf or nan (a NaN where a number was expected). Strict JSON has no
-    # spelling for those, so they are written as the strings "inf" / "nan", which pydantic
-    # reads back as floats.
+    # Differences can be inf or nan (a NaN where a number was expected), and so can a broken
+    # run's losses, kept in a report and its evidence. Strict JSON has no spelling for those
+    # (pydantic's default writes null, which no float field reads back: `accept` and `lockguard
+    # report` of a NaN run said "invalid report"), so they are written as the strings "inf" /
+    # "nan", which pydantic reads back as floats.
     return value if math.isfinite(value) else str(value)
 
 
@@ -253,13 +255,13 @@ class RunResult(BaseModel):
     steps: int
     seed: int = 0
     fingerprint: dict[str, Any] = Field(default_factory=dict)
-    losses: list[float] = Field(default_factory=list)
-    grad_norms: list[float] = Field(default_factory=list)
-    outputs: list[float] = Field(default_factory=list)  # probe batch, flattened
+    losses: list[JsonFloat] = Field(default_factory=list)
+    grad_norms: list[JsonFloat] = Field(default_factory=list)
+    outputs: list[JsonFloat] = Field(default_factory=list)  # probe batch, flattened
     output_shape: list[int] = Field(default_factory=list)
     param_digest: str | None = None  # sha256 of the parameters' bytes, in a fixed order
-    param_norms: dict[str, float] = Field(default_factory=dict)
-    metrics: dict[str, float] = Field(default_factory=dict)  # user scenario extras
+    param_norms: dict[str, JsonFloat] = Field(default_factory=dict)
+    metrics: dict[str, JsonFloat] = Field(default_factory=dict)  # user scenario extras
     compile: CompileDiagnostics | None = None
     timings: Timings = Field(default_factory=Timings)
     # Peak host memory of the training: how far the resident set rose above where it stood when

@@ -233,23 +233,33 @@ def _engine_or_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine():
     """A docker SDK client of a running engine that has TEST_BASE, with LOCKGUARD_BASE_IMAGE
-    set to it. Without them the test skips, saying why, except under CI (`unavailable`)."""
+    set to it for this module's tests only: undone when the module ends, since every later
+    run_cli copies os.environ and a module that follows on the same xdist worker (which one
+    depends on scheduling) would otherwise build on it. Without them the test skips, saying
+    why, except under CI (`unavailable`)."""
     from lockguard.envs.docker import BASE_IMAGE_ENV, connect
 
     reason = _engine_or_reason()
     if reason is not None:
         unavailable("a Docker engine", reason)
-    client = connect()
-    old = os.environ.get(BASE_IMAGE_ENV)
-    os.environ[BASE_IMAGE_ENV] = TEST_BASE
-    yield client
-    if old is None:
-        os.environ.pop(BASE_IMAGE_ENV, None)
-    else:
-        os.environ[BASE_IMAGE_ENV] = old
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BASE_IMAGE_ENV, TEST_BASE)
+        yield connect()
+
+
+def host_nvidia_driver() -> str | None:
+    """The NVIDIA kernel driver's version on this machine, read here from
+    /proc/driver/nvidia/version (its first dotted number); None where there is none: what a
+    harness run that expected cuda must report as fingerprint.nvidia's driver."""
+    try:
+        first = Path("/proc/driver/nvidia/version").read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    found = re.search(r"\d+(?:\.\d+)+", first)
+    return found.group(0) if found else None
 
 
 def tool(name: str) -> str:
@@ -327,46 +337,54 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _among_workers(tmp_path_factory, name: str, exclusive: bool) -> Iterator[None]:
-    """Under pytest-xdist, hold a flock (shared or exclusive) on the file `name` that all the
-    workers of this run share, until the generator resumes; without xdist there is nothing to
-    share.
+# The flocks that order tests, host-wide: every pytest session and every worker of one take
+# them, so that a timing test has the machine to itself from another session's tests too (a
+# per-session folder, the xdist base temp, held off only its own session's workers).
+TEST_LOCKS = Path(os.environ.get("LG_TEST_LOCKS", "/tmp/lockguard-test-locks"))
+
+
+def hold(name: str, exclusive: bool) -> Iterator[None]:
+    """Hold a flock (shared or exclusive) on the host-wide file `name` until the generator
+    resumes.
 
     Each lock is taken through a turnstile, an exclusive flock held only while waiting: a
-    worker waiting for the exclusive lock holds it, so the others' next shared locks queue
+    test waiting for the exclusive lock holds it, so the others' next shared locks queue
     behind it. flock alone prefers no one, and shared holders that let go and lock again at
     once kept a timing test waiting for minutes."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        yield
-        return
-    shared = tmp_path_factory.getbasetemp().parent
-    with open(shared / name, "a") as handle, open(shared / f"{name}.turnstile", "a") as gate:
+    TEST_LOCKS.mkdir(mode=0o1777, parents=True, exist_ok=True)
+    fds = []
+    for path in (TEST_LOCKS / name, TEST_LOCKS / f"{name}.turnstile"):
+        # Read-only is enough for flock, so a file another user created serves as well.
+        fds.append(os.open(path, os.O_RDONLY | os.O_CREAT, 0o666))
+    handle, gate = fds
+    try:
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # (closing lets go of the flock)
 
 
 @pytest.fixture(autouse=True)
-def _machine_to_itself(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
+def _machine_to_itself(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test marked `exclusive` (its verdict is a timing: `slower`) has the machine to itself
-    while the other workers wait; every other test shares it (a readers-writer flock)."""
+    while every other test, of this session or another, waits; every other test shares it (a
+    readers-writer flock)."""
     exclusive = request.node.get_closest_marker("exclusive") is not None
-    yield from _among_workers(tmp_path_factory, "machine.lock", exclusive)
+    yield from hold("machine.lock", exclusive)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _engine_to_itself(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
+def _engine_to_itself(request: pytest.FixtureRequest) -> Iterator[None]:
     """A module with Docker tests has the engine to itself while it runs: they build, tag,
     tamper with and remove the same images (the numpy image above all), so two modules must
     not interleave. Its module-scoped fixtures come after this one (autouse first)."""
     if any(item.get_closest_marker("docker") for item in request.session.items
            if item.module is request.module):
-        yield from _among_workers(tmp_path_factory, "engine.lock", True)
+        yield from hold("engine.lock", True)
     else:
         yield

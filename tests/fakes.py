@@ -48,6 +48,20 @@ def losses_for(scenario: str, version: str, seed: int, steps: int) -> list[float
     return [v if i == 0 else v * (1 + salt * 1e-6) for i, v in enumerate(base)]
 
 
+def other_cpu() -> dict:
+    """A CPU of another hardware class than this machine's, whichever of the Intel and AMD
+    machines of this kind runs the test: an AMD EPYC 7B13 (family 25 model 1), or on such a
+    machine a 7B12 (family 23 model 49)."""
+    here = cpu_info()
+    zen3 = {"vendor_id": "AuthenticAMD", "family": 25, "model_number": 1,
+            "model": "AMD EPYC 7B13 64-Core Processor"}
+    zen2 = {"vendor_id": "AuthenticAMD", "family": 23, "model_number": 49,
+            "model": "AMD EPYC 7B12 64-Core Processor"}
+    same = (here.get("vendor_id"), here.get("family"), here.get("model_number")) == (
+        zen3["vendor_id"], zen3["family"], zen3["model_number"])
+    return zen2 if same else zen3
+
+
 def _code_salt(script: Path) -> str:
     """A salt of a user scenario's code: its script and the files beside it (what a real run
     would import or read)."""
@@ -121,16 +135,22 @@ class FakeEnv:
             version += f"+{name}-{pin.version if pin else 'unpinned'}"
         self.backend.record_run(sid, version, request.steps)
         behaviour = self.backend.behaviour.get((sid, version))
-        if behaviour == "crash":
+        if behaviour in ("crash", "timeout"):
             return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
-                             steps=request.steps, seed=request.seed, status=Status.crashed,
-                             error="RuntimeError: boom")
+                             steps=request.steps, seed=request.seed,
+                             status=Status.crashed if behaviour == "crash" else Status.timeout,
+                             error="RuntimeError: boom" if behaviour == "crash" else
+                             f"no result after {request.timeout}s")
         # A user scenario's numbers move with its code too, as a real run's would.
         code = _code_salt(request.script) if request.script is not None else ""
         if request.script is not None:
             with self.backend._lock:
                 self.backend.scripts.append((sid, Path(request.script).read_text()))
         losses = losses_for(sid, version + code, request.seed, request.steps)
+        # Another CPU's kernels: the same curve, its low bits moved.
+        losses = [v * (1 + self.backend.nudge) for v in losses]
+        if behaviour == "invalid":
+            losses = losses[:-1]  # one loss short: a result that breaks the contract
         if behaviour == "nan":
             losses[-1] = float("nan")
         digest = f"d{version}"
@@ -145,7 +165,8 @@ class FakeEnv:
         return RunResult(schema_version=SCHEMA_VERSION, scenario=sid, framework=fw,
                          framework_version=version, device=device, device_name=device,
                          steps=request.steps, seed=request.seed, losses=losses,
-                         fingerprint={"cpu": cpu_info()},  # the harness's own reading
+                         # the harness's own reading, or another CPU's (`cpu`)
+                         fingerprint={"cpu": {**cpu_info(), **self.backend.cpu}},
 
                          grad_norms=[abs(v) / 2 for v in losses],
                          outputs=losses[-2:], output_shape=[2], param_digest=digest,
@@ -163,8 +184,11 @@ class FakeEnv:
 @dataclass
 class FakeBackend:
     """Counts what a flow prepared and ran; `behaviour[(scenario, version)]` makes a run crash
-    ("crash"), end in NaN ("nan"), land on the CPU ("cpu-fallback") or differ from run to run
-    ("noisy", "noisy:+0.01" shifted by +1 %). `step_s` and `peak_bytes` set a scenario's
+    ("crash"), time out ("timeout"), end in NaN ("nan"), break the result contract ("invalid":
+    a loss short), land on the CPU ("cpu-fallback") or differ from run to run ("noisy",
+    "noisy:+0.01" shifted by +1 %). `cpu` overrides the fingerprint's CPU (other_cpu(): a run
+    on another hardware class) and `nudge` scales every loss by 1 + nudge, as another CPU's
+    kernels move the low bits. `step_s` and `peak_bytes` set a scenario's
     reported step time and peak memory; `run_s` how long each run takes, and `together` which
     scenarios ran at the same time (a pair; one id alone: two runs of that scenario).
 
@@ -173,6 +197,8 @@ class FakeBackend:
     goldens it records answer a real check."""
 
     behaviour: dict[tuple[str, str], str] = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)
+    nudge: float = 0.0
     prepared: list[str] = field(default_factory=list)
     admitted: list[str] = field(default_factory=list)  # lock hashes, as the pipeline admitted them
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, version) in run order

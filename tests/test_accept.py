@@ -363,3 +363,126 @@ def test_prune_keeps_the_newest_per_project(tmp_path, monkeypatch):
     left = sorted(p.name for p in project.iterdir())
     assert left == sorted(ids[5:] + ["other"])
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", evidence.new_id())
+
+
+# ------------------------------------------------------- the artefact directory, whole or absent
+
+def two_reports(tmp_path: Path):
+    """Two check reports (a drift, then the same check with the candidate crashed) of a
+    fake-backend A/B, each with both sides' runs: what `save` writes, twice."""
+    from fakes import FakeBackend, lock
+    from lockguard.config import parse_config
+    from lockguard.flows.ab import check_ab
+    from lockguard.scenarios import bundled
+    from lockguard.settings import Settings
+
+    settings = Settings.resolve(parse_config({"steps": 4}, "test", tmp_path / "p"))
+    old, new = (lock(tmp_path, "old.txt", "numpy==1.26.4\n"),
+                lock(tmp_path, "new.txt", "numpy==2.0.2\n"))
+    numpy = [s for s in bundled() if s.id == "numpy.mlp"]
+    first = check_ab(settings, [new], [old], numpy, backend=FakeBackend())
+    crashed = FakeBackend(behaviour={("numpy.mlp", "2.0.2"): "crash"})
+    return first, check_ab(settings, [new], [old], numpy, backend=crashed)
+
+
+def saved(directory: Path, root: Path, report) -> Path:
+    from lockguard.report import render
+
+    target = evidence.prepare(directory, root, check=True)
+    report.id = target.report_id
+    return evidence.save(target, report, render(report, "json"))
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_a_save_that_fails_on_any_file_leaves_the_last_artefacts_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    first, second = two_reports(tmp_path)
+    art, root = tmp_path / "art", tmp_path / "p"
+    saved(art, root, first)
+    before = snapshot(art)
+    assert sorted(before) == ["baseline/numpy.mlp.json", "candidate/numpy.mlp.json",
+                              "report.json"]
+    real = evidence.write_text
+    for n in range(1, 5):  # two runs, the report, the ledger's digest: each one failing
+        calls = []
+
+        def failing(path, text, n=n, calls=calls):
+            calls.append(path)
+            if len(calls) == n:
+                raise OSError(5, "Input/output error")
+            return real(path, text)
+
+        monkeypatch.setattr(evidence, "write_text", failing)
+        with pytest.raises(evidence.WriteError, match="cannot write the artefacts"):
+            saved(art, root, second)
+        assert snapshot(art) == before and leftovers(tmp_path) == [], n
+    # The second rename (the new directory into place) failing puts the old one back.
+    monkeypatch.setattr(evidence, "write_text", real)
+    renames = []
+    real_rename = os.rename
+
+    def second_fails(src, dst):
+        renames.append(dst)
+        if len(renames) == 2:
+            raise OSError(28, "No space left on device")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", second_fails)
+    with pytest.raises(evidence.WriteError):
+        saved(art, root, second)
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert snapshot(art) == before and leftovers(tmp_path) == []
+    saved(art, root, second)
+    assert snapshot(art) != before and leftovers(tmp_path) == []
+
+
+KILLED_SAVE = """
+import os, signal, sys
+sys.path[:0] = [sys.argv[1]]
+from pathlib import Path
+import lockguard.evidence as evidence
+from lockguard.report import load_report, render
+where, n = sys.argv[4], int(sys.argv[5])
+calls = []
+def kill_at_n(real):
+    def call(*args):
+        calls.append(args)
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args)
+    return call
+if where == "write":
+    evidence.write_text = kill_at_n(evidence.write_text)
+else:
+    os.rename = kill_at_n(os.rename)
+report = load_report(Path(sys.argv[3]))
+target = evidence.prepare(Path(sys.argv[2]), Path(sys.argv[3]).parent, check=True)
+evidence.save(target, report, render(report, "json"))
+"""
+
+
+@pytest.mark.parametrize("where, n", [("write", 1), ("write", 3), ("rename", 1),
+                                      ("rename", 2)])
+def test_a_save_killed_anywhere_leaves_the_last_artefacts(tmp_path, monkeypatch, where, n):
+    """SIGKILL while `save` writes its staging directory, or between the renames that swap it
+    in: the last artefacts are what the directory holds once the next run starts, and that run
+    leaves no staging or old copy behind."""
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    first, second = two_reports(tmp_path)
+    art, root = tmp_path / "art", tmp_path / "p"
+    saved(art, root, first)
+    before = snapshot(art)
+    from lockguard.report import render
+
+    (tmp_path / "second.json").write_text(render(second, "json"))
+    proc = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(REPO), str(art),
+                           str(tmp_path / "second.json"), where, str(n)],
+                          env={**os.environ, "LOCKGUARD_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == -9
+    evidence.prepare(art, root, check=True)  # the next run starts
+    assert snapshot(art) == before and leftovers(tmp_path) == []
+    saved(art, root, second)
+    assert snapshot(art) != before and leftovers(tmp_path) == []

@@ -451,17 +451,17 @@ def _build(lock: Path, framework: str, accelerator: str) -> tuple[dk.BuiltImage,
     return image, proc.stdout
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def torch_cuda(engine):
     return _build(TORCH_CUDA, "torch", "cuda")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jax_cuda(engine):
     return _build(JAX_CUDA, "jax", "cuda")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jax_tpu(engine):
     return _build(JAX_TPU, "jax", "tpu")
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import DATA, REPO, make_project, run_cli, snapshot
 
 NUMPY_LOCK = (DATA / "numpy-2.0.2.txt").read_text()
@@ -101,3 +103,90 @@ def test_the_command_leaves_without_teardown_and_keeps_its_status_and_output(tmp
                      "try:\n    main()\nexcept SystemExit:\n    pass\n"
                      "print('still here'); sys.exit(7)", tmp_path)
     assert caller.returncode == 7 and caller.stdout.splitlines()[-1] == "still here", caller
+
+
+# ------------------------------------------------------------------- the map, on every command
+
+def commands():
+    """Every command of the command line, subgroups' included, with its path."""
+    import click
+
+    from lockguard.cli import cli
+
+    def walk(command, path):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+
+    found = list(walk(cli, []))
+    assert all(isinstance(c, click.Command) for _, c in found)
+    return found
+
+
+def test_every_command_is_behind_the_exit_code_map():
+    """Each callback click runs (the root group's, a subgroup's, every command's) is wrapped by
+    handles_errors: a command without it would exit 1 with a traceback on a bad input, and on
+    a bug, instead of 2 or 3 with one line."""
+    from lockguard.cli.edge import handles_errors
+
+    mapped = handles_errors(lambda: None).__code__  # the code of every wrapper it makes
+
+    def wrapped(func) -> bool:
+        while func is not None:
+            if getattr(func, "__code__", None) is mapped:
+                return True
+            func = getattr(func, "__wrapped__", None)
+        return False
+
+    found = commands()
+    assert len(found) >= 20 and any(len(path) == 2 for path, _ in found)  # subgroups walked
+    unmapped = [" ".join(path) or "lockguard" for path, command in found
+                if command.callback is not None and not wrapped(command.callback)]
+    assert unmapped == []
+
+
+PLANTED = """
+import sys, importlib
+from lockguard import cli
+module = importlib.import_module(sys.argv[1])
+def bug(*a, **k):
+    raise KeyError("planted")
+setattr(module, sys.argv[2], bug)
+cli.main(sys.argv[3:])
+"""
+
+
+@pytest.mark.parametrize("argv, module, name", [
+    (["check"], "lockguard.flows.check", "check"),
+    (["report", "r.json"], "lockguard.report", "load_report"),
+    (["accept", "--reason", "x", "--yes"], "lockguard.flows.accept", "report_path"),
+])
+def test_a_bug_in_any_command_is_exit_3_with_a_crash_log(tmp_path, argv, module, name):
+    project = make_project(tmp_path / "p", 'lock = "lock.txt"', files={"lock.txt": NUMPY_LOCK})
+    before = snapshot(project)
+    proc = _python(PLANTED, project, module, name, *argv)
+    assert proc.returncode == 3, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("lockguard: internal error: KeyError: 'planted' (this is a bug; "
+                           "the traceback is in "), line
+    log = Path(line.rsplit(" in ", 1)[1].rstrip(")"))
+    assert log.parent == project / "cache" / "crash" and "in bug" in log.read_text()
+    assert {k: v for k, v in snapshot(project).items() if not k.startswith("cache/")} == before
+
+
+def test_every_commands_help_in_a_fresh_interpreter(tmp_path):
+    """`--help` of every command in an interpreter of its own, as a user runs it: the tests'
+    CLI runs fork a zygote that imported every module first (forked_cli.py), which would hide
+    a command that imports what it needs only through another's imports."""
+    paths = [path for path, _ in commands()]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO),
+           "LOCKGUARD_CACHE": str(tmp_path / "cache")}
+    procs = [(path, subprocess.Popen([sys.executable, "-m", "lockguard", *path, "--help"],
+                                     cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     text=True))
+             for path in paths]
+    for path, proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and err == "", (path, err)
+        assert out.startswith(f"Usage: lockguard {' '.join(path)}".rstrip()), (path, out[:80])

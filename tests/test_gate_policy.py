@@ -461,3 +461,94 @@ def test_an_export_that_moved_apart_from_its_uv_lock_is_named_stale(tmp_path):
     # (The fake's other numpy drifts: a verdict, no rule.)
     assert not report.rule_failures and [v.scenario for v in report.verdicts] == ["numpy.mlp"]
     assert any("pylock.toml moved in step with " in n for n in report.notes)
+
+
+# ------------------------------------------- every key of the base policy counts, not its wording
+
+USER = ('scenarios = ["mine"]\n[tool.lockguard.scenario.mine]\nscript = "sc/mine.py"\n'
+        'framework = "numpy"\n')
+SCRIPT = "def run(steps, seed):\n    return {'losses': [1.0] * steps}\n"
+
+
+def bumped_under(tmp_path: Path, base: str, pr: str, files: dict[str, str] | None = None):
+    """main's [tool.lockguard] `base` with numpy 1.26.4; the PR's `pr` with numpy 2.0.2,
+    committed. Returns the repository's root."""
+    root = repository(tmp_path, {"pyproject.toml": f'[tool.lockguard]\nlock = "a.txt"\n{base}',
+                                 "a.txt": "numpy==1.26.4\n", **(files or {})}, name="p")
+    (root / "pyproject.toml").write_text(f'[tool.lockguard]\nlock = "a.txt"\n{pr}')
+    (root / "a.txt").write_text("numpy==2.0.2\n")
+    commit_all(root)
+    return root
+
+
+def gated(root: Path, policy_from: str = "base"):
+    from lockguard.scenarios import select
+
+    gate = open_gate(load_config(start=root), "main", [], policy_from, start=root)
+    fake = FakeBackend()
+    report = check_base(Settings.resolve(gate.judging), gate, select(gate.judging, []),
+                        backend=fake)
+    return gate, report, fake
+
+
+def test_a_pr_that_sets_steps_still_runs_the_bases(tmp_path):
+    root = bumped_under(tmp_path, "steps = 6\n", "steps = 2\n")
+    gate, report, fake = gated(root)
+    assert "steps: 6 → 2" in gate.changes
+    assert fake.steps and set(fake.steps) == {6}, fake.steps
+    assert all(len(ev.candidate.result.losses) == 6 for ev in report.evidence)
+    _, _, own = gated(root, "pr")  # (its own policy: its steps)
+    assert set(own.steps) == {2}
+
+
+def test_a_pr_that_allows_sdists_is_still_held_to_wheels(tmp_path):
+    root = bumped_under(tmp_path, "", "allow_sdist = true\n")
+    gate = open_gate(load_config(start=root), "main", [], start=root)
+    assert "allow_sdist: False → True" in gate.changes
+    # What every build of this check reads (backend_for takes its options from Settings).
+    assert Settings.resolve(gate.judging).allow_sdist is False
+    assert Settings.resolve(load_config(start=root)).allow_sdist is True
+
+
+def test_a_pr_that_loosens_its_scenarios_tolerance_is_judged_by_the_bases(tmp_path):
+    loose = USER + "tolerance = {rtol = 0.5, atol = 0.5}\n"
+    root = bumped_under(tmp_path, USER, loose, {"sc/mine.py": SCRIPT})
+    gate, report, _ = gated(root)
+    assert "scenario.mine.tolerance: the per-dtype default (torch.testing's) → rtol 0.5, " \
+           "atol 0.5" in gate.changes
+    [v] = report.verdicts
+    assert v.verdict == Verdict.drift and not report.passed
+    # The same numbers under the PR's own tolerance would pass: the base's is what failed it.
+    _, own, _ = gated(root, "pr")
+    assert own.passed and own.verdicts[0].verdict == Verdict.within_tolerance
+
+
+def test_a_policy_only_pr_passes_at_once_and_says_what_it_changes(tmp_path):
+    root = project(tmp_path, 'lock = "a.txt"\nsteps = 6', {"a.txt": "numpy==1.26.4\n"})
+    (root / "pyproject.toml").write_text('[tool.lockguard]\nlock = "a.txt"\nsteps = 3\n'
+                                         'fail_on = []\n')
+    commit_all(root)
+    gate, report, fake = gated(root)
+    assert report.passed and report.verdicts == [] and fake.prepared == fake.runs == []
+    assert report.gate.changes == gate.changes == [
+        "fail_on: the default (drift, compile_fallback, device_fallback, broken, incomparable)"
+        " → [] (nothing)", "steps: 6 → 3"]
+    assert any("no lock changed since main" in n for n in report.notes)
+    from lockguard.report import render
+
+    assert "this PR changes the gate" in render(report, "text").splitlines()[0]
+
+
+def test_a_deleted_scenario_script_stops_the_check_naming_the_bases_config(tmp_path):
+    from conftest import run_cli, snapshot
+
+    root = bumped_under(tmp_path, USER, USER, {"sc/mine.py": SCRIPT})
+    git(root, "rm", "-q", "sc/mine.py")
+    commit_all(root, "no more scenario")
+    before = snapshot(root)
+    stopped = run_cli("check", "--base", "main", cwd=root)
+    assert stopped.returncode == 2, stopped.stdout + stopped.stderr
+    assert stopped.stderr.count("\n") == 1 and stopped.stdout == ""
+    assert "main:pyproject.toml [tool.lockguard]: key 'scenario.mine.script': " in stopped.stderr
+    assert "sc/mine.py not found" in stopped.stderr
+    assert snapshot(root) == before

@@ -234,15 +234,33 @@ def test_dirty_tree(origin):
 # --- speed ----------------------------------------------------------------------------------------
 
 
+def best_of(times: int, func) -> float:
+    """The shortest of `times` wall-clock timings of `func()`, in seconds."""
+    spent = []
+    for _ in range(times):
+        began = time.perf_counter()
+        func()
+        spent.append(time.perf_counter() - began)
+    return min(spent)
+
+
 def test_unchanged_lock_check_is_fast(origin):
+    """An unchanged lock is answered by a few git commands, nothing more: its cost is bounded
+    by what one git command on this repository costs on this machine now (a loaded machine is
+    slow at both), not by an absolute figure."""
     repo = origin["repo"]
     git(repo, "checkout", "-q", "main")
-    start = time.perf_counter()
-    (change,) = changed_locks(repo, "main~1", [Path("requirements.txt")])
-    dirty = is_dirty(repo, [Path("requirements.txt")])
-    elapsed = time.perf_counter() - start
-    assert change.status == "unchanged" and not dirty
-    assert elapsed < 0.5, f"{elapsed:.3f} s"
+
+    def answer():
+        (change,) = changed_locks(repo, "main~1", [Path("requirements.txt")])
+        assert change.status == "unchanged" and not is_dirty(repo, [Path("requirements.txt")])
+
+    one_git = best_of(5, lambda: git(repo, "rev-parse", "HEAD"))
+    elapsed = best_of(3, answer)
+    print(f"unchanged lock: {elapsed * 1000:.0f} ms, one git command {one_git * 1000:.0f} ms")
+    # Measured: 66-94 ms against 2-4 ms a command, on a loaded 2-core machine (the git
+    # commands a change list takes, each heavier than rev-parse, and the lock's parse).
+    assert elapsed < 40 * one_git + 0.1, f"{elapsed:.3f} s against {one_git:.3f} s a command"
 
 
 def test_import_does_not_load_gitpython():

@@ -159,6 +159,29 @@ def test_non_finite_names_the_value(tmp_path):
     assert non_finite(run) == "loss 1 is nan"
 
 
+def test_a_non_finite_run_reads_back_from_its_json(tmp_path):
+    """A run that ended in NaN or infinity is kept in a check's report and evidence: its JSON
+    must read back as the same values (JSON has no NaN; null, pydantic's default, is no
+    float), so that `accept` and `lockguard report` can say what is wrong with it."""
+    import json
+
+    from lockguard.results import RunResult, parse_result
+
+    run = RunResult(schema_version=1, scenario="s", framework="numpy", steps=3,
+                    losses=[1.0, math.inf, math.nan], grad_norms=[0.5, -math.inf, 1.0],
+                    outputs=[math.nan], metrics={"acc": math.inf}, param_norms={"w": 2.0})
+    text = json.dumps(run.model_dump(mode="json"), allow_nan=False)  # valid JSON, no NaN token
+    back = parse_result(json.loads(text), "report")
+    assert back.model_dump_json() == run.model_dump_json()
+    assert [repr(v) for v in back.losses + back.grad_norms + back.outputs] == [
+        "1.0", "inf", "nan", "0.5", "-inf", "1.0", "nan"]
+    assert non_finite(back) == "loss 1 is inf" and back.metrics == {"acc": math.inf}
+    # A finite run's JSON is as it was: numbers.
+    fine = run.model_copy(update={"losses": [1.0, 2.0], "grad_norms": [], "outputs": [],
+                                  "metrics": {}})
+    assert json.loads(fine.model_dump_json())["losses"] == [1.0, 2.0]
+
+
 # --------------------------------------------------------------------------------- bounds
 
 def test_a_golden_over_the_bound_is_refused_before_it_is_read(tmp_path, monkeypatch):

@@ -25,7 +25,7 @@ from typing import Any, Dict, Tuple
 import numpy as np
 import pytest
 
-from conftest import FRAMEWORK_LOCKS, lockguard_python
+from conftest import FRAMEWORK_LOCKS, host_nvidia_driver, lockguard_python
 from test_frameworks import SUITE as FRAMEWORKS_SUITE
 from lockguard.results import parse_result
 
@@ -243,8 +243,8 @@ def test_framework_rng_gives_other_weights(runs, scenario: str) -> None:
 def test_cuda_requested_without_gpu_runs_on_cpu(runs, scenario: str) -> None:
     r = _ok(runs(scenario, device="cuda"))
     assert r["device"] == "cpu" and r["fingerprint"]["device_expected"] == "cuda"
-    nvidia = r["fingerprint"]["nvidia"]  # looked up whenever cuda is expected
-    assert nvidia is None or isinstance(nvidia["driver"], str)
+    nvidia = r["fingerprint"]["nvidia"]  # looked up whenever cuda is expected: this machine's
+    assert (nvidia["driver"] if nvidia else None) == host_nvidia_driver(), nvidia
     assert r["losses"] == runs(scenario)["losses"]  # same CPU numerics
 
 

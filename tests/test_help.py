@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from lockguard.cli import cli
-from lockguard.config import Config
+from lockguard.config import Config, ConfigError
 from lockguard.errors import did_you_mean
 from lockguard.files import near_miss
 from lockguard.scenarios import select
@@ -130,8 +130,10 @@ def test_did_you_mean_says_nothing_when_nothing_is_close():
 
 def test_an_unknown_scenario_gets_the_closest_ids_and_prefixes():
     def error(name: str) -> str:
-        with pytest.raises(Exception) as info:
+        # A ConfigError (a LockguardError): exit 2, one line; anything else would be exit 3.
+        with pytest.raises(ConfigError) as info:
             select(Config(), [name])
+        assert type(info.value) is ConfigError
         return str(info.value)
 
     assert "'torch.mpl': did you mean torch.mlp?" in error("torch.mpl")

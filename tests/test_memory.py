@@ -137,13 +137,17 @@ def test_the_measure_is_the_trainings_own(numpy_python: Path, tmp_path: Path) ->
     assert light["fingerprint"]["memory_measure"] in ("rss_growth", "maxrss_growth")
     # What the training allocated shows in full, whatever the import took before it.
     assert 56 * MIB < heavy["peak_memory_bytes"] < 96 * MIB, heavy["peak_memory_bytes"]
-    if light["fingerprint"]["memory_measure"] == "rss_growth":
-        # The import of numpy (tens of MiB resident) is not counted: a 1 MiB training is small.
-        assert light["peak_memory_bytes"] < 16 * MIB, light["peak_memory_bytes"]
-        assert heavy["peak_memory_bytes"] > 4 * light["peak_memory_bytes"]
+    # The import of numpy (tens of MiB resident) is not counted: a 1 MiB training is small.
+    # (Under either measure: the fallback's, maxrss_growth, counts at most what the training
+    # added above the import's peak, never the import itself.)
+    assert light["peak_memory_bytes"] < 16 * MIB, light["peak_memory_bytes"]
+    assert heavy["peak_memory_bytes"] > 4 * light["peak_memory_bytes"]
 
 
 def test_bundled_scenario_reports_its_training_peak(numpy_python: Path, tmp_path: Path) -> None:
     r = harness(numpy_python, tmp_path, "numpy.mlp", 4)
-    assert r["peak_memory_bytes"] is not None and r["peak_memory_bytes"] >= 0
+    # The training's own arrays (385 KiB measured), never numpy's import (tens of MiB): a
+    # peak of 0 would be a measure that saw nothing.
+    print("numpy.mlp peak:", r["peak_memory_bytes"])
+    assert 0 < r["peak_memory_bytes"] < 16 * MIB, r["peak_memory_bytes"]
     assert r["peak_device_memory_bytes"] is None  # numpy has no device

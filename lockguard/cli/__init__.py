@@ -22,7 +22,7 @@ import click
 
 from lockguard import __version__
 from lockguard.cli import cache, gate, locks, project
-from lockguard.cli.edge import fail
+from lockguard.cli.edge import fail, group_handles_errors
 from lockguard.errors import EXIT_ERROR, EXIT_INTERRUPTED, one_line
 
 # lockguard uses no pydantic plugins; looking for them scans every installed distribution's
@@ -32,6 +32,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lockguard")
+@group_handles_errors  # (what runs before every command fails as one does: exit 2 or 3)
 def cli() -> None:
     """Catch silent training drift when an ML stack's lock changes.
 

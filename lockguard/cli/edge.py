@@ -60,14 +60,15 @@ def crash_log(exc: BaseException) -> Path | None:
         return Path(name)
 
 
-def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+def handles_errors(func: Callable[..., Any], *, checks_env: bool = True) -> Callable[..., Any]:
     """The one exit-code map: expected failures are one line and exit 2, bugs exit 3."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            from lockguard import envvars
+            if checks_env:
+                from lockguard import envvars
 
-            envvars.check()  # LOCKGUARD_* variables, as config keys are: before anything runs
+                envvars.check()  # LOCKGUARD_* variables, as config keys are: before anything runs
             return func(*args, **kwargs)
         except KeyboardInterrupt:
             fail("interrupted", EXIT_INTERRUPTED)
@@ -82,3 +83,10 @@ def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             fail(f"internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
                  f"(this is a bug; the traceback is in {log})", EXIT_INTERNAL)
     return wrapper
+
+
+def group_handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """handles_errors for a group's callback, which click runs before it parses a command's
+    own options: the exit-code map without the LOCKGUARD_* check, which runs with the command
+    (so that `--help` works whatever the environment holds)."""
+    return handles_errors(func, checks_env=False)

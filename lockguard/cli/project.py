@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from lockguard.cli.edge import handles_errors
+from lockguard.cli.edge import group_handles_errors, handles_errors
 from lockguard.cli.options import (
     config_option, device_option, env_option, listing_format_option, repeat_option, report_options, steps_option, verbose_option,
 )
@@ -156,6 +156,7 @@ def build(framework, accelerator, locks, base_image, config_path, registry) -> N
 
 
 @click.group()
+@group_handles_errors
 def images() -> None:
     """Container image templates and their pinned bases.
 
