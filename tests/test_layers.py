@@ -194,7 +194,8 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("where locks are loaded", r"^(class LockRef\b|def (load_locks|lock_paths|read_lock)\()",
      ["lockguard.locks.ref"]),
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
-    # tomllib on 3.11, tomli on 3.10 (tests/test_python310.py): every TOML reader imports it.
+    # tomllib on 3.11, tomli on 3.10 (tests/test_python_versions.py): every TOML reader
+    # imports it.
     ("the TOML reader", r"^\s*(import|from) toml(lib|i)\b", ["lockguard.toml"]),
     # What pip, pip-tools and uv said when they failed, in one line: for resolver and backends.
     ("installer and resolver error trimming", r"╰─▶|\(from versions",
