@@ -171,9 +171,12 @@ def three_framework_project(root: Path, config: str = "", **kwargs) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 # Debian bookworm with python3.11, made by debootstrap: no registry is needed (nor reachable).
-# .ci/test-base.sh makes it under this name (`sudo bash .ci/docker-setup.sh` runs it); the tests
+# .ci/test-base.sh makes it (and NEWEST_BASE) under this name (`sudo bash .ci/docker-setup.sh` runs it); the tests
 # never install or start anything themselves.
 TEST_BASE = "lockguard-test/python:3.11-bookworm"
+# Debian trixie with python3.13, the newest CPython the frameworks support, made the same way
+# beside it (tests/test_docker_newest.py builds on it).
+NEWEST_BASE = "lockguard-test/python:3.13-trixie"
 DOCKER_SETUP = "sudo bash .ci/docker-setup.sh"
 
 
@@ -228,6 +231,19 @@ def engine():
         os.environ.pop(BASE_IMAGE_ENV, None)
     else:
         os.environ[BASE_IMAGE_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def newest_base(engine) -> str:
+    """NEWEST_BASE, on the engine: else the test skips, saying why (under CI it fails)."""
+    from lockguard.envs.docker.engine import sdk_errors
+
+    try:
+        engine.images.get(NEWEST_BASE)
+    except sdk_errors().ImageNotFound:
+        unavailable(f"the base image {NEWEST_BASE}",
+                    f"the engine lacks it ({DOCKER_SETUP} makes it, with debootstrap)")
+    return NEWEST_BASE
 
 
 def tool(name: str) -> str:
