@@ -296,6 +296,8 @@ ALLOWED_SKIPS = (
     "is present on this engine",  # test_docker: the state it tests for is already there
     "this engine has the NVIDIA runtime",  # test_docker_accelerators: ditto
     "uv cannot reach the index",  # test_resolve: the network of the moment
+    # test_lock_formats on the floor's CI job (3.10): its uv.locks require 3.11 and later
+    "its fixture locks require Python >= 3.11",
 )
 _skipped: list[tuple[str, str]] = []
 
