@@ -6,7 +6,7 @@ import sys
 
 if sys.version_info >= (3, 11):
     from tomllib import TOMLDecodeError, loads
-else:  # pragma: no cover - Python 3.10 (tests/test_python310.py)
+else:  # pragma: no cover - Python 3.10 (tests/test_python_versions.py)
     from tomli import TOMLDecodeError, loads
 
 __all__ = ["TOMLDecodeError", "comment", "dumps", "loads", "string"]

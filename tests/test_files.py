@@ -192,7 +192,9 @@ def test_parse_json_refuses_what_reads_two_ways(tmp_path):
             parse_json(f"[{big}]", "r.json")
     with pytest.raises(ReadError) as info:
         parse_json('{\n "a": 1,\n}', "r.json")
-    assert info.value.line == 3 and str(info.value).startswith("r.json:3: invalid JSON")
+    # Python 3.13's decoder names the trailing comma (line 2); before, the missing key (line 3).
+    line = 2 if sys.version_info >= (3, 13) else 3
+    assert info.value.line == line and str(info.value).startswith(f"r.json:{line}: invalid JSON")
     with pytest.raises(ReadError, match="nested too deeply"):
         parse_json("[" * 100_000 + "]" * 100_000, "r.json")
     # What the harness writes for a diverged run stays readable: its checks judge it.

@@ -35,9 +35,9 @@ def project(tmp_path: Path, table: str, files: dict[str, str]) -> Path:
 
 
 def config_of(text: str):
-    import tomllib
+    from lockguard import toml  # tomllib is 3.11's; lockguard's reader runs on 3.10 too
 
-    return parse_config(tomllib.loads(text), "test", Path("."))
+    return parse_config(toml.loads(text), "test", Path("."))
 
 
 def test_config_changes_name_each_setting_old_and_new():

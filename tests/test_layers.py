@@ -216,7 +216,8 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("where locks are loaded", r"^(class LockRef\b|def (load_locks|lock_paths|read_lock)\()",
      ["lockguard.locks.ref"]),
     ("the exception root", r"^class LockguardError\b", ["lockguard.errors"]),
-    # tomllib on 3.11, tomli on 3.10 (tests/test_python310.py): every TOML reader imports it.
+    # tomllib on 3.11, tomli on 3.10 (tests/test_python_versions.py): every TOML reader
+    # imports it.
     ("the TOML reader", r"^\s*(import|from) toml(lib|i)\b", ["lockguard.toml"]),
     # ...and tomli_w the one writer (toml.dumps, toml.string): no TOML quoted by hand.
     ("the TOML writer", r"^\s*(import|from) tomli_w\b|^def (dumps|string)\(",

@@ -789,8 +789,13 @@ def _record_hash(hexdigest: str) -> str:
 
 
 def _sha256(path: str) -> str:
+    """A file's sha256 (hex), read in blocks: hashlib.file_digest is Python 3.11's, and
+    lockguard runs on 3.10 (tests/test_python_versions.py)."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def verify(path: Path, lock: Lock, allow_sdist: bool) -> str | None:
