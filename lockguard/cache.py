@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from lockguard import envvars
+from lockguard import envvars, process
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import publish_dir, write_text
 
@@ -85,8 +85,6 @@ def _acquire(handle: IO[str], path: Path, what: str,
     waiting on another lockguard's build held an interrupted check until that build ended).
     The interrupt is asked first each time, so a lock freed after it is not taken; the backoff
     stops at 50 ms, so a long waiter still gets its turn among newer ones."""
-    from lockguard import process
-
     delay = 0.005
     told_at = time.monotonic() + WAIT_TOLD_S
     while True:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockguard.cache import cache_root, entry_lock
+from lockguard.envs.base import READY
+from lockguard.evidence import LEDGER, LAST_CHECK
 
 USED = "lockguard-used.json"  # in a venv: {"at": epoch seconds, "project": folder}
 IN_USE = ".use"  # beside a venv: the lock a check holds shared while it runs in it
@@ -68,7 +70,6 @@ def entries(root: Path | None = None) -> list[Entry]:
         locks = sorted(p.name for p in path.iterdir() if p.is_file() and not
                        p.name.startswith(("lockguard-", ".")))
         found.append(_entry("proposal", ", ".join(locks) or path.name, (path,)))
-    from lockguard.evidence import LEDGER
 
     for project in _dirs(root / "artifacts"):
         latest = _last_check(project)
@@ -193,8 +194,6 @@ def _dirs(folder: Path) -> Iterator[Path]:
 
 
 def _venv(path: Path) -> Entry:
-    from lockguard.envs.base import READY
-
     name, used, project = path.name, None, None
     try:
         ready = json.loads((path / READY).read_text())
@@ -254,8 +253,6 @@ def _measure(paths: tuple[Path, ...]) -> tuple[dict[tuple[int, int], list[int]],
 
 
 def _last_check(project: Path) -> str | None:
-    from lockguard.evidence import LAST_CHECK
-
     try:
         return Path((project / LAST_CHECK).read_text().strip()).name or None
     except OSError:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from lockguard.errors import LockguardError, did_you_mean, one_line
+from lockguard.names import SANDBOX_MODES
 
 PREFIX = "LOCKGUARD_"
 MAX_JOBS = 256
@@ -93,8 +94,6 @@ def _names(value: str) -> str | None:
 
 
 def _sandbox(value: str) -> str | None:
-    from lockguard.names import SANDBOX_MODES
-
     return None if value in SANDBOX_MODES else f"must be one of {', '.join(SANDBOX_MODES)}"
 
 

@@ -14,12 +14,16 @@ Errors are `GitRefError`, whose `str()` is one line saying what to do.
 from __future__ import annotations
 
 import contextlib
+import io
+import getpass
 import os
+import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from lockguard import process
 from lockguard.errors import LockguardError, last_line
 from lockguard.files import ReadError, read_bytes
 
@@ -109,9 +113,6 @@ class BaseTree:
         """The whole tree at the merge base (or `at`) written below `dest` (a folder that
         exists), as `git archive` gives it: no symbolic link is written (each is left out),
         nor anything outside `dest`."""
-        import io
-        import tarfile
-
         data = _git_bytes(self._repo, "archive", "--format=tar", at or self.commit,
                           timeout=FETCH_TIMEOUT_S)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -251,8 +252,6 @@ def author(repo_dir: Path) -> str:
         with _open(Path(repo_dir)) as repo:
             name, email = (_config_value(repo, key) for key in ("user.name", "user.email"))
     if name is None:
-        import getpass
-
         try:
             name = os.environ.get("USER") or getpass.getuser()
         except Exception:  # noqa: BLE001 - no login name either: say so
@@ -372,8 +371,6 @@ def _git(repo: _Repo, *args: str, timeout: float | None = None,
 
 def _git_bytes(repo: _Repo, *args: str, timeout: float | None = None,
                input: bytes | None = None) -> bytes:
-    from lockguard import process
-
     try:
         done = process.capture(["git", *args], timeout=timeout or GIT_TIMEOUT_S,
                                cwd=repo.cwd, env=repo.env, input=input)

@@ -7,20 +7,28 @@ of them imports another.
 
 from __future__ import annotations
 
+import ast
 import functools
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockguard import process
 from lockguard.allowlist import HARNESS_SETTINGS, UV_PASSED, install_env
+from lockguard.cache import cache_root, ensure_dir, cache_dir
 from lockguard.errors import LockguardError, last_line, one_line, printable
 from lockguard.files import scratch_dir, write_text
 from lockguard.progress import show_command
+from urllib.parse import unquote, urlsplit
+from lockguard.sandbox import Policy, interpreter_prefix
 
 if TYPE_CHECKING:
     from lockguard.sandbox import Sandbox
@@ -89,8 +97,6 @@ def local_sources(args: Sequence[str], urls: Sequence[str] = ()) -> list[str]:
     value` or `--option=value`) takes files from: its --find-links and file:// indexes, and
     of `urls` (a pylock.toml's) the file:// ones; absolute, existing, each once. What a
     sandboxed install or resolve is given to read."""
-    from urllib.parse import unquote, urlsplit
-
     values = [v for option, v in zip(args, args[1:]) if option in SOURCE_OPTIONS]
     values += [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in SOURCE_OPTIONS
                and "=" in a]
@@ -126,10 +132,6 @@ def _pip_config() -> tuple[dict[str, str], tuple[str, ...]]:
     (every configuration file pip looked at, existing or not, with its size and mtime, the PIP_*
     variables and those that move the files, pip's version) and reused while all of that is
     unchanged."""
-    import json
-
-    from lockguard.cache import cache_root, ensure_dir
-
     memo = cache_root() / "tools" / "pip-config.json"
     try:
         kept = json.loads(memo.read_text(encoding="utf-8"))
@@ -137,7 +139,6 @@ def _pip_config() -> tuple[dict[str, str], tuple[str, ...]]:
             return dict(kept["values"]), tuple(kept["files"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # the two questions at once
         asked = pool.submit(run_tool, [sys.executable, "-m", "pip", "config", "debug"],
@@ -157,8 +158,6 @@ def _pip_config() -> tuple[dict[str, str], tuple[str, ...]]:
 
 
 def _pip_config_source(files: list[str]) -> list:
-    from importlib.metadata import PackageNotFoundError, version
-
     def stat(path: str) -> list[int] | None:
         try:
             st = os.stat(path)
@@ -176,8 +175,6 @@ def _pip_config_source(files: list[str]) -> list:
 
 
 def _ask_pip_config() -> dict[str, str] | None:
-    import ast
-
     proc = run_tool([sys.executable, "-m", "pip", "config", "list"], timeout=60, what="pip config")
     if proc.returncode != 0:
         return None
@@ -226,8 +223,6 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
     build an sdist for its metadata: the lock's code) it reads the system, the tool's and
     lockguard's installations and `reads`, writes `writes` and a scratch HOME, and keeps the
     network."""
-    from lockguard import process
-
     env = install_env()  # the allowlist: no CI secret reaches a resolver's build code
     drop_uv_settings(env)
     # Never wait on a credentials prompt or print upgrade nags into the captured output.
@@ -242,8 +237,6 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         spec = None
         if sandbox is not None and sandbox.active:
-            from lockguard.sandbox import Policy, interpreter_prefix
-
             tool = os.path.abspath(shutil.which(cmd[0]) or cmd[0])
             # The tool's installation (a venv's own folder, and the interpreter its python
             # links to) and lockguard's, whose uv and interpreter a resolver is handed.
@@ -270,8 +263,6 @@ def installer_env() -> dict[str, str]:
     stores an install needs; no CI secret), and one wheel cache per installer under lockguard's
     cache, shared by every env, so a wheel two locks pin is downloaded once (and the CI cache
     of lockguard's folder keeps it). A cache the user chose for the installer is kept."""
-    from lockguard.cache import cache_dir
-
     wheels = cache_dir() / "wheels"
     env = install_env()
     env.update(HARNESS_SETTINGS)  # an installer's Python as isolated as the harness's
@@ -292,8 +283,6 @@ def run_logged(cmd: list[str], log: Path, step, *, env: dict[str, str] | None = 
     in `env` (default: installer_env()) and `sandbox` (process.run's: an allowed sdist's
     build). Returns the exit code (non-zero when it could not start or ran past
     BUILD_TIMEOUT_S) and the log's last lines."""
-    from lockguard import process
-
     show_command(cmd)
     try:
         done = process.run(cmd, log=log, timeout=BUILD_TIMEOUT_S,

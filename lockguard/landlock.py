@@ -20,6 +20,7 @@ A domain cannot be left, so nothing here is undone; a kernel without Landlock ra
 import os
 import stat
 import struct
+import sys
 
 # Syscall numbers: the same on every architecture since they were added (5.13).
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -153,7 +154,6 @@ def main():
     marshalled POLICY (hex) as `confine` would, then exec ARGV. Exit 126 with one line on
     stderr when it cannot."""
     import marshal
-    import sys
 
     try:
         policy = marshal.loads(bytes.fromhex(sys.argv[1]))

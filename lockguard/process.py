@@ -28,8 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockguard.allowlist import drop_own_secrets
 from lockguard.errors import LockguardError, tail
 from lockguard.sizes import format_size
+from lockguard.supervisor import descendants, PR_SET_DUMPABLE, prctl
 
 # lockguard importable in a `python -I -S -c` of the host interpreter (no site, no PYTHONPATH).
 IMPORTABLE = f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
@@ -384,8 +386,6 @@ def _kill_supervisor(proc: subprocess.Popen[bytes], wait: float = GRACE_S + 2) -
 def _kill_hard(supervisor: int) -> None:
     """SIGKILL a supervisor that did not stop, and everything below it (it is their subreaper,
     so they are all still its descendants)."""
-    from lockguard.supervisor import descendants
-
     for pid, _ in descendants(supervisor):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -402,9 +402,6 @@ def guard_self() -> None:
     /proc/<pid>/environ, where CI secrets it was started with stay) and drop from its
     environment the credentials no child of its is given (allowlist.drop_own_secrets):
     called once, before anything runs a lock's code."""
-    from lockguard.allowlist import drop_own_secrets
-    from lockguard.supervisor import PR_SET_DUMPABLE, prctl
-
     prctl(PR_SET_DUMPABLE, 0)
     drop_own_secrets()
 

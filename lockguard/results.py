@@ -8,6 +8,7 @@ written with Python's repr, which round-trips exactly, so losses are never round
 import base64
 import binascii
 import math
+import struct
 import sys
 from enum import Enum
 from typing import Annotated, Any
@@ -181,8 +182,6 @@ class CapturedTensor(BaseModel):
 
     def values(self) -> list[float]:
         """The sampled values (float32, widened exactly)."""
-        import struct
-
         raw = base64.b64decode(self.sample)
         return list(struct.unpack(f"<{len(raw) // 4}f", raw))
 

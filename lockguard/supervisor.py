@@ -47,6 +47,7 @@ import os
 import select
 import sys
 import time
+from lockguard import landlock
 
 try:
     import _signal as signal  # the functions and numbers without the enum module's import cost
@@ -218,8 +219,6 @@ def spawn(job, out_fd, err_fd):
                 if sandbox.get("prefix"):
                     argv = [*sandbox["prefix"], *argv]  # bubblewrap, which confines inside
                 if sandbox.get("landlock"):
-                    from lockguard import landlock
-
                     landlock.confine(**sandbox["landlock"])
                 what = f"cannot run {argv[0]}"
             os.execvpe(argv[0], argv, job["env"])  # always given: this process has none

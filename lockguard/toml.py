@@ -2,7 +2,9 @@
 its backport tomli, a dependency there, on 3.10), and as every writer writes it: tomli_w
 (`dumps` for a document, `string` for one value where the writer lays the lines out itself)."""
 
+import re
 import sys
+import tomli_w
 
 if sys.version_info >= (3, 11):
     from tomllib import TOMLDecodeError, loads
@@ -14,8 +16,6 @@ __all__ = ["TOMLDecodeError", "comment", "dumps", "loads", "string"]
 
 def dumps(document: dict) -> str:
     """`document` as TOML text (tomli_w: every string escaped as TOML requires)."""
-    import tomli_w
-
     return tomli_w.dumps(document)
 
 
@@ -29,8 +29,6 @@ def string(text: str) -> str:
 def comment(text: str) -> str:
     """`text` as TOML comment lines ("# ..." each, newline-ended): a comment may hold no
     control character but tab, so any other is written as its \\uXXXX escape."""
-    import re
-
     def escape(match: re.Match[str]) -> str:
         return f"\\u{ord(match[0]):04x}"
 

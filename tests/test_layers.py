@@ -424,3 +424,47 @@ def test_the_flows_read_settings_never_the_command_lines_options():
             if re.search(r"\bopts\.|\bOptions\b|\bdef (env_kind|golden_dir|tolerance_of|"
                          r"policy_for)\(", line)]
     assert read == []
+
+
+# Where a function may import instead of its module's top. Everywhere else imports sit at the
+# top: one place says what a module depends on, and a cycle fails at load rather than on the
+# first call of a rare path.
+LAZY_IMPORTS = {
+    # The command line: `lockguard --help` and each command load only what that command runs.
+    "lockguard.cli": None,
+    # The libraries that cost a command that does not need them: the docker SDK (and the
+    # requests/urllib3 errors it raises), rich (only a terminal shows it).
+    "": ("docker", "requests", "urllib3", "rich"),
+    # The registry loads one backend's module, the one asked for (envs/__init__.py).
+    "lockguard.envs": ("lockguard.envs.venv", "lockguard.envs.local",
+                       "lockguard.envs.docker.backend"),
+    # Run in a child of every training (the supervisor, the sandbox's stub): what a path that
+    # child takes needs, loaded when it takes it.
+    "lockguard.supervisor": ("ctypes", "fcntl"),
+    "lockguard.landlock": ("ctypes", "marshal"),
+}
+
+
+def test_imports_sit_at_the_top_but_where_a_lazy_one_pays():
+    """The import budget: a function-level import only in the command line, for a heavy
+    library, a backend chosen at run time, or in the training's child processes."""
+    found = []
+    for name, path in SOURCES.items():
+        if within(name, ("lockguard.harness", "lockguard.probes")):
+            continue  # apart: they run in the target interpreter, with their own rules
+        if any(within(name, (prefix,)) for prefix, allowed in LAZY_IMPORTS.items()
+               if prefix and allowed is None):
+            continue
+        seen = set()
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.lineno in seen:
+                    continue
+                seen.add(node.lineno)
+                target = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                allowed = [*LAZY_IMPORTS[""], *LAZY_IMPORTS.get(name, ())]
+                if not any(target == a or target.startswith(a + ".") for a in allowed):
+                    found.append(f"{name}:{node.lineno} {target}")
+    assert found == []

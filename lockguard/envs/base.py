@@ -12,6 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
+import re
+import pwd
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,15 +23,17 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lockguard import process
 from lockguard.allowlist import HARNESS_SETTINGS, training_env
+from lockguard.cache import cache_root
 from lockguard.envs.harness import ENTRY, HARNESS_DIR
 from lockguard.errors import LockguardError, tail
-from lockguard.progress import Progress, show_command
-from lockguard.sizes import format_size
-from lockguard.files import ReadError, read_json, scratch_dir
+from lockguard.files import ReadError, read_json, scratch_dir, writable_dir
 from lockguard.probes import PLATFORM_INFO
+from lockguard.progress import Progress, show_command
 from lockguard.results import (
     MAX_RESULT_BYTES, SCHEMA_VERSION, ResultError, RunResult, Status, parse_result,
 )
+from lockguard.sandbox import Policy, interpreter_prefix, project_access
+from lockguard.sizes import format_size
 
 if TYPE_CHECKING:
     from lockguard.locks.model import Lock
@@ -172,9 +177,6 @@ class ImageBackend(Backend, Protocol):
 def require_writable_cache() -> None:
     """Fail before any build when lockguard's cache (LOCKGUARD_CACHE) cannot hold what a
     backend builds."""
-    from lockguard.cache import cache_root
-    from lockguard.files import writable_dir
-
     writable_dir(cache_root(), "lockguard's cache (LOCKGUARD_CACHE)")
 
 
@@ -182,7 +184,6 @@ def interpreter_tag(python: str) -> str:
     """"cpython 3.11.7 x86_64": the implementation, version and machine of a host interpreter
     (EnvError naming the `python` setting when it does not run)."""
     if python == sys.executable:  # spare a subprocess in the common case
-        import platform
 
         return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
     with scratch_dir("python") as tmp:
@@ -297,13 +298,10 @@ def _keep_precompiled_headers(tmp: Path, env: dict[str, str]) -> None:
     cache = env.get("TORCHINDUCTOR_CACHE_DIR")
     if not cache:
         return
-    import re
 
     user = next((env[name] for name in ("LOGNAME", "USER", "LNAME", "USERNAME")
                  if env.get(name)), None)
     if user is None:
-        import pwd
-
         try:
             user = pwd.getpwuid(os.getuid()).pw_name
         except KeyError:
@@ -353,7 +351,6 @@ def confined(sandbox: Sandbox | None, out_dir: Path, env: dict[str, str], python
     (an allowed sdist's build, whose installer fetches). Unsandboxed: `env` as it is, None."""
     if sandbox is None or not sandbox.active:
         return env, None
-    from lockguard.sandbox import Policy, interpreter_prefix, project_access
 
     prefix = str(Path(os.path.abspath(python)).parent.parent)  # a venv's own folder
     readable, listed = project_access(script, project)

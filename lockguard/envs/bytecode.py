@@ -43,6 +43,7 @@ import os
 import stat
 import struct
 import sys
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 
 from lockguard.cache import file_lock
@@ -235,8 +236,6 @@ def _header(pyc: str) -> bytes | None:
 def _current(mtime: int, size: int) -> bytes:
     """The header this interpreter writes for a module of that mtime and size (its magic
     number, the timestamp mode): a .pyc that starts so is current."""
-    from importlib.util import MAGIC_NUMBER
-
     return MAGIC_NUMBER + struct.pack("<III", 0, mtime, size & 0xFFFFFFFF)
 
 

@@ -51,6 +51,7 @@ import shutil
 import sys
 import threading
 import time
+import venv as stdlib_venv  # the standard library's, not lockguard.envs.venv
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,9 +64,8 @@ from packaging.version import InvalidVersion, Version
 from lockguard.cache import cache_dir, entry, entry_lock
 from lockguard.cache_entries import hold, record_use
 from lockguard.envs.base import (
-    READY, Backend, EnvError, RunRequest, compile_cache_env, compile_cache_for, harness_env,
-    interpreter_tag,
-    own_temp_dir, require_writable_cache, run_with,
+    Backend, EnvError, READY, RunRequest, compile_cache_env, compile_cache_for, confined,
+    harness_env, interpreter_tag, own_temp_dir, require_writable_cache, run_with,
 )
 from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
 from lockguard.envs.bytecode import RUN_LIST as BYTECODE_LIST
@@ -76,10 +76,13 @@ from lockguard.envs.installed import site_packages as installed_site_packages
 from lockguard.errors import LockguardError, one_line
 from lockguard.files import write_bytes, write_text
 from lockguard.installers import (
-    drop_uv_settings, local_sources, pip_config_as_uv_args, require_uv, run_logged,
-    tool_reason, uv_settings_note,
+    drop_uv_settings, installer_env, local_sources, pip_config_as_uv_args, pip_config_files,
+    require_uv, run_logged, tool_reason, uv_settings_note,
 )
+from lockguard.locks.installable import require_wheels
 from lockguard.locks.model import Lock, Pin
+from lockguard.locks.target import target_for
+from lockguard.locks.trust import require_trusted
 from lockguard.locks.writer import install_form, option_args, pylock_text, requirements_text
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult
@@ -236,10 +239,6 @@ class VenvBackend(Backend):
             self._admit(lock)
 
     def _admit(self, lock: Lock) -> None:
-        from lockguard.locks.installable import require_wheels
-        from lockguard.locks.target import target_for
-        from lockguard.locks.trust import require_trusted
-
         require_trusted(lock, allow_unhashed=self.allow_unhashed,
                         allow_insecure_index=self.allow_insecure_index)
         require_wheels(lock, target_for(self.python), allow_sdist=self.allow_sdist)
@@ -465,8 +464,6 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
             # The host interpreter's venv, made in-process as `python -m venv` makes it
             # (the pip builds' layout): a millisecond, where `uv venv` is a supervised
             # process start on every build.
-            import venv as stdlib_venv  # the standard library's, not this module
-
             stdlib_venv.EnvBuilder(symlinks=os.name != "nt").create(path)
         else:
             code, tail = run_logged([uv, "venv", "--no-config", "--no-python-downloads",
@@ -520,9 +517,6 @@ def _build_sandbox(sandbox: Sandbox, path: Path, lock: Lock, cmd: list[str], ins
     wheel cache other venvs link from), reads what a training reads plus the installer, the
     lock's local sources and pip's configuration files, and reaches the network, which the
     installer needs (docs/environments.md)."""
-    from lockguard.envs.base import confined
-    from lockguard.installers import installer_env, pip_config_files
-
     scratch = path.parent / f"{path.name}.build"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)

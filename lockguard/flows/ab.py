@@ -8,23 +8,27 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from lockguard.compare.timing import time_blocks
+from lockguard.compare.locate import locate_step, located
+from lockguard.compare.timing import compare_timing, time_blocks
+from lockguard.compare.verdicts import ScenarioVerdict, compare_runs, is_failure, with_location
 from lockguard.errors import UsageError
+from lockguard.flows.acceptances import accept_known
+from lockguard.flows.bisect import attach_bisection
 from lockguard.flows.goldens import digest
 from lockguard.flows.pipeline import (
     Backend, CodeTree, Environments, Job, Outcome, Planned, Runs, pipeline, run_backend,
 )
-from lockguard.locks.ref import LockRef, Pairing, pair_locks
 from lockguard.flows.report_parts import evidence, lock_info, report_for
 from lockguard.locks.diff import LockDiff, diff_locks, with_startup_files
+from lockguard.locks.ref import LockRef, Pairing, pair_locks
 from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
+from lockguard.report import Report
 from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
-    from lockguard.compare.verdicts import ScenarioVerdict
-    from lockguard.report import Evidence, Report
+    from lockguard.report import Evidence
 
 
 def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
@@ -71,9 +75,6 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
         return locate_jobs(p, runs, old, settings, code) if old is not None else []
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
-        from lockguard.compare.timing import compare_timing
-        from lockguard.compare.verdicts import ScenarioVerdict, compare_runs, is_failure
-        from lockguard.flows.acceptances import accept_known
         old = pairing.of(p.scenario, p.lock)
         if old is None:
             return ScenarioVerdict(
@@ -134,9 +135,6 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     for a drift under the default, for any difference under --locate, never under --no-locate;
     for a bundled torch scenario only so far (a user script's model is not the harness's to
     hook)."""
-    from lockguard.compare.locate import locate_step
-    from lockguard.compare.verdicts import compare_runs
-
     if (settings.locate == "never" or p.scenario.framework not in LOCATABLE
             or p.scenario.script is not None or not runs.baseline or not runs.candidate):
         return []
@@ -158,8 +156,6 @@ def _located(verdict: ScenarioVerdict, runs: Runs) -> ScenarioVerdict:
     """`verdict` with where its difference starts, when the scenario had localisation runs."""
     if not (runs.baseline_located and runs.candidate_located):
         return verdict
-    from lockguard.compare.locate import located
-    from lockguard.compare.verdicts import with_location
 
     return with_location(verdict, located(runs.baseline[0], runs.candidate[0],
                                           runs.baseline_located[0], runs.candidate_located[0]))
@@ -208,7 +204,6 @@ def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],
         report.notes.append("nothing to bisect: no verdict fails the gate"
                             + (f" ({accepted} accepted)" if accepted else ""))
         return report
-    from lockguard.flows.bisect import attach_bisection
 
     return attach_bisection(report, settings, scenarios, locks, pairing, progress, backend)
 
@@ -227,8 +222,6 @@ def _lock_diffs(locks: list[LockRef], pairing: Pairing, outcome: Outcome) -> lis
 
 def diff(old: LockRef, new: LockRef) -> Report:
     """`lockguard diff`: the difference of two locks, nothing run."""
-    from lockguard.report import Report
-
     return Report(command="diff", mode="diff",
                   locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
                   lock_diffs=[diff_locks(old.lock, new.lock)])

@@ -17,16 +17,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockguard import gitref, golden
+from lockguard import evidence, gitref, golden
 from lockguard.config import Config
-from lockguard.settings import Settings
-from lockguard.files import display_path
 from lockguard.errors import LockguardError, one_line, tail
+from lockguard.files import display_path
 from lockguard.golden import Acceptance, GoldenError, Provenance
 from lockguard.hardware import HardwareClass, hardware_class
+from lockguard.locks.parser import parse_lock
 from lockguard.names import Verdict
 from lockguard.report import Report
 from lockguard.results import RunResult, Status, verify
+from lockguard.settings import Settings
 
 
 class AcceptError(LockguardError):
@@ -51,8 +52,6 @@ class Adoption:
 def report_path(given: Path | None, root: Path) -> Path:
     """The report to accept from: --from (an artefact directory or a JSON report), else the
     project's last check."""
-    from lockguard import evidence
-
     if given is None:
         return evidence.last_check(root) / "report.json"
     return given / "report.json" if given.is_dir() else given
@@ -133,8 +132,6 @@ def vouched(report: Report, source: Path, config: Config) -> bool:
     """Whether the report is what a check of this project wrote on this machine (the digest
     it recorded outside the artefacts, lockguard/evidence.py); AcceptError when it was
     changed since. False for a report this machine never wrote (a CI download)."""
-    from lockguard import evidence
-
     try:
         data = source.read_bytes()
     except OSError as exc:
@@ -189,8 +186,6 @@ def _unhealthy(verdict: Verdict, nondeterministic: bool, result: RunResult,
 def _lock_moved(shown: str, lock_hash: str, root: Path) -> str | None:
     """Why the lock a check ran from is no longer the lock on disk, or None (also when it
     cannot be found: the report's path is relative to where the check ran)."""
-    from lockguard.locks.parser import parse_lock
-
     for path in (Path(shown), root / shown):
         if path.is_file():
             if parse_lock(path).lock_hash != lock_hash:

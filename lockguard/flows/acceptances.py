@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import golden
+from lockguard.compare.verdicts import compare_runs, Accepted
 from lockguard.files import display_path
 from lockguard.golden import Golden, GoldenError, class_paths
 from lockguard.hardware import hardware_class
@@ -28,7 +29,7 @@ from lockguard.names import Verdict
 
 if TYPE_CHECKING:
     from lockguard.compare.tolerance import Policy, Tolerance
-    from lockguard.compare.verdicts import Accepted, ScenarioVerdict
+    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.flows.pipeline import Planned
     from lockguard.results import RunResult
 
@@ -100,16 +101,12 @@ def _binds(gold: Golden, baseline_hash: str, candidate_hash: str, verdict: Verdi
 
 def _close(accepted: RunResult, candidates: list[RunResult], device: str, policy: Policy,
            tolerance: Tolerance | None) -> bool:
-    from lockguard.compare.verdicts import compare_runs
-
     same = compare_runs([accepted], candidates, policy=policy, baseline_kind="golden",
                         expected_device=device, timed_together=False, tolerance=tolerance)
     return same.verdict in (Verdict.identical, Verdict.within_tolerance)
 
 
 def _accepted(gold: Golden, how: str) -> Accepted:
-    from lockguard.compare.verdicts import Accepted
-
     acc = gold.provenance.acceptance
     assert acc is not None
     return Accepted(reason=acc.reason, author=acc.author, accepted_at=acc.accepted_at,

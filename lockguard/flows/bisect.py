@@ -24,27 +24,36 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from packaging.version import InvalidVersion, Version
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from lockguard.files import display_path
-from lockguard.report._common import change_short
+from lockguard.cache import cache_dir, ensure_dir
+from lockguard.compare.verdicts import compare_runs, is_failure
+from lockguard.envs.installed import (
+    distributions, python_version, requires, applies, marker_environment,
+)
 from lockguard.errors import LockguardError, one_line
+from lockguard.files import display_path, write_text
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
 from lockguard.locks.diff import Change, LockDiff, diff_locks
 from lockguard.locks.mix import mix_locks
-from lockguard.locks.model import Lock
+from lockguard.locks.model import FRAMEWORK_DISTS, Lock
 from lockguard.locks.parser import parse_lock
-from lockguard.locks.ref import LockRef, Pairing
+from lockguard.locks.ref import LockRef, Pairing, lock_for
 from lockguard.locks.writer import InstallForm, write_lock
+from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
+from lockguard.report import Bisection, MixTrial
+from lockguard.report._common import change_short, summary_line
 from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.envs.base import Env
-    from lockguard.report import Bisection, MixTrial
     from lockguard.results import RunResult
 
 Outcome = Literal["fail", "pass", "unresolved"]
@@ -144,9 +153,6 @@ def mix_text(old: LockRef, new: LockRef, units: Iterable[Unit],
 def write_mix(form: InstallForm, text: str) -> Path:
     """The path of a mix's lock in the cache (cache_dir()/bisect), named by a hash of `text`:
     the same mix is the same file, rewritten only when its text differs."""
-    from lockguard.cache import cache_dir, ensure_dir
-    from lockguard.files import write_text
-
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
     # Named as its format is (a pylock.toml's name says it is one, to uv as to lockguard).
     name = f"pylock.{digest}.toml" if form == "pylock.toml" else f"{digest}.txt"
@@ -164,10 +170,6 @@ Requires = dict[tuple[str, str], tuple[str, ...]]  # (canonical name, version) -
 def env_requires(env: Env) -> tuple[Requires, str | None] | None:
     """The Requires-Dist of every distribution installed in a venv-like environment, and its
     Python version (X.Y); None for an environment without a readable site-packages."""
-    from packaging.version import InvalidVersion, Version
-
-    from lockguard.envs.installed import distributions, python_version, requires
-
     site = env.site_packages()
     if site is None:
         return None
@@ -195,12 +197,6 @@ def violations(mix: Lock, requires: Requires, python: str | None,
     """Each way the mix cannot be installed as pinned: a pin whose dependency the mix pins at a
     version outside its requirement, or no longer pins at all (`known`: the names either lock
     pins; a dependency neither lock pins is outside this check)."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-    from packaging.version import Version
-
-    from lockguard.envs.installed import applies, marker_environment
-
     environment = marker_environment(python)
     pinned = {p.name: p for p in mix.pins}
     for pin in mix.pins:
@@ -238,8 +234,6 @@ def repair(old: Lock, new: Lock, units: Sequence[Unit], requires: Requires,
     mix test more than it is asked to. Kept back, first, the package whose requirement fails,
     else the dependency it requires (when its baseline version meets that); never a unit's
     last change, nor a framework's own package (torch, jax, tensorflow…)."""
-    from lockguard.locks.model import FRAMEWORK_DISTS
-
     leads = {d for dists in FRAMEWORK_DISTS.values() for d in dists}
     chosen = {(c.name, c.marker): c for u in units for c in u.changes}
     unit_of = {(c.name, c.marker): u for u in units for c in u.changes}
@@ -270,9 +264,6 @@ def repair(old: Lock, new: Lock, units: Sequence[Unit], requires: Requires,
 def _meets_when_kept(key: tuple[str, str | None] | None, chosen: dict, found: Violation
                      ) -> tuple[str, str | None] | None:
     """`key` when the dependency's baseline version meets the requirement that failed."""
-    from packaging.requirements import Requirement
-    from packaging.version import Version
-
     if key is None or chosen[key].old_version is None:
         return None
     ok = Requirement(found.requirement).specifier.contains(Version(chosen[key].old_version),
@@ -372,8 +363,6 @@ def bisect_scenario(settings: Settings, scenario: Scenario, old: LockRef,
                     backend: Backend | None = None) -> Bisection:
     """Find the smallest set of change units of old → new that reproduces `failing` (the A/B
     verdict of `scenario`), judging each mix against `baseline_runs` (the check's)."""
-    from lockguard.report import Bisection
-
     diff = diff_locks(old.lock, new.lock)
     units = change_units(diff)
     n = len(units)
@@ -499,8 +488,6 @@ class _Mixes:
     asked: dict[frozenset[int], Outcome] = field(default_factory=dict)  # each mix once
 
     def __post_init__(self) -> None:
-        from lockguard.names import Verdict
-
         self.known = set(self.old.lock.by_name) | set(self.new.lock.by_name)
         # Timings and memory peaks only mean something measured side by side.
         self.together = self.failing.verdict in (Verdict.slower, Verdict.heavier)
@@ -511,8 +498,6 @@ class _Mixes:
         return self.asked[subset]
 
     def _ask(self, subset: frozenset[int]) -> Outcome:
-        from lockguard.report import MixTrial
-
         chosen = [self.units[i] for i in sorted(subset)]
         path = write_mix(*mix_text(self.old, self.new, chosen))
         mix = parse_lock(path)
@@ -545,10 +530,6 @@ class _Mixes:
     def _run(self, ref: LockRef, trial: MixTrial) -> Outcome:
         """Build and run the mix `ref`, judge it and say what `trial` showed: "fail" when it
         reproduces the failing verdict, "pass" when it passes the policy, else "unresolved"."""
-        from lockguard.compare.verdicts import compare_runs, is_failure
-        from lockguard.names import Verdict
-        from lockguard.report._common import summary_line
-
         policy, together = self.settings.policy, self.together
 
         def decide(p: Planned) -> list[Job]:
@@ -615,8 +596,6 @@ def attach_bisection(report: Report, settings: Settings, scenarios: list[Scenari
                      progress: Progress = QUIET, backend: Backend | None = None) -> Report:
     """Bisect every failing scenario of an A/B report (each between the locks the A/B compared
     it across: `pairing`); the report with `bisection` filled."""
-    from lockguard.locks.ref import lock_for
-
     by_id = {s.id: s for s in scenarios}
     found, notes = [], []
     for verdict in report.verdicts:

@@ -13,20 +13,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 from lockguard import golden
+from lockguard.compare.verdicts import ScenarioVerdict
+from lockguard.flows.ab import check_ab
+from lockguard.flows.git_base import check_base
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, load_goldens, unchanged,
 )
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
-from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import family_rule_report, report_for
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass
+from lockguard.locks.ref import LockRef
+from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
 from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
-    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.flows.git_base import Gate
     from lockguard.report import Evidence, Report
 
@@ -65,15 +68,11 @@ def check(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
     `baseline`; `settings` are the judging configuration's (a merge base's, with
     `--policy base`)."""
     if isinstance(baseline, MergeBase):
-        from lockguard.flows.git_base import check_base
-
         return check_base(settings, baseline.gate, scenarios, progress, backend)
     # Only the locks under check: a baseline that broke a rule is what is being replaced.
     if (failed := family_rule_report("check", locks)) is not None:
         return failed
     if isinstance(baseline, BaselineLocks) and baseline.refs:
-        from lockguard.flows.ab import check_ab
-
         if {r.lock.lock_hash for r in locks} == {r.lock.lock_hash for r in baseline.refs} \
                 and not settings.rerun:
             return same_locks(settings, locks, list(baseline.refs), scenarios, progress,
@@ -90,9 +89,6 @@ def same_locks(settings: Settings, locks: list[LockRef], baseline: list[LockRef]
     hashes: pins, hashes and options; comments and layout aside), answered at once: nothing
     is built or run, and each scenario that would have run is `unchanged`, never
     `identical`. (--rerun runs both sides: the same lock twice measures determinism.)"""
-    from lockguard.compare.verdicts import ScenarioVerdict
-    from lockguard.names import Verdict
-
     start = time.perf_counter()
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
@@ -155,9 +151,6 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
         return [Job(p, p.lock)] * settings.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence | None]:
-        from lockguard.compare.verdicts import ScenarioVerdict
-        from lockguard.names import Verdict
-
         sid = p.scenario.id
         if sid in answered:
             # Made of lockguard's own values: nothing to validate (see `assemble` below).
@@ -194,8 +187,6 @@ def _of_an_older_lock(p: Planned, found: dict[str, Golden], host: HardwareClass 
                       verdict: ScenarioVerdict) -> bool:
     """Whether `p` passed against this hardware class's golden, which names another lock than
     the one it ran from (the lock moved, the numbers did not)."""
-    from lockguard.names import Verdict
-
     mine = found.get(host.id) if host is not None else None
     return (mine is not None and p.lock is not None
             and mine.provenance.lock_hash != p.lock.lock.lock_hash

@@ -14,23 +14,25 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lockguard.compare.figures import median
+from lockguard.compare.verdicts import compare_runs
 from lockguard.config import ConfigError
 from lockguard.flows.goldens import Hosts
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline
-from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import (
     evidence, family_rule_report, relative_spread, report_for,
 )
 from lockguard.locks.families import framework_version
-from lockguard.names import MODEL_FAMILIES
+from lockguard.locks.ref import LockRef
+from lockguard.names import MODEL_FAMILIES, Verdict
 from lockguard.progress import QUIET, Progress
+from lockguard.report import FrameworkRow, FrameworkTable
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario, bundled
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
-    from lockguard.report import Evidence, FrameworkRow, FrameworkTable, Report
+    from lockguard.report import Evidence, Report
 
 FAMILIES = MODEL_FAMILIES
 MEASURED = ("measured on this machine; frameworks are set side by side, not judged against "
@@ -66,9 +68,6 @@ def compare_frameworks(settings: Settings, locks: list[LockRef], scenarios: list
         return [Job(p, p.lock)] * settings.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence]:
-        from lockguard.compare.verdicts import compare_runs
-        from lockguard.names import Verdict
-
         runs_of[p.scenario.id] = runs.candidate
         verdict = compare_runs([], runs.candidate, policy=policy, baseline_kind=None,
                                expected_device=p.device, timed_together=False,
@@ -150,8 +149,6 @@ def _table(measured: list[dict[str, Any]], planned: list[Planned], settings: Set
            device: str) -> FrameworkTable:
     """The rows, each with its figures relative to its family and to its plain twin, and the
     caveats."""
-    from lockguard.report import FrameworkRow, FrameworkTable
-
     by_id = {m["scenario"]: m for m in measured}
     twins = {p.scenario.id: p.scenario.plain_twin for p in planned}
     rows = []

@@ -24,6 +24,7 @@ configuration and git: nothing is built, imported or run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -32,14 +33,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lockguard import gitref
-from lockguard.config import CONFIG_NAMES, Config, lockguard_table, parse_config
-from lockguard.files import display_path
+from lockguard.config import CONFIG_NAMES, Config, ConfigError, lockguard_table, parse_config
+from lockguard.files import EscapeError, display_path, refuse_escape, scratch_dir
+from lockguard.flows.ab import check_ab
+from lockguard.flows.pipeline import CodeTree
+from lockguard.flows.report_parts import family_rule_report
+from lockguard.locks.parser import parse_lock_text, exported_by
+from lockguard.locks.ref import LockRef, lock_target, lock_paths, lock_for
 from lockguard.progress import QUIET, Progress
+from lockguard.report import GitBase, Report, RuleFailure, GatePolicy
 
 if TYPE_CHECKING:
-    from lockguard.flows.pipeline import Backend, CodeTree
-    from lockguard.locks.ref import LockRef
-    from lockguard.report import Report
+    from lockguard.flows.pipeline import Backend
     from lockguard.scenarios import Scenario
     from lockguard.settings import Settings
 
@@ -96,9 +101,6 @@ class Gate:
 
     def candidate_refs(self) -> list[LockRef]:
         """The locks on disk the judging set names, parsed (what a shard plan is made of)."""
-        from lockguard.locks.parser import parse_lock_text
-        from lockguard.locks.ref import LockRef, lock_target
-
         # Any format, told by the file name (else the content), read for the judging platform.
         target = lock_target(self.judging)
         return [LockRef(p.head, parse_lock_text(p.head_text or "", str(p.head), target))
@@ -165,8 +167,6 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
         dirty = base.dirty([p.head for p in pairs if p.head is not None])
     if not pairs:
         # What lock_paths says when nothing names a lock at all.
-        from lockguard.locks.ref import lock_paths
-
         lock_paths(judging, [])
     if dirty:
         gate.notes.append("checking what is on disk: uncommitted changes in "
@@ -180,8 +180,6 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     under the judging configuration (`settings` are resolved from gate.judging): the gate
     resolved into baseline and candidate locks, then flows.ab.check_ab. When no lock changed,
     the answer comes from git alone."""
-    from lockguard.report import GitBase, Report
-
     start = time.perf_counter()
     base = GitBase.model_construct(ref=gate.ref, merge_base=gate.merge_base)
     notes = list(gate.notes)
@@ -189,9 +187,6 @@ def check_base(settings: Settings, gate: Gate, scenarios: list[Scenario],
     users = [s for s in scenarios if s.script is not None]
     if not gate.moved:
         return _no_lock_moved(settings, gate, users, progress, backend, notes, start)
-    from lockguard.flows.ab import check_ab
-    from lockguard.flows.report_parts import family_rule_report
-    from lockguard.locks.ref import lock_for
 
     candidates, baseline, moved, paired = _sides(gate, notes)
     stale, in_step = _stale_exports(gate, candidates, moved, paired)
@@ -250,8 +245,6 @@ def _no_lock_moved(settings: Settings, gate: Gate, users: list[Scenario], progre
                    backend: Backend | None, notes: list[str], start: float) -> Report:
     """No lock's pins moved: the user scenarios' code A/B when their code changed (under the
     target's policy, unless it leaves code to other checks), else the answer from git alone."""
-    from lockguard.report import GitBase, Report
-
     if gate.code_changes and users and gate.policy_from == "base" \
             and gate.judging.check_code_changes:
         return _check_code(settings, gate, users, progress, backend, notes, start)
@@ -267,8 +260,6 @@ def _no_lock_moved(settings: Settings, gate: Gate, users: list[Scenario], progre
 def _unrun(judged: list[LockRef], run: list[LockRef], candidates: list[LockRef]) -> list:
     """A failing rule for each moved lock no selected scenario runs from (they run from the
     first lock that pins their framework): its change would pass unchecked."""
-    from lockguard.report import RuleFailure
-
     ran = {id(r) for r in run}
     out = []
     for ref in judged:
@@ -295,7 +286,6 @@ def _with_code_check(report: Report, settings: Settings, gate: Gate, users: list
     if not (gate.code_changes and users and gate.policy_from == "base"
             and gate.judging.check_code_changes):
         return report
-    from lockguard.report import RuleFailure
 
     code = _check_code(settings, gate, users, progress, backend, [], time.perf_counter())
     failing = [v for v in code.verdicts if code.fails(v)]
@@ -320,9 +310,6 @@ def _sides(gate: Gate, notes: list[str]) -> tuple[list[LockRef], list[LockRef], 
     those paired with one first, then those removed; the candidates whose pins differ from
     their base's, or are new; id(candidate) -> its base lock), what they say for people
     appended to `notes`."""
-    from lockguard.locks.parser import parse_lock_text
-    from lockguard.locks.ref import LockRef, lock_target
-
     candidates: list[LockRef] = []
     baseline: list[LockRef] = []  # the paired ones first, then those removed
     removed: list[LockRef] = []
@@ -369,9 +356,6 @@ def _stale_exports(gate: Gate, candidates: list[LockRef], moved: list[LockRef],
     pinned alike) that moved without it, or apart from it: one of the two is stale, and a
     check of the pair would compare one side's change with nothing. And the exports that moved
     in step with their uv.lock (id → (export, uv.lock)): the uv.lock's A/B compares them."""
-    from lockguard.locks.parser import exported_by
-    from lockguard.report import RuleFailure
-
     texts = {p.head: p.head_text or "" for p in gate.pairs if p.head is not None}
     sources = {ref.path.parent: ref for ref in candidates if ref.path.name == "uv.lock"}
     out, in_step = [], {}
@@ -419,8 +403,6 @@ def _target_code(gate: Gate, scenarios: list[Scenario]) -> Iterator[CodeTree | N
             or not any(s.script is not None for s in scenarios):
         yield None
         return
-    from lockguard.files import scratch_dir
-    from lockguard.flows.pipeline import CodeTree
 
     with scratch_dir("tip") as tmp, gitref.merge_base(gate.repo, gate.ref, fetch=False) as base:
         base.extract(Path(tmp), at=gate.tip)
@@ -434,12 +416,6 @@ def _check_code(settings: Settings, gate: Gate, users: list[Scenario], progress:
     checkout's, which is the merge base's) with the target's code as the baseline and this
     checkout's as the candidate, judged by the target's policy; an intended change passes
     through `accept`, as for a lock."""
-    import dataclasses
-
-    from lockguard.flows.ab import check_ab
-    from lockguard.locks.ref import lock_for
-    from lockguard.report import GitBase
-
     candidates = gate.candidate_refs()
     runs = [s for s in users if lock_for(s, candidates) is not None]
     with _target_code(gate, runs) as tree:
@@ -461,8 +437,6 @@ def _check_code(settings: Settings, gate: Gate, users: list[Scenario], progress:
 
 
 def _policy_info(gate: Gate):
-    from lockguard.report import GatePolicy
-
     config = gate.checkout.file
     return GatePolicy.model_construct(source=gate.policy_from, judged_by=gate.judged_by,
                                       changes=list(gate.changes),
@@ -506,8 +480,6 @@ def _config_at_tip(base: gitref.BaseTree, start: Path,
 def refuse_escapes(repo: Path, paths: list[tuple[Path, str]]) -> None:
     """files.EscapeError for the first of `paths` (path, what it is) on disk that is or lies
     below a symbolic link, or leads out of the repository at `repo`."""
-    from lockguard.files import refuse_escape
-
     for path, what in paths:
         refuse_escape(path, repo, what)
 
@@ -516,8 +488,6 @@ def refuse_links(base: gitref.BaseTree, paths: list[tuple[Path, str]], *, at: st
                  where: str) -> None:
     """files.EscapeError for the first of `paths` that git records as a symbolic link (or
     below one) at the commit `at` (`where` names it: "main@1a2b3c4")."""
-    from lockguard.files import EscapeError
-
     linked = set(base.links([p for p, _ in paths], at=at))
     for path, what in paths:
         if path in linked:
@@ -540,8 +510,6 @@ def _refuse_a_gate_elsewhere(base: gitref.BaseTree, start: Path) -> None:
     """When no configuration of the target's lies on the way from `start` up, one elsewhere
     in its tree means the gate was started from the wrong folder (or the pull request moved
     the folder under it): an error, not "the target has none"."""
-    from lockguard.config import ConfigError
-
     names = [n for n in base.files(at=base.tip) if n.rsplit("/", 1)[-1] in CONFIG_NAMES]
     pyprojects = [n for n in names if n.endswith("pyproject.toml")]
     texts = dict(zip(pyprojects, base.named(pyprojects, at=base.tip)))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import golden
+from lockguard.compare.verdicts import compare_runs, HardwareChange
 from lockguard.files import display_path
 from lockguard.flows.pipeline import Planned
 from lockguard.flows.report_parts import evidence
@@ -19,7 +20,7 @@ from lockguard.settings import Settings
 if TYPE_CHECKING:
     from lockguard.compare.tolerance import Policy
     from lockguard.envs import Backend
-    from lockguard.compare.verdicts import HardwareChange, ScenarioVerdict
+    from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.names import Verdict
     from lockguard.report import Evidence
 
@@ -128,8 +129,6 @@ def compare_with_goldens(p: Planned, runs: list[RunResult], goldens: dict[str, G
                          ) -> tuple[ScenarioVerdict, Evidence]:
     """The verdict of `runs` against the golden of their own hardware class, or, when there is
     none, against another class's golden, with the hardware change for compare_runs to judge."""
-    from lockguard.compare.verdicts import compare_runs
-
     here = (hardware_class(runs[0].fingerprint, p.device, runs[0].device_name)
             if runs[0].fingerprint else host)
     gold = goldens.get(here.id) if here is not None else None
@@ -161,8 +160,6 @@ def _closest(goldens: list[Golden], here: HardwareClass | None, digest: str) -> 
 
 def _change(gold: Golden, here: HardwareClass | None, digest: str,
             lock_hash: str) -> HardwareChange:
-    from lockguard.compare.verdicts import HardwareChange
-
     return HardwareChange(
         golden=gold.hardware.describe(),
         current=here.describe() if here is not None else "this machine (hardware class unknown)",

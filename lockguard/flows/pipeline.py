@@ -9,18 +9,20 @@ happens here once, so no flow pairs results with jobs by position.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from lockguard.allowlist import withheld
-from lockguard import envvars
+from lockguard import envvars, integrity, process
 # The seam to the environments: the flows know Backend and backend_for, never a backend's module.
+from lockguard.compare.verdicts import skipped
 from lockguard.envs import Backend, backend_for
 from lockguard.envs.base import Env, RunRequest
 from lockguard.files import scratch_dir
@@ -29,7 +31,8 @@ from lockguard.hardware import host_memory, visible_gpus
 # the pipeline.
 from lockguard.locks.ref import LockRef, lock_for, no_lock_reason
 from lockguard.progress import QUIET, Progress
-from lockguard.results import RunResult, verify
+from lockguard.results import RunResult, Status, verify
+from lockguard.sandbox import resolve
 from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
@@ -199,8 +202,6 @@ def on_this_host(planned: list[Planned]) -> list[Planned]:
 def _healthy(p: Planned, ran: list[tuple[Job, Env, RunResult]]) -> bool:
     """Whether every numeric run of `p` trained to the end: a broken or crashed side has no
     step time worth measuring again."""
-    from lockguard.results import Status
-
     mine = [result for job, _, result in ran if job.planned is p]
     return bool(mine) and all(result.status == Status.ok for result in mine)
 
@@ -225,7 +226,6 @@ def run_sandbox(settings: Settings) -> Sandbox | None:
     first needs it (sandbox.resolve)."""
     if settings.env == "docker":
         return None
-    from lockguard.sandbox import resolve
 
     return resolve(settings.sandbox)
 
@@ -280,7 +280,6 @@ def pipeline(settings: Settings, scenarios: list[Scenario], locks: list[LockRef]
         wanted_jobs = [job for mine in wanted.values() for job in mine]
     ran = (execute(settings, backend, wanted_jobs, progress, workers=jobs, envs=envs)
            if wanted_jobs else [])
-    from lockguard.compare.verdicts import skipped
 
     by_scenario = {sid: Runs() for sid in wanted}
     outcome = Outcome(planned=planned, verdicts=[],
@@ -355,9 +354,7 @@ class Environments:
             for w in todo:
                 self.get(*w)
             return
-        from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-        from lockguard import process
 
         failed: dict[int, BaseException] = {}
         pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockguard-env")
@@ -470,10 +467,6 @@ def _hold_the_judge() -> None:
     """Before the first training: import every module that judges and reports (a module
     imported later would be read from disk after a lock's code ran), then hash lockguard's
     own files, checked again before the verdict (lockguard/integrity.py)."""
-    import importlib
-
-    from lockguard import integrity
-
     for name in JUDGE_MODULES:
         importlib.import_module(name)
     integrity.take()
@@ -537,8 +530,6 @@ def run_requests(jobs: list[tuple[Env, RunRequest]], progress: Progress = QUIET,
     killed too, so the temporary directory is removed within a second or two, after its
     processes are gone.
     """
-    from lockguard import process
-
     results: list[RunResult | None] = [None] * len(jobs)
     workers = workers or default_workers()
     wants = [min(max(1, n), workers) for n in (slots or [1] * len(jobs))]

@@ -3,19 +3,25 @@ against the current locks. The user's files are only read."""
 
 from __future__ import annotations
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockguard.cache import cache_dir
+from lockguard.config import ConfigError
 from lockguard.files import display_path
 from lockguard.flows.check import BaselineLocks, check
 from lockguard.flows.pipeline import Backend
+from lockguard.locks import relock, resolvers
 from lockguard.locks.ref import LockRef, lock_for, lock_target, read_lock
 from lockguard.progress import QUIET, Progress
+from lockguard.report import Report
+from lockguard.sandbox import resolve as sandbox_for
 from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
-    from lockguard.report import Report
     from lockguard.sandbox import Sandbox
 
 
@@ -27,11 +33,6 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
     locks. The user's files are only read. `resolver` None: each lock's own (the tool its
     header names, uv otherwise). A line of a lock's inputs that rules an upgrade out is read
     as asking for it (as a bot's pull request would edit it), and a note says so."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    from lockguard.config import ConfigError
-
     wanted: dict[str, str] = {}
     for spec in upgrades:
         try:
@@ -39,8 +40,6 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
         except InvalidRequirement as exc:
             raise ConfigError(f"upgrade {spec!r}: {exc}") from None
     # The resolver may build an sdist for its metadata, whatever env the runs use.
-    from lockguard.sandbox import resolve as sandbox_for
-
     confined = sandbox_for(settings.sandbox)
     confined.require()
     candidates, baseline, notes = [], [], []
@@ -71,8 +70,6 @@ def propose(settings: Settings, locks: list[LockRef], upgrades: list[str],
     if unpinned:
         raise ConfigError(f"no lock pins {', '.join(unpinned)}: propose upgrades what a lock pins")
     if not candidates:
-        from lockguard.report import Report
-
         return Report(command="propose", mode="ab", notes=notes, passed=True)
     mine = [s for s in scenarios if lock_for(s, candidates) is not None]
     report = check(settings, candidates, mine, BaselineLocks(tuple(baseline)), progress, backend)
@@ -84,8 +81,6 @@ def poetry_command(upgrades: list[str]) -> str:
     package names only (a version there is an error), so an exact version is added as the
     project's requirement (`poetry add --lock NAME==VERSION`, which also updates the lock);
     only names: `poetry update --lock NAME...`."""
-    from packaging.requirements import Requirement
-
     versioned = [spec for spec in upgrades if str(Requirement(spec).specifier)]
     if versioned:
         return "poetry add --lock " + " ".join(f"'{spec}'" for spec in upgrades)
@@ -97,10 +92,6 @@ def _proposal(ref: LockRef, upgrades: list[str], inputs: Path | None, resolver: 
     """The lock of `ref` with `upgrades`, resolved by the tool that writes its format: a
     uv.lock by `uv lock`, a pylock.toml by `uv pip compile`, requirements text by its header's
     resolver (locks/relock.py, locks/resolvers/)."""
-    from lockguard.cache import cache_dir
-    from lockguard.config import ConfigError
-    from lockguard.locks import relock, resolvers
-
     if ref.lock.format == "uv.lock":
         return relock.propose_uv_lock(ref.path, upgrades, cache_dir(), progress=progress.info,
                                       sandbox=sandbox)

@@ -14,15 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockguard import gitref, golden
+from lockguard.compare.envelope import deterministic, envelope_of, representative
 from lockguard.files import display_path, file_kind, writable_dir
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, lock_hash, previous_goldens,
 )
 from lockguard.flows.pipeline import Backend, Job, Planned, Runs, pipeline, run_backend
-from lockguard.locks.ref import LockRef
 from lockguard.flows.report_parts import family_rule_report, report_for
 from lockguard.golden import Golden, GoldenError, golden_path, legacy_path
 from lockguard.hardware import HardwareClass, hardware_class
+from lockguard.locks.ref import LockRef
+from lockguard.names import Verdict
 from lockguard.progress import QUIET, Progress
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario
@@ -61,8 +63,6 @@ def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
         return [Job(p, p.lock)] * settings.repeat
 
     def judge(p: Planned, runs: Runs) -> tuple[ScenarioVerdict, Evidence]:
-        from lockguard.names import Verdict
-
         result, envelope = _reference(runs.candidate)
         inputs = digest(p, settings, backend)
         verdict, proof = compare_with_goldens(p, runs.candidate, previous[p.scenario.id],
@@ -88,7 +88,6 @@ def record(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
     outcome = pipeline(settings, scenarios, locks, decide=decide, judge=judge,
                        progress=progress, backend=backend)
     written = _write_goldens(gdir, to_write, notes)
-    from lockguard.names import Verdict
 
     broken = [v for v in outcome.verdicts
               if v.verdict in (Verdict.broken, Verdict.device_fallback)]
@@ -149,8 +148,6 @@ def _kind(path: Path) -> str | None:
 def _reference(runs: list[RunResult]) -> tuple[RunResult, Envelope | None]:
     """What a golden keeps of `record --repeat K`'s runs: the run itself when they are bitwise
     equal, else the run of median final loss and the envelope of all K."""
-    from lockguard.compare.envelope import deterministic, envelope_of, representative
-
     if len(runs) == 1 or any(r.status != Status.ok for r in runs) or deterministic(runs):
         return runs[0], None
     return representative(runs), envelope_of(runs)

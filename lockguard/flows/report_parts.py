@@ -8,9 +8,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from lockguard import integrity
+from lockguard.compare.verdicts import gate_passes, is_failure
 from lockguard.files import display_path
-from lockguard.locks.families import framework_version
+from lockguard.locks.families import framework_version, package_families
 from lockguard.locks.rules import check_family_rules
+from lockguard.locks.trust import warnings
+from lockguard.names import Verdict
+from lockguard.report import LockInfo, Report, RuleFailure, ParityRow, Evidence, Side
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario
 
@@ -18,7 +23,6 @@ if TYPE_CHECKING:
     from lockguard.compare.verdicts import ScenarioVerdict
     from lockguard.flows.pipeline import Outcome
     from lockguard.locks.ref import LockRef
-    from lockguard.report import Evidence, LockInfo, ParityRow, Report
     from lockguard.settings import Settings
 
 # compare and report (pydantic models, rich) are imported where used: not on the way to a
@@ -28,8 +32,6 @@ if TYPE_CHECKING:
 def lock_info(ref: LockRef, role: str) -> LockInfo:
     """How a report names a lock it read: `role` is "baseline" or "candidate"; the format is
     left out for a requirements.txt, the default."""
-    from lockguard.report import LockInfo
-
     frameworks = sorted(ref.lock.frameworks())
     versions = {f: v for f in frameworks if (v := framework_version(ref.lock, f))}
     lock = ref.lock
@@ -43,8 +45,6 @@ def lock_info(ref: LockRef, role: str) -> LockInfo:
 def trust_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
     """The warnings every report of a run carries for a lock let through by an opt-in
     (allow_unhashed, allow_insecure_index; locks/trust.py)."""
-    from lockguard.locks.trust import warnings
-
     return [w for ref in locks
             for w in warnings(ref.lock, ref.name, allow_unhashed=settings.allow_unhashed,
                               allow_insecure_index=settings.allow_insecure_index)]
@@ -53,8 +53,6 @@ def trust_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
 def cuda_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
     """For a cpu gate, a line per lock that pins torch's CUDA build (what PyPI serves by
     default): what it costs and how to lock the CPU build instead (docs/ci.md)."""
-    from lockguard.locks.families import package_families
-
     if settings.report_device != "cpu":
         return []
     out = []
@@ -82,10 +80,6 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
     step-0 rows; `validate`: False builds a report made only of lockguard's own values
     without the model validator (an unrun golden answer). Other Report fields come as
     `fields`."""
-    from lockguard import integrity
-    from lockguard.compare.verdicts import gate_passes, is_failure
-    from lockguard.report import Report
-
     integrity.verify()  # the judge that ran is the one that started (exit 2 otherwise)
     verdicts = outcome.verdicts
     idle = nothing_done(verdicts, done)
@@ -114,7 +108,6 @@ def family_rule_report(command: str, locks: list[LockRef]) -> Report | None:
     broken = [(ref, v) for ref in locks for v in check_family_rules(ref.lock)]
     if not broken:
         return None
-    from lockguard.report import Report, RuleFailure
 
     mode = {"check": "golden", "compare-frameworks": "frameworks"}.get(command, "record")
     return Report(command=command, mode=mode,
@@ -131,8 +124,6 @@ def parity(scenarios: dict[str, Scenario], results: dict[str, RunResult]) -> lis
     agree to float rounding in every framework: a harness bug shows up here first. Optimisers
     differ by design only from step 1 on, so only step 0 is compared.
     """
-    from lockguard.report import ParityRow
-
     groups: dict[tuple[str, str], dict[str, float]] = {}
     for sid, r in results.items():
         sc = scenarios[sid]
@@ -155,8 +146,6 @@ def relative_spread(values: list[float]) -> float:
 def nothing_done(verdicts: list[ScenarioVerdict], what: str) -> str | None:
     """Why a record or check that ran no scenario must not pass: a gate passes only what it
     compared. None when something ran."""
-    from lockguard.names import Verdict
-
     if any(v.verdict != Verdict.skipped for v in verdicts):
         return None
     reasons = sorted({r for v in verdicts for r in v.reasons})
@@ -181,8 +170,6 @@ def evidence(scenario: str, baseline: tuple[str, str, RunResult] | None,
              digest: str | None = None) -> Evidence:
     """Both sides of a scenario's comparison, each given as (kind, name, result); `digest`:
     the candidate's inputs digest, which a golden `accept` adopts from it carries."""
-    from lockguard.report import Evidence, Side
-
     def side(role: str, given: tuple[str, str, RunResult] | None,
              digest: str | None = None) -> Side | None:
         if given is None:

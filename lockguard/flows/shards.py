@@ -36,16 +36,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockguard.errors import LockguardError, UsageError
-from lockguard.flows.pipeline import Planned, plan
-from lockguard.locks.ref import LockRef
 from lockguard.files import ReadError, read_json
+from lockguard.flows.pipeline import Planned, plan
+from lockguard.flows.report_parts import nothing_done, parity
 from lockguard.golden import MAX_GOLDEN_BYTES, GoldenError, class_paths
 from lockguard.hardware import HardwareClass
+from lockguard.locks.ref import LockRef
 from lockguard.names import MAX_SHARDS
-from lockguard.scenarios import Scenario
+from lockguard.report import ShardInfo, Report, load_report
+from lockguard.results import Status
+from lockguard.scenarios import Scenario, bundled
 
 if TYPE_CHECKING:
-    from lockguard.report import Report, ShardInfo
     from lockguard.settings import Settings
 
 # Seconds a scenario is assumed to take (import, build of the model, steps) when no golden
@@ -263,8 +265,6 @@ def shard_scenarios(made: Plan, index: int, scenarios: list[Scenario]) -> list[S
 def shard_info(made: Plan, index: int) -> ShardInfo:
     """What a partial Report says of the part it is: the plan's digest, K/N, the entry and
     its scenarios (shard 1's include the skipped ones), and the order merge restores."""
-    from lockguard.report import ShardInfo
-
     entry = made.entry(index)
     return ShardInfo(plan_digest=made.digest, index=index, total=made.total, entry=entry.id,
                      scenarios=list(entry.scenarios) + (made.skipped if index == 1 else []),
@@ -273,8 +273,6 @@ def shard_info(made: Plan, index: int) -> ShardInfo:
 
 def empty_report(made: Plan, index: int, command: str = "check") -> Report:
     """The part of a shard the plan gives nothing to run: it passes, and says why."""
-    from lockguard.report import Report
-
     return Report(command=command, mode="golden", passed=True, shard=shard_info(made, index),
                   notes=[f"shard {index}/{made.total}: the plan gives this shard no scenario "
                          "(more shards than scenarios); nothing to run"])
@@ -359,9 +357,6 @@ def plan_text(made: Plan) -> str:
 def merge(parts: list[tuple[Path, Report]]) -> Report:
     """One Report from the partial Reports of every shard of one plan; refuses a missing,
     duplicated or foreign part, naming it."""
-    from lockguard.flows.report_parts import nothing_done
-    from lockguard.report import Report
-
     info = _one_plan(parts)
     ranked = sorted((part for _, part in parts), key=lambda r: r.shard.index)  # type: ignore
     full = [r for r in ranked if not _empty(r)] or ranked
@@ -486,10 +481,6 @@ def _unique_models(items: Any) -> list[Any]:
 def _parity(parts: list[Report]) -> list[Any]:
     """Step-0 parity across frameworks, rebuilt from the candidate runs of every part: a family
     whose frameworks ran on different shards has a row in no part."""
-    from lockguard.flows.report_parts import parity
-    from lockguard.results import Status
-    from lockguard.scenarios import bundled
-
     known = {s.id: s for s in bundled()}
     results = {e.scenario: e.candidate.result for r in parts for e in r.evidence
                if e.candidate and e.scenario in known
@@ -500,8 +491,6 @@ def _parity(parts: list[Report]) -> list[Any]:
 def merge_files(paths: list[Path]) -> Report:
     """`lockguard merge`: the partial Reports at `paths` joined by `merge`; a ShardError when
     one file is given twice (under any name), a ReportError when one cannot be read."""
-    from lockguard.report import load_report
-
     resolved: dict[Path, Path] = {}
     for path in paths:
         key = Path(os.path.realpath(path))

@@ -21,6 +21,7 @@ from lockguard import toml
 from lockguard.errors import quote
 from lockguard.locks.model import LockError, LockFormat, PinFile
 from lockguard.locks.target import Target
+from urllib.parse import unquote, urlsplit
 
 _PYLOCK_NAME = re.compile(r"^pylock\.([^.]+\.)?toml$")
 
@@ -173,8 +174,6 @@ def colon_hash(text: Any, where: str, doc: TomlLock, line: int | None) -> str:
 
 def file_name(url_or_path: str) -> str:
     """The file name at the end of a URL or path (percent-escapes decoded)."""
-    from urllib.parse import unquote, urlsplit
-
     path = urlsplit(url_or_path).path if "://" in url_or_path else url_or_path
     return unquote(path.rstrip("/").rsplit("/", 1)[-1])
 

@@ -31,7 +31,10 @@ from lockguard.errors import quote
 from lockguard.files import ReadError, in_system_tree, read_bytes
 from lockguard.locks.formats import lock_format
 from lockguard.locks.model import Lock, LockError, LockFormat, LockOptions, Pin, bulk
+from lockguard.locks.poetry import parse_poetry_lock
+from lockguard.locks.pylock import parse_pylock
 from lockguard.locks.target import Target, host_target
+from lockguard.locks.uvlock import parse_uv_lock
 
 
 # The largest lock read: a resolved tensorflow stack with hashes is 40 KiB as requirements
@@ -73,14 +76,9 @@ def _parse_text(text: str, source: str, kind: LockFormat, target: Target | None)
         return _parse_requirements(text, source)
     target = target or host_target()  # (computing this interpreter's tags costs: TOML only)
     if kind == "pylock.toml":
-        from lockguard.locks.pylock import parse_pylock
-
         return parse_pylock(text, source, target)
     if kind == "uv.lock":
-        from lockguard.locks.uvlock import parse_uv_lock
-
         return parse_uv_lock(text, source, target)
-    from lockguard.locks.poetry import parse_poetry_lock
 
     return parse_poetry_lock(text, source, target)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+from packaging.pylock import Pylock, PylockValidationError
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -81,8 +82,6 @@ def parse_pylock(text: str, source: str, target: Target) -> Lock:
 def _validate(doc: TomlLock) -> None:
     """The document against PEP 751 as packaging reads it; a LockError naming the key at fault
     and the line of its table (the n-th `[[packages]]` for `packages[n]...`)."""
-    from packaging.pylock import Pylock, PylockValidationError
-
     try:
         # A newer minor is read (PEP 751), lock-version checked already: packaging's warning
         # that it does not know that minor is not the user's business.

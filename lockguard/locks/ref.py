@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from lockguard.config import ConfigError
+from lockguard.files import display_path
 from lockguard.locks.model import Lock
 from lockguard.locks.parser import parse_lock
 from lockguard.locks.target import Target, target_for
@@ -37,8 +40,6 @@ class LockRef:
     def name(self) -> str:
         """What reports and errors call this lock: its git label (main@1a2b3c4d:path) when read
         from git, else its path relative to the working directory."""
-        from lockguard.files import display_path
-
         return self.label or display_path(self.path)
 
 
@@ -46,8 +47,6 @@ def lock_paths(config: Config, cli_locks: list[str]
                ) -> list[tuple[Path, str | None, Path | None]]:
     """(path, expected device, requirements.in) of each lock, without reading the locks:
     --lock options (relative to the working directory) or the config's (relative to it)."""
-    from lockguard.config import ConfigError
-
     if cli_locks:
         refs = [(Path(p), None, None) for p in cli_locks]
     else:
@@ -89,8 +88,6 @@ def _requires(scenario: _HasFramework) -> tuple[str, ...]:
 
 
 def _pins(lock: Lock, names: tuple[str, ...]) -> bool:
-    from packaging.utils import canonicalize_name
-
     return all(canonicalize_name(name) in lock.by_name for name in names)
 
 

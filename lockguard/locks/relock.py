@@ -31,9 +31,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from lockguard import toml
+from lockguard.cache import entry, ensure_dir
 from lockguard.files import display_path, write_text
 from lockguard.installers import require_uv, tool_reason
-from lockguard.locks.parser import parse_lock
+from lockguard.locks.parser import parse_lock, read_requirements_input
 from lockguard.locks.resolvers import (
     RESOLVE_TIMEOUT_S, SILENT, Proposal, ResolveError, resolver_reads, run_tool,
 )
@@ -113,8 +114,6 @@ def _entry(where: Path, build: Callable[[Path], str]) -> None:
     """The proposal folder `where` as a cache entry (cache.entry), its marker `_DONE`. In place:
     uv writes the folder's path into what it writes (the project, a pylock's command line);
     _proposal_dir makes the folder again after a failure removed it."""
-    from lockguard.cache import entry
-
     with entry(where, build, ready=lambda path: (path / _DONE).is_file(), marker=_DONE,
                in_place=True, what=f"the proposal {where.name}"):
         pass
@@ -178,8 +177,6 @@ def _version_of(spec: str) -> str | None:
 
 def _proposal_dir(cache_dir: Path, kind: str, lock: Path, inputs: Sequence[str],
                   upgrades: Sequence[str], uv: str) -> Path:
-    from lockguard.cache import ensure_dir
-
     key = hashlib.sha256()
     version = run_tool([uv, "--version"], timeout=60, what="uv").stdout.strip()
     for part in (_FORMAT, kind, lock.read_text(encoding="utf-8"), *inputs,
@@ -218,9 +215,9 @@ def _relax_pyproject(text: str, wanted: dict[str, str], shown: str) -> tuple[str
         version = _version_of(spec)
         if version is None:
             continue
-        for entry in (e for group in lists for e in group if isinstance(e, str)):
+        for listed in (e for group in lists for e in group if isinstance(e, str)):
             try:
-                req = Requirement(entry)
+                req = Requirement(listed)
                 new = Version(version)
             except (InvalidRequirement, InvalidVersion):
                 continue
@@ -231,11 +228,11 @@ def _relax_pyproject(text: str, wanted: dict[str, str], shown: str) -> tuple[str
             marker = f" ; {req.marker}" if req.marker else ""
             replacement = f"{req.name}{extras}=={version}{marker}"
             for quote in ('"', "'"):
-                if f"{quote}{entry}{quote}" in text:
-                    line = text[:text.index(f"{quote}{entry}{quote}")].count("\n") + 1
-                    text = text.replace(f"{quote}{entry}{quote}",
+                if f"{quote}{listed}{quote}" in text:
+                    line = text[:text.index(f"{quote}{listed}{quote}")].count("\n") + 1
+                    text = text.replace(f"{quote}{listed}{quote}",
                                         f"{quote}{replacement}{quote}", 1)
-                    notes.append(f"{shown}:{line} requires {entry}: proposed with "
+                    notes.append(f"{shown}:{line} requires {listed}: proposed with "
                                  f"{replacement} there (as a bot's pull request edits it)")
                     break
     return text, notes
@@ -307,8 +304,6 @@ def _header_input(header: str | None, lock: Path) -> Path | None:
 def _blocked_notes(source: Path, wanted: dict[str, str]) -> list[str]:
     """For a pylock's input: the lines that rule an exact upgrade out, as notes (uv's
     --override states the upgrade over them)."""
-    from lockguard.locks.parser import read_requirements_input
-
     if source.suffix == ".toml":
         return _relax_pyproject(source.read_text(encoding="utf-8"), wanted,
                                 display_path(source))[1]

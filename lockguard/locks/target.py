@@ -16,10 +16,15 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.tags import sys_tags
 from pathlib import Path
 
 from packaging.markers import default_environment
 
+from lockguard import process
+from lockguard.files import scratch_dir
+from lockguard.locks.model import LockError
 from lockguard.probes import PLATFORM_INFO
 
 
@@ -46,7 +51,6 @@ class Target:
         """Whether a wheel of this name installs here (None: the tags are not known)."""
         if self.tags is None:
             return None
-        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
         try:
             _, _, _, tags = parse_wheel_filename(filename)
@@ -64,8 +68,6 @@ def _tag_set(tags: tuple[str, ...]) -> frozenset[str]:
 @functools.lru_cache(maxsize=1)
 def host_target() -> Target:
     """The interpreter running lockguard."""
-    from packaging.tags import sys_tags
-
     return Target(markers=dict(default_environment()),
                   tags=tuple(str(tag) for tag in sys_tags()))
 
@@ -79,10 +81,6 @@ def target_for(python: str | None) -> Target:
 
 @functools.lru_cache(maxsize=8)
 def _other_target(python: str) -> Target:
-    from lockguard import process
-    from lockguard.files import scratch_dir
-    from lockguard.locks.model import LockError
-
     with scratch_dir("markers") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         try:

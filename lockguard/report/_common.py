@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 from lockguard.compare.compile import CompileDiff
 from lockguard.compare.figures import mib, seconds
 from lockguard.compare.verdicts import ScenarioVerdict
-from lockguard.names import Verdict
 from lockguard.locks.diff import Change, LockDiff, OptionChange
+from lockguard.locks.model import FRAMEWORK_DISTS
+from lockguard.names import Verdict
 from lockguard.scenarios import libraries_of, model_libraries
 
 if TYPE_CHECKING:
@@ -465,8 +466,6 @@ def importance(change: Change) -> tuple[int, str]:
     """How soon a change is named: a framework itself, then what belongs to a framework's
     family or is a model library, then everything else, then the CUDA runtime wheels (which
     move by the dozen with any CUDA framework)."""
-    from lockguard.locks.model import FRAMEWORK_DISTS
-
     if any(change.name in dists for dists in FRAMEWORK_DISTS.values()):
         rank = 0
     elif "cuda" in change.families:

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.files import repo_root, repo_workdir
-from lockguard.report.model import Report
+from lockguard.names import Verdict
 from lockguard.report._common import (
     bisected, change_text, culprits, framework_summary, gate_lines, LockLine, option_lines,
     sandbox_warning, startup_note, summary_line, verdict_name,
 )
+from lockguard.report.model import Report
 
 
 def _data(text: str) -> str:
@@ -149,8 +150,6 @@ def step_outputs(report: Report) -> str:
     """The report as step outputs (`name=value` lines for $GITHUB_OUTPUT), what the composite
     action exposes: passed, how many scenarios fail the gate and how many were compared, and
     the count of every verdict (0 when none has it) under its name with hyphens."""
-    from lockguard.names import Verdict
-
     counts = dict(report.tally())
     lines = [f"passed={'true' if report.passed else 'false'}",
              f"failing={len(report.failing)}",

@@ -18,15 +18,16 @@ import math
 import re
 from html import escape
 
+from lockguard.compare.compile import accuracy_text
 from lockguard.compare.numerics import SeriesDiff
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.names import Verdict
-from lockguard.report.model import Bisection, Evidence, Report, Side
 from lockguard.report._common import (
     change_text, compile_rows, culprits, family_notes, family_title, final_loss, fmt_float,
     framework_cells, FRAMEWORK_HEAD, gate_lines, mib, option_lines, reproduce, sandbox_warning,
     seconds, summary_line, timing, timing_line, timing_notes, verdict_name,
 )
+from lockguard.report.model import Bisection, Evidence, Report, Side
 from lockguard.report.svg import Line, Mark, chart
 from lockguard.results import RunResult
 
@@ -401,8 +402,6 @@ def _compile(v: ScenarioVerdict, ev: Evidence | None) -> list[str]:
     elif v.compile_diff is not None:
         out.append('<p class="note">the compiled path did not change</p>')
     if sides:
-        from lockguard.compare.compile import accuracy_text
-
         dumps = [s.result.compile.model_dump(exclude_defaults=True) for s in sides]
         for d, side in zip(dumps, sides):
             if side.result.compile.accuracy is not None:  # a sentence, not its JSON

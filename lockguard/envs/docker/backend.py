@@ -37,6 +37,7 @@ from lockguard.envs.docker.recipe import VENV_PYTHON
 from lockguard.envs.docker.stack import stack_line
 from lockguard.envs.harness import HARNESS_DIR
 from lockguard.locks.model import Lock
+from lockguard.locks.trust import require_trusted
 from lockguard.progress import Progress
 from lockguard.results import RunResult, Status
 
@@ -196,8 +197,6 @@ class DockerBackend(ImageBackend):
             self._admit(lock)
 
     def _admit(self, lock: Lock) -> None:
-        from lockguard.locks.trust import require_trusted
-
         require_trusted(lock, allow_unhashed=self.allow_unhashed,
                         allow_insecure_index=self.allow_insecure_index)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lockguard.envs.docker.engine as engine
 import re
 import time
 from dataclasses import dataclass
@@ -68,8 +69,6 @@ def target(registry: str, tag: str) -> tuple[str, str]:
 
 def push_image(client: Any, tag: str, image_id: str, registry: str, record_dir: Path) -> Pushed:
     """Tag the local image `tag` below `registry` and push it; the pushed digest, recorded."""
-    import lockguard.envs.docker.engine as engine
-
     registry = check_registry(registry)
     repository, version = target(registry, tag)
     try:

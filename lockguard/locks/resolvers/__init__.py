@@ -34,8 +34,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from lockguard.cache import entry
 from lockguard.files import scratch_dir, write_text
 from lockguard.installers import tool_reason
+from lockguard.locks.formats import format_by_name
 from lockguard.locks.model import LockOptions
 from lockguard.locks.parser import (
     RequirementsInput, lock_writer, parse_lock, read_requirements_input,
@@ -201,7 +203,6 @@ def propose(
                 read=read)
         return ""
 
-    from lockguard.cache import entry  # deferred: `import resolvers` stays small
 
     with entry(where, build, marker=PROPOSED, what=f"the proposal for {lock.name}",
                ready=lambda path: not refresh and (path / PROPOSED).is_file()):
@@ -243,8 +244,6 @@ def _lock_invocation(inputs: Path, out: Path, upgrades: Sequence[str], resolver:
 
 
 def _refuse_other_format(output: Path) -> None:
-    from lockguard.locks.formats import format_by_name
-
     kind = format_by_name(output.name)
     if kind in _FORMAT_TOOLS:
         raise ResolveError(f"{output}: a {kind} is written by {_FORMAT_TOOLS[kind]}; lockguard "

@@ -19,14 +19,18 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from lockguard import installers
+from lockguard.cache import cache_dir
 from lockguard.errors import LockguardError
 from lockguard.installers import ToolError
 from lockguard.locks.model import LockOptions
 from lockguard.locks.parser import RequirementsInput
+from lockguard.sandbox import project_access
 
 if TYPE_CHECKING:
     from lockguard.sandbox import Sandbox
@@ -68,8 +72,6 @@ def run_tool(cmd: Sequence[str], *, timeout: float, what: str, cwd: Path | None 
     `sandbox` (a resolve that may build an sdist for its metadata) it keeps its caches in
     lockguard's cache (resolvers/), the one place besides `writes` it may write."""
     if sandbox is not None and sandbox.active:
-        from lockguard.cache import cache_dir
-
         caches = cache_dir() / "resolvers"
         env = {**(env or {}), "UV_CACHE_DIR": str(caches / "uv"),
                "PIP_CACHE_DIR": str(caches / "pip"), "XDG_CACHE_HOME": str(caches)}
@@ -83,8 +85,6 @@ def resolver_reads(workdir: Path, args: Sequence[str] = ()) -> list[str]:
     repository holding `workdir` (its requirements inputs, the files they include, local
     wheel folders in it; `.git` left out) and the local folders `args` name (--find-links,
     a file:// index, as `--option value` or `--option=value`)."""
-    from lockguard.sandbox import project_access
-
     readable, _ = project_access(workdir / "requirements.in", workdir)
     return [*readable, str(workdir), *installers.local_sources(args)]
 
@@ -92,9 +92,6 @@ def resolver_reads(workdir: Path, args: Sequence[str] = ()) -> list[str]:
 def requirement_name(spec: str) -> str:
     """The canonical name `spec` (`torch==2.14.1`, `jax>=0.10`, `numpy`) asks for; a
     ResolveError when it is no requirement."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
     try:
         return canonicalize_name(Requirement(spec).name)
     except InvalidRequirement:

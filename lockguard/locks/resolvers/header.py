@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from lockguard import __version__
 
 
 def lockguard_block(tool: str, invocation: str, notes: Sequence[str]) -> str:
     """The lines that follow the resolver's own header: the tool that resolved, the lockguard
     command that wrote the file, and what the proposal read otherwise (`notes`)."""
-    from lockguard import __version__
-
     block = f"# Written by lockguard {__version__} ({tool}) via:\n#   {invocation}\n"
     return block + "".join(f"# {note}\n" for note in notes)
 

@@ -32,9 +32,11 @@ import shlex
 import shutil
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from lockguard import envvars
+from lockguard.cache import cache_dir, entry
 from lockguard.errors import last_line
 from lockguard.installers import tool_reason
 from lockguard.locks.parser import RequirementsInput
@@ -144,7 +146,6 @@ def tool_python(say: Progress) -> str:
         return override
     if _has_pinned_pair():
         return sys.executable
-    from lockguard.cache import cache_dir, entry
 
     interp = hashlib.sha256(f"{os.path.realpath(sys.executable)}|{sys.version}".encode()
                             ).hexdigest()
@@ -190,8 +191,6 @@ def _imports_pip_tools(venv: Path) -> None:
 
 
 def _has_pinned_pair() -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("pip") == PIP_VERSION and version("pip-tools") == PIP_TOOLS_VERSION
     except PackageNotFoundError:

@@ -17,6 +17,8 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from pathlib import Path
 
 from lockguard import installers
@@ -55,14 +57,10 @@ class Block:
 
     def relaxed_line(self) -> str:
         """The line as the proposal reads it: the upgrade's specifier in place of the line's."""
-        from packaging.requirements import Requirement
-
         return self._requirement_text(str(Requirement(self.request).specifier))
 
     def refusal(self) -> str:
         """Why `lockguard lock` refuses the upgrade, and the fix, in one line."""
-        from packaging.requirements import Requirement
-
         req = self.line.requirement
         assert req is not None
         asked = Requirement(self.request)
@@ -96,8 +94,6 @@ def blocking_lines(inputs: RequirementsInput, upgrades: Sequence[str]) -> list[B
     specifier is ruled out by an exact pin outside it, and an exact request (`numpy==2.0.2`)
     by any specifier that excludes its version. Two ranges are left to the resolver.
     """
-    from packaging.requirements import Requirement
-
     blocks = []
     for spec in upgrades:
         requirement_name(spec)
@@ -219,8 +215,6 @@ def explain_failure(reason: str, upgrades: Sequence[str], inputs: RequirementsIn
         return reason + _ignored_pip_indexes_note(reason)
     # The lines of requirements.in that hold a package the resolver names: exact pins of any,
     # and any specifier of an upgraded one.
-    from packaging.utils import canonicalize_name
-
     upgraded = {requirement_name(p) for p in upgrades}
     skip = {id(b.line) for b in relaxed}
     holding = []
