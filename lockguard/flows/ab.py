@@ -13,7 +13,6 @@ from lockguard.compare.timing import compare_timing, time_blocks
 from lockguard.compare.verdicts import ScenarioVerdict, compare_runs, is_failure, with_location
 from lockguard.errors import UsageError
 from lockguard.flows.acceptances import accept_known
-from lockguard.flows.bisect import attach_bisection
 from lockguard.flows.goldens import digest
 from lockguard.flows.pipeline import (
     Backend, CodeTree, Environments, Job, Outcome, Planned, Runs, pipeline, run_backend,
@@ -204,6 +203,8 @@ def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],
         report.notes.append("nothing to bisect: no verdict fails the gate"
                             + (f" ({accepted} accepted)" if accepted else ""))
         return report
+
+    from lockguard.flows.bisect import attach_bisection
 
     return attach_bisection(report, settings, scenarios, locks, pairing, progress, backend)
 

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Union
 
 from lockguard import golden
 from lockguard.compare.verdicts import ScenarioVerdict
-from lockguard.flows.ab import check_ab
-from lockguard.flows.git_base import check_base
 from lockguard.flows.goldens import (
     Crossings, Hosts, compare_with_goldens, digest, load_goldens, unchanged,
 )
@@ -68,6 +66,8 @@ def check(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
     `baseline`; `settings` are the judging configuration's (a merge base's, with
     `--policy base`)."""
     if isinstance(baseline, MergeBase):
+        from lockguard.flows.git_base import check_base
+
         return check_base(settings, baseline.gate, scenarios, progress, backend)
     # Only the locks under check: a baseline that broke a rule is what is being replaced.
     if (failed := family_rule_report("check", locks)) is not None:
@@ -77,6 +77,8 @@ def check(settings: Settings, locks: list[LockRef], scenarios: list[Scenario],
                 and not settings.rerun:
             return same_locks(settings, locks, list(baseline.refs), scenarios, progress,
                               backend)
+
+        from lockguard.flows.ab import check_ab
 
         return check_ab(settings, locks, list(baseline.refs), scenarios, progress, backend)
     return check_golden(settings, locks, scenarios, progress, backend)

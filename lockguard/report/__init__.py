@@ -20,7 +20,6 @@ from pydantic import BaseModel, ValidationError
 from lockguard import __version__
 from lockguard.errors import printable, redact
 from lockguard.files import ReadError, parse_json, read_bytes
-from lockguard.report import json_, markdown, html, junit, github, text
 from lockguard.report.model import (  # noqa: F401 - the package's face
     MAX_REPORT_BYTES, READABLE_VERSIONS, SCHEMA_VERSION, Bisection, Evidence, FrameworkRow,
     FrameworkTable, GatePolicy, GitBase, LockInfo, MixTrial, ParityRow, Report, ReportError,
@@ -32,19 +31,30 @@ def render(report: Report, fmt: str, color: bool = False, width: int | None = No
     made safe to show first (credentials masked; escapes removed except in JSON, which escapes
     them itself); ValueError for another format. `color` and `width` are the text format's."""
     if fmt == "json":
+        from lockguard.report import json_
+
         # JSON escapes control characters itself; credentials are masked in every format.
         return json_.render(printable_report(report, redact))
     report = printable_report(report)
     if fmt == "markdown":
+        from lockguard.report import markdown
+
         return markdown.render(report)
     if fmt == "html":
+        from lockguard.report import html
+
         return html.render(report)
     if fmt == "junit":
+        from lockguard.report import junit
+
         return junit.render(report)
     if fmt == "github":
+        from lockguard.report import github
+
         return github.render(report)
     if fmt != "text":
         raise ValueError(f"unknown report format {fmt!r}")
+    from lockguard.report import text
 
     return text.render(report, color=color, width=width)
 
