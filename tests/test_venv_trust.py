@@ -641,7 +641,7 @@ def _checked_later(env: Path, rebuilt) -> venv.VenvEnv:
     lock = parse_lock_text("pkg==1.0\n", "lock.txt")
     problem, manifest = venv._marked_ready(env, lock, allow_sdist=False)
     assert problem is None
-    return venv.VenvEnv(env, lock.lock_hash, env / "cc", bytecode_store=env / "bc",
+    return venv.VenvEnv(env, lock.lock_hash, env / "cc",
                         files=venv._FileCheck(str(env), manifest), rebuilt=rebuilt)
 
 
