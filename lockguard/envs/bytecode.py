@@ -27,13 +27,16 @@ it is relocatable, since the import system gives a code object the file name of 
 was loaded for.
 
 What a run can touch of it: a sandboxed run (lockguard/sandbox.py, docs/environments.md) reads
-its venv and writes neither the venv nor the cache, so no run reaches the store or a venv's
-.pyc. With `sandbox = "off"`, a run writes what the user running lockguard can: a stored .pyc
-through its venv's link, as it can uv's cache, whose files every venv links too; a .pyc so
-changed fails the manifest check of each venv that links it (its inode's change time passes
-the seal) and the store's own check at the next build. A writer who forges a .pyc and names it
-by its forged bytes' hash is not told from lockguard's compile: that writer could rewrite a
-venv's manifest as well.
+its venv and writes neither the venv nor the store (of lockguard's cache it writes only its
+environment's compile cache), so no run changes a venv's .pyc or a stored one. With
+`sandbox = "off"`, a run writes what the user running lockguard can: a stored .pyc through its
+venv's link, as it can uv's cache, whose files every venv links too; a .pyc so changed fails
+the manifest check of each venv that links it (its inode's change time passes the seal) and
+the store's own check at the next build. A writer who forges a .pyc and names it by its forged
+bytes' hash is not told from lockguard's compile: that writer could rewrite a venv's manifest
+as well. (The venv's manifest check runs once per check, beside its first training: a run
+without the sandbox that damages a shared .pyc while another venv's trainings of the same
+check go on is found by the next check, as a venv file it rewrote would be.)
 
 A module that does not compile (a template with a .py name) is left without bytecode, as uv
 leaves it.
