@@ -18,8 +18,8 @@ the user's file): with uv, a pylock.toml or uv.lock as a pylock.toml (uv install
 it names), anything else as requirements text.
 
 A cached env is verified at every use, not trusted: beside the marker lies a manifest of
-every file each installed distribution's RECORD lists, with its size and the sha256 of its
-bytes at build; `prepare` checks the marker, `bin/python` and every file's existence, size and
+every file each installed distribution's RECORD lists and of every .pyc the build compiled or
+linked (envs/bytecode.py), with its size and the sha256 of its bytes at build; `prepare` checks the marker, `bin/python` and every file's existence, size and
 change time (one stat per file; benchmarks/bench_venv.py measures it for the torch env) and
 rebuilds a damaged env, saying why. A file whose inode changed after the env was sealed (its
 ctime, which no process can set back, is past the seal's) is read and hashed: other bytes
