@@ -1,4 +1,6 @@
-"""The golden check's shortcut against a cold run, over random project mutations (issue 43).
+"""Shortcuts against cold runs, over random mutations (issue 43): the golden check's
+provenance shortcut (fake backend, below) and venv reuse with the bytecode store (real venvs,
+at the end of this file; docs/performance.md, "Shortcuts").
 
 `check` answers a scenario from its golden's provenance (`unchanged`, nothing run) while its
 inputs digest holds. A random walk mutates what a run depends on (the lock, the scenario's
