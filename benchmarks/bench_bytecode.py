@@ -3,15 +3,18 @@
     python benchmarks/bench_bytecode.py [--repeat 3]
 
 In one run, with a warm uv wheel cache and, each time, a fresh lockguard cache, each venv built
-then `torch.mlp` (30 steps) run in it twice (the first run of a venv imports what no run of it
-imported before; the second is what every later run costs):
-- `first`: lockguard builds the tests' torch lock into an empty cache: no module is compiled at
-  build; its first run writes the bytecode of what it imports (lockguard/envs/bytecode.py);
-- `second`: the same torch beside numpy 1.26.4, in the same cache: the build compiles into the
-  store what the first venv's runs imported and links it;
-- `uv_bytecode`: bare `uv pip install --compile-bytecode` of the second lock (what lockguard's
-  builds paid before: every module of every venv compiled), the runs in it alike;
-- `uv`: bare `uv pip install` of it, no bytecode: the install's floor.
+then `torch.mlp` (30 steps) run in it twice (a build compiles every module's bytecode,
+lockguard/envs/bytecode.py, so both runs should cost alike):
+- `first`: lockguard (share_bytecode on) builds the tests' torch lock into an empty cache: every
+  module compiled into the store and linked;
+- `second`: the same torch beside numpy 1.26.4, in the same cache: torch's .pyc linked from the
+  store, numpy 1.26.4's compiled;
+- `own`: share_bytecode off, the second lock into an empty cache: every module compiled into
+  the venv itself;
+- `uv_bytecode`: bare `uv pip install --compile-bytecode` of the second lock (every module of
+  every venv compiled by uv), the runs in it alike;
+- `uv`: bare `uv pip install` of it, no bytecode: the install's floor (every run compiles what
+  it imports).
 Reported per kind: the build, the first and the second run (wall seconds, medians of the
 interleaved repeats), and build + first run against bare uv's with bytecode. Writes
 benchmarks/results/bytecode.json and prints the table.
@@ -34,7 +37,7 @@ from bench_env_build import (RESULTS, TORCH_LOCK, bare_uv, fresh_lockguard_cache
                              median, with_env)
 
 SECOND = TORCH_LOCK.parent / "torch-2.13.0-numpy-1.26.4.txt"
-KINDS = ("first", "second", "uv_bytecode", "uv")
+KINDS = ("first", "second", "own", "uv_bytecode", "uv")
 
 
 def request():
@@ -57,14 +60,15 @@ def two_runs(env, where: Path) -> list[float]:
     return seconds
 
 
-def lockguard_kind(lock: Path, where: Path, cache: Path) -> list[float]:
+def lockguard_kind(lock: Path, where: Path, cache: Path, share_bytecode: bool = True
+                   ) -> list[float]:
     from lockguard.envs.venv import VenvBackend
     from lockguard.locks.parser import parse_lock
     from lockguard.progress import QUIET
 
     with with_env({"LOCKGUARD_CACHE": str(cache)}):
         start = time.perf_counter()
-        env = VenvBackend().prepare(parse_lock(lock), "numpy", "cpu", QUIET)
+        env = VenvBackend(share_bytecode=share_bytecode).prepare(parse_lock(lock), "numpy", "cpu", QUIET)
         built = time.perf_counter() - start
         return [built, *two_runs(env, where)]
 
@@ -98,10 +102,12 @@ def main() -> None:
                 where = base / f"run-{i}"
                 runs["uv_bytecode"].append(bare_kind(uv, where / "uv_bytecode", caches, True))
                 runs["uv"].append(bare_kind(uv, where / "uv", caches, False))
-                # One lockguard cache for both: the second finds what the first's runs imported.
+                # One lockguard cache for both: the second links what the first compiled.
                 cache = fresh_lockguard_cache(where)
                 runs["first"].append(lockguard_kind(TORCH_LOCK, where / "first", cache))
                 runs["second"].append(lockguard_kind(SECOND, where / "second", cache))
+                runs["own"].append(lockguard_kind(SECOND, where / "own",
+                                                  fresh_lockguard_cache(where / "own"), False))
                 shutil.rmtree(where, ignore_errors=True)
                 print(f"repeat {i + 1}: " + ", ".join(
                     f"{k} {'/'.join(f'{s:.1f}' for s in v[-1])}" for k, v in runs.items()),

@@ -122,7 +122,7 @@ def first_pip_config_read(where: Path) -> float:
     global PIP_CONFIG_MEMO
     from lockguard import installers
 
-    installers.pip_config.cache_clear()
+    installers._pip_config.cache_clear()  # its memo, read again from the fresh cache
     with with_env({"LOCKGUARD_CACHE": str(where)}):
         start = time.perf_counter()
         installers.pip_config()
@@ -135,7 +135,7 @@ def fresh_lockguard_cache(where: Path) -> Path:
     """An empty lockguard cache but for the memo of pip's configuration."""
     from lockguard import installers
 
-    installers.pip_config.cache_clear()
+    installers._pip_config.cache_clear()  # its memo, read again from the fresh cache
     cache = where / "lockguard"
     if PIP_CONFIG_MEMO is not None and PIP_CONFIG_MEMO.is_file():
         (cache / "tools").mkdir(parents=True)

@@ -140,8 +140,8 @@ DOCKER_CLIENT = (DOCKER,)
 CONTAINER = (NUMERICS,)
 
 # What every harness run (and every installer's Python) is given, whatever the host sets:
-# hashing, imports and logging that do not vary from run to run. (A harness in a venv writes
-# the bytecode of the venv's own modules nonetheless: envs/bytecode.py.)
+# hashing, imports and logging that do not vary from run to run. (A venv's own modules have
+# their bytecode from its build: envs/bytecode.py.)
 HARNESS_SETTINGS = {"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
                     "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 

@@ -158,6 +158,9 @@ class Config(_Strict):
     allow_unhashed: StrictBool = False
     allow_insecure_index: StrictBool = False
     python: str | None = None  # interpreter for venvs; default: the one running lockguard
+    # A venv's .pyc linked from the store of those lockguard compiled for the same bytes
+    # (envs/bytecode.py), else compiled in each venv; tests/test_differential.py holds it.
+    share_bytecode: StrictBool = True
     scenario: dict[str, ScenarioConfig] = Field(default_factory=dict)
     runners: RunnersConfig = Field(default_factory=RunnersConfig)  # `lockguard plan`
 

@@ -42,6 +42,7 @@ class Settings:
     allow_sdist: bool
     allow_unhashed: bool
     allow_insecure_index: bool
+    share_bytecode: bool  # venvs link the .pyc lockguard compiled for the same bytes
     policy: Policy  # the gate: fail_on, the tolerance (normalised), --exact, the thresholds
     rerun: bool  # run even when the inputs are unchanged since the golden
     allow_new: bool  # a scenario without a golden is `new`, not an error
@@ -70,7 +71,8 @@ class Settings:
             sandbox=envvars.value("LOCKGUARD_SANDBOX") or config.sandbox,
             allow_sdist=config.allow_sdist, allow_unhashed=config.allow_unhashed,
             allow_insecure_index=config.allow_insecure_index,
-            policy=_policy(config, given.exact), rerun=given.rerun,
+            share_bytecode=config.share_bytecode, policy=_policy(config, given.exact),
+            rerun=given.rerun,
             allow_new=given.allow_new, bisect=given.bisect, timing=given.timing,
             timing_runs=config.timing_runs,
             skip_unreached=config.skip_unreached and not given.all_scenarios,

@@ -545,3 +545,35 @@ def test_the_compile_accuracy_check_reads_as_a_sentence() -> None:
     assert accuracy_text(passed) == ("passed: losses 1.2e-07 from fp64 (eager 1.1e-07, "
                                      "limit 3.3e-07)")
     assert accuracy_text(AccuracyCheck(ok=False)) == "failed: no series checked"
+
+
+def test_the_bytecode_store_is_one_switch_from_the_config_to_the_venv_backend(tmp_path) -> None:
+    """share_bytecode (on unless the config says false, a literal bool) reaches the venv
+    backend through Settings and pipeline.run_backend, for every flow alike."""
+    import pytest
+    from pydantic import ValidationError
+
+    from lockguard.config import Config
+    from lockguard.flows.pipeline import run_backend
+    from lockguard.settings import Settings
+
+    for given, expected in (({}, True), ({"share_bytecode": False}, False)):
+        settings = Settings.resolve(Config(root=tmp_path, **given))
+        assert settings.share_bytecode is expected
+        assert run_backend(settings).share_bytecode is expected
+        assert run_backend(settings, share_compile_caches=True).share_bytecode is expected
+    with pytest.raises(ValidationError):
+        Config(root=tmp_path, share_bytecode="no")
+
+
+def test_requires_keeps_markers_and_extras_and_tells_an_unread_metadata(tmp_path) -> None:
+    from lockguard.envs.installed import requires
+
+    venv = fake_venv(tmp_path / "v", TORCH)
+    metadata = next(venv.rglob("torch-*.dist-info")) / "METADATA"
+    assert requires(metadata) == tuple(REQUIRES["torch"])  # the description's line left out
+    assert requires(next(venv.rglob("filelock-*.dist-info")) / "METADATA") == ()
+    metadata.unlink()
+    assert requires(metadata) is None
+    metadata.mkdir()
+    assert requires(metadata) is None

@@ -246,6 +246,15 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("the tolerance setting read", r'== "exact"', ["lockguard.config", "lockguard.settings"]),
     ("an option merged with its config key",
      r"\b(opts|options|given)\.\w+ or (config|self\.config)\.\w+", ["lockguard.settings"]),
+    # Each shortcut between venvs has one switch, decided in one place (docs/performance.md,
+    # "Shortcuts"): compile caches shared for bisection's mixes only, never an A/B's sides;
+    # the bytecode store as the config says, resolved into Settings and handed to the backend
+    # by pipeline.run_backend.
+    ("the compile caches' sharing switched on", r"share_compile_caches=True",
+     ["lockguard.flows.bisect"]),
+    ("the bytecode store's switch read", r"\.share_bytecode\b",
+     # (envs: the registry's options and the venv backend)
+     ["lockguard.settings", "lockguard.flows.pipeline", "lockguard.envs"]),
 ])
 def test_each_mechanism_is_defined_once(what, pattern, expected_in):
     found = definitions(pattern)

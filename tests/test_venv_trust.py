@@ -482,6 +482,32 @@ def test_a_file_that_is_not_what_its_record_hashes_is_a_damaged_install(tmp_path
     assert venv.build_manifest(tmp_path / "env", verify=False)["files"]
 
 
+def test_the_manifest_holds_the_builds_bytecode_and_finds_it_changed(tmp_path):
+    """A .pyc no RECORD lists (the build's: envs/bytecode.py) is in the manifest with its
+    bytes' sha256: one changed in place at the same size, or removed, after the
+    build is damage; a .pyc outside a __pycache__ folder, or a RECORD's own, is not listed
+    twice."""
+    env = tmp_path / "env"
+    site, lock = fake_env(env)
+    pyc = site / "pkg" / "__pycache__" / "core.cpython-311.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(b"compiled by the build")
+    (site / "pkg" / "loose.pyc").write_bytes(b"not in a __pycache__")
+    venv.mark_ready(env, lock, python="python3", installer="uv", allow_sdist=False, built_s=1)
+    manifest = json.loads((env / venv.MANIFEST).read_text())
+    owned = [(d, names) for owner, d, names, _ in manifest["files"]
+             if owner == venv.BYTECODE_OWNER]
+    assert owned == [("lib/python3.11/site-packages/pkg/__pycache__", ["core.cpython-311.pyc"])]
+    assert venv.verify(env, lock, allow_sdist=False) is None
+    with open(pyc, "r+b") as f:  # in place, as through a link to the store
+        f.write(b"C")
+    assert "core.cpython-311.pyc (of the venv's bytecode) has changed" in venv.verify(
+        env, lock, allow_sdist=False)
+    pyc.unlink()
+    assert "core.cpython-311.pyc (of the venv's bytecode) is missing" in venv.verify(
+        env, lock, allow_sdist=False)
+
+
 @pytest.mark.slow
 def test_a_damaged_uv_cache_is_cleaned_and_the_venv_built_from_sound_files(tmp_path):
     """uv links a venv's files from its cache: an unsandboxed run that rewrote one in place
@@ -642,7 +668,7 @@ def _checked_later(env: Path, rebuilt) -> venv.VenvEnv:
     lock = parse_lock_text("pkg==1.0\n", "lock.txt")
     problem, manifest = venv._marked_ready(env, lock, allow_sdist=False)
     assert problem is None
-    return venv.VenvEnv(env, lock.lock_hash, env / "cc", bytecode_store=env / "bc",
+    return venv.VenvEnv(env, lock.lock_hash, env / "cc",
                         files=venv._FileCheck(str(env), manifest), rebuilt=rebuilt)
 
 

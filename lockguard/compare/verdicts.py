@@ -665,8 +665,7 @@ def _compare_timings(
     if compile_time_ratio is not None and compile_time_ratio > limit:
         findings.note(
             f"compilation takes {compile_time_ratio:.2f}× the baseline's"
-            " (time in the compiler backend; a cold compiler cache on one side also shows here,"
-            " as does a venv's first run, which writes the bytecode of what it imports)"
+            " (time in the compiler backend; a cold compiler cache on one side also shows here)"
         )
     return {"step_time_ratio": step_time_ratio, "first_step_ratio": first_step_ratio,
             "compile_time_ratio": compile_time_ratio, "timing": timing}

@@ -45,6 +45,7 @@ class BackendOptions:
     allow_insecure_index: bool = False
     sandbox: Sandbox | None = None
     share_compile_caches: bool = False
+    share_bytecode: bool = True
     project: Path | None = None
 
 
@@ -57,7 +58,8 @@ def _venv(o: BackendOptions) -> Backend:
     return VenvBackend(o.python, o.installer, allow_sdist=o.allow_sdist,
                        allow_unhashed=o.allow_unhashed,
                        allow_insecure_index=o.allow_insecure_index, sandbox=o.sandbox,
-                       share_compile_caches=o.share_compile_caches, project=o.project)
+                       share_compile_caches=o.share_compile_caches,
+                       share_bytecode=o.share_bytecode, project=o.project)
 
 
 def _docker(o: BackendOptions) -> Backend:
@@ -81,19 +83,24 @@ BACKENDS: dict[str, Callable[[BackendOptions], Backend]] = {
 def backend_for(kind: str, *, python: str | None = None, installer: str = "uv",
                 allow_sdist: bool = False, allow_unhashed: bool = False,
                 allow_insecure_index: bool = False, sandbox: Sandbox | None = None,
-                share_compile_caches: bool = False, project: Path | None = None) -> Backend:
+                share_compile_caches: bool = False, share_bytecode: bool = True,
+                project: Path | None = None) -> Backend:
     """The backend `kind` (names.ENV_KINDS) names, with the project's settings: `python` the
     interpreter venvs are built with and local runs use (None: the one running lockguard),
     `installer` uv or pip, and the opt-ins to sdists, unhashed locks and plain-http indexes.
     `sandbox`: what the runs of the venv and local backends are confined to (a container is
     the docker backend's); `project`: whose checks use the venvs (`lockguard cache` says so).
+    The venv backend's two shortcuts, one switch each (docs/performance.md, "Shortcuts"):
     `share_compile_caches`: venvs whose compilers are pinned alike share one compile cache
-    (envs/compile_cache.py), which only bisection's mixes do: the two sides of an A/B never
-    read what the other's code compiled. Nothing is checked or built here (Backend.admit,
-    Backend.prepare do that)."""
+    (envs/compile_cache.py), which only bisection's mixes ask for (flows/bisect.py): the two
+    sides of an A/B never read what the other's code compiled; `share_bytecode`: a venv's
+    .pyc are linked from the store of those lockguard compiled for the same bytes
+    (envs/bytecode.py), the config's `share_bytecode`. Nothing is checked or built here
+    (Backend.admit, Backend.prepare do that)."""
     make = BACKENDS.get(kind)
     if make is None:
         raise ValueError(f"unknown environment kind {kind!r} (expected "
                          f"{', '.join(BACKENDS)})")
     return make(BackendOptions(python, installer, allow_sdist, allow_unhashed,
-                               allow_insecure_index, sandbox, share_compile_caches, project))
+                               allow_insecure_index, sandbox, share_compile_caches,
+                               share_bytecode, project))

@@ -205,17 +205,15 @@ def interpreter_tag(python: str) -> str:
 
 
 def harness_args(request: RunRequest, harness_dir: str, out_path: str,
-                 script_path: str | None, bytecode_list: str | None = None) -> list[str]:
+                 script_path: str | None) -> list[str]:
     """The harness command line after the interpreter (paths as the interpreter will see them).
-    `bytecode_list`: the run writes the bytecode of the venv's modules it imports first, and
-    lists them there (harness/_lockguard_harness/bytecode.py)."""
+    No run is asked for `--bytecode-list` (harness/_lockguard_harness/bytecode.py): a venv's
+    bytecode is compiled at build (envs/bytecode.py)."""
     args = [f"{harness_dir}/{ENTRY}", "--scenario", request.scenario_id,
             "--steps", str(request.steps), "--seed", str(request.seed),
             "--device", request.device, "--threads", str(request.threads), "--out", out_path]
     if script_path is not None:
         args += ["--script", script_path, "--framework", request.framework]
-    if bytecode_list is not None:
-        args += ["--bytecode-list", bytecode_list]
     if request.time_block:
         args += ["--time-block", str(request.time_block)]
     if request.locate_step is not None:
@@ -319,7 +317,7 @@ def _keep_precompiled_headers(tmp: Path, env: dict[str, str]) -> None:
 
 
 def run_with(python: str, request: RunRequest, out_dir: Path,
-             env: dict[str, str], bytecode_list: Path | None = None,
+             env: dict[str, str],
              alongside: Callable[[], None] | None = None, *,
              sandbox: Sandbox | None = None, writes: Sequence[str] = ()) -> RunResult:
     """Run the harness with a host interpreter (the venv and local backends); `alongside`:
@@ -328,8 +326,7 @@ def run_with(python: str, request: RunRequest, out_dir: Path,
     and `writes` (confined)."""
     out = out_dir / f"{request.scenario_id}.json"
     script = str(request.script) if request.script is not None else None
-    argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script,
-                                  str(bytecode_list) if bytecode_list is not None else None)]
+    argv = [python, *harness_args(request, str(HARNESS_DIR), str(out), script)]
     env, spec = confined(sandbox, out_dir, env, python, script=request.script,
                          project=request.project, writes=writes)
     result = execute(argv, request, out, env=env, memory_limit=request.memory_limit,

@@ -4,11 +4,13 @@ reader behind bisection's consistency check (flows/bisect.py) and the compile ca
 
 A dist-info folder is named `<name>-<version>.dist-info`, its name escaped as the wheel spec
 says, so one directory listing gives every distribution and its version without opening a
-METADATA file; a METADATA is read only for the distributions whose requirements are asked for.
+METADATA file; a METADATA is read (by importlib.metadata) only for the distributions whose
+requirements are asked for.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import PathDistribution
 from pathlib import Path
 
 from packaging.markers import default_environment
@@ -53,18 +55,13 @@ def distributions(site: Path) -> dict[str, tuple[str, Path]]:
 
 
 def requires(metadata: Path) -> tuple[str, ...] | None:
-    """A distribution's Requires-Dist, as written; None if its METADATA cannot be read. The
-    header ends at the first empty line (the description follows, and may quote headers); a
-    folded field's blank lines hold spaces."""
-    found = []
+    """A distribution's Requires-Dist as written (their markers and extras in them), read by
+    importlib.metadata from the dist-info folder of `metadata`; None if its METADATA cannot be
+    read (missing, not a file, not UTF-8), which importlib.metadata tells no requirement from."""
+    distribution = PathDistribution(metadata.parent)
     try:
-        with open(metadata, encoding="utf-8") as f:
-            for line in f:
-                if line == "\n":
-                    break
-                field, _, value = line.partition(":")
-                if field.lower() == "requires-dist":
-                    found.append(value.strip())
+        if distribution.read_text(metadata.name) is None:
+            return None
+        return tuple(distribution.requires or ())
     except (OSError, UnicodeDecodeError):
         return None
-    return tuple(found)

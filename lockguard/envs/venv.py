@@ -18,8 +18,8 @@ the user's file): with uv, a pylock.toml or uv.lock as a pylock.toml (uv install
 it names), anything else as requirements text.
 
 A cached env is verified at every use, not trusted: beside the marker lies a manifest of
-every file each installed distribution's RECORD lists, with its size and the sha256 of its
-bytes at build; `prepare` checks the marker, `bin/python` and every file's existence, size and
+every file each installed distribution's RECORD lists and of every .pyc the build compiled or
+linked (envs/bytecode.py), with its size and the sha256 of its bytes at build; `prepare` checks the marker, `bin/python` and every file's existence, size and
 change time (one stat per file; benchmarks/bench_venv.py measures it for the torch env) and
 rebuilds a damaged env, saying why. A file whose inode changed after the env was sealed (its
 ctime, which no process can set back, is past the seal's) is read and hashed: other bytes
@@ -68,9 +68,8 @@ from lockguard.envs.base import (
     harness_env, interpreter_tag, own_temp_dir, require_writable_cache, run_with,
 )
 from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
-from lockguard.envs.bytecode import RUN_LIST as BYTECODE_LIST
 from lockguard.envs.bytecode import STORE as BYTECODE_STORE
-from lockguard.envs.bytecode import link_or_compile, remember_imported
+from lockguard.envs.bytecode import compile_all
 from lockguard.envs.compile_cache import compile_cache_dir
 from lockguard.envs.installed import site_packages as installed_site_packages
 from lockguard.errors import LockguardError, one_line
@@ -93,8 +92,10 @@ if TYPE_CHECKING:
 LOCK_FILE = "lockguard-lock.txt"  # in the env: the lock the installer read, from the parsed Lock
 PYLOCK_FILE = "pylock.lockguard.toml"  # the same, when uv installs it as a pylock.toml
 MANIFEST = "lockguard-manifest.json"
-# 2: each file's sha256 beside its size, and the seal (SEAL) that says when they were checked
-MANIFEST_FORMAT = 2
+# 2: each file's sha256 beside its size, and the seal (SEAL) that says when they were checked;
+# 3: every .pyc of site-packages listed too, the build's bytecode (envs/bytecode.py)
+MANIFEST_FORMAT = 3
+BYTECODE_OWNER = "the venv's bytecode"  # the manifest's owner of the .pyc no RECORD lists
 SEAL = "lockguard-seal.json"  # {"ctime_ns": N}: every listed file's content checked as of N
 PIP_DEBUG_LOG = "pip-debug.log"
 ALLOW_HINT = "set allow_sdist = true in [tool.lockguard] to allow it"
@@ -126,7 +127,7 @@ class VenvEnv:
 
     def __init__(self, path: Path, lock_hash: str, compile_cache: Path,
                  startup: dict[str, tuple[tuple[str, bool], ...]] | None = None, *,
-                 shared_cache: bool = False, bytecode_store: Path,
+                 shared_cache: bool = False,
                  files: _FileCheck | None = None,
                  rebuilt: Callable[[], VenvEnv] | None = None,
                  sandbox: Sandbox | None = None) -> None:
@@ -136,7 +137,6 @@ class VenvEnv:
         self.label = f"venv {path.name}"
         self.compile_cache = compile_cache
         self.shared_cache = shared_cache  # with venvs whose compilers are pinned alike
-        self.bytecode_store = bytecode_store  # where a run's list of imports is remembered
         # distribution -> ((file, runs code), ...): see startup_files
         self.startup_files = startup or {}
         self._files = files  # not yet checked against the manifest: checked beside a run
@@ -148,29 +148,21 @@ class VenvEnv:
 
     def run(self, request: RunRequest, out_dir: Path) -> RunResult:
         """The harness with the venv's interpreter, its compilers' caches beside the venv (shared
-        with the venvs whose compilers are pinned alike: envs/compile_cache.py). The run writes
-        the bytecode of the venv's modules it is first to import; the modules it lists are
-        compiled into the store by the next build that installs the same files
-        (envs/bytecode.py). Its temporary files go with it (base.own_temp_dir)."""
+        with the venvs whose compilers are pinned alike: envs/compile_cache.py). It writes no
+        bytecode: the build compiled every module's (envs/bytecode.py). Its temporary files go
+        with it (base.own_temp_dir)."""
         if self._replacement is not None:  # found damaged by an earlier training
             return self._rebuild().run(request, out_dir)
         compile_cache = str(compile_cache_for(self.compile_cache, request))
         env = own_temp_dir(out_dir, harness_env(compile_cache_env(compile_cache,
                                                                  self.shared_cache)))
-        listed = out_dir / BYTECODE_LIST
         files = self._files
         try:
-            result = run_with(str(self.python), request, out_dir, env, bytecode_list=listed,
-                              alongside=None if files is None else lambda: _intact(files),
-                              sandbox=self.sandbox, writes=(compile_cache,))
+            return run_with(str(self.python), request, out_dir, env,
+                            alongside=None if files is None else lambda: _intact(files),
+                            sandbox=self.sandbox, writes=(compile_cache,))
         except _Damaged:
             return self._rebuild().run(request, out_dir)
-        sealed = self.sandbox is not None and self.sandbox.active
-        # A sandboxed run cannot write the venv: lockguard compiles what it imported.
-        remember_imported(self.path, listed, self.bytecode_store,
-                          compile_with=self.python if sealed else None,
-                          lock=build_lock(self.path))
-        return result
 
     def site_packages(self) -> Path | None:
         """Its site-packages, its files checked now (the env rebuilt when one changed): for a
@@ -210,15 +202,19 @@ class VenvBackend(Backend):
     (None: the interpreter running lockguard) and `installer` (uv or pip). A lock is admitted
     only with hashes and an https index unless `allow_unhashed` / `allow_insecure_index` opt
     in (locks/trust.py), and only when each pin has a wheel for that interpreter, or an sdist
-    under `allow_sdist` (locks/installable.py)."""
+    under `allow_sdist` (locks/installable.py). The shortcuts between venvs, each one switch
+    (backend_for says who sets them): `share_bytecode`, the .pyc store (envs/bytecode.py);
+    `share_compile_caches`, the compilers' caches (envs/compile_cache.py)."""
 
     def __init__(self, python: str | None = None, installer: str = "uv", *,
                  allow_sdist: bool = False, allow_unhashed: bool = False,
                  allow_insecure_index: bool = False, sandbox: Sandbox | None = None,
-                 share_compile_caches: bool = False, project: Path | None = None) -> None:
+                 share_compile_caches: bool = False, share_bytecode: bool = True,
+                 project: Path | None = None) -> None:
         self.python = python
         self.project = project  # the folder of the project the checks are of (cache listing)
         self.share_compile_caches = share_compile_caches  # backend_for's
+        self.share_bytecode = share_bytecode  # backend_for's
         self.sandbox = sandbox
         self.installer = installer
         self.allow_sdist = allow_sdist
@@ -256,7 +252,8 @@ class VenvBackend(Backend):
         env = _prepare(lock, python=self.python, installer=self.installer,
                       allow_sdist=self.allow_sdist, progress=progress,
                       check_files_beside_first_run=True, sandbox=self.sandbox,
-                      share_compile_cache=self.share_compile_caches)
+                      share_compile_cache=self.share_compile_caches,
+                      share_bytecode=self.share_bytecode)
         # Listed as used by this project now, and held while this process lives: `lockguard
         # cache prune` leaves it alone meanwhile (cache_entries.py).
         record_use(env.path, self.project)
@@ -267,8 +264,10 @@ class VenvBackend(Backend):
 def _prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
             allow_sdist: bool = False, progress: Progress = QUIET,
             check_files_beside_first_run: bool = False,
-            sandbox: Sandbox | None = None, share_compile_cache: bool = False) -> VenvEnv:
-    """Return the env for `lock`, building it first if the cache has no sound one.
+            sandbox: Sandbox | None = None, share_compile_cache: bool = False,
+            share_bytecode: bool = True) -> VenvEnv:
+    """Return the env for `lock`, building it first if the cache has no sound one (its .pyc
+    linked from the bytecode store where `share_bytecode`, else compiled in it).
 
     With `check_files_beside_first_run`, a cached env's files are checked while its first
     training starts rather than before (verify's stats in parallel with the interpreter's
@@ -299,7 +298,8 @@ def _prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
         if at.exists():
             progress.info(one_line(f"Rebuilding the venv of {Path(lock.source).name} "
                                    f"({at}): {problem}"))
-        return _build(at, lock, python, installer, allow_sdist, progress, sandbox)
+        return _build(at, lock, python, installer, allow_sdist, progress, sandbox,
+                      share_bytecode)
 
     # In place: a venv's scripts and pyvenv.cfg name the folder it was made in.
     with entry(path, build, ready=ready, marker=READY, in_place=True,
@@ -310,10 +310,10 @@ def _prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
 
     def rebuilt() -> VenvEnv:
         return _prepare(lock, python=python, installer=installer, allow_sdist=allow_sdist,
-                       progress=progress, sandbox=sandbox, share_compile_cache=share_compile_cache)
+                        progress=progress, sandbox=sandbox,
+                        share_compile_cache=share_compile_cache, share_bytecode=share_bytecode)
 
     return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared,
-                   bytecode_store=cache_dir() / BYTECODE_STORE,
                    files=files, rebuilt=rebuilt if files is not None else None,
                    sandbox=sandbox)
 
@@ -346,13 +346,15 @@ def refuse_source_options(lock: Lock) -> None:
 
 
 def _build(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
-           progress: Progress, sandbox: Sandbox | None = None) -> str:
+           progress: Progress, sandbox: Sandbox | None = None,
+           share_bytecode: bool = True) -> str:
     """Build the env at `path`; its ready marker's text (cache.entry writes it last, and
     removes the env on any failure, once the failed build's log is kept beside it)."""
     try:
         if path.exists():
             shutil.rmtree(path)  # an earlier build was interrupted, or the env is damaged
-        return _install(path, lock, python, installer, allow_sdist, progress, sandbox)
+        return _install(path, lock, python, installer, allow_sdist, progress, sandbox,
+                        share_bytecode=share_bytecode)
     except BaseException as exc:
         log = _keep_failed_log(path)
         if isinstance(exc, OSError):
@@ -379,7 +381,8 @@ def _keep_failed_log(path: Path) -> Path | None:
 
 
 def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: bool,
-             progress: Progress, sandbox: Sandbox | None, healed: bool = False) -> str:
+             progress: Progress, sandbox: Sandbox | None, healed: bool = False,
+             share_bytecode: bool = True) -> str:
     started = time.perf_counter()
     # Said with -v, and in the error of a failed build (where a dropped index would matter).
     dropped = drop_uv_settings(dict(os.environ)) if installer == "uv" else []
@@ -412,9 +415,11 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
             raise EnvError(one_line(f"{lock.source}: {used} could not install the lock: "
                                     f"{reason}"))
         (path / PIP_DEBUG_LOG).unlink(missing_ok=True)
-        if used == "uv":
-            step.update("bytecode (linked where another venv compiled it)")
-            link_or_compile(path, python, cache_dir() / BYTECODE_STORE, step)
+        if used == "uv":  # pip compiled every module as it installed them
+            step.update("bytecode (linked where another venv compiled it)" if share_bytecode
+                        else "bytecode")
+            compile_all(path, python, cache_dir() / BYTECODE_STORE if share_bytecode else None,
+                        step)
     try:
         return ready_record(path, lock, python=python, installer=used,
                             allow_sdist=allow_sdist, built_s=time.perf_counter() - started,
@@ -436,7 +441,7 @@ def _install(path: Path, lock: Lock, python: str, installer: str, allow_sdist: b
                                     f"{tool_reason(chr(10).join(tail), f'exit code {code}')}"))
         shutil.rmtree(path)
         return _install(path, lock, python, installer, allow_sdist, progress, sandbox,
-                        healed=True)
+                        healed=True, share_bytecode=share_bytecode)
 
 
 def file_sources(lock: Lock) -> int:
@@ -474,7 +479,7 @@ def _install_with(installer: str, path: Path, lock: Lock, python: str, allow_sdi
                                         f"{tail[-1] if tail else f'exit code {code}'}"))
         # --no-config: a project's [tool.uv] or a user's uv.toml (no-binary = [...], another
         # index) must not change what a lock installs, nor let an sdist build run.
-        # No --compile-bytecode: the venv's bytecode comes after the install, shared with the
+        # No --compile-bytecode: the venv's bytecode comes after the install, linked from the
         # venvs that installed the same files (envs/bytecode.py). pip compiles at install time.
         cmd = [uv, "pip", "install", "--no-config", "--python", str(path / "bin" / "python")]
         if not allow_sdist:
@@ -702,8 +707,10 @@ class DamagedInstall(EnvError):
 
 
 def build_manifest(path: Path, *, verify: bool = True) -> dict:
-    """Every file the RECORDs of the env's distributions list, with its size on disk now and
-    the sha256 of its bytes (`digests`, a list per group beside `files`). A file whose bytes
+    """Every file the RECORDs of the env's distributions list, and every .pyc of its
+    site-packages none lists (the build's bytecode, owned by BYTECODE_OWNER), with its size on
+    disk now and the sha256 of its bytes (`digests`, a list per group beside `files`). A file
+    whose bytes
     are not those its RECORD row hashes is DamagedInstall: the installer linked or copied it
     from a cache something changed, and sealing it would make the damage the reference.
 
@@ -717,6 +724,7 @@ def build_manifest(path: Path, *, verify: bool = True) -> dict:
     groups: list[list] = []
     digests: list[list[str]] = []
     damaged: list[tuple[str, str]] = []
+    listed: set[str] = set()  # the relative paths the RECORDs list
     stat = os.stat
 
     def add(owner: str, files: dict[str, tuple[list[str], list[int]]],
@@ -764,6 +772,7 @@ def build_manifest(path: Path, *, verify: bool = True) -> dict:
             except OSError:
                 continue  # listed but never written (an installer's optional .pyc)
             directory, _, name = relative.rpartition("/")
+            listed.add(relative)
             names, sizes = files.setdefault(directory or ".", ([], []))
             names.append(name)
             sizes.append(size)
@@ -772,9 +781,30 @@ def build_manifest(path: Path, *, verify: bool = True) -> dict:
             if hashed.startswith("sha256=") and not name.endswith(".pyc"):
                 recorded[f"{directory or '.'}/{name}"] = hashed[len("sha256="):]
         add(record.parent.name.removesuffix(".dist-info"), files, recorded)
+    add(BYTECODE_OWNER, _bytecode(path, listed))
     if damaged and verify:
         raise DamagedInstall(path, damaged)
     return {"format": MANIFEST_FORMAT, "files": groups, "digests": digests}
+
+
+def _bytecode(path: Path, listed: set[str]) -> dict[str, tuple[list[str], list[int]]]:
+    """{directory: (names, sizes)} of the .pyc files in the site-packages' __pycache__ folders
+    of the env at `path` that no RECORD lists (`listed`, paths relative to the env)."""
+    found: dict[str, tuple[list[str], list[int]]] = {}
+    for site in sorted(path.glob("lib/python*/site-packages")):
+        for directory, subdirectories, names in os.walk(site):
+            subdirectories.sort()
+            if os.path.basename(directory) != "__pycache__":
+                continue
+            relative = os.path.relpath(directory, path)
+            for name in sorted(names):
+                if name.endswith(".pyc") and f"{relative}/{name}" not in listed:
+                    with contextlib.suppress(OSError):
+                        size = os.stat(os.path.join(directory, name)).st_size
+                        kept = found.setdefault(relative, ([], []))
+                        kept[0].append(name)
+                        kept[1].append(size)
+    return found
 
 
 def _record_hash(hexdigest: str) -> str:

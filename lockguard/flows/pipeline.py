@@ -217,7 +217,7 @@ def run_backend(settings: Settings, given: Backend | None = None, *,
                        allow_sdist=settings.allow_sdist, allow_unhashed=settings.allow_unhashed,
                        allow_insecure_index=settings.allow_insecure_index,
                        sandbox=run_sandbox(settings), share_compile_caches=share_compile_caches,
-                       project=settings.config.root)
+                       share_bytecode=settings.share_bytecode, project=settings.config.root)
 
 
 def run_sandbox(settings: Settings) -> Sandbox | None:
