@@ -75,7 +75,7 @@ def lockguard_kind(lock: Path, where: Path, cache: Path, share_bytecode: bool = 
 
 def bare_kind(uv: str, where: Path, caches: dict[str, str], compile_bytecode: bool) -> list[float]:
     """Bare uv's venv, its interpreter run as the local backend runs one (the harness with
-    PYTHONDONTWRITEBYTECODE and no --bytecode-list: its runs write no bytecode)."""
+    PYTHONDONTWRITEBYTECODE: its runs write no bytecode)."""
     from lockguard.envs.local import LocalEnv
 
     built = bare_uv(uv, SECOND, where, caches, compile_bytecode)

@@ -207,8 +207,8 @@ def interpreter_tag(python: str) -> str:
 def harness_args(request: RunRequest, harness_dir: str, out_path: str,
                  script_path: str | None) -> list[str]:
     """The harness command line after the interpreter (paths as the interpreter will see them).
-    No run is asked for `--bytecode-list` (harness/_lockguard_harness/bytecode.py): a venv's
-    bytecode is compiled at build (envs/bytecode.py)."""
+    Runs write no bytecode (PYTHONDONTWRITEBYTECODE): a venv's is compiled at build
+    (envs/bytecode.py)."""
     args = [f"{harness_dir}/{ENTRY}", "--scenario", request.scenario_id,
             "--steps", str(request.steps), "--seed", str(request.seed),
             "--device", request.device, "--threads", str(request.threads), "--out", out_path]

@@ -51,7 +51,7 @@ def harness_files(framework: str, scenario: str, *, user_script: bool = False
 
 def sibling_imports(path: Path) -> set[str]:
     """The names of harness modules `path` imports (`from . import gen`, `from .common import
-    x`, `from _lockguard_harness import bytecode`, `import _lockguard_harness.gen`); a name that
+    x`, `from _lockguard_harness import gen`, `import _lockguard_harness.gen`); a name that
     is no module of the package (`from . import SOME_CONSTANT`) is dropped by the caller."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_bytes(), str(path))):

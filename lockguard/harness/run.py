@@ -1,7 +1,7 @@
 """Entry point of a harness run inside a target environment.
 
     python run.py --scenario torch.mlp --steps 30 --out result.json [--seed 0] [--device cpu]
-                  [--threads 1] [--script user.py --framework torch] [--bytecode-list FILE]
+                  [--threads 1] [--script user.py --framework torch]
                   [--time-block K] [--locate-step N]
 
 Imports only the stdlib here; the framework module for the scenario imports its one framework.
@@ -64,8 +64,6 @@ def parse_args(argv: list) -> argparse.Namespace:
     p.add_argument("--locate-step", type=int, default=None,
                    help="record every module's inputs, output and gradient at this step (a "
                         "torch scenario's; _lockguard_harness/locate_torch.py)")
-    p.add_argument("--bytecode-list", help="write the bytecode of the venv's modules this run "
-                   "imports first, and list them here (_lockguard_harness/bytecode.py)")
     return p.parse_args(argv)
 
 
@@ -102,11 +100,6 @@ def main(argv: list) -> int:
     args = parse_args(argv)
     framework = framework_of(args)
     pin_threads(args.threads)
-    written = None
-    if args.bytecode_list:
-        from _lockguard_harness import bytecode
-
-        written = bytecode.write_in_site_packages()
     ctx = Context(args.scenario, framework, args.steps, args.seed, args.device, args.threads,
                   args.script, args.time_block, args.locate_step)
     try:
@@ -135,8 +128,6 @@ def main(argv: list) -> int:
         ctx.result["status"] = "crashed"
         ctx.result["error"] = error_tail(traceback.format_exc())
     write_result(args.out, ctx.finish())
-    if written is not None:
-        bytecode.list_written(args.bytecode_list, written)
     return 0
 
 
