@@ -265,7 +265,7 @@ def host_nvidia_driver() -> str | None:
     return found.group(0) if found else None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def newest_base(engine) -> str:
     """NEWEST_BASE, on the engine: else the test skips, saying why (under CI it fails)."""
     from lockguard.envs.docker.engine import sdk_errors

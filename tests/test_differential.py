@@ -242,3 +242,55 @@ def test_venv_reuse_and_the_bytecode_store_answer_what_a_cold_run_answers(tmp_pa
         _, pyc = _numpy_init(env.path)
         assert pyc.stat().st_nlink >= 2, (step, what)  # linked from the store: the shortcut ran
     assert reused, "no step reused a venv: the walk tested no reuse"
+
+
+@pytest.mark.slow
+def test_a_shared_compile_cache_answers_what_a_cold_compile_answers(tmp_path, monkeypatch):
+    """The third shortcut, with a real compiler: two venvs whose compilers are pinned alike
+    (one torch, numpy apart: a bisection's two mixes) share one inductor cache. The second
+    venv's torch.mlp.compile, compiled warm from what the first one's run left there, equals
+    bit for bit (losses, grad norms, outputs, parameters, what was compiled) its own run
+    compiled cold in a cache of its own (share_compile_caches off, as both sides of an A/B
+    run). One machine, one interpreter: bitwise is the claim."""
+    from lockguard.envs.base import RunRequest
+    from lockguard.envs.venv import VenvBackend
+    from lockguard.locks.parser import parse_lock_text
+    from lockguard.progress import QUIET
+    from lockguard.sandbox import resolve
+
+    from conftest import DATA
+
+    from lockguard.cache import cache_dir
+
+    # torch's wheel from the usual wheel cache; every venv and compile cache a new one
+    monkeypatch.setenv("UV_CACHE_DIR", str(cache_dir() / "wheels" / "uv"))
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    request = RunRequest(scenario_id="torch.mlp.compile", framework="torch", steps=3, seed=0,
+                         device="cpu", threads=1, timeout=900)
+    sandbox = resolve("auto")
+    first, second = (parse_lock_text((DATA / name).read_text(), name) for name in (
+        "torch-2.13.0.txt", "torch-2.13.0-numpy-1.26.4.txt"))
+    assert first.lock_hash != second.lock_hash
+
+    def run(env, name: str):
+        out = tmp_path / name
+        out.mkdir()
+        result = env.run(request, out)
+        assert result.status.value == "ok", result.error
+        compiled = result.compile.model_dump(exclude={"compile_s"}) if result.compile else None
+        assert compiled and compiled["backend"] == "inductor", compiled
+        return (result.losses, result.grad_norms, result.outputs, result.param_digest,
+                compiled)
+
+    shared = VenvBackend(sandbox=sandbox, share_compile_caches=True)
+    one = shared.prepare(first, "torch", "cpu", QUIET)
+    run(one, "first")  # fills the shared cache
+    two = shared.prepare(second, "torch", "cpu", QUIET)
+    assert two.compile_cache == one.compile_cache and two.shared_cache
+    assert any(two.compile_cache.iterdir()), "the first run left nothing to compile from"
+    warm = run(two, "warm")
+    own = VenvBackend(sandbox=sandbox, share_compile_caches=False).prepare(
+        second, "torch", "cpu", QUIET)
+    assert own.path == two.path and own.compile_cache != two.compile_cache
+    assert not own.compile_cache.exists() or not any(own.compile_cache.iterdir())
+    assert warm == run(own, "cold")

@@ -71,7 +71,7 @@ def test_the_wheel_needs_only_what_the_core_uses(wheel, tmp_path):
     requires = [Requirement(line.split(":", 1)[1].strip()) for line in metadata.splitlines()
                 if line.startswith("Requires-Dist:")]
     core = {r.name.lower() for r in requires if not r.marker or "extra" not in str(r.marker)}
-    assert core == {"packaging", "pydantic", "rich", "click", "uv", "tomli"}
+    assert core == {"packaging", "pydantic", "rich", "click", "uv", "tomli", "tomli_w"}
     docker = [r for r in requires if r.name == "docker"]
     assert [str(r.marker) for r in docker] == ['extra == "docker"']
 

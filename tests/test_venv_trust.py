@@ -493,7 +493,8 @@ def test_the_manifest_holds_the_builds_bytecode_and_finds_it_changed(tmp_path):
     pyc.parent.mkdir()
     pyc.write_bytes(b"compiled by the build")
     (site / "pkg" / "loose.pyc").write_bytes(b"not in a __pycache__")
-    venv.mark_ready(env, lock, python="python3", installer="uv", allow_sdist=False, built_s=1)
+    (env / venv.READY).write_text(venv.ready_record(env, lock, python="python3", installer="uv",
+                                                    allow_sdist=False, built_s=1))
     manifest = json.loads((env / venv.MANIFEST).read_text())
     owned = [(d, names) for owner, d, names, _ in manifest["files"]
              if owner == venv.BYTECODE_OWNER]
