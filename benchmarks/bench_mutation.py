@@ -174,14 +174,20 @@ def _survivor(item: dict, result: dict) -> dict:
             "spec": [spec["operator_name"], *spec["start_pos"], *spec["end_pos"]]}
 
 
-def tally(dump: str) -> dict:
-    """Counts and survivors from `cosmic-ray dump` (one JSON [work item, result] a line)."""
+def tally(dump: str, only: set[tuple] | None = None) -> dict:
+    """Counts and survivors from `cosmic-ray dump` (one JSON [work item, result] a line); with
+    `only`, of the mutants named there ((spec, change) as _survivor records them: a constant
+    made +1 and -1 shares its spec, not its change)."""
     counts = {"mutants": 0, "killed": 0, "survived": 0, "timeout": 0, "incompetent": 0}
     survivors = []
     for line in dump.splitlines():
         item, result = json.loads(line)
         if not result or result.get("worker_outcome") == "skipped":
             continue
+        if only is not None:
+            named = _survivor(item, result)
+            if (tuple(named["spec"]), named["change"]) not in only:
+                continue
         counts["mutants"] += 1
         outcome = result.get("test_outcome")
         if result.get("output") == "timeout":
@@ -272,7 +278,7 @@ def keep_only(session: Path, specs: set[tuple] | None, sample: int | None, seed:
 
 
 def mutate(name: str, copy: Path, bin_dir: Path, all_operators: bool,
-           only: set[tuple] | None = None, sample: int | None = None,
+           only: set[tuple[tuple, str]] | None = None, sample: int | None = None,
            seed: str = "1") -> dict:
     """One module's cosmic-ray session in `copy`: the unmutated run first (it must pass, and
     it sets the timeout), then every mutant (or only those named in `only`)."""
@@ -304,12 +310,14 @@ def mutate(name: str, copy: Path, bin_dir: Path, all_operators: bool,
                        check=True, stdout=subprocess.DEVNULL)
     skip_annotations(session, (copy / path).read_text())
     source_sha = hashlib.sha256((copy / path).read_bytes()).hexdigest()
-    population = keep_only(session, only, sample, f"{seed}:{name}:{source_sha}")
+    population = keep_only(session, None if only is None else {tuple(k[0]) for k in only},
+                           sample, f"{seed}:{name}:{source_sha}")
     subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(config), str(session)], cwd=copy,
                    env=env, check=True, stdout=subprocess.DEVNULL)
     dump = subprocess.run([str(bin_dir / "cosmic-ray"), "dump", str(session)], cwd=copy,
                           check=True, capture_output=True, text=True).stdout
-    return {**tally(dump), "population": population, "killers": list(killers),
+    return {**tally(dump, None if only is None else {(tuple(k[0]), k[1]) for k in only}),
+            "population": population, "killers": list(killers),
             "source_sha256": source_sha, "unmutated_s": round(base_s, 1),
             "timeout_s": round(timeout), "wall_s": round(time.perf_counter() - started)}
 
@@ -324,7 +332,7 @@ def again(name: str, before: dict | None, copy: Path, bin_dir: Path,
     if hashlib.sha256((copy / path).read_bytes()).hexdigest() != before.get("source_sha256"):
         return {"error": f"{path} changed since the earlier result: run every mutant"}
     row = mutate(name, copy, bin_dir, all_operators,
-                 {tuple(s["spec"]) for s in before["survivors"]})
+                 {(tuple(s["spec"]), s["change"]) for s in before["survivors"]})
     if "error" in row:
         return row
     carried = {k: before[k] + row[k] for k in ("killed", "timeout")}
