@@ -3,8 +3,15 @@
 tests/test_compare.py, runs are built by hand and every expected value is written out here."""
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
+from lockguard.compare.envelope import (
+    Envelope, EnvelopeCheck, Outside, describe, envelope_of, judge_envelope, representative,
+    t_quantile,
+)
 from lockguard.compare.timing import TimingCheck
-from lockguard.compare.tolerance import Policy
+from lockguard.compare.tolerance import Policy, default_tolerance
 from lockguard.compare.verdicts import Accepted, compare_runs
 from lockguard.names import Verdict
 from lockguard.results import CompileDiagnostics
@@ -100,3 +107,83 @@ def test_compare_runs_is_what_the_helper_calls():
     v = compare_runs([run()], [run()], policy=Policy(), baseline_kind="golden",
                      expected_device=None, timed_together=False)
     assert v.verdict == Verdict.identical
+
+
+# --------------------------------------------------------------------------------------------
+# The noise envelope (compare/envelope.py)
+
+@pytest.mark.parametrize("alpha, dof, expected", [
+    # Student's t, two-sided, odd degrees of freedom from 7 on (the series of A&S 26.7.4 runs
+    # past its first term only there): any textbook's table.
+    (0.05, 7, 2.365), (0.05, 9, 2.262), (1e-3, 7, 5.408), (1e-3, 9, 4.781), (1e-3, 15, 4.073),
+])
+def test_t_quantile_for_odd_degrees_of_freedom(alpha, dof, expected):
+    assert t_quantile(alpha, dof) == pytest.approx(expected, abs=1e-3)
+
+
+def test_an_envelope_is_of_two_runs_at_least():
+    band = {"min": [1.0], "max": [1.0], "mean": [1.0], "std": [0.0]}
+    assert Envelope(k=2, losses=band).k == 2
+    with pytest.raises(ValidationError, match="greater than or equal to 2"):
+        Envelope(k=1, losses=band)
+
+
+def test_a_check_read_without_its_count_has_nothing_outside():
+    check = EnvelopeCheck(k=2, runs=1, values=1, t=1.0, inside=True)
+    assert check.outside == 0 and check.first_outside is None
+
+
+def test_the_representative_run_is_the_lower_median_by_final_loss():
+    a, b, c = (run(losses=x, grad_norms=[], outputs=[]) for x in
+               ([1.0, 3.0], [2.0, 1.0], [3.0, 2.0]))
+    # final losses 3, 1, 2: the median is c's (first losses would pick b)
+    assert representative([a, b, c]) is c
+    d = run(losses=[0.5, 4.0], grad_norms=[], outputs=[])
+    # four: finals 1, 2, 3, 4, the lower median is 2 (c), not 3 (a)
+    assert representative([d, a, b, c]) is c
+
+
+def envelope_runs():
+    """Three baseline runs: losses [1, 2 | 2.5 | 3] (step 1: mean 2.5, σ 0.5), outputs
+    [0, 0, 1 | 2 | 3] (index 2: mean 2, σ 1)."""
+    return [run(losses=[1.0, 2.0 + 0.5 * j], grad_norms=[], outputs=[0.0, 0.0, 1.0 + j])
+            for j in range(3)]
+
+
+def test_the_worst_value_is_named_by_series_unit_and_index():
+    envelope = envelope_of(envelope_runs())
+    candidate = run(losses=[1.0, 2.5], grad_norms=[], outputs=[0.0, 0.0, 5.0])
+    check = judge_envelope(envelope, [candidate], default_tolerance("float32"), "float32")
+    # outputs index 2: (5 - 2) / 1 = 3σ; losses step 1: 0σ; the σ-0 values have no sigma
+    assert check.inside and check.values == 5 and check.runs == 1
+    assert check.worst_sigma == 3.0 and check.worst == "outputs index 2"
+    two = judge_envelope(envelope, [run(losses=[1.0, 3.5], grad_norms=[], outputs=[0.0] * 3),
+                                    candidate], default_tolerance("float32"), "float32")
+    # run 1: losses step 1 at +2σ, outputs index 2 at -2σ; run 2's 3σ is the worst
+    assert (two.worst_sigma, two.worst) == (3.0, "outputs index 2 of run 2")
+
+
+def test_describe_inside_says_how_many_runs_and_the_farthest_value():
+    check = EnvelopeCheck(k=3, runs=1, values=5, t=2.0, inside=True, worst_sigma=3.0,
+                          worst="outputs index 2")
+    assert describe(check, "baseline").startswith(
+        "inside the noise envelope of 3 baseline runs: the candidate run, 5 values each; "
+        "farthest +3.00σ from the mean at outputs index 2 [band: ")
+    two = check.model_copy(update={"runs": 2, "worst_sigma": None, "worst": None})
+    assert describe(two, "baseline").startswith(
+        "inside the noise envelope of 3 baseline runs: all 2 candidate runs, 5 values each "
+        "[band: ")
+
+
+def test_describe_outside_names_the_run_only_among_several():
+    first = Outside(series="losses", index=1, value=9.0, low=1.0, high=4.0, mean=2.5,
+                    sigma=13.0, run=1)
+    check = EnvelopeCheck(k=3, runs=1, values=5, t=2.0, inside=False, outside=1,
+                          first_outside=first)
+    assert describe(check, "baseline").startswith(
+        "outside the noise envelope of 3 baseline runs from losses step 1: 9.0 is above "
+        "[1.0, 4.0] (mean 2.5, +13.00σ); 1 value(s) outside [band: ")
+    second = check.model_copy(update={
+        "runs": 2, "first_outside": first.model_copy(update={"run": 2})})
+    assert describe(second, "baseline").startswith(
+        "outside the noise envelope of 3 baseline runs from losses step 1 (candidate run 2): ")
