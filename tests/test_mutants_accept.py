@@ -1,0 +1,117 @@
+"""`lockguard accept` (flows/accept.py) where mutation testing found no test that would fail
+(benchmarks/bench_mutation.py): where the report is read from, what a report of another command
+is told, which scenarios are chosen by default and by name, why a run is unhealthy, when the
+lock moved since the check, and the lines people confirm. Reports are built by hand from the
+verdicts a test is about; every expected text is written out here."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lockguard.compare.verdicts import ScenarioVerdict
+from lockguard.flows.accept import (
+    AcceptError, Adoption, _lock_moved, _select, _unhealthy, describe, plan, report_path,
+    vouched,
+)
+from lockguard.locks.parser import parse_lock
+from lockguard.names import Verdict
+from lockguard.report import Report
+from test_compare import run
+
+
+def verdict(scenario: str, outcome: Verdict) -> ScenarioVerdict:
+    return ScenarioVerdict(scenario=scenario, framework="numpy", verdict=outcome,
+                           reasons=[], baseline_kind="golden")
+
+
+def report(*verdicts: ScenarioVerdict, failing: tuple[str, ...] = (),
+           command: str = "check") -> Report:
+    return Report.model_construct(command=command, verdicts=list(verdicts),
+                                  failing=list(failing))
+
+
+def test_the_report_is_read_from_a_folder_or_a_file(tmp_path):
+    assert report_path(tmp_path, tmp_path / "elsewhere") == tmp_path / "report.json"
+    named = tmp_path / "mine.json"
+    named.write_text("{}")
+    assert report_path(named, tmp_path) == named
+
+
+@pytest.mark.parametrize("command, told", [
+    ("record", "a `record` report, not a check's (its results are already goldens)"),
+    ("diff", "a `diff` report, not a check's"),
+])
+def test_a_report_of_another_command_is_refused_with_a_hint_where_there_is_one(command, told):
+    with pytest.raises(AcceptError) as caught:
+        plan(report(command=command), Path("r.json"), None, [], "why", "me")
+    assert str(caught.value) == f"r.json: {told}"
+
+
+def test_an_unreadable_report_says_why(tmp_path):
+    missing = tmp_path / "gone.json"
+    with pytest.raises(AcceptError, match=r"gone\.json: cannot read: No such file or directory$"):
+        vouched(report(), missing, None)
+
+
+def test_by_default_what_did_not_come_out_identical_or_fails_is_chosen():
+    same, drift, unchanged_but_failing, skipped = (
+        verdict("numpy.a", Verdict.identical), verdict("numpy.b", Verdict.drift),
+        verdict("numpy.c", Verdict.unchanged), verdict("numpy.d", Verdict.skipped))
+    r = report(same, drift, unchanged_but_failing, skipped, failing=("numpy.c",))
+    assert [v.scenario for v in _select(r, Path("r.json"), [])] == ["numpy.b", "numpy.c"]
+
+
+def test_by_name_an_id_or_its_prefix_is_chosen_once():
+    r = report(verdict("numpy.a", Verdict.identical), verdict("numpy.b", Verdict.drift),
+               verdict("numpyx.c", Verdict.drift))
+    assert [v.scenario for v in _select(r, Path("r.json"), ["numpy"])] == ["numpy.a",
+                                                                         "numpy.b"]
+    assert [v.scenario for v in _select(r, Path("r.json"), ["numpy.b", "numpy"])] == [
+        "numpy.b", "numpy.a"]
+
+
+def test_a_crashed_run_is_unhealthy_with_the_last_line_of_its_error():
+    crashed = run(status="crashed", error="Traceback\n  ...\nValueError: boom\n")
+    assert _unhealthy(Verdict.broken, False, crashed, "cpu") == \
+        "its run is crashed (ValueError: boom)"
+    assert _unhealthy(Verdict.broken, False, run(status="crashed"), "cpu") == \
+        "its run is crashed"
+    long = run(status="crashed", error="E" * 300)
+    assert _unhealthy(Verdict.broken, False, long, "cpu") == \
+        f"its run is crashed ({'E' * 199}…)"
+
+
+def test_a_lock_is_found_where_the_check_named_it_and_its_hash_compared(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p").mkdir()
+    lock = tmp_path / "p" / "a.txt"
+    lock.write_text("numpy==1.26.4\n")
+    same = parse_lock(lock).lock_hash
+    # relative to the project's root, as a check run there wrote it
+    assert _lock_moved("a.txt", same, tmp_path / "p") is None
+    assert _lock_moved("a.txt", "sha256:other", tmp_path / "p") == \
+        "p/a.txt changed since the check ran"
+    # as given (absolute, or relative to here)
+    assert _lock_moved(str(lock), "sha256:other", tmp_path / "elsewhere") == \
+        "p/a.txt changed since the check ran"
+    assert _lock_moved("missing.txt", "sha256:other", tmp_path / "p") is None
+
+
+def test_what_people_confirm_names_the_first_reason_only():
+    result = run(framework_version="2.0.2")
+    hardware = SimpleNamespace(id="x86-64-v3")
+
+    def adoption(reasons):
+        return Adoption("numpy.mlp", "numpy", "drift", reasons, Path("g/numpy.mlp.json"),
+                        hardware, result, None, "no golden (a new file)")
+
+    text = describe([adoption(["loss moved at step 3", "grad norms too"])], Path("r.json"))
+    assert text.splitlines()[1] == "  numpy.mlp (numpy): drift — loss moved at step 3"
+    assert "grad norms too" not in text
+    assert describe([adoption([])], Path("r.json")).splitlines()[1] == \
+        "  numpy.mlp (numpy): drift"
+    assert text.splitlines()[3] == \
+        "    final loss now 0.75 (torch 2.0.2, hardware class x86-64-v3)"
