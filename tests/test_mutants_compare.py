@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from lockguard.compare.compile import (
+    CompileDiff, _fmt_err, _reworded, _saves_device_memory, compare_compile,
+)
 from lockguard.compare.envelope import (
     Envelope, EnvelopeCheck, Outside, describe, envelope_of, judge_envelope, representative,
     t_quantile,
@@ -14,7 +17,7 @@ from lockguard.compare.timing import TimingCheck
 from lockguard.compare.tolerance import Policy, default_tolerance
 from lockguard.compare.verdicts import Accepted, compare_runs
 from lockguard.names import Verdict
-from lockguard.results import CompileDiagnostics
+from lockguard.results import CompileDiagnostics, CompileMemory
 from test_compare import compare, run
 
 
@@ -187,3 +190,59 @@ def test_describe_outside_names_the_run_only_among_several():
         "runs": 2, "first_outside": first.model_copy(update={"run": 2})})
     assert describe(second, "baseline").startswith(
         "outside the noise envelope of 3 baseline runs from losses step 1 (candidate run 2): ")
+
+
+def test_an_outside_value_is_of_the_first_run_unless_told():
+    o = Outside(series="losses", index=0, value=1.0, low=0.0, high=0.5, mean=0.25, sigma=None)
+    assert o.run == 1
+
+
+@pytest.mark.parametrize("alpha, dof", [(0.05, 0), (0.0, 3), (1.0, 3)])
+def test_t_quantile_refuses_what_has_none(alpha, dof):
+    with pytest.raises(ValueError, match=f"alpha={alpha}, dof={dof}"):
+        t_quantile(alpha, dof)
+
+
+# --------------------------------------------------------------------------------------------
+# The compiled path (compare/compile.py)
+
+def test_a_compile_diff_of_nothing_lost_nothing():
+    diff = compare_compile(CompileDiagnostics(graph_breaks=1), CompileDiagnostics(graph_breaks=1))
+    assert diff.regressed is False and diff.improvement is False and diff.xla_lost is False
+    dumped = diff.model_dump(mode="json")
+    assert (dumped["regressed"], dumped["improvement"], dumped["lines"]) == (False, False, [])
+    assert CompileDiff().xla_lost is False
+
+
+def test_eager_fallbacks_count_from_zero_only_where_the_baseline_said_none():
+    same = compare_compile(CompileDiagnostics(eager_fallbacks=2),
+                           CompileDiagnostics(eager_fallbacks=2))
+    assert same.regressions == []
+    new = compare_compile(CompileDiagnostics(), CompileDiagnostics(eager_fallbacks=2))
+    assert new.regressions == ["eager fallbacks 0 → 2"]
+    neither = compare_compile(CompileDiagnostics(), CompileDiagnostics())
+    assert neither.regressions == [] and neither.improvements == []
+
+
+def test_a_backend_is_compared_only_where_both_runs_name_one():
+    old, new = CompileDiagnostics(backend="inductor"), CompileDiagnostics(backend=None)
+    assert compare_compile(old, new).lines == []
+    assert compare_compile(new, old).lines == []
+    assert compare_compile(old, CompileDiagnostics(backend="aot_eager")).regressions == [
+        "backend inductor → aot_eager"]
+
+
+def test_compiling_saves_device_memory_only_below_eager():
+    assert _saves_device_memory(CompileMemory(compiled_device=100, eager_device=100)) is False
+    assert _saves_device_memory(CompileMemory(compiled_device=99, eager_device=100)) is True
+    assert _saves_device_memory(CompileMemory(compiled_device=99)) is None
+
+
+def test_a_removed_reason_without_a_site_does_not_stop_the_pairing():
+    assert _reworded(["no site here", "m.py:f: a"], ["m.py:f: b"]) == [["m.py:f: a",
+                                                                      "m.py:f: b"]]
+
+
+def test_accuracy_figures_read_three_digits_and_anything_else_as_it_is():
+    assert _fmt_err(0.123456) == "0.123" and _fmt_err(12345) == "1.23e+04"
+    assert _fmt_err(True) == "True" and _fmt_err("not measured") == "not measured"
