@@ -3,6 +3,8 @@
 tests/test_compare.py, runs are built by hand and every expected value is written out here."""
 from __future__ import annotations
 
+import math
+
 import pytest
 from pydantic import ValidationError
 
@@ -13,11 +15,11 @@ from lockguard.compare.envelope import (
     Envelope, EnvelopeCheck, Outside, describe, envelope_of, judge_envelope, representative,
     t_quantile,
 )
-from lockguard.compare.timing import TimingCheck
+from lockguard.compare.timing import TimingCheck, compare_timing, measure_of, time_blocks
 from lockguard.compare.tolerance import Policy, default_tolerance
 from lockguard.compare.verdicts import Accepted, compare_runs
 from lockguard.names import Verdict
-from lockguard.results import CompileDiagnostics, CompileMemory
+from lockguard.results import CompileDiagnostics, CompileMemory, Timings
 from test_compare import compare, run
 
 
@@ -246,3 +248,63 @@ def test_a_removed_reason_without_a_site_does_not_stop_the_pairing():
 def test_accuracy_figures_read_three_digits_and_anything_else_as_it_is():
     assert _fmt_err(0.123456) == "0.123" and _fmt_err(12345) == "1.23e+04"
     assert _fmt_err(True) == "True" and _fmt_err("not measured") == "not measured"
+
+
+# --------------------------------------------------------------------------------------------
+# Timing runs (compare/timing.py)
+
+
+def steps_of(*seconds_: float | None, **timings: object) -> list:
+    return [run(timings=Timings(step_median_s=s, **timings)) for s in seconds_]
+
+
+def test_an_interval_needs_three_timing_runs_a_side():
+    two = compare_timing(steps_of(1.0, 1.0), steps_of(1.0, 1.0), Policy())
+    assert (two.verdict, two.runs) == ("not judged", 2)
+    assert two.reason == "2 timing run(s) a side; at least 3 are needed for an interval"
+    three = compare_timing(steps_of(1.0, 1.0, 1.0), steps_of(1.0, 1.0, 1.0), Policy())
+    assert (three.verdict, three.runs) == ("same", 3)
+
+
+def test_a_zero_or_missing_figure_leaves_its_pair_out():
+    check = compare_timing(steps_of(0.0, 1.0, 1.0, 1.0), steps_of(1.0, 1.0, 1.0, 0.0),
+                           Policy())
+    assert check.runs == 2  # the first and the last pair have a 0 on one side
+    none = compare_timing([run()], [run()], Policy())  # no step figure, no run() time
+    assert (none.measure, none.runs, none.verdict, none.reason) == (
+        "run() call", 0, "not judged", "no timing figure on both sides")
+
+
+def test_the_ratios_interval_is_students_t_over_k_minus_one():
+    """Pairs at ×e^0.1, ×e^0.2, ×e^0.3: mean log 0.2, σ 0.1, k 3; t(99 %, 2 dof) = 9.925
+    (the textbook table): half width 9.925 × 0.1 / √3 = 0.57302."""
+    old = steps_of(1.0, 1.0, 1.0)
+    new = steps_of(*(math.exp(x) for x in (0.1, 0.2, 0.3)))
+    check = compare_timing(old, new, Policy())
+    assert check.ratio == pytest.approx(math.exp(0.2), rel=1e-12)
+    assert check.low == pytest.approx(math.exp(0.2 - 0.57302), rel=1e-4)
+    assert check.high == pytest.approx(math.exp(0.2 + 0.57302), rel=1e-4)
+    assert check.verdict == "inconclusive"  # high 2.17 >= the 1.3 limit
+
+
+def test_faster_includes_exactly_one_over_the_limit():
+    """Every pair at ×0.5 (no spread: the interval is the point) under a ×2 limit."""
+    check = compare_timing(steps_of(1.0, 1.0, 1.0), steps_of(0.5, 0.5, 0.5),
+                           Policy(slower_ratio=2.0))
+    assert (check.ratio, check.low, check.high) == (0.5, 0.5, 0.5)
+    assert check.verdict == "faster"
+
+
+def test_blocks_are_the_measure_only_with_their_step_count():
+    unblocked = steps_of(0.1, 0.1, block_median_s=0.5, block_steps=None)
+    assert measure_of(unblocked) == ("step median", [0.1, 0.1])
+    blocked = steps_of(0.1, 0.1, block_median_s=0.5, block_steps=10)
+    assert measure_of(blocked) == ("step block", [0.05, 0.05])
+
+
+def test_a_block_holds_ten_thousand_steps_at_most():
+    # a 1 ns step: 2.5 × 2 ms / 1 ns = 5,000,000 steps a block, capped at 10,000; a timing run
+    # holds 15 blocks after its first step
+    assert time_blocks(steps_of(1e-9), 20, Policy()) == (10_000, 1 + 15 * 10_000)
+    # a 0.1 ms step: 2.5 × 2 ms / 0.1 ms = 50 steps a block
+    assert time_blocks(steps_of(1e-4), 20, Policy()) == (50, 751)
