@@ -15,6 +15,7 @@ from lockguard.compare.envelope import (
     Envelope, EnvelopeCheck, Outside, describe, envelope_of, judge_envelope, representative,
     t_quantile,
 )
+from lockguard.compare.numerics import compare_series, ulp_distance
 from lockguard.compare.timing import TimingCheck, compare_timing, measure_of, time_blocks
 from lockguard.compare.tolerance import Policy, default_tolerance
 from lockguard.compare.verdicts import Accepted, compare_runs
@@ -308,3 +309,21 @@ def test_a_block_holds_ten_thousand_steps_at_most():
     assert time_blocks(steps_of(1e-9), 20, Policy()) == (10_000, 1 + 15 * 10_000)
     # a 0.1 ms step: 2.5 × 2 ms / 0.1 ms = 50 steps a block
     assert time_blocks(steps_of(1e-4), 20, Policy()) == (50, 751)
+
+
+# --------------------------------------------------------------------------------------------
+# Value by value (compare/numerics.py)
+
+def test_bfloat16_ulps_cross_zero_through_the_sign_bit():
+    # 1.0 in bfloat16 is float32's top half, 0x3F80 = 16256 steps above 0; -1.0 as many below
+    assert ulp_distance(1.0, -1.0, "bfloat16") == 2 * 0x3F80
+    assert ulp_distance(-1.0, -2.0, "bfloat16") == 0x80  # one exponent: 2^7 mantissa steps
+
+
+def test_no_ulp_line_where_no_pair_was_measured_or_none_differs_by_one():
+    nan = compare_series("losses", [float("nan")], [1.0], default_tolerance("float32"))
+    assert nan.max_ulp is None and "ULP" not in nan.message
+    zeros = compare_series("losses", [0.0], [-0.0], default_tolerance("float32"))
+    assert zeros.max_ulp == 0
+    assert zeros.message.splitlines() == ["All 1 values within tolerance; 1 differ bitwise.",
+                                          "The values differ only in the sign of zero."]
