@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from lockguard.compare.compile import (
-    CompileDiff, _fmt_err, _reworded, _saves_device_memory, compare_compile,
+    CompileDiff, _fmt_err, _reworded, _saves_device_memory, accuracy_failure, compare_compile,
 )
 from lockguard.compare.envelope import (
     Envelope, EnvelopeCheck, Outside, describe, envelope_of, judge_envelope, representative,
@@ -327,3 +327,23 @@ def test_no_ulp_line_where_no_pair_was_measured_or_none_differs_by_one():
     assert zeros.max_ulp == 0
     assert zeros.message.splitlines() == ["All 1 values within tolerance; 1 differ bitwise.",
                                           "The values differ only in the sign of zero."]
+
+
+def test_one_timing_run_is_too_few_not_nothing():
+    one = compare_timing(steps_of(1.0), steps_of(1.0), Policy())
+    assert (one.runs, one.reason) == (
+        1, "1 timing run(s) a side; at least 3 are needed for an interval")
+
+
+def test_a_miscompile_names_the_rule_it_broke():
+    def miscompiled(rule):
+        return CompileDiagnostics.model_validate({"graph_breaks": 0, "accuracy": {
+            "rule": rule, "k": 2.0, "ok": False,
+            "series": {"losses": {"compiled_vs_fp64": 0.5, "eager_vs_fp64": 0.0,
+                                  "limit": 1e-05, "ok": False}}}})
+
+    assert accuracy_failure(miscompiled("rmse(c) <= 2 rmse(e)")) == (
+        "miscompile: the compiled run is farther from the fp64 reference than eager allows: "
+        "losses 0.5 from fp64 where eager is 0 (limit 1e-05) [rmse(c) <= 2 rmse(e)]")
+    assert accuracy_failure(miscompiled("")).endswith(
+        " [compiled at most k× farther from fp64 than eager]")
