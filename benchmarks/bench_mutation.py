@@ -241,8 +241,9 @@ def annotation_lines(source: str) -> set[tuple[int, int, int, int]]:
 
 
 def skip_annotations(session: Path, source: str) -> int:
-    """Mark the mutants inside annotations (and of a keyword-only marker) skipped in a cosmic-ray session (as its own filters
-    do: a work result with outcome "skipped"); how many."""
+    """Mark the mutants inside annotations (and of a keyword-only marker) skipped in a
+    cosmic-ray session, as its own filters do (a work result with outcome "skipped"); how
+    many."""
     spans = annotation_lines(source)
 
     def inside(row: int, col: int) -> bool:
