@@ -325,6 +325,10 @@ def test_no_ulp_line_where_no_pair_was_measured_or_none_differs_by_one():
     assert nan.max_ulp is None and "ULP" not in nan.message
     zeros = compare_series("losses", [0.0], [-0.0], default_tolerance("float32"))
     assert zeros.max_ulp == 0
+    assert (zeros.max_abs, zeros.max_abs_index, zeros.max_rel, zeros.max_rel_index) == (
+        0.0, None, 0.0, None)
+    same = compare_series("losses", [1.0, 2.0], [1.0, 2.0], default_tolerance("float32"))
+    assert (same.max_abs, same.max_rel, same.max_rel_index) == (0.0, 0.0, None)
     assert zeros.message.splitlines() == ["All 1 values within tolerance; 1 differ bitwise.",
                                           "The values differ only in the sign of zero."]
 
