@@ -5,6 +5,7 @@ lock moved since the check, and the lines people confirm. Reports are built by h
 verdicts a test is about; every expected text is written out here."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -115,3 +116,19 @@ def test_what_people_confirm_names_the_first_reason_only():
         "  numpy.mlp (numpy): drift"
     assert text.splitlines()[3] == \
         "    final loss now 0.75 (torch 2.0.2, hardware class x86-64-v3)"
+
+
+def test_what_a_golden_replaces_is_said_by_its_date_and_final_loss(tmp_path):
+    from lockguard import golden
+    from lockguard.flows.accept import _current
+    from lockguard.golden import Provenance
+    from lockguard.hardware import hardware_class
+
+    result = run(losses=[2.0, 1.5, 1.25], grad_norms=[], outputs=[])
+    hardware = hardware_class(result.fingerprint, "cpu", result.device_name)
+    path = golden.golden_path(tmp_path / "golden", "cpu", hardware.id, "mlp")
+    assert _current(path) == "no golden (a new file)"
+    golden.write(path, result, Provenance(), hardware)
+    written = golden.load(path).provenance.recorded_at  # the time of writing, UTC
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", written)
+    assert _current(path) == f"the golden of {written} (final loss 1.25)"
