@@ -132,3 +132,47 @@ def test_what_a_golden_replaces_is_said_by_its_date_and_final_loss(tmp_path):
     written = golden.load(path).provenance.recorded_at  # the time of writing, UTC
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", written)
     assert _current(path) == f"the golden of {written} (final loss 1.25)"
+
+
+def drifted(tmp_path):
+    """An A/B numpy 1.26.4 -> 2.0.2 on the fake backend that drifted: (report, settings,
+    the candidate lock's file)."""
+    from fakes import FakeBackend, lock
+    from lockguard.config import parse_config
+    from lockguard.flows.ab import check_ab
+    from lockguard.settings import Settings
+    from test_gate_policy import NUMPY
+
+    root = tmp_path / "p"
+    root.mkdir()
+    settings = Settings.resolve(parse_config({"golden_dir": "golden", "steps": 6}, "test", root))
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==2.0.2\n")
+    report = check_ab(settings, [new], [old], NUMPY, backend=FakeBackend())
+    assert report.verdicts[0].verdict == Verdict.drift
+    report.id = "20260101T000000Z-aaaaaa"
+    return report, settings, tmp_path / "new.txt"
+
+
+def test_a_report_not_vouched_for_is_adopted_as_unverified(tmp_path):
+    report, settings, _ = drifted(tmp_path)
+    source = tmp_path / "report.json"
+    [adoption], notes = plan(report, source, settings, [], "intended", "me <me@e>")
+    assert adoption.provenance.acceptance.verified is False
+    assert notes[0].startswith(f"{source} was not written by a check of this project on this "
+                               "machine (downloaded artefacts?): its goldens are adopted as "
+                               "unverified")
+    [adoption], notes = plan(report, source, settings, [], "intended", "me <me@e>",
+                             verified=True)
+    assert adoption.provenance.acceptance.verified is True and notes == []
+
+
+def test_a_candidate_lock_changed_since_the_check_is_refused(tmp_path, monkeypatch):
+    report, settings, new = drifted(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    new.write_text("numpy==2.1.0\n")
+    with pytest.raises(AcceptError) as caught:
+        plan(report, tmp_path / "report.json", settings, [], "intended", "me <me@e>",
+             verified=True)
+    assert str(caught.value) == ("scenario numpy.mlp: new.txt changed since the check ran; "
+                                 "run `lockguard check` again and accept that")
