@@ -351,3 +351,22 @@ def test_a_miscompile_names_the_rule_it_broke():
         "losses 0.5 from fp64 where eager is 0 (limit 1e-05) [rmse(c) <= 2 rmse(e)]")
     assert accuracy_failure(miscompiled("")).endswith(
         " [compiled at most k× farther from fp64 than eager]")
+
+
+def test_slower_includes_exactly_the_limit_and_faster_needs_one_over_it():
+    """No spread: the interval is the point. ×2 under a ×2 limit (low 2 > √2) is slower; ×0.8
+    under it is neither faster (above 1/2) nor inconclusive: the same."""
+    at = compare_timing(steps_of(1.0, 1.0, 1.0), steps_of(2.0, 2.0, 2.0),
+                        Policy(slower_ratio=2.0))
+    assert (at.ratio, at.verdict) == (2.0, "slower")
+    between = compare_timing(steps_of(1.0, 1.0, 1.0), steps_of(0.8, 0.8, 0.8),
+                             Policy(slower_ratio=2.0))
+    assert between.verdict == "same"
+
+
+def test_one_ulp_is_said():
+    from test_compare import f32_above
+
+    diff = compare_series("losses", [1.0], [f32_above(1.0)], default_tolerance("float32"))
+    assert diff.max_ulp == 1
+    assert "Greatest ULP difference: 1 at index 0 (float32)" in diff.message.splitlines()
