@@ -206,17 +206,20 @@ def tally(dump: str, only: set[tuple] | None = None) -> dict:
 
 
 def annotation_lines(source: str) -> set[tuple[int, int, int, int]]:
-    """The spans (line, column to line, column) of the annotations nobody evaluates: with
-    `from __future__ import annotations` (every mutated module) a function's annotations and a
-    variable's are strings, so a mutant there (`float | None` -> `float & None`) is equivalent
-    by construction. A pydantic model's fields are evaluated (the model is built from them), so
-    those stay mutated."""
+    """The spans (line, column to line, column) of the annotations nobody evaluates: under
+    `from __future__ import annotations` (all mutated modules but compare/tolerance.py) a
+    function's annotations and a variable's are strings, so a mutant there (`float | None` ->
+    `float & None`) is equivalent by construction. A pydantic model's fields are evaluated (the
+    model is built from them), so those stay mutated, as every annotation of a module without
+    that import does."""
     tree = ast.parse(source)
     models = {id(stmt) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
               and any(getattr(b, "id", getattr(b, "attr", "")) == "BaseModel" for b in cls.bases)
               for stmt in cls.body}
     spans = []
-    for node in ast.walk(tree):
+    postponed = any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
+                    and any(a.name == "annotations" for a in n.names) for n in tree.body)
+    for node in ast.walk(tree) if postponed else ():  # else evaluated: a mutant there counts
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
             spans.append(node.returns)
         elif isinstance(node, ast.arg) and node.annotation:

@@ -17,7 +17,7 @@ from lockguard.compare.envelope import (
 )
 from lockguard.compare.numerics import compare_series, ulp_distance
 from lockguard.compare.timing import TimingCheck, compare_timing, measure_of, time_blocks
-from lockguard.compare.tolerance import Policy, default_tolerance
+from lockguard.compare.tolerance import Policy, Tolerance, default_tolerance
 from lockguard.compare.verdicts import Accepted, compare_runs
 from lockguard.names import Verdict
 from lockguard.results import CompileDiagnostics, CompileMemory, Timings
@@ -370,3 +370,30 @@ def test_one_ulp_is_said():
     diff = compare_series("losses", [1.0], [f32_above(1.0)], default_tolerance("float32"))
     assert diff.max_ulp == 1
     assert "Greatest ULP difference: 1 at index 0 (float32)" in diff.message.splitlines()
+
+
+# --------------------------------------------------------------------------------------------
+# Tolerances and the policy (compare/tolerance.py)
+
+
+@pytest.mark.parametrize("fields", [
+    {"rtol": 1e-3, "atol": float("inf")}, {"rtol": 1e-3, "atol": float("nan")},
+    {"rtol": float("inf"), "atol": 1e-5}, {"rtol": 1e-3, "atol": -1e-5},
+])
+def test_a_tolerance_is_finite_and_not_negative(fields):
+    with pytest.raises(ValidationError):
+        Tolerance(**fields)
+
+
+def test_exact_allows_nothing_whatever_rtol_and_atol_say():
+    assert Tolerance(rtol=0.5, atol=0.25, exact=True).allowed(-4.0) == 0.0
+    assert Tolerance(rtol=0.5, atol=0.25).allowed(-4.0) == 2.25  # 0.25 + 0.5 × |-4|
+
+
+@pytest.mark.parametrize("fields", [{"heavier_ratio": 1.0}, {"heavier_ratio": 0.5},
+                                    {"heavier_min_bytes": -1}, {"slower_ratio": 0.0},
+                                    {"slower_min_step_s": -0.001}])
+def test_a_policy_refuses_limits_that_mean_nothing(fields):
+    with pytest.raises(ValidationError):
+        Policy(**fields)
+    assert Policy(heavier_ratio=1.01, heavier_min_bytes=0).heavier_ratio == 1.01
