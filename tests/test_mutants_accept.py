@@ -176,3 +176,14 @@ def test_a_candidate_lock_changed_since_the_check_is_refused(tmp_path, monkeypat
              verified=True)
     assert str(caught.value) == ("scenario numpy.mlp: new.txt changed since the check ran; "
                                  "run `lockguard check` again and accept that")
+
+
+def test_no_candidate_or_one_without_a_fingerprint_finds_no_acceptance(tmp_path):
+    """Acceptances bind to a hardware class: a run that says nothing of its machine (or no
+    run) is passed by none, before any golden is read."""
+    from lockguard.compare.tolerance import Policy
+    from lockguard.flows.acceptances import find
+
+    args = ("sha256:old", "sha256:new", Verdict.drift, tmp_path / "golden", Policy(), None)
+    assert find(None, [], *args) is None
+    assert find(None, [run(fingerprint={})], *args) is None
