@@ -397,3 +397,15 @@ def test_a_policy_refuses_limits_that_mean_nothing(fields):
     with pytest.raises(ValidationError):
         Policy(**fields)
     assert Policy(heavier_ratio=1.01, heavier_min_bytes=0).heavier_ratio == 1.01
+
+
+def test_a_tolerance_is_frozen_and_the_policys_defaults_are_the_documented_ones():
+    tol = Tolerance(rtol=1e-3, atol=1e-5)
+    with pytest.raises(ValidationError):
+        tol.rtol = 1.0
+    assert hash(tol) == hash(Tolerance(rtol=1e-3, atol=1e-5))
+    policy = Policy()
+    assert (policy.slower_ratio, policy.slower_min_step_s, policy.heavier_ratio,
+            policy.heavier_min_bytes) == (1.30, 0.002, 1.20, 48 * 1024 * 1024)
+    # a ratio below 1 is a strict gate, not a meaningless one: accepted
+    assert Policy(slower_ratio=0.5).slower_ratio == 0.5
