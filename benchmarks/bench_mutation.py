@@ -421,6 +421,8 @@ def main() -> None:
         order = sorted(chosen, key=lambda n: -(REPO / TARGETS[n][0]).stat().st_size)
         with ThreadPoolExecutor(max_workers=copies.qsize()) as pool:
             rows = dict(pool.map(one, order))
+    # read again: another run may have written its label meanwhile
+    doc = json.loads(path.read_text()) if path.is_file() else {}
     entry = doc.setdefault(args.label, {"modules": {}})
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()

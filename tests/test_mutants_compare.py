@@ -409,3 +409,15 @@ def test_a_tolerance_is_frozen_and_the_policys_defaults_are_the_documented_ones(
             policy.heavier_min_bytes) == (1.30, 0.002, 1.20, 48 * 1024 * 1024)
     # a ratio below 1 is a strict gate, not a meaningless one: accepted
     assert Policy(slower_ratio=0.5).slower_ratio == 0.5
+
+
+def test_faster_needs_the_whole_interval_below_one():
+    """Ten pairs alternating ×e^-0.9 and ×e^0.1: ratio e^-0.4 = 0.670 (below 1/1.3), σ of
+    the logs 0.527, t(99 %, 9 dof) = 3.250: the interval reaches e^(-0.4 + 0.542) = 1.15, above
+    1 and below the 1.3 limit: the same, neither faster nor inconclusive."""
+    new = steps_of(*(math.exp(-0.9 if i % 2 else 0.1) for i in range(10)))
+    check = compare_timing(steps_of(*[1.0] * 10), new, Policy())
+    assert check.ratio == pytest.approx(math.exp(-0.4), rel=1e-12)
+    assert check.high == pytest.approx(math.exp(-0.4 + 3.250 * 0.52705 / math.sqrt(10)),
+                                       rel=1e-3)
+    assert 1 < check.high < 1.3 and check.verdict == "same"
