@@ -187,3 +187,11 @@ def test_no_candidate_or_one_without_a_fingerprint_finds_no_acceptance(tmp_path)
     args = ("sha256:old", "sha256:new", Verdict.drift, tmp_path / "golden", Policy(), None)
     assert find(None, [], *args) is None
     assert find(None, [run(fingerprint={})], *args) is None
+
+
+def test_a_long_first_reason_is_cut_at_160_characters():
+    result = run(framework_version="2.0.2")
+    adoption = Adoption("numpy.mlp", "numpy", "drift", ["r" * 200], Path("g/numpy.mlp.json"),
+                        SimpleNamespace(id="x86-64-v3"), result, None, "no golden (a new file)")
+    line = describe([adoption], Path("r.json")).splitlines()[1]
+    assert line == "  numpy.mlp (numpy): drift — " + "r" * 159 + "…"

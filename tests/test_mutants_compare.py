@@ -21,7 +21,7 @@ from lockguard.compare.tolerance import Policy, Tolerance, default_tolerance
 from lockguard.compare.verdicts import Accepted, compare_runs
 from lockguard.names import Verdict
 from lockguard.results import CompileDiagnostics, CompileMemory, Timings
-from test_compare import compare, run
+from test_compare import compare, run, timed
 
 
 def test_an_acceptance_reads_with_its_commit_cut_to_twelve_digits():
@@ -421,3 +421,9 @@ def test_faster_needs_the_whole_interval_below_one():
     assert check.high == pytest.approx(math.exp(-0.4 + 3.250 * 0.52705 / math.sqrt(10)),
                                        rel=1e-3)
     assert 1 < check.high < 1.3 and check.verdict == "same"
+
+
+def test_the_numeric_runs_ratio_names_steps_or_run_calls():
+    v = compare([timed(1.0)], [timed(2.0)], timed_together=True)
+    assert any(r.startswith("steady-state steps took ×2.00 the baseline's in this check's one "
+                            "run a side") for r in v.reasons), v.reasons

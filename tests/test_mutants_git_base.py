@@ -172,3 +172,13 @@ def test_a_moved_lock_of_another_framework_no_scenario_runs_is_named_so(tmp_path
     assert rule.message.startswith("it moved, but no selected scenario runs from it: ")
     assert f'"main@{merge_base[:7]}:a.txt"' in report.model_dump_json()
 
+
+
+def test_a_configuration_is_named_by_its_file_or_said_to_have_none(tmp_path, monkeypatch):
+    from lockguard.flows.git_base import _config_name
+    from test_gate_policy import config_of
+
+    root = project(tmp_path, 'lock = "a.txt"', {"a.txt": "numpy==1.26.4\n"})
+    monkeypatch.chdir(root)
+    assert _config_name(load_config(start=root)) == "pyproject.toml"
+    assert _config_name(config_of('lock = "a.txt"\n')) == "no configuration file"
