@@ -427,3 +427,19 @@ def test_the_numeric_runs_ratio_names_steps_or_run_calls():
     v = compare([timed(1.0)], [timed(2.0)], timed_together=True)
     assert any(r.startswith("steady-state steps took ×2.00 the baseline's in this check's one "
                             "run a side") for r in v.reasons), v.reasons
+
+
+def test_an_envelope_of_one_run_is_refused_so():
+    with pytest.raises(ValueError, match="^an envelope needs at least two runs$"):
+        envelope_of(envelope_runs()[:1])
+
+
+def test_the_first_of_equally_far_values_is_the_worst_and_the_band_has_two_sides():
+    envelope = envelope_of(envelope_runs())
+    # losses step 1: (3.5 - 2.5) / 0.5 = +2σ, outputs index 2: (0 - 2) / 1 = -2σ: a tie
+    candidate = run(losses=[1.0, 3.5], grad_norms=[], outputs=[0.0, 0.0, 0.0])
+    check = judge_envelope(envelope, [candidate], default_tolerance("float32"), "float32")
+    assert (check.worst_sigma, check.worst) == (2.0, "losses step 1")
+    assert len(check.loss_low) == len(check.loss_high) == 2
+    assert check.loss_low[0] < 1.0 < check.loss_high[0]  # every run's 1.0, a floor around it
+    assert check.loss_low[1] < 2.0 and check.loss_high[1] > 3.0  # beyond the runs' min, max
