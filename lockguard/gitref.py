@@ -172,8 +172,10 @@ class BaseTree:
         """The files matching `pathspecs` (from the repository's root) that differ between the
         commit `at` and the work tree on disk: changed, added (untracked ones included, as
         .gitignore leaves them) or removed; repository-relative, sorted."""
-        specs = [f":(top){s}" if not s.startswith(":") else s.replace(":(", ":(top,", 1)
-                 for s in pathspecs]
+        # ":(top)" alone is the whole tree: ":(top)." matches nothing (git 2.39), which left a
+        # project at the repository's root with only its scenario folders and *.py watched.
+        specs = [(":(top)" if s in ("", ".") else f":(top){s}") if not s.startswith(":")
+                 else s.replace(":(", ":(top,", 1) for s in pathspecs]
         diff = _git(self._repo, "diff", "--no-ext-diff", "--name-only", "-z", at, "--", *specs)
         untracked = _git(self._repo, "ls-files", "-z", "--others", "--exclude-standard",
                          "--full-name", "--", *specs)

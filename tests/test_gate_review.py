@@ -158,6 +158,17 @@ def test_f8_code_the_run_reads_but_the_code_ab_does_not_watch(tmp_path, changed)
     assert gate.code_changes == [changed]
 
 
+def test_f8_a_data_file_of_a_project_at_the_repository_root_is_scenario_code(tmp_path):
+    """The project's folder whole is watched (its hyperparameter files, its data), also when
+    that folder is the repository's root."""
+    root = repository(tmp_path, {"pyproject.toml": TABLE, "a.txt": "numpy==1.26.4\n",
+                                 "sc/mine.py": SCRIPT, "conf/hparams.yaml": "lr: 0.1\n"})
+    (root / "conf" / "hparams.yaml").write_text("lr: 0.2\n")
+    commit_all(root)
+    gate = open_gate(load_config(start=root), "main", [], start=root)
+    assert gate.code_changes == ["conf/hparams.yaml"]
+
+
 def test_f9_a_branch_behind_main_is_blamed_for_mains_code_change(tmp_path):
     root = repository(tmp_path, {"pyproject.toml": TABLE, "a.txt": "numpy==1.26.4\n",
                                  "sc/mine.py": SCRIPT, "sc/helper.py": "X = 1\n"})
@@ -168,4 +179,6 @@ def test_f9_a_branch_behind_main_is_blamed_for_mains_code_change(tmp_path):
     (root / "README.md").write_text("docs only\n")
     commit_all(root, "docs")
     gate, report = run_gate(root)
-    assert gate.code_changes == []
+    # main's sc/helper.py is not the PR's; its README.md is, in the project's folder (the
+    # repository's root), watched whole (tests/test_mutants_git_base.py)
+    assert gate.code_changes == ["README.md"]
