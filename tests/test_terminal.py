@@ -68,11 +68,15 @@ def test_a_log_gets_whole_lines_and_a_heartbeat_naming_what_runs(monkeypatch):
 def test_the_heartbeat_stops_with_its_step(monkeypatch):
     monkeypatch.setattr(progress_module, "HEARTBEAT_S", 0.05)
     shown, out = log_progress(monkeypatch)
-    before = threading.active_count()
+    before = set(threading.enumerate())
     with shown.step("short"):
-        pass
+        # The step's own heartbeat, told apart from threads other tests of this worker start.
+        beating = [t for t in threading.enumerate()
+                   if t not in before and getattr(t, "_target", None) == shown._heartbeat]
+    assert len(beating) == 1
+    beating[0].join(timeout=5)
+    assert not beating[0].is_alive()
     time.sleep(0.2)
-    assert threading.active_count() <= before
     assert out.getvalue().count("\n") == 2
 
 
