@@ -15,6 +15,8 @@ from fakes import FakeBackend, capture_for, fake_shift, lock
 from lockguard.compare.locate import drift_shape, locate, locate_step
 from lockguard.config import Config, Options
 from lockguard.flows.ab import check_ab
+from lockguard.flows.check import check
+from lockguard.flows.record import record
 from lockguard.names import FORMATS, Verdict
 from lockguard.report import render
 from lockguard.results import Capture, ResultError, RunResult, SCHEMA_VERSION, parse_result
@@ -190,3 +192,15 @@ def test_the_location_is_in_every_report_format(project, tmp_path):
         text = render(report, fmt)
         assert "the drift starts in fc2" in text, fmt
     assert '"location"' in render(report, "json")
+
+
+def test_locate_against_the_goldens_says_it_located_nothing(project, tmp_path):
+    # A golden holds numbers, not an environment: --locate is an A/B's, and says so.
+    _, new = sides(tmp_path)
+    assert record(Settings.resolve(project), [new], TORCH_MLP, backend=FakeBackend()).passed
+    asked = check(Settings.resolve(project, Options(locate=True, rerun=True)), [new], TORCH_MLP,
+                  backend=FakeBackend())
+    assert any(n.startswith("--locate compares two environments' runs") for n in asked.notes)
+    plain = check(Settings.resolve(project, Options(rerun=True)), [new], TORCH_MLP,
+                  backend=FakeBackend())
+    assert not any("--locate" in n for n in plain.notes)

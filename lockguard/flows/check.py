@@ -180,6 +180,11 @@ def check_golden(settings: Settings, locks: list[LockRef], scenarios: list[Scena
         f"the goldens of {', '.join(sorted(older))} were recorded with another lock: they "
         "still hold, but every check runs them again until `lockguard record` records them "
         "with this one (after a merged lock bump, say)"] if older else [])
+    if settings.locate == "always":
+        # A golden keeps a run's numbers, not an environment to re-run a step in.
+        notes.append("--locate compares two environments' runs of one step: it applies to an "
+                     "A/B check (--baseline-lock, --base, propose), not to one against the "
+                     "goldens; nothing was located")
     return report_for(settings, outcome, command="check", mode="golden", locks=locks,
                       started=start, notes=notes, hardware=hosts.known(),
                       validate=not ran_nothing)
