@@ -139,6 +139,15 @@ INSTALL = (PROXIES, CERTIFICATES, PIP, UV, CREDENTIAL_STORES)
 DOCKER_CLIENT = (DOCKER,)
 CONTAINER = (NUMERICS,)
 
+# What a training sees that says where, not what: paths of the user's own folders, who runs
+# it, log verbosity and the model hubs' caches, which differ between invocations and machines
+# and change no number a training computes. Everything else a training sees is part of its
+# backend's identity, and so of a golden's inputs digest (envs/base.variables_identity).
+WHERE_ONLY = frozenset({
+    "HOME", "USER", "LOGNAME", "TMPDIR", "TMP", "TEMP", "XDG_CACHE_HOME", "TF_CPP_MIN_LOG_LEVEL",
+    "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE", "HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE",
+    "TRANSFORMERS_CACHE"})
+
 # What every harness run (and every installer's Python) is given, whatever the host sets:
 # hashing, imports and logging that do not vary from run to run. (A venv's own modules have
 # their bytecode from its build: envs/bytecode.py.)

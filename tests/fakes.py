@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import os
 import struct
 import random
 import threading
@@ -143,6 +144,8 @@ class FakeEnv:
                              f"no result after {request.timeout}s")
         # A user scenario's numbers move with its code too, as a real run's would.
         code = _code_salt(request.script) if request.script is not None else ""
+        # ...and with a variable that changes numerics, as XLA_FLAGS does a real run's.
+        code += os.environ.get("XLA_FLAGS", "")
         if request.script is not None:
             with self.backend._lock:
                 self.backend.scripts.append((sid, Path(request.script).read_text()))

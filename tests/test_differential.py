@@ -4,7 +4,8 @@ at the end of this file; docs/performance.md, "Shortcuts").
 
 `check` answers a scenario from its golden's provenance (`unchanged`, nothing run) while its
 inputs digest holds. A random walk mutates what a run depends on (the lock, the scenario's
-script, a helper module and a data file beside it, the steps, the harness code) and after every
+script, a helper module and a data file beside it, the steps, the harness code, a variable the
+training sees that changes its numbers) and after every
 step asks both: the check with the shortcut, and the same check with it off (`--rerun`).
 Whenever the shortcut answers, the cold run must find the golden still true (identical); where
 it does not answer, both must agree. The fake backend's runs move with exactly those inputs
@@ -29,7 +30,7 @@ from lockguard.scenarios import all_scenarios
 from lockguard.settings import Settings
 
 SCRIPT = "import helper\n\n\ndef run(steps, seed):\n    return [helper.SCALE * 1.0] * steps\n"
-MUTATIONS = ("lock", "script", "helper", "data", "steps", "harness")
+MUTATIONS = ("lock", "script", "helper", "data", "steps", "harness", "environment")
 
 
 def project(root: Path, steps: int) -> Config:
@@ -53,6 +54,8 @@ def mutate(what: str, root: Path, state: dict, rng: random.Random) -> None:
         state["steps"] = 4 if state["steps"] == 5 else 5
     elif what == "harness":
         state["harness"] = f"harness-{n}"
+    elif what == "environment":  # a variable the training sees that changes its numbers
+        state["xla"] = "" if state["xla"] else f"--xla_lg_test={n}"
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -63,7 +66,8 @@ def test_the_golden_shortcut_answers_only_what_a_cold_run_confirms(tmp_path, mon
     (root / "sc" / "mine.py").write_text(SCRIPT)
     (root / "sc" / "helper.py").write_text("SCALE = 1\n")
     (root / "sc" / "table.json").write_text('{"rows": 0}\n')
-    state = {"numpy": "1.26.4", "steps": 4, "harness": "harness-0"}
+    state = {"numpy": "1.26.4", "steps": 4, "harness": "harness-0", "xla": ""}
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     # The harness's code is part of a golden's inputs: a changed harness is another digest.
     monkeypatch.setattr(goldens, "harness_digest", lambda scenario: state["harness"])
 
@@ -78,6 +82,10 @@ def test_the_golden_shortcut_answers_only_what_a_cold_run_confirms(tmp_path, mon
     for step in range(24):
         what = rng.choice(MUTATIONS)
         mutate(what, root, state, rng)
+        if state["xla"]:
+            monkeypatch.setenv("XLA_FLAGS", state["xla"])
+        else:
+            monkeypatch.delenv("XLA_FLAGS", raising=False)
         settings, refs, scenarios = now()
         fast = check(settings, refs, scenarios, backend=FakeBackend())
         cold = check(Settings.resolve(settings.config, Options(rerun=True)), refs, scenarios,

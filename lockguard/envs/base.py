@@ -16,13 +16,13 @@ import platform
 import re
 import pwd
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lockguard import process
-from lockguard.allowlist import HARNESS_SETTINGS, training_env
+from lockguard.allowlist import HARNESS_SETTINGS, WHERE_ONLY, training_env
 from lockguard.cache import cache_root
 from lockguard.envs.harness import ENTRY, HARNESS_DIR
 from lockguard.errors import LockguardError, tail
@@ -178,6 +178,14 @@ def require_writable_cache() -> None:
     """Fail before any build when lockguard's cache (LOCKGUARD_CACHE) cannot hold what a
     backend builds."""
     writable_dir(cache_root(), "lockguard's cache (LOCKGUARD_CACHE)")
+
+
+def variables_identity(variables: Mapping[str, str]) -> str:
+    """The variables a backend's runs see (allowlist.WHERE_ONLY aside), as a short digest for
+    its identity: a golden recorded under other XLA_FLAGS, OMP_* or TORCHINDUCTOR_* settings,
+    or another PATH (the compiler torch.compile finds), is no shortcut."""
+    kept = sorted((k, v) for k, v in variables.items() if k not in WHERE_ONLY)
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
 
 
 def interpreter_tag(python: str) -> str:

@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockguard.envs.base import Backend, RunRequest, harness_env, interpreter_tag, run_with
+from lockguard.allowlist import training_env
+from lockguard.envs.base import (
+    Backend, RunRequest, harness_env, interpreter_tag, run_with, variables_identity,
+)
 from lockguard.progress import Progress
 from lockguard.results import RunResult
 
@@ -50,10 +53,10 @@ class LocalBackend(Backend):
         self._identity: str | None = None
 
     def identity(self) -> str:
-        """"local" and the interpreter's tag."""
+        """"local", the interpreter's tag and the variables its runs see."""
         if self._identity is None:
             self._identity = f"local {interpreter_tag(self.python or sys.executable)}"
-        return self._identity
+        return f"{self._identity} vars {variables_identity(training_env())}"
 
     def admit(self, locks: Sequence[Lock]) -> None:
         """Nothing is installed from a lock: nothing to refuse."""

@@ -61,11 +61,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
+from lockguard.allowlist import training_env
 from lockguard.cache import cache_dir, entry, entry_lock
 from lockguard.cache_entries import hold, record_use
 from lockguard.envs.base import (
     Backend, EnvError, READY, RunRequest, compile_cache_env, compile_cache_for, confined,
     harness_env, interpreter_tag, own_temp_dir, require_writable_cache, run_with,
+    variables_identity,
 )
 from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
 from lockguard.envs.bytecode import STORE as BYTECODE_STORE
@@ -223,10 +225,11 @@ class VenvBackend(Backend):
         self._identity: str | None = None
 
     def identity(self) -> str:
-        """"venv" and the interpreter's tag (asked once: another interpreter is a process)."""
+        """"venv", the interpreter's tag (asked once: another interpreter is a process) and
+        the variables its runs see (base.variables_identity)."""
         if self._identity is None:
             self._identity = f"venv {interpreter_tag(self.python or sys.executable)}"
-        return self._identity
+        return f"{self._identity} vars {variables_identity(training_env())}"
 
     def admit(self, locks: Sequence[Lock]) -> None:
         """A writable cache, then each lock trusted and installable here, in order."""

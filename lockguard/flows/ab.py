@@ -45,7 +45,9 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
     pairing = pair_locks(locks, baseline, partners)
     start = time.perf_counter()
     policy = settings.policy
-    backend = run_backend(settings, backend)
+    # Bisection builds its own backend unless one was given: its mixes share compile caches,
+    # which the two sides here never do.
+    given, backend = backend, run_backend(settings, backend)
     if settings.local:
         # Both sides would run the one interpreter lockguard was given: always identical.
         raise UsageError("--env local runs one interpreter, whatever the locks pin: an A/B "
@@ -104,7 +106,7 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                         baseline=baseline, started=start,
                         lock_diffs=_lock_diffs(locks, pairing, outcome))
     if settings.bisect:
-        report = _bisected(report, settings, scenarios, locks, pairing, progress, backend)
+        report = _bisected(report, settings, scenarios, locks, pairing, progress, given)
         report.duration_s = time.perf_counter() - start
     return report
 
@@ -195,7 +197,7 @@ def unreached(planned: list[Planned], envs: Environments, *,
 
 def _bisected(report: Report, settings: Settings, scenarios: list[Scenario],
               locks: list[LockRef], pairing: Pairing, progress: Progress,
-              backend: Backend) -> Report:
+              backend: Backend | None) -> Report:
     """`report` with its failing verdicts bisected (--bisect); with none failing, a note that
     there is nothing to bisect."""
     if not report.failing:

@@ -15,6 +15,7 @@ timeout, output and exit status are handled once, in envs.base, for every backen
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import time
@@ -23,17 +24,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lockguard import envvars
 from lockguard.allowlist import container_env, docker_client_env
 from lockguard.envs.base import (
     HARNESS_SETTINGS, EnvError, ImageBackend, RunRequest, compile_cache_env, compile_cache_for,
     execute, failed_result, harness_args, memory_error, require_writable_cache,
+    variables_identity,
 )
 import lockguard.envs.docker.accelerators as accelerators
 import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
 from lockguard.envs.docker.pin import pin_images
 from lockguard.envs.docker.push import Pushed, check_registry, push_image
-from lockguard.envs.docker.recipe import VENV_PYTHON
+from lockguard.envs.docker.recipe import BASE_IMAGE_ENV, VENV_PYTHON, templates_dir
 from lockguard.envs.docker.stack import stack_line
 from lockguard.envs.harness import HARNESS_DIR
 from lockguard.locks.model import Lock
@@ -187,8 +190,16 @@ class DockerBackend(ImageBackend):
         self.allow_insecure_index = allow_insecure_index
 
     def identity(self) -> str:
-        """"docker": the image's Python comes from its recipe, which the lock pins."""
-        return "docker"
+        """"docker", what an image is built from beside its lock (the image templates: the
+        pinned bases, the Dockerfile; a base LOCKGUARD_BASE_IMAGE names instead) and the
+        variables its containers see (base.variables_identity of container_env)."""
+        templates = hashlib.sha256()
+        for path in sorted(p for p in templates_dir().rglob("*") if p.is_file()):
+            templates.update(path.relative_to(templates_dir()).as_posix().encode() + b"\0"
+                             + path.read_bytes() + b"\0")
+        base = envvars.value(BASE_IMAGE_ENV) or ""
+        return (f"docker templates {templates.hexdigest()[:16]} base {base!r} vars "
+                f"{variables_identity(container_env())}")
 
     def admit(self, locks: Sequence[Lock]) -> None:
         """A writable cache, then each lock trusted, in order."""
