@@ -355,3 +355,25 @@ def test_two_independent_culprits_are_both_named(tmp_path):
     assert b.confidence == "implicated"
     assert ", and independently by " in b.sentence()
     assert "six 1.0 → 1.1" not in b.sentence()
+
+
+def test_bisection_mixes_share_compile_caches_and_the_ab_sides_never(tmp_path, monkeypatch):
+    """The one place compile caches are shared (envs/compile_cache.py): the backend the A/B's
+    two sides run on is made without sharing, the one bisection's mixes run on with it."""
+    from lockguard.flows import pipeline
+
+    made = []
+
+    def backend_for(kind, **options):
+        made.append(options["share_compile_caches"])
+        return FakeBackend()
+
+    monkeypatch.setattr(pipeline, "backend_for", backend_for)
+    (tmp_path / "old.txt").write_text("six==1.0\nnumpy==1.26.4\n")
+    (tmp_path / "new.txt").write_text("six==1.1\nnumpy==2.0.2\n")
+    config = Config(root=tmp_path, golden_dir="golden", steps=6)
+    old = LockRef(tmp_path / "old.txt", read_lock(tmp_path / "old.txt"))
+    new = LockRef(tmp_path / "new.txt", read_lock(tmp_path / "new.txt"))
+    report = check_ab(Settings.resolve(config, Options(bisect=True)), [new], [old], NUMPY)
+    assert report.bisection and report.bisection[0].culprit == ["numpy 1.26.4 → 2.0.2"]
+    assert made == [False, True]
