@@ -129,3 +129,19 @@ def test_a_real_run_imports_no_harness_module_outside_its_identity(tmp_path):
     assert "numpy_" in imported and (tmp_path / "r.json").is_file(), done.stderr
     identity = {Path(name).stem for name, _ in harness_files("numpy", "numpy.mlp")}
     assert imported <= identity
+
+
+def test_the_import_scan_finds_what_a_whole_parse_finds():
+    # harness_files parses only a module's import statements (a millisecond, where parsing
+    # torch_.py whole is tens): on every harness module it must find what ast finds in all of it.
+    for path in sorted(HARNESS_DIR.rglob("*.py")):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, ast.ImportFrom) and (node.level == 1 or str(
+                    node.module).startswith(PACKAGE)):
+                module = (node.module or "").removeprefix(PACKAGE).lstrip(".")
+                found |= {module.split(".")[0]} if module else {a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[1] for a in node.names
+                          if a.name.startswith(PACKAGE + ".")}
+        assert set(harness.sibling_imports(path)) == found, path

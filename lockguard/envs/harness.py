@@ -49,12 +49,13 @@ def harness_files(framework: str, scenario: str, *, user_script: bool = False
     return sorted((p.relative_to(HARNESS_DIR).as_posix(), p) for p in seen)
 
 
-def sibling_imports(path: Path) -> set[str]:
+def sibling_imports(path: Path) -> frozenset[str]:
     """The names of harness modules `path` imports (`from . import gen`, `from .common import
     x`, `from _lockguard_harness import gen`, `import _lockguard_harness.gen`); a name that
     is no module of the package (`from . import SOME_CONSTANT`) is dropped by the caller."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+    for node in ast.walk(ast.parse(_import_statements(path.read_text(encoding="utf-8")),
+                                   str(path))):
         if isinstance(node, ast.ImportFrom):
             inside = node.level == 1 or (node.level == 0 and node.module is not None and (
                 node.module == PACKAGE or node.module.startswith(PACKAGE + ".")))
@@ -70,4 +71,30 @@ def sibling_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             names.update(alias.name.split(".")[1] for alias in node.names
                          if alias.name.startswith(PACKAGE + "."))
-    return names
+    return frozenset(names)
+
+
+def _import_statements(source: str) -> str:
+    """Only the import statements of `source`, each dedented onto lines of its own (a
+    parenthesised one with its continuation lines): parsing these is a millisecond where the
+    whole module is tens (torch_.py). A string that merely looks like an import only adds a
+    name to follow, never hides one."""
+    out: list[str] = []
+    lines = source.splitlines()
+    i = 0
+    while i < len(lines):
+        stripped = lines[i].split("#", 1)[0].strip()
+        if stripped.startswith(("from ", "import ")):
+            text = stripped
+            while text.count("(") > text.count(")") and i + 1 < len(lines):
+                i += 1
+                text += " " + lines[i].split("#", 1)[0].strip()
+            text = text.rstrip("\\")
+            try:
+                ast.parse(text)
+            except SyntaxError:
+                pass  # text that looks like an import, in a docstring: not one
+            else:
+                out.append(text)
+        i += 1
+    return "\n".join(out) + "\n"
