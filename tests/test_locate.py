@@ -204,3 +204,16 @@ def test_locate_against_the_goldens_says_it_located_nothing(project, tmp_path):
     plain = check(Settings.resolve(project, Options(rerun=True)), [new], TORCH_MLP,
                   backend=FakeBackend())
     assert not any("--locate" in n for n in plain.notes)
+
+
+def test_a_compiled_or_data_parallel_scenario_is_not_located(project, tmp_path):
+    # Hooks would break torch.compile's graph: the step re-run would not be the drifted one.
+    old, new = sides(tmp_path)
+    chosen = [s for s in bundled() if s.id in ("torch.mlp.compile", "torch.ddp")]
+    assert {s.reach for s in chosen} == {"compiler", "parallel"}
+    fake = FakeBackend()
+    report = check_ab(Settings.resolve(project, Options(locate=True, all_scenarios=True)),
+                      [new], [old], chosen, backend=fake)
+    assert {v.verdict for v in report.verdicts} == {Verdict.drift}
+    assert all(v.location is None for v in report.verdicts)
+    assert 2 not in fake.steps  # no step re-run

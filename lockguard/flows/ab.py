@@ -127,6 +127,8 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
 
 # The frameworks whose harness captures module calls (harness/_lockguard_harness/locate_*.py).
 LOCATABLE = frozenset({"torch"})
+# The paths (Scenario.reach) a module hook would change: torch.compile's graphs, the replicas.
+UNHOOKABLE = frozenset({"compiler", "parallel"})
 
 
 def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
@@ -135,9 +137,11 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     (of loss or gradient norm) again, the run ending there, every module call captured. Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
     for a bundled torch scenario only so far (a user script's model is not the harness's to
-    hook)."""
+    hook), and not a compiled or data-parallel one: hooks on a compiled module break its graph,
+    and the step re-run would not be the step that drifted (its eager twin is located)."""
     if (settings.locate == "never" or p.scenario.framework not in LOCATABLE
-            or p.scenario.script is not None or not runs.baseline or not runs.candidate):
+            or p.scenario.script is not None or p.scenario.reach in UNHOOKABLE
+            or not runs.baseline or not runs.candidate):
         return []
     step = locate_step(runs.baseline[0], runs.candidate[0])
     if step is None:
