@@ -12,10 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import re
 import pwd
-import sys
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +23,9 @@ from lockguard import process
 from lockguard.allowlist import HARNESS_SETTINGS, WHERE_ONLY, training_env
 from lockguard.cache import cache_root
 from lockguard.envs.harness import ENTRY, HARNESS_DIR
-from lockguard.errors import LockguardError, tail
-from lockguard.files import ReadError, read_json, scratch_dir, writable_dir
-from lockguard.probes import PLATFORM_INFO
+from lockguard.errors import LockguardError
+from lockguard.files import ReadError, read_json, writable_dir
+from lockguard.locks.target import target_for
 from lockguard.progress import Progress, show_command
 from lockguard.results import (
     MAX_RESULT_BYTES, SCHEMA_VERSION, ResultError, RunResult, Status, parse_result,
@@ -189,27 +187,12 @@ def variables_identity(variables: Mapping[str, str]) -> str:
 
 
 def interpreter_tag(python: str) -> str:
-    """"cpython 3.11.7 x86_64": the implementation, version and machine of a host interpreter
-    (EnvError naming the `python` setting when it does not run)."""
-    if python == sys.executable:  # spare a subprocess in the common case
-
-        return f"{sys.implementation.name} {platform.python_version()} {platform.machine()}"
-    with scratch_dir("python") as tmp:
-        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        try:
-            done = process.run(PLATFORM_INFO.argv(python), log=out, stderr_log=err,
-                               timeout=120)
-        except process.ProcessError as exc:
-            raise EnvError(f"python = {python!r}: {exc}") from None
-        try:
-            markers = json.loads(out.read_text(errors="replace"))["markers"]
-        except (ValueError, TypeError, KeyError):
-            markers = None
-        if done.code != 0 or not isinstance(markers, dict):
-            reason = tail(err.read_text(errors="replace"), 1) or done.describe()
-            raise EnvError(f"python = {python!r} is not a working interpreter: {reason}")
-        return (f"{markers['implementation_name']} {markers['python_full_version']} "
-                f"{markers['platform_machine']}")
+    """"cpython 3.11.7 x86_64": the implementation, version and machine of a host interpreter,
+    from the markers lockguard reads a lock for it with (locks.target: asked once a process;
+    a LockError naming the `python` setting when it does not run)."""
+    markers = target_for(python).markers
+    return (f"{markers['implementation_name']} {markers['python_full_version']} "
+            f"{markers['platform_machine']}")
 
 
 def harness_args(request: RunRequest, harness_dir: str, out_path: str,
