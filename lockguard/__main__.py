@@ -1,4 +1,4 @@
-"""The `lockguard` command (and `python -m lockguard`): the command line (cli.py), left without
+"""The `lockguard` command (and `python -m lockguard`): the command line (lockguard/cli/), left without
 tearing the interpreter down."""
 
 import atexit

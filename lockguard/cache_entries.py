@@ -28,6 +28,7 @@ from pathlib import Path
 
 from lockguard.cache import cache_root, entry_lock
 from lockguard.envs.base import READY
+from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
 from lockguard.evidence import LEDGER, LAST_CHECK
 
 USED = "lockguard-used.json"  # in a venv: {"at": epoch seconds, "project": folder}
@@ -208,7 +209,7 @@ def _venv(path: Path) -> Entry:
     # Its lock files stay: another lockguard may be waiting on them.
     parts = (path, *[p for p in (path.with_name(path.name + s) for s in (
         ".compile-cache", ".build", ".uv.log", ".venv.log", ".install.log", ".uv-clean.log",
-        ".bytecode.log")) if os.path.lexists(p)])
+        "." + BYTECODE_LOG)) if os.path.lexists(p)])
     in_use = _in_use(path)
     return _entry("venv", name, parts, used=used, project=project,
                   kept="in use by a running check" if in_use else None)

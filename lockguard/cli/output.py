@@ -2,7 +2,7 @@
 the report targets (stdout or -o in one format, --report FORMAT=PATH for more), refusing a
 target that is one of the run's inputs, the text's colour and width, what a GitHub Actions
 step shows besides, the evidence a run keeps, and `finish`: the one end of every command that
-produces a Report (deliver, keep the evidence, remember a no-op's answer, exit 0 or 1).
+produces a Report (deliver, keep the evidence, exit 0 or 1).
 """
 
 from __future__ import annotations

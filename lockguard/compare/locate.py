@@ -22,7 +22,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lockguard.compare.numerics import bitwise_equal, first_difference, ulp_distance
-from lockguard.results import JsonFloat, Capture, ModuleCall, RefereeFigures, RunResult
+from lockguard.results import (
+    MAX_CAPTURE_CALLS, Capture, JsonFloat, ModuleCall, RefereeFigures, RunResult,
+)
 
 # Drift shapes (amplification): a first loss difference of at most this many ULPs is "tiny"; a
 # tiny one that grew at least GROWTH times by the last step was amplified by training; one of
@@ -93,7 +95,7 @@ class Location(BaseModel):
                        + (" …" if len(self.unpaired) > 6 else ""))
         if self.truncated:
             out.append("the capture was truncated: calls after the first "
-                       "2000 were not compared")
+                       f"{MAX_CAPTURE_CALLS} were not compared")
         if self.shape is not None:
             out.append(self.shape.sentence())
         return out

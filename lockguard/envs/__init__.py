@@ -33,7 +33,7 @@ __all__ = ["BACKENDS", "Backend", "BackendOptions", "Env", "EnvError", "ImageBac
            "RunRequest", "backend_for"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BackendOptions:
     """The project's settings a backend is made with (backend_for's keywords); each backend
     takes those it has a use for."""
@@ -101,6 +101,8 @@ def backend_for(kind: str, *, python: str | None = None, installer: str = "uv",
     if make is None:
         raise ValueError(f"unknown environment kind {kind!r} (expected "
                          f"{', '.join(BACKENDS)})")
-    return make(BackendOptions(python, installer, allow_sdist, allow_unhashed,
-                               allow_insecure_index, sandbox, share_compile_caches,
-                               share_bytecode, project))
+    return make(BackendOptions(
+        python=python, installer=installer, allow_sdist=allow_sdist,
+        allow_unhashed=allow_unhashed, allow_insecure_index=allow_insecure_index,
+        sandbox=sandbox, share_compile_caches=share_compile_caches,
+        share_bytecode=share_bytecode, project=project))

@@ -19,8 +19,8 @@ it names), anything else as requirements text.
 
 A cached env is verified at every use, not trusted: beside the marker lies a manifest of
 every file each installed distribution's RECORD lists and of every .pyc the build compiled or
-linked (envs/bytecode.py), with its size and the sha256 of its bytes at build; `prepare` checks the marker, `bin/python` and every file's existence, size and
-change time (one stat per file; benchmarks/bench_venv.py measures it for the torch env) and
+linked (envs/bytecode.py), with its size and the sha256 of its bytes at build; `prepare`
+checks the marker, `bin/python` and every file's existence, size and change time (one stat per file; benchmarks/bench_venv.py measures it for the torch env) and
 rebuilds a damaged env, saying why. A file whose inode changed after the env was sealed (its
 ctime, which no process can set back, is past the seal's) is read and hashed: other bytes
 than the build's are damage, even of the same size; the same bytes (a cache restored from an
@@ -62,7 +62,7 @@ from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist
 from packaging.version import InvalidVersion, Version
 
 from lockguard.allowlist import training_env
-from lockguard.cache import cache_dir, entry, entry_lock
+from lockguard.cache import cache_dir, entry
 from lockguard.cache_entries import hold, record_use
 from lockguard.envs.base import (
     Backend, EnvError, READY, RunRequest, compile_cache_env, compile_cache_for, confined,
@@ -110,8 +110,8 @@ def build_policy(allow_sdist: bool) -> str:
 
 # How venvs are built, in their key: 2 since uv gets no UV_* setting that changes what it
 # installs (under 1, a UV_CONFIG_FILE could have built a lock's sdist into a "wheels-only" venv);
-# 3 since a venv's bytecode is lockguard's (linked from its store, or written by the runs),
-# not uv's.
+# 3 since a venv's bytecode is lockguard's (compiled at build, or linked from its store), not
+# uv's.
 RECIPE = 3
 
 
@@ -319,12 +319,6 @@ def _prepare(lock: Lock, *, python: str | None = None, installer: str = "uv",
     return VenvEnv(path, lock.lock_hash, compile_cache, startup, shared_cache=shared,
                    files=files, rebuilt=rebuilt if files is not None else None,
                    sandbox=sandbox)
-
-
-def build_lock(path: Path) -> Path:
-    """The lock file held while the venv at `path` is built or written into (cache.entry_lock,
-    which `lockguard cache prune` takes too)."""
-    return entry_lock(path)
 
 
 def refuse_source_options(lock: Lock) -> None:

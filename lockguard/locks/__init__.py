@@ -18,10 +18,10 @@
 - rules: `check_family_rules`, framework pairings decidable from the lock alone (`RULES`);
 - trust, installable: what a lock must carry before anything is installed from it (hashes,
   https, a wheel for this platform);
-- resolve: `compile_lock` and `propose_lock` through pip-tools or uv (subprocesses); relock:
+- resolvers: `compile` and `propose` through pip-tools or uv (subprocesses); relock:
   the proposals of a uv.lock (`uv lock`) and a pylock.toml (`uv pip compile`);
 - outdated: newer releases of the pinned framework packages, from the index.
 
-Everything but target (for another interpreter), resolve, relock and outdated is pure;
+Everything but target (for another interpreter), resolvers, relock and outdated is pure;
 parse_lock and read_requirements_input read the files they are given.
 """

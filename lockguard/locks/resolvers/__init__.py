@@ -203,7 +203,6 @@ def propose(
                 read=read)
         return ""
 
-
     with entry(where, build, marker=PROPOSED, what=f"the proposal for {lock.name}",
                ready=lambda path: not refresh and (path / PROPOSED).is_file()):
         pass
