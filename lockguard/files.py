@@ -205,9 +205,10 @@ def recover_dir(directory: Path) -> None:
                 or not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
             continue
         if kind == "old" and not os.path.lexists(directory):
+            # The only copy left: put back, or left where it is when that fails (never removed).
             with contextlib.suppress(OSError):
                 os.rename(entry.path, directory)
-                continue
+            continue
         shutil.rmtree(entry.path, ignore_errors=True)
 
 

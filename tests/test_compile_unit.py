@@ -345,7 +345,8 @@ def lock_of(pins: dict[str, str], hashed: bool = True, rebuilt: str = "", extras
 def cache_of(tmp_path: Path, name: str, pins: dict[str, str], header: str = "",
              tag: str = "cpython 3.11.7 x86_64", **kwargs) -> tuple[Path, bool]:
     venv = fake_venv(tmp_path / name, pins, header)
-    return compile_cache_dir(tmp_path, venv, name, lock_of(pins, **kwargs), tag)
+    return compile_cache_dir(tmp_path, venv, name, lock_of(pins, **kwargs), tag,
+                             share=True)
 
 
 TORCH = {"torch": "2.13.0", "filelock": "3.20.0", "sympy": "1.14.0", "mpmath": "1.3.0",
@@ -400,7 +401,8 @@ def test_a_compile_cache_stays_the_venvs_own_when_its_compilers_are_not_known_al
         else:
             shutil.rmtree(info)
         assert compiler_closure(venv, lock_of(TORCH)) is None, damage
-        assert compile_cache_dir(tmp_path, venv, damage, lock_of(TORCH), "t") == (
+        assert compile_cache_dir(tmp_path, venv, damage, lock_of(TORCH), "t",
+                                 share=True) == (
             tmp_path / f"{damage}.compile-cache", False), damage
     # A pin whose marker leaves it out here need not be installed.
     venv = fake_venv(tmp_path / "marker", {k: v for k, v in TORCH.items() if k != "triton"})
@@ -424,7 +426,7 @@ def test_only_a_bisection_shares_compile_caches_and_each_project_writes_its_own(
     venv = fake_venv(tmp_path / "a", TORCH)
     assert compile_cache_dir(tmp_path, venv, "a", lock_of(TORCH), "t", share=False) == (
         tmp_path / "a.compile-cache", False)
-    assert compile_cache_dir(tmp_path, venv, "a", lock_of(TORCH), "t")[1] is True
+    assert compile_cache_dir(tmp_path, venv, "a", lock_of(TORCH), "t", share=True)[1] is True
     assert backend_for("venv").share_compile_caches is False
     assert backend_for("venv", share_compile_caches=True).share_compile_caches is True
 

@@ -42,7 +42,7 @@ COMPILERS = ("torch", "jax")  # the frameworks whose compilers keep a cache (com
 
 
 def compile_cache_dir(root: Path, venv: Path, venv_key: str, lock: Lock,
-                      tag: str, *, share: bool = True) -> tuple[Path, bool]:
+                      tag: str, *, share: bool = False) -> tuple[Path, bool]:
     """The compilers' cache directory for the ready venv at `venv` (key `venv_key`, interpreter
     tag `tag`) under `root`, and whether venvs share it (whose compilers are pinned alike,
     where `share`); else the venv's own."""
