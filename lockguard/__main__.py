@@ -4,6 +4,7 @@ tearing the interpreter down."""
 import atexit
 import os
 import sys
+
 from lockguard.cli import main as run_cli
 
 _status: int | None = None  # the exit status the command ended with, once it has

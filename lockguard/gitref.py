@@ -14,8 +14,8 @@ Errors are `GitRefError`, whose `str()` is one line saying what to do.
 from __future__ import annotations
 
 import contextlib
-import io
 import getpass
+import io
 import os
 import tarfile
 from collections.abc import Iterator, Sequence

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from lockguard import process
 from lockguard.allowlist import HARNESS_SETTINGS, UV_PASSED, install_env
@@ -27,7 +28,6 @@ from lockguard.cache import cache_root, ensure_dir, cache_dir
 from lockguard.errors import LockguardError, last_line, one_line, printable
 from lockguard.files import scratch_dir, write_text
 from lockguard.progress import show_command
-from urllib.parse import unquote, urlsplit
 from lockguard.sandbox import Policy, interpreter_prefix
 
 if TYPE_CHECKING:

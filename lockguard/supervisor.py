@@ -47,6 +47,7 @@ import os
 import select
 import sys
 import time
+
 from lockguard import landlock
 
 try:

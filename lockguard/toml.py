@@ -4,6 +4,7 @@ its backport tomli, a dependency there, on 3.10), and as every writer writes it:
 
 import re
 import sys
+
 import tomli_w
 
 if sys.version_info >= (3, 11):

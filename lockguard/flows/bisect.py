@@ -24,11 +24,12 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from packaging.version import InvalidVersion, Version
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from lockguard.cache import cache_dir, ensure_dir
 from lockguard.compare.verdicts import compare_runs, is_failure

@@ -3,10 +3,11 @@ against the current locks. The user's files are only read."""
 
 from __future__ import annotations
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from lockguard.cache import cache_dir
 from lockguard.config import ConfigError

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from packaging.markers import InvalidMarker, Marker
 
@@ -21,7 +22,6 @@ from lockguard import toml
 from lockguard.errors import quote
 from lockguard.locks.model import LockError, LockFormat, PinFile
 from lockguard.locks.target import Target
-from urllib.parse import unquote, urlsplit
 
 _PYLOCK_NAME = re.compile(r"^pylock\.([^.]+\.)?toml$")
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 import re
-from packaging.pylock import Pylock, PylockValidationError
 from typing import Any
 
+from packaging.pylock import Pylock, PylockValidationError
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version

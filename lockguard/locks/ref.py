@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from packaging.utils import canonicalize_name
 
 from lockguard.config import ConfigError
 from lockguard.files import display_path

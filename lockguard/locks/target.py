@@ -16,11 +16,11 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-from packaging.tags import sys_tags
 from pathlib import Path
 
 from packaging.markers import default_environment
+from packaging.tags import sys_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from lockguard import process
 from lockguard.files import scratch_dir

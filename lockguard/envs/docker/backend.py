@@ -32,8 +32,8 @@ from lockguard.envs.base import (
     variables_identity,
 )
 import lockguard.envs.docker.accelerators as accelerators
-import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.build import BuiltImage, build_image, image_dir
+import lockguard.envs.docker.engine as engine
 from lockguard.envs.docker.pin import pin_images
 from lockguard.envs.docker.push import Pushed, check_registry, push_image
 from lockguard.envs.docker.recipe import BASE_IMAGE_ENV, VENV_PYTHON, templates_dir

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import lockguard.envs.docker.engine as engine
 import re
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lockguard.envs.base import EnvError
+import lockguard.envs.docker.engine as engine
 from lockguard.errors import UsageError, one_line
 from lockguard.files import write_text
 

@@ -19,10 +19,11 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from lockguard import installers
 from lockguard.cache import cache_dir

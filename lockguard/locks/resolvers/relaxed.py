@@ -17,9 +17,10 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from pathlib import Path
 
 from lockguard import installers
 from lockguard.files import display_path, write_text
