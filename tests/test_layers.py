@@ -234,11 +234,11 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
      ["lockguard.envs.docker.engine", "lockguard.process", "lockguard.sandbox"]),
     # A cache entry is built one way (cache.entry: file lock, ready?, stage, check, marker
     # written last, publish, the stage removed on failure): no other module writes a ready
-    # marker (READY, the pip-tools env's COMPLETE, a proposal's PROPOSED or _DONE) or takes
+    # marker (READY, the pip-tools env's COMPLETE, a proposal's PROPOSED) or takes
     # an entry's lock to build one.
     ("the cache entry's choreography",
-     r"write_(text|bytes)\(.*\b(READY|COMPLETE|PROPOSED|_DONE|marker)\b|"
-     r"\b(READY|COMPLETE|PROPOSED|_DONE|marker)\)\.write_(text|bytes)\(|"
+     r"write_(text|bytes)\(.*\b(READY|COMPLETE|PROPOSED|marker)\b|"
+     r"\b(READY|COMPLETE|PROPOSED|marker)\)\.write_(text|bytes)\(|"
      r"file_lock\((entry|build)_lock\(", ["lockguard.cache"]),
     # Settings are resolved once (settings.Settings.resolve): the gate policy, "exact"
     # normalised into a Tolerance, and no `--option or config key` merged anywhere else.

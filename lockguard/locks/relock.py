@@ -36,17 +36,14 @@ from lockguard.files import display_path, write_text
 from lockguard.installers import require_uv, tool_reason
 from lockguard.locks.parser import parse_lock, read_requirements_input
 from lockguard.locks.resolvers import (
-    RESOLVE_TIMEOUT_S, SILENT, Proposal, ResolveError, resolver_reads, run_tool,
+    PROPOSED, RESOLVE_TIMEOUT_S, SILENT, Progress, Proposal, ResolveError, resolver_reads,
+    run_tool,
 )
 
 if TYPE_CHECKING:
     from lockguard.sandbox import Sandbox
 
-Progress = Callable[[str], None]
 _FORMAT = "1"  # of the proposal key: bump when what decides a proposal changes
-# Written once the tool succeeded: until then the folder holds a copy of the current lock (the
-# tool's preferences), which is no proposal.
-_DONE = "lockguard-proposed"
 
 
 def propose_uv_lock(lock: Path, upgrades: Sequence[str], cache_dir: Path, *,
@@ -111,10 +108,11 @@ def propose_pylock(lock: Path, inputs: Path | None, upgrades: Sequence[str], cac
 
 
 def _entry(where: Path, build: Callable[[Path], str]) -> None:
-    """The proposal folder `where` as a cache entry (cache.entry), its marker `_DONE`. In place:
-    uv writes the folder's path into what it writes (the project, a pylock's command line);
+    """The proposal folder `where` as a cache entry (cache.entry), its marker PROPOSED, written
+    once the tool succeeded (until then the folder holds a copy of the current lock, the tool's
+    preferences, which is no proposal). In place: uv writes the folder's path into what it writes (the project, a pylock's command line);
     _proposal_dir makes the folder again after a failure removed it."""
-    with entry(where, build, ready=lambda path: (path / _DONE).is_file(), marker=_DONE,
+    with entry(where, build, ready=lambda path: (path / PROPOSED).is_file(), marker=PROPOSED,
                in_place=True, what=f"the proposal {where.name}"):
         pass
 
