@@ -20,6 +20,7 @@ Paths are shown to the user with `display_path`, here beside the other path help
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -151,6 +152,16 @@ def _discard(tmp: Path) -> None:
     reason the write failed) even that fails, and the write's own error is the one to say."""
     with contextlib.suppress(OSError):
         tmp.unlink(missing_ok=True)
+
+
+def sha256_file(path: Path | str) -> str:
+    """A file's sha256 (hex), read in blocks (hashlib.file_digest is Python 3.11's, and
+    lockguard runs on 3.10); OSError as open raises it."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def link_file(source: Path, target: Path) -> bool:

@@ -250,6 +250,7 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     # "Shortcuts"): compile caches shared for bisection's mixes only, never an A/B's sides;
     # the bytecode store as the config says, resolved into Settings and handed to the backend
     # by pipeline.run_backend.
+    ("a file hashed in blocks", r"iter\(lambda: \w+\.read\(", ["lockguard.files"]),
     ("the compile caches' sharing switched on", r"share_compile_caches=True",
      ["lockguard.flows.bisect"]),
     ("the bytecode store's switch read", r"\.share_bytecode\b",

@@ -652,8 +652,8 @@ def test_the_same_bytes_under_new_inodes_are_sound_and_read_once(tmp_path, monke
     with tarfile.open(tmp_path / "cache.tar") as archive:
         archive.extractall(tmp_path, filter="tar")
     hashed = []
-    real = venv._sha256
-    monkeypatch.setattr(venv, "_sha256", lambda path: hashed.append(path) or real(path))
+    real = venv.sha256_file
+    monkeypatch.setattr(venv, "sha256_file", lambda path: hashed.append(path) or real(path))
     assert venv.verify(env, lock, allow_sdist=False) is None
     assert any(p.endswith("pkg/core.py") for p in hashed)
     before = len(hashed)

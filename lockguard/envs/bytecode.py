@@ -44,7 +44,6 @@ leaves it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -57,7 +56,7 @@ from pathlib import Path
 from lockguard.envs.base import EnvError
 from lockguard.envs.installed import site_packages
 from lockguard.errors import one_line
-from lockguard.files import clean_stale_temps, link_file, write_text
+from lockguard.files import clean_stale_temps, link_file, sha256_file, write_text
 from lockguard.installers import run_logged
 from lockguard.probes import CACHE_TAG, COMPILE_BYTECODE
 
@@ -90,7 +89,7 @@ def compile_all(venv: Path, python: str, store_root: Path | None, step) -> tuple
         key = ""
         if store is not None:
             try:
-                key = f"{_sha256(module)}-{mtime}-{st.st_size}"
+                key = f"{sha256_file(module)}-{mtime}-{st.st_size}"
             except OSError:
                 continue  # gone since the walk: nothing to compile
             if key in stored and _link_sound(store / stored[key], pyc):
@@ -102,7 +101,7 @@ def compile_all(venv: Path, python: str, store_root: Path | None, step) -> tuple
     if store is not None:
         for _, pyc, key in missing:
             if os.path.exists(pyc):  # not kept (no link here): compiled again next time
-                link_file(Path(pyc), store / f"{key}-{_sha256(pyc)}.pyc")
+                link_file(Path(pyc), store / f"{key}-{sha256_file(pyc)}.pyc")
         _prune(store)
     return linked, len(missing)
 
@@ -141,7 +140,7 @@ def _link_sound(kept: Path, pyc: str) -> bool:
     changed since it was kept (written through a venv's link) is removed. Whether it was
     linked."""
     try:
-        sound = _sha256(str(kept)) == kept.name[:-4].rpartition("-")[2]
+        sound = sha256_file(str(kept)) == kept.name[:-4].rpartition("-")[2]
         if not sound:
             os.unlink(kept)
     except OSError:
@@ -150,11 +149,6 @@ def _link_sound(kept: Path, pyc: str) -> bool:
         return False
     os.makedirs(os.path.dirname(pyc), exist_ok=True)
     return link_file(kept, Path(pyc))
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _cache_tag(venv: Path, python: str, step) -> str:

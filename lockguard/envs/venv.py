@@ -75,7 +75,7 @@ from lockguard.envs.bytecode import compile_all
 from lockguard.envs.compile_cache import compile_cache_dir
 from lockguard.envs.installed import site_packages as installed_site_packages
 from lockguard.errors import LockguardError, one_line
-from lockguard.files import write_bytes, write_text
+from lockguard.files import sha256_file, write_bytes, write_text
 from lockguard.installers import (
     drop_uv_settings, installer_env, local_sources, pip_config_as_uv_args, pip_config_files,
     require_uv, run_logged, tool_reason, uv_settings_note,
@@ -729,7 +729,7 @@ def build_manifest(path: Path, *, verify: bool = True) -> dict:
         for directory, (names, sizes) in sorted(files.items()):
             groups.append([owner, directory, names, sizes])
             prefix = os.path.join(root, directory)
-            found = [_sha256(os.path.join(prefix, name)) for name in names]
+            found = [sha256_file(os.path.join(prefix, name)) for name in names]
             digests.append(found)
             for name, digest in zip(names, found):
                 want = (recorded or {}).get(f"{directory}/{name}")
@@ -807,16 +807,6 @@ def _bytecode(path: Path, listed: set[str]) -> dict[str, tuple[list[str], list[i
 def _record_hash(hexdigest: str) -> str:
     """A sha256 as a RECORD row spells it: urlsafe base64 without padding."""
     return base64.urlsafe_b64encode(bytes.fromhex(hexdigest)).rstrip(b"=").decode()
-
-
-def _sha256(path: str) -> str:
-    """A file's sha256 (hex), read in blocks: hashlib.file_digest is Python 3.11's, and
-    lockguard runs on 3.10 (tests/test_python_versions.py)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify(path: Path, lock: Lock, allow_sdist: bool) -> str | None:
@@ -926,7 +916,7 @@ def _changed_file(root: str, manifest: dict) -> str | None:
                 latest = max(latest, st.st_ctime_ns)
     for path, digest, what in touched:
         try:
-            if _sha256(path) != digest:
+            if sha256_file(path) != digest:
                 return f"{what} has changed: its bytes are not the build's"
         except OSError as exc:
             return f"{what} cannot be read: {exc.strerror or exc}"

@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from lockguard.cache import cache_dir, entry
 from lockguard.envs.base import READY, EnvError
 from lockguard.envs.docker.recipe import Base
+from lockguard.files import sha256_file
 from lockguard.installers import run_logged, tool_reason
 from lockguard.locks.model import Lock, Pin
 from lockguard.locks.writer import option_args, wheel_request
@@ -171,7 +172,7 @@ def _download(tmp: Path, path: Path, lock: Lock, target: Target, progress: Progr
     files = _match_wheels(wheels, pins, lock)
     # What the image installs: each pin with the hash of the very file downloaded (the
     # lock's own hashes were checked by pip above; a hashless lock gets them here).
-    exact = [replace(p, hashes=(f"sha256:{_sha256(files[p.name])}",)) for p in pins]
+    exact = [replace(p, hashes=(f"sha256:{sha256_file(files[p.name])}",)) for p in pins]
     (tmp / "requirements.txt").write_text(wheel_request(exact), encoding="utf-8")
     info = {"lock_hash": lock.lock_hash, "lock": lock.source, "target": target.key,
             "wheels": sorted(f.name for f in files.values()),
@@ -203,9 +204,3 @@ def _match_wheels(wheels: Path, pins: list[Pin], lock: Lock) -> dict[str, Path]:
     return found
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
