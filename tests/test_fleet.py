@@ -325,3 +325,32 @@ def test_torch_cuda_wheel_code_is_the_arch_list_torch_was_built_with():
     assert (facts.cuda_major, facts.glibc) == (13, (2, 28))
     assert CudaCode(facts.cuda.sass, facts.cuda.ptx).runs_on(70) is None
     assert facts.cuda.runs_on(90) == "sass"
+
+
+def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pass(
+        tmp_path, monkeypatch):
+    """check (A/B) and propose judge the fleet through report_for, as diff does: the runs here
+    agree, and the added wheel's manylinux tag needs a newer glibc than a fleet machine has."""
+    from fakes import FakeBackend, lock
+
+    from lockguard.config import Config
+    from lockguard.flows.ab import check_ab
+    from lockguard.scenarios import bundled
+    from lockguard.settings import Settings
+
+    site = tmp_path / "cache" / "venvs" / "0123" / "lib" / "python3.11" / "site-packages"
+    installed(site, "fastmath", "1.0", elf((".data", PROGBITS, 3, b"\0" * 8)))
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==1.26.4\nfastmath==1.0\n")
+    numpy = [s for s in bundled() if s.id == "numpy.mlp"]
+    fleet = {"centos": {"glibc": "2.17", "count": 3}}
+    for config, passes in ((Config(root=tmp_path, steps=4), True),
+                           (Config(root=tmp_path, steps=4, fleet=fleet), False)):
+        report = check_ab(Settings.resolve(config), [new], [old], numpy, backend=FakeBackend())
+        assert [v.verdict for v in report.verdicts] == ["identical"]
+        assert report.passed is passes
+    assert [(f.rule, f.message) for f in report.rule_failures] == [
+        ("fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; fleet: centos, "
+                         "glibc 2.17 x 3): broken there")]
