@@ -154,13 +154,14 @@ def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple
             how = new.cuda.runs_on(arch)
             where = machine.label(name)
             if how is None:
-                verb = "drops" if old is not None and old.cuda.runs_on(arch) else "has no code for"
+                verb = ("has no code for" if old is None or not old.cuda
+                        else "drops" if old.cuda.runs_on(arch) else "still has no code for")
                 out.append((f"{verb} {sm(arch)} ({where}): broken there", True))
             elif how == "ptx":
                 ptx = max(a for a in new.cuda.ptx if a <= arch)
                 out.append((f"has PTX only for {sm(ptx)} on {sm(arch)} ({where}): JIT-compiled "
-                            "on first use (minutes at every cold start, then the driver's "
-                            "compute cache)", False))
+                            "on first use (each kernel compiled by the driver at a cold start, "
+                            "then kept in its compute cache)", False))
     need = MIN_DRIVER.get(new.cuda_major or 0)
     if need and machine.driver is not None and machine.gpus and machine.driver < need:
         out.append((f"needs driver >= {driver_text(need)} for CUDA {new.cuda_major} "

@@ -229,7 +229,12 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
     found = judge(None, new, [H100])
     assert [(f.broken, f.problem) for f in found] == [
         (False, "has PTX only for sm_80 on sm_90 (fleet: h100, H100): JIT-compiled on first "
-                "use (minutes at every cold start, then the driver's compute cache)")]
+                "use (each kernel compiled by the driver at a cold start, then kept in its "
+                "compute cache)")]
+    # An upgrade that was already broken there says so, and still fails.
+    still = judge(facts("2.9.0", sass={75}), facts("2.10.0", sass={75}), [V100])
+    assert [(f.broken, f.problem) for f in still] == [
+        (True, "still has no code for sm_70 (fleet: v100, V100 x 12): broken there")]
     assert judge(None, facts("2.10.0", sass={90}, major=12, glibc=(2, 17)), [H100]) == []
     # A CPU-only wheel asks nothing of a GPU or its driver.
     assert judge(None, facts("2.10.0+cpu", glibc=(2, 17)), [V100, H100]) == []
