@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lockguard import toml
 from lockguard.harness._lockguard_harness.common import nvidia_info
 from lockguard.native import Facts, sm
+from lockguard.process import ProcessError, capture
 
 # Compute capability (times ten) per GPU, from NVIDIA's "CUDA GPUs - Compute Capability" table
 # (developer.nvidia.com/cuda-gpus). Keys are matched against a name with its spaces, dashes and
@@ -195,15 +197,34 @@ def judge_changes(changes: Iterable[tuple[str, str | None, str]], machines: list
 
 
 def this_machine(name: str) -> Machine:
-    """This machine's fleet entry: the GPUs and driver from /proc/driver/nvidia, the ISA level
+    """This machine's fleet entry: the GPUs and driver from /proc/driver/nvidia (nvidia-smi where
+    that is not visible), the ISA level
     from /proc/cpuinfo's flags, glibc from the C library itself."""
-    nvidia = nvidia_info() or {}
+    nvidia = nvidia_info() or _nvidia_smi() or {}
     archs = {n: gpu_arch(n, model=True) for n in nvidia.get("gpus") or []}
     known = {n: a for n, a in archs.items() if a is not None}  # one entry per model
     return Machine(name=name, gpus=tuple(known.values()),
                    gpu_names=tuple(_short(n) for n in known),
                    driver=parse_driver(nvidia.get("driver") or "") if nvidia else None,
                    isa=isa_level(_cpu_flags(), platform.machine()), glibc=_glibc())
+
+
+def _nvidia_smi() -> dict | None:
+    """The driver and GPU models from nvidia-smi, where /proc/driver/nvidia is not visible
+    (some containers) but the tool is; None without it or when it fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = capture([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                       timeout=30)
+    except ProcessError:
+        return None
+    rows = [[c.strip() for c in line.split(",")] for line in
+            done.stdout.decode("utf-8", "replace").splitlines() if line.count(",") == 1]
+    if done.code != 0 or not rows:
+        return None
+    return {"driver": rows[0][1], "gpus": [name for name, _ in rows]}
 
 
 def _short(model: str) -> str:

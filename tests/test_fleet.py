@@ -359,3 +359,24 @@ def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pas
     assert [(f.rule, f.message) for f in report.rule_failures] == [
         ("fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; fleet: centos, "
                          "glibc 2.17 x 3): broken there")]
+
+
+def test_probe_reads_nvidia_smi_where_proc_has_no_driver(tmp_path, monkeypatch):
+    """A container may not see /proc/driver/nvidia but have nvidia-smi: the probe asks it (a
+    stand-in printing what `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader`
+    prints on a two-V100 machine)."""
+    import lockguard.fleet as fleet
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=name,driver_version ] || exit 9\n"
+                   "echo 'Tesla V100-SXM2-32GB, 550.54.15'\necho 'Tesla V100-SXM2-32GB, "
+                   "550.54.15'\n")
+    smi.chmod(0o755)
+    monkeypatch.setattr(fleet, "nvidia_info", lambda: None)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    machine = fleet.this_machine("rack")
+    assert (machine.gpus, machine.gpu_names, machine.driver) == ((70,), ("V100",),
+                                                                 (550, 54, 15))
+    smi.write_text("#!/bin/sh\nexit 3\n")  # a failing nvidia-smi: no GPU known, not an error
+    assert fleet.this_machine("rack").gpus == ()
