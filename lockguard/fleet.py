@@ -132,7 +132,17 @@ def judge(old: Facts | None, new: Facts, machines: Iterable[Machine]) -> list[Fi
     """What the change from `old` (None: added) to `new` does to each fleet machine."""
     change = f"{new.name} {old.version} -> {new.version}" if old else f"{new.name} {new.version}"
     return [Finding(machine.name, broken, change, problem) for machine in machines
-            for problem, broken in _gpu_findings(old, new, machine) + _host_findings(new, machine)]
+            for problem, broken in _findings(old, new, machine)]
+
+
+def _findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+    cpu = None if machine.isa is None else "aarch64" if machine.isa == "aarch64" else "x86_64"
+    if new.machine and cpu and new.machine != cpu:
+        # The wheel read is another platform's (the one lockguard's caches hold): its code,
+        # tags and requirements say nothing certain of the machine's own wheel.
+        return [(f"not judged ({machine.label(machine.isa or '')}): the wheel read is "
+                 f"{new.machine}'s", False)]
+    return _gpu_findings(old, new, machine) + _host_findings(new, machine)
 
 
 def grouped(findings: Iterable[Finding], shown: int = 4) -> list[tuple[Finding, str]]:

@@ -80,6 +80,17 @@ class Facts:
     cuda: CudaCode = field(default_factory=CudaCode)
     cuda_major: int | None = None
     glibc: tuple[int, int] | None = None
+    machine: str | None = None  # x86_64 or aarch64, from its platform tags; None: any or unsaid
+
+
+def wheel_machine(tags: Iterable[str]) -> str | None:
+    """The CPU architecture a wheel's Linux platform tags are for (x86_64, aarch64...); None
+    for a pure wheel or one without a Linux tag."""
+    for tag in tags:
+        m = re.search(r"(?:many|musl)linux[0-9_]*?_([a-z0-9]+_?[a-z0-9]*)$", tag)
+        if m:
+            return m.group(1)
+    return None
 
 
 def sm(arch: int) -> str:

@@ -112,6 +112,12 @@ def test_manylinux_tags_name_the_glibc_they_need():
     assert native.manylinux_glibc(["py3-none-any", "cp311-cp311-musllinux_1_2_x86_64"]) is None
 
 
+def test_the_platform_tags_name_the_wheels_cpu():
+    assert native.wheel_machine(["cp311-cp311-manylinux_2_28_x86_64"]) == "x86_64"
+    assert native.wheel_machine(["py3-none-manylinux2014_aarch64"]) == "aarch64"
+    assert native.wheel_machine(["py3-none-any"]) is None
+
+
 def test_the_cuda_major_comes_from_the_local_version_or_the_requirements():
     assert native.cuda_major_needed("2.9.0+cu130", []) == 13
     assert native.cuda_major_needed("2.5.1+cu121", ["nvidia-cudnn-cu12==9.1"]) == 12
@@ -236,6 +242,11 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
     assert [(f.broken, f.problem) for f in still] == [
         (True, "still has no code for sm_70 (fleet: v100, V100 x 12): broken there")]
     assert judge(None, facts("2.10.0", sass={90}, major=12, glibc=(2, 17)), [H100]) == []
+    # A wheel read for x86_64 says nothing certain of an aarch64 machine's: a note, no verdict.
+    arm = Machine("gh200", (90,), ("GH200",), (525, 60, 13), "aarch64", (2, 17), 4)
+    cu13 = Facts("torch", "2.9.0", CudaCode(frozenset({75})), 13, (2, 28), "x86_64")
+    assert [(f.broken, f.problem) for f in judge(None, cu13, [arm])] == [
+        (False, "not judged (fleet: gh200, aarch64 x 4): the wheel read is x86_64's")]
     # A CPU-only wheel asks nothing of a GPU or its driver.
     assert judge(None, facts("2.10.0+cpu", glibc=(2, 17)), [V100, H100]) == []
 

@@ -23,7 +23,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from lockguard.cache import cache_root
-from lockguard.native import CudaCode, Facts, cuda_code, cuda_major_needed, manylinux_glibc
+from lockguard.native import (
+    CudaCode, Facts, cuda_code, cuda_major_needed, manylinux_glibc, wheel_machine,
+)
 
 
 def site_packages(venv: Path) -> Path | None:
@@ -95,7 +97,7 @@ def dist_facts(dist_info: Path) -> Facts:
             if line.startswith("Tag:")]
     return Facts(name=canonicalize_name(name), version=version, cuda=code,
                  cuda_major=cuda_major_needed(version, requires(dist_info / "METADATA") or ()),
-                 glibc=manylinux_glibc(tags))
+                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags))
 
 
 def _libraries(dist_info: Path) -> list[Path]:
