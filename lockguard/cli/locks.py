@@ -157,12 +157,11 @@ def diff(old: Path, new: Path, config_path: Path | None, fmt: str, output: Path 
       lockguard diff old.txt new.txt --format markdown -o diff.md
     """
     targets = report_targets(fmt, output, reports)
+    from lockguard.config import load_config
     from lockguard.flows.ab import diff as diff_flow
     from lockguard.locks.ref import LockRef, read_lock
 
     refuse_inputs(targets, [(old, "the old lock", False), (new, "the new lock", False)])
-    from lockguard.config import load_config
-
     fleet = load_config(config_path).fleet_machines()
     report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)), fleet)
     finish(report, targets, ci=False, argv=invocation("diff", str(old), str(new)))

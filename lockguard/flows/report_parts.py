@@ -16,8 +16,8 @@ from lockguard.fleet import Machine, grouped, judge_changes
 from lockguard.locks.families import framework_version, package_families
 from lockguard.locks.diff import LockDiff
 from lockguard.locks.rules import check_family_rules
-from lockguard.native import Facts
 from lockguard.locks.trust import warnings
+from lockguard.native import Facts
 from lockguard.names import Verdict
 from lockguard.report import LockInfo, Report, RuleFailure, ParityRow, Evidence, Side
 from lockguard.results import RunResult, Status
@@ -95,12 +95,15 @@ def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
                                             message=message))
             else:
                 notes.append(f"fleet: {message}")
-        native = {c.name for c in diff.changed if set(package_families(c.name)) & {"cuda", "torch",
-                                                                            "jax", "tensorflow"}}
+        # Of the changes not read, those that can carry GPU code or a CUDA requirement.
+        gpu = {c.name for c in diff.changed if set(c.families) & _GPU_FAMILIES}
         notes += [f"fleet: {u} not judged against the fleet: its wheel is not in lockguard's "
-                  "cache (a check that builds the lock reads it)"
-                  for u in unread if u.split()[0] in native]
+                  "cache (a check that builds the lock in a venv reads it)"
+                  for u in unread if u.split()[0] in gpu]
     return failures, notes
+
+
+_GPU_FAMILIES = {"cuda", "torch", "jax", "tensorflow"}
 
 
 def _cached_facts() -> Callable[[str, str], Facts | None]:
