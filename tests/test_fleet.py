@@ -358,6 +358,7 @@ def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pas
     installed(site, "fastmath", "1.0", elf((".data", PROGBITS, 3, b"\0" * 8)))
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    monkeypatch.chdir(tmp_path)  # the lock is named as the report names it: from here
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==1.26.4\nfastmath==1.0\n")
     numpy = [s for s in bundled() if s.id == "numpy.mlp"]
@@ -367,8 +368,8 @@ def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pas
         report = check_ab(Settings.resolve(config), [new], [old], numpy, backend=FakeBackend())
         assert [v.verdict for v in report.verdicts] == ["identical"]
         assert report.passed is passes
-    assert [(f.rule, f.message) for f in report.rule_failures] == [
-        ("fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; fleet: centos, "
+    assert [(f.lock, f.rule, f.message) for f in report.rule_failures] == [
+        ("new.txt", "fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; fleet: centos, "
                          "glibc 2.17 x 3): broken there")]
 
 

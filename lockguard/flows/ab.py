@@ -228,7 +228,7 @@ def diff(old: LockRef, new: LockRef, fleet: Sequence[Machine] = ()) -> Report:
     """`lockguard diff`: the difference of two locks, nothing run; with a fleet, the change
     judged against it (report_parts.fleet_parts): a change that breaks a machine fails."""
     diffs = [diff_locks(old.lock, new.lock)]
-    broken, notes = fleet_parts(fleet, diffs)
+    broken, notes = fleet_parts(fleet, diffs, [new])
     return Report(command="diff", mode="diff",
                   locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
                   lock_diffs=diffs, rule_failures=broken, notes=notes, passed=not broken)

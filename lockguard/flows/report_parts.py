@@ -71,6 +71,7 @@ def cuda_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
 
 
 def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
+                locks: Sequence[LockRef] = (),
                 facts_of: Callable[[str, str], Facts | None] | None = None
                 ) -> tuple[list[RuleFailure], list[str]]:
     """The lock changes of `diffs` judged against the fleet (fleet.py), the one way diff, check
@@ -78,11 +79,14 @@ def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
     candidate lock ("fleet-<entry>": it fails the gate whenever a fleet is configured), a
     PTX-only coverage is a note, and so is each CUDA-family change whose files lockguard has
     nowhere to read (not judged: its wheel is in neither a venv lockguard built nor uv's
-    cache). `facts_of(name, version)`: the wheel's facts; default: from lockguard's caches."""
+    cache). A failure names its lock as the report does (`locks`: the candidates' LockRefs;
+    a checkout's temporary path under check --base is not what the user knows).
+    `facts_of(name, version)`: the wheel's facts; default: from lockguard's caches."""
     if not machines:
         return [], []
     facts_of = facts_of or _cached_facts()
     failures, notes = [], []
+    shown = {ref.lock.source: display_path(ref.path) for ref in locks}
     for diff in diffs:
         # The frameworks first: a line names torch before the dozen nvidia-* wheels it pulls.
         changes = [(c.name, c.old_version, c.new_version)
@@ -91,8 +95,8 @@ def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
         findings, unread = judge_changes(changes, list(machines), facts_of)
         for f, message in grouped(findings):
             if f.broken:
-                failures.append(RuleFailure(lock=diff.new_source, rule=f"fleet-{f.machine}",
-                                            message=message))
+                failures.append(RuleFailure(lock=shown.get(diff.new_source, diff.new_source),
+                                            rule=f"fleet-{f.machine}", message=message))
             else:
                 notes.append(f"fleet: {message}")
         # Of the changes not read, those that can carry GPU code or a CUDA requirement.
@@ -141,7 +145,7 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
         fields["parity"] = parity({p.scenario.id: p.scenario for p in outcome.planned},
                                   outcome.results)
     broken, fleet_notes = fleet_parts(settings.config.fleet_machines(),
-                                      fields.get("lock_diffs", ()))
+                                      fields.get("lock_diffs", ()), locks)
     if broken:  # the change breaks a fleet machine: whatever the trainings here said
         fields["rule_failures"] = [*fields.get("rule_failures", []), *broken]
         passed = False
