@@ -392,3 +392,36 @@ def test_probe_reads_nvidia_smi_where_proc_has_no_driver(tmp_path, monkeypatch):
                                                                  (550, 54, 15))
     smi.write_text("#!/bin/sh\nexit 3\n")  # a failing nvidia-smi: no GPU known, not an error
     assert fleet.this_machine("rack").gpus == ()
+
+
+@pytest.mark.slow
+def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypatch):
+    """torch 2.13.0 (CPU build) -> 2.14.1 (CUDA 13, from PyPI's default index), judged from
+    the real wheels a venv of the lock installed: no sm_70 code (CUDA 13 dropped Volta) and a
+    driver too old for CUDA 13 break a V100 fleet; an H100 one on a new driver passes. cuFFT's
+    kernels are only found in its .ldata: its .nv_fatbin is one sm_75 stub."""
+    from conftest import DATA, prepared_venv
+
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts, site_packages
+    from lockguard.locks.parser import parse_lock
+
+    site = site_packages(prepared_venv(parse_lock(DATA / "torch-2.14.1-cuda.txt")).path)
+    cufft = dist_facts(next(site.glob("nvidia_cufft-*.dist-info")))
+    assert {75, 80, 86, 90, 100, 120} <= cufft.cuda.sass
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
+        "[tool.lockguard.fleet.h100]\ngpus = ['H100']\ndriver = '580.82.07'\n")
+    result = CliRunner().invoke(cli, ["diff", str(DATA / "torch-2.13.0.txt"),
+                                      str(DATA / "torch-2.14.1-cuda.txt"), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    import json
+
+    failures = json.loads(result.output)["rule_failures"]
+    assert {f["rule"] for f in failures} == {"fleet-v100"}
+    messages = " | ".join(f["message"] for f in failures)
+    assert "torch 2.13.0+cpu -> 2.14.1" in messages
+    assert "has no code for sm_70 (fleet: v100, V100 x 12): broken there" in messages
+    assert "needs driver >= 580.65.06 for CUDA 13 (fleet: v100, driver 550.54.15 x 12)" \
+        in messages
