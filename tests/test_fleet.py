@@ -425,3 +425,35 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
     assert "has no code for sm_70 (fleet: v100, V100 x 12): broken there" in messages
     assert "needs driver >= 580.65.06 for CUDA 13 (fleet: v100, driver 550.54.15 x 12)" \
         in messages
+
+
+def test_a_wheelhouse_wheel_is_read_from_its_archive_and_an_unpacked_copy_first(
+        tmp_path, monkeypatch):
+    """The docker backend's wheelhouses hold .whl files: their METADATA and WHEEL are read from
+    the archive and each library unpacked to scratch to be read; a member path that leaves the
+    archive's root is not. Where a venv holds the same version unpacked, that copy is used."""
+    import zipfile
+
+    from lockguard.envs.installed import cached_dist_infos, dist_facts
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
+    house.mkdir(parents=True)
+    name = "jaxcu-0.7.0-cp311-cp311-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(house / name, "w", zipfile.ZIP_DEFLATED) as whl:
+        whl.writestr("jaxcu/libk.so", elf((".nv_fatbin", PROGBITS, 2,
+                                           fatbin((SASS, 80), (PTX, 90)))))
+        whl.writestr("../evil.so", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 37)))))
+        whl.writestr("jaxcu-0.7.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: jaxcu\n"
+                     "Version: 0.7.0\nRequires-Dist: nvidia-cublas-cu12>=12.1\n")
+        whl.writestr("jaxcu-0.7.0.dist-info/WHEEL",
+                     "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_27_x86_64\n")
+    index = cached_dist_infos()
+    assert index[("jaxcu", "0.7.0")] == house / name
+    assert dist_facts(house / name) == Facts("jaxcu", "0.7.0", CudaCode(frozenset({80}),
+                                                                         frozenset({90})),
+                                             12, (2, 27), "x86_64")
+    site = tmp_path / "cache" / "venvs" / "01" / "lib" / "python3.11" / "site-packages"
+    installed(site, "jaxcu", "0.7.0", b"")
+    assert cached_dist_infos()[("jaxcu", "0.7.0")] == site / "jaxcu-0.7.0.dist-info"
