@@ -231,6 +231,16 @@ class Config(_Strict):
                                  f"{SCENARIO_ID_RULE}")
         return value
 
+    @field_validator("fleet")
+    @classmethod
+    def _fleet_names(cls, value: dict[str, FleetMachineConfig]) -> dict[str, FleetMachineConfig]:
+        # A machine's name is a rule's (fleet-<name>) in every report format: a plain word.
+        for name in value:
+            if not SCENARIO_ID.fullmatch(name):
+                raise ValueError(f"fleet machine name {one_line(repr(name), 60)} is not valid: "
+                                 f"{SCENARIO_ID_RULE}")
+        return value
+
     @field_validator("cache_max_size", mode="before")
     @classmethod
     def _cache_max_size(cls, value: Any) -> int | None:

@@ -176,6 +176,11 @@ def test_a_bad_fleet_entry_is_one_line_naming_its_key(tmp_path, entry, key):
     assert "\n" not in message and f"'{key}'" in message, message
 
 
+def test_a_fleet_machine_name_is_a_plain_word(tmp_path):
+    with pytest.raises(ConfigError, match=r"key 'fleet': fleet machine name 'v100 rack' is "):
+        parse_config({"fleet": {"v100 rack": {}}}, "pyproject.toml [tool.lockguard]", tmp_path)
+
+
 def test_fleet_probe_prints_this_machine_and_writes_it_once(tmp_path, monkeypatch):
     from lockguard.cli import cli
     from lockguard.config import load_config
@@ -200,7 +205,7 @@ def test_fleet_probe_prints_this_machine_and_writes_it_once(tmp_path, monkeypatc
 def test_machine_toml_reads_back_as_the_same_machine(tmp_path):
     from lockguard import toml
 
-    machine = Machine("v100 rack", (70,), ("V100",), (550, 54, 15), "x86-64-v3", (2, 31), 12)
+    machine = Machine("v100.rack", (70,), ("V100",), (550, 54, 15), "x86-64-v3", (2, 31), 12)
     table = toml.loads(machine_toml(machine))["tool"]["lockguard"]
     assert parse_config(table, "x", tmp_path).fleet_machines() == [machine]
     assert parse_driver("580.65.06") == (580, 65, 6) and parse_driver("580.x") is None
