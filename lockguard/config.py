@@ -17,7 +17,8 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError,
 from lockguard import toml
 from lockguard.compare.tolerance import Tolerance
 from lockguard.errors import LockguardError, one_line
-from lockguard.files import ReadError, read_bytes
+from lockguard.files import ReadError, read_bytes, write_text
+from lockguard.fleet import GPU_ARCHS, ISA_NAMES, Machine, gpu_arch, machine_toml, parse_driver
 from lockguard.names import (
     DEVICES, ENV_KINDS, FRAMEWORKS, MAX_STEPS, SANDBOX_MODES, VERDICT_NAMES,
 )
@@ -107,6 +108,50 @@ class RunnersConfig(_Strict):
         return value
 
 
+class FleetMachineConfig(_Strict):
+    """[tool.lockguard.fleet.<name>]: one kind of machine the team trains on (lockguard/fleet.py
+    judges a lock change against it). `gpus`: names (A100, H100, V100...) or sm_XX; `driver`:
+    the NVIDIA driver version; `cpu`: the x86-64 psABI level or aarch64; `glibc`: "2.31"."""
+
+    gpus: list[str] = Field(default_factory=list)
+    driver: str | None = None
+    cpu: Literal[ISA_NAMES] | None = None  # type: ignore[valid-type]
+    glibc: str | None = None
+    count: int = Field(default=1, gt=0)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if gpu_arch(name) is None:
+                raise ValueError(f"unknown GPU {one_line(repr(name), 40)}: sm_XX, or one of "
+                                 f"{', '.join(sorted(GPU_ARCHS))}")
+        return value
+
+    @field_validator("driver")
+    @classmethod
+    def _driver(cls, value: str | None) -> str | None:
+        if value is not None and parse_driver(value) is None:
+            raise ValueError(f"{one_line(repr(value), 40)} is not a driver version: \"550.54.15\"")
+        return value
+
+    @field_validator("glibc")
+    @classmethod
+    def _glibc(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"\d+\.\d+", value):
+            raise ValueError(f"{one_line(repr(value), 40)} is not a glibc version: \"2.31\"")
+        return value
+
+    def machine(self, name: str) -> Machine:
+        """The entry as fleet.judge takes it."""
+        major, _, minor = (self.glibc or "").partition(".")
+        return Machine(name=name, gpus=tuple(gpu_arch(g) or 0 for g in self.gpus),
+                       gpu_names=tuple(self.gpus),
+                       driver=parse_driver(self.driver) if self.driver else None,
+                       isa=self.cpu, glibc=(int(major), int(minor)) if self.glibc else None,
+                       count=self.count)
+
+
 class Config(_Strict):
     """[tool.lockguard] (or a lockguard.toml) validated and frozen, with where it came from
     (`root`, `source`, `file`). Its settings are read through settings.Settings.resolve, once;
@@ -163,6 +208,8 @@ class Config(_Strict):
     share_bytecode: StrictBool = True
     scenario: dict[str, ScenarioConfig] = Field(default_factory=dict)
     runners: RunnersConfig = Field(default_factory=RunnersConfig)  # `lockguard plan`
+    # The machines the team trains on: a lock change is judged against each (fleet.py).
+    fleet: dict[str, FleetMachineConfig] = Field(default_factory=dict)
 
     # Where the config came from; relative paths resolve against it.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -181,6 +228,16 @@ class Config(_Strict):
         for name in value:
             if not SCENARIO_ID.fullmatch(name):
                 raise ValueError(f"scenario id {one_line(repr(name), 60)} is not valid: "
+                                 f"{SCENARIO_ID_RULE}")
+        return value
+
+    @field_validator("fleet")
+    @classmethod
+    def _fleet_names(cls, value: dict[str, FleetMachineConfig]) -> dict[str, FleetMachineConfig]:
+        # A machine's name is a rule's (fleet-<name>) in every report format: a plain word.
+        for name in value:
+            if not SCENARIO_ID.fullmatch(name):
+                raise ValueError(f"fleet machine name {one_line(repr(name), 60)} is not valid: "
                                  f"{SCENARIO_ID_RULE}")
         return value
 
@@ -229,6 +286,10 @@ class Config(_Strict):
     def python_path(self) -> str | None:
         """`python` resolved as the config means it (relative to the config's folder)."""
         return find_python(self.python, self.root) if self.python else None
+
+    def fleet_machines(self) -> list[Machine]:
+        """The fleet's entries as fleet.judge takes them, in the config's order."""
+        return [entry.machine(name) for name, entry in self.fleet.items()]
 
     def lock_entries(self) -> list[LockEntry]:
         """The configured locks as entries, `lock` or `locks` alike, in the config's order;
@@ -397,3 +458,24 @@ def _load_file(path: Path, data: dict[str, Any] | None = None) -> Config:
     if not isinstance(section, dict):
         raise ConfigError(f"{source}: expected a table")
     return parse_config(section, source, path.parent, path)
+
+
+def add_fleet_machine(config: Config, machine: Machine) -> Path:
+    """Add `machine` to the fleet of the config file `config` was read from, as a table
+    appended to its text (the rest of the file kept byte for byte), checked by reading the
+    result as a config before it replaces the file atomically. A ConfigError (exit 2) when
+    there is no config file or the fleet already names the machine."""
+    if config.file is None:
+        raise ConfigError("no config file to add the machine to: run `lockguard init`, or "
+                          "give --config")
+    if machine.name in config.fleet:
+        raise ConfigError(f"{config.source}: key 'fleet.{machine.name}' is already there: "
+                          "edit it, or probe with another --name")
+    text = read_bytes(config.file, "config file", MAX_CONFIG_BYTES).decode("utf-8")
+    table = "tool.lockguard.fleet" if config.file.name == "pyproject.toml" else "fleet"
+    text = text + ("" if text.endswith("\n") or not text else "\n") + "\n" \
+        + machine_toml(machine, table)
+    section = lockguard_table(text, config.file.name, str(config.file)) or {}
+    parse_config(section, config.source, config.root, config.file)
+    write_text(config.file, text)
+    return config.file

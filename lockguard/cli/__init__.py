@@ -6,7 +6,7 @@ modules by concern, nothing below them knows click):
     output.py   report targets, delivery, evidence, `finish` (the end of every command)
     gate.py     record · check · bisect · plan · merge · accept
     locks.py    lock · propose · outdated · diff
-    project.py  init · scenarios · report · compare-frameworks · build · images
+    project.py  init · scenarios · report · compare-frameworks · build · images · fleet probe
     cache.py    cache · cache prune
 
 A command parses its options, calls one flow and hands its Report to `finish`. The commands

@@ -141,10 +141,15 @@ def outdated(locks, config_path, fmt, index_url) -> None:
 @click.command()
 @click.argument("old", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
+@config_option
 @report_options
 @handles_errors
-def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str, ...]) -> None:
-    """Show what changed between two locks: versions, bump kinds, frameworks touched.
+def diff(old: Path, new: Path, config_path: Path | None, fmt: str, output: Path | None,
+         reports: tuple[str, ...]) -> None:
+    """Show what changed between two locks: versions, bump kinds, frameworks touched. With a
+    fleet configured ([tool.lockguard.fleet.NAME]), what the change does to each machine,
+    read from the changed wheels' files in lockguard's cache; a change that breaks one fails
+    (exit 1).
 
     \b
     Examples:
@@ -152,11 +157,13 @@ def diff(old: Path, new: Path, fmt: str, output: Path | None, reports: tuple[str
       lockguard diff old.txt new.txt --format markdown -o diff.md
     """
     targets = report_targets(fmt, output, reports)
+    from lockguard.config import load_config
     from lockguard.flows.ab import diff as diff_flow
     from lockguard.locks.ref import LockRef, read_lock
 
     refuse_inputs(targets, [(old, "the old lock", False), (new, "the new lock", False)])
-    report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)))
+    fleet = load_config(config_path).fleet_machines()
+    report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)), fleet)
     finish(report, targets, ci=False, argv=invocation("diff", str(old), str(new)))
 
 

@@ -182,6 +182,47 @@ def images_pin() -> None:
         click.echo(f"{base}: {old} → {new}" if old != new else f"{base}: {new} (unchanged)")
 
 
+@click.group("fleet")
+@group_handles_errors
+def fleet_group() -> None:
+    """The machines the team trains on ([tool.lockguard.fleet.NAME]): `diff`, `check` and
+    `propose` judge a lock change against each.
+
+    \b
+    Examples:
+      lockguard fleet probe                    # this machine's entry, printed
+      lockguard fleet probe --name a100-nodes --write
+    """
+
+
+@fleet_group.command("probe")
+@click.option("--name", default=None, help="The entry's name (default: this host's name).")
+@click.option("--write", is_flag=True,
+              help="Add the entry to the config file (atomically), instead of printing it.")
+@config_option
+@handles_errors
+def fleet_probe(name: str | None, write: bool, config_path: Path | None) -> None:
+    """This machine's fleet entry: its GPUs and NVIDIA driver (/proc/driver/nvidia), its CPU's
+    x86-64 level (/proc/cpuinfo's flags) and its glibc.
+
+    \b
+    Examples:
+      lockguard fleet probe
+      lockguard fleet probe --name v100-nodes --write
+    """
+    import socket
+
+    from lockguard.config import add_fleet_machine, load_config
+    from lockguard.fleet import machine_toml, this_machine
+
+    machine = this_machine(name or socket.gethostname().split(".")[0] or "this-machine")
+    if not write:
+        click.echo(machine_toml(machine), nl=False)
+        return
+    written = add_fleet_machine(load_config(config_path), machine)
+    click.echo(f"added [fleet.{machine.name}] to {written}", err=True)
+
+
 @click.command("init")
 @click.argument("directory", required=False, default=".",
                 type=click.Path(file_okay=False, path_type=Path))
@@ -283,4 +324,4 @@ def init(directory, locks, config_name, template, record_goldens, workflow, acti
         sys.exit(1)
 
 
-COMMANDS = (init, scenarios, report_command, compare_frameworks, build, images)
+COMMANDS = (init, scenarios, report_command, compare_frameworks, build, images, fleet_group)

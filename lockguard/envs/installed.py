@@ -1,6 +1,8 @@
 """What a venv has installed, read from its dist-info folders (files, never code): the one
-reader behind bisection's consistency check (flows/bisect.py) and the compile caches' closures
-(envs/compile_cache.py).
+reader behind bisection's consistency check (flows/bisect.py), the compile caches' closures
+(envs/compile_cache.py) and the fleet's judgement of a change (dist_facts, cached_dist_infos:
+a wheel's native facts, from a venv lockguard built, a wheel uv unpacked, or a wheelhouse's
+.whl file).
 
 A dist-info folder is named `<name>-<version>.dist-info`, its name escaped as the wheel spec
 says, so one directory listing gives every distribution and its version without opening a
@@ -10,12 +12,25 @@ requirements are asked for.
 
 from __future__ import annotations
 
+import csv
+import email.parser
+import os
+import re
+import shutil
+import zipfile
 from importlib.metadata import PathDistribution
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from lockguard.cache import cache_root
+from lockguard.files import scratch_dir
+from lockguard.native import (
+    CudaCode, Facts, cuda_code, cuda_major_needed, manylinux_glibc, wheel_machine,
+)
 
 
 def site_packages(venv: Path) -> Path | None:
@@ -65,3 +80,113 @@ def requires(metadata: Path) -> tuple[str, ...] | None:
         return tuple(distribution.requires or ())
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def dist_facts(dist_info: Path) -> Facts:
+    """What the distribution of `dist_info` (a dist-info folder, or a .whl file) declares in
+    its files, read as bytes (native.py): the CUDA code of the libraries its RECORD lists,
+    the CUDA major its version or requirements name, the glibc its WHEEL tags need. A RECORD
+    path that leaves its site-packages, or a link, is not followed: the files are the lock's,
+    not to be trusted."""
+    if dist_info.suffix == ".whl":
+        return _wheel_facts(dist_info)
+    name, _, version = dist_info.name.removesuffix(".dist-info").rpartition("-")
+    code = CudaCode()
+    for library in _libraries(dist_info):
+        try:
+            code = code.union(cuda_code(library))
+        except OSError:
+            continue  # unreadable: it declares nothing we can judge by
+    try:
+        wheel = (dist_info / "WHEEL").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        wheel = ""
+    return _facts(name, version, code, wheel, requires(dist_info / "METADATA") or ())
+
+
+def _facts(name: str, version: str, code: CudaCode, wheel: str,
+           requirements: tuple[str, ...]) -> Facts:
+    tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
+            if line.startswith("Tag:")]
+    return Facts(name=canonicalize_name(name), version=version, cuda=code,
+                 cuda_major=cuda_major_needed(version, requirements),
+                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags))
+
+
+MAX_MEMBER_BYTES = 8 << 30  # a wheel's library larger than this is not unpacked to be read
+
+
+def _wheel_facts(wheel: Path) -> Facts:
+    """dist_facts of a wheel file (a docker wheelhouse's): its METADATA and WHEEL read from
+    the archive, each shared library unpacked to a scratch file to be read, one at a time."""
+    name, version = wheel.name.split("-")[:2]
+    code = CudaCode()
+    with zipfile.ZipFile(wheel) as archive, scratch_dir("wheel") as scratch:
+        info = f"{name}-{version}.dist-info/"
+        text = {n: archive.read(info + n).decode("utf-8", "replace")
+                for n in ("WHEEL", "METADATA") if info + n in archive.NameToInfo}
+        meta = email.parser.Parser().parsestr(text.get("METADATA", ""), headersonly=True)
+        for member in archive.infolist():
+            path = PurePosixPath(member.filename)
+            if (".." in path.parts or path.is_absolute() or not _SHARED.search(path.name)
+                    or member.file_size > MAX_MEMBER_BYTES):
+                continue
+            target = scratch / "library.so"
+            with archive.open(member) as source, open(target, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+            code = code.union(cuda_code(target))
+    return _facts(name, version, code, text.get("WHEEL", ""),
+                  tuple(meta.get_all("Requires-Dist") or ()))
+
+
+def _libraries(dist_info: Path) -> list[Path]:
+    site = dist_info.parent
+    try:
+        rows = (dist_info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    found = []
+    for row in csv.reader(rows):
+        path = PurePosixPath(row[0]) if row else PurePosixPath(".")
+        if path.is_absolute() or ".." in path.parts or not _SHARED.search(path.name):
+            continue
+        file = site / path
+        if not file.is_symlink() and file.is_file():
+            found.append(file)
+    return found
+
+
+_SHARED = re.compile(r"\.so(\.\d+)*$")
+
+
+def cached_dist_infos(roots: list[Path] | None = None) -> dict[tuple[str, str], Path]:
+    """{(canonical name, normalised version): dist-info folder} of every distribution in a
+    venv lockguard built or a wheel uv unpacked into its cache (lockguard's, then the user's:
+    uv's archive-v0 layout, one folder per unpacked wheel); the first found of each is kept.
+    One scan: a lock change looks up each of its packages in it."""
+    found: dict[tuple[str, str], Path] = {}
+    for root in roots if roots is not None else _cache_roots():
+        for pattern in ("*/lib/python*/site-packages/*.dist-info", "*/*.dist-info"):
+            for info in sorted(root.glob(pattern)):
+                dist, _, version = info.name.removesuffix(".dist-info").rpartition("-")
+                found.setdefault((canonicalize_name(dist), normal_version(version)), info)
+    # Last, the wheel files of the docker backend's wheelhouses (unpacking one costs more).
+    for wheel in sorted(cache_root().glob("wheelhouses/*/wheels/*.whl")) if roots is None else ():
+        dist, version = wheel.name.split("-")[:2]
+        found.setdefault((canonicalize_name(dist), normal_version(version)), wheel)
+    return found
+
+
+def normal_version(text: str) -> str:
+    """A version as packaging normalises it (so 2.14.1 and 2.14.1.0 meet); as written when it
+    is not one."""
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return text
+
+
+def _cache_roots() -> list[Path]:
+    user_uv = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
+    return [cache_root() / "venvs", cache_root() / "wheels" / "uv" / "archive-v0",
+            Path(user_uv) / "archive-v0"]

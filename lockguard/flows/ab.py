@@ -17,7 +17,7 @@ from lockguard.flows.goldens import digest
 from lockguard.flows.pipeline import (
     Backend, CodeTree, Environments, Job, Outcome, Planned, Runs, pipeline, run_backend,
 )
-from lockguard.flows.report_parts import evidence, lock_info, report_for
+from lockguard.flows.report_parts import evidence, fleet_parts, lock_info, report_for
 from lockguard.locks.diff import LockDiff, diff_locks, with_startup_files
 from lockguard.locks.ref import LockRef, Pairing, pair_locks
 from lockguard.names import Verdict
@@ -27,6 +27,9 @@ from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from lockguard.fleet import Machine
     from lockguard.report import Evidence
 
 
@@ -227,8 +230,11 @@ def _lock_diffs(locks: list[LockRef], pairing: Pairing, outcome: Outcome) -> lis
     return diffs
 
 
-def diff(old: LockRef, new: LockRef) -> Report:
-    """`lockguard diff`: the difference of two locks, nothing run."""
+def diff(old: LockRef, new: LockRef, fleet: Sequence[Machine] = ()) -> Report:
+    """`lockguard diff`: the difference of two locks, nothing run; with a fleet, the change
+    judged against it (report_parts.fleet_parts): a change that breaks a machine fails."""
+    diffs = [diff_locks(old.lock, new.lock)]
+    broken, notes = fleet_parts(fleet, diffs, [new])
     return Report(command="diff", mode="diff",
                   locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
-                  lock_diffs=[diff_locks(old.lock, new.lock)])
+                  lock_diffs=diffs, rule_failures=broken, notes=notes, passed=not broken)

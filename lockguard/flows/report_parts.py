@@ -5,15 +5,19 @@ a flow that ran scenarios turns its outcome into a Report."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockguard import integrity
 from lockguard.compare.verdicts import gate_passes, is_failure
+from lockguard.envs.installed import cached_dist_infos, dist_facts, normal_version
 from lockguard.files import display_path
+from lockguard.fleet import Machine, grouped, judge_changes
 from lockguard.locks.families import framework_version, package_families
+from lockguard.locks.diff import LockDiff
 from lockguard.locks.rules import check_family_rules
 from lockguard.locks.trust import warnings
+from lockguard.native import Facts
 from lockguard.names import Verdict
 from lockguard.report import LockInfo, Report, RuleFailure, ParityRow, Evidence, Side
 from lockguard.results import RunResult, Status
@@ -66,6 +70,55 @@ def cuda_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
     return out
 
 
+def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
+                locks: Sequence[LockRef] = (),
+                facts_of: Callable[[str, str], Facts | None] | None = None
+                ) -> tuple[list[RuleFailure], list[str]]:
+    """The lock changes of `diffs` judged against the fleet (fleet.py), the one way diff, check
+    and propose judge it: each change that breaks a fleet entry is a rule failure of the
+    candidate lock ("fleet-<entry>": it fails the gate whenever a fleet is configured), a
+    PTX-only coverage is a note, and so is each CUDA-family change whose files lockguard has
+    nowhere to read (not judged: its wheel is in neither a venv lockguard built nor uv's
+    cache). A failure names its lock as the report does (`locks`: the candidates' LockRefs;
+    a checkout's temporary path under check --base is not what the user knows).
+    `facts_of(name, version)`: the wheel's facts; default: from lockguard's caches."""
+    if not machines:
+        return [], []
+    facts_of = facts_of or _cached_facts()
+    failures, notes = [], []
+    shown = {ref.lock.source: display_path(ref.path) for ref in locks}
+    for diff in diffs:
+        # The frameworks first: a line names torch before the dozen nvidia-* wheels it pulls.
+        changes = [(c.name, c.old_version, c.new_version)
+                   for c in sorted(diff.changed, key=lambda c: "cuda" in c.families)
+                   if c.kind in ("added", "upgraded", "downgraded") and c.new_version]
+        findings, unread = judge_changes(changes, list(machines), facts_of)
+        for f, message in grouped(findings):
+            if f.broken:
+                failures.append(RuleFailure(lock=shown.get(diff.new_source, diff.new_source),
+                                            rule=f"fleet-{f.machine}", message=message))
+            else:
+                notes.append(f"fleet: {message}")
+        # Of the changes not read, those that can carry GPU code or a CUDA requirement.
+        gpu = {c.name for c in diff.changed if set(c.families) & _GPU_FAMILIES}
+        notes += [f"fleet: {u} not judged against the fleet: its wheel is not in lockguard's "
+                  "cache (a check that builds the lock in a venv reads it)"
+                  for u in unread if u.split()[0] in gpu]
+    return failures, notes
+
+
+_GPU_FAMILIES = {"cuda", "torch", "jax", "tensorflow"}
+
+
+def _cached_facts() -> Callable[[str, str], Facts | None]:
+    index = cached_dist_infos()
+
+    def facts_of(name: str, version: str) -> Facts | None:
+        info = index.get((name, normal_version(version)))
+        return dist_facts(info) if info is not None else None
+    return facts_of
+
+
 def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
                locks: Sequence[LockRef], started: float, baseline: Sequence[LockRef] = (),
                done: str = "compared", notes: Sequence[str] = (),
@@ -91,6 +144,12 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
     if with_parity:
         fields["parity"] = parity({p.scenario.id: p.scenario for p in outcome.planned},
                                   outcome.results)
+    broken, fleet_notes = fleet_parts(settings.config.fleet_machines(),
+                                      fields.get("lock_diffs", ()), locks)
+    if broken:  # the change breaks a fleet machine: whatever the trainings here said
+        fields["rule_failures"] = [*fields.get("rule_failures", []), *broken]
+        passed = False
+    notes = [*notes, *fleet_notes]
     build = Report if validate else Report.model_construct
     return build(command=command, mode=mode, device=settings.report_device,
                  locks=[lock_info(r, "baseline") for r in baseline]

@@ -1,0 +1,281 @@
+"""The fleet: the machines a team trains on ([tool.lockguard.fleet.NAME]), this machine's own
+entry (`lockguard fleet probe`), and a lock change judged against them from what the changed
+wheels' files declare (lockguard/native.py): a GPU architecture left without code, a CUDA
+major newer than a driver runs, a glibc older than a manylinux tag needs.
+
+Three small tables, each cited where it is defined: GPU names to compute capabilities, CUDA
+majors to the oldest driver that runs them, and the x86-64 micro-architecture levels.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from lockguard import toml
+from lockguard.harness._lockguard_harness.common import nvidia_info
+from lockguard.native import Facts, sm
+from lockguard.process import ProcessError, capture
+
+# Compute capability (times ten) per GPU, from NVIDIA's "CUDA GPUs - Compute Capability" table
+# (developer.nvidia.com/cuda-gpus). Keys are matched against a name with its spaces, dashes and
+# vendor words ("NVIDIA", "Tesla", "GeForce", "Quadro") removed, longest key first, so
+# "Tesla V100-SXM2-32GB" is V100 and "A100 80GB PCIe" is A100, not A10.
+GPU_ARCHS: dict[str, int] = {
+    "K80": 37, "M60": 52, "P100": 60, "P40": 61, "P4": 61, "V100": 70, "TITANV": 70,
+    "T4": 75, "RTX2080TI": 75, "RTX2080": 75, "RTX6000": 75, "RTX8000": 75,
+    "A100": 80, "A30": 80, "A800": 80, "A10": 86, "A10G": 86, "A16": 86, "A2": 86, "A40": 86,
+    "RTXA6000": 86, "RTXA5000": 86, "RTX3090": 86, "RTX3080": 86,
+    "L4": 89, "L40": 89, "L40S": 89, "RTX6000ADA": 89, "RTX4090": 89, "RTX4080": 89,
+    "H100": 90, "H800": 90, "H200": 90, "H20": 90, "GH200": 90,
+    "B200": 100, "GB200": 100, "B300": 103, "GB300": 103,
+    "RTX5090": 120, "RTX5080": 120, "RTXPRO6000": 120, "GB10": 121,
+}
+_VENDOR_WORDS = re.compile(r"NVIDIA|TESLA|GEFORCE|QUADRO|[\s_-]+")
+_SM = re.compile(r"sm_(\d{2,3})[af]?")
+
+# The oldest Linux driver each CUDA major runs on with minor version compatibility (any
+# 12.x runtime on a 12.x driver): NVIDIA's CUDA Toolkit Release Notes, table "CUDA Toolkit and
+# Minimum Required Driver Version for CUDA Minor Version Compatibility".
+MIN_DRIVER: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
+
+# The x86-64 psABI's micro-architecture levels (System V AMD64 psABI, "Micro-Architecture
+# Levels"; what glibc's `ld.so --help` reports), as /proc/cpuinfo names the features (pni is
+# SSE3, abm LZCNT). aarch64 is a level of its own here.
+ISA_LEVELS: dict[str, frozenset[str]] = {
+    "x86-64-v2": frozenset({"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"}),
+    "x86-64-v3": frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe",
+                            "xsave"}),
+    "x86-64-v4": frozenset({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+}
+ISA_NAMES = ("x86-64", *ISA_LEVELS, "aarch64")
+
+
+def gpu_arch(name: str, model: bool = False) -> int | None:
+    """A GPU (a name of GPU_ARCHS as a person writes it, or sm_XX) as a compute capability
+    times ten; None when it is neither. `model`: a driver's model name ("Tesla V100-SXM2-32GB"),
+    matched by its start, the longest name first (A100 before A10)."""
+    m = _SM.fullmatch(name.strip())
+    if m:
+        return int(m.group(1))
+    key = _VENDOR_WORDS.sub("", name.upper())
+    if not model:
+        return GPU_ARCHS.get(key)
+    for known in sorted(GPU_ARCHS, key=len, reverse=True):
+        if key.startswith(known):
+            return GPU_ARCHS[known]
+    return None
+
+
+def parse_driver(text: str) -> tuple[int, ...] | None:
+    """A driver version ("550.54.15") as numbers; None when it is not dotted digits."""
+    return tuple(int(p) for p in text.split(".")) if re.fullmatch(r"\d+(\.\d+){0,2}", text) \
+        else None
+
+
+def isa_level(flags: Iterable[str], machine: str = "x86_64") -> str:
+    """The highest psABI level every flag of which the CPU has (x86-64 when not even v2);
+    aarch64 for an Arm CPU."""
+    if machine in ("aarch64", "arm64"):
+        return "aarch64"
+    have, level = set(flags), "x86-64"
+    for name, needs in ISA_LEVELS.items():
+        if not needs <= have:
+            break
+        level = name
+    return level
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One fleet entry: its name, GPU architectures, driver, CPU ISA level, glibc and count."""
+
+    name: str
+    gpus: tuple[int, ...] = ()
+    gpu_names: tuple[str, ...] = ()  # as the config wrote them, for messages
+    driver: tuple[int, ...] | None = None
+    isa: str | None = None
+    glibc: tuple[int, int] | None = None
+    count: int = 1
+
+    def label(self, what: str) -> str:
+        """"fleet: v100-nodes, V100 x 12": how a finding names this entry and its `what`."""
+        return f"fleet: {self.name}, {what}" + (f" x {self.count}" if self.count > 1 else "")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one lock change (`change`: "torch 2.9.0 -> 2.14.1") does to one fleet entry
+    (`problem`: "drops sm_70 (fleet: v100-nodes, V100 x 12): broken there"); `broken` fails
+    the gate, otherwise it is a note."""
+
+    machine: str
+    broken: bool
+    change: str
+    problem: str
+
+
+def _dotted(version: Iterable[int]) -> str:
+    return ".".join(str(p) for p in version)
+
+
+def driver_text(version: tuple[int, ...]) -> str:
+    """A driver version as NVIDIA writes it: (580, 65, 6) -> "580.65.06"."""
+    return ".".join([str(version[0]), *(f"{p:02d}" for p in version[1:])])
+
+
+def judge(old: Facts | None, new: Facts, machines: Iterable[Machine]) -> list[Finding]:
+    """What the change from `old` (None: added) to `new` does to each fleet machine."""
+    change = f"{new.name} {old.version} -> {new.version}" if old else f"{new.name} {new.version}"
+    return [Finding(machine.name, broken, change, problem) for machine in machines
+            for problem, broken in _findings(old, new, machine)]
+
+
+def _findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+    cpu = None if machine.isa is None else "aarch64" if machine.isa == "aarch64" else "x86_64"
+    if new.machine and cpu and new.machine != cpu:
+        # The wheel read is another platform's (the one lockguard's caches hold): its code,
+        # tags and requirements say nothing certain of the machine's own wheel.
+        return [(f"not judged ({machine.label(machine.isa or '')}): the wheel read is "
+                 f"{new.machine}'s", False)]
+    return _gpu_findings(old, new, machine) + _host_findings(new, machine)
+
+
+def grouped(findings: Iterable[Finding], shown: int = 4) -> list[tuple[Finding, str]]:
+    """One line per machine and problem, naming the changes that cause it (the first `shown`,
+    then how many more): a CUDA 13 upgrade drops sm_70 in a dozen nvidia-* wheels at once."""
+    groups: dict[tuple[str, str, bool], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.machine, f.problem, f.broken), []).append(f)
+    out = []
+    for same in groups.values():
+        names = [f.change for f in same]
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        out.append((same[0], f"{', '.join(names[:shown])}{more} {same[0].problem}"))
+    return out
+
+
+def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+    out = []
+    if new.cuda:
+        for arch, name in zip(machine.gpus, machine.gpu_names):
+            how = new.cuda.runs_on(arch)
+            where = machine.label(name)
+            if how is None:
+                verb = ("has no code for" if old is None or not old.cuda
+                        else "drops" if old.cuda.runs_on(arch) else "still has no code for")
+                out.append((f"{verb} {sm(arch)} ({where}): broken there", True))
+            elif how == "ptx":
+                ptx = max(a for a in new.cuda.ptx if a <= arch)
+                out.append((f"has PTX only for {sm(ptx)} on {sm(arch)} ({where}): JIT-compiled "
+                            "on first use (each kernel compiled by the driver at a cold start, "
+                            "then kept in its compute cache)", False))
+    need = MIN_DRIVER.get(new.cuda_major or 0)
+    if need and machine.driver is not None and machine.gpus and machine.driver < need:
+        out.append((f"needs driver >= {driver_text(need)} for CUDA {new.cuda_major} "
+                    f"({machine.label('driver ' + driver_text(machine.driver))}): broken there",
+                    True))
+    return out
+
+
+def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+    if new.glibc and machine.glibc and machine.glibc < new.glibc:
+        return [(f"needs glibc >= {_dotted(new.glibc)} (its manylinux tag; "
+                 f"{machine.label('glibc ' + _dotted(machine.glibc))}): broken there", True)]
+    return []
+
+
+def judge_changes(changes: Iterable[tuple[str, str | None, str]], machines: list[Machine],
+                  facts_of: Callable[[str, str], Facts | None]
+                  ) -> tuple[list[Finding], list[str]]:
+    """Every (name, old version or None, new version) of a lock change against the fleet, the
+    wheels' facts read by `facts_of(name, version)`: the findings, and the changes not judged
+    (their files are nowhere lockguard can read them)."""
+    findings, unread = [], []
+    for name, old_version, new_version in changes:
+        new = facts_of(name, new_version)
+        if new is None:
+            unread.append(f"{name} {new_version}")
+            continue
+        old = facts_of(name, old_version) if old_version else None
+        findings += judge(old, new, machines)
+    return findings, unread
+
+
+def this_machine(name: str) -> Machine:
+    """This machine's fleet entry: the GPUs and driver from /proc/driver/nvidia (nvidia-smi where
+    that is not visible), the ISA level
+    from /proc/cpuinfo's flags, glibc from the C library itself."""
+    nvidia = nvidia_info() or _nvidia_smi() or {}
+    archs = {n: gpu_arch(n, model=True) for n in nvidia.get("gpus") or []}
+    known = {n: a for n, a in archs.items() if a is not None}  # one entry per model
+    return Machine(name=name, gpus=tuple(known.values()),
+                   gpu_names=tuple(_short(n) for n in known),
+                   driver=parse_driver(nvidia.get("driver") or "") if nvidia else None,
+                   isa=isa_level(_cpu_flags(), platform.machine()), glibc=_glibc())
+
+
+def _nvidia_smi() -> dict | None:
+    """The driver and GPU models from nvidia-smi, where /proc/driver/nvidia is not visible
+    (some containers) but the tool is; None without it or when it fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = capture([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                       timeout=30)
+    except ProcessError:
+        return None
+    rows = [[c.strip() for c in line.split(",")] for line in
+            done.stdout.decode("utf-8", "replace").splitlines() if line.count(",") == 1]
+    if done.code != 0 or not rows:
+        return None
+    return {"driver": rows[0][1], "gpus": [name for name, _ in rows]}
+
+
+def _short(model: str) -> str:
+    """A driver's model name as the fleet table writes it: "NVIDIA H100 80GB HBM3" -> "H100"."""
+    key = _VENDOR_WORDS.sub("", model.upper())
+    return next((k for k in sorted(GPU_ARCHS, key=len, reverse=True) if key.startswith(k)),
+                model)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.split(":")[0].strip() == "flags"), "")
+    return set(line.partition(":")[2].split())
+
+
+def _glibc() -> tuple[int, int] | None:
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"
+    except (ValueError, OSError):
+        text = " ".join(platform.libc_ver())
+    m = re.search(r"glibc\s+(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def machine_toml(machine: Machine, table: str = "tool.lockguard.fleet") -> str:
+    """The machine as its [<table>.NAME] table (a pyproject.toml's table by default; a
+    lockguard.toml's is "fleet")."""
+    entry: dict = {"gpus": list(machine.gpu_names)}
+    if machine.driver is not None:
+        entry["driver"] = driver_text(machine.driver)
+    if machine.isa:
+        entry["cpu"] = machine.isa
+    if machine.glibc:
+        entry["glibc"] = _dotted(machine.glibc)
+    if machine.count > 1:
+        entry["count"] = machine.count
+    document: dict = {machine.name: entry}
+    for key in reversed(table.split(".")):
+        document = {key: document}
+    return toml.dumps(document)

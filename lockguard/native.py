@@ -1,0 +1,209 @@
+"""What a distribution's native files declare, read as bytes (no package code runs): the CUDA
+architectures compiled into its ELF libraries' fatbins, the glibc its manylinux tags require,
+and the CUDA major its requirements or local version name.
+
+Why our own reader. PyPI has ELF readers (pyelftools, lief) but no reader of NVIDIA's fatbin
+container (nvidia-nvfatbin only creates them; cuobjdump is a toolkit binary that a laptop or a
+CI runner does not have). Finding one section needs only the ELF section header table, which
+the System V ABI fixes (gABI "Sections": e_shoff, e_shentsize, e_shnum, e_shstrndx in the
+ELF header; sh_name, sh_offset, sh_size per entry), so a new dependency is not worth it.
+
+The fatbin container is undocumented by NVIDIA; the layout below is the one reverse-engineered
+in n-eiling/cuda-fatbin-decompression (fatbin-decompress.h: `fat_elf_header`,
+`fat_text_header`, Apache-2.0) and matches what cuobjdump lists on real libraries:
+
+    container header (16 bytes): u32 magic 0xBA55ED50 · u16 version · u16 header size ·
+                                 u64 size of the entries that follow
+    entry header:                u16 kind (1 PTX, 2 ELF/SASS) · u16 · u32 header size ·
+                                 u64 payload size · u64 compressed size · u16 minor · u16 major
+                                 (the code version) · u32 arch (90 for sm_90) · ...
+
+The next entry starts header size + payload size after one; a container ends header size +
+size after its start. Containers are found by their magic in every data section, not only in
+`.nv_fatbin`: cuFFT keeps its kernels' fatbins in `.ldata`, and its .nv_fatbin holds one
+sm_75 stub (read on cuFFT 12.0 from CUDA 13). Only the headers are parsed; the payloads
+(compressed or not) are skipped.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+FATBIN_MAGIC = 0xBA55ED50
+_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+_KIND_PTX, _KIND_SASS = 1, 2
+_ELF_MAGIC = b"\x7fELF"
+MAX_ENTRIES = 1_000_000  # a corrupt size loop stops here rather than running forever
+
+
+@dataclass(frozen=True)
+class CudaCode:
+    """The CUDA code a library (or a distribution's libraries) carries: the architectures with
+    SASS (run as they are) and those with PTX (JIT-compiled by the driver on first use), as
+    compute capabilities times ten (sm_90 is 90)."""
+
+    sass: frozenset[int] = frozenset()
+    ptx: frozenset[int] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.sass or self.ptx)
+
+    def union(self, other: CudaCode) -> CudaCode:
+        """Both libraries' code together."""
+        return CudaCode(self.sass | other.sass, self.ptx | other.ptx)
+
+    def runs_on(self, arch: int) -> str | None:
+        """How code for `arch` is found: "sass" (a cubin of the same major and no newer minor:
+        CUDA's binary compatibility within a major), "ptx" (PTX of an older or equal arch,
+        JIT-compiled) or None (none: the library's kernels fail there)."""
+        if any(a // 10 == arch // 10 and a <= arch for a in self.sass):
+            return "sass"
+        if any(a <= arch for a in self.ptx):
+            return "ptx"
+        return None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one distribution's files declare (envs/installed.dist_facts reads them): its
+    CUDA code, the CUDA major it is built for, the glibc its manylinux tags need."""
+
+    name: str
+    version: str
+    cuda: CudaCode = field(default_factory=CudaCode)
+    cuda_major: int | None = None
+    glibc: tuple[int, int] | None = None
+    machine: str | None = None  # x86_64 or aarch64, from its platform tags; None: any or unsaid
+
+
+def wheel_machine(tags: Iterable[str]) -> str | None:
+    """The CPU architecture a wheel's Linux platform tags are for (x86_64, aarch64...); None
+    for a pure wheel or one without a Linux tag."""
+    for tag in tags:
+        m = re.search(r"(?:many|musl)linux[0-9_]*?_([a-z0-9]+_?[a-z0-9]*)$", tag)
+        if m:
+            return m.group(1)
+    return None
+
+
+def sm(arch: int) -> str:
+    """An architecture as NVIDIA writes it: 90 -> "sm_90"."""
+    return f"sm_{arch}"
+
+
+def data_sections(f: BinaryIO) -> list[tuple[bytes, int, int]]:
+    """(name, offset, size) of every section of a 64-bit little-endian ELF file whose bytes are
+    in the file and are not code (SHT_PROGBITS without SHF_EXECINSTR): where fatbins are.
+    Empty when the file is not such an ELF file. Reads the header and the section table only."""
+    f.seek(0)
+    head = f.read(64)
+    if len(head) < 64 or head[:4] != _ELF_MAGIC or head[4] != 2 or head[5] != 1:
+        return []  # not ELF, not 64-bit (EI_CLASS 2) or not little-endian (EI_DATA 1)
+    shoff, = struct.unpack_from("<Q", head, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+    if not shoff or shentsize < 64 or shnum == 0 or shstrndx >= shnum:
+        return []
+    f.seek(shoff)
+    table = f.read(shentsize * shnum)
+    if len(table) < shentsize * shnum:
+        return []
+    sections = [struct.unpack_from("<IIQQQQ", table, i * shentsize)
+                for i in range(shnum)]  # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size
+    f.seek(sections[shstrndx][4])
+    names = f.read(sections[shstrndx][5])
+    out = []
+    for sh_name, sh_type, flags, _, offset, size in sections:
+        if sh_type == 1 and not flags & 0x4 and size:  # SHT_PROGBITS, not SHF_EXECINSTR
+            end = names.find(b"\0", sh_name)
+            out.append((names[sh_name:end if end >= 0 else None], offset, size))
+    return out
+
+
+def _containers(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """(kind, arch) of every entry of the fatbin containers found by their magic in
+    [start, end): a container whose header or first entry is not plausible is not one."""
+    pos, seen = start, 0
+    while seen < MAX_ENTRIES:
+        pos = data.find(_MAGIC_BYTES, pos, end)
+        if pos < 0 or pos + 16 > end:
+            return
+        _, version, header, payload = struct.unpack_from("<IHHQ", data, pos)
+        stop = pos + header + payload
+        if version != 1 or header != 16 or stop > end or payload < 64:
+            pos += 4
+            continue
+        entry = pos + header
+        while entry + 32 <= stop and seen < MAX_ENTRIES:
+            kind, _, ehead, esize, _, _, _, arch = struct.unpack_from("<HHIQQHHI", data, entry)
+            if ehead < 64 or kind not in (_KIND_PTX, _KIND_SASS) or not 10 <= arch < 1000:
+                break  # not an entry header: the rest of this container is not read
+            seen += 1
+            yield kind, arch
+            entry += ehead + esize
+        pos = max(stop, pos + 4)
+
+
+def cuda_code(path: Path) -> CudaCode:
+    """The CUDA architectures compiled into one ELF library: the fatbins in its .nv_fatbin
+    section and those a library keeps as data (cuFFT's are in .ldata); an empty CudaCode when
+    it is not 64-bit little-endian ELF or holds none. The data sections are mapped, not read:
+    a scan for the magic touches each page once."""
+    sass: set[int] = set()
+    ptx: set[int] = set()
+    with open(path, "rb") as f:
+        sections = data_sections(f)
+        if not sections or os.fstat(f.fileno()).st_size == 0:
+            return CudaCode()
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for _, offset, size in sections:
+                for kind, arch in _containers(data, offset, min(offset + size, len(data))):
+                    (sass if kind == _KIND_SASS else ptx).add(arch)
+    return CudaCode(frozenset(sass), frozenset(ptx))
+
+
+_MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_|manylinux(1|2010|2014)_")
+_LEGACY_MANYLINUX = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}  # PEP 600's aliases
+
+
+def manylinux_glibc(tags: Iterable[str]) -> tuple[int, int] | None:
+    """The oldest glibc any of a wheel's platform tags accepts (PEP 600: manylinux_2_28_x86_64
+    needs glibc 2.28; the legacy manylinux1/2010/2014 names are 2.5/2.12/2.17); None when no
+    tag is a manylinux one (musllinux, any, macOS...)."""
+    floors = []
+    for tag in tags:
+        for m in _MANYLINUX.finditer(tag):
+            floors.append((int(m.group(1)), int(m.group(2))) if m.group(1)
+                          else _LEGACY_MANYLINUX[m.group(3)])
+    return min(floors) if floors else None
+
+
+_CU_NAME = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d{2})$|^jax-cuda(\d{2})-(?:plugin|pjrt)$")
+_CU_LOCAL = re.compile(r"\+cu(\d{2})(\d)")
+_TOOLKIT = re.compile(r"^cuda-toolkit\b.*?==\s*(\d+)\.")
+
+
+def cuda_major_needed(version: str, requires: Iterable[str]) -> int | None:
+    """The CUDA major a distribution is built for: its +cuXYZ local version (torch 2.9.0+cu130:
+    13), else the newest CUDA major among its requirements (nvidia-cudnn-cu13,
+    cuda-toolkit==13.0.3, jax-cuda12-plugin); None for a CPU build or nothing said."""
+    m = _CU_LOCAL.search(version)
+    if m:
+        return int(m.group(1))
+    majors = []
+    for req in requires:
+        text = req.split(";")[0].strip().lower()
+        name = re.split(r"[\[<>=!~ ]", text, maxsplit=1)[0]
+        found = _CU_NAME.match(name)
+        if found:
+            majors.append(int(found.group(1) or found.group(2)))
+        toolkit = _TOOLKIT.match(text.replace(" ", ""))
+        if toolkit:
+            majors.append(int(toolkit.group(1)))
+    return max(majors) if majors else None

@@ -1,0 +1,464 @@
+"""The fleet: [tool.lockguard.fleet] validated, `fleet probe`, the CUDA code, CUDA major and
+glibc floor read from a wheel's files (lockguard/native.py), and a lock change judged against
+the fleet (`lockguard diff`; check and propose through report_parts.fleet_parts).
+
+The ELF files here are built in the test, byte by byte, after the System V gABI's ELF64
+layout and the fatbin header layout native.py documents; the real-wheel test reads torch
+2.14.1's CUDA build and compares with the architecture list torch was compiled with."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lockguard import native
+from lockguard.config import ConfigError, parse_config
+from lockguard.fleet import (
+    Machine, gpu_arch, grouped, isa_level, judge, judge_changes, machine_toml, parse_driver,
+)
+from lockguard.native import CudaCode, Facts
+
+PTX, SASS = 1, 2
+
+
+def fatbin(*entries: tuple[int, int], payload: int = 40) -> bytes:
+    """A fatbin container of (kind, arch) entries, each a 64-byte entry header and `payload`
+    bytes of filler code."""
+    body = b""
+    for kind, arch in entries:
+        head = struct.pack("<HHIQQHHI", kind, 0x0101, 64, payload, 0, 8, 1, arch)
+        body += head.ljust(64, b"\0") + b"\xaa" * payload
+    return struct.pack("<IHHQ", native.FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def elf(*sections: tuple[str, int, int, bytes], bits: int = 64) -> bytes:
+    """A little-endian ELF file of `sections` (name, sh_type, sh_flags, bytes) and its
+    .shstrtab: header, the sections' bytes, then the section header table."""
+    names = b"\0" + b"".join(s[0].encode() + b"\0" for s in sections) + b".shstrtab\0"
+    blobs, offset, table = b"", 64, [struct.pack("<IIQQQQIIQQ", *([0] * 10))]
+    name_at = 1
+    for name, sh_type, flags, data in [*sections, (".shstrtab", 3, 0, names)]:
+        table.append(struct.pack("<IIQQQQIIQQ", name_at, sh_type, flags, 0, offset + len(blobs),
+                                 len(data), 0, 0, 8, 0))
+        name_at += len(name) + 1
+        blobs += data + b"\0" * (-len(data) % 8)
+    shoff = 64 + len(blobs)
+    ident = b"\x7fELF" + bytes([2 if bits == 64 else 1, 1, 1]) + b"\0" * 9
+    header = struct.pack("<16sHHIQQQIHHHHHH", ident, 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64,
+                         len(table), len(table) - 1)
+    return header + blobs + b"".join(table)
+
+
+PROGBITS, EXEC = 1, 0x4
+
+
+def library(path: Path, nv_fatbin: bytes, ldata: bytes = b"", text: bytes = b"") -> Path:
+    path.write_bytes(elf((".text", PROGBITS, EXEC | 0x2, text), (".nv_fatbin", PROGBITS, 0x2,
+                                                                  nv_fatbin),
+                         (".ldata", PROGBITS, 0x3, b"\x11" * 24 + ldata)))
+    return path
+
+
+# ---------------------------------------------------------------- reading the files
+
+
+def test_fatbins_in_nv_fatbin_and_in_data_sections_are_read_and_code_is_not(tmp_path):
+    lib = library(tmp_path / "libk.so",
+                  fatbin((SASS, 80), (SASS, 90), (PTX, 90)) + fatbin((SASS, 86)),
+                  ldata=fatbin((SASS, 100)),  # cuFFT keeps its kernels' fatbins in .ldata
+                  text=fatbin((SASS, 37)))  # the magic in code is not a fatbin
+    assert native.cuda_code(lib) == CudaCode(frozenset({80, 86, 90, 100}), frozenset({90}))
+
+
+def test_what_is_not_a_64_bit_elf_with_fatbins_declares_no_cuda_code(tmp_path):
+    (tmp_path / "text.so").write_text("not ELF")
+    (tmp_path / "empty.so").write_bytes(b"")
+    (tmp_path / "plain.so").write_bytes(elf((".data", PROGBITS, 0x3, b"\0" * 64)))
+    (tmp_path / "elf32.so").write_bytes(elf((".nv_fatbin", PROGBITS, 0x2, fatbin((SASS, 80))),
+                                            bits=32))
+    for name in ("text.so", "empty.so", "plain.so", "elf32.so"):
+        assert not native.cuda_code(tmp_path / name), name
+
+
+def test_a_cut_or_corrupt_container_is_read_as_far_as_it_is_whole(tmp_path):
+    good = fatbin((SASS, 80), (SASS, 90))
+    cut = good[:len(good) - 30]  # its stated size runs past the section: not a container
+    corrupt = good[:16] + b"\xff" * 64 + good[80:]  # its first entry header is garbage
+    lib = library(tmp_path / "libk.so", fatbin((SASS, 75)) + corrupt, ldata=cut)
+    assert native.cuda_code(lib) == CudaCode(frozenset({75}))
+
+
+@pytest.mark.parametrize("sass, ptx, arch, how", [
+    ({80}, set(), 86, "sass"),  # binary compatible within a major, to newer minors
+    ({86}, set(), 80, None),  # not to older ones
+    ({80}, set(), 90, None),  # nor across majors
+    ({75}, {80}, 90, "ptx"),  # PTX JIT-compiles for any newer arch
+    ({90}, {90}, 70, None),
+    ({70, 90}, set(), 70, "sass"),
+])
+def test_which_code_a_gpu_runs(sass, ptx, arch, how):
+    assert CudaCode(frozenset(sass), frozenset(ptx)).runs_on(arch) == how
+
+
+def test_manylinux_tags_name_the_glibc_they_need():
+    assert native.manylinux_glibc(["cp311-cp311-manylinux_2_28_x86_64"]) == (2, 28)
+    assert native.manylinux_glibc(["py3-none-manylinux2014_x86_64",
+                                   "py3-none-manylinux_2_17_x86_64"]) == (2, 17)
+    assert native.manylinux_glibc(["py3-none-manylinux1_x86_64"]) == (2, 5)
+    assert native.manylinux_glibc(["py3-none-any", "cp311-cp311-musllinux_1_2_x86_64"]) is None
+
+
+def test_the_platform_tags_name_the_wheels_cpu():
+    assert native.wheel_machine(["cp311-cp311-manylinux_2_28_x86_64"]) == "x86_64"
+    assert native.wheel_machine(["py3-none-manylinux2014_aarch64"]) == "aarch64"
+    assert native.wheel_machine(["py3-none-any"]) is None
+
+
+def test_the_cuda_major_comes_from_the_local_version_or_the_requirements():
+    assert native.cuda_major_needed("2.9.0+cu130", []) == 13
+    assert native.cuda_major_needed("2.5.1+cu121", ["nvidia-cudnn-cu12==9.1"]) == 12
+    assert native.cuda_major_needed("2.14.1", [
+        'cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"',
+        'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"']) == 13
+    assert native.cuda_major_needed("0.5.0", ["jax-cuda12-plugin==0.5.0", "numpy"]) == 12
+    assert native.cuda_major_needed("2.5.1+cpu", ["filelock", "sympy"]) is None
+
+
+# ---------------------------------------------------------------- the fleet's own facts
+
+
+def test_gpu_names_resolve_through_the_one_table():
+    assert [gpu_arch(n) for n in ("V100", "a100", "H100", "H200", "T4", "L4", "A10",
+                                  "RTX 4090", "sm_80", "sm_90a")] \
+        == [70, 80, 90, 90, 75, 89, 86, 89, 80, 90]
+    assert gpu_arch("A1000") is None and gpu_arch("V1OO") is None  # a typo is not a prefix
+    # A driver's model names, matched by their start, longest first:
+    assert [gpu_arch(n, model=True) for n in ("Tesla V100-SXM2-32GB", "NVIDIA A100-SXM4-80GB",
+                                              "NVIDIA A10", "NVIDIA H100 80GB HBM3",
+                                              "NVIDIA GeForce RTX 4090", "NVIDIA L40S")] \
+        == [70, 80, 86, 90, 89, 89]
+
+
+def test_cpu_flags_give_the_psabi_level():
+    v2 = {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"}
+    v3 = v2 | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+    v4 = v3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+    assert [isa_level(f) for f in (set(), v2, v3, v4, v4 - {"avx2"})] \
+        == ["x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "x86-64-v2"]
+    assert isa_level(v4, "aarch64") == "aarch64"
+
+
+FLEET = {"v100": {"gpus": ["V100"], "driver": "550.54.15", "glibc": "2.31", "count": 12},
+         "h100": {"gpus": ["H100", "sm_80"], "driver": "580.82.07", "cpu": "x86-64-v3",
+                  "glibc": "2.17"}}
+
+
+def test_the_fleet_table_is_read_into_machines(tmp_path):
+    config = parse_config({"fleet": FLEET}, "pyproject.toml [tool.lockguard]", tmp_path)
+    assert config.fleet_machines() == [
+        Machine("v100", (70,), ("V100",), (550, 54, 15), None, (2, 31), 12),
+        Machine("h100", (90, 80), ("H100", "sm_80"), (580, 82, 7), "x86-64-v3", (2, 17), 1)]
+
+
+@pytest.mark.parametrize("entry, key", [
+    ({"gpus": ["V1OO"]}, "fleet.n.gpus"), ({"driver": "550-54"}, "fleet.n.driver"),
+    ({"cpu": "x86-64-v5"}, "fleet.n.cpu"), ({"glibc": "2"}, "fleet.n.glibc"),
+    ({"count": 0}, "fleet.n.count"), ({"gpu": ["V100"]}, "fleet.n.gpu"),
+])
+def test_a_bad_fleet_entry_is_one_line_naming_its_key(tmp_path, entry, key):
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"fleet": {"n": entry}}, "pyproject.toml [tool.lockguard]", tmp_path)
+    message = str(caught.value)
+    assert "\n" not in message and f"'{key}'" in message, message
+
+
+def test_a_fleet_machine_name_is_a_plain_word(tmp_path):
+    with pytest.raises(ConfigError, match=r"key 'fleet': fleet machine name 'v100 rack' is "):
+        parse_config({"fleet": {"v100 rack": {}}}, "pyproject.toml [tool.lockguard]", tmp_path)
+
+
+def test_fleet_probe_prints_this_machine_and_writes_it_once(tmp_path, monkeypatch):
+    from lockguard.cli import cli
+    from lockguard.config import load_config
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.lockguard]\nlock = "r.txt"\n')
+    monkeypatch.chdir(tmp_path)
+    printed = CliRunner().invoke(cli, ["fleet", "probe", "--name", "here"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.output.startswith("[tool.lockguard.fleet.here]\n")
+    assert re.search(r'^cpu = "(x86-64(-v[234])?|aarch64)"$', printed.output, re.M)
+    assert pyproject.read_text().endswith('lock = "r.txt"\n')  # printing writes nothing
+
+    written = CliRunner().invoke(cli, ["fleet", "probe", "--name", "here", "--write"])
+    assert written.exit_code == 0, written.output
+    assert pyproject.read_text().startswith('[project]\nname = "x"\n\n[tool.lockguard]\n')
+    assert [m.name for m in load_config(pyproject).fleet_machines()] == ["here"]
+    again = CliRunner().invoke(cli, ["fleet", "probe", "--name", "here", "--write"])
+    assert again.exit_code == 2 and "'fleet.here' is already there" in again.output
+
+
+def test_machine_toml_reads_back_as_the_same_machine(tmp_path):
+    from lockguard import toml
+
+    machine = Machine("v100.rack", (70,), ("V100",), (550, 54, 15), "x86-64-v3", (2, 31), 12)
+    table = toml.loads(machine_toml(machine))["tool"]["lockguard"]
+    assert parse_config(table, "x", tmp_path).fleet_machines() == [machine]
+    assert parse_driver("580.65.06") == (580, 65, 6) and parse_driver("580.x") is None
+
+
+# ---------------------------------------------------------------- judging a change
+
+
+V100 = Machine("v100", (70,), ("V100",), (550, 54, 15), None, (2, 31), 12)
+H100 = Machine("h100", (90,), ("H100",), (580, 82, 7), "x86-64-v3", (2, 17), 1)
+
+
+def facts(version: str, sass=(), ptx=(), major=None, glibc=None) -> Facts:
+    return Facts("torch", version, CudaCode(frozenset(sass), frozenset(ptx)), major, glibc)
+
+
+def test_a_change_that_drops_an_architecture_breaks_the_machines_that_have_it():
+    old = facts("2.9.0+cu128", sass={70, 75, 80, 90}, major=12)
+    new = facts("2.9.0+cu130", sass={75, 80, 90}, major=13, glibc=(2, 28))
+    found = judge(old, new, [V100, H100])
+    assert [(f.machine, f.broken, f"{f.change} {f.problem}") for f in found] == [
+        ("v100", True, "torch 2.9.0+cu128 -> 2.9.0+cu130 drops sm_70 (fleet: v100, V100 x 12): "
+                       "broken there"),
+        ("v100", True, "torch 2.9.0+cu128 -> 2.9.0+cu130 needs driver >= 580.65.06 for CUDA 13 "
+                       "(fleet: v100, driver 550.54.15 x 12): broken there"),
+        ("h100", True, "torch 2.9.0+cu128 -> 2.9.0+cu130 needs glibc >= 2.28 (its manylinux "
+                       "tag; fleet: h100, glibc 2.17): broken there")]
+
+
+def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
+    new = facts("2.10.0", sass={80}, ptx={80}, major=12, glibc=(2, 17))
+    found = judge(None, new, [H100])
+    assert [(f.broken, f.problem) for f in found] == [
+        (False, "has PTX only for sm_80 on sm_90 (fleet: h100, H100): JIT-compiled on first "
+                "use (each kernel compiled by the driver at a cold start, then kept in its "
+                "compute cache)")]
+    # An upgrade that was already broken there says so, and still fails.
+    still = judge(facts("2.9.0", sass={75}), facts("2.10.0", sass={75}), [V100])
+    assert [(f.broken, f.problem) for f in still] == [
+        (True, "still has no code for sm_70 (fleet: v100, V100 x 12): broken there")]
+    assert judge(None, facts("2.10.0", sass={90}, major=12, glibc=(2, 17)), [H100]) == []
+    # A wheel read for x86_64 says nothing certain of an aarch64 machine's: a note, no verdict.
+    arm = Machine("gh200", (90,), ("GH200",), (525, 60, 13), "aarch64", (2, 17), 4)
+    cu13 = Facts("torch", "2.9.0", CudaCode(frozenset({75})), 13, (2, 28), "x86_64")
+    assert [(f.broken, f.problem) for f in judge(None, cu13, [arm])] == [
+        (False, "not judged (fleet: gh200, aarch64 x 4): the wheel read is x86_64's")]
+    # A CPU-only wheel asks nothing of a GPU or its driver.
+    assert judge(None, facts("2.10.0+cpu", glibc=(2, 17)), [V100, H100]) == []
+
+
+def test_the_same_problem_of_many_changes_is_one_line():
+    wheels = {(n, "13"): Facts(n, "13", CudaCode(frozenset({75})), 13)
+              for n in ("nvidia-a", "nvidia-b", "nvidia-c", "nvidia-d", "nvidia-e", "nvidia-f")}
+    findings, unread = judge_changes([(n, None, "13") for n, _ in wheels] + [("x", None, "1")],
+                                     [V100], lambda n, v: wheels.get((n, v)))
+    lines = [line for _, line in grouped(findings)]
+    assert lines == [
+        "nvidia-a 13, nvidia-b 13, nvidia-c 13, nvidia-d 13 and 2 more has no code for sm_70 "
+        "(fleet: v100, V100 x 12): broken there",
+        "nvidia-a 13, nvidia-b 13, nvidia-c 13, nvidia-d 13 and 2 more needs driver >= "
+        "580.65.06 for CUDA 13 (fleet: v100, driver 550.54.15 x 12): broken there"]
+    assert unread == ["x 1"]
+
+
+def installed(site: Path, name: str, version: str, lib: bytes, requires=(), tag="manylinux_2_28"
+              ) -> None:
+    """A distribution as an installer leaves it: its files and a dist-info naming them."""
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (site / name).mkdir(exist_ok=True)
+    (site / name / f"lib{name}_{version}.so").write_bytes(lib)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nTag: cp311-cp311-{tag}_x86_64\n")
+    (info / "RECORD").write_text(f"{name}/lib{name}_{version}.so,,\n../../../../escape.so,,\n"
+                                 f"{info.name}/METADATA,,\n")
+
+
+def test_diff_judges_the_change_against_the_fleet_from_the_cached_wheels(tmp_path, monkeypatch):
+    """`lockguard diff` reads the changed wheels where lockguard's venvs installed them and
+    fails (exit 1) on a change that breaks a fleet machine, in every format."""
+    from lockguard.cli import cli
+
+    site = tmp_path / "cache" / "venvs" / "0123" / "lib" / "python3.11" / "site-packages"
+    installed(site, "torch", "2.8.0", elf((".nv_fatbin", PROGBITS, 2,
+                                           fatbin((SASS, 70), (SASS, 90)))), tag="manylinux_2_17")
+    installed(site, "torch", "2.9.0", elf((".nv_fatbin", PROGBITS, 2,
+                                           fatbin((SASS, 75), (SASS, 90)))),
+              requires=["nvidia-cudnn-cu13==9.13"])
+    (tmp_path / "escape.so").write_bytes(b"\x7fELF not followed")
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    (tmp_path / "old.txt").write_text("torch==2.8.0\n")
+    (tmp_path / "new.txt").write_text("torch==2.9.0\njax==0.7.0\n")
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "fleet-v100: torch 2.8.0 -> 2.9.0 drops sm_70 (fleet: v100, V100 x 12): broken " \
+           "there" in text
+    assert "needs driver >= 580.65.06 for CUDA 13" in text
+    assert "fleet: jax 0.7.0 not judged against the fleet" in text
+    as_json = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt", "--format", "json"])
+    assert as_json.exit_code == 1 and '"rule": "fleet-v100"' in as_json.output
+    (tmp_path / "pyproject.toml").write_text("[tool.lockguard]\n")  # no fleet: nothing judged
+    assert CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"]).exit_code == 0
+
+
+# ---------------------------------------------------------------- a real wheel
+
+
+@pytest.mark.slow
+def test_torch_cuda_wheel_code_is_the_arch_list_torch_was_built_with():
+    """torch 2.14.1's CUDA 13 build (tests/data/torch-2.14.1-cuda.txt), read from its files:
+    the SASS architectures of libtorch_cuda.so are those of its build's CUDA_ARCH_FLAGS, the
+    string torch.cuda.get_arch_list() splits (torch/csrc/cuda/Module.cpp keeps it in
+    libtorch_python.so; reading it needs no GPU), with no PTX (no compute_XX in the list), no
+    sm_70 (CUDA 13 dropped Volta), and the CUDA major and glibc the wheel declares."""
+    from conftest import DATA, prepared_venv
+
+    from lockguard.envs.installed import dist_facts, site_packages
+    from lockguard.locks.parser import parse_lock
+
+    env = prepared_venv(parse_lock(DATA / "torch-2.14.1-cuda.txt"))
+    site = site_packages(env.path)
+    lib = site / "torch" / "lib"
+    flags = re.search(rb"\0((?:sm|compute)_\d+[a-z]?(?: (?:sm|compute)_\d+[a-z]?)+)\0",
+                      (lib / "libtorch_python.so").read_bytes())
+    assert flags, "no CUDA_ARCH_FLAGS string in libtorch_python.so"
+    listed = flags.group(1).decode().split()
+    code = native.cuda_code(lib / "libtorch_cuda.so")
+    assert {int(a[3:]) for a in listed if a.startswith("sm_")} <= code.sass
+    assert min(code.sass) == 75 and code.ptx == frozenset()
+    assert not [a for a in listed if a.startswith("compute_")]
+    facts = dist_facts(next(site.glob("torch-2.14.1.dist-info")))
+    assert (facts.cuda_major, facts.glibc) == (13, (2, 28))
+    assert CudaCode(facts.cuda.sass, facts.cuda.ptx).runs_on(70) is None
+    assert facts.cuda.runs_on(90) == "sass"
+
+
+def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pass(
+        tmp_path, monkeypatch):
+    """check (A/B) and propose judge the fleet through report_for, as diff does: the runs here
+    agree, and the added wheel's manylinux tag needs a newer glibc than a fleet machine has."""
+    from fakes import FakeBackend, lock
+
+    from lockguard.config import Config
+    from lockguard.flows.ab import check_ab
+    from lockguard.scenarios import bundled
+    from lockguard.settings import Settings
+
+    site = tmp_path / "cache" / "venvs" / "0123" / "lib" / "python3.11" / "site-packages"
+    installed(site, "fastmath", "1.0", elf((".data", PROGBITS, 3, b"\0" * 8)))
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    monkeypatch.chdir(tmp_path)  # the lock is named as the report names it: from here
+    old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
+    new = lock(tmp_path, "new.txt", "numpy==1.26.4\nfastmath==1.0\n")
+    numpy = [s for s in bundled() if s.id == "numpy.mlp"]
+    fleet = {"centos": {"glibc": "2.17", "count": 3}}
+    for config, passes in ((Config(root=tmp_path, steps=4), True),
+                           (Config(root=tmp_path, steps=4, fleet=fleet), False)):
+        report = check_ab(Settings.resolve(config), [new], [old], numpy, backend=FakeBackend())
+        assert [v.verdict for v in report.verdicts] == ["identical"]
+        assert report.passed is passes
+    assert [(f.lock, f.rule, f.message) for f in report.rule_failures] == [
+        ("new.txt", "fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; fleet: centos, "
+                         "glibc 2.17 x 3): broken there")]
+
+
+def test_probe_reads_nvidia_smi_where_proc_has_no_driver(tmp_path, monkeypatch):
+    """A container may not see /proc/driver/nvidia but have nvidia-smi: the probe asks it (a
+    stand-in printing what `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader`
+    prints on a two-V100 machine)."""
+    import lockguard.fleet as fleet
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=name,driver_version ] || exit 9\n"
+                   "echo 'Tesla V100-SXM2-32GB, 550.54.15'\necho 'Tesla V100-SXM2-32GB, "
+                   "550.54.15'\n")
+    smi.chmod(0o755)
+    monkeypatch.setattr(fleet, "nvidia_info", lambda: None)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    machine = fleet.this_machine("rack")
+    assert (machine.gpus, machine.gpu_names, machine.driver) == ((70,), ("V100",),
+                                                                 (550, 54, 15))
+    smi.write_text("#!/bin/sh\nexit 3\n")  # a failing nvidia-smi: no GPU known, not an error
+    assert fleet.this_machine("rack").gpus == ()
+
+
+@pytest.mark.slow
+def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypatch):
+    """torch 2.13.0 (CPU build) -> 2.14.1 (CUDA 13, from PyPI's default index), judged from
+    the real wheels a venv of the lock installed: no sm_70 code (CUDA 13 dropped Volta) and a
+    driver too old for CUDA 13 break a V100 fleet; an H100 one on a new driver passes. cuFFT's
+    kernels are only found in its .ldata: its .nv_fatbin is one sm_75 stub."""
+    from conftest import DATA, prepared_venv
+
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts, site_packages
+    from lockguard.locks.parser import parse_lock
+
+    site = site_packages(prepared_venv(parse_lock(DATA / "torch-2.14.1-cuda.txt")).path)
+    cufft = dist_facts(next(site.glob("nvidia_cufft-*.dist-info")))
+    assert {75, 80, 86, 90, 100, 120} <= cufft.cuda.sass
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
+        "[tool.lockguard.fleet.h100]\ngpus = ['H100']\ndriver = '580.82.07'\n")
+    result = CliRunner().invoke(cli, ["diff", str(DATA / "torch-2.13.0.txt"),
+                                      str(DATA / "torch-2.14.1-cuda.txt"), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    import json
+
+    failures = json.loads(result.output)["rule_failures"]
+    assert {f["rule"] for f in failures} == {"fleet-v100"}
+    messages = " | ".join(f["message"] for f in failures)
+    assert "torch 2.13.0+cpu -> 2.14.1" in messages
+    assert "has no code for sm_70 (fleet: v100, V100 x 12): broken there" in messages
+    assert "needs driver >= 580.65.06 for CUDA 13 (fleet: v100, driver 550.54.15 x 12)" \
+        in messages
+
+
+def test_a_wheelhouse_wheel_is_read_from_its_archive_and_an_unpacked_copy_first(
+        tmp_path, monkeypatch):
+    """The docker backend's wheelhouses hold .whl files: their METADATA and WHEEL are read from
+    the archive and each library unpacked to scratch to be read; a member path that leaves the
+    archive's root is not. Where a venv holds the same version unpacked, that copy is used."""
+    import zipfile
+
+    from lockguard.envs.installed import cached_dist_infos, dist_facts
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
+    house.mkdir(parents=True)
+    name = "jaxcu-0.7.0-cp311-cp311-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(house / name, "w", zipfile.ZIP_DEFLATED) as whl:
+        whl.writestr("jaxcu/libk.so", elf((".nv_fatbin", PROGBITS, 2,
+                                           fatbin((SASS, 80), (PTX, 90)))))
+        whl.writestr("../evil.so", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 37)))))
+        whl.writestr("jaxcu-0.7.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: jaxcu\n"
+                     "Version: 0.7.0\nRequires-Dist: nvidia-cublas-cu12>=12.1\n")
+        whl.writestr("jaxcu-0.7.0.dist-info/WHEEL",
+                     "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_27_x86_64\n")
+    index = cached_dist_infos()
+    assert index[("jaxcu", "0.7.0")] == house / name
+    assert dist_facts(house / name) == Facts("jaxcu", "0.7.0", CudaCode(frozenset({80}),
+                                                                         frozenset({90})),
+                                             12, (2, 27), "x86_64")
+    site = tmp_path / "cache" / "venvs" / "01" / "lib" / "python3.11" / "site-packages"
+    installed(site, "jaxcu", "0.7.0", b"")
+    assert cached_dist_infos()[("jaxcu", "0.7.0")] == site / "jaxcu-0.7.0.dist-info"
