@@ -441,6 +441,9 @@ def test_the_flows_read_settings_never_the_command_lines_options():
 LAZY_IMPORTS = {
     # The command line: `lockguard --help` and each command load only what that command runs.
     "lockguard.cli": None,
+    # The pytest plugin (pytest11): every test suite of a project with lockguard installed
+    # loads it, so it imports lockguard only when a test asks for lockguard_training.
+    "lockguard.pytest_plugin": None,
     # The libraries that cost a command that does not need them: the docker SDK (and the
     # requests/urllib3 errors it raises), rich (only a terminal shows it).
     "": ("docker", "requests", "urllib3", "rich"),

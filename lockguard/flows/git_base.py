@@ -42,6 +42,7 @@ from lockguard.locks.parser import parse_lock_text, exported_by
 from lockguard.locks.ref import LockRef, lock_target, lock_paths, lock_for
 from lockguard.progress import QUIET, Progress
 from lockguard.report import GitBase, Report, RuleFailure, GatePolicy
+from lockguard.scenarios import entry_module
 
 if TYPE_CHECKING:
     from lockguard.flows.pipeline import Backend
@@ -524,7 +525,11 @@ def _refuse_a_gate_elsewhere(base: gitref.BaseTree, start: Path) -> None:
 
 
 def _scripts(config: Config) -> set[Path]:
-    return {config.resolve(sc.script) for sc in config.scenario.values()}
+    """Each user scenario's script, or its entry's module file (one not found is left out:
+    the scenario's own ConfigError names it)."""
+    found = {config.resolve(sc.script) if sc.script is not None
+             else entry_module(config.root, sc.entry) for sc in config.scenario.values()}
+    return {p for p in found if p is not None}
 
 
 def _code_changed(base: gitref.BaseTree, judging: Config, checkout: Config) -> list[str]:
