@@ -168,6 +168,25 @@ def test_every_file_the_entry_can_import_is_in_the_inputs_digest(tmp_path):
         assert digest() != before, name
 
 
+def test_a_merge_base_tree_places_the_entrys_project_too(tmp_path):
+    """check --base runs a user scenario's code from the target's tree: an entry's module, its
+    digest's root and the folder the harness imports from all come from there."""
+    from lockguard.config import load_config
+    from lockguard.flows.pipeline import CodeTree, Planned
+    from lockguard.scenarios import user_scenarios
+
+    project = team_project(tmp_path / "repo" / "ml", '[scenario.x]\nentry = "pkg.train:make"\n'
+                                                     'framework = "numpy"\n')
+    [scenario] = user_scenarios(load_config(start=project))
+    tree = CodeTree(repo=tmp_path / "repo", root=tmp_path / "tip", label="main@1a2b3c4")
+    placed = tree.planned(Planned(scenario, None, "cpu", 5)).scenario
+    assert placed.root == tmp_path / "tip" / "ml"
+    assert placed.script == tmp_path / "tip" / "ml" / "pkg" / "train.py"
+    request = tree.request(scenario.request(steps=5, seed=0, device="cpu", threads=1,
+                                            timeout=9, project=project))
+    assert request.entry_root == tmp_path / "tip" / "ml" and request.entry == "pkg.train:make"
+
+
 def cli(project: Path, *args: str):
     from lockguard.cli import cli as command
 
