@@ -177,6 +177,16 @@ def test_the_command_line_imports_no_environment():
     assert violations(cli, ("lockguard.envs",)) == []
 
 
+def test_the_pytest_plugin_is_an_edge_like_the_command_line():
+    """lockguard/pytest_plugin.py (pytest11) resolves settings and calls the flows as a command
+    does: nothing of lockguard imports it, and it reaches no environment but through them."""
+    assert "lockguard.pytest_plugin" in SOURCES
+    others = [m for m in SOURCES if m != "lockguard.pytest_plugin"]
+    assert violations(others, ("lockguard.pytest_plugin",)) == []
+    assert violations(["lockguard.pytest_plugin"], ("lockguard.envs", "lockguard.cli",
+                                                    "lockguard.init")) == []
+
+
 def test_compare_does_no_io():
     modules = [m for m in SOURCES if within(m, ("lockguard.compare",))]
     assert violations(modules, IO_MODULES) == []
