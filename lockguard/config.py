@@ -298,6 +298,16 @@ def find_python(python: str, root: Path) -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
+def entry_module(root: Path, entry: str) -> Path | None:
+    """The file of an entry's module ("pkg.train:make" -> root/pkg/train.py, or its package's
+    __init__.py), as the harness imports it with `root` first on sys.path; None if neither."""
+    base = Path(root, *entry.partition(":")[0].split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
                    ) -> list[tuple[Path, str, bool]]:
     """(path, what it is, whether everything below it counts too) of each file a run reads
@@ -312,8 +322,12 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
         inputs = config.resolve(entry.inputs) if entry.inputs else path.with_suffix(".in")
         found.append((inputs, "a lock's requirements input", False))
     found += [(Path(p), "a lock", False) for p in cli_locks]
-    found += [(config.resolve(sc.script), f"the script of scenario {name}", False)
-              for name, sc in config.scenario.items() if sc.script is not None]
+    for name, sc in config.scenario.items():
+        code = (config.resolve(sc.script) if sc.script is not None
+                else entry_module(config.root, sc.entry or ""))
+        what = "script" if sc.script is not None else "entry module"
+        if code is not None:
+            found.append((code, f"the {what} of scenario {name}", False))
     found.append((config.resolve(config.golden_dir), "golden_dir", True))
     return found
 

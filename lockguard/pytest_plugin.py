@@ -113,7 +113,8 @@ def _scenario(config: Any, entry: str, framework: str | None, steps: int | None,
     alone: its golden is not gated by `lockguard check` until the config registers it."""
     from lockguard.config import ENTRY, ENTRY_RULE
     from lockguard.errors import UsageError
-    from lockguard.scenarios import Scenario, entry_module, user_scenarios
+    from lockguard.config import entry_module
+    from lockguard.scenarios import Scenario, user_scenarios
 
     if not ENTRY.fullmatch(entry):
         raise UsageError(f"{entry!r} is not an entry: {ENTRY_RULE}")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from lockguard.compare.tolerance import Tolerance
-from lockguard.config import Config, ConfigError, tolerance_value
+from lockguard.config import Config, ConfigError, entry_module, tolerance_value
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
@@ -253,16 +253,6 @@ def user_scenarios(config: Config) -> list[Scenario]:
                             root=config.root if sc.entry is not None else None,
                             tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
-
-
-def entry_module(root: Path, entry: str) -> Path | None:
-    """The file of an entry's module ("pkg.train:make" -> root/pkg/train.py, or its package's
-    __init__.py), as the harness imports it with `root` first on sys.path; None if neither."""
-    base = Path(root, *entry.partition(":")[0].split("."))
-    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def entry_files(root: Path, entry: str) -> list[Path]:

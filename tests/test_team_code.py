@@ -138,6 +138,14 @@ def test_the_config_takes_a_script_or_an_entry_and_names_the_key(tmp_path):
     assert scenario.script == ok / "pkg" / "train.py" and scenario.root == ok
 
 
+def test_a_report_never_replaces_the_entrys_module(tmp_path):
+    project = team_project(tmp_path / "p", '[scenario.x]\nentry = "pkg.train:make"\n'
+                                           'framework = "numpy"\n')
+    done = cli(project, "check", "--env", "local", "--report", "json=pkg/train.py")
+    assert done.exit_code == 2 and "the entry module of scenario x" in done.output, done.output
+    assert (project / "pkg" / "train.py").read_text() == textwrap.dedent(TRAIN)
+
+
 def test_every_file_the_entry_can_import_is_in_the_inputs_digest(tmp_path):
     """A golden answers unrun only while the code it ran is unchanged: every file of the entry's
     top-level package (modules and data) and each module beside it at the root."""

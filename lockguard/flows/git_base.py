@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lockguard import gitref
-from lockguard.config import CONFIG_NAMES, Config, ConfigError, lockguard_table, parse_config
+from lockguard.config import (
+    CONFIG_NAMES, Config, ConfigError, entry_module, lockguard_table, parse_config,
+)
 from lockguard.files import EscapeError, display_path, refuse_escape, scratch_dir
 from lockguard.flows.ab import check_ab
 from lockguard.flows.pipeline import CodeTree
@@ -42,7 +44,6 @@ from lockguard.locks.parser import parse_lock_text, exported_by
 from lockguard.locks.ref import LockRef, lock_target, lock_paths, lock_for
 from lockguard.progress import QUIET, Progress
 from lockguard.report import GitBase, Report, RuleFailure, GatePolicy
-from lockguard.scenarios import entry_module
 
 if TYPE_CHECKING:
     from lockguard.flows.pipeline import Backend
