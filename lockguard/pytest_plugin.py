@@ -99,7 +99,8 @@ def _train(start: Path, entry: str, framework: str | None, steps: int | None,
             report = check(settings, locks, [scenario], GOLDENS)
     except LockguardError as exc:
         pytest.fail(f"lockguard_training({entry}): {exc}", pytrace=False)
-    if not report.passed:
+    # A skipped training (no lock pins its framework) judged nothing: never a pass.
+    if not report.passed or report.skipped or (update or first) and not gold.is_file():
         pytest.fail(text.render(report, width=100), pytrace=False)
     if first and not update:
         pytest.fail(f"lockguard_training({entry}): no golden yet: recorded {gold} (commit it; "

@@ -323,6 +323,20 @@ def test_the_fixture_takes_the_function_itself_and_refuses_what_it_cannot_name(p
     assert golden_file(pytester.path, "ours").is_file()
 
 
+def test_a_training_the_locks_cannot_run_never_passes(pytester):
+    """Under the gate's env (a venv of the config's lock) a torch entry has no lock here: the
+    run is skipped, which the fixture reports as a failure, never as a pass."""
+    team_project(pytester.path, files={"test_train.py": """
+        def test_skipped(lockguard_training):
+            lockguard_training("pkg.train:fit", framework="torch")
+        """})
+    for flags in ((), ("--lockguard-update",)):
+        run = pytester.runpytest(*plugin_args(), "--lockguard-env", "venv", *flags)
+        run.assert_outcomes(failed=1)
+        run.stdout.fnmatch_lines(["*skipped*"])
+    assert not (pytester.path / "golden").exists()
+
+
 def test_the_plugin_costs_a_suite_that_does_not_use_it_no_import():
     """pytest loads every pytest11 plugin into every suite: this one imports nothing of
     lockguard (nor pydantic, numpy, click) until a test asks for the fixture."""
