@@ -104,6 +104,7 @@ def test_the_factory_shape_is_driven_as_the_teams_own_loop_drives_it(tmp_path):
     ("pkg.train:no_batches", "batches yielded no batch"),
     ("pkg.train:absent", "defines no absent"),
     ("pkg.elsewhere:make", "No module named 'pkg.elsewhere'"),
+    ("_lockguard_harness.gen:make", "names the harness's own package"),
 ])
 def test_an_entry_off_the_contract_is_a_crash_that_says_why(tmp_path, entry, words):
     result = harness(team_project(tmp_path / "p"), entry, 3, tmp_path)

@@ -108,6 +108,8 @@ def load_entry(entry: str, root: str):
     from _lockguard_harness.userscript import entry_run
 
     module_name, _, attr = entry.partition(":")
+    if module_name.split(".")[0] == PACKAGE:  # the project's code, never the harness's
+        raise ImportError(f"entry {entry} names the harness's own package, not the project's")
     sys.path.insert(0, os.path.abspath(root))
     module = importlib.import_module(module_name)
     target = module
