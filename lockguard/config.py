@@ -70,17 +70,42 @@ MIN_MEMORY_LIMIT = 32 << 20  # below this no interpreter starts: a size missing 
 MEMORY_LIMIT_RULE = f'{SIZE_RULE}; "auto" (3/4 of this machine\'s memory) or "none"'
 
 
-class ScenarioConfig(_Strict):
-    """[tool.lockguard.scenario.<id>]: a user scenario, a script defining `run(steps, seed)`
-    (relative to the config's folder). Unset, steps are 20 (scenarios.user_scenarios) and the
-    tolerance and device are the project's."""
+# A scenario's entry: a function of the project's own code, "pkg.train:make" (a dotted module
+# importable from the config's folder, a colon, a dotted attribute path).
+ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+ENTRY_RULE = "module:function, e.g. pkg.train:make (the module importable from the config's folder)"
 
-    script: str
+
+class ScenarioConfig(_Strict):
+    """[tool.lockguard.scenario.<id>]: a user scenario, either a `script` defining
+    `run(steps, seed)` (relative to the config's folder) or an `entry`, a function of the
+    project's own code ("pkg.train:make", docs/scenarios.md). Unset, steps are 20
+    (scenarios.user_scenarios) and the tolerance and device are the project's."""
+
+    script: str | None = None
+    entry: str | None = None
     framework: Framework
     steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
     tolerance: ToleranceSetting | None = None
     device: Device | None = None
     description: str = ""
+
+    @field_validator("entry")
+    @classmethod
+    def _entry(cls, value: str | None) -> str | None:
+        if value is not None and not ENTRY.fullmatch(value):
+            raise ValueError(f"{one_line(repr(value), 80)} is not an entry: {ENTRY_RULE}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ScenarioConfig":
+        if (self.script is None) == (self.entry is None):
+            raise ValueError("give either 'script' or 'entry' (exactly one)")
+        return self
+
+    def code(self) -> str:
+        """The scenario's code as the config names it: its script's path or its entry."""
+        return self.script if self.script is not None else f"entry {self.entry}"
 
 
 # A runner label as the CI system takes it: one label, or several that must all match
@@ -334,6 +359,16 @@ def find_python(python: str, root: Path) -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
+def entry_module(root: Path, entry: str) -> Path | None:
+    """The file of an entry's module ("pkg.train:make" -> root/pkg/train.py, or its package's
+    __init__.py), as the harness imports it with `root` first on sys.path; None if neither."""
+    base = Path(root, *entry.partition(":")[0].split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
                    ) -> list[tuple[Path, str, bool]]:
     """(path, what it is, whether everything below it counts too) of each file a run reads
@@ -348,8 +383,12 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
         inputs = config.resolve(entry.inputs) if entry.inputs else path.with_suffix(".in")
         found.append((inputs, "a lock's requirements input", False))
     found += [(Path(p), "a lock", False) for p in cli_locks]
-    found += [(config.resolve(sc.script), f"the script of scenario {name}", False)
-              for name, sc in config.scenario.items()]
+    for name, sc in config.scenario.items():
+        code = (config.resolve(sc.script) if sc.script is not None
+                else entry_module(config.root, sc.entry or ""))
+        what = "script" if sc.script is not None else "entry module"
+        if code is not None:
+            found.append((code, f"the {what} of scenario {name}", False))
     found.append((config.resolve(config.golden_dir), "golden_dir", True))
     return found
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from lockguard.compare.tolerance import Tolerance
-from lockguard.config import Config, ConfigError, tolerance_value
+from lockguard.config import Config, ConfigError, entry_module, tolerance_value
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
@@ -37,7 +37,11 @@ class Scenario:
     steps: int
     dtype: str = "float32"
     family: str | None = None  # mlp | lm | cnn: one family's scenarios share data and weights
-    script: Path | None = None  # user scenarios only
+    script: Path | None = None  # user scenarios only; an entry's: its module's file
+    # A user scenario that names a function of the project's code ("pkg.train:make") rather
+    # than a script: the harness imports it with `root` (the config's folder) on sys.path.
+    entry: str | None = None
+    root: Path | None = None
     tolerance: Tolerance | None = None  # the scenario's own (config: "exact" normalised)
     device: str | None = None  # overrides the lock's / config's expected device
     # How the bundled training executes ("eager", "torch.compile (inductor)", "jax.jit (XLA)"),
@@ -73,7 +77,8 @@ class Scenario:
         the config that names a user scenario)."""
         return RunRequest(scenario_id=self.id, framework=self.framework, steps=steps, seed=seed,
                           device=device, threads=threads, timeout=timeout, dtype=self.dtype,
-                          script=self.script, memory_limit=memory_limit,
+                          script=self.script, entry=self.entry, entry_root=self.root,
+                          memory_limit=memory_limit,
                           memory_limit_source=memory_limit_source,
                           project=project if self.script is not None else None)
 
@@ -226,22 +231,41 @@ def libraries_of(scenario_id: str) -> frozenset[str]:
 
 def user_scenarios(config: Config) -> list[Scenario]:
     """The config's own scenarios (20 steps unless set), in the config's order; a ConfigError
-    naming the key when a script is not a file."""
+    naming the key when a script is not a file or an entry's module is not in the project."""
     out = []
     for name, sc in config.scenario.items():
-        script = config.resolve(sc.script)
+        if sc.entry is not None:
+            key, script = "entry", entry_module(config.root, sc.entry)
+        else:
+            key, script = "script", config.resolve(sc.script)
         try:
-            found = script.is_file()
+            found = script is not None and script.is_file()
         except OSError as exc:  # a name too long, a symlink loop
-            raise ConfigError(f"{config.source}: key 'scenario.{name}.script': {script}: "
+            raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {script}: "
                               f"{exc.strerror or exc}") from None
         if not found:
-            raise ConfigError(f"{config.source}: key 'scenario.{name}.script': {script} not "
-                              "found")
+            what = (f"{sc.entry}: no module {sc.entry.partition(':')[0]} in {config.root}"
+                    if sc.entry is not None else f"{script} not found")
+            raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {what}")
         out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
-                            f"user script {sc.script}", steps=sc.steps or 20, script=script,
+                            (f"user entry {sc.entry}" if sc.entry else f"user script {sc.script}"),
+                            steps=sc.steps or 20, script=script, entry=sc.entry,
+                            root=config.root if sc.entry is not None else None,
                             tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
+
+
+def entry_files(root: Path, entry: str) -> list[Path]:
+    """Every file an entry's run can import from its project: each module at `root` (sys.path
+    holds it) and every file below the entry's top-level package (its modules and the data
+    inside it), sorted; caches (__pycache__) and hidden entries left out."""
+    files = [p for p in listing(root, "*.py") if p.is_file()]
+    top = root / entry.partition(":")[0].split(".")[0]
+    if top.is_dir():
+        files += [p for p in listing(top, "**/*") if p.is_file()
+                  and not any(part == "__pycache__" or part.startswith(".")
+                              for part in p.relative_to(top).parts)]
+    return files
 
 
 def all_scenarios(config: Config) -> list[Scenario]:
@@ -312,19 +336,29 @@ def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, 
     parts = [lock_hash, harness, scenario.id, scenario.framework, str(steps), str(seed), device,
              str(threads), environment]
     h.update("\0".join(parts).encode())
-    if scenario.script:
+    if scenario.entry is not None and scenario.root is not None:
+        h.update(b"\0entry\0" + scenario.entry.encode())
+        for path in entry_files(scenario.root, scenario.entry):
+            _hash_file(h, path, path.relative_to(scenario.root).as_posix(), "a project file")
+    elif scenario.script:
         h.update(read_bytes(scenario.script, "scenario script", MAX_SCRIPT_BYTES))
         for sibling in listing(scenario.script.parent, "*"):
             if sibling == scenario.script or not sibling.is_file():
                 continue
-            h.update(b"\0" + sibling.name.encode() + b"\0")
-            try:
-                stat = sibling.stat()
-            except OSError:  # gone since it was listed: a digest no golden has
-                h.update(b"\0gone")
-                continue
-            if stat.st_size > MAX_SCRIPT_BYTES:  # a dataset: not read on every check
-                h.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
-            else:
-                h.update(read_bytes(sibling, "file beside a scenario script", MAX_SCRIPT_BYTES))
+            _hash_file(h, sibling, sibling.name, "file beside a scenario script")
     return h.hexdigest()
+
+
+def _hash_file(h, path: Path, name: str, what: str) -> None:
+    """Add `path`, named `name`, to the digest `h`: up to MAX_SCRIPT_BYTES by its content, a
+    larger one (a dataset, not read on every check) by its size and modification time."""
+    h.update(b"\0" + name.encode() + b"\0")
+    try:
+        stat = path.stat()
+    except OSError:  # gone since it was listed: a digest no golden has
+        h.update(b"\0gone")
+        return
+    if stat.st_size > MAX_SCRIPT_BYTES:
+        h.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    else:
+        h.update(read_bytes(path, what, MAX_SCRIPT_BYTES))

@@ -265,6 +265,24 @@ def test_run_command_is_isolated(tmp_path, monkeypatch):
     assert argv[argv.index(env.tag) + 1] == VENV_PYTHON
 
 
+def test_an_entry_runs_from_its_project_mounted_whole(tmp_path, monkeypatch):
+    """An entry ("pkg.train:make") imports from its project's folder: that folder is the one
+    mounted (read-only), and the harness is told the mount as its --root."""
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "train.py").write_text("def make(seed): ...\n")
+    scenario = Scenario(id="ours", framework="numpy", description="", steps=3,
+                        script=project / "pkg" / "train.py", entry="pkg.train:make",
+                        root=project)
+    request = scenario.request(steps=3, seed=0, device="cpu", threads=1, timeout=9)
+    argv = _env_for("cpu").docker_argv(request, tmp_path, "lockguard-x")
+    assert f"{project.resolve()}:{USER_MOUNT}:ro" in argv
+    harness = argv[argv.index("--entry"):]
+    assert harness[:4] == ["--entry", "pkg.train:make", "--root", USER_MOUNT]
+    assert "--script" not in argv
+
+
 def test_run_command_asks_for_accelerators(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert _env_for("cuda").device_args() == ["--gpus", "all"]

@@ -177,6 +177,16 @@ def test_the_command_line_imports_no_environment():
     assert violations(cli, ("lockguard.envs",)) == []
 
 
+def test_the_pytest_plugin_is_an_edge_like_the_command_line():
+    """lockguard/pytest_plugin.py (pytest11) resolves settings and calls the flows as a command
+    does: nothing of lockguard imports it, and it reaches no environment but through them."""
+    assert "lockguard.pytest_plugin" in SOURCES
+    others = [m for m in SOURCES if m != "lockguard.pytest_plugin"]
+    assert violations(others, ("lockguard.pytest_plugin",)) == []
+    assert violations(["lockguard.pytest_plugin"], ("lockguard.envs", "lockguard.cli",
+                                                    "lockguard.init")) == []
+
+
 def test_compare_does_no_io():
     modules = [m for m in SOURCES if within(m, ("lockguard.compare",))]
     assert violations(modules, IO_MODULES) == []
@@ -442,6 +452,9 @@ def test_the_flows_read_settings_never_the_command_lines_options():
 LAZY_IMPORTS = {
     # The command line: `lockguard --help` and each command load only what that command runs.
     "lockguard.cli": None,
+    # The pytest plugin (pytest11): every test suite of a project with lockguard installed
+    # loads it, so it imports lockguard only when a test asks for lockguard_training.
+    "lockguard.pytest_plugin": None,
     # The libraries that cost a command that does not need them: the docker SDK (and the
     # requests/urllib3 errors it raises), rich (only a terminal shows it).
     "": ("docker", "requests", "urllib3", "rich"),

@@ -39,6 +39,48 @@ def scenarios(config_path: Path | None, fmt: str) -> None:
     click.echo(listings.scenarios(all_scenarios(load_config(config_path)), fmt), nl=False)
 
 
+@click.group("scenario")
+@group_handles_errors
+def scenario() -> None:
+    """Register a scenario of your own code.
+
+    \b
+    Examples:
+      lockguard scenario add pkg.train:make --framework torch
+    """
+
+
+@scenario.command("add")
+@click.argument("entry")
+@click.option("--framework", type=click.Choice(FRAMEWORKS), required=True,
+              help="The framework the entry trains with.")
+@click.option("--name", default=None, help="The scenario's id (default: the entry, ':' as '.').")
+@click.option("--steps", type=click.IntRange(1), default=None,
+              help="Steps a run trains (default 20).")
+@config_option
+@handles_errors
+def scenario_add(entry: str, framework: str, name: str | None, steps: int | None,
+                 config_path: Path | None) -> None:
+    """Add a scenario that drives ENTRY, a function of your project's code (module:function,
+    imported from the config's folder): fit(steps, seed) or make(seed) -> (step, batches)
+    (docs/scenarios.md, "Your own code as the scenario").
+
+    \b
+    Examples:
+      lockguard scenario add pkg.train:make --framework torch
+      lockguard scenario add pkg.train:fit --framework jax --name our-fit --steps 30
+    """
+    from lockguard.config import load_config
+    from lockguard.init.entry import add_entry
+
+    added = add_entry(load_config(config_path), entry, framework, name, steps)
+    click.echo(f"added scenario {added.id} ({entry}) to {added.file}")
+    if added.unselected:
+        click.echo(f"note: the config's `scenarios` leaves it out: add \"{added.id}\" there, or "
+                   f"run it by name (--scenario {added.id})")
+    click.echo(f"next: lockguard record --scenario {added.id}")
+
+
 @click.command("report")
 @click.argument("report_file", metavar="REPORT.json", type=click.Path(path_type=Path))
 @report_options
@@ -324,4 +366,5 @@ def init(directory, locks, config_name, template, record_goldens, workflow, acti
         sys.exit(1)
 
 
-COMMANDS = (init, scenarios, report_command, compare_frameworks, build, images, fleet_group)
+COMMANDS = (init, scenarios, scenario, report_command, compare_frameworks, build, images,
+            fleet_group)

@@ -60,6 +60,10 @@ class RunRequest:
     timeout: float  # seconds
     dtype: str = "float32"  # for the result of a run that wrote none
     script: Path | None = None  # a user scenario's script; None for a bundled scenario
+    # A user scenario's function of the project's code ("pkg.train:make"; `script` is then its
+    # module's file) and the folder its module is imported from (the config's).
+    entry: str | None = None
+    entry_root: Path | None = None
     # The project a user scenario's script belongs to (its config's folder): what a
     # sandboxed run of it may read besides the script's own folder.
     project: Path | None = None
@@ -196,14 +200,18 @@ def interpreter_tag(python: str) -> str:
 
 
 def harness_args(request: RunRequest, harness_dir: str, out_path: str,
-                 script_path: str | None) -> list[str]:
-    """The harness command line after the interpreter (paths as the interpreter will see them).
+                 script_path: str | None, root_path: str | None = None) -> list[str]:
+    """The harness command line after the interpreter (paths as the interpreter will see them:
+    `root_path` is an entry's root there, the request's own by default).
     Runs write no bytecode (PYTHONDONTWRITEBYTECODE): a venv's is compiled at build
     (envs/bytecode.py)."""
     args = [f"{harness_dir}/{ENTRY}", "--scenario", request.scenario_id,
             "--steps", str(request.steps), "--seed", str(request.seed),
             "--device", request.device, "--threads", str(request.threads), "--out", out_path]
-    if script_path is not None:
+    if request.entry is not None:
+        root = root_path if root_path is not None else str(request.entry_root)
+        args += ["--entry", request.entry, "--root", root, "--framework", request.framework]
+    elif script_path is not None:
         args += ["--script", script_path, "--framework", request.framework]
     if request.time_block:
         args += ["--time-block", str(request.time_block)]

@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lockguard import gitref
-from lockguard.config import CONFIG_NAMES, Config, ConfigError, lockguard_table, parse_config
+from lockguard.config import (
+    CONFIG_NAMES, Config, ConfigError, entry_module, lockguard_table, parse_config,
+)
 from lockguard.files import EscapeError, display_path, refuse_escape, scratch_dir
 from lockguard.flows.ab import check_ab
 from lockguard.flows.pipeline import CodeTree
@@ -524,7 +526,11 @@ def _refuse_a_gate_elsewhere(base: gitref.BaseTree, start: Path) -> None:
 
 
 def _scripts(config: Config) -> set[Path]:
-    return {config.resolve(sc.script) for sc in config.scenario.values()}
+    """Each user scenario's script, or its entry's module file (one not found is left out:
+    the scenario's own ConfigError names it)."""
+    found = {config.resolve(sc.script) if sc.script is not None
+             else entry_module(config.root, sc.entry) for sc in config.scenario.values()}
+    return {p for p in found if p is not None}
 
 
 def _code_changed(base: gitref.BaseTree, judging: Config, checkout: Config) -> list[str]:

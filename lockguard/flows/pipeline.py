@@ -73,7 +73,9 @@ class CodeTree:
         """`p` with its user script taken from this tree (what its inputs digest reads)."""
         if p.scenario.script is None:
             return p
-        return replace(p, scenario=replace(p.scenario, script=self.place(p.scenario.script)))
+        root = p.scenario.root
+        return replace(p, scenario=replace(p.scenario, script=self.place(p.scenario.script),
+                                           root=self.place(root) if root is not None else None))
 
     def request(self, request: RunRequest) -> RunRequest:
         """`request` run from this tree: its script here, the whole tree its project (what
@@ -82,8 +84,10 @@ class CodeTree:
         if request.script is None:
             return request
         project = request.project or Path(request.script).parent
+        root = request.entry_root
         return replace(request, script=self.place(request.script), project=self.root,
-                       cache_scope=project)
+                       cache_scope=project,
+                       entry_root=self.place(root) if root is not None else None)
 
 
 @dataclass(frozen=True)

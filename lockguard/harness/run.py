@@ -2,6 +2,7 @@
 
     python run.py --scenario torch.mlp --steps 30 --out result.json [--seed 0] [--device cpu]
                   [--threads 1] [--script user.py --framework torch]
+                  [--entry pkg.train:make --root /project --framework torch]
                   [--time-block K] [--locate-step N]
 
 Imports only the stdlib here; the framework module for the scenario imports its one framework.
@@ -57,6 +58,9 @@ def parse_args(argv: list) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "tpu"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--script", help="a user scenario script exposing run(steps, seed)")
+    p.add_argument("--entry", help="a function of the project's own code, module:function "
+                                   "(userscript.entry_run: its shapes)")
+    p.add_argument("--root", help="the folder --entry's module is imported from (sys.path)")
     p.add_argument("--framework", choices=sorted(MODULE_OF_FRAMEWORK))
     p.add_argument("--time-block", type=int, default=0,
                    help="also time the steady steps in blocks of this many (a timing run of "
@@ -68,9 +72,11 @@ def parse_args(argv: list) -> argparse.Namespace:
 
 
 def framework_of(args: argparse.Namespace) -> str:
-    if args.script:
+    if args.entry and not args.root:
+        raise SystemExit("--entry needs --root")
+    if args.script or args.entry:
         if not args.framework:
-            raise SystemExit("--script needs --framework")
+            raise SystemExit("--script and --entry need --framework")
         return args.framework
     prefix = args.scenario.split(".", 1)[0]
     if prefix not in FRAMEWORK_OF_PREFIX:
@@ -96,12 +102,31 @@ def load_script(path: str):
     return module
 
 
+def load_entry(entry: str, root: str):
+    """The project's function `entry` ("pkg.train:make"), imported with `root` first on
+    sys.path (as a script's folder is), as the module-like value run_user takes."""
+    from _lockguard_harness.userscript import entry_run
+
+    module_name, _, attr = entry.partition(":")
+    if module_name.split(".")[0] == PACKAGE:  # the project's code, never the harness's
+        raise ImportError(f"entry {entry} names the harness's own package, not the project's")
+    sys.path.insert(0, os.path.abspath(root))
+    module = importlib.import_module(module_name)
+    target = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise AttributeError(f"{module_name} ({getattr(module, '__file__', '?')}) defines "
+                                 f"no {attr}")
+    return entry_run(target, entry)
+
+
 def main(argv: list) -> int:
     args = parse_args(argv)
     framework = framework_of(args)
     pin_threads(args.threads)
     ctx = Context(args.scenario, framework, args.steps, args.seed, args.device, args.threads,
-                  args.script, args.time_block, args.locate_step)
+                  args.script or args.entry, args.time_block, args.locate_step)
     try:
         start = time.perf_counter()
         module = importlib.import_module(f"{PACKAGE}.{MODULE_OF_FRAMEWORK[framework]}")
@@ -109,14 +134,16 @@ def main(argv: list) -> int:
         module.setup(ctx)
         scenarios = module.SCENARIOS
         prefix = args.scenario.split(".", 1)[0]
-        if not args.script and prefix in LIBRARIES:
+        if not ctx.script and prefix in LIBRARIES:
             start = time.perf_counter()
             scenarios = importlib.import_module(f"{PACKAGE}.lib_{prefix}").SCENARIOS
             ctx.result["timings"]["import_s"] += time.perf_counter() - start
         # Host memory counts from here: the framework's import and setup are the same whatever
         # the scenario does, and would drown its figure (common.TrainingMemory).
         ctx.start_training()
-        if args.script:
+        if args.entry:
+            module.run_user(ctx, load_entry(args.entry, args.root))
+        elif args.script:
             module.run_user(ctx, load_script(args.script))
         else:
             if args.scenario not in scenarios:

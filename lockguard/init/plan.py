@@ -186,7 +186,12 @@ def _toml_list(key: str, values: list[str], width: int = 96) -> list[str]:
 def new_config_text(s: Survey, block: str) -> str:
     """The config file's whole new text: a pyproject.toml's with the table appended (its own
     text untouched, its line endings kept), or a new lockguard.toml."""
-    target = s.config_target
+    return appended_text(s.config_target, block)
+
+
+def appended_text(target: Path, block: str) -> str:
+    """`target`'s whole text with the TOML `block` appended after a blank line (its own text
+    untouched, its line endings kept); `block` alone when there is no such file."""
     if not target.exists():
         return block
     raw = read_bytes(target, "config file", MAX_CONFIG_BYTES)

@@ -85,8 +85,11 @@ class DockerEnv:
         script = None
         if request.script is not None:
             path = Path(request.script).resolve()
-            argv += ["-v", f"{path.parent}:{USER_MOUNT}:ro"]
-            script = f"{USER_MOUNT}/{path.name}"
+            # An entry imports from its project's folder: that folder is mounted instead.
+            mounted = (Path(request.entry_root).resolve() if request.entry_root is not None
+                       else path.parent)
+            argv += ["-v", f"{mounted}:{USER_MOUNT}:ro"]
+            script = f"{USER_MOUNT}/{path.relative_to(mounted).as_posix()}"
         for key, value in self.container_env().items():
             argv += ["-e", f"{key}={value}"]
         if request.memory_limit:
@@ -95,7 +98,8 @@ class DockerEnv:
                      "--memory-swap", str(request.memory_limit)]
         argv += self.device_args()
         argv += [self.tag, VENV_PYTHON,
-                 *harness_args(request, HARNESS_MOUNT, f"{OUT_MOUNT}/{out_name}", script)]
+                 *harness_args(request, HARNESS_MOUNT, f"{OUT_MOUNT}/{out_name}", script,
+                              USER_MOUNT)]
         return argv
 
     def container_env(self) -> dict[str, str]:

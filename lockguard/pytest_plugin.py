@@ -1,0 +1,140 @@
+"""lockguard inside the test suite a team already runs: the `lockguard_training` fixture
+(pytest's `pytest11` entry point `lockguard`, pyproject.toml).
+
+    def test_training_still_behaves(lockguard_training):
+        lockguard_training("pkg.train:make", framework="torch", steps=20)
+
+The fixture runs the training as `lockguard check` runs an entry scenario (the harness, in a
+process of its own, seeded, with the determinism flags; docs/scenarios.md, "Your own code as the
+scenario") and judges it against the project's golden store with the gate's own flows: the
+first run records the golden (record's atomic write, its digest and provenance) and fails, as
+pytest-regressions does, so that a suite with no golden never passes silently; later runs
+compare with the same tolerance table, first divergent step and ULP wording; `--lockguard-update`
+records anew and passes. The goldens are the files `lockguard check` reads: a scenario the config
+registers with this entry (`lockguard scenario add`) is that scenario, golden and settings.
+
+Nothing of lockguard but this module is imported until a test asks for the fixture: a suite
+that never uses it pays for a module of option declarations (tests/test_pytest_plugin.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+# Where the training runs: "local" is the interpreter running pytest (the suite's own
+# environment, nothing built); "venv" builds the config's lock as `lockguard check` does.
+ENVS = ("local", "venv", "docker")
+
+
+def pytest_addoption(parser: Any) -> None:
+    """--lockguard-update and --lockguard-env."""
+    group = parser.getgroup("lockguard", "lockguard goldens of the project's trainings")
+    group.addoption("--lockguard-update", action="store_true", default=False,
+                    help="Record the goldens of lockguard_training's trainings anew (their "
+                         "tests pass), as --force-regen does.")
+    group.addoption("--lockguard-env", default="local", choices=ENVS,
+                    help="Where lockguard_training runs a training: local (this interpreter, "
+                         "default), or the config's lock in a venv or a container.")
+
+
+@pytest.fixture
+def lockguard_training(request: Any) -> Callable[..., Any]:
+    """train(entry, *, framework, steps=None, name=None) -> the check's (or record's) Report:
+    `entry` is "module:function" or the function itself (the module importable from the
+    project's folder, the one holding its lockguard config, found upwards from the test's)."""
+    update = bool(request.config.getoption("lockguard_update"))
+    env = request.config.getoption("lockguard_env")
+    start = Path(str(request.path)).parent
+
+    def train(entry: str | Callable[..., Any], *, framework: str | None = None,
+              steps: int | None = None, name: str | None = None) -> Any:
+        return _train(start, entry_name(entry), framework, steps, name, update, env)
+
+    return train
+
+
+def entry_name(entry: str | Callable[..., Any]) -> str:
+    """"module:function" of a function (its module must be importable by that name), or
+    `entry` as given."""
+    if isinstance(entry, str):
+        return entry
+    module, qualname = getattr(entry, "__module__", None), getattr(entry, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        pytest.fail(f"lockguard_training: {entry!r} is not a module-level function of the "
+                    "project: pass it as \"module:function\"", pytrace=False)
+    return f"{module}:{qualname}"
+
+
+def _train(start: Path, entry: str, framework: str | None, steps: int | None,
+           name: str | None, update: bool, env: str) -> Any:
+    """Record (first run, --lockguard-update) or check the entry's training; pytest.fail with
+    the gate's report when it does not pass."""
+    from lockguard.config import Options, load_config
+    from lockguard.errors import LockguardError
+    from lockguard.flows.check import GOLDENS, check
+    from lockguard.flows.pipeline import plan
+    from lockguard.flows.record import record
+    from lockguard.golden import golden_path
+    from lockguard.hardware import host_class
+    from lockguard.locks.ref import load_locks
+    from lockguard.report import text
+    from lockguard.settings import Settings
+
+    try:
+        config = load_config(start=start)
+        scenario = _scenario(config, entry, framework, steps, name)
+        # Always run: a test that answered from the golden's provenance would trust the
+        # interpreter's packages not to have moved under an unchanged lock.
+        settings = Settings.resolve(config, Options(env=env, rerun=True))
+        locks = load_locks(config, [])
+        device = plan(settings, [scenario], locks)[0].device  # as record and check plan it
+        gold = golden_path(settings.golden_dir, device, host_class(device).id, scenario.id)
+        first = not gold.is_file()
+        if update or first:
+            report = record(settings, locks, [scenario])
+        else:
+            report = check(settings, locks, [scenario], GOLDENS)
+    except LockguardError as exc:
+        pytest.fail(f"lockguard_training({entry}): {exc}", pytrace=False)
+    # A skipped training (no lock pins its framework) judged nothing: never a pass.
+    if not report.passed or report.skipped or (update or first) and not gold.is_file():
+        pytest.fail(text.render(report, width=100), pytrace=False)
+    if first and not update:
+        pytest.fail(f"lockguard_training({entry}): no golden yet: recorded {gold} (commit it; "
+                    "the next run compares with it)", pytrace=False)
+    return report
+
+
+def _scenario(config: Any, entry: str, framework: str | None, steps: int | None,
+              name: str | None) -> Any:
+    """The config's scenario of `entry` (by `name` when given), else one made for this test
+    alone: its golden is not gated by `lockguard check` until the config registers it."""
+    from lockguard.config import ENTRY, ENTRY_RULE
+    from lockguard.errors import UsageError
+    from lockguard.config import entry_module
+    from lockguard.scenarios import Scenario, user_scenarios
+
+    if not ENTRY.fullmatch(entry):
+        raise UsageError(f"{entry!r} is not an entry: {ENTRY_RULE}")
+    found = [s for s in user_scenarios(config)
+             if s.entry == entry and (name is None or s.id == name)]
+    if found:
+        if framework is not None and framework != found[0].framework:
+            raise UsageError(f"scenario {found[0].id} of {config.source} trains {entry} with "
+                             f"{found[0].framework}, not {framework}")
+        if steps is not None and steps != found[0].steps:
+            raise UsageError(f"scenario {found[0].id} of {config.source} trains {entry} for "
+                             f"{found[0].steps} steps, not {steps}: its golden is check's")
+        return found[0]
+    if framework is None:
+        raise UsageError(f"{entry} is no scenario of {config.source}: name its framework "
+                         "(framework=\"torch\") or register it (`lockguard scenario add`)")
+    module = entry_module(config.root, entry)
+    if module is None:
+        raise UsageError(f"{entry}: no module {entry.partition(':')[0]} in {config.root}")
+    return Scenario(id=name or entry.replace(":", "."), framework=framework,
+                    description=f"user entry {entry}", steps=steps or 20, script=module,
+                    entry=entry, root=config.root)

@@ -1,0 +1,108 @@
+"""The factory shape (`make(seed) -> (step, batches, probe)`) drives a flax TrainState step and a
+Keras model's train_on_batch as it drives a torch step: each team's own training, registered with
+`lockguard scenario add`, recorded by the CLI and checked by the lockguard_training fixture on
+that golden (the lock's venv), bitwise. No upgrade here: tests/data holds no lock pair for flax
+or Keras whose change moves these numbers (TF 2.20.0 -> 2.21.0 leaves this model identical)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DATA, NUMERICS_ONLY, golden_file, make_project
+from test_team_code import plugin_args
+from test_team_torch import cli
+
+pytestmark = pytest.mark.slow
+pytest_plugins = ["pytester"]
+
+FLAX = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import linen as nn
+from flax.training import train_state
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(1)(nn.tanh(nn.Dense(16)(x)))
+
+
+def make(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    y = 2 * x[:, :1] - x[:, 1:2]
+    model = MLP()
+    state = train_state.TrainState.create(apply_fn=model.apply, tx=optax.adamw(1e-2),
+                                          params=model.init(jax.random.PRNGKey(seed), x[:1]))
+
+    @jax.jit
+    def train_step(state, xb, yb):
+        def loss_fn(params):
+            return jnp.mean((state.apply_fn(params, xb) - yb) ** 2)
+        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        return state.apply_gradients(grads=grads), loss, optax.global_norm(grads)
+
+    def step(batch):
+        nonlocal state
+        state, loss, norm = train_step(state, *batch)
+        return {"loss": loss, "grad_norm": norm}
+
+    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 64, 16)]
+    return step, batches, lambda: state.apply_fn(state.params, x[:4])
+'''
+
+KERAS = '''
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def make(seed):
+    keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    y = 2 * x[:, :1] - x[:, 1:2]
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.AdamW(1e-2), loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    return (lambda batch: model.train_on_batch(*batch)), data, lambda: model(x[:4])
+'''
+
+TEST = '''
+import pytest
+
+
+@pytest.mark.parametrize("entry", ["pkg.flax_train:make", "pkg.keras_train:make"])
+def test_our_training(lockguard_training, entry):
+    report = lockguard_training(entry)
+    assert [v.verdict for v in report.verdicts] == ["identical"]  # bitwise, on the CLI's golden
+'''
+
+
+def test_a_flax_and_a_keras_teams_trainings_share_one_golden_both_ways(pytester):
+    project = make_project(pytester.path, 'locks = ["jax.txt", "tf.txt"]\n'
+                           'scenarios = ["flax-ours", "keras-ours"]\n' + NUMERICS_ONLY,
+                           files={"pkg/__init__.py": "", "pkg/flax_train.py": FLAX,
+                                  "pkg/keras_train.py": KERAS, "tests/test_train.py": TEST},
+                           locks={"jax.txt": DATA / "jax-0.10.2-flax-0.12.8.txt",
+                                  "tf.txt": DATA / "tf-2.21.0.txt"})
+    for entry, framework, name in (("pkg.flax_train:make", "jax", "flax-ours"),
+                                   ("pkg.keras_train:make", "tensorflow", "keras-ours")):
+        added = cli(project, "scenario", "add", entry, "--framework", framework, "--name", name,
+                    "--steps", "6")
+        assert added.exit_code == 0, added.output
+    recorded = cli(project, "record")
+    assert recorded.exit_code == 0, recorded.output
+    flax = json.loads(golden_file(project, "flax-ours").read_text())["result"]
+    keras = json.loads(golden_file(project, "keras-ours").read_text())["result"]
+    assert len(flax["losses"]) == len(flax["grad_norms"]) == 6 and flax["output_shape"] == [4, 1]
+    assert len(keras["losses"]) == 6 and keras["output_shape"] == [4, 1]
+    assert flax["losses"][-1] < flax["losses"][0] and keras["losses"][-1] < keras["losses"][0]
+    run = pytester.runpytest(*plugin_args(), "--lockguard-env", "venv")
+    run.assert_outcomes(passed=2)
