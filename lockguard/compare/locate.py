@@ -1,5 +1,6 @@
 """Where a drift starts: two sides' captures of one training step (RunResult.capture, written by
-the harness's locate_torch.py) compared module call by module call, and the shape of the drift
+the harness's locate_torch.py for torch, locate_jax.py for jax and flax: a call for each
+parameter leaf and tapped layer) compared module call by module call, and the shape of the drift
 over the steps (one tiny first difference amplified by training, or a systematic change).
 
 Pure, like the rest of lockguard.compare: RunResults in, a `Location` out.
@@ -110,7 +111,8 @@ class Location(BaseModel):
         ulp = (f"{self.max_ulp} ulp" if self.max_ulp is not None
                else f"equal over the first {self.sampled} of {self.numel} values")
         if self.kind == "weights":
-            what = ("before the first step: an initialisation change" if self.step == 0
+            what = ("before the first step: an initialisation change, not a kernel change"
+                    if self.step == 0
                     else f"entering step {self.step}: an earlier update moved them")
             return f"the weights of {head} differ {what}"
         where = "forward output" if self.kind == "forward" else "gradient (backward)"

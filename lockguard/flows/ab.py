@@ -123,8 +123,10 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     return [job for i in range(settings.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
 
 
-# The frameworks whose harness captures module calls (harness/_lockguard_harness/locate_*.py).
-LOCATABLE = frozenset({"torch"})
+# The frameworks whose harness captures a step layer by layer (harness/_lockguard_harness/
+# locate_torch.py: every module call; locate_jax.py: every parameter leaf and tapped layer of
+# the bundled jax and flax scenarios).
+LOCATABLE = frozenset({"torch", "jax"})
 
 
 def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
@@ -132,8 +134,8 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     """The localisation runs of `p` (compare/locate.py), one a side: its first divergent step
     (of loss or gradient norm) again, the run ending there, every module call captured. Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
-    for a bundled torch scenario only so far (a user script's model is not the harness's to
-    hook)."""
+    for a bundled scenario of a LOCATABLE framework (a user script's model is not the
+    harness's to hook)."""
     if (settings.locate == "never" or p.scenario.framework not in LOCATABLE
             or p.scenario.script is not None or not runs.baseline or not runs.candidate):
         return []
