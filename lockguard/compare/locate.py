@@ -1,7 +1,8 @@
 """Where a drift starts: two sides' captures of one training step (RunResult.capture, written by
-the harness's locate_torch.py for torch, locate_jax.py for jax and flax: a call for each
-parameter leaf and tapped layer) compared module call by module call, and the shape of the drift
-over the steps (one tiny first difference amplified by training, or a systematic change).
+the harness's locate_torch.py for torch; locate_jax.py and locate_tf.py for jax, flax, tf and
+keras: a call for each parameter leaf and tapped layer) compared module call by module call,
+and the shape of the drift over the steps (one tiny first difference amplified by training, or
+a systematic change).
 
 Pure, like the rest of lockguard.compare: RunResults in, a `Location` out.
 

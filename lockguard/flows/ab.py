@@ -124,9 +124,9 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
 
 
 # The frameworks whose harness captures a step layer by layer (harness/_lockguard_harness/
-# locate_torch.py: every module call; locate_jax.py: every parameter leaf and tapped layer of
-# the bundled jax and flax scenarios).
-LOCATABLE = frozenset({"torch", "jax"})
+# locate_torch.py: every module call; locate_jax.py, locate_tf.py: every parameter leaf and
+# tapped layer of the bundled jax, flax, tf and keras scenarios).
+LOCATABLE = frozenset({"torch", "jax", "tensorflow"})
 
 
 def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,

@@ -1,42 +1,30 @@
 """Capture of one jax training step, layer by layer: where a drift starts (lockguard's --locate).
 
-Runs inside the target environment (stdlib, numpy, jax). The result has the contract of
-locate_torch.py's (results.Capture), so that the host's comparison (lockguard/compare/locate.py)
-reads both alike. jax has no module hooks: a scenario's forward marks its layers with
-`tap(name, type, out, *inputs)`, which returns `out` unchanged outside a capture (the training
-step traces to the same program and trains to the same numbers). jax_.train calls `capture` at
-the step the host asks for (--locate-step N), with the parameters as they enter that step, before
-the step runs. It records, in order:
-
-    (model)          the root call every other call runs inside
-    one call a leaf  each parameter leaf (and state leaf, BatchNorm's running statistics) by its
-                     name ("w1", "l0.qkv_w", "Dense_0/kernel"), its digest as `params`: a leaf
-                     that differs at step 0 names an initialisation change (jax 0.5.0's random
-                     streams), at a later step an earlier update that moved it
-    one call a tap   each tapped layer's output (`out`), the digest of the floating arrays it
-                     was given (`inputs`), and the gradient that reached its output in the
-                     backward (`grad`; `grad_order` the reverse of the forward's order)
+Runs inside the target environment (stdlib, numpy, jax). The record is locate_arrays.py's (the
+contract locate_torch.py writes, results.Capture): every parameter leaf as the step begins
+("w1", "l0.qkv_w", "Dense_0/kernel", BatchNorm's running statistics), then every tapped layer's
+output, inputs and gradient. jax has no module hooks: a scenario's forward marks its layers
+with `tap(name, type, out, *inputs)`, which returns `out` unchanged outside a capture (the
+training step traces to the same program and trains to the same numbers). jax_.train calls
+`capture` at the step the host asks for (--locate-step N), with the parameters as they enter
+that step, before the step runs.
 
 How: the step's loss is traced once more under jax.jit with every tap recording its output and
 adding a zero array (a probe) to it; the gradient of the loss with respect to the probes is the
 gradient at each tapped output. That is a program of its own, not the training step's: XLA may
-fuse it otherwise, so the capture compares the two sides' captures with each other, never with
-the training run's numbers. No float64 referee (locate_torch.py's replay): a tap holds a layer's
+fuse it otherwise, so a capture is compared with the other side's capture, never with the
+training run's numbers. No float64 referee (locate_torch.py's replay): a tap holds a layer's
 output, not its operation, so there is nothing to run again in float64.
 
-Bounded as locate_torch.py is: at most MAX_CALLS calls (then `truncated`), SAMPLE values a tensor.
 jax is imported by capture(), not here: jax_.py imports this module before its setup() sets the
 variables XLA reads when jax starts.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-SAMPLE = 512  # values kept of each captured array (its digest covers all of them)
-MAX_CALLS = 2000  # calls recorded in one step
+from .locate_arrays import occurrence, record
 
 _ACTIVE: List["_Recorder"] = []  # the recorder while a capture traces the loss; else empty
 
@@ -59,53 +47,22 @@ class _Recorder:
         self.shapes: Dict[str, Tuple[Tuple[int, ...], Any]] = {}
 
     def record(self, name: str, kind: str, out: Any, inputs: Tuple[Any, ...]) -> Any:
-        seen = sum(1 for key, _ in self.order if key.split("#", 1)[0] == name)
-        key = name if seen == 0 else f"{name}#{seen}"  # a layer called again: its occurrence
+        import jax.numpy as jnp
+        key = occurrence(name, [k for k, _ in self.order])
         self.order.append((key, kind))
-        floats = [x for x in inputs if _floating(x)]
-        self.values[key] = (out, floats)
+        self.values[key] = (out, [x for x in inputs
+                                  if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)])
         self.shapes[key] = (tuple(out.shape), out.dtype)
-        if self.probes is None:
-            return out
-        return out + self.probes[key]
-
-
-def _floating(x: Any) -> bool:
-    import jax.numpy as jnp
-    return hasattr(x, "dtype") and bool(jnp.issubdtype(x.dtype, jnp.floating))
-
-
-def _host(x: Any) -> Any:
-    import jax
-    import numpy as np
-    return np.asarray(jax.device_get(x))
-
-
-def _digest(arrays: List[Any]) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        a = _host(a)
-        h.update(f"{a.dtype}{tuple(a.shape)}".encode() + b"\0")
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def _describe(array: Any) -> Dict[str, Any]:
-    """What the host compares of an array: digest, dtype, shape, the first SAMPLE values as
-    float32 little-endian bytes (exact for float32, bfloat16 and float16)."""
-    a = _host(array)
-    head = a.reshape(-1)[:SAMPLE].astype("<f4")
-    return {"digest": _digest([a]), "dtype": str(a.dtype), "shapes": [list(a.shape)],
-            "numel": int(a.size), "sample": base64.b64encode(head.tobytes()).decode("ascii")}
+        return out if self.probes is None else out + self.probes[key]
 
 
 def capture(step: int, model: str, leaves: Dict[str, Any], loss: Callable[..., Any],
             *args: Any) -> Dict[str, Any]:
-    """The capture of the step `loss(*args)` computes (module docstring): `leaves` the
-    parameter and state arrays by name as the step begins, in the model's order; `model` the
-    root call's type (the scenario's model)."""
+    """The capture of the step whose loss is `loss(*args)`: `leaves` the parameter and state
+    arrays by name as the step begins, in the model's order; `model` the root call's type."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     shapes = _Recorder(None)
     _ACTIVE.append(shapes)
@@ -125,16 +82,10 @@ def capture(step: int, model: str, leaves: Dict[str, Any], loss: Callable[..., A
         return value, {key: rec.values[key] for key, _ in rec.order}
 
     (_, seen), grads = jax.jit(jax.value_and_grad(probed, has_aux=True))(probes, *args)
-    calls: List[Dict[str, Any]] = [{"name": "(model)", "type": model, "parent": -1,
-                                    "inputs": _digest([])}]
-    for name, leaf in leaves.items():
-        calls.append({"name": name, "type": f"parameter {leaf.dtype}{list(leaf.shape)}",
-                      "parent": 0, "params": _digest([leaf]), "inputs": _digest([])})
-    order = shapes.order
-    for index, (key, kind) in enumerate(order):
-        out, inputs = seen[key]
-        calls.append({"name": key, "type": kind, "parent": 0, "inputs": _digest(inputs),
-                      "out": _describe(out), "grad": _describe(grads[key]),
-                      "grad_order": len(order) - 1 - index})
-    return {"step": step, "calls": calls[:MAX_CALLS], "truncated": len(calls) > MAX_CALLS,
-            "sample": SAMPLE}
+
+    def host(x: Any) -> Any:
+        return np.asarray(jax.device_get(x))
+
+    taps = [(key, kind, host(seen[key][0]), [host(x) for x in seen[key][1]], host(grads[key]))
+            for key, kind in shapes.order]
+    return record(step, model, {name: host(leaf) for name, leaf in leaves.items()}, taps)
