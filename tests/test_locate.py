@@ -204,3 +204,72 @@ def test_locate_against_the_goldens_says_it_located_nothing(project, tmp_path):
     plain = check(Settings.resolve(project, Options(rerun=True)), [new], TORCH_MLP,
                   backend=FakeBackend())
     assert not any("--locate" in n for n in plain.notes)
+
+
+# --------------------------------------------------- jax, flax, tf and keras: leaves and taps
+
+def _layers(shift_ulps: int, b1: float = 0.5) -> tuple[dict, list]:
+    """A two-layer step as locate_jax.py / locate_tf.py hand it to locate_arrays.record: the
+    leaves (w1, b1) and the taps fc1 → fc2, fc2's second value `shift_ulps` ULPs above 2.0."""
+    import numpy as np
+
+    leaves = {"w1": np.array([[1.0, 2.0]], dtype=np.float32),
+              "b1": np.array([b1], dtype=np.float32)}
+    x = np.array([0.25, 0.5], dtype=np.float32)
+    fc1 = np.array([1.5, 2.5], dtype=np.float32)
+    fc2 = np.array([1.0, 2.0 + shift_ulps * ULP2, 3.0], dtype=np.float32)
+    ones = np.ones(3, dtype=np.float32)
+    return leaves, [("fc1", "Linear", fc1, [x], np.array([0.5, 0.5], dtype=np.float32)),
+                    ("fc2", "Linear", fc2, [fc1], ones)]
+
+
+def test_a_jax_or_tf_capture_names_the_first_differing_leaf_then_the_first_layer():
+    """locate_arrays.record (the harness's, run here on numpy) in the contract the host reads:
+    a parameter leaf that differs at step 0 is an initialisation change (jax 0.5.0's random
+    streams), named by its leaf; with equal leaves, fc2's output 5 ULPs apart on equal inputs
+    (2.0 + 5·2**-22 is 5 float32 ULPs above 2.0)."""
+    from lockguard.harness._lockguard_harness import locate_arrays, locate_jax, locate_tf
+
+    def captured(step, shift, b1=0.5):
+        leaves, taps = _layers(shift, b1)
+        return Capture.model_validate(locate_arrays.record(step, "jax.rng", leaves, taps))
+
+    init = locate(captured(0, 0), captured(0, 0, b1=0.75))
+    assert (init.kind, init.module, init.module_type, init.step) == (
+        "weights", "b1", "parameter float32[1]", 0)
+    assert init.sentences()[0] == ("the weights of b1 (parameter float32[1]) differ before the "
+                                   "first step: an initialisation change, not a kernel change")
+    kernel = locate(captured(2, 0), captured(2, 5))
+    assert (kernel.kind, kernel.module, kernel.max_ulp, kernel.numel) == ("forward", "fc2", 5, 3)
+    assert kernel.same_inputs is True and kernel.later_differing == 0
+    assert [c.grad_order for c in captured(2, 0).calls] == [None, None, None, 1, 0]
+    assert locate(captured(2, 5), captured(2, 5)).kind == "none"
+    # outside a capture a tap hands back what it was given: the training's program unchanged
+    marker = object()
+    assert locate_jax.tap("fc1", "Linear", marker) is marker
+    assert locate_tf.tap("fc1", "Linear", marker) is marker
+
+
+def test_a_layer_tapped_twice_is_paired_by_its_occurrence():
+    from lockguard.harness._lockguard_harness.locate_arrays import occurrence
+
+    assert [occurrence("blk", ["blk"] * n) for n in range(3)] == ["blk", "blk#1", "blk#2"]
+    assert occurrence("blk", ["blk.attn", "other"]) == "blk"
+
+
+def test_jax_and_keras_drifts_are_located_in_the_ab_flow(project, tmp_path):
+    """The bundled jax, flax and Keras scenarios are located as torch's are (flows/ab.py
+    LOCATABLE); a user script's is not (its model is not the harness's to tap)."""
+    libraries = "numpy==1.26.4\nkeras==3.15.1\nflax==0.12.8\noptax==0.2.5\n"
+    old = lock(tmp_path, "old.txt", f"jax==0.4.35\ntensorflow==2.20.0\n{libraries}")
+    new = lock(tmp_path, "new.txt", f"jax==0.5.0\ntensorflow==2.21.0\n{libraries}")
+    scenarios = [s for s in bundled()
+                 if s.id in ("jax.rng", "flax.mlp", "keras.cnn", "tf.keras")]
+    fake = FakeBackend()
+    report = check_ab(Settings.resolve(project), [new], [old], scenarios, backend=fake)
+    for v in report.verdicts:
+        assert v.verdict == Verdict.drift and v.location is not None, v
+        assert v.location.module == "fc2" and v.location.step == v.first_divergent_step
+    # per scenario a run a side of 6 steps, then one a side to the first divergent step
+    assert len(report.verdicts) == 4
+    assert sorted(fake.steps).count(6) == 8 and len(fake.steps) == 16
