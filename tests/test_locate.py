@@ -2,15 +2,23 @@
 module, the drift's shape, the capture's validation on arrival, and the A/B flow that re-runs the
 first divergent step on the fake backend (tests/fakes.py capture_for). Every expected figure is
 worked out by hand: in float32, 2.0 + k·2**-22 is k ULPs above 2.0 (the ULP of [2, 4) is 2**-22).
-The harness's real capture is tested in test_model_libraries.py (slow)."""
+The harness's real capture: torch's in test_model_libraries.py (slow), jax's at the end of this
+file (slow: jax 0.5.0's random streams)."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
+import math
+import struct
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
+from conftest import DATA, NUMERICS_ONLY, REPO, make_project
 from fakes import FakeBackend, capture_for, fake_shift, lock
 from lockguard.compare.locate import drift_shape, locate, locate_step
 from lockguard.config import Config, Options
@@ -273,3 +281,109 @@ def test_jax_and_keras_drifts_are_located_in_the_ab_flow(project, tmp_path):
     # per scenario a run a side of 6 steps, then one a side to the first divergent step
     assert len(report.verdicts) == 4
     assert sorted(fake.steps).count(6) == 8 and len(fake.steps) == 16
+
+
+# A NEP 50 user scenario that registers its intermediates (numpy_.py's lockguard_capture): the
+# EMA's `0.1 * raw` is float64 under numpy 1's value-based casting, float32 under NEP 50.
+NEP50_SCRIPT = textwrap.dedent("""
+    import math
+
+    import numpy as np
+
+
+    def lockguard_capture(step, name, value):  # run by hand; the harness replaces it
+        return value
+
+
+    def run(steps, seed):
+        ema = np.float32(0.0)
+        losses = []
+        for step in range(steps):
+            raw = lockguard_capture(step, "raw", np.float32(2.0 * math.exp(-0.05 * step)))
+            ema = lockguard_capture(step, "ema", ema * np.float32(0.9) + 0.1 * raw)
+            losses.append(float(ema))
+        return losses
+    """)
+
+
+def test_a_numpy_script_registers_the_values_of_the_located_step_only(tmp_path):
+    """The real harness (run.py, numpy_.py) on this interpreter's numpy (2.x: NEP 50): the
+    registered values of step 2 alone, in call order, each with its dtype as its type."""
+    script, out = tmp_path / "nep50.py", tmp_path / "r.json"
+    script.write_text(NEP50_SCRIPT)
+    proc = subprocess.run([sys.executable, str(REPO / "lockguard" / "harness" / "run.py"),
+                           "--scenario", "nep50", "--script", str(script), "--framework",
+                           "numpy", "--steps", "4", "--locate-step", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = parse_result(json.loads(out.read_text()), "r.json")
+    assert result.status == "ok" and len(result.losses) == 4, result.error
+    calls = result.capture.calls
+    assert [(c.name, c.type) for c in calls] == [
+        ("(model)", "user script"), ("raw", "float32"), ("ema", "float32")]
+    assert result.capture.step == 2
+    # raw at step 2 is float32(2·e^-0.1), as the script computes it; kept as its float32 bits
+    expected = struct.unpack("<f", struct.pack("<f", 2.0 * math.exp(-0.05 * 2)))[0]
+    assert calls[1].out.values() == [expected] and calls[2].out.values() == [result.losses[2]]
+
+
+@pytest.mark.slow
+def test_jax_0_5_rng_change_is_located_as_an_initialisation_change(tmp_path):
+    """jax 0.4.35 → 0.5.0 (numpy 1.26.4 → 2.0.2 along) changes jax.random's streams: jax.rng's
+    weights, drawn from PRNGKey(seed), differ before the first step. The A/B re-runs step 0 on
+    both sides with every leaf and layer captured (harness locate_jax.py) and names the first
+    leaf, w1, as an initialisation change, not a kernel change; the drift is systematic. The
+    locks are test_bisect's coupled case's, so CI has their venvs built already. In process
+    (real venvs), as the flow runs under `check --baseline-lock`."""
+    from lockguard.config import load_config
+    from lockguard.locks.ref import LockRef, load_locks, lock_target, read_lock
+    from lockguard.scenarios import select
+
+    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NUMERICS_ONLY}\n', locks={
+        "old.txt": DATA / "jax-0.4.35-numpy-1.26.4.txt",
+        "new.txt": DATA / "jax-0.5.0-numpy-2.0.2.txt"})
+    config = load_config(project / "pyproject.toml")
+    old = LockRef(project / "old.txt", read_lock(project / "old.txt", lock_target(config)))
+    report = check_ab(Settings.resolve(config), load_locks(config, []), [old],
+                      select(config, ["jax.rng"]))
+    [v] = report.verdicts
+    assert v.verdict == Verdict.drift and v.first_divergent_step == 0, v.reasons
+    where = v.location
+    assert where is not None, v.reasons
+    assert (where.kind, where.step, where.module, where.module_type) == (
+        "weights", 0, "w1", "parameter float32[32, 16]"), where
+    assert where.shape is not None and where.shape.kind == "systematic", where.shape
+    assert ("the weights of w1 (parameter float32[32, 16]) differ before the first step: an "
+            "initialisation change, not a kernel change") in v.reasons
+
+
+@pytest.mark.slow
+def test_numpy_2_nep50_is_located_to_the_first_value_whose_dtype_changed(tmp_path):
+    """numpy 1.26.4 → 2.0.2 with a user scenario that registers its values: the A/B re-runs the
+    first divergent step on both sides and names `ema` (float64 → float32), `raw` being equal.
+    numpy-only locks: two small venvs."""
+    from lockguard.config import load_config
+    from lockguard.locks.ref import LockRef, load_locks, lock_target, read_lock
+    from lockguard.scenarios import select
+
+    project = make_project(tmp_path / "p", f"""
+        lock = "new.txt"
+        {NUMERICS_ONLY}
+        [scenario.nep50]
+        script = "nep50.py"
+        framework = "numpy"
+        tolerance = "exact"
+        """, files={"nep50.py": NEP50_SCRIPT},
+        locks={"old.txt": DATA / "numpy-1.26.4.txt", "new.txt": DATA / "numpy-2.0.2.txt"})
+    config = load_config(project / "pyproject.toml")
+    old = LockRef(project / "old.txt", read_lock(project / "old.txt", lock_target(config)))
+    report = check_ab(Settings.resolve(config), load_locks(config, []), [old],
+                      select(config, ["nep50"]))
+    [v] = report.verdicts
+    assert v.verdict == Verdict.drift, v.reasons
+    where = v.location
+    assert where is not None, v.reasons
+    assert (where.kind, where.module, where.module_type, where.candidate_type) == (
+        "forward", "ema", "float64", "float32"), where
+    assert where.step == v.first_divergent_step and where.later_differing == 0

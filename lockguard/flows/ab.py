@@ -127,6 +127,9 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
 # locate_torch.py: every module call; locate_jax.py, locate_tf.py: every parameter leaf and
 # tapped layer of the bundled jax, flax, tf and keras scenarios).
 LOCATABLE = frozenset({"torch", "jax", "tensorflow"})
+# The frameworks whose user scripts may register values to compare at the located step
+# (numpy_.py's lockguard_capture): NEP 50's first changed dtype named by the script's own name.
+LOCATABLE_SCRIPTS = frozenset({"numpy"})
 
 
 def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
@@ -134,10 +137,12 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     """The localisation runs of `p` (compare/locate.py), one a side: its first divergent step
     (of loss or gradient norm) again, the run ending there, every module call captured. Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
-    for a bundled scenario of a LOCATABLE framework (a user script's model is not the
-    harness's to hook)."""
-    if (settings.locate == "never" or p.scenario.framework not in LOCATABLE
-            or p.scenario.script is not None or not runs.baseline or not runs.candidate):
+    for a bundled scenario of a LOCATABLE framework, and a numpy user script (its registered
+    values; a user script's model is not the harness's to hook, and a script that registers
+    nothing is located nowhere)."""
+    locatable = LOCATABLE_SCRIPTS if p.scenario.script is not None else LOCATABLE
+    if (settings.locate == "never" or p.scenario.framework not in locatable
+            or not runs.baseline or not runs.candidate):
         return []
     step = locate_step(runs.baseline[0], runs.candidate[0])
     if step is None:
