@@ -32,7 +32,7 @@ import numpy as np
 from . import gen
 from .common import attempt as _try
 from .common import host_floats, le_bytes, seed_host_rngs
-from .locate_arrays import occurrence, record
+from .locate_arrays import MAX_CALLS, occurrence, record
 from .userscript import host_array_adapter, run_script
 
 NAME = "numpy"
@@ -196,15 +196,19 @@ def _is_array(value: Any) -> bool:
 
 
 def run_user(ctx, module) -> None:
-    """Run a user script's run(steps, seed) with the global RNGs seeded."""
+    """Run a user script's run(steps, seed) with the global RNGs seeded and its module's
+    lockguard_capture given (module docstring)."""
     seed_host_rngs(ctx.seed, np)  # the script was imported after setup(): seed again
     wanted = getattr(ctx, "locate_step", None)
     taps: list = []
 
     def lockguard_capture(step: int, name: str, value: Any) -> Any:
         """`value`; at the located step also recorded (module docstring)."""
-        if wanted is not None and step == wanted:
+        if wanted is not None and step == wanted and len(taps) <= MAX_CALLS:
             a = np.array(value)  # a copy: the script may change its array in place later
+            if a.dtype.kind not in "fiu":
+                raise TypeError(f"lockguard_capture({step}, {name!r}, …) takes real numbers or "
+                                f"arrays of them, got {a.dtype} ({type(value).__name__})")
             taps.append((occurrence(str(name), [t[0] for t in taps]), str(a.dtype), a, [], None))
         return value
 
