@@ -121,6 +121,12 @@ def test_drift_shapes_amplified_systematic_and_steady():
     assert drift_shape(old, [2.125] * 5, "float32").kind == "systematic"
     assert drift_shape(old, [2.0] + [2.0 + ULP2] * 4, "float32").kind == "steady"
     assert drift_shape(old, old, "float32") is None
+    # 2.0 + 2**-30 rounds to 2.0 in float32 (a float64 loss against a float32 one: NEP 50's)
+    below = drift_shape(old, [2.0 + 2.0 ** -30, 2.0 + 2.0 ** -20] + [2.0 + 2.0 ** -10] * 3,
+                        "float32")
+    assert (below.kind, below.first_ulp) == ("amplified", 0)
+    assert below.sentence().startswith("one first difference amplified by training: under 1 "
+                                       "ulp of loss at step 0")
 
 
 def test_the_located_step_is_the_first_loss_or_gradient_norm_difference():
@@ -252,6 +258,16 @@ def test_a_jax_or_tf_capture_names_the_first_differing_leaf_then_the_first_layer
     assert kernel.same_inputs is True and kernel.later_differing == 0
     assert [c.grad_order for c in captured(2, 0).calls] == [None, None, None, 1, 0]
     assert locate(captured(2, 5), captured(2, 5)).kind == "none"
+    # a float64 value against the float32 one it rounds to: the digests differ, the float32
+    # samples agree (NEP 50's EMA); the sentence says where the difference lies
+    leaves, taps = _layers(0)
+    wide = [taps[0], ("fc2", "Linear", taps[1][2].astype("float64"), taps[1][3], taps[1][4])]
+    nep50 = locate(captured(0, 0), Capture.model_validate(
+        locate_arrays.record(0, "jax.rng", leaves, wide)))
+    assert (nep50.module, nep50.max_ulp, nep50.module_type) == ("fc2", None, "Linear")
+    assert nep50.sentences()[0].startswith(
+        "the drift starts in fc2 (Linear) at step 0: its forward output differs beyond its "
+        "first 3 of 3 values as float32 (they agree) on equal inputs")
     # outside a capture a tap hands back what it was given: the training's program unchanged
     marker = object()
     assert locate_jax.tap("fc1", "Linear", marker) is marker
@@ -387,3 +403,5 @@ def test_numpy_2_nep50_is_located_to_the_first_value_whose_dtype_changed(tmp_pat
     assert (where.kind, where.module, where.module_type, where.candidate_type) == (
         "forward", "ema", "float64", "float32"), where
     assert where.step == v.first_divergent_step and where.later_differing == 0
+    assert any(r.startswith(f"the drift starts in ema (float64 → float32) at step {where.step}")
+               for r in v.reasons), v.reasons
