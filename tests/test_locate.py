@@ -344,6 +344,36 @@ def test_a_numpy_script_registers_the_values_of_the_located_step_only(tmp_path):
     assert calls[1].out.values() == [expected] and calls[2].out.values() == [result.losses[2]]
 
 
+def test_a_numpy_script_is_located_only_when_it_registers_values(tmp_path):
+    """A numpy user scenario that names lockguard_capture is re-run at its first divergent step
+    on both sides (the fake's capture names fc2); one that registers nothing is not re-run."""
+    from lockguard.config import load_config
+    from lockguard.scenarios import select
+
+    plain = "def run(steps, seed):\n    return [1.0] * steps\n"
+    project = make_project(tmp_path / "p", """
+        lock = "new.txt"
+        steps = 6
+        [scenario.nep50]
+        script = "nep50.py"
+        framework = "numpy"
+        [scenario.plain]
+        script = "plain.py"
+        framework = "numpy"
+        """, files={"nep50.py": NEP50_SCRIPT, "plain.py": plain})
+    old = lock(project, "old.txt", "numpy==1.26.4\n")
+    new = lock(project, "new.txt", "numpy==2.0.2\n")
+    config = load_config(project / "pyproject.toml")
+    fake = FakeBackend()
+    report = check_ab(Settings.resolve(config), [new], [old], select(config, []), backend=fake)
+    v = {v.scenario: v for v in report.verdicts}
+    assert v["nep50"].verdict == v["plain"].verdict == Verdict.drift
+    assert v["nep50"].location is not None and v["nep50"].location.module == "fc2"
+    assert v["plain"].location is None
+    # the localisation runs (shorter than 6 steps): nep50's, one a side
+    assert [sid for (sid, _), n in zip(fake.runs, fake.steps) if n != 6] == ["nep50", "nep50"]
+
+
 @pytest.mark.slow
 def test_jax_0_5_rng_change_is_located_as_an_initialisation_change(tmp_path):
     """jax 0.4.35 → 0.5.0 (numpy 1.26.4 → 2.0.2 along) changes jax.random's streams: jax.rng's

@@ -27,6 +27,8 @@ from lockguard.scenarios import Scenario
 from lockguard.settings import Settings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from lockguard.report import Evidence
 
 
@@ -138,11 +140,12 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     (of loss or gradient norm) again, the run ending there, every module call captured. Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
     for a bundled scenario of a LOCATABLE framework, and a numpy user script (its registered
-    values; a user script's model is not the harness's to hook, and a script that registers
-    nothing is located nowhere)."""
+    values; a user script's model is not the harness's to hook, and a script that never names
+    lockguard_capture is not re-run)."""
     locatable = LOCATABLE_SCRIPTS if p.scenario.script is not None else LOCATABLE
     if (settings.locate == "never" or p.scenario.framework not in locatable
-            or not runs.baseline or not runs.candidate):
+            or not runs.baseline or not runs.candidate
+            or (p.scenario.script is not None and not _registers(p.scenario.script, code[1]))):
         return []
     step = locate_step(runs.baseline[0], runs.candidate[0])
     if step is None:
@@ -156,6 +159,16 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     short = replace(p, steps=step + 1)
     return [Job(short, old, "baseline", code=code[0], locate_step=step),
             Job(short, p.lock, "candidate", code=code[1], locate_step=step)]
+
+
+def _registers(script: Path, code: CodeTree | None) -> bool:
+    """Whether a user script (the candidate side's) names numpy_.py's lockguard_capture: one
+    that registers nothing would be re-run on both sides for no location. Read, never run."""
+    try:
+        text = (code.place(script) if code is not None else script).read_text(errors="replace")
+    except (OSError, ValueError):
+        return False
+    return "lockguard_capture" in text
 
 
 def _located(verdict: ScenarioVerdict, runs: Runs) -> ScenarioVerdict:
