@@ -1,11 +1,13 @@
 """The cost of localising a drift (lockguard/compare/locate.py): one localisation run of a side
-(the first divergent step again, every module captured, a float64 referee per module call)
-against that scenario's normal run, in the same environment, one after the other.
+(the first divergent step again, every module captured: torch's with a float64 referee per
+module call, jax's and tf's every leaf and tapped layer) against that scenario's normal run, in
+the same environment, one after the other.
 
     python benchmarks/bench_locate.py PYTHON [SCENARIO ...]
 
-PYTHON: the interpreter of an environment that has torch (and transformers for its scenario),
-e.g. one of lockguard's cached venvs. Each run is the harness process as lockguard starts it
+PYTHON: the interpreter of an environment that has the scenarios' framework (torch, and
+transformers for its scenario; jax; tensorflow), e.g. one of lockguard's cached venvs: one
+framework a call, so the rows of the others are kept from benchmarks/results/locate.json. Each run is the harness process as lockguard starts it
 (no sandbox: the sandbox costs both the same). The localisation run is timed at its worst, the
 last step of the normal run (every earlier step trains first). Target: at most 2× the normal run.
 Writes benchmarks/results/locate.json.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE.parent / "lockguard" / "harness" / "run.py"
-STEPS = {"torch.lm": 20, "transformers.gpt2": 10}
+STEPS = {"torch.lm": 20, "transformers.gpt2": 10, "jax.lm": 20, "tf.lm": 20, "keras.cnn": 10}
 
 
 def wall(python: str, scenario: str, steps: int, *extra: str) -> float:
@@ -41,8 +43,12 @@ def wall(python: str, scenario: str, steps: int, *extra: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    python, scenarios = argv[0], argv[1:] or list(STEPS)
-    rows = {}
+    if not argv:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    python, scenarios = argv[0], argv[1:] or ["torch.lm", "transformers.gpt2"]
+    out = HERE / "results" / "locate.json"
+    rows = json.loads(out.read_text()) if out.exists() else {}
     for sid in scenarios:
         n = STEPS.get(sid, 10)
         normal = min(wall(python, sid, n) for _ in range(2))
@@ -52,8 +58,8 @@ def main(argv: list[str]) -> int:
                      "load": os.getloadavg()[0]}
         print(f"{sid}: normal {normal:.2f} s ({n} steps), localisation run {located:.2f} s "
               f"(steps 0-{n - 1}, the last captured): ×{located / normal:.2f}")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "locate.json").write_text(json.dumps(rows, indent=1) + "\n")
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 

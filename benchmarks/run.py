@@ -145,6 +145,15 @@ def _diff(doc: dict) -> tuple[str, bool | None, str]:
                                                       doc.get("load_after")]))
 
 
+def _locate(doc: dict) -> tuple[str, bool | None, str]:
+    if not doc:
+        return "—", None, ""
+    ratios = {sid: row["ratio"] for sid, row in doc.items()}
+    text = "; ".join(f"{sid} ×{doc[sid]['ratio']:.2f} ({_s(doc[sid]['normal_s'])} → "
+                     f"{_s(doc[sid]['located_s'])})" for sid in doc)
+    return text, max(ratios.values()) <= 2, _load([row.get("load") for row in doc.values()])
+
+
 PY = sys.executable
 BENCH = "benchmarks/bench_check.py"
 ROWS = [
@@ -167,6 +176,10 @@ ROWS = [
         "cold ≤ 12 min, warm ≤ 6 min, fast ≤ 60 s"),
     Row("diff", "`lockguard diff` of two 100,000-pin locks",
         [PY, "benchmarks/bench_diff.py"], RESULTS / "diff.json", _diff, "≤ 3 s"),
+    # The interpreters are the frameworks' environments: bench_locate.py PYTHON SCENARIO, by
+    # hand, one framework a call (its bare command here says so and keeps the last result).
+    Row("locate", "a localisation run against the scenario's normal run (whole process)",
+        [PY, "benchmarks/bench_locate.py"], RESULTS / "locate.json", _locate, "≤ ×2"),
 ]
 
 

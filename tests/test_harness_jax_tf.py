@@ -27,6 +27,7 @@ import pytest
 
 from conftest import FRAMEWORK_LOCKS, host_nvidia_driver, lockguard_python
 from test_frameworks import SUITE as FRAMEWORKS_SUITE
+from lockguard.compare.locate import locate
 from lockguard.results import parse_result
 
 
@@ -74,15 +75,17 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def runs(pythons: Dict[str, Path], run_dir: Path):
-    """harness(scenario, repeat=0, device="cpu", script=None, framework=None) -> result dict."""
+    """harness(scenario, repeat=0, device="cpu", script=None, framework=None, steps=None,
+    locate_step=None) -> result dict."""
     memo: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
 
     def harness(scenario: str, repeat: int = 0, device: str = "cpu", script: Path | None = None,
-                framework: str | None = None, steps: int | None = None) -> Dict[str, Any]:
+                framework: str | None = None, steps: int | None = None,
+                locate_step: int | None = None) -> Dict[str, Any]:
         fw = framework or SCENARIOS[scenario][0]
         if steps is None:
             steps = STEPS[SCENARIOS[scenario][1]] if scenario in SCENARIOS else 4
-        key = (scenario, repeat, device, str(script), fw, steps)
+        key = (scenario, repeat, device, str(script), fw, steps, locate_step)
         if key in memo:
             return memo[key]
         if fw not in pythons:
@@ -91,6 +94,8 @@ def runs(pythons: Dict[str, Path], run_dir: Path):
         extra = ["--device", device]
         if script is not None:
             extra += ["--script", str(script), "--framework", fw]
+        if locate_step is not None:
+            extra += ["--locate-step", str(locate_step)]
         env = {k: v for k, v in os.environ.items()
                if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "PYTHONPATH", "TF_ENABLE_ONEDNN_OPTS")}
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
@@ -315,3 +320,36 @@ def test_user_script_returning_garbage_is_a_clear_crash(runs, run_dir: Path) -> 
     r = runs("user.garbage", script=script, framework="jax", steps=2)
     assert r["status"] == "crashed"
     assert "losses[0] must be a number, got str 'high'" in r["error"]
+
+
+# --------------------------------------------------------------------------- localisation runs
+
+@pytest.mark.parametrize("scenario, framework, family, taps", [
+    ("jax.lm", "jax", "lm", ["emb", "l0.ln1", "l0.qkv", "l0.attn", "l0.proj", "l0.ln2",
+                             "l0.fc1", "l0.gelu", "l0.fc2"]),
+    ("tf.cnn", "tensorflow", "cnn", ["conv1", "bn1", "conv2", "bn2", "conv3", "bn3", "fc"]),
+    ("keras.cnn", "tensorflow", "cnn", ["conv2d", "batch_normalization", "re_lu",
+                                        "max_pooling2d", "conv2d_1", "batch_normalization_1",
+                                        "re_lu_1", "global_average_pooling2d", "dropout",
+                                        "dense"]),
+])
+def test_a_located_run_captures_every_leaf_and_layer_and_trains_the_same(
+        runs, scenario: str, framework: str, family: str, taps: list) -> None:
+    """locate_jax.py / locate_tf.py in a real run (--locate-step 1): every parameter leaf, then
+    the tapped layers (jax.lm's block, tf.cnn's convolutions and norms, each layer of keras.cnn
+    by its Keras name), each with an output and a gradient; the run's own numbers are those
+    of a run without it (the taps and the capture change nothing the step computes: keras'
+    dropout RNG and BatchNorm's statistics are put back)."""
+    steps = STEPS[family]
+    plain = _ok(runs(scenario, framework=framework, steps=steps))
+    located = _ok(runs(scenario, framework=framework, steps=steps, locate_step=1))
+    for key in ("losses", "grad_norms", "outputs", "param_digest"):
+        assert located[key] == plain[key], key
+    capture = parse_result(located, "located").capture
+    assert capture.step == 1 and not capture.truncated
+    leaves = [c.name for c in capture.calls if c.params is not None]
+    assert sorted(leaves) == sorted(plain["param_norms"])  # the digest's names
+    layers = [c for c in capture.calls[1:] if c.params is None]
+    assert [c.name for c in layers][:len(taps)] == taps
+    assert all(c.out is not None and c.grad is not None for c in layers), layers
+    assert locate(capture, capture).kind == "none"

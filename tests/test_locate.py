@@ -2,15 +2,23 @@
 module, the drift's shape, the capture's validation on arrival, and the A/B flow that re-runs the
 first divergent step on the fake backend (tests/fakes.py capture_for). Every expected figure is
 worked out by hand: in float32, 2.0 + k·2**-22 is k ULPs above 2.0 (the ULP of [2, 4) is 2**-22).
-The harness's real capture is tested in test_model_libraries.py (slow)."""
+The harness's real capture: torch's in test_model_libraries.py (slow), jax's at the end of this
+file (slow: jax 0.5.0's random streams)."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
+import math
+import struct
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
+from conftest import DATA, NUMERICS_ONLY, REPO, make_project
 from fakes import FakeBackend, capture_for, fake_shift, lock
 from lockguard.compare.locate import drift_shape, locate, locate_step
 from lockguard.config import Config, Options
@@ -113,6 +121,12 @@ def test_drift_shapes_amplified_systematic_and_steady():
     assert drift_shape(old, [2.125] * 5, "float32").kind == "systematic"
     assert drift_shape(old, [2.0] + [2.0 + ULP2] * 4, "float32").kind == "steady"
     assert drift_shape(old, old, "float32") is None
+    # 2.0 + 2**-30 rounds to 2.0 in float32 (a float64 loss against a float32 one: NEP 50's)
+    below = drift_shape(old, [2.0 + 2.0 ** -30, 2.0 + 2.0 ** -20] + [2.0 + 2.0 ** -10] * 3,
+                        "float32")
+    assert (below.kind, below.first_ulp) == ("amplified", 0)
+    assert below.sentence().startswith("one first difference amplified by training: under 1 "
+                                       "ulp of loss at step 0")
 
 
 def test_the_located_step_is_the_first_loss_or_gradient_norm_difference():
@@ -217,3 +231,220 @@ def test_a_compiled_or_data_parallel_scenario_is_not_located(project, tmp_path):
     assert {v.verdict for v in report.verdicts} == {Verdict.drift}
     assert all(v.location is None for v in report.verdicts)
     assert 2 not in fake.steps  # no step re-run
+
+
+# --------------------------------------------------- jax, flax, tf and keras: leaves and taps
+
+def _layers(shift_ulps: int, b1: float = 0.5) -> tuple[dict, list]:
+    """A two-layer step as locate_jax.py / locate_tf.py hand it to locate_arrays.record: the
+    leaves (w1, b1) and the taps fc1 → fc2, fc2's second value `shift_ulps` ULPs above 2.0."""
+    import numpy as np
+
+    leaves = {"w1": np.array([[1.0, 2.0]], dtype=np.float32),
+              "b1": np.array([b1], dtype=np.float32)}
+    x = np.array([0.25, 0.5], dtype=np.float32)
+    fc1 = np.array([1.5, 2.5], dtype=np.float32)
+    fc2 = np.array([1.0, 2.0 + shift_ulps * ULP2, 3.0], dtype=np.float32)
+    ones = np.ones(3, dtype=np.float32)
+    return leaves, [("fc1", "Linear", fc1, [x], np.array([0.5, 0.5], dtype=np.float32)),
+                    ("fc2", "Linear", fc2, [fc1], ones)]
+
+
+def test_a_jax_or_tf_capture_names_the_first_differing_leaf_then_the_first_layer():
+    """locate_arrays.record (the harness's, run here on numpy) in the contract the host reads:
+    a parameter leaf that differs at step 0 is an initialisation change (jax 0.5.0's random
+    streams), named by its leaf; with equal leaves, fc2's output 5 ULPs apart on equal inputs
+    (2.0 + 5·2**-22 is 5 float32 ULPs above 2.0)."""
+    from lockguard.harness._lockguard_harness import locate_arrays, locate_jax, locate_tf
+
+    def captured(step, shift, b1=0.5):
+        leaves, taps = _layers(shift, b1)
+        return Capture.model_validate(locate_arrays.record(step, "jax.rng", leaves, taps))
+
+    init = locate(captured(0, 0), captured(0, 0, b1=0.75))
+    assert (init.kind, init.module, init.module_type, init.step) == (
+        "weights", "b1", "parameter float32[1]", 0)
+    assert init.sentences()[0] == ("the weights of b1 (parameter float32[1]) differ before the "
+                                   "first step: an initialisation change, not a kernel change")
+    kernel = locate(captured(2, 0), captured(2, 5))
+    assert (kernel.kind, kernel.module, kernel.max_ulp, kernel.numel) == ("forward", "fc2", 5, 3)
+    assert kernel.same_inputs is True and kernel.later_differing == 0
+    assert [c.grad_order for c in captured(2, 0).calls] == [None, None, None, 1, 0]
+    assert locate(captured(2, 5), captured(2, 5)).kind == "none"
+    # a float64 value against the float32 one it rounds to: the digests differ, the float32
+    # samples agree (NEP 50's EMA); the sentence says where the difference lies
+    leaves, taps = _layers(0)
+    wide = [taps[0], ("fc2", "Linear", taps[1][2].astype("float64"), taps[1][3], taps[1][4])]
+    nep50 = locate(captured(0, 0), Capture.model_validate(
+        locate_arrays.record(0, "jax.rng", leaves, wide)))
+    assert (nep50.module, nep50.max_ulp, nep50.module_type) == ("fc2", None, "Linear")
+    assert nep50.sentences()[0].startswith(
+        "the drift starts in fc2 (Linear) at step 0: its forward output differs beyond its "
+        "first 3 of 3 values as float32 (they agree) on equal inputs")
+    # outside a capture a tap hands back what it was given: the training's program unchanged
+    marker = object()
+    assert locate_jax.tap("fc1", "Linear", marker) is marker
+    assert locate_tf.tap("fc1", "Linear", marker) is marker
+
+
+def test_a_layer_tapped_twice_is_paired_by_its_occurrence():
+    from lockguard.harness._lockguard_harness.locate_arrays import occurrence
+
+    assert [occurrence("blk", ["blk"] * n) for n in range(3)] == ["blk", "blk#1", "blk#2"]
+    assert occurrence("blk", ["blk.attn", "other"]) == "blk"
+
+
+def test_jax_and_keras_drifts_are_located_in_the_ab_flow(project, tmp_path):
+    """The bundled jax, flax and Keras scenarios are located as torch's are (flows/ab.py
+    LOCATABLE); a user script's is not (its model is not the harness's to tap)."""
+    libraries = "numpy==1.26.4\nkeras==3.15.1\nflax==0.12.8\noptax==0.2.5\n"
+    old = lock(tmp_path, "old.txt", f"jax==0.4.35\ntensorflow==2.20.0\n{libraries}")
+    new = lock(tmp_path, "new.txt", f"jax==0.5.0\ntensorflow==2.21.0\n{libraries}")
+    scenarios = [s for s in bundled()
+                 if s.id in ("jax.rng", "flax.mlp", "keras.cnn", "tf.keras")]
+    fake = FakeBackend()
+    report = check_ab(Settings.resolve(project), [new], [old], scenarios, backend=fake)
+    for v in report.verdicts:
+        assert v.verdict == Verdict.drift and v.location is not None, v
+        assert v.location.module == "fc2" and v.location.step == v.first_divergent_step
+    # per scenario a run a side of 6 steps, then one a side to the first divergent step
+    assert len(report.verdicts) == 4
+    assert sorted(fake.steps).count(6) == 8 and len(fake.steps) == 16
+
+
+# A NEP 50 user scenario that registers its intermediates (numpy_.py's lockguard_capture): the
+# EMA's `0.1 * raw` is float64 under numpy 1's value-based casting, float32 under NEP 50.
+NEP50_SCRIPT = textwrap.dedent("""
+    import math
+
+    import numpy as np
+
+
+    def lockguard_capture(step, name, value):  # run by hand; the harness replaces it
+        return value
+
+
+    def run(steps, seed):
+        ema = np.float32(0.0)
+        losses = []
+        for step in range(steps):
+            raw = lockguard_capture(step, "raw", np.float32(2.0 * math.exp(-0.05 * step)))
+            ema = lockguard_capture(step, "ema", ema * np.float32(0.9) + 0.1 * raw)
+            losses.append(float(ema))
+        return losses
+    """)
+
+
+def test_a_numpy_script_registers_the_values_of_the_located_step_only(tmp_path):
+    """The real harness (run.py, numpy_.py) on this interpreter's numpy (2.x: NEP 50): the
+    registered values of step 2 alone, in call order, each with its dtype as its type."""
+    script, out = tmp_path / "nep50.py", tmp_path / "r.json"
+    script.write_text(NEP50_SCRIPT)
+    proc = subprocess.run([sys.executable, str(REPO / "lockguard" / "harness" / "run.py"),
+                           "--scenario", "nep50", "--script", str(script), "--framework",
+                           "numpy", "--steps", "4", "--locate-step", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = parse_result(json.loads(out.read_text()), "r.json")
+    assert result.status == "ok" and len(result.losses) == 4, result.error
+    calls = result.capture.calls
+    assert [(c.name, c.type) for c in calls] == [
+        ("(model)", "user script"), ("raw", "float32"), ("ema", "float32")]
+    assert result.capture.step == 2
+    # raw at step 2 is float32(2·e^-0.1), as the script computes it; kept as its float32 bits
+    expected = struct.unpack("<f", struct.pack("<f", 2.0 * math.exp(-0.05 * 2)))[0]
+    assert calls[1].out.values() == [expected] and calls[2].out.values() == [result.losses[2]]
+
+
+def test_a_numpy_script_is_located_only_when_it_registers_values(tmp_path):
+    """A numpy user scenario that names lockguard_capture is re-run at its first divergent step
+    on both sides (the fake's capture names fc2); one that registers nothing is not re-run."""
+    from lockguard.config import load_config
+    from lockguard.scenarios import select
+
+    plain = "def run(steps, seed):\n    return [1.0] * steps\n"
+    project = make_project(tmp_path / "p", """
+        lock = "new.txt"
+        steps = 6
+        [scenario.nep50]
+        script = "nep50.py"
+        framework = "numpy"
+        [scenario.plain]
+        script = "plain.py"
+        framework = "numpy"
+        """, files={"nep50.py": NEP50_SCRIPT, "plain.py": plain})
+    old = lock(project, "old.txt", "numpy==1.26.4\n")
+    new = lock(project, "new.txt", "numpy==2.0.2\n")
+    config = load_config(project / "pyproject.toml")
+    fake = FakeBackend()
+    report = check_ab(Settings.resolve(config), [new], [old], select(config, []), backend=fake)
+    v = {v.scenario: v for v in report.verdicts}
+    assert v["nep50"].verdict == v["plain"].verdict == Verdict.drift
+    assert v["nep50"].location is not None and v["nep50"].location.module == "fc2"
+    assert v["plain"].location is None
+    # the localisation runs (shorter than 6 steps): nep50's, one a side
+    assert [sid for (sid, _), n in zip(fake.runs, fake.steps) if n != 6] == ["nep50", "nep50"]
+
+
+@pytest.mark.slow
+def test_jax_0_5_rng_change_is_located_as_an_initialisation_change(tmp_path):
+    """jax 0.4.35 → 0.5.0 (numpy 1.26.4 → 2.0.2 along) changes jax.random's streams: jax.rng's
+    weights, drawn from PRNGKey(seed), differ before the first step. The A/B re-runs step 0 on
+    both sides with every leaf and layer captured (harness locate_jax.py) and names the first
+    leaf, w1, as an initialisation change, not a kernel change; the drift is systematic. The
+    locks are test_bisect's coupled case's, so CI has their venvs built already. In process
+    (real venvs), as the flow runs under `check --baseline-lock`."""
+    from lockguard.config import load_config
+    from lockguard.locks.ref import LockRef, load_locks, lock_target, read_lock
+    from lockguard.scenarios import select
+
+    project = make_project(tmp_path / "p", f'lock = "new.txt"\n{NUMERICS_ONLY}\n', locks={
+        "old.txt": DATA / "jax-0.4.35-numpy-1.26.4.txt",
+        "new.txt": DATA / "jax-0.5.0-numpy-2.0.2.txt"})
+    config = load_config(project / "pyproject.toml")
+    old = LockRef(project / "old.txt", read_lock(project / "old.txt", lock_target(config)))
+    report = check_ab(Settings.resolve(config), load_locks(config, []), [old],
+                      select(config, ["jax.rng"]))
+    [v] = report.verdicts
+    assert v.verdict == Verdict.drift and v.first_divergent_step == 0, v.reasons
+    where = v.location
+    assert where is not None, v.reasons
+    assert (where.kind, where.step, where.module, where.module_type) == (
+        "weights", 0, "w1", "parameter float32[32, 16]"), where
+    assert where.shape is not None and where.shape.kind == "systematic", where.shape
+    assert ("the weights of w1 (parameter float32[32, 16]) differ before the first step: an "
+            "initialisation change, not a kernel change") in v.reasons
+
+
+@pytest.mark.slow
+def test_numpy_2_nep50_is_located_to_the_first_value_whose_dtype_changed(tmp_path):
+    """numpy 1.26.4 → 2.0.2 with a user scenario that registers its values: the A/B re-runs the
+    first divergent step on both sides and names `ema` (float64 → float32), `raw` being equal.
+    numpy-only locks: two small venvs."""
+    from lockguard.config import load_config
+    from lockguard.locks.ref import LockRef, load_locks, lock_target, read_lock
+    from lockguard.scenarios import select
+
+    project = make_project(tmp_path / "p", f"""
+        lock = "new.txt"
+        {NUMERICS_ONLY}
+        [scenario.nep50]
+        script = "nep50.py"
+        framework = "numpy"
+        tolerance = "exact"
+        """, files={"nep50.py": NEP50_SCRIPT},
+        locks={"old.txt": DATA / "numpy-1.26.4.txt", "new.txt": DATA / "numpy-2.0.2.txt"})
+    config = load_config(project / "pyproject.toml")
+    old = LockRef(project / "old.txt", read_lock(project / "old.txt", lock_target(config)))
+    report = check_ab(Settings.resolve(config), load_locks(config, []), [old],
+                      select(config, ["nep50"]))
+    [v] = report.verdicts
+    assert v.verdict == Verdict.drift, v.reasons
+    where = v.location
+    assert where is not None, v.reasons
+    assert (where.kind, where.module, where.module_type, where.candidate_type) == (
+        "forward", "ema", "float64", "float32"), where
+    assert where.step == v.first_divergent_step and where.later_differing == 0
+    assert any(r.startswith(f"the drift starts in ema (float64 → float32) at step {where.step}")
+               for r in v.reasons), v.reasons

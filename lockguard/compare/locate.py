@@ -1,6 +1,8 @@
 """Where a drift starts: two sides' captures of one training step (RunResult.capture, written by
-the harness's locate_torch.py) compared module call by module call, and the shape of the drift
-over the steps (one tiny first difference amplified by training, or a systematic change).
+the harness's locate_torch.py for torch; locate_jax.py and locate_tf.py for jax, flax, tf and
+keras: a call for each parameter leaf and tapped layer) compared module call by module call,
+and the shape of the drift over the steps (one tiny first difference amplified by training, or
+a systematic change).
 
 Pure, like the rest of lockguard.compare: RunResults in, a `Location` out.
 
@@ -50,7 +52,10 @@ class DriftShape(BaseModel):
         last = self.growth[-1] if self.growth else 0.0
         first = self.growth[0] if self.growth else 0.0
         if self.kind == "amplified":
-            return (f"one first difference amplified by training: {self.first_ulp} ulp of loss "
+            # 0 ulp: the losses differ below the run's dtype (a float64 loss against a
+            # float32 one that rounds to it: NEP 50's)
+            ulps = f"{self.first_ulp} ulp" if self.first_ulp else "under 1 ulp"
+            return (f"one first difference amplified by training: {ulps} of loss "
                     f"at step {self.first_step}, |Δloss| {first:.3g} → {last:.3g} by the last "
                     "step")
         if self.kind == "systematic":
@@ -109,17 +114,21 @@ class Location(BaseModel):
         if self.candidate_type and self.candidate_type != self.module_type:
             types = f"{types} → {self.candidate_type}"
         head = f"{self.module} ({types})"
-        ulp = (f"{self.max_ulp} ulp" if self.max_ulp is not None
-               else f"equal over the first {self.sampled} of {self.numel} values")
+        # Sampled values equal as float32 (their digests differ): a float64 value against a
+        # float32 one it rounds to, or a difference past the first SAMPLE values.
+        by = (f"by max {self.max_ulp} ulp" if self.max_ulp is not None
+              else f"beyond its first {self.sampled} of {self.numel} values as float32 (they "
+                   "agree)")
         if self.kind == "weights":
-            what = ("before the first step: an initialisation change" if self.step == 0
+            what = ("before the first step: an initialisation change, not a kernel change"
+                    if self.step == 0
                     else f"entering step {self.step}: an earlier update moved them")
             return f"the weights of {head} differ {what}"
         where = "forward output" if self.kind == "forward" else "gradient (backward)"
         inside = (f"; it shows first at {self.first_output}, inside it, whose inputs already "
                   "differ" if self.first_output else "")
-        return (f"the drift starts in {head} at step {self.step}: its {where} differs by max "
-                f"{ulp} on equal inputs{inside}; {self.later_differing} other module call(s) of "
+        return (f"the drift starts in {head} at step {self.step}: its {where} differs {by} "
+                f"on equal inputs{inside}; {self.later_differing} other module call(s) of "
                 f"the {self.compared} compared differ too (downstream)")
 
     def _referee(self) -> str | None:

@@ -28,6 +28,7 @@ from lockguard.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
     from lockguard.fleet import Machine
     from lockguard.report import Evidence
@@ -128,9 +129,15 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     return [job for i in range(settings.timing_runs) for job in pair[::1 - 2 * (i % 2)]]
 
 
-# The frameworks whose harness captures module calls (harness/_lockguard_harness/locate_*.py).
-LOCATABLE = frozenset({"torch"})
-# The paths (Scenario.reach) a module hook would change: torch.compile's graphs, the replicas.
+# The frameworks whose harness captures a step layer by layer (harness/_lockguard_harness/
+# locate_torch.py: every module call; locate_jax.py, locate_tf.py: every parameter leaf and
+# tapped layer of the bundled jax, flax, tf and keras scenarios).
+LOCATABLE = frozenset({"torch", "jax", "tensorflow"})
+# The frameworks whose user scripts may register values to compare at the located step
+# (numpy_.py's lockguard_capture): NEP 50's first changed dtype named by the script's own name.
+LOCATABLE_SCRIPTS = frozenset({"numpy"})
+# The paths (Scenario.reach) a capture would change or miss: a torch hook breaks
+# torch.compile's graph, and a jit/XLA or replicated step is not the program a capture re-runs.
 UNHOOKABLE = frozenset({"compiler", "parallel"})
 
 
@@ -139,12 +146,14 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     """The localisation runs of `p` (compare/locate.py), one a side: its first divergent step
     (of loss or gradient norm) again, the run ending there, every module call captured. Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
-    for a bundled torch scenario only so far (a user script's model is not the harness's to
-    hook), and not a compiled or data-parallel one: hooks on a compiled module break its graph,
-    and the step re-run would not be the step that drifted (its eager twin is located)."""
-    if (settings.locate == "never" or p.scenario.framework not in LOCATABLE
-            or p.scenario.script is not None or p.scenario.reach in UNHOOKABLE
-            or not runs.baseline or not runs.candidate):
+    for a bundled scenario of a LOCATABLE framework, and a numpy user script (its registered
+    values; a user script's model is not the harness's to hook, and a script that never names
+    lockguard_capture is not re-run); never a compiled or data-parallel one (UNHOOKABLE: the
+    step re-run would not be the step that drifted; its eager twin is located)."""
+    locatable = LOCATABLE_SCRIPTS if p.scenario.script is not None else LOCATABLE
+    if (settings.locate == "never" or p.scenario.framework not in locatable
+            or p.scenario.reach in UNHOOKABLE or not runs.baseline or not runs.candidate
+            or (p.scenario.script is not None and not _registers(p.scenario.script, code[1]))):
         return []
     step = locate_step(runs.baseline[0], runs.candidate[0])
     if step is None:
@@ -158,6 +167,16 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     short = replace(p, steps=step + 1)
     return [Job(short, old, "baseline", code=code[0], locate_step=step),
             Job(short, p.lock, "candidate", code=code[1], locate_step=step)]
+
+
+def _registers(script: Path, code: CodeTree | None) -> bool:
+    """Whether a user script (the candidate side's) names numpy_.py's lockguard_capture: one
+    that registers nothing would be re-run on both sides for no location. Read, never run."""
+    try:
+        text = (code.place(script) if code is not None else script).read_text(errors="replace")
+    except (OSError, ValueError):
+        return False
+    return "lockguard_capture" in text
 
 
 def _located(verdict: ScenarioVerdict, runs: Runs) -> ScenarioVerdict:

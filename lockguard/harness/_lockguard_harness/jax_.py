@@ -82,6 +82,7 @@ from . import devices, gen
 from .common import attempt as _try
 from .common import (Batches, global_norm, host_floats, le_bytes, recorded_env,
                     seed_host_rngs, sum_squares)
+from .locate_jax import capture, tap
 from .userscript import host_array_adapter, run_script
 
 NAME = "jax"
@@ -311,6 +312,10 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
         step_size, bc2_sqrt = (np.float32(v) for v in gen.adam_host_scalars(step, lr))
         start = time.perf_counter()
         inputs, ids = next(batches.iterator) if batches is not None else ((), None)
+        if step - 1 == getattr(ctx, "locate_step", None):
+            # A localisation run records the step's layers as its weights enter it.
+            ctx.result["capture"] = capture(step - 1, ctx.scenario, params, loss_fn, params,
+                                            *inputs)
         params, m, v, loss, grads = step_fn(params, m, v, step_size, bc2_sqrt, *inputs)
         jax.block_until_ready((params, m, v, loss, grads))
         seconds = time.perf_counter() - start
@@ -329,8 +334,10 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
 # --------------------------------------------------------------------------- models
 
 def _mlp_forward(p: Dict[str, Any], x: Any) -> Any:
-    h = jnp.tanh(x @ p["w1"].T + p["b1"])
-    return h @ p["w2"].T + p["b2"]
+    # tap: a layer's output, recorded by a localisation run only (locate_jax.py)
+    z = tap("fc1", "Linear", x @ p["w1"].T + p["b1"], x)
+    h = tap("tanh", "Tanh", jnp.tanh(z), z)
+    return tap("fc2", "Linear", h @ p["w2"].T + p["b2"], h)
 
 
 def _mlp(ctx, init: str = "gen") -> None:
@@ -452,24 +459,30 @@ def _gpt_forward(p: Dict[str, Any], tokens: Any, bf16: bool) -> Any:
         return out if b is None else out + b.astype(cdt)
 
     bsz, t = tokens.shape
-    h = p["tok_emb"][tokens] + p["pos_emb"][:t]
+    h = tap("emb", "Embedding", p["tok_emb"][tokens] + p["pos_emb"][:t])
     causal = jnp.tril(jnp.ones((t, t), dtype=bool))
     for layer in range(c["layers"]):
         pre = f"l{layer}."
-        a = _layer_norm(h, p[pre + "ln1_w"], p[pre + "ln1_b"])
-        qkv = linear(a, p[pre + "qkv_w"], p[pre + "qkv_b"])
+        a = tap(pre + "ln1", "LayerNorm", _layer_norm(h, p[pre + "ln1_w"], p[pre + "ln1_b"]), h)
+        qkv = tap(pre + "qkv", "Linear", linear(a, p[pre + "qkv_w"], p[pre + "qkv_b"]), a)
         q, k, v = jnp.split(qkv, 3, axis=-1)
         q, k, v = (z.reshape(bsz, t, heads, hd).transpose(0, 2, 1, 3) for z in (q, k, v))
         scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(hd)
         scores = jnp.where(causal, scores.astype(jnp.float32), -jnp.inf)
         probs = jax.nn.softmax(scores, axis=-1)
-        att = (probs.astype(cdt) @ v).transpose(0, 2, 1, 3).reshape(bsz, t, d)
-        h = h + linear(att, p[pre + "proj_w"], p[pre + "proj_b"]).astype(jnp.float32)
-        m = _layer_norm(h, p[pre + "ln2_w"], p[pre + "ln2_b"])
-        m = linear(m, p[pre + "fc1_w"], p[pre + "fc1_b"])
-        m = jax.nn.gelu(m.astype(jnp.float32), approximate=False).astype(cdt)
-        h = h + linear(m, p[pre + "fc2_w"], p[pre + "fc2_b"]).astype(jnp.float32)
-    return linear(_layer_norm(h, p["lnf_w"], p["lnf_b"]), p["head_w"])
+        att = tap(pre + "attn", "Attention",
+                  (probs.astype(cdt) @ v).transpose(0, 2, 1, 3).reshape(bsz, t, d), qkv)
+        proj = tap(pre + "proj", "Linear", linear(att, p[pre + "proj_w"], p[pre + "proj_b"]),
+                   att)
+        h = h + proj.astype(jnp.float32)
+        m = tap(pre + "ln2", "LayerNorm", _layer_norm(h, p[pre + "ln2_w"], p[pre + "ln2_b"]), h)
+        f = tap(pre + "fc1", "Linear", linear(m, p[pre + "fc1_w"], p[pre + "fc1_b"]), m)
+        g = tap(pre + "gelu", "GELU",
+                jax.nn.gelu(f.astype(jnp.float32), approximate=False).astype(cdt), f)
+        h = h + tap(pre + "fc2", "Linear", linear(g, p[pre + "fc2_w"], p[pre + "fc2_b"]),
+                    g).astype(jnp.float32)
+    n = tap("lnf", "LayerNorm", _layer_norm(h, p["lnf_w"], p["lnf_b"]), h)
+    return tap("head", "Linear", linear(n, p["head_w"]), n)
 
 
 def _lm(ctx, bf16: bool = False) -> None:
@@ -509,6 +522,9 @@ def train_with_state(ctx, params: Dict[str, Any], state: Dict[str, Any],
     for step in range(1, ctx.steps + 1):
         step_size, bc2_sqrt = (np.float32(x) for x in gen.adam_host_scalars(step, lr))
         start = time.perf_counter()
+        if step - 1 == getattr(ctx, "locate_step", None):
+            ctx.result["capture"] = capture(step - 1, ctx.scenario, {**params, **state},
+                                            lambda p, s: loss_fn(p, s)[0], params, state)
         params, state, m, v, loss, grads = step_fn(params, state, m, v, step_size, bc2_sqrt)
         jax.block_until_ready((params, state, m, v, loss, grads))
         seconds = time.perf_counter() - start
@@ -561,15 +577,20 @@ def _cnn_forward(p: Dict[str, Any], s: Dict[str, Any], x: Any, training: bool,
         out, (mean, var) = _batch_norm(h, p[name + "_w"], p[name + "_b"], s[name + "_mean"],
                                        s[name + "_var"], training)
         new[name + "_mean"], new[name + "_var"] = mean, var
-        return out
+        return tap(name, "BatchNorm2d", out, h)
 
-    h = jax.nn.relu(norm(_conv3x3(x, p["conv1_w"], cdt), "bn1"))
+    def conv(h: Any, name: str) -> Any:
+        return tap(name, "Conv2d", _conv3x3(h, p[name + "_w"], cdt), h)
+
+    h = jax.nn.relu(norm(conv(x, "conv1"), "bn1"))
     # A Python -inf with lax.max: jax recognises the max monoid (differentiable), as flax does.
-    h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
-    r = jax.nn.relu(norm(_conv3x3(h, p["conv2_w"], cdt), "bn2"))
-    h = jax.nn.relu(norm(_conv3x3(r, p["conv3_w"], cdt), "bn3") + h)
+    h = tap("pool", "MaxPool2d", jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2),
+                                                       (1, 1, 2, 2), "VALID"), h)
+    r = jax.nn.relu(norm(conv(h, "conv2"), "bn2"))
+    h = jax.nn.relu(norm(conv(r, "conv3"), "bn3") + h)
     pooled = jnp.mean(h, axis=(2, 3))
-    logits = pooled.astype(cdt) @ p["fc_w"].astype(cdt).T + p["fc_b"].astype(cdt)
+    logits = tap("fc", "Linear", pooled.astype(cdt) @ p["fc_w"].astype(cdt).T
+                 + p["fc_b"].astype(cdt), pooled)
     return logits, {name: new[name] for name in s}
 
 

@@ -24,6 +24,7 @@ from flax import linen as nn
 
 from . import gen, jax_
 from .common import global_norm, host_floats, record_libraries
+from .locate_jax import capture, tap
 
 VERSIONS = ("flax", "optax")
 
@@ -34,7 +35,12 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x: Any) -> Any:
-        return nn.Dense(self.classes)(nn.tanh(nn.Dense(self.hidden)(x)))
+        # The taps (locate_jax.py) name the layers by flax's own names for them: a
+        # localisation run records their outputs and gradients; otherwise they return what
+        # they are given. (flax's capture_intermediates gives outputs only, no gradients.)
+        h = tap("Dense_0", "Dense", nn.Dense(self.hidden)(x), x)
+        t = tap("tanh", "tanh", nn.tanh(h), h)
+        return tap("Dense_1", "Dense", nn.Dense(self.classes)(t), t)
 
 
 def _flat(params: Any) -> Dict[str, Any]:
@@ -64,8 +70,12 @@ def _mlp(ctx) -> None:
         return optax.apply_updates(params, updates), opt_state, loss, grads
 
     step_fn = jax.jit(train_step)
-    for _ in range(ctx.steps):
+    for step in range(ctx.steps):
         start = time.perf_counter()
+        if step == getattr(ctx, "locate_step", None):
+            # A localisation run records the step's layers as its weights enter it.
+            ctx.result["capture"] = capture(step, "flax.linen MLP", _flat(params),
+                                                 loss_fn, params)
         params, opt_state, loss, grads = step_fn(params, opt_state)
         jax.block_until_ready((params, opt_state, loss, grads))
         seconds = time.perf_counter() - start

@@ -38,6 +38,7 @@ import tensorflow as tf  # noqa: E402
 from . import gen, tf_  # noqa: E402
 from .common import (global_norm, host_floats, le_bytes, record_libraries,  # noqa: E402
                      sum_squares)
+from .locate_tf import capture, keras_chain  # noqa: E402
 
 
 def _model() -> Any:
@@ -83,8 +84,15 @@ def _cnn(ctx) -> None:
             optimizer.apply_gradients(zip(grads, variables))
             return loss, grads
 
-        for _ in range(ctx.steps):
+        for step in range(ctx.steps):
             start = time.perf_counter()
+            if step == getattr(ctx, "locate_step", None):
+                # A localisation run records the step layer by layer as its weights enter it;
+                # the dropout layer's RNG state and BatchNorm's statistics are put back after.
+                ctx.result["capture"] = capture(
+                    step, "keras.Sequential", {str(getattr(v, "path", None) or v.name): v
+                                               for v in model.weights},
+                    lambda: loss_obj(y, keras_chain(model, x)), list(model.variables))
             loss, grads = train_step()
             value = float(loss.numpy())  # waits for the step
             seconds = time.perf_counter() - start

@@ -74,6 +74,7 @@ from . import devices, gen
 from .common import attempt as _try
 from .common import (Batches, global_norm, host_floats, installed_version, le_bytes,
                      recorded_env, seed_host_rngs, sum_squares)
+from .locate_tf import capture, keras_chain, tap
 from .userscript import host_array_adapter, run_script
 
 NAME = "tensorflow"
@@ -239,7 +240,8 @@ BETAS, EPS = gen.BETAS, gen.EPS
 def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
           probe_fn: Callable[[], Any], lr: float, weight_decay: Optional[float] = None,
           jit_compile: bool = False, batches: Optional[Batches] = None,
-          mirrored: Optional[Tuple[Any, Any]] = None) -> None:
+          mirrored: Optional[Tuple[Any, Any]] = None,
+          state: Optional[Dict[str, Any]] = None) -> None:
     """The training loop of the plain-TF scenarios: one tf.function for loss, grads and Adam.
 
     params: {gen name: tf.Variable in gen's layout}, in gen's order; loss_fn/probe_fn close
@@ -249,7 +251,8 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
     made in its scope: each replica runs loss_fn(its inputs), the gradients and the loss are
     all-reduced (MEAN) in replica context, and every replica applies the same update to its
     copy (the variables, Adam's included, aggregated ONLY_FIRST_REPLICA); what is recorded is
-    the first replica's, equal on all.
+    the first replica's, equal on all. `state`: variables the loss assigns (BatchNorm's
+    running statistics), for a localisation run's capture (locate_tf.py).
     """
     decay = None if weight_decay is None else 1 - lr * weight_decay
     names = list(params)
@@ -282,6 +285,12 @@ def train(ctx, params: Dict[str, Any], loss_fn: Callable[..., Any],
                                for v in gen.adam_host_scalars(step, lr))
         start = time.perf_counter()
         inputs, ids = next(batches.iterator) if batches is not None else ((), None)
+        if step - 1 == getattr(ctx, "locate_step", None):
+            # A localisation run records the step's layers as its weights enter it (a
+            # mirrored step's replicas: its variables only).
+            ctx.result["capture"] = capture(
+                step - 1, ctx.scenario, {**params, **(state or {})},
+                None if strategy else (lambda: loss_fn(*inputs)), list((state or {}).values()))
         loss, grads = step_fn(step_size, bc2_sqrt, *inputs)
         value = float(loss.numpy())  # waits for the step
         seconds = time.perf_counter() - start
@@ -321,7 +330,10 @@ def _mlp_data(seed: int) -> Tuple[Any, Any, Any]:
 
 
 def _mlp_forward(p: Dict[str, Any], x: Any) -> Any:
-    return _linear(tf.tanh(_linear(x, p["w1"], p["b1"])), p["w2"], p["b2"])
+    # tap: a layer's output, recorded by a localisation run only (locate_tf.py)
+    z = tap("fc1", "Linear", _linear(x, p["w1"], p["b1"]), x)
+    h = tap("tanh", "Tanh", tf.tanh(z), z)
+    return tap("fc2", "Linear", _linear(h, p["w2"], p["b2"]), h)
 
 
 def _rng_mlp_params(seed: int) -> Dict[str, Any]:
@@ -445,8 +457,14 @@ def _keras(ctx) -> None:
             optimizer.apply_gradients(zip(grads, variables))
             return loss, grads
 
-        for _ in range(ctx.steps):
+        for step in range(ctx.steps):
             start = time.perf_counter()
+            if step == getattr(ctx, "locate_step", None):
+                # A localisation run records the step layer by layer as its weights enter it.
+                ctx.result["capture"] = capture(
+                    step, "keras.Model", {str(getattr(v, "path", None) or v.name): v
+                                          for v in model.weights},
+                    lambda: loss_obj(y, keras_chain(model, x)), [])
             loss, grads = train_step()
             value = float(loss.numpy())  # waits for the step
             seconds = time.perf_counter() - start
@@ -474,23 +492,28 @@ def _gpt_forward(p: Dict[str, Any], tokens: Any) -> Any:
     d, heads = c["d"], c["heads"]
     hd = d // heads
     bsz, t = tokens.shape
-    h = tf.gather(p["tok_emb"], tokens) + p["pos_emb"][:t]
+    h = tap("emb", "Embedding", tf.gather(p["tok_emb"], tokens) + p["pos_emb"][:t])
     causal = tf.cast(tf.linalg.band_part(tf.ones((t, t)), -1, 0), tf.bool)
     neg_inf = tf.fill((t, t), float("-inf"))
     for layer in range(c["layers"]):
         pre = f"l{layer}."
-        a = _layer_norm(h, p[pre + "ln1_w"], p[pre + "ln1_b"])
-        q, k, v = tf.split(_linear(a, p[pre + "qkv_w"], p[pre + "qkv_b"]), 3, axis=-1)
+        a = tap(pre + "ln1", "LayerNorm", _layer_norm(h, p[pre + "ln1_w"], p[pre + "ln1_b"]), h)
+        qkv = tap(pre + "qkv", "Linear", _linear(a, p[pre + "qkv_w"], p[pre + "qkv_b"]), a)
+        q, k, v = tf.split(qkv, 3, axis=-1)
         q, k, v = (tf.transpose(tf.reshape(z, (bsz, t, heads, hd)), (0, 2, 1, 3))
                    for z in (q, k, v))
         scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(hd)
         probs = tf.nn.softmax(tf.where(causal, scores, neg_inf), axis=-1)
-        att = tf.reshape(tf.transpose(tf.matmul(probs, v), (0, 2, 1, 3)), (bsz, t, d))
-        h = h + _linear(att, p[pre + "proj_w"], p[pre + "proj_b"])
-        m = _layer_norm(h, p[pre + "ln2_w"], p[pre + "ln2_b"])
-        m = tf.nn.gelu(_linear(m, p[pre + "fc1_w"], p[pre + "fc1_b"]), approximate=False)
-        h = h + _linear(m, p[pre + "fc2_w"], p[pre + "fc2_b"])
-    return _linear(_layer_norm(h, p["lnf_w"], p["lnf_b"]), p["head_w"])
+        att = tap(pre + "attn", "Attention", tf.reshape(
+            tf.transpose(tf.matmul(probs, v), (0, 2, 1, 3)), (bsz, t, d)), qkv)
+        h = h + tap(pre + "proj", "Linear", _linear(att, p[pre + "proj_w"], p[pre + "proj_b"]),
+                    att)
+        m = tap(pre + "ln2", "LayerNorm", _layer_norm(h, p[pre + "ln2_w"], p[pre + "ln2_b"]), h)
+        f = tap(pre + "fc1", "Linear", _linear(m, p[pre + "fc1_w"], p[pre + "fc1_b"]), m)
+        g = tap(pre + "gelu", "GELU", tf.nn.gelu(f, approximate=False), f)
+        h = h + tap(pre + "fc2", "Linear", _linear(g, p[pre + "fc2_w"], p[pre + "fc2_b"]), g)
+    n = tap("lnf", "LayerNorm", _layer_norm(h, p["lnf_w"], p["lnf_b"]), h)
+    return tap("head", "Linear", _linear(n, p["head_w"]), n)
 
 
 def _lm(ctx) -> None:
@@ -535,24 +558,27 @@ def _cnn_forward(p: Dict[str, Any], s: Dict[str, Any], x: Any, training: bool,
     ReLU, max pool and the residual add in bfloat16."""
     cdt = tf.bfloat16 if bf16 else tf.float32
 
-    def conv(h: Any, w: Any) -> Any:
-        return tf.nn.conv2d(tf.cast(h, cdt), tf.cast(tf.transpose(w, (2, 3, 1, 0)), cdt),
-                            strides=1, padding="SAME")
+    def conv(h: Any, name: str) -> Any:
+        return tap(name, "Conv2d", tf.nn.conv2d(
+            tf.cast(h, cdt), tf.cast(tf.transpose(p[name + "_w"], (2, 3, 1, 0)), cdt),
+            strides=1, padding="SAME"), h)
 
     def norm(h: Any, name: str) -> Any:
-        return _batch_norm(h, p[name + "_w"], p[name + "_b"], s[name + "_mean"],
-                           s[name + "_var"], training)
+        return tap(name, "BatchNorm2d", _batch_norm(h, p[name + "_w"], p[name + "_b"],
+                                                    s[name + "_mean"], s[name + "_var"],
+                                                    training), h)
 
-    h = tf.nn.relu(norm(conv(x, p["conv1_w"]), "bn1"))
+    h = tf.nn.relu(norm(conv(x, "conv1"), "bn1"))
     # Max pool 2x2 as a reshape and reduce_max: with op determinism on (setup), XLA refuses
     # MaxPool's gradient ("GPU MaxPool gradient ops do not yet have a deterministic XLA
     # implementation", TF 2.21, on the CPU too), and both twins must run the same ops.
     n, height, width, ch = h.shape
     h = tf.reduce_max(tf.reshape(h, (n, height // 2, 2, width // 2, 2, ch)), axis=(2, 4))
-    r = tf.nn.relu(norm(conv(h, p["conv2_w"]), "bn2"))
-    h = tf.nn.relu(norm(conv(r, p["conv3_w"]), "bn3") + h)
+    r = tf.nn.relu(norm(conv(h, "conv2"), "bn2"))
+    h = tf.nn.relu(norm(conv(r, "conv3"), "bn3") + h)
     pooled = tf.cast(tf.reduce_mean(tf.cast(h, tf.float32), axis=(1, 2)), cdt)
-    return _linear(pooled, tf.cast(p["fc_w"], cdt), tf.cast(p["fc_b"], cdt))
+    return tap("fc", "Linear", _linear(pooled, tf.cast(p["fc_w"], cdt), tf.cast(p["fc_b"], cdt)),
+               pooled)
 
 
 def _cnn(ctx, jit_compile: bool = False, bf16: bool = False) -> None:
@@ -571,7 +597,7 @@ def _cnn(ctx, jit_compile: bool = False, bf16: bool = False) -> None:
               lambda: _cross_entropy(tf.cast(_cnn_forward(params, state, x, True, bf16),
                                              tf.float32), y),
               lambda: tf.cast(_cnn_forward(params, state, probe, False, bf16), tf.float32),
-              gen.CNN["lr"], jit_compile=jit_compile)
+              gen.CNN["lr"], jit_compile=jit_compile, state=state)
         _record_params(ctx, {**{n: v.numpy() for n, v in params.items()},
                              **{n: v.numpy() for n, v in state.items()}})
     if bf16:
