@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from lockguard import toml
 from lockguard.compare.tolerance import Tolerance
@@ -247,22 +247,15 @@ class Config(_Strict):
             raise ValueError("use either 'lock' or 'locks', not both")
         return self
 
-    @field_validator("scenario")
+    @field_validator("scenario", "fleet")
     @classmethod
-    def _scenario_ids(cls, value: dict[str, ScenarioConfig]) -> dict[str, ScenarioConfig]:
+    def _table_names(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # A scenario's id and a fleet machine's name (a rule's, fleet-<name>) are shown in
+        # every report format: plain words.
+        what = "scenario id" if info.field_name == "scenario" else "fleet machine name"
         for name in value:
             if not SCENARIO_ID.fullmatch(name):
-                raise ValueError(f"scenario id {one_line(repr(name), 60)} is not valid: "
-                                 f"{SCENARIO_ID_RULE}")
-        return value
-
-    @field_validator("fleet")
-    @classmethod
-    def _fleet_names(cls, value: dict[str, FleetMachineConfig]) -> dict[str, FleetMachineConfig]:
-        # A machine's name is a rule's (fleet-<name>) in every report format: a plain word.
-        for name in value:
-            if not SCENARIO_ID.fullmatch(name):
-                raise ValueError(f"fleet machine name {one_line(repr(name), 60)} is not valid: "
+                raise ValueError(f"{what} {one_line(repr(name), 60)} is not valid: "
                                  f"{SCENARIO_ID_RULE}")
         return value
 

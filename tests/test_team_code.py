@@ -271,12 +271,12 @@ def test_the_fixture_records_then_checks_the_golden_lockguard_check_reads(pytest
                                           'steps = 6\n',
                            files={"test_train.py": FIXTURE_TEST})
     golden = golden_file(project, "pkg.train.make")
-    first = pytester.runpytest(*plugin_args())
+    first = pytester.runpytest_subprocess(*plugin_args())
     first.assert_outcomes(failed=1)  # no golden yet: recorded, and said so (never a silent pass)
     first.stdout.fnmatch_lines(["*no golden yet: recorded*pkg.train.make.json*"])
     recorded = json.loads(golden.read_text())
     assert recorded["result"]["steps"] == 6 and len(recorded["result"]["losses"]) == 6
-    pytester.runpytest(*plugin_args()).assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*plugin_args()).assert_outcomes(passed=1)
 
     # `lockguard check` reads that golden: the same file, the same verdict.
     checked = cli(project, "check", "--env", "local", "--scenario", "pkg.train.make",
@@ -287,16 +287,16 @@ def test_the_fixture_records_then_checks_the_golden_lockguard_check_reads(pytest
     # The team changes its training: the test fails with the gate's words.
     train = project / "pkg" / "train.py"
     train.write_text(TRAIN.replace("LR = 0.05", "LR = 0.07"))
-    drift = pytester.runpytest(*plugin_args())
+    drift = pytester.runpytest_subprocess(*plugin_args())
     drift.assert_outcomes(failed=1)
     drift.stdout.fnmatch_lines(["*pkg.train.make: drift*", "*losses beyond tolerance from step 1*",
                                 "*up to * ULP*"])
     assert json.loads(golden.read_text()) == recorded  # a failing check writes no golden
 
-    updated = pytester.runpytest(*plugin_args(), "--lockguard-update")
+    updated = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-update")
     updated.assert_outcomes(passed=1)
     assert json.loads(golden.read_text())["result"]["losses"] != recorded["result"]["losses"]
-    pytester.runpytest(*plugin_args()).assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*plugin_args()).assert_outcomes(passed=1)
 
 
 def test_the_fixture_takes_the_function_itself_and_refuses_what_it_cannot_name(pytester):
@@ -317,7 +317,7 @@ def test_the_fixture_takes_the_function_itself_and_refuses_what_it_cannot_name(p
             lockguard_training("pkg.train:fit")
         """})
     pytester.syspathinsert(pytester.path)
-    run = pytester.runpytest(*plugin_args(), "--lockguard-update")
+    run = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-update")
     run.assert_outcomes(passed=1, failed=2)
     run.stdout.fnmatch_lines(["*is not a module-level function of the project*",
                               "*pkg.train:fit is no scenario of*name its framework*"])
@@ -332,7 +332,7 @@ def test_a_training_the_locks_cannot_run_never_passes(pytester):
             lockguard_training("pkg.train:fit", framework="torch")
         """})
     for flags in ((), ("--lockguard-update",)):
-        run = pytester.runpytest(*plugin_args(), "--lockguard-env", "venv", *flags)
+        run = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv", *flags)
         run.assert_outcomes(failed=1)
         run.stdout.fnmatch_lines(["*skipped*"])
     assert not (pytester.path / "golden").exists()

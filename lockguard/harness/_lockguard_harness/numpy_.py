@@ -25,6 +25,7 @@ no-op (`def lockguard_capture(step, name, value): return value`); the harness re
 from __future__ import annotations
 
 import time
+import types
 from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
@@ -212,7 +213,8 @@ def run_user(ctx, module) -> None:
             taps.append((occurrence(str(name), [t[0] for t in taps]), str(a.dtype), a, [], None))
         return value
 
-    module.lockguard_capture = lockguard_capture
+    if isinstance(module, types.ModuleType):  # a script's; an entry (EntryRun) registers none
+        module.lockguard_capture = lockguard_capture
     run_script(ctx, module, host_array_adapter(_is_array, np.asarray, norm=_norm))
     if taps:
         ctx.result["capture"] = record(wanted, "user script", {}, taps)
