@@ -107,8 +107,14 @@ class Location(BaseModel):
         if self.candidate_type and self.candidate_type != self.module_type:
             types = f"{types} → {self.candidate_type}"
         head = f"{self.module} ({types})"
-        ulp = (f"{self.max_ulp} ulp" if self.max_ulp is not None
-               else f"equal over the first {self.sampled} of {self.numel} values")
+        # the samples can be equal while the digests differ (the difference lies past them), and
+        # an output on one side only has no values to measure
+        if self.max_ulp is not None:
+            by = f"by max {self.max_ulp} ulp"
+        elif self.sampled is not None:
+            by = f"beyond the {self.sampled} values sampled (of {self.numel})"
+        else:
+            by = "(present on one side only)"
         if self.kind == "weights":
             what = ("before the first step: an initialisation change" if self.step == 0
                     else f"entering step {self.step}: an earlier update moved them")
@@ -116,8 +122,11 @@ class Location(BaseModel):
         where = "forward output" if self.kind == "forward" else "gradient (backward)"
         inside = (f"; it shows first at {self.first_output}, inside it, whose inputs already "
                   "differ" if self.first_output else "")
-        return (f"the drift starts in {head} at step {self.step}: its {where} differs by max "
-                f"{ulp} on equal inputs{inside}; {self.later_differing} other module call(s) of "
+        # the walk out of the first differing call stops at a root (or a call paired on one
+        # side only) whose inputs may differ already: the difference came in with them
+        on = "on equal inputs" if self.same_inputs is not False else "on inputs that differ"
+        return (f"the drift starts in {head} at step {self.step}: its {where} differs {by} "
+                f"{on}{inside}; {self.later_differing} other module call(s) of "
                 f"the {self.compared} compared differ too (downstream)")
 
     def _referee(self) -> str | None:
