@@ -81,15 +81,18 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compare.compile": ("lockguard/compare/compile.py",
                         _COMPARE + ("tests/test_compile_unit.py",)),
     "compare.verdicts": ("lockguard/compare/verdicts.py", _COMPARE),
+    # locate is reached only by its own tests and the A/B flow's localisation (test_locate.py)
+    "compare.locate": ("lockguard/compare/locate.py",
+                       ("tests/test_locate.py", "tests/test_mutants_locate.py")),
     "flows.git_base": ("lockguard/flows/git_base.py",
                        ("tests/test_gate_review.py", "tests/test_mutants_git_base.py",
                         "tests/test_gate_policy.py")),
     "flows.acceptances": ("lockguard/flows/acceptances.py",
-                          ("tests/test_gate_policy.py", "tests/test_mutants_accept.py",
-                           "tests/test_accept.py")),
+                          ("tests/test_acceptances.py", "tests/test_gate_policy.py",
+                           "tests/test_mutants_accept.py", "tests/test_accept.py")),
     "flows.accept": ("lockguard/flows/accept.py",
                      ("tests/test_accept.py", "tests/test_mutants_accept.py",
-                      "tests/test_gate_policy.py")),
+                      "tests/test_acceptances.py", "tests/test_gate_policy.py")),
 }
 
 # Left out of the sufficient subset: the redundant replacements (see the docstring).
