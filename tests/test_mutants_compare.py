@@ -443,3 +443,16 @@ def test_the_first_of_equally_far_values_is_the_worst_and_the_band_has_two_sides
     assert len(check.loss_low) == len(check.loss_high) == 2
     assert check.loss_low[0] < 1.0 < check.loss_high[0]  # every run's 1.0, a floor around it
     assert check.loss_low[1] < 2.0 and check.loss_high[1] > 3.0  # beyond the runs' min, max
+
+
+def test_compiling_that_no_longer_saves_device_memory_is_a_reason_of_the_verdict():
+    """(seed 3 survivor: verdicts.py's loop over the compile diff's notes emptied.) 8 MiB
+    compiled against 16 MiB eager before, 24 MiB against 16 MiB now: said, not a failure."""
+    mib = 2 ** 20
+    old = CompileDiagnostics(memory=CompileMemory(compiled_device=8 * mib, eager_device=16 * mib))
+    new = CompileDiagnostics(memory=CompileMemory(compiled_device=24 * mib,
+                                                  eager_device=16 * mib))
+    v = compare([run(compile=old)], [run(compile=new)])
+    assert ("compiling no longer saves device memory: the compiled training peaks at 24.0 MiB"
+            " against 16.0 MiB eager (baseline: 8.0 MiB against 16.0 MiB)") in v.reasons
+    assert v.verdict == Verdict.identical

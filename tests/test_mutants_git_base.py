@@ -182,3 +182,69 @@ def test_a_configuration_is_named_by_its_file_or_said_to_have_none(tmp_path, mon
     monkeypatch.chdir(root)
     assert _config_name(load_config(start=root)) == "pyproject.toml"
     assert _config_name(config_of('lock = "a.txt"\n')) == "no configuration file"
+
+
+def lock_and_code_project(tmp_path: Path, code_changed: bool) -> Path:
+    """A user scenario `mine` (sc/mine.py) on a.txt; the pull request moves numpy 1.26.4 ->
+    2.0.2 and, if told, changes the script's losses from 1.0 to 2.0."""
+    root = repository(tmp_path, {"pyproject.toml": TABLE, "a.txt": "numpy==1.26.4\n",
+                                 "sc/mine.py": SCRIPT})
+    (root / "a.txt").write_text("numpy==2.0.2\n")
+    if code_changed:
+        (root / "sc" / "mine.py").write_text(SCRIPT.replace("[1.0]", "[2.0]"))
+    commit_all(root)
+    return root
+
+
+def test_a_lock_change_without_a_code_change_runs_no_code_check(tmp_path):
+    """(seed 3 survivor: git_base.py:286 `code_changes and users` made `or`.) The lock A/B
+    runs the script once a side (main's code both times, unchanged); no code A/B follows, so
+    nothing says the code changed too."""
+    from lockguard.scenarios import select
+
+    root = lock_and_code_project(tmp_path, code_changed=False)
+    gate = open_gate(load_config(start=root), "main", [], start=root)
+    assert gate.code_changes == []
+    fake = FakeBackend()
+    report = check_base(Settings.resolve(gate.judging), gate, select(gate.judging, []),
+                        backend=fake)
+    assert [t for _, t in fake.scripts] == [SCRIPT, SCRIPT]
+    assert not any(n.startswith("the scenarios' code changed too") for n in report.notes)
+
+
+def test_under_the_pull_requests_policy_both_sides_run_its_own_code(tmp_path):
+    """(seed 3 survivor: git_base.py:402 `policy_from != "base" or repo is None` made `and`.)
+    --policy pr: the lock A/B runs this checkout's script on both sides, never main's, and no
+    target tree is extracted."""
+    from lockguard.flows.git_base import _target_code
+    from lockguard.scenarios import select
+
+    root = lock_and_code_project(tmp_path, code_changed=True)
+    gate = open_gate(load_config(start=root), "main", [], "pr", start=root)
+    mine = select(gate.judging, [])
+    with _target_code(gate, mine) as tree:
+        assert tree is None
+    fake = FakeBackend()
+    check_base(Settings.resolve(gate.judging), gate, mine, backend=fake)
+    changed = SCRIPT.replace("[1.0]", "[2.0]")
+    assert [t for _, t in fake.scripts] == [changed, changed]
+    # under the base's policy the tree is main's tip, named by its seven first digits
+    base_gate = open_gate(load_config(start=root), "main", [], start=root)
+    tip = git(root, "rev-parse", "main").strip()
+    with _target_code(base_gate, mine) as tree:
+        assert tree is not None and tree.label == f"main@{tip[:7]}"
+        assert (tree.root / "sc" / "mine.py").read_text() == SCRIPT
+
+
+def test_locks_given_on_the_command_line_need_none_in_the_configuration(tmp_path, monkeypatch):
+    """(seed 3 survivor: git_base.py:168 `if not pairs` negated.) The configuration names no
+    lock; `--lock a.txt` pairs a.txt with itself at main: no "no lock given" error. Without
+    any lock the error is the one lock_paths says."""
+    from lockguard.config import ConfigError
+
+    root = project(tmp_path, 'steps = 4', {"a.txt": "numpy==1.26.4\n"})
+    monkeypatch.chdir(root)
+    gate = open_gate(load_config(start=root), "main", ["a.txt"])
+    assert pairs(gate) == [("a.txt", "a.txt", "same path")]
+    with pytest.raises(ConfigError, match="^no lock given: pass --lock PATH or set `lock`"):
+        open_gate(load_config(start=root), "main", [])
