@@ -456,3 +456,19 @@ def test_compiling_that_no_longer_saves_device_memory_is_a_reason_of_the_verdict
     assert ("compiling no longer saves device memory: the compiled training peaks at 24.0 MiB"
             " against 16.0 MiB eager (baseline: 8.0 MiB against 16.0 MiB)") in v.reasons
     assert v.verdict == Verdict.identical
+
+
+def test_a_value_exactly_on_the_bands_edge_is_inside():
+    """(seed 3 survivors: envelope.py's `low <= x <= high` made `<` on either side.) Two runs
+    of losses 1.0 each (σ 0, so no t·σ widening), tolerance atol 0.5 (above 4 float32 ULPs of
+    1.0, 2**-21): the band is [0.5, 1.5] exactly; 0.5 and 1.5 are in it, 0.25 is not."""
+    from lockguard.compare.envelope import Band
+
+    flat = Band(min=[1.0, 1.0], max=[1.0, 1.0], mean=[1.0, 1.0], std=[0.0, 0.0])
+    envelope = Envelope(k=2, losses=flat)
+    tol = Tolerance(rtol=0.0, atol=0.5)
+    edges = judge_envelope(envelope, [run(losses=[0.5, 1.5], grad_norms=[])], tol, "float32")
+    assert (edges.inside, edges.outside) == (True, 0)
+    assert (edges.loss_low, edges.loss_high) == ([0.5, 0.5], [1.5, 1.5])
+    out = judge_envelope(envelope, [run(losses=[0.25, 1.5], grad_norms=[])], tol, "float32")
+    assert (out.inside, out.outside, out.first_outside_step) == (False, 1, 0)

@@ -248,3 +248,19 @@ def test_locks_given_on_the_command_line_need_none_in_the_configuration(tmp_path
     assert pairs(gate) == [("a.txt", "a.txt", "same path")]
     with pytest.raises(ConfigError, match="^no lock given: pass --lock PATH or set `lock`"):
         open_gate(load_config(start=root), "main", [])
+
+
+def test_a_new_lock_no_selected_scenario_runs_from_is_noted_and_passes(tmp_path, monkeypatch):
+    """(seed 3 survivor: git_base.py:215 `if moved` negated.) main checks a.txt (numpy); the
+    pull request adds b.txt (torch), which pairs with nothing at main, and leaves a.txt alone:
+    numpy's scenario has nothing to compare, and the note says why nothing ran."""
+    root = project(tmp_path, 'locks = ["a.txt"]', {"a.txt": "numpy==1.26.4\n"})
+    monkeypatch.chdir(root)
+    (root / "b.txt").write_text("torch==2.4.0\n")
+    (root / "pyproject.toml").write_text('[tool.lockguard]\nlocks = ["a.txt", "b.txt"]\n')
+    commit_all(root)
+    gate = open_gate(load_config(start=root), "main", [])
+    fake = FakeBackend()
+    report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=fake)
+    assert "no selected scenario runs from a lock new since main" in report.notes
+    assert report.passed and report.rule_failures == [] and fake.steps == []
