@@ -195,3 +195,14 @@ def test_a_long_first_reason_is_cut_at_160_characters():
                         SimpleNamespace(id="x86-64-v3"), result, None, "no golden (a new file)")
     line = describe([adoption], Path("r.json")).splitlines()[1]
     assert line == "  numpy.mlp (numpy): drift — " + "r" * 159 + "…"
+
+
+def test_a_drift_run_on_another_device_than_expected_is_unhealthy():
+    """(seed 3 survivor: accept.py:177 `device_fallback or result.device != device` made
+    `and`.) A drift that ran on the CPU where CUDA was expected is no golden for CUDA; a run
+    on the device is healthy."""
+    assert _unhealthy(Verdict.drift, False, run(device="cpu"), "cuda") == \
+        "it ran on cpu, not on cuda"
+    assert _unhealthy(Verdict.drift, False, run(device=None), "cpu") == \
+        "it ran on an unknown device, not on cpu"
+    assert _unhealthy(Verdict.drift, False, run(device="cpu"), "cpu") is None
