@@ -472,3 +472,13 @@ def test_a_value_exactly_on_the_bands_edge_is_inside():
     assert (edges.loss_low, edges.loss_high) == ([0.5, 0.5], [1.5, 1.5])
     out = judge_envelope(envelope, [run(losses=[0.25, 1.5], grad_norms=[])], tol, "float32")
     assert (out.inside, out.outside, out.first_outside_step) == (False, 1, 0)
+
+
+def test_a_step_of_exactly_the_slower_floor_is_timed_one_by_one():
+    """(seed 3 survivor: timing.py's `min(medians) >= slower_min_step_s` made `>`.) The floor
+    is 2 ms: a 2 ms step is long enough to time alone (0, its own 20 steps); a 1 ms step is
+    timed in blocks of 2.5 × 2 / 1 = 5 steps, 1 + 15 × 5 = 76 steps in all."""
+    assert time_blocks(steps_of(0.002), 20, Policy()) == (0, 20)
+    assert time_blocks(steps_of(0.001), 20, Policy()) == (5, 76)
+    # the shortest of the runs decides
+    assert time_blocks(steps_of(0.5, 0.001), 20, Policy()) == (5, 76)
