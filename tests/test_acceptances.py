@@ -227,3 +227,22 @@ def test_record_replaces_an_unverified_golden_with_a_verified_one(tmp_path):
     fake = FakeBackend()
     answered = check(settings, [new], NUMPY, backend=fake)
     assert fake.runs == [] and [v.verdict for v in answered.verdicts] == [Verdict.unchanged]
+
+
+def test_the_runs_own_class_is_tried_first_bit_for_bit(tmp_path):
+    """(seed 3 survivor: acceptances.py's sort key `!=` made `==`.) The change accepted on the
+    other class and then on this one: a run here with this machine's numbers is passed by this
+    class's golden, bit for bit, not by the other's within tolerance (which it would meet too)."""
+    amd = other_cpu()
+    settings, old, new, amd_path = accepted_on(tmp_path, FakeBackend(cpu=amd))
+    report, v = checked(settings, old, new, FakeBackend())
+    assert report.passed and v.accepted.how.startswith("accepted on hardware class")
+    report.id = "20260101T000001Z-bbbbbb"
+    adoptions, _ = accept.plan(report, tmp_path / "report.json", settings, [], "intended here",
+                               "me <me@e>", verified=True)
+    [(adoption, written)] = accept.adopt(adoptions)
+    assert written and adoption.path != amd_path
+    report, v = checked(settings, old, new, FakeBackend())
+    assert report.passed
+    assert v.accepted.how == "the candidate's numbers are the accepted ones, bit for bit"
+    assert v.accepted.reason == "intended here"

@@ -206,3 +206,15 @@ def test_a_drift_run_on_another_device_than_expected_is_unhealthy():
     assert _unhealthy(Verdict.drift, False, run(device=None), "cpu") == \
         "it ran on an unknown device, not on cpu"
     assert _unhealthy(Verdict.drift, False, run(device="cpu"), "cpu") is None
+
+
+def test_an_acceptance_from_another_class_weighs_the_numbers_not_the_memory():
+    """(seed 3 survivor: acceptances.py `_close` with timed_together=False made True.) The
+    accepted run peaked at 100 MiB on its machine, this one at 400 MiB: the same numbers, so
+    within tolerance; memory (and time) measured on two machines is no comparison."""
+    from lockguard.compare.tolerance import Policy
+    from lockguard.flows.acceptances import _close
+
+    accepted, here = run(peak_memory_bytes=100 << 20), run(peak_memory_bytes=400 << 20)
+    assert _close(accepted, [here], "cpu", Policy(), None) is True
+    assert _close(accepted, [run(losses=[9.0] * 6)], "cpu", Policy(), None) is False
