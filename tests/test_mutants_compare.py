@@ -482,3 +482,73 @@ def test_a_step_of_exactly_the_slower_floor_is_timed_one_by_one():
     assert time_blocks(steps_of(0.001), 20, Policy()) == (5, 76)
     # the shortest of the runs decides
     assert time_blocks(steps_of(0.5, 0.001), 20, Policy()) == (5, 76)
+
+
+# --------------------------------------------------------------------------------------------
+# Survivors of the fourth fresh sample (seed 4)
+
+def test_a_hardware_change_says_which_input_changed_with_it():
+    """(verdicts.py's `"the lock" if hardware.lock_changed` negated.) A golden from another
+    class whose lock also differs names the lock; one whose lock is the same names the rest."""
+    from lockguard.compare.verdicts import HardwareChange
+
+    def first_reason(lock_changed: bool) -> str:
+        change = HardwareChange(golden="AMD [a]", current="Intel [i]", same_inputs=False,
+                                lock_changed=lock_changed)
+        v = compare_runs([run()], [run(losses=[9.0] * 6)], policy=Policy(),
+                         baseline_kind="golden", expected_device="cpu", timed_together=False,
+                         hardware=change)
+        return v.reasons[0]
+
+    assert first_reason(True).startswith("golden recorded on AMD [a], running on Intel [i], "
+                                         "and the lock changed too: ")
+    assert first_reason(False).startswith("golden recorded on AMD [a], running on Intel [i], "
+                                          "and the scenario, harness or settings changed too: ")
+
+
+def test_an_accepted_failing_verdict_does_not_fail_the_gate():
+    """(verdicts.py `is_failure`'s `return False` for an acceptance made True.)"""
+    from lockguard.compare.verdicts import is_failure
+
+    drift = compare([run()], [run(losses=[9.0] * 6)])
+    assert drift.verdict == Verdict.drift and is_failure(drift, Policy())
+    accepted = drift.model_copy(update={"accepted": Accepted(
+        reason="intended", author="ana", accepted_at="2026-01-02T03:04:05Z",
+        golden="golden/x.json", how="bit for bit")})
+    assert is_failure(accepted, Policy()) is False
+
+
+def test_a_location_is_added_after_the_reasons_and_none_leaves_the_verdict_alone():
+    """(verdicts.py `with_location`'s `if location is None` negated.)"""
+    from lockguard.compare.locate import Location
+    from lockguard.compare.verdicts import with_location
+
+    drift = compare([run()], [run(losses=[9.0] * 6)])
+    assert with_location(drift, None) is drift
+    loc = Location(step=2, kind="none")
+    located = with_location(drift, loc)
+    assert located.location == loc and located.reasons[:-1] == drift.reasons
+    assert located.reasons[-1].startswith("step 2 re-run with every module captured: no "
+                                          "module's weights, output or gradient differs")
+
+
+def test_a_fallback_cause_is_shown_only_when_the_harness_wrote_one_in_words():
+    """(verdicts.py `isinstance(cause, str) and cause` made `or`.) A cause that is not text (a
+    number, as a damaged fingerprint might hold) is left out; an empty one too."""
+    from lockguard.compare.verdicts import _fallback_cause
+
+    assert _fallback_cause(run(fingerprint={"device_fallback": 7})) == ""
+    assert _fallback_cause(run(fingerprint={"device_fallback": ""})) == ""
+    assert _fallback_cause(run(fingerprint={"device_fallback": "no driver"})) == ": no driver"
+
+
+def test_a_float16_ulp_at_one_is_two_to_the_minus_ten():
+    """(envelope.py's float16 mantissa 10 made 9.) float16 keeps 10 mantissa bits: its values
+    next to 1.0 are 2**-10 apart; float32's 2**-23, bfloat16's 2**-7, float64's 2**-52."""
+    from lockguard.compare.envelope import ulp
+
+    assert ulp(1.0, "float16") == 2.0 ** -10
+    assert ulp(1.5, "float16") == 2.0 ** -10  # the same binade [1, 2)
+    assert ulp(1.0, "float32") == 2.0 ** -23
+    assert ulp(1.0, "bfloat16") == 2.0 ** -7
+    assert ulp(1.0, "float64") == 2.0 ** -52

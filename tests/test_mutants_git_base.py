@@ -264,3 +264,15 @@ def test_a_new_lock_no_selected_scenario_runs_from_is_noted_and_passes(tmp_path,
     report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=fake)
     assert "no selected scenario runs from a lock new since main" in report.notes
     assert report.passed and report.rule_failures == [] and fake.steps == []
+
+
+def test_a_lock_pair_is_frozen(tmp_path):
+    """(seed 4 survivor: git_base.py's `@dataclass(frozen=True)` made False.) A pair read from
+    git is a value: nothing changes it after the gate paired it."""
+    import dataclasses
+
+    root = project(tmp_path, 'lock = "a.txt"', {"a.txt": "numpy==1.26.4\n"})
+    gate = open_gate(load_config(start=root), "main", [])
+    [pair] = gate.pairs
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pair.how = "renamed"  # type: ignore[misc]
