@@ -246,3 +246,15 @@ def test_the_runs_own_class_is_tried_first_bit_for_bit(tmp_path):
     assert report.passed
     assert v.accepted.how == "the candidate's numbers are the accepted ones, bit for bit"
     assert v.accepted.reason == "intended here"
+
+
+def test_the_accepted_golden_names_the_candidate_lock_it_came_from(tmp_path):
+    """(seed 4 survivor: accept.py's `lock=lock.path if lock else None` negated.) The golden's
+    provenance names the check's candidate lock, new.txt, by the path the check gave it (no
+    git label: it was read from disk) and its hash; the acceptance binds old.txt's hash."""
+    settings, old, new, path = accepted_on(tmp_path, FakeBackend())
+    gold = golden.load(path)
+    assert gold.provenance.lock is not None and Path(gold.provenance.lock).name == "new.txt"
+    assert gold.provenance.lock_label is None
+    assert gold.provenance.lock_hash == new.lock.lock_hash
+    assert gold.provenance.acceptance.baseline_lock_hash == old.lock.lock_hash

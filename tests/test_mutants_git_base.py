@@ -276,3 +276,28 @@ def test_a_lock_pair_is_frozen(tmp_path):
     [pair] = gate.pairs
     with pytest.raises(dataclasses.FrozenInstanceError):
         pair.how = "renamed"  # type: ignore[misc]
+
+
+def test_an_export_in_step_does_not_stop_the_search_for_a_stale_one(tmp_path):
+    """(seed 4 survivor: git_base.py's `continue` after an export in step made `break`.) Two
+    projects, a/ and b/, each a uv.lock and the pylock.toml exported from it: a/ moves both in
+    step, b/ moves its uv.lock alone; b/pylock.toml is named stale all the same."""
+    markers = DATA_LOCKS / "markers"
+    uv_lock, pylock = (markers / "uv.lock").read_text(), (markers / "pylock.toml").read_text()
+
+    def moved(text: str) -> str:
+        for version in ("2.2.6", "2.4.6", "2.5.5"):  # numpy, whichever Python reads it
+            text = text.replace(version, version[:-1] + "9")
+        return text
+
+    root = project(tmp_path, 'locks = ["a/uv.lock", "a/pylock.toml", "b/uv.lock", '
+                   '"b/pylock.toml"]', {"a/uv.lock": uv_lock, "a/pylock.toml": pylock,
+                                        "b/uv.lock": uv_lock, "b/pylock.toml": pylock})
+    for name in ("a/uv.lock", "a/pylock.toml", "b/uv.lock"):
+        (root / name).write_text(moved((root / name).read_text()))
+    gate = open_gate(load_config(start=root), "main", [], start=root)
+    report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=FakeBackend())
+    assert not report.passed
+    [rule] = report.rule_failures
+    assert rule.lock.endswith("/b/pylock.toml") and rule.rule == "stale export"
+    assert "which this change moved: it still holds the old pins" in rule.message
