@@ -218,3 +218,14 @@ def test_an_acceptance_from_another_class_weighs_the_numbers_not_the_memory():
     accepted, here = run(peak_memory_bytes=100 << 20), run(peak_memory_bytes=400 << 20)
     assert _close(accepted, [here], "cpu", Policy(), None) is True
     assert _close(accepted, [run(losses=[9.0] * 6)], "cpu", Policy(), None) is False
+
+
+def test_an_unknown_scenario_is_refused_naming_what_the_report_has():
+    """(seed 4 survivor: accept.py's `', '.join(known) or 'no scenarios'` made `and`.)"""
+    two = report(verdict("numpy.a", Verdict.drift), verdict("torch.b", Verdict.drift))
+    with pytest.raises(AcceptError) as caught:
+        _select(two, Path("r.json"), ["jax"])
+    assert str(caught.value) == "--scenario 'jax': not in r.json (it has numpy.a, torch.b)"
+    with pytest.raises(AcceptError) as caught:
+        _select(report(), Path("r.json"), ["jax"])
+    assert str(caught.value) == "--scenario 'jax': not in r.json (it has no scenarios)"
