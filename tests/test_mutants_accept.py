@@ -229,3 +229,12 @@ def test_an_unknown_scenario_is_refused_naming_what_the_report_has():
     with pytest.raises(AcceptError) as caught:
         _select(report(), Path("r.json"), ["jax"])
     assert str(caught.value) == "--scenario 'jax': not in r.json (it has no scenarios)"
+
+
+def test_a_long_unknown_scenario_name_is_cut_at_eighty_characters():
+    """(seed 4 survivor: accept.py's `one_line(repr(name), 80)` made 81.) A 100-character name
+    is shown as its repr's first 79 characters (the quote and 78 x) and an ellipsis."""
+    with pytest.raises(AcceptError) as caught:
+        _select(report(), Path("r.json"), ["x" * 100])
+    assert str(caught.value) == ("--scenario '" + "x" * 78 + "…: not in r.json (it has no "
+                                 "scenarios)")

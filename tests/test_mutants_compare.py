@@ -552,3 +552,31 @@ def test_a_float16_ulp_at_one_is_two_to_the_minus_ten():
     assert ulp(1.0, "float32") == 2.0 ** -23
     assert ulp(1.0, "bfloat16") == 2.0 ** -7
     assert ulp(1.0, "float64") == 2.0 ** -52
+
+
+def test_the_run_to_run_spread_is_the_wider_sides_max_over_min():
+    """(timing.py's candidate spread `max / min` made `max * min`.) Baselines 0.1 s each
+    (×1), candidates 0.1, 0.2, 0.1 s (×2): the spread is ×2."""
+    check = compare_timing(steps_of(0.1, 0.1, 0.1), steps_of(0.1, 0.2, 0.1), Policy())
+    assert check.spread == 2.0
+    check = compare_timing(steps_of(0.1, 0.3, 0.1), steps_of(0.1, 0.2, 0.1), Policy())
+    assert check.spread == pytest.approx(3.0)
+
+
+def test_a_step_of_exactly_the_floor_is_judged():
+    """(timing.py's `base < slower_min_step_s` made `<=`.) Steps of exactly 2 ms on both sides
+    are long enough: judged, the same (ratio ×1, no spread)."""
+    check = compare_timing(steps_of(0.002, 0.002, 0.002), steps_of(0.002, 0.002, 0.002),
+                           Policy())
+    assert (check.verdict, check.ratio, check.low, check.high) == ("same", 1.0, 1.0, 1.0)
+    short = compare_timing(steps_of(0.001, 0.001, 0.001), steps_of(0.001, 0.001, 0.001),
+                           Policy())
+    assert short.verdict == "not judged" and "too short to time" in short.reason
+
+
+def test_float64_ulps_across_a_binade_and_through_zero():
+    """(numerics.py's float64 width 64 made 63: bit 62, the exponent's top, read as a sign.)
+    Between 1.0 and 2.0 lie 2**52 float64 steps; 1.0 is 0x3FF0000000000000 steps above 0, so
+    -1.0 to 1.0 is twice that."""
+    assert ulp_distance(1.0, 2.0, "float64") == 2 ** 52
+    assert ulp_distance(-1.0, 1.0, "float64") == 2 * 0x3FF0000000000000
