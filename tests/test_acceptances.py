@@ -258,3 +258,17 @@ def test_the_accepted_golden_names_the_candidate_lock_it_came_from(tmp_path):
     assert gold.provenance.lock_label is None
     assert gold.provenance.lock_hash == new.lock.lock_hash
     assert gold.provenance.acceptance.baseline_lock_hash == old.lock.lock_hash
+
+
+def test_an_unusable_golden_of_another_class_does_not_hide_the_acceptance(tmp_path):
+    """(seed 4 survivor: acceptances.py's `continue` past an unusable golden made `break`.)
+    A damaged golden in a class folder listed before the accepting class's ("0-damaged" sorts
+    before any class id) is skipped; the acceptance after it still passes this run."""
+    amd = other_cpu()
+    settings, old, new, path = accepted_on(tmp_path, FakeBackend(cpu=amd))
+    damaged = path.parent.parent / "0-damaged" / path.name
+    damaged.parent.mkdir()
+    damaged.write_text("{ not a golden")
+    report, v = checked(settings, old, new, FakeBackend(nudge=LOW_BITS))
+    assert report.passed and v.accepted is not None
+    assert Path(v.accepted.golden).name == path.name and path.parent.name in v.accepted.golden
