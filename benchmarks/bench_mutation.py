@@ -81,15 +81,18 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compare.compile": ("lockguard/compare/compile.py",
                         _COMPARE + ("tests/test_compile_unit.py",)),
     "compare.verdicts": ("lockguard/compare/verdicts.py", _COMPARE),
+    # locate is reached only by its own tests and the A/B flow's localisation (test_locate.py)
+    "compare.locate": ("lockguard/compare/locate.py",
+                       ("tests/test_locate.py", "tests/test_mutants_locate.py")),
     "flows.git_base": ("lockguard/flows/git_base.py",
                        ("tests/test_gate_review.py", "tests/test_mutants_git_base.py",
                         "tests/test_gate_policy.py")),
     "flows.acceptances": ("lockguard/flows/acceptances.py",
-                          ("tests/test_gate_policy.py", "tests/test_mutants_accept.py",
-                           "tests/test_accept.py")),
+                          ("tests/test_acceptances.py", "tests/test_gate_policy.py",
+                           "tests/test_mutants_accept.py", "tests/test_accept.py")),
     "flows.accept": ("lockguard/flows/accept.py",
                      ("tests/test_accept.py", "tests/test_mutants_accept.py",
-                      "tests/test_gate_policy.py")),
+                      "tests/test_acceptances.py", "tests/test_gate_policy.py")),
 }
 
 # Left out of the sufficient subset: the redundant replacements (see the docstring).
@@ -398,6 +401,11 @@ def main() -> None:
     doc = json.loads(path.read_text()) if path.is_file() else {}
     earlier = doc.get(args.survivors_of, {}).get("modules", {}) if args.survivors_of else None
     started, load_before = time.perf_counter(), load()
+    # the commit the scratch copies are made from, now: the checkout may move on while they run
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                cwd=REPO, capture_output=True, text=True).stdout.strip())
     with tempfile.TemporaryDirectory(prefix="lockguard-mutation-") as tmp:
         copies: queue.Queue[Path] = queue.Queue()
         for i in range(max(1, min(args.jobs, len(chosen)))):
@@ -424,10 +432,6 @@ def main() -> None:
     # read again: another run may have written its label meanwhile
     doc = json.loads(path.read_text()) if path.is_file() else {}
     entry = doc.setdefault(args.label, {"modules": {}})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                            capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                cwd=REPO, capture_output=True, text=True).stdout.strip())
     entry["modules"].update(rows)
     entry.update({"tool": TOOL, "operators": "all" if args.all_operators else "sufficient",
                   "sample": args.sample, "seed": args.seed,

@@ -227,3 +227,54 @@ def test_record_replaces_an_unverified_golden_with_a_verified_one(tmp_path):
     fake = FakeBackend()
     answered = check(settings, [new], NUMPY, backend=fake)
     assert fake.runs == [] and [v.verdict for v in answered.verdicts] == [Verdict.unchanged]
+
+
+def test_the_runs_own_class_is_tried_first_bit_for_bit(tmp_path):
+    """(seed 3 survivor: acceptances.py's sort key `!=` made `==`.) The change accepted on the
+    other class and then on this one: a run here with this machine's numbers is passed by this
+    class's golden, bit for bit, not by the other's within tolerance (which it would meet too)."""
+    amd = other_cpu()
+    settings, old, new, amd_path = accepted_on(tmp_path, FakeBackend(cpu=amd))
+    report, v = checked(settings, old, new, FakeBackend())
+    assert report.passed and v.accepted.how.startswith("accepted on hardware class")
+    report.id = "20260101T000001Z-bbbbbb"
+    adoptions, _ = accept.plan(report, tmp_path / "report.json", settings, [], "intended here",
+                               "me <me@e>", verified=True)
+    [(adoption, written)] = accept.adopt(adoptions)
+    assert written and adoption.path != amd_path
+    report, v = checked(settings, old, new, FakeBackend())
+    assert report.passed
+    assert v.accepted.how == "the candidate's numbers are the accepted ones, bit for bit"
+    assert v.accepted.reason == "intended here"
+    # (seed 4 survivor: the `continue` past this class's golden made `break`.) This machine's
+    # numbers moved in their low bits: not this class's bit for bit, but within tolerance of
+    # the other class's acceptance, which is tried next
+    report, v = checked(settings, old, new, FakeBackend(nudge=LOW_BITS))
+    assert report.passed and v.accepted.how.startswith("accepted on hardware class")
+    assert v.accepted.reason == "intended"
+
+
+def test_the_accepted_golden_names_the_candidate_lock_it_came_from(tmp_path):
+    """(seed 4 survivor: accept.py's `lock=lock.path if lock else None` negated.) The golden's
+    provenance names the check's candidate lock, new.txt, by the path the check gave it (no
+    git label: it was read from disk) and its hash; the acceptance binds old.txt's hash."""
+    settings, old, new, path = accepted_on(tmp_path, FakeBackend())
+    gold = golden.load(path)
+    assert gold.provenance.lock is not None and Path(gold.provenance.lock).name == "new.txt"
+    assert gold.provenance.lock_label is None
+    assert gold.provenance.lock_hash == new.lock.lock_hash
+    assert gold.provenance.acceptance.baseline_lock_hash == old.lock.lock_hash
+
+
+def test_an_unusable_golden_of_another_class_does_not_hide_the_acceptance(tmp_path):
+    """(seed 4 survivor: acceptances.py's `continue` past an unusable golden made `break`.)
+    A damaged golden in a class folder listed before the accepting class's ("0-damaged" sorts
+    before any class id) is skipped; the acceptance after it still passes this run."""
+    amd = other_cpu()
+    settings, old, new, path = accepted_on(tmp_path, FakeBackend(cpu=amd))
+    damaged = path.parent.parent / "0-damaged" / path.name
+    damaged.parent.mkdir()
+    damaged.write_text("{ not a golden")
+    report, v = checked(settings, old, new, FakeBackend(nudge=LOW_BITS))
+    assert report.passed and v.accepted is not None
+    assert Path(v.accepted.golden).name == path.name and path.parent.name in v.accepted.golden

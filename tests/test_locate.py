@@ -448,3 +448,28 @@ def test_numpy_2_nep50_is_located_to_the_first_value_whose_dtype_changed(tmp_pat
     assert where.step == v.first_divergent_step and where.later_differing == 0
     assert any(r.startswith(f"the drift starts in ema (float64 → float32) at step {where.step}")
                for r in v.reasons), v.reasons
+
+
+def test_the_sentence_says_how_the_outputs_differ_when_no_ulp_was_measured():
+    """Three cases the ULPs cannot tell (worked out from the captures built here): the samples
+    equal with the digests not (the difference lies past the sample), an output on one side
+    only, and a root module whose inputs already differ (not "on equal inputs")."""
+    old = capture_for(OLD, 3)
+    beyond = copy.deepcopy(old)
+    beyond["calls"][2]["out"]["digest"] = hashlib.sha256(b"past the sample").hexdigest()
+    loc = locate(Capture.model_validate(old), Capture.model_validate(beyond))
+    assert (loc.module, loc.max_ulp, loc.sampled, loc.numel) == ("fc2", None, 3, 3)
+    assert ("its forward output differs beyond its first 3 of 3 values as float32 (they agree) "
+            "on equal inputs;") in loc.sentences()[0]
+    missing = copy.deepcopy(old)
+    missing["calls"][2]["out"] = None
+    assert "its forward output differs (present on one side only) on equal inputs;" \
+        in locate(Capture.model_validate(missing), Capture.model_validate(old)).sentences()[0]
+    fed = copy.deepcopy(beyond)
+    fed["calls"][0]["inputs"] = hashlib.sha256(b"another batch").hexdigest()
+    fed["calls"][0]["out"]["digest"] = beyond["calls"][2]["out"]["digest"]
+    fed["calls"][2]["out"] = old["calls"][2]["out"]
+    loc = locate(Capture.model_validate(old), Capture.model_validate(fed))
+    assert (loc.module, loc.same_inputs) == ("(model)", False)
+    assert ("its forward output differs beyond its first 3 of 3 values as float32 (they agree) "
+            "on inputs that differ;") in loc.sentences()[0]

@@ -195,3 +195,46 @@ def test_a_long_first_reason_is_cut_at_160_characters():
                         SimpleNamespace(id="x86-64-v3"), result, None, "no golden (a new file)")
     line = describe([adoption], Path("r.json")).splitlines()[1]
     assert line == "  numpy.mlp (numpy): drift — " + "r" * 159 + "…"
+
+
+def test_a_drift_run_on_another_device_than_expected_is_unhealthy():
+    """(seed 3 survivor: accept.py:177 `device_fallback or result.device != device` made
+    `and`.) A drift that ran on the CPU where CUDA was expected is no golden for CUDA; a run
+    on the device is healthy."""
+    assert _unhealthy(Verdict.drift, False, run(device="cpu"), "cuda") == \
+        "it ran on cpu, not on cuda"
+    assert _unhealthy(Verdict.drift, False, run(device=None), "cpu") == \
+        "it ran on an unknown device, not on cpu"
+    assert _unhealthy(Verdict.drift, False, run(device="cpu"), "cpu") is None
+
+
+def test_an_acceptance_from_another_class_weighs_the_numbers_not_the_memory():
+    """(seed 3 survivor: acceptances.py `_close` with timed_together=False made True.) The
+    accepted run peaked at 100 MiB on its machine, this one at 400 MiB: the same numbers, so
+    within tolerance; memory (and time) measured on two machines is no comparison."""
+    from lockguard.compare.tolerance import Policy
+    from lockguard.flows.acceptances import _close
+
+    accepted, here = run(peak_memory_bytes=100 << 20), run(peak_memory_bytes=400 << 20)
+    assert _close(accepted, [here], "cpu", Policy(), None) is True
+    assert _close(accepted, [run(losses=[9.0] * 6)], "cpu", Policy(), None) is False
+
+
+def test_an_unknown_scenario_is_refused_naming_what_the_report_has():
+    """(seed 4 survivor: accept.py's `', '.join(known) or 'no scenarios'` made `and`.)"""
+    two = report(verdict("numpy.a", Verdict.drift), verdict("torch.b", Verdict.drift))
+    with pytest.raises(AcceptError) as caught:
+        _select(two, Path("r.json"), ["jax"])
+    assert str(caught.value) == "--scenario 'jax': not in r.json (it has numpy.a, torch.b)"
+    with pytest.raises(AcceptError) as caught:
+        _select(report(), Path("r.json"), ["jax"])
+    assert str(caught.value) == "--scenario 'jax': not in r.json (it has no scenarios)"
+
+
+def test_a_long_unknown_scenario_name_is_cut_at_eighty_characters():
+    """(seed 4 survivor: accept.py's `one_line(repr(name), 80)` made 81.) A 100-character name
+    is shown as its repr's first 79 characters (the quote and 78 x) and an ellipsis."""
+    with pytest.raises(AcceptError) as caught:
+        _select(report(), Path("r.json"), ["x" * 100])
+    assert str(caught.value) == ("--scenario '" + "x" * 78 + "…: not in r.json (it has no "
+                                 "scenarios)")

@@ -443,3 +443,140 @@ def test_the_first_of_equally_far_values_is_the_worst_and_the_band_has_two_sides
     assert len(check.loss_low) == len(check.loss_high) == 2
     assert check.loss_low[0] < 1.0 < check.loss_high[0]  # every run's 1.0, a floor around it
     assert check.loss_low[1] < 2.0 and check.loss_high[1] > 3.0  # beyond the runs' min, max
+
+
+def test_compiling_that_no_longer_saves_device_memory_is_a_reason_of_the_verdict():
+    """(seed 3 survivor: verdicts.py's loop over the compile diff's notes emptied.) 8 MiB
+    compiled against 16 MiB eager before, 24 MiB against 16 MiB now: said, not a failure."""
+    mib = 2 ** 20
+    old = CompileDiagnostics(memory=CompileMemory(compiled_device=8 * mib, eager_device=16 * mib))
+    new = CompileDiagnostics(memory=CompileMemory(compiled_device=24 * mib,
+                                                  eager_device=16 * mib))
+    v = compare([run(compile=old)], [run(compile=new)])
+    assert ("compiling no longer saves device memory: the compiled training peaks at 24.0 MiB"
+            " against 16.0 MiB eager (baseline: 8.0 MiB against 16.0 MiB)") in v.reasons
+    assert v.verdict == Verdict.identical
+
+
+def test_a_value_exactly_on_the_bands_edge_is_inside():
+    """(seed 3 survivors: envelope.py's `low <= x <= high` made `<` on either side.) Two runs
+    of losses 1.0 each (σ 0, so no t·σ widening), tolerance atol 0.5 (above 4 float32 ULPs of
+    1.0, 2**-21): the band is [0.5, 1.5] exactly; 0.5 and 1.5 are in it, 0.25 is not."""
+    from lockguard.compare.envelope import Band
+
+    flat = Band(min=[1.0, 1.0], max=[1.0, 1.0], mean=[1.0, 1.0], std=[0.0, 0.0])
+    envelope = Envelope(k=2, losses=flat)
+    tol = Tolerance(rtol=0.0, atol=0.5)
+    edges = judge_envelope(envelope, [run(losses=[0.5, 1.5], grad_norms=[])], tol, "float32")
+    assert (edges.inside, edges.outside) == (True, 0)
+    assert (edges.loss_low, edges.loss_high) == ([0.5, 0.5], [1.5, 1.5])
+    out = judge_envelope(envelope, [run(losses=[0.25, 1.5], grad_norms=[])], tol, "float32")
+    assert (out.inside, out.outside, out.first_outside_step) == (False, 1, 0)
+
+
+def test_a_step_of_exactly_the_slower_floor_is_timed_one_by_one():
+    """(seed 3 survivor: timing.py's `min(medians) >= slower_min_step_s` made `>`.) The floor
+    is 2 ms: a 2 ms step is long enough to time alone (0, its own 20 steps); a 1 ms step is
+    timed in blocks of 2.5 × 2 / 1 = 5 steps, 1 + 15 × 5 = 76 steps in all."""
+    assert time_blocks(steps_of(0.002), 20, Policy()) == (0, 20)
+    assert time_blocks(steps_of(0.001), 20, Policy()) == (5, 76)
+    # the shortest of the runs decides
+    assert time_blocks(steps_of(0.5, 0.001), 20, Policy()) == (5, 76)
+
+
+# --------------------------------------------------------------------------------------------
+# Survivors of the fourth fresh sample (seed 4)
+
+def test_a_hardware_change_says_which_input_changed_with_it():
+    """(verdicts.py's `"the lock" if hardware.lock_changed` negated.) A golden from another
+    class whose lock also differs names the lock; one whose lock is the same names the rest."""
+    from lockguard.compare.verdicts import HardwareChange
+
+    def first_reason(lock_changed: bool) -> str:
+        change = HardwareChange(golden="AMD [a]", current="Intel [i]", same_inputs=False,
+                                lock_changed=lock_changed)
+        v = compare_runs([run()], [run(losses=[9.0] * 6)], policy=Policy(),
+                         baseline_kind="golden", expected_device="cpu", timed_together=False,
+                         hardware=change)
+        return v.reasons[0]
+
+    assert first_reason(True).startswith("golden recorded on AMD [a], running on Intel [i], "
+                                         "and the lock changed too: ")
+    assert first_reason(False).startswith("golden recorded on AMD [a], running on Intel [i], "
+                                          "and the scenario, harness or settings changed too: ")
+
+
+def test_an_accepted_failing_verdict_does_not_fail_the_gate():
+    """(verdicts.py `is_failure`'s `return False` for an acceptance made True.)"""
+    from lockguard.compare.verdicts import is_failure
+
+    drift = compare([run()], [run(losses=[9.0] * 6)])
+    assert drift.verdict == Verdict.drift and is_failure(drift, Policy())
+    accepted = drift.model_copy(update={"accepted": Accepted(
+        reason="intended", author="ana", accepted_at="2026-01-02T03:04:05Z",
+        golden="golden/x.json", how="bit for bit")})
+    assert is_failure(accepted, Policy()) is False
+
+
+def test_a_location_is_added_after_the_reasons_and_none_leaves_the_verdict_alone():
+    """(verdicts.py `with_location`'s `if location is None` negated.)"""
+    from lockguard.compare.locate import Location
+    from lockguard.compare.verdicts import with_location
+
+    drift = compare([run()], [run(losses=[9.0] * 6)])
+    assert with_location(drift, None) is drift
+    loc = Location(step=2, kind="none")
+    located = with_location(drift, loc)
+    assert located.location == loc and located.reasons[:-1] == drift.reasons
+    assert located.reasons[-1].startswith("step 2 re-run with every module captured: no "
+                                          "module's weights, output or gradient differs")
+
+
+def test_a_fallback_cause_is_shown_only_when_the_harness_wrote_one_in_words():
+    """(verdicts.py `isinstance(cause, str) and cause` made `or`.) A cause that is not text (a
+    number, as a damaged fingerprint might hold) is left out; an empty one too."""
+    from lockguard.compare.verdicts import _fallback_cause
+
+    assert _fallback_cause(run(fingerprint={"device_fallback": 7})) == ""
+    assert _fallback_cause(run(fingerprint={"device_fallback": ""})) == ""
+    assert _fallback_cause(run(fingerprint={"device_fallback": "no driver"})) == ": no driver"
+
+
+def test_a_float16_ulp_at_one_is_two_to_the_minus_ten():
+    """(envelope.py's float16 mantissa 10 made 9.) float16 keeps 10 mantissa bits: its values
+    next to 1.0 are 2**-10 apart; float32's 2**-23, bfloat16's 2**-7, float64's 2**-52."""
+    from lockguard.compare.envelope import ulp
+
+    assert ulp(1.0, "float16") == 2.0 ** -10
+    assert ulp(1.5, "float16") == 2.0 ** -10  # the same binade [1, 2)
+    assert ulp(1.0, "float32") == 2.0 ** -23
+    assert ulp(1.0, "bfloat16") == 2.0 ** -7
+    assert ulp(1.0, "float64") == 2.0 ** -52
+
+
+def test_the_run_to_run_spread_is_the_wider_sides_max_over_min():
+    """(timing.py's candidate spread `max / min` made `max * min`.) Baselines 0.1 s each
+    (×1), candidates 0.1, 0.2, 0.1 s (×2): the spread is ×2."""
+    check = compare_timing(steps_of(0.1, 0.1, 0.1), steps_of(0.1, 0.2, 0.1), Policy())
+    assert check.spread == 2.0
+    check = compare_timing(steps_of(0.1, 0.3, 0.1), steps_of(0.1, 0.2, 0.1), Policy())
+    assert check.spread == pytest.approx(3.0)
+
+
+def test_a_step_of_exactly_the_floor_is_judged():
+    """(timing.py's `base < slower_min_step_s` made `<=`.) Steps of exactly 2 ms on both sides
+    are long enough: judged, the same (ratio ×1, no spread)."""
+    check = compare_timing(steps_of(0.002, 0.002, 0.002), steps_of(0.002, 0.002, 0.002),
+                           Policy())
+    assert (check.verdict, check.ratio, check.low, check.high) == ("same", 1.0, 1.0, 1.0)
+    short = compare_timing(steps_of(0.001, 0.001, 0.001), steps_of(0.001, 0.001, 0.001),
+                           Policy())
+    assert short.verdict == "not judged" and "too short to time" in short.reason
+
+
+def test_float64_ulps_across_a_binade_and_through_zero():
+    """(numerics.py's float64 width 64 made 63: bit 62, the exponent's top, read as a sign.)
+    Between 1.0 and 2.0 lie 2**52 float64 steps; 1.0 is 0x3FF0000000000000 steps above 0, so
+    -1.0 to 1.0 is twice that."""
+    assert ulp_distance(1.0, 2.0, "float64") == 2 ** 52
+    assert ulp_distance(-1.0, 1.0, "float64") == 2 * 0x3FF0000000000000

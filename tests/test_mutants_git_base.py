@@ -182,3 +182,122 @@ def test_a_configuration_is_named_by_its_file_or_said_to_have_none(tmp_path, mon
     monkeypatch.chdir(root)
     assert _config_name(load_config(start=root)) == "pyproject.toml"
     assert _config_name(config_of('lock = "a.txt"\n')) == "no configuration file"
+
+
+def lock_and_code_project(tmp_path: Path, code_changed: bool) -> Path:
+    """A user scenario `mine` (sc/mine.py) on a.txt; the pull request moves numpy 1.26.4 ->
+    2.0.2 and, if told, changes the script's losses from 1.0 to 2.0."""
+    root = repository(tmp_path, {"pyproject.toml": TABLE, "a.txt": "numpy==1.26.4\n",
+                                 "sc/mine.py": SCRIPT})
+    (root / "a.txt").write_text("numpy==2.0.2\n")
+    if code_changed:
+        (root / "sc" / "mine.py").write_text(SCRIPT.replace("[1.0]", "[2.0]"))
+    commit_all(root)
+    return root
+
+
+def test_a_lock_change_without_a_code_change_runs_no_code_check(tmp_path):
+    """(seed 3 survivor: git_base.py:286 `code_changes and users` made `or`.) The lock A/B
+    runs the script once a side (main's code both times, unchanged); no code A/B follows, so
+    nothing says the code changed too."""
+    from lockguard.scenarios import select
+
+    root = lock_and_code_project(tmp_path, code_changed=False)
+    gate = open_gate(load_config(start=root), "main", [], start=root)
+    assert gate.code_changes == []
+    fake = FakeBackend()
+    report = check_base(Settings.resolve(gate.judging), gate, select(gate.judging, []),
+                        backend=fake)
+    assert [t for _, t in fake.scripts] == [SCRIPT, SCRIPT]
+    assert not any(n.startswith("the scenarios' code changed too") for n in report.notes)
+
+
+def test_under_the_pull_requests_policy_both_sides_run_its_own_code(tmp_path):
+    """(seed 3 survivor: git_base.py:402 `policy_from != "base" or repo is None` made `and`.)
+    --policy pr: the lock A/B runs this checkout's script on both sides, never main's, and no
+    target tree is extracted."""
+    from lockguard.flows.git_base import _target_code
+    from lockguard.scenarios import select
+
+    root = lock_and_code_project(tmp_path, code_changed=True)
+    gate = open_gate(load_config(start=root), "main", [], "pr", start=root)
+    mine = select(gate.judging, [])
+    with _target_code(gate, mine) as tree:
+        assert tree is None
+    fake = FakeBackend()
+    check_base(Settings.resolve(gate.judging), gate, mine, backend=fake)
+    changed = SCRIPT.replace("[1.0]", "[2.0]")
+    assert [t for _, t in fake.scripts] == [changed, changed]
+    # under the base's policy the tree is main's tip, named by its seven first digits
+    base_gate = open_gate(load_config(start=root), "main", [], start=root)
+    tip = git(root, "rev-parse", "main").strip()
+    with _target_code(base_gate, mine) as tree:
+        assert tree is not None and tree.label == f"main@{tip[:7]}"
+        assert (tree.root / "sc" / "mine.py").read_text() == SCRIPT
+
+
+def test_locks_given_on_the_command_line_need_none_in_the_configuration(tmp_path, monkeypatch):
+    """(seed 3 survivor: git_base.py:168 `if not pairs` negated.) The configuration names no
+    lock; `--lock a.txt` pairs a.txt with itself at main: no "no lock given" error. Without
+    any lock the error is the one lock_paths says."""
+    from lockguard.config import ConfigError
+
+    root = project(tmp_path, 'steps = 4', {"a.txt": "numpy==1.26.4\n"})
+    monkeypatch.chdir(root)
+    gate = open_gate(load_config(start=root), "main", ["a.txt"])
+    assert pairs(gate) == [("a.txt", "a.txt", "same path")]
+    with pytest.raises(ConfigError, match="^no lock given: pass --lock PATH or set `lock`"):
+        open_gate(load_config(start=root), "main", [])
+
+
+def test_a_new_lock_no_selected_scenario_runs_from_is_noted_and_passes(tmp_path, monkeypatch):
+    """(seed 3 survivor: git_base.py:215 `if moved` negated.) main checks a.txt (numpy); the
+    pull request adds b.txt (torch), which pairs with nothing at main, and leaves a.txt alone:
+    numpy's scenario has nothing to compare, and the note says why nothing ran."""
+    root = project(tmp_path, 'locks = ["a.txt"]', {"a.txt": "numpy==1.26.4\n"})
+    monkeypatch.chdir(root)
+    (root / "b.txt").write_text("torch==2.4.0\n")
+    (root / "pyproject.toml").write_text('[tool.lockguard]\nlocks = ["a.txt", "b.txt"]\n')
+    commit_all(root)
+    gate = open_gate(load_config(start=root), "main", [])
+    fake = FakeBackend()
+    report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=fake)
+    assert "no selected scenario runs from a lock new since main" in report.notes
+    assert report.passed and report.rule_failures == [] and fake.steps == []
+
+
+def test_a_lock_pair_is_frozen(tmp_path):
+    """(seed 4 survivor: git_base.py's `@dataclass(frozen=True)` made False.) A pair read from
+    git is a value: nothing changes it after the gate paired it."""
+    import dataclasses
+
+    root = project(tmp_path, 'lock = "a.txt"', {"a.txt": "numpy==1.26.4\n"})
+    gate = open_gate(load_config(start=root), "main", [])
+    [pair] = gate.pairs
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pair.how = "renamed"  # type: ignore[misc]
+
+
+def test_an_export_in_step_does_not_stop_the_search_for_a_stale_one(tmp_path):
+    """(seed 4 survivor: git_base.py's `continue` after an export in step made `break`.) Two
+    projects, a/ and b/, each a uv.lock and the pylock.toml exported from it: a/ moves both in
+    step, b/ moves its uv.lock alone; b/pylock.toml is named stale all the same."""
+    markers = DATA_LOCKS / "markers"
+    uv_lock, pylock = (markers / "uv.lock").read_text(), (markers / "pylock.toml").read_text()
+
+    def moved(text: str) -> str:
+        for version in ("2.2.6", "2.4.6", "2.5.5"):  # numpy, whichever Python reads it
+            text = text.replace(version, version[:-1] + "9")
+        return text
+
+    root = project(tmp_path, 'locks = ["a/uv.lock", "a/pylock.toml", "b/uv.lock", '
+                   '"b/pylock.toml"]', {"a/uv.lock": uv_lock, "a/pylock.toml": pylock,
+                                        "b/uv.lock": uv_lock, "b/pylock.toml": pylock})
+    for name in ("a/uv.lock", "a/pylock.toml", "b/uv.lock"):
+        (root / name).write_text(moved((root / name).read_text()))
+    gate = open_gate(load_config(start=root), "main", [], start=root)
+    report = check_base(Settings.resolve(gate.judging), gate, NUMPY, backend=FakeBackend())
+    assert not report.passed
+    [rule] = report.rule_failures
+    assert rule.lock.endswith("/b/pylock.toml") and rule.rule == "stale export"
+    assert "which this change moved: it still holds the old pins" in rule.message

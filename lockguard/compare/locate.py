@@ -115,10 +115,15 @@ class Location(BaseModel):
             types = f"{types} → {self.candidate_type}"
         head = f"{self.module} ({types})"
         # Sampled values equal as float32 (their digests differ): a float64 value against a
-        # float32 one it rounds to, or a difference past the first SAMPLE values.
-        by = (f"by max {self.max_ulp} ulp" if self.max_ulp is not None
-              else f"beyond its first {self.sampled} of {self.numel} values as float32 (they "
-                   "agree)")
+        # float32 one it rounds to, or a difference past the first SAMPLE values; an output on
+        # one side only has no values to measure.
+        if self.max_ulp is not None:
+            by = f"by max {self.max_ulp} ulp"
+        elif self.sampled is not None:
+            by = (f"beyond its first {self.sampled} of {self.numel} values as float32 (they "
+                  "agree)")
+        else:
+            by = "(present on one side only)"
         if self.kind == "weights":
             what = ("before the first step: an initialisation change, not a kernel change"
                     if self.step == 0
@@ -127,8 +132,11 @@ class Location(BaseModel):
         where = "forward output" if self.kind == "forward" else "gradient (backward)"
         inside = (f"; it shows first at {self.first_output}, inside it, whose inputs already "
                   "differ" if self.first_output else "")
+        # the walk out of the first differing call stops at a root (or a call paired on one
+        # side only) whose inputs may differ already: the difference came in with them
+        on = "on equal inputs" if self.same_inputs is not False else "on inputs that differ"
         return (f"the drift starts in {head} at step {self.step}: its {where} differs {by} "
-                f"on equal inputs{inside}; {self.later_differing} other module call(s) of "
+                f"{on}{inside}; {self.later_differing} other module call(s) of "
                 f"the {self.compared} compared differ too (downstream)")
 
     def _referee(self) -> str | None:
