@@ -24,6 +24,12 @@ import pytest
 
 import forked_cli
 
+# pytester puts sys.modules back as they were when its test began: a lockguard module first
+# imported inside such a test would be dropped, and imported anew by a later test of the same
+# worker (two classes of one name: isinstance fails). Every one is imported up front, as the
+# forked CLI's zygote does.
+forked_cli._preload()
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 # The integration tests' torch lock (torch 2.13.0+cpu from this machine kind's local wheel

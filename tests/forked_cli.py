@@ -34,8 +34,8 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _preload() -> None:
-    """Import every module of lockguard's own process (not the harness, which runs inside the
-    environments lockguard builds)."""
+    """Import every module of lockguard's own process (not the harness nor the probes' programs,
+    which run inside the environments lockguard builds or asks)."""
     import importlib
 
     import lockguard
@@ -43,7 +43,7 @@ def _preload() -> None:
     package = Path(lockguard.__file__).parent
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package.parent).with_suffix("").parts
-        if "harness" in parts:
+        if "harness" in parts or ("probes" in parts and parts[-1] != "__init__"):
             continue
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         try:

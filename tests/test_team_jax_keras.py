@@ -104,5 +104,5 @@ def test_a_flax_and_a_keras_teams_trainings_share_one_golden_both_ways(pytester)
     assert len(flax["losses"]) == len(flax["grad_norms"]) == 6 and flax["output_shape"] == [4, 1]
     assert len(keras["losses"]) == 6 and keras["output_shape"] == [4, 1]
     assert flax["losses"][-1] < flax["losses"][0] and keras["losses"][-1] < keras["losses"][0]
-    run = pytester.runpytest(*plugin_args(), "--lockguard-env", "venv")
+    run = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv")
     run.assert_outcomes(passed=2)

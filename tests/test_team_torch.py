@@ -103,7 +103,8 @@ def test_a_numpy_upgrade_under_a_torch_teams_training_is_caught_both_ways(pytest
     assert len(golden["grad_norms"]) == 10 and golden["output_shape"] == [4, 1]
     assert golden["losses"][-1] < golden["losses"][0]  # it trained
     # The fixture, run as the gate runs (the lock's venv), passes on the CLI's golden.
-    pytester.runpytest(*plugin_args(), "--lockguard-env", "venv").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv").assert_outcomes(
+        passed=1)
 
     # The upgrade: the PR moves numpy to 2.0.2, torch unchanged.
     (project / "requirements.txt").write_text(TORCH_LOCK.read_text())
@@ -113,6 +114,6 @@ def test_a_numpy_upgrade_under_a_torch_teams_training_is_caught_both_ways(pytest
     assert verdict["verdict"] == "drift", verdict
     # "losses beyond tolerance from step N": the fixture says the step the gate says.
     where = next(r for r in verdict["reasons"] if r.startswith("losses")).split(":")[0]
-    caught = pytester.runpytest(*plugin_args(), "--lockguard-env", "venv")
+    caught = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv")
     caught.assert_outcomes(failed=1)
     caught.stdout.fnmatch_lines(["*ours: drift*", f"*{where}*", "*ULP*"])
