@@ -7,14 +7,11 @@ so every loss; both ways catch it."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from conftest import NUMERICS_ONLY, TORCH_LOCK, TORCH_OLD_LOCK, golden_file, make_project
-from test_team_code import plugin_args
+from test_team_code import cli, plugin_args
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -71,17 +68,6 @@ TEST = '''
 def test_our_training(lockguard_training):
     lockguard_training("pkg.train:make")
 '''
-
-
-def cli(project: Path, *args: str):
-    from lockguard.cli import cli as command
-
-    cwd = os.getcwd()
-    os.chdir(project)
-    try:
-        return CliRunner().invoke(command, list(args))
-    finally:
-        os.chdir(cwd)
 
 
 def test_a_numpy_upgrade_under_a_torch_teams_training_is_caught_both_ways(pytester):
