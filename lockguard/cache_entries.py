@@ -9,6 +9,10 @@ check that prepares it (`USED`: when, and the project's folder), the others thei
 change. The installers' caches and the bytecode store are entries too, removed only when a
 size cannot be reached otherwise: what they hold is fetched or compiled again as needed.
 
+A stage a killed build left (`cache.stage_of`: `.NAME.stage` beside the entry it was to become)
+is an entry too, "unfinished build", which every prune removes whatever it was asked, once its
+entry's lock says no build is under way: it holds half of something nothing will read.
+
 `prune` removes the least recently used first, and never an entry in use: a venv a running
 check holds (VenvEnv keeps a shared lock on `<venv>.use` while its process lives; prune asks
 for it exclusively, without waiting), nor the evidence a project's `accept` would read (its
@@ -26,11 +30,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lockguard.cache import cache_root, entry_lock
+from lockguard.cache import cache_root, entry_lock, stage_of
 from lockguard.envs.base import READY
 from lockguard.envs.bytecode import LOG_FILE as BYTECODE_LOG
 from lockguard.evidence import LEDGER, LAST_CHECK
 
+UNFINISHED = "unfinished build"  # the kind of a stage a killed build left
+# The folders whose entries are built through a stage beside them (cache.entry, not in place).
+STAGED = ("wheelhouses", "proposals", "tools")
 USED = "lockguard-used.json"  # in a venv: {"at": epoch seconds, "project": folder}
 IN_USE = ".use"  # beside a venv: the lock a check holds shared while it runs in it
 
@@ -80,6 +87,7 @@ def entries(root: Path | None = None) -> list[Entry]:
             found.append(_entry("evidence", f"check {run.name}", (run,),
                                 kept="the project's last check (accept reads it)"
                                 if run.name == latest else None))
+    found.extend(_abandoned_stages(root))
     for name in ("uv", "pip"):
         if (root / "wheels" / name).is_dir():
             found.append(_entry("installer cache", f"{name}'s downloads",
@@ -134,6 +142,9 @@ def prune(found: list[Entry], *, older_than_s: float | None = None, keep: int | 
         for e in order:
             if now - e.used > older_than_s and not e.last_resort:
                 chosen[id(e)] = e
+    for e in order:
+        if e.kind == UNFINISHED:
+            chosen[id(e)] = e  # never read by anything: removed by every prune
     if keep is not None:
         venvs = [e for e in reversed(order) if e.kind == "venv"]  # most recent first
         for e in venvs[keep:]:
@@ -192,6 +203,28 @@ def _dirs(folder: Path) -> Iterator[Path]:
                         and not (e.name.startswith(".") and e.name.endswith(".stage")))
     except OSError:
         return
+
+
+def _abandoned_stages(root: Path) -> Iterator[Entry]:
+    """The stages under `root`'s staged folders, each an UNFINISHED entry; one whose entry's
+    lock is held is a build under way, kept."""
+    for folder in STAGED:
+        try:
+            with os.scandir(root / folder) as found:
+                stages = [Path(e.path) for e in found if e.is_dir(follow_symlinks=False)
+                          and e.name.startswith(".") and e.name.endswith(".stage")]
+        except OSError:
+            continue
+        for stage in stages:
+            target = _staged(stage)
+            yield _entry(UNFINISHED, f"{folder}/{target.name} (left by an interrupted build)",
+                         (stage,), kept="being built" if _locked(entry_lock(target)) else None)
+
+
+def _staged(stage: Path) -> Path:
+    """The entry the stage at `stage` was to become (cache.stage_of's inverse)."""
+    target = stage.with_name(stage.name.removeprefix(".").removesuffix(".stage"))
+    return target if stage_of(target) == stage else stage
 
 
 def _venv(path: Path) -> Entry:
@@ -262,8 +295,14 @@ def _last_check(project: Path) -> str | None:
 
 def _in_use(venv: Path) -> bool:
     """Whether a check holds the venv (its shared lock), asked without waiting."""
+    return _locked(venv.with_name(venv.name + IN_USE))
+
+
+def _locked(lock: Path) -> bool:
+    """Whether another holds the flock file `lock` (shared or exclusive), asked without
+    waiting; a lock file that cannot be opened is held by no one."""
     try:
-        with open(venv.with_name(venv.name + IN_USE), "a+") as handle:
+        with open(lock, "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -275,10 +314,11 @@ def _in_use(venv: Path) -> bool:
 
 
 def _remove(e: Entry) -> str | None:
-    """Remove an entry's paths (a venv under its build lock, held exclusively without
-    waiting); why not, when it cannot be."""
-    if e.kind == "venv":
-        lock = entry_lock(e.paths[0])
+    """Remove an entry's paths (a venv or a stage under its entry's build lock, held
+    exclusively without waiting); why not, when it cannot be."""
+    if e.kind in ("venv", UNFINISHED):
+        target = e.paths[0] if e.kind == "venv" else _staged(e.paths[0])
+        lock = entry_lock(target)
         try:
             handle = open(lock, "a+")  # noqa: SIM115 - closed below
         except OSError as exc:
@@ -288,7 +328,7 @@ def _remove(e: Entry) -> str | None:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return "being built or checked by another lockguard"
-            if _in_use(e.paths[0]):
+            if e.kind == "venv" and _in_use(e.paths[0]):
                 return "in use by a running check"
             _delete(e.paths)
         finally:

@@ -170,3 +170,34 @@ def test_cache_max_size_prunes_after_a_command_and_names_its_key(cache, monkeypa
     assert (cache / "venvs" / ("b" * 20)).is_dir() and not (cache / "venvs" / ("a" * 20)).exists()
     [line] = said
     assert line.startswith("cache_max_size 1 B: removed ")
+
+
+def test_a_stage_a_killed_build_left_is_removed_by_every_prune_unless_a_build_holds_it(cache):
+    """cache.entry builds a wheelhouse or a proposal in `.NAME.stage` beside it; a SIGKILL
+    leaves the stage behind. `cache` lists it, any prune removes it (nothing will read it),
+    but not while its entry's lock is held: that is a build under way."""
+    import fcntl
+
+    from lockguard.cache import entry_lock, stage_of
+
+    left = stage_of(cache / "wheelhouses" / "w2")
+    blob(left / "half.whl", 64 << 10)
+    found = by_name(entries(cache))
+    stage = found["wheelhouses/w2 (left by an interrupted build)"]
+    assert stage.kind == cache_entries.UNFINISHED and stage.kept is None
+    assert stage.size >= 64 << 10
+    # Held by a build: listed as such and left alone, and a prune that listed it free before
+    # the build began leaves it too (the lock is asked again when removing).
+    listed_free = entries(cache)
+    with open(entry_lock(cache / "wheelhouses" / "w2"), "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        busy = by_name(entries(cache))["wheelhouses/w2 (left by an interrupted build)"]
+        assert busy.kept == "being built"
+        for found in (entries(cache), listed_free):
+            done = prune(found, older_than_s=10_000 * 86400)
+            assert done.removed == [] and left.is_dir()
+            assert [e.name for e, _ in done.kept] == [stage.name]
+    # Free again: a prune asked for nothing else removes it, and only it.
+    done = prune(entries(cache), older_than_s=10_000 * 86400)
+    assert [e.name for e in done.removed] == [stage.name] and not left.exists()
+    assert (cache / "wheelhouses" / "w1").is_dir()
