@@ -123,6 +123,25 @@ class CompileMemory(BaseModel):
     eager_device: int | None = None
 
 
+class BreakLocation(BaseModel):
+    """Where one torch graph break is (harness break_layer.py): the frame Dynamo stopped in
+    (file shown from site-packages down, line, function) and the layer, the module of the
+    compiled model whose class's method holds that frame or one around it (`module` its path in
+    named_modules(), "(model)" the model itself; `modules` how many modules of that class the
+    model holds, as the stack names no instance). Bounded: the harness's output is untrusted."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    reason: str = Field(max_length=400)  # the entry of break_reasons it places
+    file: str = Field(max_length=200)
+    line: int | None = Field(default=None, ge=1, le=10_000_000)
+    function: str | None = Field(default=None, max_length=200)
+    module: str | None = Field(default=None, max_length=200)
+    module_class: str | None = Field(default=None, max_length=200)
+    method: str | None = Field(default=None, max_length=200)
+    modules: int | None = Field(default=None, ge=1, le=1_000_000)
+
+
 class CompileDiagnostics(BaseModel):
     """Compile behaviour of one run. Every field is optional: each framework fills what it has."""
 
@@ -133,6 +152,8 @@ class CompileDiagnostics(BaseModel):
     unique_graphs: int | None = None
     graph_breaks: int | None = None
     break_reasons: list[str] = Field(default_factory=list)  # normalised: no addresses, no paths
+    # torch: the layer and frame of each break reason the harness could place (at most 50)
+    break_locations: list[BreakLocation] = Field(default_factory=list, max_length=50)
     recompiles: int | None = None
     recompile_reasons: list[str] = Field(default_factory=list)
     eager_fallbacks: int | None = None  # frames that ran eager although compilation was asked
@@ -147,7 +168,7 @@ class CompileDiagnostics(BaseModel):
     @model_serializer(mode="wrap")
     def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Only torch's compiled runs carry these.
-        return without_absent(self, handler(self), ("accuracy", "memory"))
+        return without_absent(self, handler(self), ("accuracy", "memory", "break_locations"))
 
 
 # A localisation run's capture (harness locate_torch.py): bounded whatever the harness wrote, so

@@ -118,6 +118,10 @@ TORCH_V2 = """\
             return torch.tanh(h) * 1.5
     """
 
+# Where Dynamo stops in 2.0: the line of its .item()
+ITEM_LINE = textwrap.dedent(TORCH_V2).splitlines().index(
+    "        if (h.abs() > 1e4).sum().item() > 0:") + 1
+
 TORCH_SCRIPT = """\
     import time
 
@@ -146,6 +150,57 @@ TORCH_SCRIPT = """\
     """
 
 
+# The same layer twice, deep in a model: the break is placed in blocks.0.mlp, of two
+TORCH_BLOCKS_SCRIPT = """\
+    import torch
+    from torch import nn
+
+    from lg_testlayer import ScaledTanh
+
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.norm = nn.LayerNorm(d)
+            self.mlp = ScaledTanh(d)
+
+        def forward(self, x):
+            return x + self.mlp(self.norm(x))
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(8, 16)
+            self.blocks = nn.ModuleList([Block(16), Block(16)])
+            self.head = nn.Linear(16, 2)
+
+        def forward(self, x):
+            h = self.inp(x)
+            for block in self.blocks:
+                h = block(h)
+            return self.head(h)
+
+
+    def run(steps, seed):
+        torch.manual_seed(seed)
+        model = Net()
+        # Dynamo breaks the graph before any backend sees it: the eager backend spares the test
+        # inductor's code generation on both sides.
+        compiled = torch.compile(model, backend="eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(32, 8), torch.randn(32, 2)
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            loss = ((compiled(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return {"losses": losses, "params": dict(model.named_parameters())}
+    """
+
+
 @pytest.fixture(scope="module")
 def torch_project(tmp_path_factory) -> Path:
     return package_project(
@@ -157,7 +212,11 @@ def torch_project(tmp_path_factory) -> Path:
         script = "train_layer.py"
         framework = "torch"
         steps = 4
-        """, {"train_layer.py": TORCH_SCRIPT})
+        [scenario.blocks]
+        script = "train_blocks.py"
+        framework = "torch"
+        steps = 2
+        """, {"train_layer.py": TORCH_SCRIPT, "train_blocks.py": TORCH_BLOCKS_SCRIPT})
 
 
 def test_torch_graph_break_from_an_upgrade_is_compile_fallback(torch_project: Path) -> None:
@@ -172,7 +231,11 @@ def test_torch_graph_break_from_an_upgrade_is_compile_fallback(torch_project: Pa
     assert added.startswith("lg_testlayer/__init__.py:forward: ") and "item()" in added, added
     assert diff["break_reasons_old"] == [] and diff["break_reasons_new"] == [added]
     assert v["reasons"][0].startswith("compiled path regressed: graph breaks 0 → ")
-    assert added in v["reasons"][0]
+    # The break placed in the layer that breaks, the second module of the Sequential; the
+    # reason's site prefix left out (the place says it).
+    layer = ("graph break introduced in 1 (ScaledTanh.forward,"
+             f" lg_testlayer/__init__.py:{ITEM_LINE}): ")
+    assert layer + added.split(": ", 1)[1] in v["reasons"][0], v["reasons"]
     change = only_change(report)
     assert (change["name"], change["old_version"], change["new_version"]) == (
         PACKAGE, "1.0", "2.0")
@@ -183,6 +246,41 @@ def test_torch_graph_break_from_an_upgrade_is_compile_fallback(torch_project: Pa
     text = render(Report.model_validate(report), "text")
     side_by_side = " ".join(re.split(r"compiled path +baseline +candidate", text)[1].split())
     assert f"+ break — {added}" in side_by_side
+
+
+def test_torch_graph_break_is_placed_in_the_layer_that_breaks(torch_project: Path) -> None:
+    """The upgrade's break named where it is: the module path in the model, its class and
+    method, and the frame in the dependency where Dynamo stopped, in the regression and the
+    side-by-side rows. The check flow is called directly (this checkout's code, as run_cli
+    runs the installed lockguard), with the same locks, venvs and wheels as the test above."""
+    from lockguard.config import load_config
+    from lockguard.flows.check import BaselineLocks, check
+    from lockguard.locks.ref import LockRef, lock_target, read_lock
+    from lockguard.report._common import compile_rows
+    from lockguard.scenarios import select
+    from lockguard.settings import Settings
+
+    config = load_config(torch_project / "pyproject.toml")
+    old, new = (LockRef(torch_project / name, read_lock(torch_project / name,
+                                                        lock_target(config)))
+                for name in ("v1.txt", "v2.txt"))
+    report = check(Settings.resolve(config), [new], select(config, ["blocks"]),
+                   BaselineLocks((old,)))
+    [v] = report.verdicts
+    assert v.verdict == "compile_fallback", v.reasons
+    diff = v.compile_diff
+    [added] = diff.added_break_reasons
+    [where] = [w for w in diff.break_locations_new if w.reason == added]
+    line = ITEM_LINE
+    assert (where.module, where.module_class, where.method, where.modules) == (
+        "blocks.0.mlp", "ScaledTanh", "forward", 2)
+    assert (where.file, where.line, where.function) == (
+        "lg_testlayer/__init__.py", line, "forward")
+    layer = f"blocks.0.mlp (ScaledTanh.forward, lg_testlayer/__init__.py:{line}; 1 of 2" \
+            " ScaledTanh modules)"
+    assert f"graph break introduced in {layer}: " in v.reasons[0], v.reasons
+    assert ("+ break, layer", "—", layer) in compile_rows(diff)
+    assert diff.break_locations_old == []
 
 
 def test_torch_same_lock_on_both_sides_is_clean(torch_project: Path) -> None:

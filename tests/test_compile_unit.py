@@ -9,12 +9,17 @@ The log texts below are what torch 2.13's dynamo wrote in real runs (paths from 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
+import logging
 import math
 import os
 import shutil
 from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
 
 from lockguard.compare.compile import accuracy_failure, break_site, compare_compile
 from lockguard.compare.tolerance import Policy
@@ -267,6 +272,178 @@ def test_text_and_markdown_show_old_and_new_side_by_side() -> None:
     assert "| compiled path | baseline | candidate |" in md
     assert "| + break | — | <code>lg_testlayer/__init__.py:forward: Unsupported Tensor.item()" \
         " call</code> |" in md
+
+
+# --------------------------------------------------------------------------------------------
+# The layer a graph break is in (harness break_layer.py; the real torch run: test_compile.py)
+
+LAYERS = """\
+class Module:
+    \"\"\"named_modules() as torch's: (path, module), the module itself first as "".\"\"\"
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, child in vars(self).items():
+            if isinstance(child, Module):
+                yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+
+def clip(h):
+    return h.item()
+
+
+class Mlp(Module):
+    def forward(self, x):
+        h = x
+        return clip(h)
+
+
+class Block(Module):
+    def __init__(self):
+        self.mlp = Mlp()
+
+    def forward(self, x):
+        return x + self.mlp.forward(x)
+
+
+class Model(Module):
+    def __init__(self):
+        self.first, self.second = Block(), Block()
+
+    def forward(self, x):
+        return self.second.forward(self.first.forward(x))
+"""
+
+
+def line_of(code: str) -> int:
+    """The line of LAYERS that is `code`."""
+    return LAYERS.splitlines().index(code) + 1
+
+
+CLIP = line_of("    return h.item()")  # where Dynamo stops, in a function of no class
+MLP = line_of("        return clip(h)")  # inside Mlp.forward
+BLOCK = line_of("        return x + self.mlp.forward(x)")  # inside Block.forward
+
+
+def layers(tmp_path: Path):
+    """The classes of LAYERS, loaded from a real file (code objects name it)."""
+    path = tmp_path / "site-packages" / "deplayer" / "layers.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(LAYERS)
+    namespace: dict = {}
+    exec(compile(LAYERS, str(path), "exec"), namespace)  # noqa: S102 - the test's own text
+    return path, namespace
+
+
+def break_record(path: Path, frames: list[tuple[int, str]]) -> str:
+    """A graph-break record in torch 2.13's shape, its user stack `frames` (line, function)."""
+    stack = "".join(f'  File "{path}", line {line}, in {fn}\n    ...\n' for line, fn in frames)
+    return BREAK_RECORD.split("User code traceback:")[0] + "User code traceback:\n" + stack
+
+
+def test_a_break_is_placed_in_the_innermost_module_method_around_it(tmp_path: Path) -> None:
+    path, ns = layers(tmp_path)
+    model = ns["Model"]()
+    recorder = ct.Recorder()
+    recorder.remember(model)
+    # Dynamo stopped in clip, called by Mlp.forward, called by Block.forward.
+    recorder.capture.breaks.append(break_record(path, [(BLOCK, "forward"), (MLP, "forward"),
+                                                       (CLIP, "clip")]))
+    [(reason, where)] = recorder._located_breaks({COUNTER_KEY: 1})
+    assert reason == "deplayer/layers.py:clip: " \
+        "Unsupported Tensor.item() call with capture_scalar_outputs=False"
+    # Two Mlp modules run that code: the first in named_modules() order, and how many.
+    assert where == {"file": "deplayer/layers.py", "line": CLIP, "function": "clip",
+                     "module": "first.mlp", "module_class": "Mlp", "method": "forward",
+                     "modules": 2}
+    # A break in Block's own code is Block's; one outside any module's method names no layer.
+    outer = ct.Recorder()
+    outer.remember(model)
+    outer.capture.breaks.append(break_record(path, [(BLOCK, "forward")]))
+    assert outer._located_breaks({})[0][1]["module"] == "first"
+    lone = ct.Recorder()
+    lone.remember(model)
+    lone.capture.breaks.append(break_record(path, [(CLIP, "clip")]))
+    assert "module" not in lone._located_breaks({})[0][1]
+
+
+def test_the_record_that_names_the_layer_wins_and_reaches_the_diagnostics(tmp_path) -> None:
+    path, ns = layers(tmp_path)
+    model = ns["Model"]()
+    recorder = ct.Recorder()
+    recorder.remember(model.forward)
+    recorder.remember(model)  # once: nn.Module.compile hands torch.compile a bound method
+    assert len(recorder.models) == 1
+    recorder.compile_calls = 1
+    # A repeated break is logged with its innermost place only ("in user code at ..."): the
+    # full stack's record, logged first, still names the layer.
+    full = break_record(path, [(MLP, "forward"), (CLIP, "clip")])
+    repeated = full.split("User code traceback:")[0].replace(
+        f"{SITE_PACKAGES}/lg_testlayer/__init__.py:14", f"{path}:{CLIP}")
+    recorder.capture.breaks += [repeated, full]
+    out = recorder.diagnostics()
+    [where] = out["break_locations"]
+    assert where["reason"] == out["break_reasons"][0] and where["module"] == "first.mlp"
+    diagnostics = CompileDiagnostics.model_validate(out)
+    assert diagnostics.break_locations[0].method == "forward"
+
+
+def test_a_break_is_placed_as_it_is_logged_while_its_model_lives(tmp_path: Path) -> None:
+    # A user script's model is gone when the diagnostics are read (run() returned): the place
+    # is found when dynamo logs the break, during tracing.
+    path, ns = layers(tmp_path)
+    model = ns["Model"]()
+    recorder = ct.Recorder()
+    recorder.remember(model)
+    log = logging.getLogger("lockguard_test.__graph_breaks")
+    log.addHandler(recorder.capture)
+    try:
+        log.warning("%s", break_record(path, [(MLP, "forward"), (CLIP, "clip")]))
+    finally:
+        log.removeHandler(recorder.capture)
+    del model
+    gc.collect()
+    assert recorder.models[0]() is None
+    [(_, where)] = recorder._located_breaks({})
+    assert where["module"] == "first.mlp"
+
+
+def test_break_locations_are_bounded_on_arrival() -> None:
+    ok = {"reason": ITEM, "file": "lg/x.py", "line": 3, "function": "clip"}
+    CompileDiagnostics.model_validate({"break_locations": [ok]})
+    for bad in ({**ok, "module": "m" * 201}, {**ok, "line": 0}, {**ok, "extra": 1},
+                {**ok, "modules": 0}, {"file": "x.py"}):
+        with pytest.raises(ValidationError):
+            CompileDiagnostics.model_validate({"break_locations": [bad]})
+    with pytest.raises(ValidationError):
+        CompileDiagnostics.model_validate({"break_locations": [ok] * 51})
+    # Runs without places keep their JSON exactly (goldens written before the field).
+    assert "break_locations" not in CompileDiagnostics(graph_breaks=0).model_dump(mode="json")
+
+
+PLACED = {"reason": ITEM, "file": "lg_testlayer/__init__.py", "line": 14, "function": "clip",
+          "module": "blocks.1.mlp", "module_class": "Mlp", "method": "forward", "modules": 2}
+LAYER = "blocks.1.mlp (Mlp.forward → clip, lg_testlayer/__init__.py:14; 1 of 2 Mlp modules)"
+
+
+def test_a_new_break_names_the_layer_in_every_report_format() -> None:
+    v = verdict(result(CompileDiagnostics(graph_breaks=0)),
+                result(CompileDiagnostics.model_validate(
+                    {"graph_breaks": 1, "break_reasons": [ITEM], "break_locations": [PLACED]})))
+    assert v.verdict == Verdict.compile_fallback
+    line = f"graph break introduced in {LAYER}: Unsupported Tensor.item() call"
+    assert v.compile_diff.regressions == ["graph breaks 0 → 1", line]
+    assert line in v.reasons[0]
+    assert ("+ break, layer", "—", LAYER) in compile_rows(v.compile_diff)
+    report = Report(command="check", mode="ab", verdicts=[v], passed=False)
+    for fmt in ("text", "markdown", "json", "junit", "github", "html"):
+        shown = " ".join(render(report, fmt).split())
+        assert "blocks.1.mlp" in shown and "lg_testlayer/__init__.py:14" in shown, fmt
+    # A placed break the candidate lost is shown on the baseline's side.
+    gone = compare_compile(CompileDiagnostics.model_validate(
+        {"graph_breaks": 1, "break_reasons": [ITEM], "break_locations": [PLACED]}),
+        CompileDiagnostics(graph_breaks=0))
+    assert ("- break, layer", LAYER, "—") in compile_rows(gone)
 
 
 # --------------------------------------------------------------------------------------------

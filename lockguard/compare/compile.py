@@ -7,7 +7,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from lockguard.compare.figures import mib
-from lockguard.results import AccuracyCheck, CompileDiagnostics, CompileMemory
+from lockguard.results import AccuracyCheck, BreakLocation, CompileDiagnostics, CompileMemory
 
 
 class CountChange(BaseModel):
@@ -35,6 +35,9 @@ class CompileDiff(BaseModel):
     # [old, new] pairs: one break site whose message changed wording (a framework upgrade
     # rephrasing the same graph break), with no more breaks than before; not a regression.
     reworded_break_reasons: list[list[str]] = Field(default_factory=list)
+    # Where each side's breaks are (torch): the layer and the frame Dynamo stopped in.
+    break_locations_old: list[BreakLocation] = Field(default_factory=list)
+    break_locations_new: list[BreakLocation] = Field(default_factory=list)
     recompile_reasons_old: list[str] = Field(default_factory=list)
     recompile_reasons_new: list[str] = Field(default_factory=list)
     recompiles_old: int | None = None
@@ -95,7 +98,7 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
 
     count("graph breaks", old.graph_breaks, new.graph_breaks)
     added, removed, reworded = _break_changes(old, new)
-    worse += [f"+ break: {reason}" for reason in added]
+    worse += [_added_break(reason, new.break_locations) for reason in added]
     better += [f"- break: {reason}" for reason in removed]
     count("recompiles", old.recompiles, new.recompiles)
     old_fallbacks = old.eager_fallbacks
@@ -126,6 +129,8 @@ def compare_compile(old: CompileDiagnostics, new: CompileDiagnostics) -> Compile
         added_break_reasons=added,
         removed_break_reasons=removed,
         reworded_break_reasons=reworded,
+        break_locations_old=old.break_locations,
+        break_locations_new=new.break_locations,
         recompile_reasons_old=_unique(old.recompile_reasons),
         recompile_reasons_new=_unique(new.recompile_reasons),
         recompiles_old=old.recompiles,
@@ -162,6 +167,37 @@ def _break_changes(old: CompileDiagnostics, new: CompileDiagnostics
         added = [r for r in added if r not in {new for _, new in reworded}]
         removed = [r for r in removed if r not in {old for old, _ in reworded}]
     return added, removed, reworded
+
+
+def location_of(reason: str, locations: list[BreakLocation]) -> BreakLocation | None:
+    """The place the harness found for a break reason, None when it found none."""
+    return next((where for where in locations if where.reason == reason), None)
+
+
+def layer_text(where: BreakLocation) -> str:
+    """"blocks.0.mlp (Mlp.forward → clip, pkg/layers.py:42; 1 of 2 Mlp modules)": the layer
+    that breaks and the frame Dynamo stopped in; only the frame when no layer holds it."""
+    frame = where.file + (f":{where.line}" if where.line is not None else "")
+    if where.module is None:
+        return f"{where.function} ({frame})" if where.function else frame
+    method = f"{where.module_class}.{where.method}"
+    if where.function and where.function != where.method:
+        method += f" → {where.function}"
+    several = (f"; 1 of {where.modules} {where.module_class} modules"
+               if where.modules and where.modules > 1 else "")
+    return f"{where.module} ({method}, {frame}{several})"
+
+
+def _added_break(reason: str, locations: list[BreakLocation]) -> str:
+    """A regression line for a new graph break: the layer that breaks when the harness placed
+    it ("graph break introduced in blocks.0.mlp (Mlp.forward, pkg/layers.py:42): <message>",
+    the site prefix left out as the place says it), else "+ break: <reason>"."""
+    where = location_of(reason, locations)
+    if where is None:
+        return f"+ break: {reason}"
+    site = break_site(reason)
+    message = reason[len(site) + 2:] if site else reason
+    return f"graph break introduced in {layer_text(where)}: {message}"
 
 
 def _memory_notes(old: CompileDiagnostics, new: CompileDiagnostics) -> list[str]:

@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockguard.compare.compile import CompileDiff
+from lockguard.compare.compile import CompileDiff, layer_text, location_of
 from lockguard.compare.figures import mib, seconds
 from lockguard.compare.verdicts import ScenarioVerdict
 from lockguard.locks.diff import Change, LockDiff, OptionChange
@@ -223,6 +223,7 @@ def compile_rows(diff: CompileDiff) -> list[tuple[str, str, str]]:
             rows.append((f"{what} of {function}", str(change.old), str(change.new)))
     rows += reason_pairs("break", diff.break_reasons_old, diff.break_reasons_new,
                          diff.reworded_break_reasons)
+    rows += break_layer_rows(diff)
     rows += reason_pairs("recompile", diff.recompile_reasons_old, diff.recompile_reasons_new, [])
     if diff.compile_s_old is not None and diff.compile_s_new is not None:
         rows.append(("compile time", f"{diff.compile_s_old:.2f} s", f"{diff.compile_s_new:.2f} s"))
@@ -236,6 +237,22 @@ def _eager_compiled(memory: CompileMemory | None) -> str | None:
     if memory is None or memory.eager_device is None or memory.compiled_device is None:
         return None
     return f"{memory.eager_device / 2**20:.1f} → {memory.compiled_device / 2**20:.1f} MiB"
+
+
+def break_layer_rows(diff: CompileDiff) -> list[tuple[str, str, str]]:
+    """A row per added or removed graph break the harness placed: the layer that breaks
+    (module path, class and method, the frame Dynamo stopped in) on its side."""
+    reworded = {reason for pair in diff.reworded_break_reasons for reason in pair}
+    rows: list[tuple[str, str, str]] = []
+    for reason in diff.break_reasons_new:
+        where = location_of(reason, diff.break_locations_new)
+        if reason not in diff.break_reasons_old and reason not in reworded and where:
+            rows.append(("+ break, layer", "—", layer_text(where)))
+    for reason in diff.break_reasons_old:
+        where = location_of(reason, diff.break_locations_old)
+        if reason not in diff.break_reasons_new and reason not in reworded and where:
+            rows.append(("- break, layer", layer_text(where), "—"))
+    return rows
 
 
 def reason_pairs(label: str, old: list[str], new: list[str],

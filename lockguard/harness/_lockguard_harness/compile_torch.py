@@ -20,6 +20,9 @@ How a run is observed
     * Dynamo's "graph_breaks" and "recompiles" log artifacts (torch >= 2.1), captured by a
       handler on those loggers without printing them: where each break happened, and every
       recompile with the guard that failed.
+    * The models torch.compile was called with (weakly held): each graph break's user stack is
+      placed in the module whose class's method holds it (break_layer.py), the layer that
+      breaks, reported beside the reason as `break_locations`.
     * `torch._dynamo.utils.compilation_time_metrics` is not used: its keys change between
       releases. compile_s is the wall time spent in backend calls (inductor's forward and, where
       AOTAutograd compiles it eagerly, backward compilation).
@@ -38,7 +41,10 @@ import math
 import os
 import re
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import break_layer
 
 # PyTorch CI's accuracy rule for compiled models (torch._dynamo.utils.same with an fp64
 # reference): the compiled result may be at most K times farther from the fp64 result than the
@@ -129,17 +135,18 @@ def site(path: str, line: Optional[int], function: Optional[str]) -> str:
 
 # --------------------------------------------------------------------------- log capture
 
-_FILE_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_USER_CODE_AT = re.compile(r"in user code at (\S+?):(\d+)")
 _RECOMPILING = re.compile(r"Recompiling function (\S+) in (\S+?):(\d+)")
 
 
 class _Capture(logging.Handler):
-    """Keeps the text of dynamo's graph-break, recompile and won't-convert log records."""
+    """Keeps the text of dynamo's graph-break, recompile and won't-convert log records; each
+    graph break is placed (`placer`) as it is logged, while the model being traced is alive."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.breaks: List[str] = []
+        self.break_places: List[Optional[Dict[str, Any]]] = []  # beside breaks, one each
+        self.placer: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None
         self.recompiles: List[str] = []
         self.wont_convert: List[Tuple[str, Optional[BaseException]]] = []
         self.limits: List[str] = []
@@ -152,6 +159,10 @@ class _Capture(logging.Handler):
         name = record.name
         if name.endswith("__graph_breaks"):
             self.breaks.append(text)
+            try:
+                self.break_places.append(self.placer(text) if self.placer else None)
+            except Exception:  # noqa: BLE001 - a break left unplaced, never a failed training
+                self.break_places.append(None)
         elif name.endswith("__recompiles"):
             self.recompiles.append(text)
         elif "recompile_limit" in text or "cache_size_limit" in text:
@@ -213,6 +224,9 @@ class Recorder:
         self._counters_before: Dict[str, Dict[str, int]] = {}
         self._logs_on = False
         self._original_compile: Optional[Callable[..., Any]] = None
+        self.models: List[Any] = []  # weak references to the modules torch.compile was given
+        self._index: Optional[break_layer.ModelIndex] = None  # of the models, built on demand
+        self.capture.placer = self.place
 
     # ------------------------------------------------------------------ installation
 
@@ -239,6 +253,7 @@ class Recorder:
             if wrapped is not None:
                 kwargs["backend"] = wrapped
             if model is not None:
+                recorder.remember(model)
                 recorder.compile_calls += 1
                 recorder.requested.append(_backend_name(backend if backend is not None
                                                         else _default_backend()))
@@ -253,6 +268,29 @@ class Recorder:
         compile.__wrapped__ = original  # type: ignore[attr-defined]
         compile._lockguard = True  # type: ignore[attr-defined]
         torch.compile = compile
+
+    def remember(self, model: Any) -> None:
+        """Keep a weak reference to the module being compiled (a bound method's module, as
+        nn.Module.compile passes its _call_impl), for placing graph breaks in its layers."""
+        module = getattr(model, "__self__", model)
+        if not hasattr(module, "named_modules"):
+            return  # a plain function: its breaks are located to a frame, not a layer
+        try:
+            ref = weakref.ref(module)
+        except TypeError:
+            return
+        if all(r() is not module for r in self.models):
+            self.models.append(ref)
+            self._index = None
+
+    def place(self, text: str) -> Optional[Dict[str, Any]]:
+        """Where a graph-break record's break is (break_layer.locate), in the models compiled
+        so far that are still alive: called as the record is logged, during tracing."""
+        if self._index is None:
+            self._index = break_layer.ModelIndex(m for m in (r() for r in self.models)
+                                                 if m is not None)
+        return break_layer.locate(break_layer.frames(text), self._index, short_path,
+                                  enclosing_function)
 
     def enable_logs(self) -> None:
         """Route dynamo's graph-break and recompile artifacts to the capture, silently.
@@ -362,7 +400,9 @@ class Recorder:
         graphs = len(self.graphs) if counted else stats.get("unique_graphs", len(self.graphs))
         unique = len({g["graph"] for g in self.graphs}) if counted else graphs
         # ------------------------------------------------------------ graph breaks
-        break_reasons = self._break_reasons(breaks)
+        located = self._located_breaks(breaks)
+        break_reasons = sorted({reason for reason, _ in located})
+        locations = _first_location_per_reason(located)
         break_events = sum(breaks.values())
         if not breaks and self.capture.breaks:  # counters absent: count the log records
             break_events = len(self.capture.breaks)
@@ -408,23 +448,48 @@ class Recorder:
                        "graph_break_events": sum(breaks.values()) if now is not None else None,
                        "frames_total": frames.get("total"), "frames_ok": frames.get("ok")},
         }
+        if locations:
+            out["break_locations"] = [dict(where, reason=reason) for reason, where
+                                      in locations if reason in out["break_reasons"]]
         return out
 
     def _break_reasons(self, counter_reasons: Dict[str, int]) -> List[str]:
         """'site: reason' per distinct break, sites from the log records where there are any."""
+        return sorted({reason for reason, _ in self._located_breaks(counter_reasons)})
+
+    def _located_breaks(self, counter_reasons: Dict[str, int]
+                        ) -> List[Tuple[str, Optional[Dict[str, Any]]]]:
+        """('site: reason', where it is or None) per graph-break record, then the counted
+        reasons never logged (with no place)."""
         short = {key: normalise(_first_line_of(key)) for key in counter_reasons}
-        found: List[str] = []
-        for text in self.capture.breaks:
+        places = self.capture.break_places
+        found: List[Tuple[str, Optional[Dict[str, Any]]]] = []
+        for i, text in enumerate(self.capture.breaks):
             if "fall back to eager" in text or "skip tracing the frame" in text:
                 continue  # a whole frame skipped: an eager fallback, counted there
             reason = next((s for key, s in short.items() if _first_line_of(key) in text), None)
             if reason is None:
                 reason = normalise(_break_text_reason(text))
             where = _break_site(text)
-            found.append(f"{where}: {reason}" if where else reason)
-        named = {r.split(": ", 1)[-1] for r in found}
-        found += [s for s in short.values() if s not in named]  # counted but never logged
-        return sorted(set(found))
+            # A record not placed when logged (no model then) is placed now, if it can be.
+            place = places[i] if i < len(places) and places[i] else self.place(text)
+            found.append((f"{where}: {reason}" if where else reason, place))
+        named = {r.split(": ", 1)[-1] for r, _ in found}
+        found += [(s, None) for s in short.values() if s not in named]  # counted, never logged
+        return found
+
+
+def _first_location_per_reason(located: List[Tuple[str, Optional[Dict[str, Any]]]]
+                               ) -> List[Tuple[str, Dict[str, Any]]]:
+    """(reason, place) for each reason with a place, in reason order; the record that names
+    a layer over one that does not (a repeated break is logged with its innermost place only)."""
+    best: Dict[str, Dict[str, Any]] = {}
+    for reason, place in located:
+        if place is None:
+            continue
+        if reason not in best or ("module" in place and "module" not in best[reason]):
+            best[reason] = place
+    return sorted(best.items())[:_MAX_REASONS]
 
 
 def _counters_if_loaded() -> Optional[Dict[str, Dict[str, int]]]:
@@ -477,13 +542,10 @@ def _break_text_reason(text: str) -> str:
 
 
 def _break_site(text: str) -> Optional[str]:
-    frames = _FILE_FRAME.findall(text.split("Graph Break Reason:", 1)[-1])
-    if frames:
-        path, line, function = frames[-1]
-        return site(path, int(line), function)
-    match = _USER_CODE_AT.search(text)
-    if match:
-        return site(match.group(1), int(match.group(2)), None)
+    stack = break_layer.frames(text)
+    if stack:
+        path, line, function = stack[-1]
+        return site(path, line, function)
     return None
 
 
