@@ -13,7 +13,7 @@ import os
 import platform
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lockguard import toml
@@ -128,9 +128,13 @@ def driver_text(version: tuple[int, ...]) -> str:
     return ".".join([str(version[0]), *(f"{p:02d}" for p in version[1:])])
 
 
-def judge(old: Facts | None, new: Facts, machines: Iterable[Machine]) -> list[Finding]:
-    """What the change from `old` (None: added) to `new` does to each fleet machine."""
-    change = f"{new.name} {old.version} -> {new.version}" if old else f"{new.name} {new.version}"
+def judge(old: Facts | None, new: Facts, machines: Iterable[Machine],
+          change: str | None = None) -> list[Finding]:
+    """What the change from `old` (None: added, or not read) to `new` does to each fleet
+    machine; `change` names it ("torch 2.8.0 -> 2.9.0"; default: from the two)."""
+    change = change or (f"{new.name} {new.version}" if old is None
+              else f"{new.name} {new.version} (another build: other hashes)"
+              if old.version == new.version else f"{new.name} {old.version} -> {new.version}")
     return [Finding(machine.name, broken, change, problem) for machine in machines
             for problem, broken in _findings(old, new, machine)]
 
@@ -189,20 +193,17 @@ def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
     return []
 
 
-def judge_changes(changes: Iterable[tuple[str, str | None, str]], machines: list[Machine],
-                  facts_of: Callable[[str, str], Facts | None]
-                  ) -> tuple[list[Finding], list[str]]:
-    """Every (name, old version or None, new version) of a lock change against the fleet, the
-    wheels' facts read by `facts_of(name, version)`: the findings, and the changes not judged
-    (their files are nowhere lockguard can read them)."""
+def judge_changes(changes: Iterable[tuple[str, Facts | None, Facts | None]],
+                  machines: list[Machine]) -> tuple[list[Finding], list[str]]:
+    """Every lock change (what it is, "torch 2.8.0 -> 2.14.1"; the old wheel's facts, None
+    when added or not read; the new one's, None when its files could not be read) against the fleet: the
+    findings, and the changes not judged."""
     findings, unread = [], []
-    for name, old_version, new_version in changes:
-        new = facts_of(name, new_version)
+    for what, old, new in changes:
         if new is None:
-            unread.append(f"{name} {new_version}")
-            continue
-        old = facts_of(name, old_version) if old_version else None
-        findings += judge(old, new, machines)
+            unread.append(what)
+        else:
+            findings += judge(old, new, machines, what)
     return findings, unread
 
 

@@ -257,10 +257,10 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
 
 
 def test_the_same_problem_of_many_changes_is_one_line():
-    wheels = {(n, "13"): Facts(n, "13", CudaCode(frozenset({75})), 13)
-              for n in ("nvidia-a", "nvidia-b", "nvidia-c", "nvidia-d", "nvidia-e", "nvidia-f")}
-    findings, unread = judge_changes([(n, None, "13") for n, _ in wheels] + [("x", None, "1")],
-                                     [V100], lambda n, v: wheels.get((n, v)))
+    wheels = [Facts(n, "13", CudaCode(frozenset({75})), 13)
+              for n in ("nvidia-a", "nvidia-b", "nvidia-c", "nvidia-d", "nvidia-e", "nvidia-f")]
+    findings, unread = judge_changes([(f"{w.name} 13", None, w) for w in wheels]
+                                     + [("x 1", None, None)], [V100])
     lines = [line for _, line in grouped(findings)]
     assert lines == [
         "nvidia-a 13, nvidia-b 13, nvidia-c 13, nvidia-d 13 and 2 more has no code for sm_70 "
@@ -284,22 +284,37 @@ def installed(site: Path, name: str, version: str, lib: bytes, requires=(), tag=
                                  f"{info.name}/METADATA,,\n")
 
 
+def venv_of(cache: Path, lock_file: Path) -> Path:
+    """A venv folder in lockguard's cache as envs/venv.py marks it built from `lock_file`:
+    its ready marker names the lock's hash. Its site-packages."""
+    from lockguard.envs.base import READY
+    from lockguard.locks.parser import parse_lock
+
+    venv = cache / "venvs" / lock_file.stem
+    venv.mkdir(parents=True)
+    (venv / READY).write_text(f'{{"lock_hash": "{parse_lock(lock_file).lock_hash}"}}')
+    return venv / "lib" / "python3.11" / "site-packages"
+
+
 def test_diff_judges_the_change_against_the_fleet_from_the_cached_wheels(tmp_path, monkeypatch):
-    """`lockguard diff` reads the changed wheels where lockguard's venvs installed them and
-    fails (exit 1) on a change that breaks a fleet machine, in every format."""
+    """`lockguard diff` reads the changed wheels where lockguard's venvs of the same locks
+    installed them and fails (exit 1) on a change that breaks a fleet machine, in every format;
+    a changed wheel it can neither find nor download (here: no index) fails closed."""
     from lockguard.cli import cli
 
-    site = tmp_path / "cache" / "venvs" / "0123" / "lib" / "python3.11" / "site-packages"
-    installed(site, "torch", "2.8.0", elf((".nv_fatbin", PROGBITS, 2,
-                                           fatbin((SASS, 70), (SASS, 90)))), tag="manylinux_2_17")
-    installed(site, "torch", "2.9.0", elf((".nv_fatbin", PROGBITS, 2,
-                                           fatbin((SASS, 75), (SASS, 90)))),
+    (tmp_path / "old.txt").write_text("torch==2.8.0\n")
+    (tmp_path / "new.txt").write_text(f"--no-index\n--find-links {tmp_path / 'none'}\n"
+                                      "torch==2.9.0\njax==0.7.0\n")
+    (tmp_path / "none").mkdir()
+    cache = tmp_path / "cache"
+    installed(venv_of(cache, tmp_path / "old.txt"), "torch", "2.8.0",
+              elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 70), (SASS, 90)))),
+              tag="manylinux_2_17")
+    installed(venv_of(cache, tmp_path / "new.txt"), "torch", "2.9.0",
+              elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 75), (SASS, 90)))),
               requires=["nvidia-cudnn-cu13==9.13"])
     (tmp_path / "escape.so").write_bytes(b"\x7fELF not followed")
-    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
-    (tmp_path / "old.txt").write_text("torch==2.8.0\n")
-    (tmp_path / "new.txt").write_text("torch==2.9.0\njax==0.7.0\n")
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(cache))
     (tmp_path / "pyproject.toml").write_text(
         "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n")
     monkeypatch.chdir(tmp_path)
@@ -309,9 +324,12 @@ def test_diff_judges_the_change_against_the_fleet_from_the_cached_wheels(tmp_pat
     assert "fleet-v100: torch 2.8.0 -> 2.9.0 drops sm_70 (fleet: v100, V100 x 12): broken " \
            "there" in text
     assert "needs driver >= 580.65.06 for CUDA 13" in text
-    assert "fleet: jax 0.7.0 not judged against the fleet" in text
+    assert re.search(r"fleet: jax 0.7.0 not judged against the fleet: pip could not download "
+                     r"them: .*jax.*\(a wheel lockguard cannot read fails closed\)", text), text
     as_json = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt", "--format", "json"])
     assert as_json.exit_code == 1 and '"rule": "fleet-v100"' in as_json.output
+    assert '"rule": "fleet"' in as_json.output
+    assert not list(cache.glob("wheels/fleet/*/wheels")), "a failed download is not kept"
     (tmp_path / "pyproject.toml").write_text("[tool.lockguard]\n")  # no fleet: nothing judged
     assert CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"]).exit_code == 0
 
@@ -359,13 +377,12 @@ def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pas
     from lockguard.scenarios import bundled
     from lockguard.settings import Settings
 
-    site = tmp_path / "cache" / "venvs" / "0123" / "lib" / "python3.11" / "site-packages"
-    installed(site, "fastmath", "1.0", elf((".data", PROGBITS, 3, b"\0" * 8)))
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
     monkeypatch.chdir(tmp_path)  # the lock is named as the report names it: from here
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==1.26.4\nfastmath==1.0\n")
+    installed(venv_of(tmp_path / "cache", new.path), "fastmath", "1.0",
+              elf((".data", PROGBITS, 3, b"\0" * 8)))
     numpy = [s for s in bundled() if s.id == "numpy.mlp"]
     fleet = {"centos": {"glibc": "2.17", "count": 3}}
     for config, passes in ((Config(root=tmp_path, steps=4), True),
@@ -432,33 +449,85 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
         in messages
 
 
-def test_a_wheelhouse_wheel_is_read_from_its_archive_and_an_unpacked_copy_first(
-        tmp_path, monkeypatch):
-    """The docker backend's wheelhouses hold .whl files: their METADATA and WHEEL are read from
-    the archive and each library unpacked to scratch to be read; a member path that leaves the
-    archive's root is not. Where a venv holds the same version unpacked, that copy is used."""
+def wheel(path: Path, name: str, version: str, *code: tuple[int, int],
+          tag: str = "py3-none-any") -> str:
+    """A wheel file of one CUDA library holding `code`, its METADATA and WHEEL; its
+    "sha256:<hex>" as a lock pins it."""
+    import hashlib
     import zipfile
 
-    from lockguard.envs.installed import cached_dist_infos, dist_facts
+    with zipfile.ZipFile(path / f"{name}-{version}-{tag}.whl", "w") as whl:
+        whl.writestr(f"{name}/libk.so", elf((".nv_fatbin", PROGBITS, 2, fatbin(*code))))
+        whl.writestr("../evil.so", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 37)))))
+        whl.writestr(f"{name}-{version}.dist-info/METADATA", "Metadata-Version: 2.1\n"
+                     f"Name: {name}\nVersion: {version}\nRequires-Dist: nvidia-cublas-cu12\n")
+        whl.writestr(f"{name}-{version}.dist-info/WHEEL", f"Wheel-Version: 1.0\nTag: {tag}\n")
+    data = (path / f"{name}-{version}-{tag}.whl").read_bytes()
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def test_a_cached_wheel_is_the_locks_only_by_its_hash_else_it_is_downloaded(
+        tmp_path, monkeypatch):
+    """Two builds of gpukit 1.0 (a CUDA one with sm_70 code, one without; the same name and
+    version, as torch's +cpu and CUDA builds may be, or a rebuilt wheel): the one a wheelhouse
+    holds is read for a lock only when the lock pins its hash. Otherwise the lock's own is
+    downloaded, hash-checked (pip, from the lock's find-links: no network), into
+    wheels/fleet/, and read from there; the next diff finds it there. The same version with
+    other hashes is a change of its own ("another build"), judged too."""
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts
 
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    monkeypatch.chdir(tmp_path)
+    house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
+    links = tmp_path / "links"
+    house.mkdir(parents=True)
+    links.mkdir()
+    impostor = wheel(house, "gpukit", "1.0", (SASS, 90))
+    own = wheel(links, "gpukit", "1.0", (SASS, 70), (SASS, 90), (PTX, 90))
+    (house.parent / "lockguard-ready.json").write_text('{"lock_hash": "another lock"}')
+    options = f"--no-index\n--find-links {links}\n"
+    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 --hash=sha256:{'0' * 64}\n")
+    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 --hash={own}\n")
+    (tmp_path / "other.txt").write_text(f"{options}gpukit==1.0 --hash={impostor}\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.lockguard.fleet.v100]\ngpus = ['V100']\n")
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    assert result.exit_code == 0, result.output
+    fetched = list((tmp_path / "cache" / "wheels" / "fleet").glob("*/wheels/gpukit-*.whl"))
+    assert len(fetched) == 1
+    facts = dist_facts(fetched[0])
+    assert (facts.cuda, facts.cuda_major) == (CudaCode(frozenset({70, 90}), frozenset({90})), 12)
+    (links / fetched[0].name).unlink()  # found in the cache from now on: no download
+    assert CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"]).exit_code == 0
+    # The wheelhouse's build is read for the lock that pins its hash, and fails there.
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "other.txt"])
+    assert result.exit_code == 1
+    assert "gpukit 0.9 -> 1.0 has no code for sm_70" in " ".join(result.output.split())
+    result = CliRunner().invoke(cli, ["diff", "new.txt", "other.txt"])
+    assert result.exit_code == 1
+    assert "gpukit 1.0 (another build: other hashes) drops sm_70" in " ".join(
+        result.output.split())
+
+
+def test_a_hashless_pin_is_read_only_from_what_was_made_for_its_request(tmp_path, monkeypatch):
+    """A pin without hashes names no bytes: a wheelhouse's wheel answers it only when the
+    wheelhouse was made from this very lock, a download only when made for the same
+    requirement and index options, a venv only when built from this very lock."""
+    from lockguard.envs.wheels import lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
     house.mkdir(parents=True)
-    name = "jaxcu-0.7.0-cp311-cp311-manylinux_2_27_x86_64.whl"
-    with zipfile.ZipFile(house / name, "w", zipfile.ZIP_DEFLATED) as whl:
-        whl.writestr("jaxcu/libk.so", elf((".nv_fatbin", PROGBITS, 2,
-                                           fatbin((SASS, 80), (PTX, 90)))))
-        whl.writestr("../evil.so", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 37)))))
-        whl.writestr("jaxcu-0.7.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: jaxcu\n"
-                     "Version: 0.7.0\nRequires-Dist: nvidia-cublas-cu12>=12.1\n")
-        whl.writestr("jaxcu-0.7.0.dist-info/WHEEL",
-                     "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_27_x86_64\n")
-    index = cached_dist_infos()
-    assert index[("jaxcu", "0.7.0")] == house / name
-    assert dist_facts(house / name) == Facts("jaxcu", "0.7.0", CudaCode(frozenset({80}),
-                                                                         frozenset({90})),
-                                             12, (2, 27), "x86_64")
-    site = tmp_path / "cache" / "venvs" / "01" / "lib" / "python3.11" / "site-packages"
-    installed(site, "jaxcu", "0.7.0", b"")
-    assert cached_dist_infos()[("jaxcu", "0.7.0")] == site / "jaxcu-0.7.0.dist-info"
+    wheel(house, "gpukit", "1.0", (SASS, 90))
+    (tmp_path / "new.txt").write_text("gpukit==1.0\n")
+    lock = parse_lock(tmp_path / "new.txt")
+    marker = house.parent / "lockguard-ready.json"
+    marker.write_text('{"lock_hash": "another lock"}')
+    assert lock_wheels(lock, lock.pins) == ({}, None)
+    marker.write_text(f'{{"lock_hash": "{lock.lock_hash}"}}')
+    assert lock_wheels(lock, lock.pins) == ({"gpukit": house / "gpukit-1.0-py3-none-any.whl"},
+                                            None)
+    site = venv_of(tmp_path / "cache", tmp_path / "new.txt")
+    installed(site, "gpukit", "1.0", b"")
+    assert lock_wheels(lock, lock.pins)[0] == {"gpukit": site / "gpukit-1.0.dist-info"}
