@@ -25,12 +25,14 @@ from lockguard.native import CudaCode, Facts
 PTX, SASS = 1, 2
 
 
-def fatbin(*entries: tuple[int, int], payload: int = 40) -> bytes:
+def fatbin(*entries: tuple[int, int], payload: int = 40, isa: tuple[int, int] = (9, 0)
+           ) -> bytes:
     """A fatbin container of (kind, arch) entries, each a 64-byte entry header and `payload`
-    bytes of filler code."""
+    bytes of filler code; `isa`: the code version each entry header records (a PTX entry's
+    PTX ISA version)."""
     body = b""
     for kind, arch in entries:
-        head = struct.pack("<HHIQQHHI", kind, 0x0101, 64, payload, 0, 8, 1, arch)
+        head = struct.pack("<HHIQQHHI", kind, 0x0101, 64, payload, 0, isa[1], isa[0], arch)
         body += head.ljust(64, b"\0") + b"\xaa" * payload
     return struct.pack("<IHHQ", native.FATBIN_MAGIC, 1, 16, len(body)) + body
 
@@ -71,7 +73,10 @@ def test_fatbins_in_nv_fatbin_and_in_data_sections_are_read_and_code_is_not(tmp_
                   fatbin((SASS, 80), (SASS, 90), (PTX, 90)) + fatbin((SASS, 86)),
                   ldata=fatbin((SASS, 100)),  # cuFFT keeps its kernels' fatbins in .ldata
                   text=fatbin((SASS, 37)))  # the magic in code is not a fatbin
-    assert native.cuda_code(lib) == CudaCode(frozenset({80, 86, 90, 100}), frozenset({90}))
+    assert native.cuda_code(lib) == CudaCode(frozenset({80, 86, 90, 100}), frozenset({90}),
+                                             (9, 0))
+    newer = library(tmp_path / "libn.so", fatbin((PTX, 80), isa=(8, 7)) + fatbin((PTX, 90)))
+    assert native.cuda_code(newer).ptx_isa == (9, 0)  # the newest PTX ISA among its PTX
 
 
 def test_what_is_not_a_64_bit_elf_with_fatbins_declares_no_cuda_code(tmp_path):
@@ -126,6 +131,11 @@ def test_the_cuda_major_comes_from_the_local_version_or_the_requirements():
         'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"']) == 13
     assert native.cuda_major_needed("0.5.0", ["jax-cuda12-plugin==0.5.0", "numpy"]) == 12
     assert native.cuda_major_needed("2.5.1+cpu", ["filelock", "sympy"]) is None
+    # A CUDA library's own name: -cuNN, or a toolkit component versioned as the toolkit.
+    assert native.cuda_major_needed("9.24.0.43", ["nvidia-cublas"], "nvidia-cudnn-cu13") == 13
+    assert native.cuda_major_needed("13.1.1.3", [], "nvidia-cublas") == 13
+    assert native.cuda_major_needed("2.9", ["nvidia-cublas==12.9.1.4"], "jaxlib-x") == 12
+    assert native.cuda_major_needed("12.0.0.61", [], "nvidia-cufft") is None  # CUDA 13's
 
 
 # ---------------------------------------------------------------- the fleet's own facts
@@ -254,6 +264,42 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
         (False, "not judged (fleet: gh200, aarch64 x 4): the wheel read is x86_64's")]
     # A CPU-only wheel asks nothing of a GPU or its driver.
     assert judge(None, facts("2.10.0+cpu", glibc=(2, 17)), [V100, H100]) == []
+
+
+def test_ptx_newer_than_the_driver_breaks_the_machines_that_must_jit_it():
+    """A GPU without SASS runs the PTX, JIT-compiled by the driver, which must know its PTX ISA:
+    CUDA 12.8's (8.7) needs driver >= 570.26 (minor version compatibility does not JIT a newer
+    minor's PTX); an ISA newer than lockguard's table fails closed; a GPU with SASS needs no
+    JIT, whatever the PTX."""
+    def ptx_only(isa):
+        return Facts("kern", "1.0", CudaCode(frozenset({90}), frozenset({80}), isa), 12)
+
+    a100 = Machine("a100", (80, 86), ("A100", "A10"), (550, 54, 15))
+    found = [(f.broken, f.problem) for f in judge(None, ptx_only((8, 7)), [a100])]
+    assert found == [
+        (True, "has PTX only for sm_80 on sm_80 (fleet: a100, A100): its PTX ISA 8.7 (CUDA "
+               "12.8) needs driver >= 570.26 to JIT-compile (driver 550.54.15): broken there"),
+        (True, "has PTX only for sm_80 on sm_86 (fleet: a100, A10): its PTX ISA 8.7 (CUDA "
+               "12.8) needs driver >= 570.26 to JIT-compile (driver 550.54.15): broken there")]
+    newer = Machine("a100", (80,), ("A100",), (570, 26))
+    assert [f.broken for f in judge(None, ptx_only((8, 7)), [newer])] == [False]
+    # CUDA 12.4's PTX (8.4) on 12.4's own driver, 550.54.14: JIT-compiled there.
+    assert [f.broken for f in judge(None, ptx_only((8, 4)), [a100])] == [False, False]
+    # 8.6, which no table entry names, is judged as 8.5 (CUDA 12.5, driver >= 555.42.02).
+    assert [f.broken for f in judge(None, ptx_only((8, 6)), [a100])] == [True, True]
+    assert "newer than lockguard's table knows" in judge(None, ptx_only((9, 9)), [newer])[0].problem
+    assert judge(None, ptx_only((9, 9)), [H100]) == []  # sm_90 SASS: nothing JIT-compiled
+
+
+def test_the_cuda_stack_line_names_its_libraries_and_the_driver_they_need():
+    from lockguard.fleet import stack_line
+
+    assert stack_line([("nvidia-cudnn-cu13", "9.24.0.43"), ("nvidia-cublas", "13.1.1.3"),
+                       ("nvidia-nccl-cu13", "2.30.7"), ("torch", "2.14.1")]) == (
+        "cuBLAS 13.1.1.3, cuDNN 9.24.0.43, NCCL 2.30.7: CUDA 13, driver >= 580.65.06")
+    assert stack_line([("nvidia-cudnn-cu12", "9.10.2.21"), ("nvidia-nccl-cu12", "2.27.3")]) \
+        == "cuDNN 9.10.2.21, NCCL 2.27.3: CUDA 12, driver >= 525.60.13"
+    assert stack_line([("torch", "2.14.1+cpu")]) is None
 
 
 def test_the_same_problem_of_many_changes_is_one_line():
@@ -431,6 +477,10 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
     site = site_packages(prepared_venv(parse_lock(DATA / "torch-2.14.1-cuda.txt")).path)
     cufft = dist_facts(next(site.glob("nvidia_cufft-*.dist-info")))
     assert {75, 80, 86, 90, 100, 120} <= cufft.cuda.sass
+    # cuBLAS 13 carries PTX, of CUDA 13.0's ISA (9.0); cuDNN's own name says CUDA 13.
+    cublas = dist_facts(next(site.glob("nvidia_cublas-13*.dist-info")))
+    assert (cublas.cuda.ptx_isa, cublas.cuda_major) == ((9, 0), 13)
+    assert dist_facts(next(site.glob("nvidia_cudnn_cu13-*.dist-info"))).cuda_major == 13
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
         "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
@@ -447,6 +497,9 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
     assert "has no code for sm_70 (fleet: v100, V100 x 12): broken there" in messages
     assert "needs driver >= 580.65.06 for CUDA 13 (fleet: v100, driver 550.54.15 x 12)" \
         in messages
+    notes = json.loads(result.output)["notes"]
+    assert [n for n in notes if n.startswith("fleet: the CUDA stack of ")][0].endswith(
+        ": CUDA 13, driver >= 580.65.06"), notes
 
 
 def wheel(path: Path, name: str, version: str, *code: tuple[int, int],
@@ -496,7 +549,8 @@ def test_a_cached_wheel_is_the_locks_only_by_its_hash_else_it_is_downloaded(
     fetched = list((tmp_path / "cache" / "wheels" / "fleet").glob("*/wheels/gpukit-*.whl"))
     assert len(fetched) == 1
     facts = dist_facts(fetched[0])
-    assert (facts.cuda, facts.cuda_major) == (CudaCode(frozenset({70, 90}), frozenset({90})), 12)
+    assert (facts.cuda, facts.cuda_major) == (CudaCode(frozenset({70, 90}), frozenset({90}),
+                                                       (9, 0)), 12)
     (links / fetched[0].name).unlink()  # found in the cache from now on: no download
     assert CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"]).exit_code == 0
     # The wheelhouse's build is read for the lock that pins its hash, and fails there.

@@ -106,7 +106,7 @@ def _facts(name: str, version: str, code: CudaCode, wheel: str,
     tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
             if line.startswith("Tag:")]
     return Facts(name=canonicalize_name(name), version=version, cuda=code,
-                 cuda_major=cuda_major_needed(version, requirements),
+                 cuda_major=cuda_major_needed(version, requirements, canonicalize_name(name)),
                  glibc=manylinux_glibc(tags), machine=wheel_machine(tags))
 
 

@@ -13,7 +13,7 @@ from lockguard.compare.verdicts import gate_passes, is_failure
 from lockguard.envs.installed import dist_facts
 from lockguard.envs.wheels import holds_here, lock_wheels
 from lockguard.files import display_path
-from lockguard.fleet import Machine, grouped, judge_changes
+from lockguard.fleet import Machine, grouped, judge_changes, stack_line
 from lockguard.locks.families import framework_version, package_families
 from lockguard.locks.diff import Change, LockDiff
 from lockguard.locks.rules import check_family_rules
@@ -124,6 +124,9 @@ def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
                         "read fails closed)"))
         notes += [f"fleet: {p.display_name} {p.version} not judged against the fleet: its "
                   "marker does not hold on this machine" for p in elsewhere]
+        stack = stack_line((p.name, p.version) for p in new_lock.pins if holds_here(p))
+        if stack and any("cuda" in c.families for c in changes):
+            notes.append(f"fleet: the CUDA stack of {where}: {stack}")
     return failures, notes
 
 
