@@ -585,3 +585,47 @@ def test_a_hashless_pin_is_read_only_from_what_was_made_for_its_request(tmp_path
     site = venv_of(tmp_path / "cache", tmp_path / "new.txt")
     installed(site, "gpukit", "1.0", b"")
     assert lock_wheels(lock, lock.pins)[0] == {"gpukit": site / "gpukit-1.0.dist-info"}
+
+
+@pytest.mark.slow
+def test_jax_cuda_plugin_cuda_12_to_13_judged_from_its_real_wheels(tmp_path, monkeypatch):
+    """jax's CUDA plugin 0.10.2, its CUDA 12 build -> its CUDA 13 build (tests/data: every
+    file's hash), judged from the real wheels, which `diff` downloads hash-checked into
+    lockguard's cache (about 8 MB each; PyPI): the CUDA 12 build has SASS for sm_50 to sm_120
+    (V100's sm_70 among them) and CUDA 12.9's PTX (ISA 8.8); the CUDA 13 build starts at sm_75
+    with CUDA 13.0's PTX (ISA 9.0). A V100 fleet on a 550 driver breaks (no sm_70 code, a driver
+    too old for CUDA 13), an H100 one on 580.82 does not; back to CUDA 12 passes both."""
+    import json
+
+    from conftest import DATA
+
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts
+    from lockguard.envs.wheels import lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    cu12, cu13 = DATA / "jax-cuda12-plugin-0.10.2.txt", DATA / "jax-cuda13-plugin-0.10.2.txt"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
+        "[tool.lockguard.fleet.h100]\ngpus = ['H100']\ndriver = '580.82.07'\n")
+    result = CliRunner().invoke(cli, ["diff", str(cu12), str(cu13), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    failures = json.loads(result.output)["rule_failures"]
+    assert [(f["rule"], f["message"]) for f in failures] == [
+        ("fleet-v100", "jax-cuda13-plugin 0.10.2 has no code for sm_70 (fleet: v100, V100 x 12): "
+                       "broken there"),
+        ("fleet-v100", "jax-cuda13-plugin 0.10.2 needs driver >= 580.65.06 for CUDA 13 (fleet: "
+                       "v100, driver 550.54.15 x 12): broken there")]
+    back = CliRunner().invoke(cli, ["diff", str(cu13), str(cu12), "--format", "json"])
+    assert back.exit_code == 0, back.output
+    facts = {}
+    for path in (cu12, cu13):
+        lock = parse_lock(path)
+        files, why = lock_wheels(lock, lock.pins)  # downloaded by the diffs: in the cache now
+        assert why is None and len(files) == 1
+        facts[path] = dist_facts(next(iter(files.values())))
+    old, new = facts[cu12], facts[cu13]
+    assert {50, 60, 70, 80, 90, 100, 120} <= old.cuda.sass and min(new.cuda.sass) == 75
+    assert (old.cuda.ptx_isa, new.cuda.ptx_isa) == ((8, 8), (9, 0))
+    assert (old.cuda_major, new.cuda_major, new.glibc) == (12, 13, (2, 27))
