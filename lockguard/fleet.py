@@ -203,8 +203,8 @@ def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
 def judge_changes(changes: Iterable[tuple[str, Facts | None, Facts | None]],
                   machines: list[Machine]) -> tuple[list[Finding], list[str]]:
     """Every lock change (what it is, "torch 2.8.0 -> 2.14.1"; the old wheel's facts, None
-    when added or not read; the new one's, None when its files could not be read) against the fleet: the
-    findings, and the changes not judged."""
+    when added or not read; the new one's, None when its files could not be read) against the
+    fleet: the findings, and the changes not judged."""
     findings, unread = [], []
     for what, old, new in changes:
         if new is None:

@@ -30,8 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.markers import Marker
-from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.utils import InvalidWheelFilename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from lockguard.cache import cache_dir, cache_root, entry
 from lockguard.envs.base import READY, EnvError
@@ -184,8 +183,9 @@ def _fetch(lock: Lock, pins: Sequence[Pin], progress: Progress) -> dict[str, Pat
             reason = tool_reason("\n".join(tail), f"exit code {code}")
             raise EnvError(f"pip could not download them: {reason}")
         files = match_wheels(stage / "wheels", pins, lock)
-        wheels = [{"name": p.name, "pin": p.requirement, "hashes": list(p.hashes), "file": files[p.name].name,
-                   "sha256": sha256_file(files[p.name])} for p in pins]
+        wheels = [{"name": p.name, "pin": p.requirement, "hashes": list(p.hashes),
+                   "file": files[p.name].name, "sha256": sha256_file(files[p.name])}
+                  for p in pins]
         return json.dumps({"lock": lock.source, "options": options, "wheels": wheels},
                           indent=1)
 
