@@ -92,6 +92,9 @@ def entries(root: Path | None = None) -> list[Entry]:
         if (root / "wheels" / name).is_dir():
             found.append(_entry("installer cache", f"{name}'s downloads",
                                 (root / "wheels" / name,), last_resort=True))
+    if (root / "wheels" / "fleet").is_dir():  # envs/wheels.py: the wheels the fleet's judge read
+        found.append(_entry("fleet wheels", "the fleet's downloads", (root / "wheels" / "fleet",),
+                            last_resort=True))
     for name, what in (("bytecode", "bytecode store"), ("resolvers", "resolvers' caches")):
         if (root / name).is_dir():
             found.append(_entry(what, name, (root / name,), last_resort=True))

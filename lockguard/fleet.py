@@ -3,8 +3,8 @@ entry (`lockguard fleet probe`), and a lock change judged against them from what
 wheels' files declare (lockguard/native.py): a GPU architecture left without code, a CUDA
 major newer than a driver runs, a glibc older than a manylinux tag needs.
 
-Three small tables, each cited where it is defined: GPU names to compute capabilities, CUDA
-majors to the oldest driver that runs them, and the x86-64 micro-architecture levels.
+NVIDIA's facts (GPU names, drivers per CUDA release, PTX ISA versions) are nvidia.py's tables;
+the x86-64 micro-architecture levels are here, cited where defined.
 """
 
 from __future__ import annotations
@@ -13,35 +13,19 @@ import os
 import platform
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lockguard import toml
 from lockguard.harness._lockguard_harness.common import nvidia_info
-from lockguard.native import Facts, sm
+from lockguard.native import Facts, cuda_major_needed, sm
+from lockguard.nvidia import (
+    GPU_ARCHS, MIN_DRIVER, PTX_ISA, STACK_LIBRARIES, TOOLKIT_DRIVER, ptx_release,
+)
 from lockguard.process import ProcessError, capture
 
-# Compute capability (times ten) per GPU, from NVIDIA's "CUDA GPUs - Compute Capability" table
-# (developer.nvidia.com/cuda-gpus). Keys are matched against a name with its spaces, dashes and
-# vendor words ("NVIDIA", "Tesla", "GeForce", "Quadro") removed, longest key first, so
-# "Tesla V100-SXM2-32GB" is V100 and "A100 80GB PCIe" is A100, not A10.
-GPU_ARCHS: dict[str, int] = {
-    "K80": 37, "M60": 52, "P100": 60, "P40": 61, "P4": 61, "V100": 70, "TITANV": 70,
-    "T4": 75, "RTX2080TI": 75, "RTX2080": 75, "RTX6000": 75, "RTX8000": 75,
-    "A100": 80, "A30": 80, "A800": 80, "A10": 86, "A10G": 86, "A16": 86, "A2": 86, "A40": 86,
-    "RTXA6000": 86, "RTXA5000": 86, "RTX3090": 86, "RTX3080": 86,
-    "L4": 89, "L40": 89, "L40S": 89, "RTX6000ADA": 89, "RTX4090": 89, "RTX4080": 89,
-    "H100": 90, "H800": 90, "H200": 90, "H20": 90, "GH200": 90,
-    "B200": 100, "GB200": 100, "B300": 103, "GB300": 103,
-    "RTX5090": 120, "RTX5080": 120, "RTXPRO6000": 120, "GB10": 121,
-}
 _VENDOR_WORDS = re.compile(r"NVIDIA|TESLA|GEFORCE|QUADRO|[\s_-]+")
 _SM = re.compile(r"sm_(\d{2,3})[af]?")
-
-# The oldest Linux driver each CUDA major runs on with minor version compatibility (any
-# 12.x runtime on a 12.x driver): NVIDIA's CUDA Toolkit Release Notes, table "CUDA Toolkit and
-# Minimum Required Driver Version for CUDA Minor Version Compatibility".
-MIN_DRIVER: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
 
 # The x86-64 psABI's micro-architecture levels (System V AMD64 psABI, "Micro-Architecture
 # Levels"; what glibc's `ld.so --help` reports), as /proc/cpuinfo names the features (pni is
@@ -128,9 +112,13 @@ def driver_text(version: tuple[int, ...]) -> str:
     return ".".join([str(version[0]), *(f"{p:02d}" for p in version[1:])])
 
 
-def judge(old: Facts | None, new: Facts, machines: Iterable[Machine]) -> list[Finding]:
-    """What the change from `old` (None: added) to `new` does to each fleet machine."""
-    change = f"{new.name} {old.version} -> {new.version}" if old else f"{new.name} {new.version}"
+def judge(old: Facts | None, new: Facts, machines: Iterable[Machine],
+          change: str | None = None) -> list[Finding]:
+    """What the change from `old` (None: added, or not read) to `new` does to each fleet
+    machine; `change` names it ("torch 2.8.0 -> 2.9.0"; default: from the two)."""
+    change = change or (f"{new.name} {new.version}" if old is None
+              else f"{new.name} {new.version} (another build: other hashes)"
+              if old.version == new.version else f"{new.name} {old.version} -> {new.version}")
     return [Finding(machine.name, broken, change, problem) for machine in machines
             for problem, broken in _findings(old, new, machine)]
 
@@ -171,15 +159,38 @@ def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple
                 out.append((f"{verb} {sm(arch)} ({where}): broken there", True))
             elif how == "ptx":
                 ptx = max(a for a in new.cuda.ptx if a <= arch)
-                out.append((f"has PTX only for {sm(ptx)} on {sm(arch)} ({where}): JIT-compiled "
-                            "on first use (each kernel compiled by the driver at a cold start, "
-                            "then kept in its compute cache)", False))
+                out.append(_jit(f"has PTX only for {sm(ptx)} on {sm(arch)} ({where})",
+                                new.cuda.ptx_isa, machine.driver))
     need = MIN_DRIVER.get(new.cuda_major or 0)
     if need and machine.driver is not None and machine.gpus and machine.driver < need:
         out.append((f"needs driver >= {driver_text(need)} for CUDA {new.cuda_major} "
                     f"({machine.label('driver ' + driver_text(machine.driver))}): broken there",
                     True))
     return out
+
+
+def _jit(what: str, isa: tuple[int, int] | None, driver: tuple[int, ...] | None
+         ) -> tuple[str, bool]:
+    """A GPU that runs a wheel's PTX: a note (JIT-compiled on first use), or broken where the
+    driver is older than the CUDA release that wrote that PTX ISA (minor version compatibility
+    does not JIT a newer minor's PTX), or where the ISA is newer than nvidia.PTX_ISA knows
+    (whether the driver takes it is not known: fails closed)."""
+    note = (f"{what}: JIT-compiled on first use (each kernel compiled by the driver at a cold "
+            "start, then kept in its compute cache)")
+    if isa is None or driver is None:
+        return note, False
+    version = f"PTX ISA {isa[0]}.{isa[1]}"
+    if isa > max(PTX_ISA):
+        return (f"{what}: {version} is newer than lockguard's table knows (lockguard/"
+                f"nvidia.py): whether driver {driver_text(driver)} JIT-compiles it is not "
+                "known: broken there until it is", True)
+    release = ptx_release(isa)
+    need = TOOLKIT_DRIVER.get(release) if release else None
+    if need is None or driver >= need:
+        return note, False
+    return (f"{what}: its {version} (CUDA {release[0]}.{release[1]}) needs driver >= "
+            f"{driver_text(need)} to JIT-compile (driver {driver_text(driver)}): broken there",
+            True)
 
 
 def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
@@ -189,21 +200,37 @@ def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
     return []
 
 
-def judge_changes(changes: Iterable[tuple[str, str | None, str]], machines: list[Machine],
-                  facts_of: Callable[[str, str], Facts | None]
-                  ) -> tuple[list[Finding], list[str]]:
-    """Every (name, old version or None, new version) of a lock change against the fleet, the
-    wheels' facts read by `facts_of(name, version)`: the findings, and the changes not judged
-    (their files are nowhere lockguard can read them)."""
+def judge_changes(changes: Iterable[tuple[str, Facts | None, Facts | None]],
+                  machines: list[Machine]) -> tuple[list[Finding], list[str]]:
+    """Every lock change (what it is, "torch 2.8.0 -> 2.14.1"; the old wheel's facts, None
+    when added or not read; the new one's, None when its files could not be read) against the
+    fleet: the findings, and the changes not judged."""
     findings, unread = [], []
-    for name, old_version, new_version in changes:
-        new = facts_of(name, new_version)
+    for what, old, new in changes:
         if new is None:
-            unread.append(f"{name} {new_version}")
-            continue
-        old = facts_of(name, old_version) if old_version else None
-        findings += judge(old, new, machines)
+            unread.append(what)
+        else:
+            findings += judge(old, new, machines, what)
     return findings, unread
+
+
+def stack_line(pins: Iterable[tuple[str, str]]) -> str | None:
+    """The CUDA libraries of a lock's stack (nvidia.STACK_LIBRARIES) among `pins` (canonical
+    name, version), with the CUDA major their names or versions say and the oldest driver
+    that runs it: "cuDNN 9.24.0.43, cuBLAS 13.1.1.3, NCCL 2.30.7: CUDA 13, driver >=
+    580.65.06"; None when the lock pins none of them."""
+    parts, majors = [], set()
+    for name, version in sorted(pins):
+        base = re.sub(r"-cu\d{2}$", "", name)
+        if base in STACK_LIBRARIES:
+            parts.append(f"{STACK_LIBRARIES[base]} {version}")
+            majors.add(cuda_major_needed(version, (), name))
+    if not parts:
+        return None
+    known = sorted(m for m in majors if m)
+    need = [f"CUDA {m}, driver >= {driver_text(MIN_DRIVER[m])}" for m in known
+            if m in MIN_DRIVER]
+    return ", ".join(parts) + (f": {'; '.join(need)}" if need else "")
 
 
 def this_machine(name: str) -> Machine:

@@ -16,7 +16,9 @@ in n-eiling/cuda-fatbin-decompression (fatbin-decompress.h: `fat_elf_header`,
                                  u64 size of the entries that follow
     entry header:                u16 kind (1 PTX, 2 ELF/SASS) · u16 · u32 header size ·
                                  u64 payload size · u64 compressed size · u16 minor · u16 major
-                                 (the code version) · u32 arch (90 for sm_90) · ...
+                                 (the code version: a PTX entry's PTX ISA version, 9.0 in
+                                 CUDA 13.0's cuBLAS; a cubin's ELF ABI) · u32 arch (90 for
+                                 sm_90) · ...
 
 The next entry starts header size + payload size after one; a container ends header size +
 size after its start. Containers are found by their magic in every data section, not only in
@@ -36,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from lockguard.nvidia import TOOLKIT_VERSIONED
+
 FATBIN_MAGIC = 0xBA55ED50
 _MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
 _KIND_PTX, _KIND_SASS = 1, 2
@@ -51,13 +55,17 @@ class CudaCode:
 
     sass: frozenset[int] = frozenset()
     ptx: frozenset[int] = frozenset()
+    # The newest PTX ISA version (major, minor) among its PTX: the driver that JIT-compiles it
+    # must know it (nvidia.PTX_ISA). None without PTX.
+    ptx_isa: tuple[int, int] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.sass or self.ptx)
 
     def union(self, other: CudaCode) -> CudaCode:
         """Both libraries' code together."""
-        return CudaCode(self.sass | other.sass, self.ptx | other.ptx)
+        isa = max((v for v in (self.ptx_isa, other.ptx_isa) if v is not None), default=None)
+        return CudaCode(self.sass | other.sass, self.ptx | other.ptx, isa)
 
     def runs_on(self, arch: int) -> str | None:
         """How code for `arch` is found: "sass" (a cubin of the same major and no newer minor:
@@ -126,8 +134,9 @@ def data_sections(f: BinaryIO) -> list[tuple[bytes, int, int]]:
     return out
 
 
-def _containers(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
-    """(kind, arch) of every entry of the fatbin containers found by their magic in
+def _containers(data: mmap.mmap | bytes, start: int, end: int
+                ) -> Iterator[tuple[int, int, tuple[int, int]]]:
+    """(kind, arch, code version) of every entry of the fatbin containers found by their magic in
     [start, end): a container whose header or first entry is not plausible is not one."""
     pos, seen = start, 0
     while seen < MAX_ENTRIES:
@@ -141,11 +150,12 @@ def _containers(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple
             continue
         entry = pos + header
         while entry + 32 <= stop and seen < MAX_ENTRIES:
-            kind, _, ehead, esize, _, _, _, arch = struct.unpack_from("<HHIQQHHI", data, entry)
+            kind, _, ehead, esize, _, minor, major, arch = struct.unpack_from("<HHIQQHHI", data,
+                                                                             entry)
             if ehead < 64 or kind not in (_KIND_PTX, _KIND_SASS) or not 10 <= arch < 1000:
                 break  # not an entry header: the rest of this container is not read
             seen += 1
-            yield kind, arch
+            yield kind, arch, (major, minor)
             entry += ehead + esize
         pos = max(stop, pos + 4)
 
@@ -157,15 +167,19 @@ def cuda_code(path: Path) -> CudaCode:
     a scan for the magic touches each page once."""
     sass: set[int] = set()
     ptx: set[int] = set()
+    isa: tuple[int, int] | None = None
     with open(path, "rb") as f:
         sections = data_sections(f)
         if not sections or os.fstat(f.fileno()).st_size == 0:
             return CudaCode()
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             for _, offset, size in sections:
-                for kind, arch in _containers(data, offset, min(offset + size, len(data))):
+                for kind, arch, version in _containers(data, offset,
+                                                       min(offset + size, len(data))):
                     (sass if kind == _KIND_SASS else ptx).add(arch)
-    return CudaCode(frozenset(sass), frozenset(ptx))
+                    if kind == _KIND_PTX:
+                        isa = max(isa or version, version)
+    return CudaCode(frozenset(sass), frozenset(ptx), isa)
 
 
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_|manylinux(1|2010|2014)_")
@@ -189,21 +203,33 @@ _CU_LOCAL = re.compile(r"\+cu(\d{2})(\d)")
 _TOOLKIT = re.compile(r"^cuda-toolkit\b.*?==\s*(\d+)\.")
 
 
-def cuda_major_needed(version: str, requires: Iterable[str]) -> int | None:
+def cuda_major_needed(version: str, requires: Iterable[str], name: str = "") -> int | None:
     """The CUDA major a distribution is built for: its +cuXYZ local version (torch 2.9.0+cu130:
-    13), else the newest CUDA major among its requirements (nvidia-cudnn-cu13,
-    cuda-toolkit==13.0.3, jax-cuda12-plugin); None for a CPU build or nothing said."""
+    13), else the newest CUDA major its own name (nvidia-cudnn-cu13; nvidia-cublas 13.1.1.3, a
+    toolkit component whose version's major is CUDA's: nvidia.TOOLKIT_VERSIONED) or its
+    requirements name (nvidia-cudnn-cu13, cuda-toolkit==13.0.3, jax-cuda12-plugin,
+    nvidia-cublas==12.9.1.4); None for a CPU build or nothing said."""
     m = _CU_LOCAL.search(version)
     if m:
         return int(m.group(1))
-    majors = []
+    majors = [major for major in (_named_major(name.lower(), f"=={version}"),) if major]
     for req in requires:
         text = req.split(";")[0].strip().lower()
-        name = re.split(r"[\[<>=!~ ]", text, maxsplit=1)[0]
-        found = _CU_NAME.match(name)
-        if found:
-            majors.append(int(found.group(1) or found.group(2)))
+        named = _named_major(re.split(r"[\[<>=!~ ]", text, maxsplit=1)[0], text)
+        if named:
+            majors.append(named)
         toolkit = _TOOLKIT.match(text.replace(" ", ""))
         if toolkit:
             majors.append(int(toolkit.group(1)))
     return max(majors) if majors else None
+
+
+def _named_major(name: str, requirement: str) -> int | None:
+    """The CUDA major a distribution's name says (-cuNN, jax-cudaNN-*), or, for a toolkit
+    component versioned as the toolkit, its pinned version's major (`requirement`: its
+    requirement text, "==13.1.1.3"...)."""
+    found = _CU_NAME.match(name)
+    if found:
+        return int(found.group(1) or found.group(2))
+    pinned = re.search(r"==\s*(\d+)\.", requirement)
+    return int(pinned.group(1)) if name in TOOLKIT_VERSIONED and pinned else None

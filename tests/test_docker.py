@@ -400,7 +400,9 @@ def test_download_takes_the_lock_index_options_but_not_its_format_controls(tmp_p
                          "--extra-index-url https://more.example/simple\n"
                          "--find-links /wheels\n--trusted-host idx.example\n"
                          "--only-binary :all:\n--prefer-binary\nnumpy==2.3.5\n")
-    args = wheelhouse._lock_options(parse_lock(lock_file))
+    from lockguard.envs.wheels import lock_options
+
+    args = lock_options(parse_lock(lock_file))
     assert args == ["--index-url", "https://idx.example/simple",
                     "--extra-index-url", "https://more.example/simple",
                     "--find-links", "/wheels", "--trusted-host=idx.example"]

@@ -25,12 +25,14 @@ from lockguard.native import CudaCode, Facts
 PTX, SASS = 1, 2
 
 
-def fatbin(*entries: tuple[int, int], payload: int = 40) -> bytes:
+def fatbin(*entries: tuple[int, int], payload: int = 40, isa: tuple[int, int] = (9, 0)
+           ) -> bytes:
     """A fatbin container of (kind, arch) entries, each a 64-byte entry header and `payload`
-    bytes of filler code."""
+    bytes of filler code; `isa`: the code version each entry header records (a PTX entry's
+    PTX ISA version)."""
     body = b""
     for kind, arch in entries:
-        head = struct.pack("<HHIQQHHI", kind, 0x0101, 64, payload, 0, 8, 1, arch)
+        head = struct.pack("<HHIQQHHI", kind, 0x0101, 64, payload, 0, isa[1], isa[0], arch)
         body += head.ljust(64, b"\0") + b"\xaa" * payload
     return struct.pack("<IHHQ", native.FATBIN_MAGIC, 1, 16, len(body)) + body
 
@@ -71,7 +73,10 @@ def test_fatbins_in_nv_fatbin_and_in_data_sections_are_read_and_code_is_not(tmp_
                   fatbin((SASS, 80), (SASS, 90), (PTX, 90)) + fatbin((SASS, 86)),
                   ldata=fatbin((SASS, 100)),  # cuFFT keeps its kernels' fatbins in .ldata
                   text=fatbin((SASS, 37)))  # the magic in code is not a fatbin
-    assert native.cuda_code(lib) == CudaCode(frozenset({80, 86, 90, 100}), frozenset({90}))
+    assert native.cuda_code(lib) == CudaCode(frozenset({80, 86, 90, 100}), frozenset({90}),
+                                             (9, 0))
+    newer = library(tmp_path / "libn.so", fatbin((PTX, 80), isa=(8, 7)) + fatbin((PTX, 90)))
+    assert native.cuda_code(newer).ptx_isa == (9, 0)  # the newest PTX ISA among its PTX
 
 
 def test_what_is_not_a_64_bit_elf_with_fatbins_declares_no_cuda_code(tmp_path):
@@ -126,6 +131,11 @@ def test_the_cuda_major_comes_from_the_local_version_or_the_requirements():
         'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"']) == 13
     assert native.cuda_major_needed("0.5.0", ["jax-cuda12-plugin==0.5.0", "numpy"]) == 12
     assert native.cuda_major_needed("2.5.1+cpu", ["filelock", "sympy"]) is None
+    # A CUDA library's own name: -cuNN, or a toolkit component versioned as the toolkit.
+    assert native.cuda_major_needed("9.24.0.43", ["nvidia-cublas"], "nvidia-cudnn-cu13") == 13
+    assert native.cuda_major_needed("13.1.1.3", [], "nvidia-cublas") == 13
+    assert native.cuda_major_needed("2.9", ["nvidia-cublas==12.9.1.4"], "jaxlib-x") == 12
+    assert native.cuda_major_needed("12.0.0.61", [], "nvidia-cufft") is None  # CUDA 13's
 
 
 # ---------------------------------------------------------------- the fleet's own facts
@@ -256,11 +266,47 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
     assert judge(None, facts("2.10.0+cpu", glibc=(2, 17)), [V100, H100]) == []
 
 
+def test_ptx_newer_than_the_driver_breaks_the_machines_that_must_jit_it():
+    """A GPU without SASS runs the PTX, JIT-compiled by the driver, which must know its PTX ISA:
+    CUDA 12.8's (8.7) needs driver >= 570.26 (minor version compatibility does not JIT a newer
+    minor's PTX); an ISA newer than lockguard's table fails closed; a GPU with SASS needs no
+    JIT, whatever the PTX."""
+    def ptx_only(isa):
+        return Facts("kern", "1.0", CudaCode(frozenset({90}), frozenset({80}), isa), 12)
+
+    a100 = Machine("a100", (80, 86), ("A100", "A10"), (550, 54, 15))
+    found = [(f.broken, f.problem) for f in judge(None, ptx_only((8, 7)), [a100])]
+    assert found == [
+        (True, "has PTX only for sm_80 on sm_80 (fleet: a100, A100): its PTX ISA 8.7 (CUDA "
+               "12.8) needs driver >= 570.26 to JIT-compile (driver 550.54.15): broken there"),
+        (True, "has PTX only for sm_80 on sm_86 (fleet: a100, A10): its PTX ISA 8.7 (CUDA "
+               "12.8) needs driver >= 570.26 to JIT-compile (driver 550.54.15): broken there")]
+    newer = Machine("a100", (80,), ("A100",), (570, 26))
+    assert [f.broken for f in judge(None, ptx_only((8, 7)), [newer])] == [False]
+    # CUDA 12.4's PTX (8.4) on 12.4's own driver, 550.54.14: JIT-compiled there.
+    assert [f.broken for f in judge(None, ptx_only((8, 4)), [a100])] == [False, False]
+    # 8.6, which no table entry names, is judged as 8.5 (CUDA 12.5, driver >= 555.42.02).
+    assert [f.broken for f in judge(None, ptx_only((8, 6)), [a100])] == [True, True]
+    assert "newer than lockguard's table knows" in judge(None, ptx_only((9, 9)), [newer])[0].problem
+    assert judge(None, ptx_only((9, 9)), [H100]) == []  # sm_90 SASS: nothing JIT-compiled
+
+
+def test_the_cuda_stack_line_names_its_libraries_and_the_driver_they_need():
+    from lockguard.fleet import stack_line
+
+    assert stack_line([("nvidia-cudnn-cu13", "9.24.0.43"), ("nvidia-cublas", "13.1.1.3"),
+                       ("nvidia-nccl-cu13", "2.30.7"), ("torch", "2.14.1")]) == (
+        "cuBLAS 13.1.1.3, cuDNN 9.24.0.43, NCCL 2.30.7: CUDA 13, driver >= 580.65.06")
+    assert stack_line([("nvidia-cudnn-cu12", "9.10.2.21"), ("nvidia-nccl-cu12", "2.27.3")]) \
+        == "cuDNN 9.10.2.21, NCCL 2.27.3: CUDA 12, driver >= 525.60.13"
+    assert stack_line([("torch", "2.14.1+cpu")]) is None
+
+
 def test_the_same_problem_of_many_changes_is_one_line():
-    wheels = {(n, "13"): Facts(n, "13", CudaCode(frozenset({75})), 13)
-              for n in ("nvidia-a", "nvidia-b", "nvidia-c", "nvidia-d", "nvidia-e", "nvidia-f")}
-    findings, unread = judge_changes([(n, None, "13") for n, _ in wheels] + [("x", None, "1")],
-                                     [V100], lambda n, v: wheels.get((n, v)))
+    wheels = [Facts(n, "13", CudaCode(frozenset({75})), 13)
+              for n in ("nvidia-a", "nvidia-b", "nvidia-c", "nvidia-d", "nvidia-e", "nvidia-f")]
+    findings, unread = judge_changes([(f"{w.name} 13", None, w) for w in wheels]
+                                     + [("x 1", None, None)], [V100])
     lines = [line for _, line in grouped(findings)]
     assert lines == [
         "nvidia-a 13, nvidia-b 13, nvidia-c 13, nvidia-d 13 and 2 more has no code for sm_70 "
@@ -284,22 +330,37 @@ def installed(site: Path, name: str, version: str, lib: bytes, requires=(), tag=
                                  f"{info.name}/METADATA,,\n")
 
 
+def venv_of(cache: Path, lock_file: Path) -> Path:
+    """A venv folder in lockguard's cache as envs/venv.py marks it built from `lock_file`:
+    its ready marker names the lock's hash. Its site-packages."""
+    from lockguard.envs.base import READY
+    from lockguard.locks.parser import parse_lock
+
+    venv = cache / "venvs" / lock_file.stem
+    venv.mkdir(parents=True)
+    (venv / READY).write_text(f'{{"lock_hash": "{parse_lock(lock_file).lock_hash}"}}')
+    return venv / "lib" / "python3.11" / "site-packages"
+
+
 def test_diff_judges_the_change_against_the_fleet_from_the_cached_wheels(tmp_path, monkeypatch):
-    """`lockguard diff` reads the changed wheels where lockguard's venvs installed them and
-    fails (exit 1) on a change that breaks a fleet machine, in every format."""
+    """`lockguard diff` reads the changed wheels where lockguard's venvs of the same locks
+    installed them and fails (exit 1) on a change that breaks a fleet machine, in every format;
+    a changed wheel it can neither find nor download (here: no index) fails closed."""
     from lockguard.cli import cli
 
-    site = tmp_path / "cache" / "venvs" / "0123" / "lib" / "python3.11" / "site-packages"
-    installed(site, "torch", "2.8.0", elf((".nv_fatbin", PROGBITS, 2,
-                                           fatbin((SASS, 70), (SASS, 90)))), tag="manylinux_2_17")
-    installed(site, "torch", "2.9.0", elf((".nv_fatbin", PROGBITS, 2,
-                                           fatbin((SASS, 75), (SASS, 90)))),
+    (tmp_path / "old.txt").write_text("torch==2.8.0\n")
+    (tmp_path / "new.txt").write_text(f"--no-index\n--find-links {tmp_path / 'none'}\n"
+                                      "torch==2.9.0\njax==0.7.0\n")
+    (tmp_path / "none").mkdir()
+    cache = tmp_path / "cache"
+    installed(venv_of(cache, tmp_path / "old.txt"), "torch", "2.8.0",
+              elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 70), (SASS, 90)))),
+              tag="manylinux_2_17")
+    installed(venv_of(cache, tmp_path / "new.txt"), "torch", "2.9.0",
+              elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 75), (SASS, 90)))),
               requires=["nvidia-cudnn-cu13==9.13"])
     (tmp_path / "escape.so").write_bytes(b"\x7fELF not followed")
-    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
-    (tmp_path / "old.txt").write_text("torch==2.8.0\n")
-    (tmp_path / "new.txt").write_text("torch==2.9.0\njax==0.7.0\n")
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(cache))
     (tmp_path / "pyproject.toml").write_text(
         "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n")
     monkeypatch.chdir(tmp_path)
@@ -309,9 +370,12 @@ def test_diff_judges_the_change_against_the_fleet_from_the_cached_wheels(tmp_pat
     assert "fleet-v100: torch 2.8.0 -> 2.9.0 drops sm_70 (fleet: v100, V100 x 12): broken " \
            "there" in text
     assert "needs driver >= 580.65.06 for CUDA 13" in text
-    assert "fleet: jax 0.7.0 not judged against the fleet" in text
+    assert re.search(r"fleet: jax 0.7.0 not judged against the fleet: pip could not download "
+                     r"them: .*jax.*\(a wheel lockguard cannot read fails closed\)", text), text
     as_json = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt", "--format", "json"])
     assert as_json.exit_code == 1 and '"rule": "fleet-v100"' in as_json.output
+    assert '"rule": "fleet"' in as_json.output
+    assert not list(cache.glob("wheels/fleet/*/wheels")), "a failed download is not kept"
     (tmp_path / "pyproject.toml").write_text("[tool.lockguard]\n")  # no fleet: nothing judged
     assert CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"]).exit_code == 0
 
@@ -359,13 +423,12 @@ def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pas
     from lockguard.scenarios import bundled
     from lockguard.settings import Settings
 
-    site = tmp_path / "cache" / "venvs" / "0123" / "lib" / "python3.11" / "site-packages"
-    installed(site, "fastmath", "1.0", elf((".data", PROGBITS, 3, b"\0" * 8)))
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
     monkeypatch.chdir(tmp_path)  # the lock is named as the report names it: from here
     old = lock(tmp_path, "old.txt", "numpy==1.26.4\n")
     new = lock(tmp_path, "new.txt", "numpy==1.26.4\nfastmath==1.0\n")
+    installed(venv_of(tmp_path / "cache", new.path), "fastmath", "1.0",
+              elf((".data", PROGBITS, 3, b"\0" * 8)))
     numpy = [s for s in bundled() if s.id == "numpy.mlp"]
     fleet = {"centos": {"glibc": "2.17", "count": 3}}
     for config, passes in ((Config(root=tmp_path, steps=4), True),
@@ -414,6 +477,10 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
     site = site_packages(prepared_venv(parse_lock(DATA / "torch-2.14.1-cuda.txt")).path)
     cufft = dist_facts(next(site.glob("nvidia_cufft-*.dist-info")))
     assert {75, 80, 86, 90, 100, 120} <= cufft.cuda.sass
+    # cuBLAS 13 carries PTX, of CUDA 13.0's ISA (9.0); cuDNN's own name says CUDA 13.
+    cublas = dist_facts(next(site.glob("nvidia_cublas-13*.dist-info")))
+    assert (cublas.cuda.ptx_isa, cublas.cuda_major) == ((9, 0), 13)
+    assert dist_facts(next(site.glob("nvidia_cudnn_cu13-*.dist-info"))).cuda_major == 13
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
         "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
@@ -430,35 +497,135 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
     assert "has no code for sm_70 (fleet: v100, V100 x 12): broken there" in messages
     assert "needs driver >= 580.65.06 for CUDA 13 (fleet: v100, driver 550.54.15 x 12)" \
         in messages
+    notes = json.loads(result.output)["notes"]
+    assert [n for n in notes if n.startswith("fleet: the CUDA stack of ")][0].endswith(
+        ": CUDA 13, driver >= 580.65.06"), notes
 
 
-def test_a_wheelhouse_wheel_is_read_from_its_archive_and_an_unpacked_copy_first(
-        tmp_path, monkeypatch):
-    """The docker backend's wheelhouses hold .whl files: their METADATA and WHEEL are read from
-    the archive and each library unpacked to scratch to be read; a member path that leaves the
-    archive's root is not. Where a venv holds the same version unpacked, that copy is used."""
+def wheel(path: Path, name: str, version: str, *code: tuple[int, int],
+          tag: str = "py3-none-any") -> str:
+    """A wheel file of one CUDA library holding `code`, its METADATA and WHEEL; its
+    "sha256:<hex>" as a lock pins it."""
+    import hashlib
     import zipfile
 
-    from lockguard.envs.installed import cached_dist_infos, dist_facts
+    with zipfile.ZipFile(path / f"{name}-{version}-{tag}.whl", "w") as whl:
+        whl.writestr(f"{name}/libk.so", elf((".nv_fatbin", PROGBITS, 2, fatbin(*code))))
+        whl.writestr("../evil.so", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 37)))))
+        whl.writestr(f"{name}-{version}.dist-info/METADATA", "Metadata-Version: 2.1\n"
+                     f"Name: {name}\nVersion: {version}\nRequires-Dist: nvidia-cublas-cu12\n")
+        whl.writestr(f"{name}-{version}.dist-info/WHEEL", f"Wheel-Version: 1.0\nTag: {tag}\n")
+    data = (path / f"{name}-{version}-{tag}.whl").read_bytes()
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def test_a_cached_wheel_is_the_locks_only_by_its_hash_else_it_is_downloaded(
+        tmp_path, monkeypatch):
+    """Two builds of gpukit 1.0 (a CUDA one with sm_70 code, one without; the same name and
+    version, as torch's +cpu and CUDA builds may be, or a rebuilt wheel): the one a wheelhouse
+    holds is read for a lock only when the lock pins its hash. Otherwise the lock's own is
+    downloaded, hash-checked (pip, from the lock's find-links: no network), into
+    wheels/fleet/, and read from there; the next diff finds it there. The same version with
+    other hashes is a change of its own ("another build"), judged too."""
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts
 
     monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "no-uv"))
+    monkeypatch.chdir(tmp_path)
+    house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
+    links = tmp_path / "links"
+    house.mkdir(parents=True)
+    links.mkdir()
+    impostor = wheel(house, "gpukit", "1.0", (SASS, 90))
+    own = wheel(links, "gpukit", "1.0", (SASS, 70), (SASS, 90), (PTX, 90))
+    (house.parent / "lockguard-ready.json").write_text('{"lock_hash": "another lock"}')
+    options = f"--no-index\n--find-links {links}\n"
+    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 --hash=sha256:{'0' * 64}\n")
+    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 --hash={own}\n")
+    (tmp_path / "other.txt").write_text(f"{options}gpukit==1.0 --hash={impostor}\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.lockguard.fleet.v100]\ngpus = ['V100']\n")
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    assert result.exit_code == 0, result.output
+    fetched = list((tmp_path / "cache" / "wheels" / "fleet").glob("*/wheels/gpukit-*.whl"))
+    assert len(fetched) == 1
+    facts = dist_facts(fetched[0])
+    assert (facts.cuda, facts.cuda_major) == (CudaCode(frozenset({70, 90}), frozenset({90}),
+                                                       (9, 0)), 12)
+    (links / fetched[0].name).unlink()  # found in the cache from now on: no download
+    assert CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"]).exit_code == 0
+    # The wheelhouse's build is read for the lock that pins its hash, and fails there.
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "other.txt"])
+    assert result.exit_code == 1
+    assert "gpukit 0.9 -> 1.0 has no code for sm_70" in " ".join(result.output.split())
+    result = CliRunner().invoke(cli, ["diff", "new.txt", "other.txt"])
+    assert result.exit_code == 1
+    assert "gpukit 1.0 (another build: other hashes) drops sm_70" in " ".join(
+        result.output.split())
+
+
+def test_a_hashless_pin_is_read_only_from_what_was_made_for_its_request(tmp_path, monkeypatch):
+    """A pin without hashes names no bytes: a wheelhouse's wheel answers it only when the
+    wheelhouse was made from this very lock, a download only when made for the same
+    requirement and index options, a venv only when built from this very lock."""
+    from lockguard.envs.wheels import lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
     house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
     house.mkdir(parents=True)
-    name = "jaxcu-0.7.0-cp311-cp311-manylinux_2_27_x86_64.whl"
-    with zipfile.ZipFile(house / name, "w", zipfile.ZIP_DEFLATED) as whl:
-        whl.writestr("jaxcu/libk.so", elf((".nv_fatbin", PROGBITS, 2,
-                                           fatbin((SASS, 80), (PTX, 90)))))
-        whl.writestr("../evil.so", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 37)))))
-        whl.writestr("jaxcu-0.7.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: jaxcu\n"
-                     "Version: 0.7.0\nRequires-Dist: nvidia-cublas-cu12>=12.1\n")
-        whl.writestr("jaxcu-0.7.0.dist-info/WHEEL",
-                     "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_27_x86_64\n")
-    index = cached_dist_infos()
-    assert index[("jaxcu", "0.7.0")] == house / name
-    assert dist_facts(house / name) == Facts("jaxcu", "0.7.0", CudaCode(frozenset({80}),
-                                                                         frozenset({90})),
-                                             12, (2, 27), "x86_64")
-    site = tmp_path / "cache" / "venvs" / "01" / "lib" / "python3.11" / "site-packages"
-    installed(site, "jaxcu", "0.7.0", b"")
-    assert cached_dist_infos()[("jaxcu", "0.7.0")] == site / "jaxcu-0.7.0.dist-info"
+    wheel(house, "gpukit", "1.0", (SASS, 90))
+    (tmp_path / "new.txt").write_text("gpukit==1.0\n")
+    lock = parse_lock(tmp_path / "new.txt")
+    marker = house.parent / "lockguard-ready.json"
+    marker.write_text('{"lock_hash": "another lock"}')
+    assert lock_wheels(lock, lock.pins) == ({}, None)
+    marker.write_text(f'{{"lock_hash": "{lock.lock_hash}"}}')
+    assert lock_wheels(lock, lock.pins) == ({"gpukit": house / "gpukit-1.0-py3-none-any.whl"},
+                                            None)
+    site = venv_of(tmp_path / "cache", tmp_path / "new.txt")
+    installed(site, "gpukit", "1.0", b"")
+    assert lock_wheels(lock, lock.pins)[0] == {"gpukit": site / "gpukit-1.0.dist-info"}
+
+
+@pytest.mark.slow
+def test_jax_cuda_plugin_cuda_12_to_13_judged_from_its_real_wheels(tmp_path, monkeypatch):
+    """jax's CUDA plugin 0.10.2, its CUDA 12 build -> its CUDA 13 build (tests/data: every
+    file's hash), judged from the real wheels, which `diff` downloads hash-checked into
+    lockguard's cache (about 8 MB each; PyPI): the CUDA 12 build has SASS for sm_50 to sm_120
+    (V100's sm_70 among them) and CUDA 12.9's PTX (ISA 8.8); the CUDA 13 build starts at sm_75
+    with CUDA 13.0's PTX (ISA 9.0). A V100 fleet on a 550 driver breaks (no sm_70 code, a driver
+    too old for CUDA 13), an H100 one on 580.82 does not; back to CUDA 12 passes both."""
+    import json
+
+    from conftest import DATA
+
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts
+    from lockguard.envs.wheels import lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    cu12, cu13 = DATA / "jax-cuda12-plugin-0.10.2.txt", DATA / "jax-cuda13-plugin-0.10.2.txt"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
+        "[tool.lockguard.fleet.h100]\ngpus = ['H100']\ndriver = '580.82.07'\n")
+    result = CliRunner().invoke(cli, ["diff", str(cu12), str(cu13), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    failures = json.loads(result.output)["rule_failures"]
+    assert [(f["rule"], f["message"]) for f in failures] == [
+        ("fleet-v100", "jax-cuda13-plugin 0.10.2 has no code for sm_70 (fleet: v100, V100 x 12): "
+                       "broken there"),
+        ("fleet-v100", "jax-cuda13-plugin 0.10.2 needs driver >= 580.65.06 for CUDA 13 (fleet: "
+                       "v100, driver 550.54.15 x 12): broken there")]
+    back = CliRunner().invoke(cli, ["diff", str(cu13), str(cu12), "--format", "json"])
+    assert back.exit_code == 0, back.output
+    facts = {}
+    for path in (cu12, cu13):
+        lock = parse_lock(path)
+        files, why = lock_wheels(lock, lock.pins)  # downloaded by the diffs: in the cache now
+        assert why is None and len(files) == 1
+        facts[path] = dist_facts(next(iter(files.values())))
+    old, new = facts[cu12], facts[cu13]
+    assert {50, 60, 70, 80, 90, 100, 120} <= old.cuda.sass and min(new.cuda.sass) == 75
+    assert (old.cuda.ptx_isa, new.cuda.ptx_isa) == ((8, 8), (9, 0))
+    assert (old.cuda_major, new.cuda_major, new.glibc) == (12, 13, (2, 27))

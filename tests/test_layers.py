@@ -118,12 +118,21 @@ def test_the_environment_layer_knows_nothing_of_the_project_or_the_flows():
 @pytest.mark.parametrize("layer", ["lockguard.locks", "lockguard.compare",
                                    "lockguard.results", "lockguard.golden", "lockguard.hardware",
                                    "lockguard.scenarios", "lockguard.config", "lockguard.gitref",
-                                   "lockguard.settings", "lockguard.envs"])
+                                   "lockguard.settings", "lockguard.envs", "lockguard.fleet",
+                                   "lockguard.native", "lockguard.nvidia"])
 def test_the_domain_and_envs_do_not_import_upwards(layer):
     modules = [m for m in SOURCES if within(m, (layer,))]
     if not modules:
         pytest.fail(f"{layer}: no such module (update the layer list with the package)")
     assert violations(modules, NOT_IN_DOMAIN) == []
+
+
+def test_nvidia_tables_are_data_and_native_reads_below_the_domain():
+    """nvidia.py holds data (it imports nothing of lockguard); native.py, a value of the
+    values layer, imports no domain module (fleet, config...): the judge is above it."""
+    assert [i for i in imports(SOURCES["lockguard.nvidia"]) if within(i, ("lockguard",))] == []
+    assert [i for i in imports(SOURCES["lockguard.native"]) if within(i, ("lockguard",))
+            and not within(i, ("lockguard.nvidia",))] == []
 
 
 def test_the_lock_model_is_the_bottom_of_locks():
@@ -263,6 +272,12 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("a file hashed in blocks", r"iter\(lambda: \w+\.read\(", ["lockguard.files"]),
     ("the compile caches' sharing switched on", r"share_compile_caches=True",
      ["lockguard.flows.bisect"]),
+    # NVIDIA's facts are one table each, in nvidia.py, with their sources (fleet.py and
+    # native.py judge and read by them); a lock's wheels are downloaded one way (pip_download:
+    # the wheelhouses' and the fleet's).
+    ("NVIDIA's tables", r"^(GPU_ARCHS|MIN_DRIVER|TOOLKIT_DRIVER|PTX_ISA|TOOLKIT_VERSIONED)\b.*=",
+     ["lockguard.nvidia"]),
+    ("a wheel download", r'"pip", "download"', ["lockguard.envs.wheels"]),
     ("the bytecode store's switch read", r"\.share_bytecode\b",
      # (envs: the registry's options and the venv backend)
      ["lockguard.settings", "lockguard.flows.pipeline", "lockguard.envs"]),

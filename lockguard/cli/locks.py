@@ -13,7 +13,7 @@ from lockguard.cli.options import (
     config_option, listing_format_option, lock_option, repeat_option, report_options,
     run_options, sandbox_option,
 )
-from lockguard.cli.output import finish, invocation, refuse_inputs, report_targets
+from lockguard.cli.output import finish, invocation, progress_for, refuse_inputs, report_targets
 from lockguard.errors import UsageError
 from lockguard.names import RESOLVERS
 
@@ -148,8 +148,9 @@ def diff(old: Path, new: Path, config_path: Path | None, fmt: str, output: Path 
          reports: tuple[str, ...]) -> None:
     """Show what changed between two locks: versions, bump kinds, frameworks touched. With a
     fleet configured ([tool.lockguard.fleet.NAME]), what the change does to each machine,
-    read from the changed wheels' files in lockguard's cache; a change that breaks one fails
-    (exit 1).
+    read from the changed wheels' own files (found in lockguard's cache by the lock's hashes,
+    else downloaded, hash-checked); a change that breaks one, or a wheel that cannot be had,
+    fails (exit 1).
 
     \b
     Examples:
@@ -163,7 +164,8 @@ def diff(old: Path, new: Path, config_path: Path | None, fmt: str, output: Path 
 
     refuse_inputs(targets, [(old, "the old lock", False), (new, "the new lock", False)])
     fleet = load_config(config_path).fleet_machines()
-    report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)), fleet)
+    report = diff_flow(LockRef(old, read_lock(old)), LockRef(new, read_lock(new)), fleet,
+                       progress_for(fmt))
     finish(report, targets, ci=False, argv=invocation("diff", str(old), str(new)))
 
 

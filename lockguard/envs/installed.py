@@ -1,8 +1,7 @@
 """What a venv has installed, read from its dist-info folders (files, never code): the one
 reader behind bisection's consistency check (flows/bisect.py), the compile caches' closures
-(envs/compile_cache.py) and the fleet's judgement of a change (dist_facts, cached_dist_infos:
-a wheel's native facts, from a venv lockguard built, a wheel uv unpacked, or a wheelhouse's
-.whl file).
+(envs/compile_cache.py) and the fleet's judgement of a change (dist_facts: a wheel's native
+facts, from a venv's dist-info folder or a .whl file; envs/wheels.py finds the lock's own).
 
 A dist-info folder is named `<name>-<version>.dist-info`, its name escaped as the wheel spec
 says, so one directory listing gives every distribution and its version without opening a
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import email.parser
-import os
 import re
 import shutil
 import zipfile
@@ -26,7 +24,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from lockguard.cache import cache_root
 from lockguard.files import scratch_dir
 from lockguard.native import (
     CudaCode, Facts, cuda_code, cuda_major_needed, manylinux_glibc, wheel_machine,
@@ -109,7 +106,7 @@ def _facts(name: str, version: str, code: CudaCode, wheel: str,
     tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
             if line.startswith("Tag:")]
     return Facts(name=canonicalize_name(name), version=version, cuda=code,
-                 cuda_major=cuda_major_needed(version, requirements),
+                 cuda_major=cuda_major_needed(version, requirements, canonicalize_name(name)),
                  glibc=manylinux_glibc(tags), machine=wheel_machine(tags))
 
 
@@ -159,24 +156,6 @@ def _libraries(dist_info: Path) -> list[Path]:
 _SHARED = re.compile(r"\.so(\.\d+)*$")
 
 
-def cached_dist_infos(roots: list[Path] | None = None) -> dict[tuple[str, str], Path]:
-    """{(canonical name, normalised version): dist-info folder} of every distribution in a
-    venv lockguard built or a wheel uv unpacked into its cache (lockguard's, then the user's:
-    uv's archive-v0 layout, one folder per unpacked wheel); the first found of each is kept.
-    One scan: a lock change looks up each of its packages in it."""
-    found: dict[tuple[str, str], Path] = {}
-    for root in roots if roots is not None else _cache_roots():
-        for pattern in ("*/lib/python*/site-packages/*.dist-info", "*/*.dist-info"):
-            for info in sorted(root.glob(pattern)):
-                dist, _, version = info.name.removesuffix(".dist-info").rpartition("-")
-                found.setdefault((canonicalize_name(dist), normal_version(version)), info)
-    # Last, the wheel files of the docker backend's wheelhouses (unpacking one costs more).
-    for wheel in sorted(cache_root().glob("wheelhouses/*/wheels/*.whl")) if roots is None else ():
-        dist, version = wheel.name.split("-")[:2]
-        found.setdefault((canonicalize_name(dist), normal_version(version)), wheel)
-    return found
-
-
 def normal_version(text: str) -> str:
     """A version as packaging normalises it (so 2.14.1 and 2.14.1.0 meet); as written when it
     is not one."""
@@ -184,9 +163,3 @@ def normal_version(text: str) -> str:
         return str(Version(text))
     except InvalidVersion:
         return text
-
-
-def _cache_roots() -> list[Path]:
-    user_uv = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
-    return [cache_root() / "venvs", cache_root() / "wheels" / "uv" / "archive-v0",
-            Path(user_uv) / "archive-v0"]

@@ -108,7 +108,7 @@ def check_ab(settings: Settings, locks: list[LockRef], baseline: list[LockRef],
                        if settings.skip_unreached else None)
     report = report_for(settings, outcome, command="check", mode="ab", locks=locks,
                         baseline=baseline, started=start,
-                        lock_diffs=_lock_diffs(locks, pairing, outcome))
+                        lock_diffs=_lock_diffs(locks, pairing, outcome), progress=progress)
     if settings.bisect:
         report = _bisected(report, settings, scenarios, locks, pairing, progress, given)
         report.duration_s = time.perf_counter() - start
@@ -249,11 +249,13 @@ def _lock_diffs(locks: list[LockRef], pairing: Pairing, outcome: Outcome) -> lis
     return diffs
 
 
-def diff(old: LockRef, new: LockRef, fleet: Sequence[Machine] = ()) -> Report:
+def diff(old: LockRef, new: LockRef, fleet: Sequence[Machine] = (),
+         progress: Progress = QUIET) -> Report:
     """`lockguard diff`: the difference of two locks, nothing run; with a fleet, the change
-    judged against it (report_parts.fleet_parts): a change that breaks a machine fails."""
+    judged against it (report_parts.fleet_parts, which may download the changed wheels): a
+    change that breaks a machine, or whose wheel cannot be read, fails."""
     diffs = [diff_locks(old.lock, new.lock)]
-    broken, notes = fleet_parts(fleet, diffs, [new])
+    broken, notes = fleet_parts(fleet, diffs, [old, new], progress)
     return Report(command="diff", mode="diff",
                   locks=[lock_info(old, "baseline"), lock_info(new, "candidate")],
                   lock_diffs=diffs, rule_failures=broken, notes=notes, passed=not broken)

@@ -5,20 +5,22 @@ a flow that ran scenarios turns its outcome into a Report."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockguard import integrity
 from lockguard.compare.verdicts import gate_passes, is_failure
-from lockguard.envs.installed import cached_dist_infos, dist_facts, normal_version
+from lockguard.envs.installed import dist_facts
+from lockguard.envs.wheels import holds_here, lock_wheels
 from lockguard.files import display_path
-from lockguard.fleet import Machine, grouped, judge_changes
+from lockguard.fleet import Machine, grouped, judge_changes, stack_line
 from lockguard.locks.families import framework_version, package_families
-from lockguard.locks.diff import LockDiff
+from lockguard.locks.diff import Change, LockDiff
 from lockguard.locks.rules import check_family_rules
 from lockguard.locks.trust import warnings
-from lockguard.native import Facts
+from lockguard.locks.model import Lock, Pin
 from lockguard.names import Verdict
+from lockguard.progress import QUIET, Progress
 from lockguard.report import LockInfo, Report, RuleFailure, ParityRow, Evidence, Side
 from lockguard.results import RunResult, Status
 from lockguard.scenarios import Scenario
@@ -71,59 +73,81 @@ def cuda_notes(settings: Settings, locks: Sequence[LockRef]) -> list[str]:
 
 
 def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
-                locks: Sequence[LockRef] = (),
-                facts_of: Callable[[str, str], Facts | None] | None = None
+                locks: Sequence[LockRef] = (), progress: Progress = QUIET
                 ) -> tuple[list[RuleFailure], list[str]]:
     """The lock changes of `diffs` judged against the fleet (fleet.py), the one way diff, check
     and propose judge it: each change that breaks a fleet entry is a rule failure of the
     candidate lock ("fleet-<entry>": it fails the gate whenever a fleet is configured), a
-    PTX-only coverage is a note, and so is each CUDA-family change whose files lockguard has
-    nowhere to read (not judged: its wheel is in neither a venv lockguard built nor uv's
-    cache). A failure names its lock as the report does (`locks`: the candidates' LockRefs;
-    a checkout's temporary path under check --base is not what the user knows).
-    `facts_of(name, version)`: the wheel's facts; default: from lockguard's caches."""
+    PTX-only coverage is a note. The changed wheels are read where they are provably the
+    lock's (envs/wheels.py: by its hashes, never by name and version alone) or downloaded,
+    hash-checked; a wheel that cannot be had fails closed (rule "fleet", naming it).
+    `locks`: both sides' LockRefs (a diff finds its locks by their hashes); a failure names
+    its lock as the report does (a checkout's temporary path under check --base is not what
+    the user knows)."""
     if not machines:
         return [], []
-    facts_of = facts_of or _cached_facts()
     failures, notes = [], []
     shown = {ref.lock.source: display_path(ref.path) for ref in locks}
+    by_hash = {ref.lock.lock_hash: ref.lock for ref in locks}
     for diff in diffs:
+        new_lock, old_lock = by_hash.get(diff.new_lock_hash), by_hash.get(diff.old_lock_hash)
+        if new_lock is None:
+            continue  # not a lock of this run (cannot happen: every flow passes its locks)
+        where = shown.get(diff.new_source, diff.new_source)
         # The frameworks first: a line names torch before the dozen nvidia-* wheels it pulls.
-        changes = [(c.name, c.old_version, c.new_version)
-                   for c in sorted(diff.changed, key=lambda c: "cuda" in c.families)
-                   if c.kind in ("added", "upgraded", "downgraded") and c.new_version]
-        findings, unread = judge_changes(changes, list(machines), facts_of)
+        changes = sorted((c for c in diff.changed if c.new_version and c.kind in
+                          ("added", "upgraded", "downgraded", "rehashed")),
+                         key=lambda c: "cuda" in c.families)
+        pairs = [(c, p) for c in changes if (p := _pin(new_lock, c.name, c.marker))]
+        elsewhere = [p for _, p in pairs if not holds_here(p)]
+        pairs = [(c, p) for c, p in pairs if holds_here(p)]
+        old_pins = [p for c, _ in pairs if old_lock and (p := _pin(old_lock, c.name, c.marker))]
+        new_files, why = lock_wheels(new_lock, [p for _, p in pairs], fetch=True,
+                                     progress=progress)
+        old_files, _ = lock_wheels(old_lock, old_pins) if old_lock else ({}, None)
+        findings, unread = judge_changes(
+            [(_what(c), dist_facts(old_files[c.name]) if c.name in old_files else None,
+              dist_facts(new_files[c.name]) if c.name in new_files else None)
+             for c, _ in pairs], list(machines))
         for f, message in grouped(findings):
             if f.broken:
-                failures.append(RuleFailure(lock=shown.get(diff.new_source, diff.new_source),
-                                            rule=f"fleet-{f.machine}", message=message))
+                failures.append(RuleFailure(lock=where, rule=f"fleet-{f.machine}",
+                                            message=message))
             else:
                 notes.append(f"fleet: {message}")
-        # Of the changes not read, those that can carry GPU code or a CUDA requirement.
-        gpu = {c.name for c in diff.changed if set(c.families) & _GPU_FAMILIES}
-        notes += [f"fleet: {u} not judged against the fleet: its wheel is not in lockguard's "
-                  "cache (a check that builds the lock in a venv reads it)"
-                  for u in unread if u.split()[0] in gpu]
+        if unread:
+            more = f" and {len(unread) - 4} more" if len(unread) > 4 else ""
+            failures.append(RuleFailure(
+                lock=where, rule="fleet",
+                message=f"{', '.join(unread[:4])}{more} not judged against the fleet: "
+                        f"{why or 'its wheel could not be had'} (a wheel lockguard cannot "
+                        "read fails closed)"))
+        notes += [f"fleet: {p.display_name} {p.version} not judged against the fleet: its "
+                  "marker does not hold on this machine" for p in elsewhere]
+        stack = stack_line((p.name, p.version) for p in new_lock.pins if holds_here(p))
+        if stack and any("cuda" in c.families for c in changes):
+            notes.append(f"fleet: the CUDA stack of {where}: {stack}")
     return failures, notes
 
 
-_GPU_FAMILIES = {"cuda", "torch", "jax", "tensorflow"}
+def _what(change: Change) -> str:
+    """A change as a fleet finding names it: "torch 2.8.0 -> 2.9.0", "jax 0.7.0" (added),
+    "torch 2.9.0 (another build: other hashes)"."""
+    name, old, new = change.display_name, change.old_version, change.new_version
+    return (f"{name} {new}" if old is None else f"{name} {new} (another build: other hashes)"
+            if change.kind == "rehashed" else f"{name} {old} -> {new}")
 
 
-def _cached_facts() -> Callable[[str, str], Facts | None]:
-    index = cached_dist_infos()
-
-    def facts_of(name: str, version: str) -> Facts | None:
-        info = index.get((name, normal_version(version)))
-        return dist_facts(info) if info is not None else None
-    return facts_of
+def _pin(lock: Lock, name: str, marker: str | None) -> Pin | None:
+    """The pin of `name` under `marker` in `lock` (markers split a package into several)."""
+    return next((p for p in lock.by_name.get(name, ()) if p.marker == marker), None)
 
 
 def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
                locks: Sequence[LockRef], started: float, baseline: Sequence[LockRef] = (),
                done: str = "compared", notes: Sequence[str] = (),
                failing: Sequence[ScenarioVerdict] | None = None, with_parity: bool = True,
-               validate: bool = True, **fields: Any) -> Report:
+               validate: bool = True, progress: Progress = QUIET, **fields: Any) -> Report:
     """The Report that ends a flow which ran scenarios through the pipeline: headed with the
     settings' device, the locks (`baseline` ones first) and the outcome's verdicts and
     evidence; its notes are "nothing was `done`" when nothing ran, then `notes`, then the
@@ -131,8 +155,8 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
     something ran; `failing` (the verdicts that fail it, when the flow decides that itself,
     as record does) replaces the policy's judgement. `with_parity`: with the cross-framework
     step-0 rows; `validate`: False builds a report made only of lockguard's own values
-    without the model validator (an unrun golden answer). Other Report fields come as
-    `fields`."""
+    without the model validator (an unrun golden answer); `progress`: where the fleet's
+    downloads show. Other Report fields come as `fields`."""
     integrity.verify()  # the judge that ran is the one that started (exit 2 otherwise)
     verdicts = outcome.verdicts
     idle = nothing_done(verdicts, done)
@@ -145,7 +169,8 @@ def report_for(settings: Settings, outcome: Outcome, *, command: str, mode: str,
         fields["parity"] = parity({p.scenario.id: p.scenario for p in outcome.planned},
                                   outcome.results)
     broken, fleet_notes = fleet_parts(settings.config.fleet_machines(),
-                                      fields.get("lock_diffs", ()), locks)
+                                      fields.get("lock_diffs", ()), [*baseline, *locks],
+                                      progress)
     if broken:  # the change breaks a fleet machine: whatever the trainings here said
         fields["rule_failures"] = [*fields.get("rule_failures", []), *broken]
         passed = False

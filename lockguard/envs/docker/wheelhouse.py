@@ -16,21 +16,20 @@ import errno
 import hashlib
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.markers import Marker
-from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from lockguard.cache import cache_dir, entry
 from lockguard.envs.base import READY, EnvError
 from lockguard.envs.docker.recipe import Base
 from lockguard.files import sha256_file
-from lockguard.installers import run_logged, tool_reason
+from lockguard.envs.wheels import match_wheels, pip_download
+from lockguard.installers import tool_reason
 from lockguard.locks.model import Lock, Pin
-from lockguard.locks.writer import option_args, wheel_request
+from lockguard.locks.writer import wheel_request
 from lockguard.progress import QUIET, Progress
 
 @dataclass(frozen=True)
@@ -143,22 +142,12 @@ def _download(tmp: Path, path: Path, lock: Lock, target: Target, progress: Progr
     """Download the lock's wheels for `target` into the stage `tmp` of the wheelhouse `path`;
     the ready marker's text (what it holds)."""
     pins = expected_pins(lock, target)
-    wheels = tmp / "wheels"
-    wheels.mkdir()
-    request = tmp / "download.txt"
-    request.write_text(wheel_request(pins), encoding="utf-8")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--implementation", "cp", "--python-version", target.python,
-           "--abi", target.abi, "--no-input", "--disable-pip-version-check",
-           "--progress-bar", "off", "-d", str(wheels)]
+    args = ["--implementation", "cp", "--python-version", target.python, "--abi", target.abi]
     for platform_tag in target.platforms():
-        cmd += ["--platform", platform_tag]
-    if lock.has_hashes:
-        cmd.append("--require-hashes")
-    cmd += _lock_options(lock) + ["-r", str(request)]
+        args += ["--platform", platform_tag]
     with progress.step(f"Downloading {len(pins)} wheel(s) of {Path(lock.source).name} "
                        f"for {target.describe()}") as step:
-        code, tail = run_logged(cmd, tmp / "download.log", step)
+        code, tail = pip_download(pins, lock, tmp, step, args)
     if code != 0:
         text = "\n".join(tail)
         if "No space left on device" in text:
@@ -169,7 +158,7 @@ def _download(tmp: Path, path: Path, lock: Lock, target: Target, progress: Progr
                            f"({target.describe()}): {reason}")
         raise EnvError(f"{lock.source}: pip could not download the lock's wheels for "
                        f"{target.describe()}: {reason} (log: {path}.failed.log)")
-    files = _match_wheels(wheels, pins, lock)
+    files = match_wheels(tmp / "wheels", pins, lock)
     # What the image installs: each pin with the hash of the very file downloaded (the
     # lock's own hashes were checked by pip above; a hashless lock gets them here).
     exact = [replace(p, hashes=(f"sha256:{sha256_file(files[p.name])}",)) for p in pins]
@@ -179,28 +168,3 @@ def _download(tmp: Path, path: Path, lock: Lock, target: Target, progress: Progr
             "bytes": sum(f.stat().st_size for f in files.values()),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     return json.dumps(info, indent=1)
-
-
-# The download takes wheels only (--only-binary=:all:): the lock's own format controls would
-# contradict that, and a platform-restricted download refuses --no-binary.
-_FORMAT_CONTROL = ("--no-binary", "--only-binary", "--prefer-binary")
-
-
-def _lock_options(lock: Lock) -> list[str]:
-    """The lock's pip options (indexes, find-links, --no-index, trusted hosts) for the download."""
-    return [arg for arg in option_args(lock) if not arg.startswith(_FORMAT_CONTROL)]
-
-
-def _match_wheels(wheels: Path, pins: list[Pin], lock: Lock) -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for f in sorted(wheels.iterdir()):
-        if f.suffix != ".whl":
-            raise EnvError(f"{lock.source}: pip download produced {f.name}, not a wheel")
-        name, _, _, _ = parse_wheel_filename(f.name)
-        found[canonicalize_name(name)] = f
-    missing = [p.requirement for p in pins if p.name not in found]
-    if missing:
-        raise EnvError(f"{lock.source}: pip downloaded no wheel for {', '.join(missing)}")
-    return found
-
-

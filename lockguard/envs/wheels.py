@@ -1,0 +1,222 @@
+"""A lock's own wheels on this machine, to be read as files (the fleet's judge: what their
+native code declares), and `pip_download`, the one download of a lock's wheels with their
+hashes checked (the docker backend's wheelhouses, envs/docker/wheelhouse.py, use it too).
+
+A wheel is taken from lockguard's cache only where it is provably the lock's:
+
+- a venv lockguard built from this very lock (its ready marker's lock hash; the installer
+  checked the lock's hashes, and the lock hash covers them);
+- a wheel file whose sha256 is one the lock pins for it (a wheelhouse's, or one downloaded
+  here before);
+- for a pin without hashes, a wheel downloaded for the same request (name==version and the
+  lock's index options) or a wheelhouse of this very lock.
+
+Otherwise (`fetch`) it is downloaded with pip, hash-checked, into the cache entry
+$LOCKGUARD_CACHE/wheels/fleet/<key> (cache.entry: whole or not at all).
+
+Why not by name and version: a +cpu and a CUDA build of torch 2.9.0 from two indexes, or a
+wheel re-uploaded with other code, share both, and reading the other one judges a wheel the
+lock does not install (a stale PASS). uv's own cache (archive-v0) is not read for that reason:
+its folders are named by uv's ids, not by the wheel's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from lockguard.cache import cache_dir, cache_root, entry
+from lockguard.envs.base import READY, EnvError
+from lockguard.envs.installed import normal_version, site_packages
+from lockguard.files import sha256_file
+from lockguard.installers import run_logged, tool_reason
+from lockguard.locks.model import Lock, Pin
+from lockguard.locks.writer import option_args, wheel_request
+from lockguard.progress import QUIET, Progress
+
+# The download takes wheels only (--only-binary=:all:): the lock's own format controls would
+# contradict that, and a platform-restricted download refuses --no-binary.
+_FORMAT_CONTROL = ("--no-binary", "--only-binary", "--prefer-binary")
+FLEET_WHEELS = "fleet"  # the folder under $LOCKGUARD_CACHE/wheels the fleet's downloads go to
+
+
+def lock_options(lock: Lock) -> list[str]:
+    """The lock's pip options (indexes, find-links, --no-index, trusted hosts) for a wheel
+    download."""
+    return [arg for arg in option_args(lock) if not arg.startswith(_FORMAT_CONTROL)]
+
+
+def pip_download(pins: Sequence[Pin], lock: Lock, stage: Path, step,
+                 platform_args: Sequence[str] = ()) -> tuple[int, list[str]]:
+    """`pip download --no-deps --only-binary=:all:` of `pins` (their hashes required when the
+    lock has them) into stage/wheels, its request in stage/download.txt and its output in
+    stage/download.log; `platform_args`: another platform's (--platform, --python-version,
+    --abi), this interpreter's when empty. The exit code and the log's last lines."""
+    wheels = stage / "wheels"
+    wheels.mkdir(exist_ok=True)
+    request = stage / "download.txt"
+    request.write_text(wheel_request(pins), encoding="utf-8")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           *platform_args, "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
+           "-d", str(wheels)]
+    if lock.has_hashes:
+        cmd.append("--require-hashes")
+    cmd += lock_options(lock) + ["-r", str(request)]
+    return run_logged(cmd, stage / "download.log", step)
+
+
+def match_wheels(wheels: Path, pins: Sequence[Pin], lock: Lock) -> dict[str, Path]:
+    """{canonical name: wheel file} of what pip_download left in `wheels`; EnvError when it
+    left something else or no wheel for a pin."""
+    found: dict[str, Path] = {}
+    for f in sorted(wheels.iterdir()):
+        if f.suffix != ".whl":
+            raise EnvError(f"{lock.source}: pip download produced {f.name}, not a wheel")
+        name, _, _, _ = parse_wheel_filename(f.name)
+        found[canonicalize_name(name)] = f
+    missing = [p.requirement for p in pins if p.name not in found]
+    if missing:
+        raise EnvError(f"{lock.source}: pip downloaded no wheel for {', '.join(missing)}")
+    return found
+
+
+def holds_here(pin: Pin) -> bool:
+    """Whether the pin's marker holds for this interpreter (pip downloads nothing otherwise)."""
+    return pin.marker is None or Marker(pin.marker).evaluate()
+
+
+def lock_wheels(lock: Lock, pins: Sequence[Pin], *, fetch: bool = False,
+                progress: Progress = QUIET) -> tuple[dict[str, Path], str | None]:
+    """The files of `pins` (of `lock`) to read: {canonical name: a dist-info folder or a .whl},
+    each provably the lock's (see the module's docstring); with `fetch`, the rest downloaded.
+    Also why some could not be had (a failed download's one line), None when all were."""
+    found = _from_venvs(lock, pins)
+    rest = [p for p in pins if p.name not in found]
+    if rest:
+        found.update(_from_wheel_files(lock, rest))
+        rest = [p for p in rest if p.name not in found]
+    if not rest or not fetch:
+        return found, None
+    try:
+        found.update(_fetch(lock, rest, progress))
+    except (EnvError, OSError) as exc:
+        return found, str(exc)
+    return found, None
+
+
+def _from_venvs(lock: Lock, pins: Sequence[Pin]) -> dict[str, Path]:
+    """The dist-info folders of `pins` in a venv lockguard built from `lock` itself."""
+    found: dict[str, Path] = {}
+    wanted = {(p.name, normal_version(p.version)): p.name for p in pins}
+    for marker in sorted(cache_root().glob(f"venvs/*/{READY}")):
+        if _marker(marker).get("lock_hash") != lock.lock_hash:
+            continue
+        site = site_packages(marker.parent)
+        for info in sorted(site.glob("*.dist-info")) if site else ():
+            dist, _, version = info.name.removesuffix(".dist-info").rpartition("-")
+            name = wanted.get((canonicalize_name(dist), normal_version(version)))
+            if name is not None:
+                found.setdefault(name, info)
+    return found
+
+
+def _from_wheel_files(lock: Lock, pins: Sequence[Pin]) -> dict[str, Path]:
+    """The cached wheel files of `pins`: one whose sha256 the pin lists, or, for a pin without
+    hashes, one downloaded for the same request or held by a wheelhouse of this lock."""
+    by_pin = {(p.name, normal_version(p.version)): p for p in pins}
+    found: dict[str, Path] = {}
+    for wheel, bound in _cached_wheels(lock):
+        try:
+            dist, version, _, _ = parse_wheel_filename(wheel.name)
+        except InvalidWheelFilename:
+            continue
+        pin = by_pin.get((canonicalize_name(dist), normal_version(str(version))))
+        if pin is None or pin.name in found:
+            continue
+        if pin.hashes and f"sha256:{_sha256(wheel)}" in pin.hashes:
+            found[pin.name] = wheel
+        elif not pin.hashes and pin.requirement in bound:
+            found[pin.name] = wheel
+    return found
+
+
+def _cached_wheels(lock: Lock) -> list[tuple[Path, set[str]]]:
+    """Every cached wheel file (the wheelhouses', the fleet's downloads) and the hashless pins
+    it provably answers (their requirements): a wheelhouse of this lock answers all of its
+    pins, a download the requests it was made for with this lock's index options."""
+    out = []
+    every = {p.requirement for p in lock.pins if not p.hashes}
+    options = lock_options(lock)
+    for marker in sorted(cache_root().glob(f"wheelhouses/*/{READY}")):
+        bound = every if _marker(marker).get("lock_hash") == lock.lock_hash else set()
+        out += [(w, bound) for w in sorted(marker.parent.glob("wheels/*.whl"))]
+    for marker in sorted(cache_root().glob(f"wheels/{FLEET_WHEELS}/*/{READY}")):
+        record = _marker(marker)
+        same = record.get("options") == options
+        for wheel in record.get("wheels", []):
+            pin = wheel.get("pin") if same and not wheel.get("hashes") else None
+            out.append((marker.parent / "wheels" / Path(str(wheel.get("file"))).name,
+                        {pin} if isinstance(pin, str) else set()))
+    return [(w, bound) for w, bound in out if w.is_file() and not w.is_symlink()]
+
+
+def _fetch(lock: Lock, pins: Sequence[Pin], progress: Progress) -> dict[str, Path]:
+    """`pins` downloaded into one cache entry, wheels/fleet/<key of the request>."""
+    options = lock_options(lock)
+    request = json.dumps([[p.requirement, list(p.hashes)] for p in sorted(pins, key=_by_name)]
+                         + [options, sys.implementation.cache_tag, platform.machine()])
+    key = hashlib.sha256(request.encode()).hexdigest()[:20]
+    path = cache_dir() / "wheels" / FLEET_WHEELS / key
+    what = f"{len(pins)} wheel(s) of {Path(lock.source).name}"
+
+    def build(stage: Path) -> str:
+        with progress.step(f"Downloading {what} to judge them against the fleet") as step:
+            code, tail = pip_download(pins, lock, stage, step)
+        if code != 0:
+            reason = tool_reason("\n".join(tail), f"exit code {code}")
+            raise EnvError(f"pip could not download them: {reason}")
+        files = match_wheels(stage / "wheels", pins, lock)
+        wheels = [{"name": p.name, "pin": p.requirement, "hashes": list(p.hashes),
+                   "file": files[p.name].name, "sha256": sha256_file(files[p.name])}
+                  for p in pins]
+        return json.dumps({"lock": lock.source, "options": options, "wheels": wheels},
+                          indent=1)
+
+    with entry(path, build, ready=lambda at: (at / READY).is_file(), marker=READY,
+               what=f"the download of {what} ({path})", tell=progress.info):
+        record = _marker(path / READY)
+    names = {w.get("name"): Path(str(w.get("file"))).name for w in record.get("wheels", [])}
+    return {p.name: path / "wheels" / names[p.name] for p in pins if p.name in names}
+
+
+def _by_name(pin: Pin) -> str:
+    return pin.name
+
+
+def _marker(path: Path) -> dict:
+    """A ready marker's JSON; {} when it cannot be read (then it binds nothing)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# sha256 of a wheel file, by (path, size, mtime): a check asks each changed wheel a few times
+# (its lock, the fleet's notes), and a CUDA wheel is gigabytes. In-process only.
+_HASHED: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = sha256_file(path)
+    return _HASHED[key]
