@@ -173,7 +173,8 @@ def test_another_candidate_class_is_shown_beside_the_baselines():
     new = capture(call("a", -1, tensor([1.0, 3.0]), type="SdpaAttention"))
     loc = locate(old, new)
     assert loc.candidate_type == "SdpaAttention"
-    assert loc.sentences()[0].startswith("the drift starts in a (Attention → SdpaAttention) at")
+    assert loc.sentences()[0].startswith(
+        "the drift starts in a (Attention → SdpaAttention: the implementation changed) at")
     same = locate(old, capture(call("a", -1, tensor([1.0, 3.0]), type="Attention")))
     assert same.candidate_type is None
     assert same.sentences()[0].startswith("the drift starts in a (Attention) at")

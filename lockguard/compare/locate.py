@@ -113,6 +113,8 @@ class Location(BaseModel):
         types = self.module_type or "?"
         if self.candidate_type and self.candidate_type != self.module_type:
             types = f"{types} → {self.candidate_type}"
+            if _classes(self.module_type, self.candidate_type):
+                types += ": the implementation changed"
         head = f"{self.module} ({types})"
         # Sampled values equal as float32 (their digests differ): a float64 value against a
         # float32 one it rounds to, or a difference past the first SAMPLE values; an output on
@@ -135,9 +137,13 @@ class Location(BaseModel):
         # the walk out of the first differing call stops at a root (or a call paired on one
         # side only) whose inputs may differ already: the difference came in with them
         on = "on equal inputs" if self.same_inputs is not False else "on inputs that differ"
+        # issue 46's reading of a located amplified drift: this one call, then training
+        # amplifying it (the shape's own sentence follows with its figures)
+        after = (", and everything after is that difference amplified"
+                 if self.shape is not None and self.shape.kind == "amplified" else "")
         return (f"the drift starts in {head} at step {self.step}: its {where} differs {by} "
                 f"{on}{inside}; {self.later_differing} other module call(s) of "
-                f"the {self.compared} compared differ too (downstream)")
+                f"the {self.compared} compared differ too (downstream){after}")
 
     def _referee(self) -> str | None:
         old, new = self.baseline_referee, self.candidate_referee
@@ -155,6 +161,13 @@ class Location(BaseModel):
         return (f"float64 referee, {inputs}: candidate {new.max_ulp:.2g} ulp from float64 "
                 f"(mean {new.mean_ulp:.2g}), baseline {old.max_ulp:.2g} ulp (mean "
                 f"{old.mean_ulp:.2g}): {closer}")
+
+
+def _classes(*types: str | None) -> bool:
+    """Whether `types` are class names (CapWords identifiers: GPT2Attention, Dense), not what a
+    values capture calls a type (a dtype, `parameter float32[3]`): a module whose class differs
+    between the sides runs other code, while a value whose dtype differs was promoted."""
+    return all(t is not None and t[:1].isupper() and t.isidentifier() for t in types)
 
 
 def _closer(new: RefereeFigures, old: RefereeFigures) -> str:
