@@ -227,6 +227,7 @@ class Capture(BaseModel):
     calls: list[ModuleCall] = Field(max_length=MAX_CAPTURE_CALLS)
     truncated: bool = False
     sample: int = Field(ge=1, le=MAX_CAPTURE_SAMPLE)
+    probe: bool = False  # the probe's eval-mode forward after the last step (`step` = steps)
 
     @model_validator(mode="after")
     def _a_tree(self) -> "Capture":

@@ -184,6 +184,13 @@ def test_the_located_step_is_the_first_loss_or_gradient_norm_difference():
 
     assert locate_step(run([1, 2, 3], [1, 1, 1]), run([1, 2, 4], [1, 5, 1])) == 1
     assert locate_step(run([1, 2, 3], [1, 1, 1]), run([1, 2, 3], [1, 1, 1])) is None
+    # the probe outputs alone differ: the probe (step = steps), where the harness captures it
+    a, b = run([1, 2, 3], [1, 1, 1]), run([1, 2, 3], [1, 1, 1])
+    a.outputs, b.outputs = [0.5, 0.25], [0.5, 0.75]
+    assert locate_step(a, b, probe=True) == 3 and locate_step(a, b) is None
+    assert locate_step(a, a, probe=True) is None
+    # runs of other lengths: their probes follow other trainings, nothing to locate
+    assert locate_step(a, run([1, 2, 3, 4], [1, 1, 1, 1]), probe=True) is None
 
 
 @pytest.mark.parametrize("change, message", [
@@ -236,6 +243,34 @@ def test_a_torch_drift_is_located_by_re_running_its_first_divergent_step(project
     # identical and not located
     assert sorted(fake.steps) == [2, 2, 6, 6, 6, 6]
     assert v["numpy.mlp"].verdict == Verdict.identical and v["numpy.mlp"].location is None
+
+
+def test_a_difference_in_the_probe_alone_is_located_in_the_probe(project, tmp_path):
+    """Equal losses and gradient norms, other probe outputs (transformers 4.40.2 -> 4.46.3's
+    GPT-2 on the CPU): the localisation runs train every step and capture the probe's forward;
+    the sentence says so. A jax scenario's probe is not captured (PROBE_LOCATABLE): not
+    re-run."""
+    old, new = sides(tmp_path)
+    fake = FakeBackend()
+    fake.behaviour = {("torch.mlp", v): "probe-only" for v in (OLD, NEW)}
+    report = check_ab(Settings.resolve(project), [new], [old], TORCH_MLP, backend=fake)
+    mlp = {v.scenario: v for v in report.verdicts}["torch.mlp"]
+    assert mlp.verdict == Verdict.drift and mlp.first_divergent_step is None, mlp.reasons
+    where = mlp.location
+    assert where is not None and where.probe and where.shape is None, mlp.reasons
+    assert (where.kind, where.module, where.step) == ("forward", "fc2", 6)
+    assert any(r.startswith("the drift starts in fc2 (Linear) in the probe (the eval-mode forward "
+                            "after the 6 training steps, which are equal on both sides): its "
+                            "forward output differs by max") for r in mlp.reasons), mlp.reasons
+    assert sorted(fake.steps) == [6] * 6  # the localisation runs train all 6 steps
+    jax_old = lock(tmp_path, "jax-old.txt", "jax==0.9.2\njaxlib==0.9.2\n")
+    jax_new = lock(tmp_path, "jax-new.txt", "jax==0.10.2\njaxlib==0.10.2\n")
+    fake = FakeBackend()
+    fake.behaviour = {("jax.mlp", v): "probe-only" for v in ("0.9.2", "0.10.2")}
+    jax = [s for s in bundled() if s.id == "jax.mlp"]
+    report = check_ab(Settings.resolve(project), [jax_new], [jax_old], jax, backend=fake)
+    assert report.verdicts[0].verdict == Verdict.drift and report.verdicts[0].location is None
+    assert sorted(fake.steps) == [6, 6]  # its two runs, no localisation
 
 
 def test_no_locate_re_runs_nothing_and_locate_needs_a_difference(project, tmp_path):

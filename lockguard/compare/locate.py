@@ -87,6 +87,7 @@ class Location(BaseModel):
     candidate_referee: RefereeFigures | None = None
     same_inputs: bool | None = None  # both sides' referees ran on equal inputs
     truncated: bool = False
+    probe: bool = False  # found in the probe's eval-mode forward after training (`step` = steps)
     shape: DriftShape | None = None
 
     def sentences(self) -> list[str]:
@@ -106,6 +107,9 @@ class Location(BaseModel):
         return out
 
     def _where(self) -> str:
+        if self.kind == "none" and self.probe:
+            return ("the probe re-run with every module captured: no module's weights or output "
+                    "differs")
         if self.kind == "none":
             return (f"step {self.step} re-run with every module captured: no module's weights, "
                     "output or gradient differs (the difference is outside the modules: the "
@@ -132,6 +136,10 @@ class Location(BaseModel):
                     else f"entering step {self.step}: an earlier update moved them")
             return f"the weights of {head} differ {what}"
         where = "forward output" if self.kind == "forward" else "gradient (backward)"
+        when = f"at step {self.step}"
+        if self.probe:
+            when = (f"in the probe (the eval-mode forward after the {self.step} training steps, "
+                    "which are equal on both sides)")
         inside = (f"; it shows first at {self.first_output}, inside it, whose inputs already "
                   "differ" if self.first_output else "")
         # the walk out of the first differing call stops at a root (or a call paired on one
@@ -141,7 +149,7 @@ class Location(BaseModel):
         # amplifying it (the shape's own sentence follows with its figures)
         after = (", and everything after is that difference amplified"
                  if self.shape is not None and self.shape.kind == "amplified" else "")
-        return (f"the drift starts in {head} at step {self.step}: its {where} differs {by} "
+        return (f"the drift starts in {head} {when}: its {where} differs {by} "
                 f"{on}{inside}; {self.later_differing} other module call(s) of "
                 f"the {self.compared} compared differ too (downstream){after}")
 
@@ -234,7 +242,8 @@ def locate(baseline: Capture, candidate: Capture) -> Location:
     pairs = {i: cindex[k] for i, k in enumerate(bkeys) if k in cindex}
     unpaired = [k for k in bkeys if k not in cindex] + [k for k in ckeys if k not in set(bkeys)]
     common = dict(step=candidate.step, compared=len(pairs), unpaired=unpaired,
-                  truncated=baseline.truncated or candidate.truncated)
+                  truncated=baseline.truncated or candidate.truncated,
+                  probe=baseline.probe and candidate.probe)
     b, c = baseline.calls, candidate.calls
     for i, j in pairs.items():  # call order: the outer module's weights first
         if b[i].params != c[j].params:
@@ -300,15 +309,24 @@ def drift_shape(old: Sequence[float], new: Sequence[float], dtype: str) -> Drift
     return DriftShape(kind=kind, first_step=first, first_ulp=ulp, growth=growth)
 
 
-def locate_step(baseline: RunResult, candidate: RunResult) -> int | None:
+def locate_step(baseline: RunResult, candidate: RunResult, probe: bool = False) -> int | None:
     """The step a localisation re-runs: the first whose loss or gradient norm differs (a
-    gradient can differ a step before the loss shows it); None when neither does."""
+    gradient can differ a step before the loss shows it); None when neither does. With `probe`
+    (the harness can capture its probe: torch's), a difference in the probe outputs alone
+    locates the probe, step = the number of steps: transformers 4.46.3's GPT-2 trains bit for
+    bit with 4.40.2's (under dropout, torch's CPU SDPA runs the same math as eager attention)
+    and differs only in eval mode, where SDPA takes its fused kernel."""
     steps = [s for s in (first_difference(baseline.losses, candidate.losses),
                          first_difference(baseline.grad_norms, candidate.grad_norms))
              if s is not None]
     limit = min(len(baseline.losses), len(candidate.losses))
     steps = [s for s in steps if s < limit]
-    return min(steps) if steps else None
+    if steps:
+        return min(steps)
+    if (probe and limit and len(baseline.losses) == len(candidate.losses)
+            and first_difference(baseline.outputs, candidate.outputs) is not None):
+        return limit
+    return None
 
 
 def located(baseline: RunResult, candidate: RunResult, located_baseline: RunResult,
