@@ -13,7 +13,9 @@ whose output differs is where the difference shows first; the difference *arises
 innermost call around that point whose inputs were still equal on both sides (a module whose
 inputs already differ only carries a difference made before it: GPT-2's c_proj after an
 attention whose own code changed names the attention). With every forward output equal, the
-first gradient, in the order the backward produced them, that differs.
+first gradient, in the order the backward produced them, that differs. A capture of the probe
+(`Capture.probe`: every training step equal, the eval-mode outputs not) is compared the same
+way, without gradients.
 """
 
 from __future__ import annotations

@@ -147,7 +147,9 @@ UNHOOKABLE = frozenset({"compiler", "parallel"})
 def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
                 code: tuple[CodeTree | None, CodeTree | None]) -> list[Job]:
     """The localisation runs of `p` (compare/locate.py), one a side: its first divergent step
-    (of loss or gradient norm) again, the run ending there, every module call captured. Made
+    (of loss or gradient norm) again, the run ending there, every module call captured (for a
+    PROBE_LOCATABLE bundled scenario whose probe outputs alone differ: every step, then the
+    probe's forward captured). Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
     for a bundled scenario of a LOCATABLE framework, and a numpy user script (its registered
     values; a user script's model is not the harness's to hook, and a script that never names
