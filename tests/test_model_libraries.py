@@ -273,6 +273,9 @@ def test_transformers_4_46_gpt2_sdpa_is_located_in_layer_0_attention(tmp_path):
     assert re.fullmatch(r"transformer\.h\.\d+\.attn", where.module), where
     assert (where.module_type, where.candidate_type) == ("GPT2Attention", "GPT2SdpaAttention")
     assert where.same_inputs and (where.max_ulp or 0) >= 1, where
+    # a rounding at the output's scale (a few ULPs here), however many own ULPs a component
+    # near zero moved: another kernel's order of operations, not another computation
+    assert where.scaled_ulp is not None and 0 < where.scaled_ulp < 64, where
     for referee in (where.baseline_referee, where.candidate_referee):
         assert referee is not None and referee.error is None and referee.replay_exact, where
         assert referee.max_ulp is not None and referee.max_ulp < 1000, where

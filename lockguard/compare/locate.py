@@ -20,12 +20,13 @@ way, without gradients.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lockguard.compare.numerics import bitwise_equal, first_difference, ulp_distance
+from lockguard.compare.numerics import bitwise_equal, first_difference, ulp_at, ulp_distance
 from lockguard.results import (
     MAX_CAPTURE_CALLS, Capture, JsonFloat, ModuleCall, RefereeFigures, RunResult,
 )
@@ -80,6 +81,10 @@ class Location(BaseModel):
     candidate_type: str | None = None  # its class on the candidate side, when other
     first_output: str | None = None  # the first call whose output differs, when another module
     max_ulp: int | None = None  # over the sampled values; None when they are all equal
+    # the same at the output's scale: each difference in ULPs of the larger of the value and
+    # the sample's root mean square (the referee's measure: a value near zero that larger
+    # terms cancelled into would count its own rounding a thousand times over)
+    scaled_ulp: JsonFloat | None = None
     sampled: int | None = None  # how many values the ULPs were taken over, of `numel`
     numel: int | None = None
     later_differing: int = 0  # calls after it whose output or gradient differs too
@@ -127,6 +132,8 @@ class Location(BaseModel):
         # one side only has no values to measure.
         if self.max_ulp is not None:
             by = f"by max {self.max_ulp} ulp"
+            if self.scaled_ulp is not None and self.scaled_ulp < self.max_ulp:
+                by += f" ({self.scaled_ulp:.2g} ulp at the output's scale)"
         elif self.sampled is not None:
             by = (f"beyond its first {self.sampled} of {self.numel} values as float32 (they "
                   "agree)")
@@ -221,12 +228,15 @@ def _differs(a, b) -> bool:
     return a.digest != b.digest
 
 
-def _ulps(a, b) -> tuple[int | None, int, int]:
-    """(max ULP over the sampled values, how many were compared, numel) of two captured tensors;
-    None when the samples are equal (the difference lies beyond them)."""
+def _ulps(a, b) -> tuple[int | None, float | None, int, int]:
+    """(max ULP over the sampled values, the same at the output's scale (Location.scaled_ulp),
+    how many were compared, numel) of two captured tensors; None, None when the samples are
+    equal (the difference lies beyond them)."""
     va, vb = a.values(), b.values()
     n = min(len(va), len(vb))
-    worst = None
+    finite = [x for x in va[:n] if math.isfinite(x)]
+    rms = math.sqrt(math.fsum(x * x for x in finite) / len(finite)) if finite else 0.0
+    worst = scaled = None
     for x, y in zip(va[:n], vb[:n]):
         if not bitwise_equal(x, y):
             try:
@@ -234,7 +244,10 @@ def _ulps(a, b) -> tuple[int | None, int, int]:
             except ValueError:
                 continue
             worst = d if worst is None else max(worst, d)
-    return worst, n, a.numel
+            at = abs(x - y) / ulp_at(max(abs(x), rms), a.dtype)
+            if math.isfinite(at):  # an infinity on one side has its ULPs above, not a scale
+                scaled = at if scaled is None else max(scaled, at)
+    return worst, scaled, n, a.numel
 
 
 def locate(baseline: Capture, candidate: Capture) -> Location:
@@ -276,7 +289,8 @@ def _found(kind: str, i: int, j: int, b: Sequence[ModuleCall], c: Sequence[Modul
     if tensor != "params":
         mine, theirs = getattr(b[i], tensor), getattr(c[j], tensor)
         if mine is not None and theirs is not None:
-            figures["max_ulp"], figures["sampled"], figures["numel"] = _ulps(mine, theirs)
+            (figures["max_ulp"], figures["scaled_ulp"], figures["sampled"],
+             figures["numel"]) = _ulps(mine, theirs)
     return Location(kind=kind, module=b[i].name, module_type=b[i].type,
                     candidate_type=c[j].type if c[j].type != b[i].type else None,
                     later_differing=later, baseline_referee=b[i].referee,
