@@ -23,7 +23,7 @@ from fakes import FakeBackend, capture_for, fake_shift, lock
 from lockguard.compare.locate import drift_shape, locate, locate_step
 from lockguard.compare.verdicts import with_location
 from lockguard.config import Config, Options
-from lockguard.flows.ab import check_ab
+from lockguard.flows.ab import LOCATABLE, PROBE_LOCATABLE, check_ab
 from lockguard.flows.check import check
 from lockguard.flows.record import record
 from lockguard.names import FORMATS, Verdict
@@ -263,6 +263,11 @@ def test_a_difference_in_the_probe_alone_is_located_in_the_probe(project, tmp_pa
                             "after the 6 training steps, which are equal on both sides): its "
                             "forward output differs by max") for r in mlp.reasons), mlp.reasons
     assert sorted(fake.steps) == [6] * 6  # the localisation runs train all 6 steps
+    for fmt in FORMATS:  # the text format wraps its lines
+        assert "fc2 (Linear) in the probe (the eval-mode forward" in " ".join(
+            render(report, fmt).split()), fmt
+    assert '"probe": true' in render(report, "json")
+    assert PROBE_LOCATABLE <= LOCATABLE
     jax_old = lock(tmp_path, "jax-old.txt", "jax==0.9.2\njaxlib==0.9.2\n")
     jax_new = lock(tmp_path, "jax-new.txt", "jax==0.10.2\njaxlib==0.10.2\n")
     fake = FakeBackend()
