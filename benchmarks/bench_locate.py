@@ -3,13 +3,16 @@
 module call, jax's and tf's every leaf and tapped layer) against that scenario's normal run, in
 the same environment, one after the other.
 
-    python benchmarks/bench_locate.py PYTHON [SCENARIO ...]
+    python benchmarks/bench_locate.py PYTHON [SCENARIO[@probe] ...]
 
 PYTHON: the interpreter of an environment that has the scenarios' framework (torch, and
 transformers for its scenario; jax; tensorflow), e.g. one of lockguard's cached venvs: one
 framework a call, so the rows of the others are kept from benchmarks/results/locate.json. Each run is the harness process as lockguard starts it
 (no sandbox: the sandbox costs both the same). The localisation run is timed at its worst, the
-last step of the normal run (every earlier step trains first). Target: at most 2× the normal run.
+last step of the normal run (every earlier step trains first); `SCENARIO@probe` times a torch
+scenario's probe localisation instead (every step trained, the probe's forward captured: a
+difference in the probe outputs alone, transformers 4.40.2 -> 4.46.3's GPT-2 attention, run with
+the 4.46.3 environment's interpreter). Target: at most 2× the normal run.
 Writes benchmarks/results/locate.json.
 """
 
@@ -25,7 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE.parent / "lockguard" / "harness" / "run.py"
-STEPS = {"torch.lm": 20, "transformers.gpt2": 10, "jax.lm": 20, "tf.lm": 20, "keras.cnn": 10}
+STEPS = {"torch.lm": 20, "transformers.gpt2": 10, "jax.lm": 20, "tf.lm": 20, "keras.cnn": 10,
+         "transformers.gpt2@probe": 20}
 
 
 def wall(python: str, scenario: str, steps: int, *extra: str) -> float:
@@ -49,15 +53,18 @@ def main(argv: list[str]) -> int:
     python, scenarios = argv[0], argv[1:] or ["torch.lm", "transformers.gpt2"]
     out = HERE / "results" / "locate.json"
     rows = json.loads(out.read_text()) if out.exists() else {}
-    for sid in scenarios:
-        n = STEPS.get(sid, 10)
+    for spec in scenarios:
+        sid, _, where = spec.partition("@")
+        n = STEPS.get(spec, 10)
+        step = n if where == "probe" else n - 1  # the harness's step = steps: the probe
         normal = min(wall(python, sid, n) for _ in range(2))
-        located = min(wall(python, sid, n, "--locate-step", str(n - 1)) for _ in range(2))
-        rows[sid] = {"normal_s": round(normal, 2), "located_s": round(located, 2),
-                     "ratio": round(located / normal, 2), "steps": n,
-                     "load": os.getloadavg()[0]}
-        print(f"{sid}: normal {normal:.2f} s ({n} steps), localisation run {located:.2f} s "
-              f"(steps 0-{n - 1}, the last captured): ×{located / normal:.2f}")
+        located = min(wall(python, sid, n, "--locate-step", str(step)) for _ in range(2))
+        rows[spec] = {"normal_s": round(normal, 2), "located_s": round(located, 2),
+                      "ratio": round(located / normal, 2), "steps": n,
+                      "load": os.getloadavg()[0]}
+        what = "the probe" if where == "probe" else "the last"
+        print(f"{spec}: normal {normal:.2f} s ({n} steps), localisation run {located:.2f} s "
+              f"(steps 0-{n - 1}, {what} captured): ×{located / normal:.2f}")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -176,6 +176,9 @@ class CompileDiagnostics(BaseModel):
 MAX_CAPTURE_CALLS = 2000
 MAX_CAPTURE_SAMPLE = 4096  # values of one tensor
 SHA256 = r"^[0-9a-f]{64}$"
+# A name a report prints (a module's, its class): one line, no control characters or escape
+# sequences (the environment under test wrote it)
+ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 
 class CapturedTensor(BaseModel):
@@ -225,8 +228,8 @@ class ModuleCall(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    name: str = Field(max_length=400)
-    type: str = Field(max_length=200)
+    name: str = Field(max_length=400, pattern=ONE_LINE)
+    type: str = Field(max_length=200, pattern=ONE_LINE)  # its class (a values capture: dtype)
     parent: int = Field(ge=-1)  # the call it ran inside; -1: none
     params: str | None = Field(default=None, pattern=SHA256)  # its own parameters' digest
     inputs: str = Field(pattern=SHA256)
@@ -245,6 +248,7 @@ class Capture(BaseModel):
     calls: list[ModuleCall] = Field(max_length=MAX_CAPTURE_CALLS)
     truncated: bool = False
     sample: int = Field(ge=1, le=MAX_CAPTURE_SAMPLE)
+    probe: bool = False  # the probe's eval-mode forward after the last step (`step` = steps)
 
     @model_validator(mode="after")
     def _a_tree(self) -> "Capture":

@@ -149,7 +149,10 @@ class FakeEnv:
         if request.script is not None:
             with self.backend._lock:
                 self.backend.scripts.append((sid, Path(request.script).read_text()))
-        losses = losses_for(sid, version + code, request.seed, request.steps)
+        # "probe-only": every version trains to the same bits, its probe outputs differ (as
+        # transformers' eager -> sdpa GPT-2 on the CPU: SDPA's fused kernel in eval mode only)
+        losses = losses_for(sid, (version if behaviour != "probe-only" else "") + code,
+                            request.seed, request.steps)
         # Another CPU's kernels: the same curve, its low bits moved.
         losses = [v * (1 + self.backend.nudge) for v in losses]
         if behaviour == "invalid":
@@ -172,7 +175,9 @@ class FakeEnv:
                          fingerprint={"cpu": {**cpu_info(), **self.backend.cpu}},
 
                          grad_norms=[abs(v) / 2 for v in losses],
-                         outputs=losses[-2:], output_shape=[2], param_digest=digest,
+                         outputs=(losses[-2:] if behaviour != "probe-only"
+                                  else losses[-1:] + [float(fake_shift(version))]),
+                         output_shape=[2], param_digest=digest,
                          timings={"total_s": 0.01, "first_step_s": 0.002,
                                   "step_median_s": step,
                                   # a timing run of short steps times them in blocks too
@@ -180,7 +185,8 @@ class FakeEnv:
                                       "block_steps": request.time_block}
                                      if request.time_block else {})},
                          peak_memory_bytes=self.backend.peak_bytes.get(sid),
-                         capture=(capture_for(version, request.locate_step)
+                         capture=({**capture_for(version, request.locate_step),
+                                   "probe": request.locate_step == request.steps}
                                   if request.locate_step is not None else None))
 
 
@@ -188,8 +194,8 @@ class FakeEnv:
 class FakeBackend:
     """Counts what a flow prepared and ran; `behaviour[(scenario, version)]` makes a run crash
     ("crash"), time out ("timeout"), end in NaN ("nan"), break the result contract ("invalid":
-    a loss short), land on the CPU ("cpu-fallback") or differ from run to run ("noisy",
-    "noisy:+0.01" shifted by +1 %). `cpu` overrides the fingerprint's CPU (other_cpu(): a run
+    a loss short), land on the CPU ("cpu-fallback"), differ from run to run ("noisy",
+    "noisy:+0.01" shifted by +1 %) or differ in the probe outputs alone ("probe-only"). `cpu` overrides the fingerprint's CPU (other_cpu(): a run
     on another hardware class) and `nudge` scales every loss by 1 + nudge, as another CPU's
     kernels move the low bits. `step_s` and `peak_bytes` set a scenario's
     reported step time and peak memory; `run_s` how long each run takes, and `together` which

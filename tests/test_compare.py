@@ -13,7 +13,7 @@ import pytest
 
 from lockguard.compare.compile import CompileDiff, compare_compile
 from lockguard.compare.numerics import (
-    SeriesDiff, bitwise_equal, compare_series, first_difference, ulp_distance,
+    SeriesDiff, bitwise_equal, compare_series, first_difference, ulp_at, ulp_distance,
 )
 from lockguard.compare.tolerance import DEFAULT_FAIL_ON, Policy, Tolerance, default_tolerance
 from lockguard.compare.timing import TimingCheck, compare_timing
@@ -152,6 +152,16 @@ def test_ulp_distance_float64_and_float16() -> None:
     assert ulp_distance(1.0, math.nextafter(1.0, 2.0), "float64") == 1
     assert ulp_distance(1.0, math.nextafter(1.0, 2.0), "float32") == 0  # same float32
     assert ulp_distance(1.0, 1.0 + 2.0**-10, "float16") == 1
+
+
+def test_ulp_at_is_the_gap_above_a_magnitude_in_each_dtype() -> None:
+    assert ulp_at(1.0, "float32") == 2.0**-23 == f32_above(1.0) - 1.0
+    assert ulp_at(1.9, "float32") == 2.0**-23 and ulp_at(-2.0, "float32") == 2.0**-22
+    assert ulp_at(1.0, "float64") == math.ulp(1.0)
+    assert ulp_at(1.0, "bfloat16") == 2.0**-7 and ulp_at(1.0, "float16") == 2.0**-10
+    # below the least normal exponent the gap stays the subnormals'
+    assert ulp_at(0.0, "float32") == ulp_at(2.0**-140, "float32") == f32_above(0.0) == 2.0**-149
+    assert ulp_at(3.0, "int8") == ulp_at(3.0, "float32")  # other dtypes measured as float32
 
 
 def test_ulp_distance_rejects_nan_and_out_of_range() -> None:

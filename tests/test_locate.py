@@ -21,8 +21,9 @@ import pytest
 from conftest import DATA, NUMERICS_ONLY, REPO, make_project
 from fakes import FakeBackend, capture_for, fake_shift, lock
 from lockguard.compare.locate import drift_shape, locate, locate_step
+from lockguard.compare.verdicts import with_location
 from lockguard.config import Config, Options
-from lockguard.flows.ab import check_ab
+from lockguard.flows.ab import LOCATABLE, PROBE_LOCATABLE, check_ab
 from lockguard.flows.check import check
 from lockguard.flows.record import record
 from lockguard.names import FORMATS, Verdict
@@ -110,6 +111,53 @@ def test_a_referee_whose_replay_did_not_reproduce_is_not_believed():
                                   "reproduce its output")
 
 
+def test_a_module_whose_class_changed_says_the_implementation_changed():
+    """transformers 4.46.3's GPT-2 runs GPT2SdpaAttention where 4.40.2 ran GPT2Attention, under
+    the same module name: the calls pair by name, and the location carries both classes. A
+    values capture's types are dtypes: another dtype is a promotion, not other code."""
+    new = capture_for(NEW, 3)
+    new["calls"][2]["type"] = "SdpaLinear"
+    loc = locate(cap(OLD), Capture.model_validate(new))
+    assert (loc.module, loc.module_type, loc.candidate_type) == ("fc2", "Linear", "SdpaLinear")
+    assert loc.sentences()[0].startswith(
+        "the drift starts in fc2 (Linear → SdpaLinear: the implementation changed) at step 3")
+    for old_type, new_type in (("float64", "float32"), ("parameter float32[3]", "Linear")):
+        a, b = capture_for(OLD, 3), capture_for(NEW, 3)
+        a["calls"][2]["type"], b["calls"][2]["type"] = old_type, new_type
+        where = locate(Capture.model_validate(a), Capture.model_validate(b)).sentences()[0]
+        assert f"fc2 ({old_type} → {new_type}) at step 3" in where, where
+
+
+def test_a_located_amplified_drift_says_everything_after_is_that_difference_amplified(
+        project, tmp_path):
+    """Issue 46's sentence: the first module, its ULPs, and "everything after is that
+    difference amplified" when the loss difference grew from a tiny first one; not said of a
+    steady or systematic drift. In every report format (the reasons carry it)."""
+    old_losses = [2.0] * 5
+    grown = [2.0, 2.0 + ULP2, 2.0 + 2.0 ** -18, 2.0 + 2.0 ** -14, 2.0 + 2.0 ** -10]
+    loc = locate(cap(OLD, 1), cap(NEW, 1))
+    loc.shape = drift_shape(old_losses, grown, "float32")
+    where, *rest = loc.sentences()
+    assert where.startswith("the drift starts in fc2 (Linear) at step 1: its forward output "
+                            f"differs by max {abs(fake_shift(OLD) - fake_shift(NEW))} ulp")
+    assert where.endswith("compared differ too (downstream), and everything after is that "
+                          "difference amplified")
+    assert rest[-1].startswith("one first difference amplified by training: 1 ulp of loss at "
+                               "step 1")
+    loc.shape = drift_shape(old_losses, [2.0] + [2.0 + ULP2] * 4, "float32")
+    assert loc.shape.kind == "steady" and "amplified" not in loc.sentences()[0]
+    old, new = sides(tmp_path)
+    report = check_ab(Settings.resolve(project, Options(locate=False)), [new], [old], TORCH_MLP,
+                      backend=FakeBackend())
+    loc.shape = drift_shape(old_losses, grown, "float32")
+    report = report.model_copy(update={"verdicts": [
+        with_location(v, loc) if v.scenario == "torch.mlp" else v for v in report.verdicts]})
+    for fmt in FORMATS:
+        # the text format wraps its lines
+        assert "and everything after is that difference amplified" in " ".join(
+            render(report, fmt).split()), fmt
+
+
 def test_drift_shapes_amplified_systematic_and_steady():
     old = [2.0] * 5
     grown = [2.0, 2.0 + ULP2, 2.0 + 2.0 ** -18, 2.0 + 2.0 ** -14, 2.0 + 2.0 ** -10]
@@ -136,6 +184,13 @@ def test_the_located_step_is_the_first_loss_or_gradient_norm_difference():
 
     assert locate_step(run([1, 2, 3], [1, 1, 1]), run([1, 2, 4], [1, 5, 1])) == 1
     assert locate_step(run([1, 2, 3], [1, 1, 1]), run([1, 2, 3], [1, 1, 1])) is None
+    # the probe outputs alone differ: the probe (step = steps), where the harness captures it
+    a, b = run([1, 2, 3], [1, 1, 1]), run([1, 2, 3], [1, 1, 1])
+    a.outputs, b.outputs = [0.5, 0.25], [0.5, 0.75]
+    assert locate_step(a, b, probe=True) == 3 and locate_step(a, b) is None
+    assert locate_step(a, a, probe=True) is None
+    # runs of other lengths: their probes follow other trainings, nothing to locate
+    assert locate_step(a, run([1, 2, 3, 4], [1, 1, 1, 1]), probe=True) is None
 
 
 @pytest.mark.parametrize("change, message", [
@@ -144,6 +199,9 @@ def test_the_located_step_is_the_first_loss_or_gradient_norm_difference():
     (lambda c: c["calls"][0]["out"].update(sample="AAAA"), "whole float32 values"),
     (lambda c: c.update(sample=2), "keeps more than 2 values"),
     (lambda c: c["calls"][0].update(inputs="x" * 64), "inputs"),
+    # names a report prints: one line, no terminal escape sequences
+    (lambda c: c["calls"][2].update(type="Linear\n- forged"), "type"),
+    (lambda c: c["calls"][2].update(name="fc2\x1b]8;;http://x\x07"), "name"),
 ])
 def test_a_hostile_capture_is_refused_on_arrival(change, message):
     data = {"schema_version": SCHEMA_VERSION, "scenario": "torch.mlp", "framework": "torch",
@@ -185,6 +243,39 @@ def test_a_torch_drift_is_located_by_re_running_its_first_divergent_step(project
     # identical and not located
     assert sorted(fake.steps) == [2, 2, 6, 6, 6, 6]
     assert v["numpy.mlp"].verdict == Verdict.identical and v["numpy.mlp"].location is None
+
+
+def test_a_difference_in_the_probe_alone_is_located_in_the_probe(project, tmp_path):
+    """Equal losses and gradient norms, other probe outputs (transformers 4.40.2 -> 4.46.3's
+    GPT-2 on the CPU): the localisation runs train every step and capture the probe's forward;
+    the sentence says so. A jax scenario's probe is not captured (PROBE_LOCATABLE): not
+    re-run."""
+    old, new = sides(tmp_path)
+    fake = FakeBackend()
+    fake.behaviour = {("torch.mlp", v): "probe-only" for v in (OLD, NEW)}
+    report = check_ab(Settings.resolve(project), [new], [old], TORCH_MLP, backend=fake)
+    mlp = {v.scenario: v for v in report.verdicts}["torch.mlp"]
+    assert mlp.verdict == Verdict.drift and mlp.first_divergent_step is None, mlp.reasons
+    where = mlp.location
+    assert where is not None and where.probe and where.shape is None, mlp.reasons
+    assert (where.kind, where.module, where.step) == ("forward", "fc2", 6)
+    assert any(r.startswith("the drift starts in fc2 (Linear) in the probe (the eval-mode forward "
+                            "after the 6 training steps, which are equal on both sides): its "
+                            "forward output differs by max") for r in mlp.reasons), mlp.reasons
+    assert sorted(fake.steps) == [6] * 6  # the localisation runs train all 6 steps
+    for fmt in FORMATS:  # the text format wraps its lines
+        assert "fc2 (Linear) in the probe (the eval-mode forward" in " ".join(
+            render(report, fmt).split()), fmt
+    assert '"probe": true' in render(report, "json")
+    assert PROBE_LOCATABLE <= LOCATABLE
+    jax_old = lock(tmp_path, "jax-old.txt", "jax==0.9.2\njaxlib==0.9.2\n")
+    jax_new = lock(tmp_path, "jax-new.txt", "jax==0.10.2\njaxlib==0.10.2\n")
+    fake = FakeBackend()
+    fake.behaviour = {("jax.mlp", v): "probe-only" for v in ("0.9.2", "0.10.2")}
+    jax = [s for s in bundled() if s.id == "jax.mlp"]
+    report = check_ab(Settings.resolve(project), [jax_new], [jax_old], jax, backend=fake)
+    assert report.verdicts[0].verdict == Verdict.drift and report.verdicts[0].location is None
+    assert sorted(fake.steps) == [6, 6]  # its two runs, no localisation
 
 
 def test_no_locate_re_runs_nothing_and_locate_needs_a_difference(project, tmp_path):

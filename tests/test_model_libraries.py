@@ -7,7 +7,8 @@ bisection on the fake backend. Slow, in real environments: two transformers rele
 release found by trying adjacent releases, each caught and checked against an independent
 script (tests/data/transformers_reference.py, timm_reference.py) that computes the same numbers
 without lockguard;
-bisection naming transformers alone and when torch moved too; every library scenario training
+bisection naming transformers alone and when torch moved too; transformers 4.40.2 -> 4.46.3's
+GPT-2 attention (eager -> sdpa) located in the probe's forward; every library scenario training
 in its real environment with the library's version in its fingerprint.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from fakes import FakeBackend, lock
 from lockguard.config import Config, Options
 from lockguard.flows.ab import check_ab
 from lockguard.flows.pipeline import plan
+from lockguard.locks.ref import LockRef, read_lock
 from lockguard.names import Verdict
 from lockguard.scenarios import bundled, select
 from lockguard.settings import Settings
@@ -35,6 +38,9 @@ LIBRARY_SCENARIOS = {"torchvision.resnet18": "torchvision", "transformers.gpt2":
                      "flax.mlp": "flax", "keras.cnn": "keras"}
 TRANSFORMERS = {v: DATA / f"torch-2.13.0-transformers-{v}.txt"
                 for v in ("4.57.6", "5.0.0", "5.14.1", "5.15.0")}
+# transformers 4.40.2 -> 4.46.3 (tokenizers 0.19.1 -> 0.20.3 along: each release needs its own
+# minor), GPT-2's default attention eager -> sdpa (issue 46's real case)
+EAGER_SDPA = {v: DATA / f"torch-2.13.0-transformers-{v}.txt" for v in ("4.40.2", "4.46.3")}
 TORCH_2_14_TRANSFORMERS = DATA / "torch-2.14.1-transformers-5.15.0.txt"
 VISION = DATA / "torch-2.14.1-vision.txt"  # torchvision 0.29.1, timm 1.0.23
 VISION_TIMM_1_0_22 = DATA / "torch-2.14.1-vision-timm-1.0.22.txt"  # the same but timm 1.0.22
@@ -230,6 +236,56 @@ def test_transformers_5_15_restores_gpt2_and_bisection_names_it(tmp_path):
     assert (before["losses"], after["losses"]) == (old["losses"], new["losses"])
     assert all(abs(s - 0.02) < 0.0015 for s in c_proj_std(before)), before
     assert all(abs(s - 0.01) < 0.0015 for s in c_proj_std(after)), after
+
+
+@pytest.mark.slow
+def test_transformers_4_46_gpt2_sdpa_is_located_in_layer_0_attention(tmp_path):
+    """transformers 4.40.2 → 4.46.3, torch 2.13.0 unchanged: GPT-2's default attention went
+    from eager (GPT2Attention) to sdpa (GPT2SdpaAttention). transformers.gpt2 trains with
+    GPT-2's default dropout 0.1, and torch's CPU SDPA has no fused kernel with dropout: in
+    training it runs its math path, the eager code's operations (the scale 1/sqrt(16) = 1/4
+    applied as 1/2 to each of q and k, exact), so 20 steps train to the same bits on any CPU.
+    The probe runs in eval mode, no dropout, where SDPA takes its fused (flash) CPU kernel: the
+    logits differ by a few ULPs. With --locate lockguard re-runs the training and captures
+    the probe: the difference starts in a layer's attention, on equal inputs, under another
+    class, with the float64 referee's figures for both sides. Not asserted: the ULPs and which
+    side the referee prefers (other CPUs, other low bits)."""
+    settings = Settings.resolve(Config(root=tmp_path, golden_dir="golden", steps=20,
+                                       slower_ratio=1000.0, heavier_ratio=1000.0),
+                                Options(locate=True))
+    locks = {v: LockRef(path, read_lock(path)) for v, path in EAGER_SDPA.items()}
+    gpt2 = [s for s in bundled() if s.id == "transformers.gpt2"]
+    report = check_ab(settings, [locks["4.46.3"]], [locks["4.40.2"]], gpt2)
+    [v] = report.verdicts
+    [ev] = report.evidence
+    old, new = ev.baseline.result, ev.candidate.result
+    assert (old.fingerprint["libraries"]["transformers"],
+            new.fingerprint["libraries"]["transformers"]) == ("4.40.2", "4.46.3")
+    assert (old.fingerprint["library_choices"]["attention"],
+            new.fingerprint["library_choices"]["attention"]) == ("eager", "sdpa")
+    assert old.steps == new.steps == 20
+    assert (old.losses, old.grad_norms) == (new.losses, new.grad_norms), v.reasons
+    assert old.outputs != new.outputs and v.verdict in (Verdict.within_tolerance,
+                                                        Verdict.drift), v.reasons
+    where = v.location
+    assert where is not None, v.reasons
+    assert where.probe and where.step == 20 and where.kind == "forward", where
+    assert re.fullmatch(r"transformer\.h\.\d+\.attn", where.module), where
+    assert (where.module_type, where.candidate_type) == ("GPT2Attention", "GPT2SdpaAttention")
+    assert where.same_inputs and (where.max_ulp or 0) >= 1, where
+    # a rounding at the output's scale (a few ULPs here), however many own ULPs a component
+    # near zero moved: another kernel's order of operations, not another computation
+    assert where.scaled_ulp is not None and 0 < where.scaled_ulp < 64, where
+    for referee in (where.baseline_referee, where.candidate_referee):
+        assert referee is not None and referee.error is None and referee.replay_exact, where
+        assert referee.max_ulp is not None and referee.max_ulp < 1000, where
+    # the training never differed: no drift shape to name (amplified or otherwise)
+    assert where.shape is None
+    text = " ".join(v.reasons)
+    assert f"the drift starts in {where.module} (GPT2Attention → GPT2SdpaAttention: the " \
+           "implementation changed) in the probe (the eval-mode forward after the 20 training " \
+           "steps, which are equal on both sides)" in text, v.reasons
+    assert "float64 referee, on the same inputs: candidate " in text, v.reasons
 
 
 @pytest.mark.slow

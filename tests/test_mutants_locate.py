@@ -159,6 +159,25 @@ def test_the_ulps_are_the_worst_over_the_shorter_sample_skipping_what_cannot_be_
     assert (loc.max_ulp, loc.sampled, loc.numel) == (7, 4, 10)
 
 
+def test_a_difference_near_zero_is_also_measured_at_the_outputs_scale():
+    """GPT-2's attention output under SDPA: a component near zero differs by many of its own
+    ULPs and a few at the scale of the output; the sentence gives both. The scale is the
+    sample's root mean square, here sqrt((1 + 9 + 2**-40) / 3) ≈ 1.83, whose float32 ULP is
+    2**-23: a difference of 2**-40 at 2**-20 is 8 own ULPs (2**-43 each) and 2**-17 at scale;
+    one of 3 ULPs at 3.0, above the scale, is measured in its own ULPs (2**-22): 3."""
+    old = tensor([1.0, 2.0 ** -20, 3.0])
+    near_zero = locate(capture(call("a", -1, old)),
+                       capture(call("a", -1, tensor([1.0, 2.0 ** -20 + 2.0 ** -40, 3.0]))))
+    assert (near_zero.max_ulp, near_zero.scaled_ulp) == (8, 2.0 ** -17)
+    assert "differs by max 8 ulp (7.6e-06 ulp at the output's scale) on equal inputs" \
+        in near_zero.sentences()[0]
+    large = locate(capture(call("a", -1, old)),
+                   capture(call("a", -1, tensor([1.0, 2.0 ** -20, 3.0 + 3 * ULP2]))))
+    # a value above the scale is measured in its own ULPs: the same, and said once
+    assert (large.max_ulp, large.scaled_ulp) == (3, 3.0)
+    assert "differs by max 3 ulp on equal inputs" in large.sentences()[0]
+
+
 def test_a_difference_beyond_the_sample_is_said_so():
     old = tensor([1.0, 2.0], numel=5)
     new = tensor([1.0, 2.0], numel=5, salt=b"the fifth value differs")
@@ -173,7 +192,8 @@ def test_another_candidate_class_is_shown_beside_the_baselines():
     new = capture(call("a", -1, tensor([1.0, 3.0]), type="SdpaAttention"))
     loc = locate(old, new)
     assert loc.candidate_type == "SdpaAttention"
-    assert loc.sentences()[0].startswith("the drift starts in a (Attention → SdpaAttention) at")
+    assert loc.sentences()[0].startswith(
+        "the drift starts in a (Attention → SdpaAttention: the implementation changed) at")
     same = locate(old, capture(call("a", -1, tensor([1.0, 3.0]), type="Attention")))
     assert same.candidate_type is None
     assert same.sentences()[0].startswith("the drift starts in a (Attention) at")

@@ -13,17 +13,20 @@ whose output differs is where the difference shows first; the difference *arises
 innermost call around that point whose inputs were still equal on both sides (a module whose
 inputs already differ only carries a difference made before it: GPT-2's c_proj after an
 attention whose own code changed names the attention). With every forward output equal, the
-first gradient, in the order the backward produced them, that differs.
+first gradient, in the order the backward produced them, that differs. A capture of the probe
+(`Capture.probe`: every training step equal, the eval-mode outputs not) is compared the same
+way, without gradients.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lockguard.compare.numerics import bitwise_equal, first_difference, ulp_distance
+from lockguard.compare.numerics import bitwise_equal, first_difference, ulp_at, ulp_distance
 from lockguard.results import (
     MAX_CAPTURE_CALLS, Capture, JsonFloat, ModuleCall, RefereeFigures, RunResult,
 )
@@ -78,6 +81,10 @@ class Location(BaseModel):
     candidate_type: str | None = None  # its class on the candidate side, when other
     first_output: str | None = None  # the first call whose output differs, when another module
     max_ulp: int | None = None  # over the sampled values; None when they are all equal
+    # the same at the output's scale: each difference in ULPs of the larger of the value and
+    # the sample's root mean square (the referee's measure: a value near zero that larger
+    # terms cancelled into would count its own rounding a thousand times over)
+    scaled_ulp: JsonFloat | None = None
     sampled: int | None = None  # how many values the ULPs were taken over, of `numel`
     numel: int | None = None
     later_differing: int = 0  # calls after it whose output or gradient differs too
@@ -87,6 +94,7 @@ class Location(BaseModel):
     candidate_referee: RefereeFigures | None = None
     same_inputs: bool | None = None  # both sides' referees ran on equal inputs
     truncated: bool = False
+    probe: bool = False  # found in the probe's eval-mode forward after training (`step` = steps)
     shape: DriftShape | None = None
 
     def sentences(self) -> list[str]:
@@ -106,6 +114,9 @@ class Location(BaseModel):
         return out
 
     def _where(self) -> str:
+        if self.kind == "none" and self.probe:
+            return ("the probe re-run with every module captured: no module's weights or output "
+                    "differs")
         if self.kind == "none":
             return (f"step {self.step} re-run with every module captured: no module's weights, "
                     "output or gradient differs (the difference is outside the modules: the "
@@ -113,12 +124,16 @@ class Location(BaseModel):
         types = self.module_type or "?"
         if self.candidate_type and self.candidate_type != self.module_type:
             types = f"{types} → {self.candidate_type}"
+            if _classes(self.module_type, self.candidate_type):
+                types += ": the implementation changed"
         head = f"{self.module} ({types})"
         # Sampled values equal as float32 (their digests differ): a float64 value against a
         # float32 one it rounds to, or a difference past the first SAMPLE values; an output on
         # one side only has no values to measure.
         if self.max_ulp is not None:
             by = f"by max {self.max_ulp} ulp"
+            if self.scaled_ulp is not None and self.scaled_ulp < self.max_ulp:
+                by += f" ({self.scaled_ulp:.2g} ulp at the output's scale)"
         elif self.sampled is not None:
             by = (f"beyond its first {self.sampled} of {self.numel} values as float32 (they "
                   "agree)")
@@ -130,14 +145,22 @@ class Location(BaseModel):
                     else f"entering step {self.step}: an earlier update moved them")
             return f"the weights of {head} differ {what}"
         where = "forward output" if self.kind == "forward" else "gradient (backward)"
+        when = f"at step {self.step}"
+        if self.probe:
+            when = (f"in the probe (the eval-mode forward after the {self.step} training steps, "
+                    "which are equal on both sides)")
         inside = (f"; it shows first at {self.first_output}, inside it, whose inputs already "
                   "differ" if self.first_output else "")
         # the walk out of the first differing call stops at a root (or a call paired on one
         # side only) whose inputs may differ already: the difference came in with them
         on = "on equal inputs" if self.same_inputs is not False else "on inputs that differ"
-        return (f"the drift starts in {head} at step {self.step}: its {where} differs {by} "
+        # issue 46's reading of a located amplified drift: this one call, then training
+        # amplifying it (the shape's own sentence follows with its figures)
+        after = (", and everything after is that difference amplified"
+                 if self.shape is not None and self.shape.kind == "amplified" else "")
+        return (f"the drift starts in {head} {when}: its {where} differs {by} "
                 f"{on}{inside}; {self.later_differing} other module call(s) of "
-                f"the {self.compared} compared differ too (downstream)")
+                f"the {self.compared} compared differ too (downstream){after}")
 
     def _referee(self) -> str | None:
         old, new = self.baseline_referee, self.candidate_referee
@@ -155,6 +178,13 @@ class Location(BaseModel):
         return (f"float64 referee, {inputs}: candidate {new.max_ulp:.2g} ulp from float64 "
                 f"(mean {new.mean_ulp:.2g}), baseline {old.max_ulp:.2g} ulp (mean "
                 f"{old.mean_ulp:.2g}): {closer}")
+
+
+def _classes(*types: str | None) -> bool:
+    """Whether `types` are class names (CapWords identifiers: GPT2Attention, Dense), not what a
+    values capture calls a type (a dtype, `parameter float32[3]`): a module whose class differs
+    between the sides runs other code, while a value whose dtype differs was promoted."""
+    return all(t is not None and t[:1].isupper() and t.isidentifier() for t in types)
 
 
 def _closer(new: RefereeFigures, old: RefereeFigures) -> str:
@@ -198,12 +228,15 @@ def _differs(a, b) -> bool:
     return a.digest != b.digest
 
 
-def _ulps(a, b) -> tuple[int | None, int, int]:
-    """(max ULP over the sampled values, how many were compared, numel) of two captured tensors;
-    None when the samples are equal (the difference lies beyond them)."""
+def _ulps(a, b) -> tuple[int | None, float | None, int, int]:
+    """(max ULP over the sampled values, the same at the output's scale (Location.scaled_ulp),
+    how many were compared, numel) of two captured tensors; None, None when the samples are
+    equal (the difference lies beyond them)."""
     va, vb = a.values(), b.values()
     n = min(len(va), len(vb))
-    worst = None
+    finite = [x for x in va[:n] if math.isfinite(x)]
+    rms = math.sqrt(math.fsum(x * x for x in finite) / len(finite)) if finite else 0.0
+    worst = scaled = None
     for x, y in zip(va[:n], vb[:n]):
         if not bitwise_equal(x, y):
             try:
@@ -211,7 +244,10 @@ def _ulps(a, b) -> tuple[int | None, int, int]:
             except ValueError:
                 continue
             worst = d if worst is None else max(worst, d)
-    return worst, n, a.numel
+            at = abs(x - y) / ulp_at(max(abs(x), rms), a.dtype)
+            if math.isfinite(at):  # an infinity on one side has its ULPs above, not a scale
+                scaled = at if scaled is None else max(scaled, at)
+    return worst, scaled, n, a.numel
 
 
 def locate(baseline: Capture, candidate: Capture) -> Location:
@@ -221,7 +257,8 @@ def locate(baseline: Capture, candidate: Capture) -> Location:
     pairs = {i: cindex[k] for i, k in enumerate(bkeys) if k in cindex}
     unpaired = [k for k in bkeys if k not in cindex] + [k for k in ckeys if k not in set(bkeys)]
     common = dict(step=candidate.step, compared=len(pairs), unpaired=unpaired,
-                  truncated=baseline.truncated or candidate.truncated)
+                  truncated=baseline.truncated or candidate.truncated,
+                  probe=baseline.probe and candidate.probe)
     b, c = baseline.calls, candidate.calls
     for i, j in pairs.items():  # call order: the outer module's weights first
         if b[i].params != c[j].params:
@@ -252,7 +289,8 @@ def _found(kind: str, i: int, j: int, b: Sequence[ModuleCall], c: Sequence[Modul
     if tensor != "params":
         mine, theirs = getattr(b[i], tensor), getattr(c[j], tensor)
         if mine is not None and theirs is not None:
-            figures["max_ulp"], figures["sampled"], figures["numel"] = _ulps(mine, theirs)
+            (figures["max_ulp"], figures["scaled_ulp"], figures["sampled"],
+             figures["numel"]) = _ulps(mine, theirs)
     return Location(kind=kind, module=b[i].name, module_type=b[i].type,
                     candidate_type=c[j].type if c[j].type != b[i].type else None,
                     later_differing=later, baseline_referee=b[i].referee,
@@ -287,15 +325,24 @@ def drift_shape(old: Sequence[float], new: Sequence[float], dtype: str) -> Drift
     return DriftShape(kind=kind, first_step=first, first_ulp=ulp, growth=growth)
 
 
-def locate_step(baseline: RunResult, candidate: RunResult) -> int | None:
+def locate_step(baseline: RunResult, candidate: RunResult, probe: bool = False) -> int | None:
     """The step a localisation re-runs: the first whose loss or gradient norm differs (a
-    gradient can differ a step before the loss shows it); None when neither does."""
+    gradient can differ a step before the loss shows it); None when neither does. With `probe`
+    (the harness can capture its probe: torch's), a difference in the probe outputs alone
+    locates the probe, step = the number of steps: transformers 4.46.3's GPT-2 trains bit for
+    bit with 4.40.2's (under dropout, torch's CPU SDPA runs the same math as eager attention)
+    and differs only in eval mode, where SDPA takes its fused kernel."""
     steps = [s for s in (first_difference(baseline.losses, candidate.losses),
                          first_difference(baseline.grad_norms, candidate.grad_norms))
              if s is not None]
     limit = min(len(baseline.losses), len(candidate.losses))
     steps = [s for s in steps if s < limit]
-    return min(steps) if steps else None
+    if steps:
+        return min(steps)
+    if (probe and limit and len(baseline.losses) == len(candidate.losses)
+            and first_difference(baseline.outputs, candidate.outputs) is not None):
+        return limit
+    return None
 
 
 def located(baseline: RunResult, candidate: RunResult, located_baseline: RunResult,

@@ -53,6 +53,19 @@ def ulp_distance(a: float, b: float, dtype: str) -> int:
     return abs(_ordered_bits(a, kind) - _ordered_bits(b, kind))
 
 
+# (mantissa bits, least normal exponent) of each dtype ulp_at measures in
+_FORMATS = {"float64": (52, -1022), "float32": (23, -126), "float16": (10, -14),
+            "bfloat16": (7, -126)}
+
+
+def ulp_at(magnitude: float, dtype: str) -> float:
+    """The size of one ULP of `dtype` at `magnitude` (the gap above it; subnormals' below the
+    least normal exponent). Other dtypes are measured as float32, as ulp_distance does."""
+    bits, least = _FORMATS.get(normalise_dtype(dtype), _FORMATS["float32"])
+    exponent = math.frexp(abs(magnitude))[1] - 1 if magnitude else least
+    return 2.0 ** (max(exponent, least) - bits)
+
+
 def _ordered_bits(x: float, kind: str) -> int:
     # Floats are sign-magnitude; mapping negative values to -(magnitude) puts every float of
     # the dtype on one integer line where neighbours are 1 apart and both zeros sit at 0.

@@ -133,6 +133,9 @@ def timing_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
 # locate_torch.py: every module call; locate_jax.py, locate_tf.py: every parameter leaf and
 # tapped layer of the bundled jax, flax, tf and keras scenarios).
 LOCATABLE = frozenset({"torch", "jax", "tensorflow"})
+# The frameworks whose bundled scenarios' probe forward can be captured too (torch_.train):
+# their probe outputs differing alone is located in the probe (compare/locate.locate_step).
+PROBE_LOCATABLE = frozenset({"torch"})
 # The frameworks whose user scripts may register values to compare at the located step
 # (numpy_.py's lockguard_capture): NEP 50's first changed dtype named by the script's own name.
 LOCATABLE_SCRIPTS = frozenset({"numpy"})
@@ -144,7 +147,9 @@ UNHOOKABLE = frozenset({"compiler", "parallel"})
 def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
                 code: tuple[CodeTree | None, CodeTree | None]) -> list[Job]:
     """The localisation runs of `p` (compare/locate.py), one a side: its first divergent step
-    (of loss or gradient norm) again, the run ending there, every module call captured. Made
+    (of loss or gradient norm) again, the run ending there, every module call captured (for a
+    PROBE_LOCATABLE bundled scenario whose probe outputs alone differ: every step, then the
+    probe's forward captured). Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
     for a bundled scenario of a LOCATABLE framework, and a numpy user script (its registered
     values; a user script's model is not the harness's to hook, and a script that never names
@@ -155,7 +160,8 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
             or p.scenario.reach in UNHOOKABLE or not runs.baseline or not runs.candidate
             or (p.scenario.script is not None and not _registers(p.scenario.script, code[1]))):
         return []
-    step = locate_step(runs.baseline[0], runs.candidate[0])
+    probe = p.scenario.script is None and p.scenario.framework in PROBE_LOCATABLE
+    step = locate_step(runs.baseline[0], runs.candidate[0], probe=probe)
     if step is None:
         return []
     if settings.locate == "drift":
@@ -164,7 +170,8 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
                                timed_together=False, tolerance=p.scenario.tolerance)
         if verdict.verdict != Verdict.drift:
             return []
-    short = replace(p, steps=step + 1)
+    # the run ends with the located step (the probe's: after every step)
+    short = replace(p, steps=min(step + 1, len(runs.candidate[0].losses)))
     return [Job(short, old, "baseline", code=code[0], locate_step=step),
             Job(short, p.lock, "candidate", code=code[1], locate_step=step)]
 

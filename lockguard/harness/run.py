@@ -67,7 +67,8 @@ def parse_args(argv: list) -> argparse.Namespace:
                         "steps too short to time one by one)")
     p.add_argument("--locate-step", type=int, default=None,
                    help="record every module's inputs, output and gradient at this step (a "
-                        "torch scenario's; _lockguard_harness/locate_torch.py)")
+                        "torch scenario's; _lockguard_harness/locate_torch.py; N = steps: "
+                        "its probe)")
     return p.parse_args(argv)
 
 

@@ -3,7 +3,9 @@
 Runs inside the target environment (stdlib and torch). torch_.train attaches a `Capture` to the
 model at the step the host asks for (--locate-step N, the first step whose loss or gradient norm
 differed between two sides) and finishes it after that step's backward, before the optimiser
-moves the weights. For every module call of the step it records, in call order:
+moves the weights; asked for the step one past the last (N = steps: the training never differed,
+the probe outputs did), it captures the probe's eval-mode forward instead (`probe`; no backward,
+so no gradients). For every module call of the step it records, in call order:
 
     name, type       the module's qualified name in the model ("transformer.h.0.attn") and class
     parent           the index of the call it ran inside (-1: the model itself)
@@ -129,8 +131,9 @@ def _ulps(out: torch.Tensor, exact: torch.Tensor) -> Tuple[float, float]:
 class Capture:
     """The per-module record of one training step (module docstring)."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, probe: bool = False) -> None:
         self.step = step
+        self.probe = probe  # the probe's eval-mode forward after the last step, not a step
         self.calls: List[Dict[str, Any]] = []
         self.truncated = False
         self._stack: List[int] = []
@@ -227,7 +230,7 @@ class Capture:
             handle.remove()
         self._handles = []
         return {"step": self.step, "calls": self.calls, "truncated": self.truncated,
-                "sample": SAMPLE}
+                "sample": SAMPLE, "probe": self.probe}
 
 
 _same = None  # _to(value, _same, True): every floating tensor copied in its own dtype

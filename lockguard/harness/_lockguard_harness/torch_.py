@@ -409,8 +409,18 @@ def train(ctx, model: nn.Module, loss_fn: Callable[..., torch.Tensor],
         ctx.record_step(value, norm, time.perf_counter() - start)
         if ids is not None:
             ctx.record_batch(ids, batches.per_epoch)
+    probed = model if probe_model is None else probe_model
+    # A localisation run of a difference the training never showed (equal losses and gradient
+    # norms, other probe outputs: a kernel that only the eval-mode forward reaches) records the
+    # module calls of the probe instead, its locate step one past the last training step.
+    capture = Capture(ctx.steps, probe=True) \
+        if ctx.steps == getattr(ctx, "locate_step", None) else None
+    if capture is not None:
+        capture.attach(probed)
     with torch.no_grad(), _autocast(device, amp_dtype):
-        out = probe_fn(model if probe_model is None else probe_model)
+        out = probe_fn(probed)
+    if capture is not None:
+        ctx.result["capture"] = capture.finish()
     _set_outputs(ctx, out)
     _record_params(ctx, named_params)
     if amp_dtype is not None:
