@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import FRAMEWORK_LOCKS, REPO, lockguard_python, make_project
+from conftest import DATA, FRAMEWORK_LOCKS, REPO, lockguard_python, make_project
 from fakes import FakeBackend, lock
 from lockguard.compare.locate import locate
 from lockguard.flows.ab import check_ab
@@ -281,3 +281,31 @@ def test_a_jax_script_s_values_are_recorded_as_host_arrays(tmp_path):
     result = _located_run(tmp_path, "jax", FRAMEWORK_LOCKS["jax"], JAX, 3, 1)
     assert [(c.name, c.type, c.out.shapes) for c in result.capture.calls[1:]] == [
         ("grad", "float32", [[8, 1]]), ("w", "float32", [[8, 1]])]
+
+
+@pytest.mark.slow
+def test_flax_dense_layers_get_a_float64_referee_and_the_run_trains_the_same(tmp_path):
+    """flax 0.12.8 on jax 0.10.2 (test_team_jax_keras's venv): flax.mlp located at step 1
+    gives each Dense tap a referee that reproduced its output and lies a few ULPs from the
+    float64 answer (x64 mode); the tanh tap (no layer) has none; the run's numbers are a plain
+    run's."""
+    lock_file = DATA / "jax-0.10.2-flax-0.12.8.txt"
+    runs = []
+    for locate_step in (None, 1):
+        out = tmp_path / f"flax-{locate_step}.json"
+        extra = [] if locate_step is None else ["--locate-step", str(locate_step)]
+        proc = subprocess.run([str(lockguard_python(lock_file)),
+                               str(REPO / "lockguard" / "harness" / "run.py"), "--scenario",
+                               "flax.mlp", "--framework", "jax", "--steps", "3", "--out",
+                               str(out), *extra], capture_output=True, text=True, timeout=300,
+                              env={"PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(parse_result(json.loads(out.read_text()), out.name))
+    plain, located = runs
+    assert (plain.losses, plain.param_digest) == (located.losses, located.param_digest)
+    taps = {c.name: c for c in located.capture.calls if c.params is None}
+    assert taps["tanh"].referee is None
+    for name in ("Dense_0", "Dense_1"):
+        referee = taps[name].referee
+        assert referee.error is None and referee.replay_exact, (name, referee)
+        assert 0 < referee.max_ulp < 8 and referee.mean_ulp <= referee.max_ulp, referee
