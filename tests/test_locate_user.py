@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+from html import escape
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from lockguard.flows.ab import check_ab
 from lockguard.harness._lockguard_harness.locate_arrays import HostUserCapture, ulps
 from lockguard.harness._lockguard_harness.userscript import entry_run, run_script
 from lockguard.names import Verdict
+from lockguard.report import render
 from lockguard.results import parse_result
 from lockguard.settings import Settings
 
@@ -151,6 +153,13 @@ def test_torch_jax_and_tf_scripts_and_entries_are_located_when_they_register(tmp
     assert {s for s, x in v.items() if x.location is not None} == registering
     located = sorted(sid for (sid, _), n in zip(fake.runs, fake.steps) if n != 6)
     assert located == sorted(2 * list(registering))
+    # the HTML report's |Δloss| chart of each, captioned with the drift's shape (the fake's
+    # few-ULP drift from step 1 on), as a bundled torch scenario's is
+    html = render(report, "html")
+    for sid in registering:
+        shape = v[sid].location.shape
+        assert shape is not None and f"loss difference of {sid}" in html
+        assert escape(shape.sentence()) in html, sid
 
 
 # ------------------------------------------------------------------- the real harness (slow)
