@@ -113,6 +113,28 @@ def test_ulps_from_float64_count_in_the_output_dtype_at_the_answer():
     assert (worst, mean) == (1.0, 0.75)
 
 
+
+def test_the_flow_decides_by_the_names_the_harness_gives_and_the_frameworks_that_give_them():
+    """flows/ab.py reads a script for REGISTERING, never runs it: those must be the globals
+    UserCapture installs, and LOCATABLE_SCRIPTS the frameworks whose run_user hands the script
+    a capture (read from the harness's source: its frameworks are not installed here)."""
+    import ast
+
+    from lockguard.flows.ab import LOCATABLE_SCRIPTS, REGISTERING
+    from lockguard.harness._lockguard_harness.locate_arrays import UserCapture
+
+    assert set(REGISTERING) == {n for n in vars(UserCapture) if n.startswith("lockguard_")}
+    modules = {"torch": "torch_", "jax": "jax_", "tensorflow": "tf_", "numpy": "numpy_"}
+    giving = set()
+    for framework, module in modules.items():
+        tree = ast.parse((REPO / "lockguard" / "harness" / "_lockguard_harness"
+                          / f"{module}.py").read_text())
+        [run_user] = [f for f in tree.body if isinstance(f, ast.FunctionDef)
+                      and f.name == "run_user"]
+        if any(isinstance(n, ast.keyword) and n.arg == "capture" for n in ast.walk(run_user)):
+            giving.add(framework)
+    assert giving == set(LOCATABLE_SCRIPTS)
+
 SCRIPTS = {
     "torch": "import torch\n\ndef run(steps, seed):\n    model = torch.nn.Linear(2, 1)\n"
              "    return [float(lockguard_locate(s, model)(torch.ones(2))) for s in range(steps)]\n",
