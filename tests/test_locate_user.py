@@ -59,21 +59,23 @@ def test_only_the_located_step_is_recorded_and_a_model_closes_when_a_later_step_
     assert idle.lockguard_locate(0, "net") == "net" and idle.finish() is None and not idle.log
 
 
-def test_a_model_s_capture_closes_when_timed_moves_on_and_an_entry_s_module_gets_the_globals(
+def test_an_entry_s_factory_registers_its_model_once_and_timed_opens_and_closes_it(
         tmp_path, monkeypatch):
-    """An entry's factory loop runs through the harness's timer: the capture of step 1 closes
-    as that step ends, before step 2's batch; the globals go to the entry's own module."""
+    """An entry's factory, whose step function is given no step number, registers its model
+    once with step None; the harness's timer (which drives the factory's loop) opens the
+    capture as step 1 begins and closes it as step 1 ends; values given step None are the
+    timer's step's; the globals go to the entry's own module."""
     (tmp_path / "team_train.py").write_text(textwrap.dedent("""
         SEEN = []
         def lockguard_locate(step, model, batch=None):
             return model
+        def lockguard_capture(step, name, value):
+            return value
         def make(seed):
-            state = {"step": 0}
+            model = lockguard_locate(None, "net")
             def step(batch):
-                lockguard_locate(state["step"], "net")
-                SEEN.append(state["step"])
-                state["step"] += 1
-                return float(batch)
+                SEEN.append(model)
+                return float(lockguard_capture(None, "batch", batch))
             return step, [1.0, 2.0, 3.0, 4.0]
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -90,8 +92,8 @@ def test_a_model_s_capture_closes_when_timed_moves_on_and_an_entry_s_module_gets
     run_script(Ctx(), entry_run(team_train.make, "team_train:make"), _adapter(), capture=cap)
     assert team_train.lockguard_locate == cap.lockguard_locate
     assert cap.log == [("open", 1, "net"), ("close", "net")]
-    assert team_train.SEEN == [0, 1, 2, 3]
-    assert Ctx.result["capture"] == {"values": [], "models": ["net"]}
+    assert Ctx.result["capture"] == {"values": [("batch", 2.0)], "models": ["net"]}
+    assert len(team_train.SEEN) == 4 and Ctx.result["losses"] == [1.0, 2.0, 3.0, 4.0]
 
 
 def _adapter():
@@ -202,8 +204,9 @@ def run(steps, seed, timed=iter):
     x = torch.randn(32, 8)
     y = x[:, :1] * 2
     losses = []
+    lockguard_locate(None, model)   # once: captured in the step `timed` is in when located
     for step in timed(range(steps)):
-        loss = torch.nn.functional.mse_loss(lockguard_locate(step, model)(x), y)
+        loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -273,9 +276,10 @@ def _located_run(tmp_path, framework, lock_file, script, steps, step):
 
 @pytest.mark.slow
 def test_a_torch_script_s_registered_model_is_captured_module_by_module(tmp_path):
-    """torch 2.13.0 (the suite's torch venv): the model's calls of step 2 only (timed closes
-    the capture as the step ends: the probe after the loop is not recorded), each with its
-    gradient and a float64 referee that reproduced; the script's loss value beside them."""
+    """torch 2.13.0 (the suite's torch venv): a model registered once, before the loop; its
+    calls of step 2 only (timed opens the capture as the step begins and closes it as the step
+    ends: the probe after the loop is not recorded), each with its gradient and a float64
+    referee that reproduced; the script's loss value beside them."""
     result = _located_run(tmp_path, "torch", FRAMEWORK_LOCKS["torch"], TORCH, 3, 2)
     calls = result.capture.calls
     assert [(c.name, c.type, c.parent) for c in calls] == [

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import numbers
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -89,12 +90,14 @@ def record(step: int, model: str, leaves: Dict[str, Any], taps: List[Tapped]) ->
 
 class UserCapture:
     """The globals a user script locates its drift with (module docstring): which calls are
-    recorded, and when a registered model's capture closes; what is recorded is the
-    framework's (its subclass: `value`, `open_model`, `record`).
+    recorded, and when a registered model's capture opens and closes; what is recorded is the
+    framework's (its subclass: `value`, `open_model`, `close_model`, `record`).
 
     A model's capture opens at its lockguard_locate(N, model) call and closes when step N ends:
     at a later step's lockguard_locate or lockguard_capture call, when `timed` moves on (an
-    entry's factory loop included), or when run() returns.
+    entry's factory loop included), or when run() returns. A step given as None is the step the
+    harness's `timed` is in: a model registered once, lockguard_locate(None, model) (an entry's
+    factory, whose step function is given no step number), opens when `timed` begins step N.
     """
 
     MAX_VALUES = MAX_CALLS  # values recorded in one step
@@ -103,7 +106,9 @@ class UserCapture:
         self.wanted = wanted  # the located step; None: not a localisation run
         self.values: List[Tuple[str, Any]] = []  # (key, the framework's copy), in call order
         self.models: List[Any] = []  # what open_model returned, in registration order
-        self._registered: List[int] = []  # id() of each model registered at the step
+        self._registered: List[int] = []  # id() of each model opened at the step
+        self._waiting: List[Tuple[Any, Any]] = []  # (model, batch) registered for `timed`'s N
+        self.current: Optional[int] = None  # the step `timed` is in
         self.closed = False
 
     def install(self, module: Any) -> None:
@@ -113,20 +118,33 @@ class UserCapture:
             home.lockguard_capture = self.lockguard_capture
             home.lockguard_locate = self.lockguard_locate
 
-    def lockguard_capture(self, step: int, name: str, value: Any) -> Any:
+    def lockguard_capture(self, step: Optional[int], name: str, value: Any) -> Any:
         """`value`; at the located step also recorded (module docstring)."""
+        step = self.current if step is None else step
         if self._now(step) and len(self.values) < self.MAX_VALUES:
             key = occurrence(str(name), [k for k, _ in self.values])
             self.values.append((key, self.value(value, f"lockguard_capture({step}, {name!r}, "
                                                        "…)")))
         return value
 
-    def lockguard_locate(self, step: int, model: Any, batch: Any = None) -> Any:
+    def lockguard_locate(self, step: Optional[int], model: Any, batch: Any = None) -> Any:
         """`model`; at the located step its capture opens (module docstring)."""
-        if self._now(step) and id(model) not in self._registered:
-            self._registered.append(id(model))
-            self.models.append(self.open_model(step, model, batch))
+        if step is None and self.wanted is not None and self.current != self.wanted:
+            if self.current is None or self.current < self.wanted:
+                if all(m is not model for m, _ in self._waiting):
+                    self._waiting.append((model, batch))
+            return model
+        step = self.current if step is None else step
+        if self._now(step):
+            self._open(step, model, batch)
         return model
+
+    def step_began(self, index: int) -> None:
+        """`timed` begins step `index`: the models registered for it open."""
+        self.current = index
+        if index == self.wanted and not self.closed:
+            for model, batch in self._waiting:
+                self._open(index, model, batch)
 
     def step_ended(self, index: int) -> None:
         """`timed` saw step `index` end."""
@@ -140,10 +158,16 @@ class UserCapture:
             return None
         return self.record(self.wanted, self.values, self.models)
 
+    def _open(self, step: int, model: Any, batch: Any) -> None:
+        if id(model) not in self._registered:
+            self._registered.append(id(model))
+            self.models.append(self.open_model(step, model, batch))
+
     def _now(self, step: Any) -> bool:
         if self.wanted is None or self.closed:
             return False
-        if isinstance(step, int) and not isinstance(step, bool) and step > self.wanted:
+        if isinstance(step, numbers.Integral) and not isinstance(step, bool) \
+                and step > self.wanted:
             self._close()  # a later step began
         return not self.closed and step == self.wanted
 

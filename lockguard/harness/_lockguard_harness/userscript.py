@@ -41,7 +41,7 @@ defines itself as no-ops (locate_arrays.UserCapture):
     def lockguard_capture(step, name, value):    # a value of step `step`, by name
         return value
     def lockguard_locate(step, model, batch=None):   # a torch nn.Module or a Keras model
-        return model
+        return model                                  # (step None: the step `timed` is in)
 
 In a localisation run (--locate-step N) the calls made with step == N are recorded as the run's
 capture (results.Capture); every other call returns its argument and does nothing. What each
@@ -211,23 +211,26 @@ class StepTimer:
     and records each step's seconds, from the end of the previous step (so a batch's fetch is in
     its step) to the end of this one, after `sync()` waited for the device's queued work."""
 
-    def __init__(self, sync: Optional[Callable[[], Any]] = None,
-                 ended: Optional[Callable[[int], Any]] = None) -> None:
+    def __init__(self, sync: Optional[Callable[[], Any]] = None, capture: Any = None) -> None:
         self.sync = sync
-        self.ended = ended  # told each step's index as it ends (a capture closes there)
+        # told each step's index as it begins and ends (locate_arrays.UserCapture: a
+        # registered model's capture opens and closes there)
+        self.capture = capture
         self.seconds: List[float] = []
 
     def __call__(self, iterable: Any) -> Any:
         last = time.perf_counter()
         for item in iterable:
+            if self.capture is not None:
+                self.capture.step_began(len(self.seconds))
             yield item
             if self.sync is not None:
                 self.sync()
             now = time.perf_counter()
             self.seconds.append(now - last)
             last = now
-            if self.ended is not None:
-                self.ended(len(self.seconds) - 1)
+            if self.capture is not None:
+                self.capture.step_ended(len(self.seconds) - 1)
 
 
 def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adapter,
@@ -319,8 +322,7 @@ def run_script(ctx: Any, module: Any, adapter: Adapter,
     and what it recorded as the result's capture."""
     if capture is not None:
         capture.install(module)
-    ended = capture.step_ended if capture is not None else None
-    timer = StepTimer(sync, ended) if _takes_timed(module.run) else None
+    timer = StepTimer(sync, capture) if _takes_timed(module.run) else None
     start = time.perf_counter()
     if timer is not None:
         returned = module.run(ctx.steps, ctx.seed, timed=timer)
