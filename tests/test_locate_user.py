@@ -43,7 +43,7 @@ class _Models(HostUserCapture):
         self.log.append(("close", model))
 
     def record(self, step, values, models):
-        return {"values": [(k, a.tolist()) for k, a in values], "models": models}
+        return {"values": [(k, a.tolist()) for k, a, _ in values], "models": models}
 
 
 def test_only_the_located_step_is_recorded_and_a_model_closes_when_a_later_step_begins():
@@ -100,6 +100,17 @@ def _adapter():
     from lockguard.harness._lockguard_harness.userscript import host_array_adapter
     return host_array_adapter(lambda v: isinstance(v, np.ndarray), np.asarray)
 
+
+def test_values_stand_among_a_model_s_calls_where_they_were_given():
+    """A value given before the model's first call comes first, one given after its second
+    call third (UserCapture.position): the first difference found is the first in time."""
+    from lockguard.harness._lockguard_harness.locate_arrays import interleaved
+
+    values = [("scale", "s", 0), ("loss", "l", 2), ("late", "z", 2)]
+    assert interleaved(3, values) == [("value", ("scale", "s")), ("call", 0), ("call", 1),
+                                      ("value", ("loss", "l")), ("value", ("late", "z")),
+                                      ("call", 2)]
+    assert interleaved(0, values[:1]) == [("value", ("scale", "s"))]
 
 def test_a_value_that_is_not_a_real_number_is_refused_by_name():
     with pytest.raises(TypeError, match=r"lockguard_capture\(0, 'flag', …\) takes real numbers"):
@@ -344,3 +355,73 @@ def test_flax_dense_layers_get_a_float64_referee_and_the_run_trains_the_same(tmp
         referee = taps[name].referee
         assert referee.error is None and referee.replay_exact, (name, referee)
         assert 0 < referee.max_ulp < 8 and referee.mean_ulp <= referee.max_ulp, referee
+
+
+TORCH_NEP50 = """
+import numpy as np
+import torch
+
+def lockguard_capture(step, name, value):   # run by hand; lockguard replaces them
+    return value
+
+def lockguard_locate(step, model, batch=None):
+    return model
+
+def run(steps, seed, timed=iter):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(32, 8)
+    y = x[:, :1] * 2
+    lockguard_locate(None, model)
+    losses = []
+    for step in timed(range(steps)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        # the loss reported with a penalty worked out in numpy: a float32 scalar times a
+        # Python float is float64 under numpy 1, float32 under numpy 2 (NEP 50)
+        penalty = lockguard_capture(step, "penalty", np.float32(loss.item()) * 0.01)
+        losses.append(loss.item() + float(penalty))
+    return losses
+"""
+
+
+@pytest.mark.slow
+def test_a_torch_script_s_nep50_drift_is_located_to_its_value_its_model_equal(tmp_path):
+    """torch 2.13.0 with numpy 1.26.4 → 2.0.2 (the suite's two torch venvs): a torch user
+    script whose reported loss adds a penalty worked out in numpy drifts from step 0; the A/B
+    re-runs step 0 on both sides with the registered model hooked and the penalty registered,
+    and names `penalty` (float64 → float32), every call of the model equal (the training
+    itself did not change). In process, as the flow runs under `check --baseline-lock`."""
+    from conftest import NUMERICS_ONLY
+    from lockguard.config import load_config
+    from lockguard.locks.ref import LockRef, load_locks, lock_target, read_lock
+    from lockguard.scenarios import select
+
+    project = make_project(tmp_path / "p", f"""
+        lock = "new.txt"
+        {NUMERICS_ONLY}
+        [scenario.scaled]
+        script = "scaled.py"
+        framework = "torch"
+        steps = 4
+        tolerance = "exact"
+        """, files={"scaled.py": TORCH_NEP50},
+        locks={"old.txt": DATA / "torch-2.13.0-numpy-1.26.4.txt",
+               "new.txt": FRAMEWORK_LOCKS["torch"]})
+    config = load_config(project / "pyproject.toml")
+    old = LockRef(project / "old.txt", read_lock(project / "old.txt", lock_target(config)))
+    report = check_ab(Settings.resolve(config), load_locks(config, []), [old],
+                      select(config, ["scaled"]))
+    [v] = report.verdicts
+    assert v.verdict == Verdict.drift, v.reasons
+    where = v.location
+    assert where is not None, v.reasons
+    assert (where.kind, where.step, where.module, where.module_type, where.candidate_type) == (
+        "forward", 0, "penalty", "float64", "float32"), where
+    # the model's 4 calls (Sequential, Linear, Tanh, Linear) and the value were compared
+    assert (where.compared, where.later_differing) == (5, 0), where
+    assert any(r.startswith("the drift starts in penalty (float64 → float32) at step 0")
+               for r in v.reasons), v.reasons

@@ -104,7 +104,8 @@ class UserCapture:
 
     def __init__(self, wanted: Optional[int]) -> None:
         self.wanted = wanted  # the located step; None: not a localisation run
-        self.values: List[Tuple[str, Any]] = []  # (key, the framework's copy), in call order
+        # (key, the framework's copy, how many model calls were recorded before it)
+        self.values: List[Tuple[str, Any, int]] = []
         self.models: List[Any] = []  # what open_model returned, in registration order
         self._registered: List[int] = []  # id() of each model opened at the step
         self._waiting: List[Tuple[Any, Any]] = []  # (model, batch) registered for `timed`'s N
@@ -122,9 +123,9 @@ class UserCapture:
         """`value`; at the located step also recorded (module docstring)."""
         step = self.current if step is None else step
         if self._now(step) and len(self.values) < self.MAX_VALUES:
-            key = occurrence(str(name), [k for k, _ in self.values])
+            key = occurrence(str(name), [v[0] for v in self.values])
             self.values.append((key, self.value(value, f"lockguard_capture({step}, {name!r}, "
-                                                       "…)")))
+                                                       "…)"), self.position()))
         return value
 
     def lockguard_locate(self, step: Optional[int], model: Any, batch: Any = None) -> Any:
@@ -191,17 +192,37 @@ class UserCapture:
     def close_model(self, model: Any) -> None:
         """Stop recording what `open_model` returned (hooks removed)."""
 
-    def record(self, step: int, values: List[Tuple[str, Any]], models: List[Any]
+    def position(self) -> int:
+        """How many calls the models opened so far have recorded: where a value registered
+        now stands among them (a value given before a model's forward comes before its
+        calls, and the first difference found is the first in time)."""
+        return 0
+
+    def record(self, step: int, values: List[Tuple[str, Any, int]], models: List[Any]
                ) -> Dict[str, Any]:
         """The capture (results.Capture) of the values and models."""
         raise NotImplementedError
+
+
+def interleaved(calls: int, values: List[Tuple[str, Any, int]]) -> List[Tuple[str, Any]]:
+    """The models' `calls` (("call", its index)) and the values (("value", (key, copy))) in the
+    order they were recorded (UserCapture.position)."""
+    out: List[Tuple[str, Any]] = []
+    pending = sorted(range(len(values)), key=lambda i: (values[i][2], i))
+    for index in range(calls + 1):
+        while pending and values[pending[0]][2] <= index:
+            key, copy, _ = values[pending.pop(0)]
+            out.append(("value", (key, copy)))
+        if index < calls:
+            out.append(("call", index))
+    return out
 
 
 class HostUserCapture(UserCapture):
     """A user script's capture as host arrays (numpy, jax, tensorflow): each value copied to the
     host by `to_host` (any real dtype, bfloat16 and float8 included), recorded under its name
     with its dtype as its type; a model opened by a subclass (locate_tf.py's Keras models)
-    gives its leaves and taps, recorded before the values."""
+    gives its leaves and its taps, the values among them in the order they were given."""
 
     def __init__(self, wanted: Optional[int], to_host: Any) -> None:
         super().__init__(wanted)
@@ -215,15 +236,19 @@ class HostUserCapture(UserCapture):
                             f"({type(value).__name__})")
         return a
 
-    def record(self, step: int, values: List[Tuple[str, Any]], models: List[Any]
+    def position(self) -> int:
+        return sum(len(model[1]) for model in self.models)
+
+    def record(self, step: int, values: List[Tuple[str, Any, int]], models: List[Any]
                ) -> Dict[str, Any]:
         leaves: Dict[str, Any] = {}
         taps: List[Tapped] = []
         for model in models:  # (leaves, taps) of each model, its names kept apart by prefix
             leaves.update(model[0])
             taps.extend(model[1])
-        taps.extend((key, str(a.dtype), a, [], None) for key, a in values)
-        return record(step, "user script", leaves, taps)
+        order = [taps[item] if kind == "call" else (item[0], str(item[1].dtype), item[1], [], None)
+                 for kind, item in interleaved(len(taps), values)]
+        return record(step, "user script", leaves, order)
 
 
 def ulps(out: Any, exact: Any) -> Tuple[float, float]:

@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .locate_arrays import UserCapture
+from .locate_arrays import UserCapture, interleaved
 
 SAMPLE = 512  # values kept of each captured tensor (its digest covers all of them)
 MAX_CALLS = 2000  # module calls recorded in one step
@@ -287,15 +287,27 @@ class TorchUserCapture(UserCapture):
     def close_model(self, model: Any) -> None:
         model.finish()
 
-    def record(self, step: int, values: List[Tuple[str, Any]], models: List[Any]
+    def position(self) -> int:
+        return sum(len(capture.calls) for capture in self.models)
+
+    def record(self, step: int, values: List[Tuple[str, Any, int]], models: List[Any]
                ) -> Dict[str, Any]:
+        recorded = [c for capture in models for c in capture.calls]
+        bases, base = [], 0
+        for capture in models:  # where each model's calls start among all the models'
+            bases += [base] * len(capture.calls)
+            base += len(capture.calls)
+        moved: Dict[int, int] = {}  # a call's index among the models' -> in the capture
         calls: List[Dict[str, Any]] = []
-        for capture in models:  # each model's calls, their parents shifted past the earlier
-            base = len(calls)
-            calls.extend(dict(c, parent=c["parent"] + base if c["parent"] >= 0 else -1)
-                         for c in capture.calls)
-        calls.extend({"name": key, "type": str(t.dtype).replace("torch.", ""), "parent": -1,
-                      "inputs": _digest([]), "out": _describe([t])} for key, t in values)
+        for kind, item in interleaved(len(recorded), values):
+            if kind == "value":
+                key, t = item
+                calls.append({"name": key, "type": str(t.dtype).replace("torch.", ""),
+                              "parent": -1, "inputs": _digest([]), "out": _describe([t])})
+                continue
+            call, parent = recorded[item], recorded[item]["parent"]
+            moved[item] = len(calls)
+            calls.append(dict(call, parent=moved[parent + bases[item]] if parent >= 0 else -1))
         truncated = any(c.truncated for c in models) or len(calls) > MAX_CALLS
         return {"step": step, "calls": calls[:MAX_CALLS], "truncated": truncated,
                 "sample": SAMPLE}
