@@ -55,6 +55,12 @@ def test_only_the_located_step_is_recorded_and_a_model_closes_when_a_later_step_
         cap.lockguard_capture(step, "loss", np.float32(10 + step))
     assert cap.log == [("open", 2, "net"), ("close", "net")]  # closed as step 3 began
     assert cap.finish() == {"values": [("loss", 2.0), ("loss#1", 12.0)], "models": ["net"]}
+    long = HostUserCapture(0, np.asarray)
+    long.lockguard_capture(0, "x" * 1000, 1.0)
+    long.lockguard_capture(0, "x" * 1000, 2.0)
+    from lockguard.results import Capture
+    calls = Capture.model_validate(long.finish()).calls  # a long name is cut, not refused
+    assert [len(c.name) for c in calls[1:]] == [380, 382]
     idle = _Models(wanted=None)  # not a localisation run: both are the identity, nothing kept
     assert idle.lockguard_locate(0, "net") == "net" and idle.finish() is None and not idle.log
 

@@ -123,7 +123,8 @@ class UserCapture:
         """`value`; at the located step also recorded (module docstring)."""
         step = self.current if step is None else step
         if self._now(step) and len(self.values) < self.MAX_VALUES:
-            key = occurrence(str(name), [v[0] for v in self.values])
+            # a name as results.ModuleCall keeps it (400 characters, its occurrence after)
+            key = occurrence(str(name)[:380], [v[0] for v in self.values])
             self.values.append((key, self.value(value, f"lockguard_capture({step}, {name!r}, "
                                                        "…)"), self.position()))
         return value
