@@ -136,9 +136,13 @@ LOCATABLE = frozenset({"torch", "jax", "tensorflow"})
 # The frameworks whose bundled scenarios' probe forward can be captured too (torch_.train):
 # their probe outputs differing alone is located in the probe (compare/locate.locate_step).
 PROBE_LOCATABLE = frozenset({"torch"})
-# The frameworks whose user scripts may register values to compare at the located step
-# (numpy_.py's lockguard_capture): NEP 50's first changed dtype named by the script's own name.
-LOCATABLE_SCRIPTS = frozenset({"numpy"})
+# The frameworks whose user scripts (and entries) may register values to compare at the
+# located step (lockguard_capture: NEP 50's first changed dtype named by the script's own name)
+# and, torch and tensorflow, a model captured module by module (lockguard_locate: a torch
+# nn.Module's hooks, a Keras model's layers); harness locate_arrays.UserCapture.
+LOCATABLE_SCRIPTS = frozenset({"numpy", "torch", "jax", "tensorflow"})
+# The names a user script registers with (userscript.py); a script naming neither is not re-run.
+REGISTERING = ("lockguard_capture", "lockguard_locate")
 # The paths (Scenario.reach) a capture would change or miss: a torch hook breaks
 # torch.compile's graph, and a jit/XLA or replicated step is not the program a capture re-runs.
 UNHOOKABLE = frozenset({"compiler", "parallel"})
@@ -151,9 +155,10 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
     PROBE_LOCATABLE bundled scenario whose probe outputs alone differ: every step, then the
     probe's forward captured). Made
     for a drift under the default, for any difference under --locate, never under --no-locate;
-    for a bundled scenario of a LOCATABLE framework, and a numpy user script (its registered
-    values; a user script's model is not the harness's to hook, and a script that never names
-    lockguard_capture is not re-run); never a compiled or data-parallel one (UNHOOKABLE: the
+    for a bundled scenario of a LOCATABLE framework, and a user script or entry of a
+    LOCATABLE_SCRIPTS one (its registered values and models; a user's model is not the
+    harness's to hook unless registered, and a script that names none of REGISTERING is not
+    re-run); never a compiled or data-parallel one (UNHOOKABLE: the
     step re-run would not be the step that drifted; its eager twin is located)."""
     locatable = LOCATABLE_SCRIPTS if p.scenario.script is not None else LOCATABLE
     if (settings.locate == "never" or p.scenario.framework not in locatable
@@ -177,13 +182,14 @@ def locate_jobs(p: Planned, runs: Runs, old: LockRef, settings: Settings,
 
 
 def _registers(script: Path, code: CodeTree | None) -> bool:
-    """Whether a user script (the candidate side's) names numpy_.py's lockguard_capture: one
-    that registers nothing would be re-run on both sides for no location. Read, never run."""
+    """Whether a user script (the candidate side's; an entry's module) names lockguard_capture
+    or lockguard_locate (REGISTERING): one that registers nothing would be re-run on both sides
+    for no location. Read, never run."""
     try:
         text = (code.place(script) if code is not None else script).read_text(errors="replace")
     except (OSError, ValueError):
         return False
-    return "lockguard_capture" in text
+    return any(name in text for name in REGISTERING)
 
 
 def _located(verdict: ScenarioVerdict, runs: Runs) -> ScenarioVerdict:

@@ -82,6 +82,7 @@ from . import devices, gen
 from .common import attempt as _try
 from .common import (Batches, global_norm, host_floats, le_bytes, recorded_env,
                     seed_host_rngs, sum_squares)
+from .locate_arrays import HostUserCapture
 from .locate_jax import capture, tap
 from .userscript import host_array_adapter, run_script
 
@@ -675,7 +676,8 @@ def run_user(ctx, module) -> None:
     _STATE["compiles"].clear()
     _STATE["compile_s"].clear()
     run_script(ctx, module, host_array_adapter(_is_array, _to_host),
-               sync=lambda: _try(jax.effects_barrier))
+               sync=lambda: _try(jax.effects_barrier),
+               capture=HostUserCapture(getattr(ctx, "locate_step", None), _to_host))
     traces = dict(_STATE["user_traces"])
     compile_info: Dict[str, Any] = {"traces": traces}
     compiles = {k: n for k, n in _STATE["compiles"].items() if k in traces}

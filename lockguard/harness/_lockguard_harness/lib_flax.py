@@ -36,11 +36,13 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: Any) -> Any:
         # The taps (locate_jax.py) name the layers by flax's own names for them: a
-        # localisation run records their outputs and gradients; otherwise they return what
-        # they are given. (flax's capture_intermediates gives outputs only, no gradients.)
-        h = tap("Dense_0", "Dense", nn.Dense(self.hidden)(x), x)
+        # localisation run records their outputs and gradients, and each Dense's float64
+        # referee (its `layer`); otherwise they return what they are given. (flax's
+        # capture_intermediates gives outputs only, no gradients.)
+        first, second = nn.Dense(self.hidden), nn.Dense(self.classes)
+        h = tap("Dense_0", "Dense", first(x), x, layer=first)
         t = tap("tanh", "tanh", nn.tanh(h), h)
-        return tap("Dense_1", "Dense", nn.Dense(self.classes)(t), t)
+        return tap("Dense_1", "Dense", second(t), t, layer=second)
 
 
 def _flat(params: Any) -> Dict[str, Any]:

@@ -21,6 +21,9 @@ so no gradients). For every module call of the step it records, in call order:
                      output dtype's ULP at that answer, max and mean. Under the RNG state the
                      call started with, so that a dropout draws the same mask.
 
+A user script's nn.Module, given to lockguard_locate(step, model) (userscript.py), is hooked
+the same way for its step (TorchUserCapture), its lockguard_capture values recorded beside it.
+
 The host (lockguard/compare/locate.py) compares two sides' captures. Bounded: at most MAX_CALLS
 calls (then `truncated`), SAMPLE values a tensor; the referee is skipped for a call holding more
 than REFEREE_MAX_PARAMS parameters (its float64 copy would cost more than the step).
@@ -38,6 +41,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
+
+from .locate_arrays import UserCapture, interleaved
 
 SAMPLE = 512  # values kept of each captured tensor (its digest covers all of them)
 MAX_CALLS = 2000  # module calls recorded in one step
@@ -259,3 +264,53 @@ class _no_autocast:
     def __exit__(self, *exc: Any) -> bool:
         self.inner.__exit__(*exc)
         return False
+
+
+class TorchUserCapture(UserCapture):
+    """A torch user script's capture (userscript.py's globals): each lockguard_capture value a
+    tensor (a number or a numpy array converted by torch.as_tensor), recorded as a root call
+    named by the script, its dtype as its type; each nn.Module given to lockguard_locate hooked
+    by a `Capture` from that call until its step ends, every module call of the step recorded
+    with its referee, as a bundled scenario's are."""
+
+    def value(self, value: Any, what: str) -> Any:
+        t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+        if t.dtype == torch.bool or t.is_complex():
+            raise TypeError(f"{what} takes real numbers or tensors of them, got {t.dtype} "
+                            f"({type(value).__name__})")
+        return t.detach().clone()  # a copy: the script may change its tensor in place
+
+    def open_model(self, step: int, model: Any, batch: Any) -> Any:
+        if not isinstance(model, nn.Module):
+            return super().open_model(step, model, batch)
+        capture = Capture(step)
+        capture.attach(model)
+        return capture
+
+    def close_model(self, model: Any) -> None:
+        model.finish()
+
+    def position(self) -> int:
+        return sum(len(capture.calls) for capture in self.models)
+
+    def record(self, step: int, values: List[Tuple[str, Any, int]], models: List[Any]
+               ) -> Dict[str, Any]:
+        recorded = [c for capture in models for c in capture.calls]
+        bases, base = [], 0
+        for capture in models:  # where each model's calls start among all the models'
+            bases += [base] * len(capture.calls)
+            base += len(capture.calls)
+        moved: Dict[int, int] = {}  # a call's index among the models' -> in the capture
+        calls: List[Dict[str, Any]] = []
+        for kind, item in interleaved(len(recorded), values):
+            if kind == "value":
+                key, t = item
+                calls.append({"name": key, "type": str(t.dtype).replace("torch.", ""),
+                              "parent": -1, "inputs": _digest([]), "out": _describe([t])})
+                continue
+            call, parent = recorded[item], recorded[item]["parent"]
+            moved[item] = len(calls)
+            calls.append(dict(call, parent=moved[parent + bases[item]] if parent >= 0 else -1))
+        truncated = any(c.truncated for c in models) or len(calls) > MAX_CALLS
+        return {"step": step, "calls": calls[:MAX_CALLS], "truncated": truncated,
+                "sample": SAMPLE}

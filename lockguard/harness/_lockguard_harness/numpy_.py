@@ -19,13 +19,13 @@ a global `lockguard_capture(step, name, value)` that returns `value`; in a local
 (--locate-step N) it records the value of every call made with step == N, in call order, as a
 capture (locate_arrays.py: name, dtype as its type, the value): the host names the first value
 that differs, with its dtypes (NEP 50: float64 → float32). A script run by hand defines its own
-no-op (`def lockguard_capture(step, name, value): return value`); the harness replaces it.
+no-op (`def lockguard_capture(step, name, value): return value`); the harness replaces it
+(userscript.py, locate_arrays.HostUserCapture: the protocol the torch, jax and tf modules share).
 """
 
 from __future__ import annotations
 
 import time
-import types
 from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
@@ -33,7 +33,7 @@ import numpy as np
 from . import gen
 from .common import attempt as _try
 from .common import host_floats, le_bytes, seed_host_rngs
-from .locate_arrays import MAX_CALLS, occurrence, record
+from .locate_arrays import HostUserCapture
 from .userscript import host_array_adapter, run_script
 
 NAME = "numpy"
@@ -200,21 +200,5 @@ def run_user(ctx, module) -> None:
     """Run a user script's run(steps, seed) with the global RNGs seeded and its module's
     lockguard_capture given (module docstring)."""
     seed_host_rngs(ctx.seed, np)  # the script was imported after setup(): seed again
-    wanted = getattr(ctx, "locate_step", None)
-    taps: list = []
-
-    def lockguard_capture(step: int, name: str, value: Any) -> Any:
-        """`value`; at the located step also recorded (module docstring)."""
-        if wanted is not None and step == wanted and len(taps) <= MAX_CALLS:
-            a = np.array(value)  # a copy: the script may change its array in place later
-            if a.dtype.kind not in "fiu":
-                raise TypeError(f"lockguard_capture({step}, {name!r}, …) takes real numbers or "
-                                f"arrays of them, got {a.dtype} ({type(value).__name__})")
-            taps.append((occurrence(str(name), [t[0] for t in taps]), str(a.dtype), a, [], None))
-        return value
-
-    if isinstance(module, types.ModuleType):  # a script's; an entry (EntryRun) registers none
-        module.lockguard_capture = lockguard_capture
-    run_script(ctx, module, host_array_adapter(_is_array, np.asarray, norm=_norm))
-    if taps:
-        ctx.result["capture"] = record(wanted, "user script", {}, taps)
+    run_script(ctx, module, host_array_adapter(_is_array, np.asarray, norm=_norm),
+               capture=HostUserCapture(getattr(ctx, "locate_step", None), np.asarray))

@@ -74,7 +74,7 @@ from . import devices, gen
 from .common import attempt as _try
 from .common import (Batches, global_norm, host_floats, installed_version, le_bytes,
                      recorded_env, seed_host_rngs, sum_squares)
-from .locate_tf import capture, keras_chain, tap
+from .locate_tf import KerasUserCapture, capture, keras_chain, tap
 from .userscript import host_array_adapter, run_script
 
 NAME = "tensorflow"
@@ -673,6 +673,7 @@ def run_user(ctx, module) -> None:
     # The script was imported after setup(): re-seed so its import cannot shift the streams.
     tf.random.set_seed(ctx.seed)
     seed_host_rngs(ctx.seed, np)
-    run_script(ctx, module, host_array_adapter(_is_array, _to_host))
+    run_script(ctx, module, host_array_adapter(_is_array, _to_host),
+               capture=KerasUserCapture(getattr(ctx, "locate_step", None), _to_host))
     ctx.result["compile"] = {"traces": dict(_STATE["user_traces"]),
                              "xla": bool(_STATE["user_jit"])}

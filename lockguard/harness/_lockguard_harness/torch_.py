@@ -70,7 +70,7 @@ from . import devices, gen
 from .common import Batches, seed_host_rngs
 from .common import attempt as _try
 from .compile_torch import RECORDER, accuracy
-from .locate_torch import Capture
+from .locate_torch import Capture, TorchUserCapture
 from .userscript import Adapter, UserResultError, describe, host_array_adapter, run_script
 
 try:  # only to accept numpy arrays from user scripts; never required
@@ -863,7 +863,8 @@ def run_user(ctx, module) -> None:
         device = _device(ctx)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        run_script(ctx, module, _USER, sync=lambda: _sync(device))
+        run_script(ctx, module, _USER, sync=lambda: _sync(device),
+                   capture=TorchUserCapture(getattr(ctx, "locate_step", None)))
         if device.type == "cuda":
             ctx.result["peak_device_memory_bytes"] = int(torch.cuda.max_memory_allocated())
     finally:

@@ -33,6 +33,20 @@ parameter named `timed` and looping through it:
 one (the device's queued work waited for), so first_step_s and step_median_s come from real
 steps; a script may instead return "step_times" itself. An averaged per-step time would be
 invented data (it would smear a compile step across all steps), so none is made up.
+
+Where a drift starts (lockguard's --locate): the harness gives the script's module (an entry's:
+the module that defines its function) two globals, `UserCapture`'s, which a script run by hand
+defines itself as no-ops (locate_arrays.UserCapture):
+
+    def lockguard_capture(step, name, value):    # a value of step `step`, by name
+        return value
+    def lockguard_locate(step, model, batch=None):   # a torch nn.Module or a Keras model
+        return model                                  # (step None: the step `timed` is in)
+
+In a localisation run (--locate-step N) the calls made with step == N are recorded as the run's
+capture (results.Capture); every other call returns its argument and does nothing. What each
+framework records is its UserCapture's (locate_arrays.py for host arrays, locate_torch.py,
+locate_tf.py).
 """
 
 from __future__ import annotations
@@ -197,19 +211,26 @@ class StepTimer:
     and records each step's seconds, from the end of the previous step (so a batch's fetch is in
     its step) to the end of this one, after `sync()` waited for the device's queued work."""
 
-    def __init__(self, sync: Optional[Callable[[], Any]] = None) -> None:
+    def __init__(self, sync: Optional[Callable[[], Any]] = None, capture: Any = None) -> None:
         self.sync = sync
+        # told each step's index as it begins and ends (locate_arrays.UserCapture: a
+        # registered model's capture opens and closes there)
+        self.capture = capture
         self.seconds: List[float] = []
 
     def __call__(self, iterable: Any) -> Any:
         last = time.perf_counter()
         for item in iterable:
+            if self.capture is not None:
+                self.capture.step_began(len(self.seconds))
             yield item
             if self.sync is not None:
                 self.sync()
             now = time.perf_counter()
             self.seconds.append(now - last)
             last = now
+            if self.capture is not None:
+                self.capture.step_ended(len(self.seconds) - 1)
 
 
 def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adapter,
@@ -293,11 +314,15 @@ def apply_user_result(ctx: Any, returned: Any, run_seconds: float, adapter: Adap
 
 
 def run_script(ctx: Any, module: Any, adapter: Adapter,
-               sync: Optional[Callable[[], Any]] = None) -> None:
+               sync: Optional[Callable[[], Any]] = None,
+               capture: Optional[Any] = None) -> None:
     """Call the script's run(ctx.steps, ctx.seed) — with a StepTimer as `timed` when it takes
     one — time it (up to `sync()`, which waits for the device's queued work), and record what it
-    returned."""
-    timer = StepTimer(sync) if _takes_timed(module.run) else None
+    returned; with `capture` (the framework's locate_arrays.UserCapture) given to the script as its globals,
+    and what it recorded as the result's capture."""
+    if capture is not None:
+        capture.install(module)
+    timer = StepTimer(sync, capture) if _takes_timed(module.run) else None
     start = time.perf_counter()
     if timer is not None:
         returned = module.run(ctx.steps, ctx.seed, timed=timer)
@@ -305,7 +330,12 @@ def run_script(ctx: Any, module: Any, adapter: Adapter,
         returned = module.run(ctx.steps, ctx.seed)
     if sync is not None:
         sync()
-    apply_user_result(ctx, returned, time.perf_counter() - start, adapter,
+    seconds = time.perf_counter() - start
+    if capture is not None:
+        found = capture.finish()
+        if found is not None:
+            ctx.result["capture"] = found
+    apply_user_result(ctx, returned, seconds, adapter,
                       timer.seconds if timer is not None else None)
 
 
@@ -326,8 +356,10 @@ ENTRY_SHAPES = ("fit(steps, seed) returning what run() returns",
 
 class EntryRun(NamedTuple):
     """A scenario's `entry` (a function of the team's own code) as the module-like value
-    run_user takes: `run(steps, seed, timed)` drives the entry's shape."""
+    run_user takes: `run(steps, seed, timed)` drives the entry's shape; `home` is the module
+    that defines the function (where UserCapture's globals go)."""
     run: Callable[..., Any]
+    home: Any = None
 
 
 def entry_run(fn: Callable[..., Any], name: str) -> EntryRun:
@@ -342,9 +374,12 @@ def entry_run(fn: Callable[..., Any], name: str) -> EntryRun:
                                  returning its loss or {"loss": ..., "grad_norm": ...}; probe()
                                  after the last step returns the outputs to record.
     """
+    import sys
+
     required = _required_params(fn, name)
+    home = sys.modules.get(getattr(fn, "__module__", None) or "")
     if len(required) == 2:
-        return EntryRun(fn)
+        return EntryRun(fn, home)
     if len(required) != 1:
         raise UserResultError(f"entry {name} requires {len(required)} parameters "
                               f"{required}; expected {ENTRY_SHAPES[0]} or {ENTRY_SHAPES[1]}")
@@ -375,7 +410,7 @@ def entry_run(fn: Callable[..., Any], name: str) -> EntryRun:
             out["outputs"] = made[2]()
         return out
 
-    return EntryRun(run)
+    return EntryRun(run, home)
 
 
 def _cycled(batches: Any, steps: int, name: str) -> Any:
