@@ -176,7 +176,8 @@ def graph_break_project(root: Path, backend: str = "inductor") -> Path:
 
     script = textwrap.dedent(TORCH_SCRIPT)
     if backend != "inductor":
-        script = script.replace("torch.compile(model)", f"torch.compile(model, backend={backend!r})")
+        script = script.replace("torch.compile(model)",
+                                f"torch.compile(model, backend={backend!r})")
         assert backend in script
 
     project = make_project(root, """
