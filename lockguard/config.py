@@ -352,13 +352,35 @@ def find_python(python: str, root: Path) -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
+# Where a project keeps the code an entry names, below the config's folder: the folder itself,
+# or src/ (the src layout: src/pkg/train.py, importable once src/ is on sys.path).
+IMPORT_ROOTS = (".", "src")
+
+
 def entry_module(root: Path, entry: str) -> Path | None:
     """The file of an entry's module ("pkg.train:make" -> root/pkg/train.py, or its package's
-    __init__.py), as the harness imports it with `root` first on sys.path; None if neither."""
-    base = Path(root, *entry.partition(":")[0].split("."))
-    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
+    __init__.py; else the same below root/src), as the harness imports it with its import
+    root (entry_root) first on sys.path; None if none."""
+    found = _entry_found(root, entry)
+    return found[1] if found is not None else None
+
+
+def entry_root(root: Path, entry: str) -> Path | None:
+    """The folder an entry's module is imported from: the config's folder `root`, or its src/
+    for a src layout (the first that holds the module, as entry_module finds it); None if
+    neither does."""
+    found = _entry_found(root, entry)
+    return found[0] if found is not None else None
+
+
+def _entry_found(root: Path, entry: str) -> tuple[Path, Path] | None:
+    parts = entry.partition(":")[0].split(".")
+    for below in IMPORT_ROOTS:
+        base = Path(root) if below == "." else Path(root, below)
+        module = Path(base, *parts)
+        for candidate in (module.with_name(module.name + ".py"), module / "__init__.py"):
+            if candidate.is_file():
+                return base, candidate
     return None
 
 

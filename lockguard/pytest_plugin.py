@@ -114,7 +114,7 @@ def _scenario(config: Any, entry: str, framework: str | None, steps: int | None,
     alone: its golden is not gated by `lockguard check` until the config registers it."""
     from lockguard.config import ENTRY, ENTRY_RULE
     from lockguard.errors import UsageError
-    from lockguard.config import entry_module
+    from lockguard.config import entry_module, entry_root
     from lockguard.scenarios import Scenario, user_scenarios
 
     if not ENTRY.fullmatch(entry):
@@ -134,7 +134,8 @@ def _scenario(config: Any, entry: str, framework: str | None, steps: int | None,
                          "(framework=\"torch\") or register it (`lockguard scenario add`)")
     module = entry_module(config.root, entry)
     if module is None:
-        raise UsageError(f"{entry}: no module {entry.partition(':')[0]} in {config.root}")
+        raise UsageError(f"{entry}: no module {entry.partition(':')[0]} in {config.root} "
+                         "(nor in its src/)")
     return Scenario(id=name or entry.replace(":", "."), framework=framework,
                     description=f"user entry {entry}", steps=steps or 20, script=module,
-                    entry=entry, root=config.root)
+                    entry=entry, root=entry_root(config.root, entry))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from lockguard.compare.tolerance import Tolerance
-from lockguard.config import Config, ConfigError, entry_module, tolerance_value
+from lockguard.config import Config, ConfigError, entry_module, entry_root, tolerance_value
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
@@ -39,7 +39,8 @@ class Scenario:
     family: str | None = None  # mlp | lm | cnn: one family's scenarios share data and weights
     script: Path | None = None  # user scenarios only; an entry's: its module's file
     # A user scenario that names a function of the project's code ("pkg.train:make") rather
-    # than a script: the harness imports it with `root` (the config's folder) on sys.path.
+    # than a script: the harness imports it with `root` on sys.path (the config's folder, or
+    # its src/ for a src layout: config.entry_root).
     entry: str | None = None
     root: Path | None = None
     tolerance: Tolerance | None = None  # the scenario's own (config: "exact" normalised)
@@ -244,13 +245,14 @@ def user_scenarios(config: Config) -> list[Scenario]:
             raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {script}: "
                               f"{exc.strerror or exc}") from None
         if not found:
-            what = (f"{sc.entry}: no module {sc.entry.partition(':')[0]} in {config.root}"
+            what = (f"{sc.entry}: no module {sc.entry.partition(':')[0]} in {config.root} "
+                    "(nor in its src/)"
                     if sc.entry is not None else f"{script} not found")
             raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {what}")
         out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
                             (f"user entry {sc.entry}" if sc.entry else f"user script {sc.script}"),
                             steps=sc.steps or 20, script=script, entry=sc.entry,
-                            root=config.root if sc.entry is not None else None,
+                            root=entry_root(config.root, sc.entry) if sc.entry else None,
                             tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
 
