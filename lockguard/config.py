@@ -4,6 +4,7 @@ Unknown keys are errors, because a misspelt `tolerence` silently ignored would m
 looser than its owner believes. Paths in the config are relative to the file that holds it.
 """
 
+import glob
 import os
 import re
 import shutil
@@ -76,6 +77,11 @@ ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*
 ENTRY_RULE = "module:function, e.g. pkg.train:make (the module importable from the config's folder)"
 
 
+DATA_RULE = ("a path or glob relative to the config's folder, inside it (data/slice.npz, "
+             "data/*.csv)")
+MAX_DATA_PATTERNS = 64
+
+
 class ScenarioConfig(_Strict):
     """[tool.lockguard.scenario.<id>]: a user scenario, either a `script` defining
     `run(steps, seed)` (relative to the config's folder) or an `entry`, a function of the
@@ -89,6 +95,19 @@ class ScenarioConfig(_Strict):
     tolerance: ToleranceSetting | None = None
     device: Device | None = None
     description: str = ""
+    # Files the training reads from outside its code (a dataset's small fixed slice): paths or
+    # globs relative to the config's folder, inside it. Their bytes enter the inputs digest
+    # (scenarios.inputs_digest): a changed slice re-runs the scenario, never a stale PASS.
+    data: list[str] = Field(default_factory=list, max_length=MAX_DATA_PATTERNS)
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            parts = Path(pattern).parts
+            if not pattern or Path(pattern).is_absolute() or ".." in parts or "\\" in pattern:
+                raise ValueError(f"{one_line(repr(pattern), 80)}: {DATA_RULE}")
+        return value
 
     @field_validator("entry")
     @classmethod
@@ -388,7 +407,8 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
                    ) -> list[tuple[Path, str, bool]]:
     """(path, what it is, whether everything below it counts too) of each file a run reads
     and a report must never replace: the config file, every lock (configured or given) and
-    its requirements input, every user scenario's script, and golden_dir."""
+    its requirements input, every user scenario's script (or entry module) and data, and
+    golden_dir."""
     found: list[tuple[Path, str, bool]] = []
     if config.file is not None:
         found.append((config.file, "the config file", False))
@@ -404,6 +424,10 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
         what = "script" if sc.script is not None else "entry module"
         if code is not None:
             found.append((code, f"the {what} of scenario {name}", False))
+        for pattern in sc.data:
+            paths = (sorted(config.root.glob(pattern)) if glob.has_magic(pattern)
+                     else [config.resolve(pattern)])
+            found += [(path, f"data of scenario {name}", False) for path in paths]
     found.append((config.resolve(config.golden_dir), "golden_dir", True))
     return found
 

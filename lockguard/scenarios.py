@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,13 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from lockguard.compare.tolerance import Tolerance
-from lockguard.config import Config, ConfigError, entry_module, entry_root, tolerance_value
+from lockguard.config import (
+    DATA_RULE, Config, ConfigError, entry_module, entry_root, tolerance_value,
+)
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
-from lockguard.files import MiB, listing, read_bytes
+from lockguard.files import MiB, listing, read_bytes, sha256_file
 from lockguard.locks.families import REACH_WORDS, reaches
 
 if TYPE_CHECKING:
@@ -43,6 +46,10 @@ class Scenario:
     # its src/ for a src layout: config.entry_root).
     entry: str | None = None
     root: Path | None = None
+    # The files a user scenario's `data` names (its globs expanded, config.ScenarioConfig):
+    # their bytes are in the inputs digest, relative to `data_root` (the config's folder).
+    data: tuple[Path, ...] = ()
+    data_root: Path | None = None
     tolerance: Tolerance | None = None  # the scenario's own (config: "exact" normalised)
     device: str | None = None  # overrides the lock's / config's expected device
     # How the bundled training executes ("eager", "torch.compile (inductor)", "jax.jit (XLA)"),
@@ -253,8 +260,32 @@ def user_scenarios(config: Config) -> list[Scenario]:
                             (f"user entry {sc.entry}" if sc.entry else f"user script {sc.script}"),
                             steps=sc.steps or 20, script=script, entry=sc.entry,
                             root=entry_root(config.root, sc.entry) if sc.entry else None,
+                            data=data_files(config, name, sc.data),
+                            data_root=config.root if sc.data else None,
                             tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
+
+
+def data_files(config: Config, name: str, patterns: list[str]) -> tuple[Path, ...]:
+    """The files scenario `name`'s `data` patterns match below the config's folder, sorted,
+    each once; a ConfigError naming the key for a pattern that matches no file (a misspelt
+    slice would leave the data out of the digest) or a file that lies outside the folder
+    (through a link: runs and the digest read only the project)."""
+    key = f"{config.source}: key 'scenario.{name}.data'"
+    root = os.path.realpath(config.root)
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        try:
+            matches = [p for p in config.root.glob(pattern) if p.is_file()]
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{key}: {pattern!r}: {exc}") from None
+        if not matches:
+            raise ConfigError(f"{key}: {pattern!r} matches no file in {config.root}")
+        for path in sorted(matches):
+            if not os.path.realpath(path).startswith(root + os.sep):
+                raise ConfigError(f"{key}: {path} leads out of {config.root}: {DATA_RULE}")
+            found[path] = None
+    return tuple(found)
 
 
 def entry_files(root: Path, entry: str) -> list[Path]:
@@ -333,7 +364,8 @@ def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, 
     `environment` names the backend and interpreter (a cp311 venv and a cp312 one install other
     wheels from one lock). A user script is hashed with every file beside it, which it may
     import (the harness puts its folder on sys.path) or read (a table, a config): a file up to
-    MAX_SCRIPT_BYTES by its content, a larger one by its size and modification time."""
+    MAX_SCRIPT_BYTES by its content, a larger one by its size and modification time. The files
+    a scenario's `data` names are hashed by every byte, whatever their size."""
     h = hashlib.sha256()
     parts = [lock_hash, harness, scenario.id, scenario.framework, str(steps), str(seed), device,
              str(threads), environment]
@@ -348,6 +380,14 @@ def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, 
             if sibling == scenario.script or not sibling.is_file():
                 continue
             _hash_file(h, sibling, sibling.name, "file beside a scenario script")
+    for path in scenario.data:
+        # Every byte, whatever the size: the team named these files (a small fixed slice).
+        name = path.relative_to(scenario.data_root) if scenario.data_root else path
+        h.update(b"\0data\0" + Path(name).as_posix().encode() + b"\0")
+        try:
+            h.update(sha256_file(path).encode())
+        except OSError:  # gone since the config was read: a digest no golden has
+            h.update(b"\0gone")
     return h.hexdigest()
 
 

@@ -95,3 +95,138 @@ def test_the_fixture_trains_a_src_layout_project(pytester):
     run.assert_outcomes(passed=1)
     assert golden_file(pytester.path, "pkg.train.make").is_file()
     pytester.runpytest_subprocess(*plugin_args()).assert_outcomes(passed=1)
+
+
+# ------------------------------------------------------------------- data outside the package
+
+# The team's training reading its dataset's slice from data/ beside its package (found from
+# its module's file, as the harness's working folder is not the project's).
+READS_DATA = TRAIN.replace("def make(seed):\n    rng = np.random.default_rng(seed)\n"
+                           "    x = rng.standard_normal((12, 3)).astype(np.float32)\n", """
+from pathlib import Path
+
+SLICE = Path(__file__).resolve().parents[1] / "data" / "slice.csv"
+
+
+def make(seed):
+    x = np.loadtxt(SLICE, delimiter=",", dtype=np.float32).reshape(12, 3)
+""")
+SLICE = "\n".join(",".join(f"{(i * 3 + j) % 7 - 3.0}" for j in range(3)) for i in range(12))
+
+
+def data_project(root: Path, data: str = '["data/*.csv"]') -> Path:
+    return make_project(root, f'lock = "new.txt"\nscenarios = ["ours"]\n{ENTRY}data = {data}\n',
+                        files={"pkg/__init__.py": "", "pkg/train.py": READS_DATA,
+                               "data/slice.csv": SLICE + "\n"},
+                        locks={"new.txt": DATA / "numpy-2.0.2.txt"})
+
+
+def test_a_changed_data_slice_reruns_the_scenario_and_its_drift_is_caught(tmp_path):
+    """Without `data` the slice is outside the digest: the check would answer "identical" from
+    the golden's provenance, unrun, after the data changed (a stale PASS)."""
+    assert "def make(seed):\n    x = np.loadtxt" in READS_DATA  # the replacement took
+    project = data_project(tmp_path / "p")
+    # The venv of the lock (the shortcut needs one: a local interpreter's packages are not
+    # pinned); the suite's numpy 2.0.2 venv, built once and shared.
+    assert cli(project, "record").exit_code == 0
+    unrun = cli(project, "check", "--format", "json")
+    assert unrun.exit_code == 0, unrun.output
+    assert "not re-run" in json.dumps(json.loads(unrun.stdout)["verdicts"][0])
+    (project / "data" / "slice.csv").write_text(SLICE.replace("-3.0", "-2.5", 1) + "\n")
+    rerun = cli(project, "check", "--format", "json")
+    assert rerun.exit_code == 1, rerun.output
+    [verdict] = json.loads(rerun.stdout)["verdicts"]
+    assert verdict["verdict"] == "drift" and "not re-run" not in json.dumps(verdict)
+
+
+def test_the_data_digest_is_every_byte_not_the_size_or_time(tmp_path):
+    import os
+
+    project = data_project(tmp_path / "p", '["data/slice.csv"]')
+    first = digest_of(project)
+    path = project / "data" / "slice.csv"
+    stat = path.stat()
+    path.write_text((SLICE + "\n").replace("0", "1", 1))  # same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same time
+    assert path.stat().st_size == stat.st_size and digest_of(project) != first
+    (project / "data" / "other.csv").write_text("1\n")  # not named: not in the digest
+    second = digest_of(project)
+    assert digest_of(project) == second
+
+
+def test_data_that_names_nothing_or_leaves_the_project_is_refused_naming_the_key(tmp_path):
+    from lockguard.config import ConfigError, load_config
+    from lockguard.scenarios import user_scenarios
+
+    for data, words in (('["data/slise.csv"]', "'data/slise.csv' matches no file"),
+                        ('["/etc/hostname"]', "relative to the config's folder"),
+                        ('["../x.csv"]', "relative to the config's folder"),
+                        ('"data/slice.csv"', "scenario.ours.data")):
+        project = data_project(tmp_path / str(len(data)) / "p", data)
+        try:
+            user_scenarios(load_config(start=project))
+        except ConfigError as exc:
+            assert "scenario.ours.data" in str(exc) and words in str(exc), str(exc)
+        else:
+            raise AssertionError(f"{data} was taken")
+    outside = tmp_path / "outside.csv"
+    outside.write_text("1\n")
+    project = data_project(tmp_path / "link" / "p", '["data/*.csv"]')
+    (project / "data" / "linked.csv").symlink_to(outside)
+    done = cli(project, "check", "--env", "local")
+    assert done.exit_code == 2 and "leads out of" in done.output, done.output
+
+
+def test_a_report_never_replaces_a_data_file(tmp_path):
+    project = data_project(tmp_path / "p")
+    done = cli(project, "check", "--env", "local", "--report", "json=data/slice.csv")
+    assert done.exit_code == 2 and "data of scenario ours" in done.output, done.output
+
+
+def test_a_merge_base_tree_places_the_data_too(tmp_path):
+    from lockguard.config import load_config
+    from lockguard.flows.pipeline import CodeTree, Planned
+    from lockguard.scenarios import user_scenarios
+
+    project = data_project(tmp_path / "repo" / "ml")
+    [scenario] = user_scenarios(load_config(start=project))
+    tree = CodeTree(repo=tmp_path / "repo", root=tmp_path / "tip", label="main@1a2b3c4")
+    placed = tree.planned(Planned(scenario, None, "cpu", 5)).scenario
+    assert placed.data == (tmp_path / "tip" / "ml" / "data" / "slice.csv",)
+    assert placed.data_root == tmp_path / "tip" / "ml"
+
+
+# ------------------------------------------------------------------------------ the network
+
+DOWNLOADS = TRAIN + '''
+
+def download(seed):
+    import socket
+    # TEST-NET-1 (RFC 5737): never routed, so this fails on any machine, network or not.
+    socket.create_connection(("192.0.2.1", 9), timeout=0.05)
+'''
+
+
+def test_a_training_that_reads_the_network_is_told_what_to_do(tmp_path):
+    project = make_project(tmp_path / "p", "", files={"pkg/__init__.py": "",
+                                                      "pkg/train.py": DOWNLOADS})
+    result = harness(project, "pkg.train:download", 3, tmp_path)
+    assert result["status"] == "crashed", result
+    assert "reached for the network (192.0.2.1:9)" in result["error"], result["error"]
+    assert "`data = [...]`" in result["error"]
+    # A failure that is not the network's is not blamed on it.
+    other = harness(project, "pkg.train:not_a_pair", 3, tmp_path)
+    assert other["status"] == "crashed" and "network" not in other["error"]
+
+
+def test_the_sandbox_that_stops_it_reports_the_same_words(tmp_path):
+    """Through the gate (the lock's venv, sandboxed: no network there), the verdict's line."""
+    project = make_project(tmp_path / "p", 'lock = "new.txt"\nscenarios = ["dl"]\n[scenario.dl]\n'
+                           'entry = "pkg.train:download"\nframework = "numpy"\n',
+                           files={"pkg/__init__.py": "", "pkg/train.py": DOWNLOADS},
+                           locks={"new.txt": DATA / "numpy-2.0.2.txt"})
+    done = cli(project, "record", "--format", "json")
+    assert done.exit_code == 1, done.output
+    [verdict] = json.loads(done.stdout)["verdicts"]
+    assert verdict["verdict"] == "broken"
+    assert "reached for the network (192.0.2.1:9)" in " ".join(verdict["reasons"]), verdict
