@@ -230,3 +230,79 @@ def test_the_sandbox_that_stops_it_reports_the_same_words(tmp_path):
     [verdict] = json.loads(done.stdout)["verdicts"]
     assert verdict["verdict"] == "broken"
     assert "reached for the network (192.0.2.1:9)" in " ".join(verdict["reasons"]), verdict
+
+
+# -------------------------------------------------------------- init offering the entry
+
+def test_init_finds_the_teams_training_by_its_shape_never_importing_it(tmp_path):
+    from lockguard.init.project import find_training
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    # A module that would fail on import: read as text, it is never run.
+    (pkg / "train.py").write_text("import torch\nraise SystemExit('imported')\n\n"
+                                  "def fit(steps, seed, timed=iter):\n    ...\n\n"
+                                  "def make(seed):\n    ...\n")
+    found = find_training(tmp_path, "pkg", ("torch", "numpy"))
+    assert (found.entry, found.framework, found.scenario_id) == ("pkg.train:make", "torch",
+                                                                 "pkg.train.make")
+    (pkg / "train.py").write_text("import jax\n\ndef fit(steps, seed):\n    ...\n")
+    assert find_training(tmp_path, "pkg", ("torch", "jax")).entry == "pkg.train:fit"
+    assert find_training(tmp_path, "pkg", ("torch", "jax")).framework == "jax"
+    # Other parameters, a method, async, a module of another name: not a training entry.
+    (pkg / "train.py").write_text("def make(config):\n    ...\n\nclass T:\n"
+                                  "    def fit(self, steps, seed): ...\n\n"
+                                  "async def fit(steps, seed): ...\n")
+    (pkg / "model.py").write_text("def make(seed):\n    ...\n")
+    assert find_training(tmp_path, "pkg", ("torch",)) is None
+    (pkg / "training.py").write_text("def build(seed, *, width=3):\n    ...\n")
+    assert find_training(tmp_path, "pkg", ("numpy",)).entry == "pkg.training:build"
+    (pkg / "training.py").write_text("def build(seed:\n")  # not Python: passed over
+    assert find_training(tmp_path, "pkg", ("numpy",)) is None
+
+
+def team_repo(root: Path, *, src: bool = False) -> Path:
+    """A git repository with a numpy lock, a pyproject.toml and the team's package with its
+    train.py (test_team_code's make(seed) and fit(steps, seed)), no lockguard config."""
+    import subprocess
+
+    base = root / "src" if src else root
+    (base / "pkg").mkdir(parents=True)
+    (base / "pkg" / "__init__.py").write_text("")
+    (base / "pkg" / "train.py").write_text(TRAIN)
+    (root / "requirements.txt").write_bytes((DATA / "numpy-2.0.2.txt").read_bytes())
+    (root / "pyproject.toml").write_text('[project]\nname = "pkg"\nversion = "0"\n')
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
+    return root
+
+
+def test_init_yes_guards_the_teams_own_training_and_records_its_golden(tmp_path):
+    from lockguard.config import load_config
+
+    project = team_repo(tmp_path / "p", src=True)
+    done = cli(project, "init", "--yes", "--no-workflow")
+    assert done.exit_code == 0, done.output
+    assert "your training: pkg.train:make (make(seed)" in done.output
+    assert "lockguard_training(\"pkg.train:make\")" in done.output  # the fixture's next step
+    config = load_config(project / "pyproject.toml")
+    assert config.scenarios == ["numpy.mlp", "pkg.train.make"]
+    assert config.scenario["pkg.train.make"].entry == "pkg.train:make"
+    assert not (project / "scenarios").exists()  # no copied loop
+    assert golden_file(project, "pkg.train.make").is_file()
+    checked = cli(project, "check", "--scenario", "pkg.train.make", "--rerun")
+    assert checked.exit_code == 0, checked.output
+    assert "nothing to do" in cli(project, "init", "--yes", "--no-workflow").output
+
+
+def test_init_no_entry_and_an_existing_config_leave_the_training_unregistered(tmp_path):
+    from lockguard.config import load_config
+
+    project = team_repo(tmp_path / "p")
+    done = cli(project, "init", "--yes", "--no-entry", "--no-record", "--no-workflow")
+    assert done.exit_code == 0, done.output
+    assert load_config(project / "pyproject.toml").scenario == {}
+    again = cli(project, "init", "--yes", "--no-record", "--no-workflow")
+    assert again.exit_code == 0, again.output
+    assert ("`lockguard scenario add pkg.train:make --framework numpy`" in again.output), \
+        again.output
+    assert load_config(project / "pyproject.toml").scenario == {}
