@@ -403,6 +403,57 @@ def _entry_found(root: Path, entry: str) -> tuple[Path, Path] | None:
     return None
 
 
+# Below golden_dir: the trainings the pytest fixture registered for the gate, one a file
+# (<id>.toml, a scenario table), beside the goldens they are judged against.
+TRAININGS_DIR = "trainings"
+MAX_TRAININGS = 1000
+
+
+def registered_trainings(config: Config) -> dict[str, tuple[ScenarioConfig, str]]:
+    """id -> (scenario table, where it was read) of each training the lockguard_training
+    fixture registered in the golden store (golden_dir/trainings/<id>.toml, written when it
+    records the training's golden): an entry scenario, validated as the config's own tables
+    are (a ConfigError naming the file and key). An id the config's own tables name is left
+    out: the config's table is that scenario."""
+    folder = config.resolve(config.golden_dir) / TRAININGS_DIR
+    out: dict[str, tuple[ScenarioConfig, str]] = {}
+    for path in sorted(folder.glob("*.toml"))[:MAX_TRAININGS]:
+        sid = path.name.removesuffix(".toml")
+        if sid in config.scenario:
+            continue
+        if not SCENARIO_ID.fullmatch(sid):
+            raise ConfigError(f"{path}: {one_line(repr(sid), 80)} is not a scenario id: "
+                              f"{SCENARIO_ID_RULE}")
+        try:
+            table = ScenarioConfig.model_validate(_read_toml(path))
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {_describe(exc.errors())}") from None
+        if table.entry is None:
+            raise ConfigError(f"{path}: key 'entry': a registered training names an entry "
+                              f"({ENTRY_RULE})")
+        out[sid] = (table, str(path))
+    return out
+
+
+def register_training(config: Config, sid: str, entry: str, framework: str, steps: int,
+                      test: str) -> Path | None:
+    """Register the training `entry` the fixture judged in `test` (a pytest node id) as
+    scenario `sid` for the gate (registered_trainings), atomically; the file, or None when
+    it was there already with this text."""
+    path = config.resolve(config.golden_dir) / TRAININGS_DIR / f"{sid}.toml"
+    text = (toml.comment(f"Registered by the lockguard_training fixture in {test}: "
+                         "`lockguard check` and the A/B gate train it too (docs/scenarios.md, "
+                         "\"Goldens in pytest\").")
+            + toml.dumps({"entry": entry, "framework": framework, "steps": steps}))
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return None
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_text(path, text)
+    return path
+
+
 def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
                    ) -> list[tuple[Path, str, bool]]:
     """(path, what it is, whether everything below it counts too) of each file a run reads

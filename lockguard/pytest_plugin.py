@@ -48,10 +48,11 @@ def lockguard_training(request: Any) -> Callable[..., Any]:
     update = bool(request.config.getoption("lockguard_update"))
     env = request.config.getoption("lockguard_env")
     start = Path(str(request.path)).parent
+    test = request.node.nodeid
 
     def train(entry: str | Callable[..., Any], *, framework: str | None = None,
               steps: int | None = None, name: str | None = None) -> Any:
-        return _train(start, entry_name(entry), framework, steps, name, update, env)
+        return _train(start, entry_name(entry), framework, steps, name, update, env, test)
 
     return train
 
@@ -69,10 +70,11 @@ def entry_name(entry: str | Callable[..., Any]) -> str:
 
 
 def _train(start: Path, entry: str, framework: str | None, steps: int | None,
-           name: str | None, update: bool, env: str) -> Any:
+           name: str | None, update: bool, env: str, test: str) -> Any:
     """Record (first run, --lockguard-update) or check the entry's training; pytest.fail with
-    the gate's report when it does not pass."""
-    from lockguard.config import Options, load_config
+    the gate's report when it does not pass. A training the config does not register is
+    registered for the gate in the golden store when its golden is recorded."""
+    from lockguard.config import Options, load_config, register_training
     from lockguard.errors import LockguardError
     from lockguard.flows.check import GOLDENS, check
     from lockguard.flows.pipeline import plan
@@ -95,6 +97,9 @@ def _train(start: Path, entry: str, framework: str | None, steps: int | None,
         first = not gold.is_file()
         if update or first:
             report = record(settings, locks, [scenario])
+            if scenario.id not in config.scenario and report.passed and gold.is_file():
+                register_training(config, scenario.id, entry, scenario.framework,
+                                  scenario.steps, test)
         else:
             report = check(settings, locks, [scenario], GOLDENS)
     except LockguardError as exc:
@@ -111,7 +116,8 @@ def _train(start: Path, entry: str, framework: str | None, steps: int | None,
 def _scenario(config: Any, entry: str, framework: str | None, steps: int | None,
               name: str | None) -> Any:
     """The config's scenario of `entry` (by `name` when given), else one made for this test
-    alone: its golden is not gated by `lockguard check` until the config registers it."""
+    (framework and steps the test's, else those it registered last): recorded, it is
+    registered in the golden store, and `lockguard check` and the A/B gate train it too."""
     from lockguard.config import ENTRY, ENTRY_RULE
     from lockguard.errors import UsageError
     from lockguard.config import entry_module, entry_root
@@ -121,6 +127,13 @@ def _scenario(config: Any, entry: str, framework: str | None, steps: int | None,
         raise UsageError(f"{entry!r} is not an entry: {ENTRY_RULE}")
     found = [s for s in user_scenarios(config)
              if s.entry == entry and (name is None or s.id == name)]
+    # What a test registered is that test's training: the one of the id it names.
+    registered = [s for s in found if s.id not in config.scenario
+                  and s.id == (name or entry.replace(":", "."))]
+    found = [s for s in found if s.id in config.scenario]
+    if registered and not found:  # the test's own arguments win over what it registered
+        framework = framework or registered[0].framework
+        name, steps = registered[0].id, steps or registered[0].steps
     if found:
         if framework is not None and framework != found[0].framework:
             raise UsageError(f"scenario {found[0].id} of {config.source} trains {entry} with "
@@ -137,5 +150,5 @@ def _scenario(config: Any, entry: str, framework: str | None, steps: int | None,
         raise UsageError(f"{entry}: no module {entry.partition(':')[0]} in {config.root} "
                          "(nor in its src/)")
     return Scenario(id=name or entry.replace(":", "."), framework=framework,
-                    description=f"user entry {entry}", steps=steps or 20, script=module,
-                    entry=entry, root=entry_root(config.root, entry))
+                    description=f"the test suite's training {entry}", steps=steps or 20,
+                    script=module, entry=entry, root=entry_root(config.root, entry))

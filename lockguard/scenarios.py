@@ -13,7 +13,8 @@ from packaging.utils import canonicalize_name
 
 from lockguard.compare.tolerance import Tolerance
 from lockguard.config import (
-    DATA_RULE, Config, ConfigError, entry_module, entry_root, tolerance_value,
+    DATA_RULE, Config, ConfigError, entry_module, entry_root, registered_trainings,
+    tolerance_value,
 )
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
@@ -238,10 +239,14 @@ def libraries_of(scenario_id: str) -> frozenset[str]:
 
 
 def user_scenarios(config: Config) -> list[Scenario]:
-    """The config's own scenarios (20 steps unless set), in the config's order; a ConfigError
-    naming the key when a script is not a file or an entry's module is not in the project."""
+    """The config's own scenarios (20 steps unless set), in the config's order, then the
+    trainings the pytest fixture registered in the golden store (config.registered_trainings);
+    a ConfigError naming the key when a script is not a file or an entry's module is not in
+    the project."""
     out = []
-    for name, sc in config.scenario.items():
+    tables = [(name, sc, config.source) for name, sc in config.scenario.items()]
+    tables += [(name, sc, where) for name, (sc, where) in registered_trainings(config).items()]
+    for name, sc, source in tables:
         if sc.entry is not None:
             key, script = "entry", entry_module(config.root, sc.entry)
         else:
@@ -249,15 +254,17 @@ def user_scenarios(config: Config) -> list[Scenario]:
         try:
             found = script is not None and script.is_file()
         except OSError as exc:  # a name too long, a symlink loop
-            raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {script}: "
+            raise ConfigError(f"{source}: key 'scenario.{name}.{key}': {script}: "
                               f"{exc.strerror or exc}") from None
         if not found:
             what = (f"{sc.entry}: no module {sc.entry.partition(':')[0]} in {config.root} "
                     "(nor in its src/)"
                     if sc.entry is not None else f"{script} not found")
-            raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {what}")
+            raise ConfigError(f"{source}: key 'scenario.{name}.{key}': {what}")
+        described = (f"user script {sc.script}" if sc.entry is None else f"user entry {sc.entry}"
+                     if source == config.source else f"the test suite's training {sc.entry}")
         out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
-                            (f"user entry {sc.entry}" if sc.entry else f"user script {sc.script}"),
+                            described,
                             steps=sc.steps or 20, script=script, entry=sc.entry,
                             root=entry_root(config.root, sc.entry) if sc.entry else None,
                             data=data_files(config, name, sc.data),
@@ -318,6 +325,10 @@ def select(config: Config, requested: list[str]) -> list[Scenario]:
     wanted = requested or config.scenarios or []
     if not wanted:
         return list(known.values())
+    if not requested:
+        # The trainings the team's test suite registered are the team's own: the gate runs
+        # them whatever the config's `scenarios` selects (docs/scenarios.md).
+        wanted = [*wanted, *(sid for sid in registered_trainings(config) if sid not in wanted)]
     where = "" if requested else f"{config.source}: key 'scenarios': "
     out = []
     for name in wanted:

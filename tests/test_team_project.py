@@ -306,3 +306,60 @@ def test_init_no_entry_and_an_existing_config_leave_the_training_unregistered(tm
     assert ("`lockguard scenario add pkg.train:make --framework numpy`" in again.output), \
         again.output
     assert load_config(project / "pyproject.toml").scenario == {}
+
+
+# ------------------------------------------------- the gate trains the test suite's trainings
+
+UNREGISTERED_TEST = """
+def test_our_training(lockguard_training):
+    lockguard_training("pkg.train:make", framework="numpy", steps=5)
+"""
+
+
+def test_a_fixture_training_is_registered_for_the_gate_which_trains_it(pytester):
+    """The config does not name the training: its first recording registers it in the golden
+    store, and `lockguard check` (goldens) and the A/B gate select it beside the config's
+    `scenarios`, without running the test suite."""
+    project = make_project(pytester.path, 'lock = "new.txt"\nscenarios = ["numpy.mlp"]\n',
+                           files={"pkg/__init__.py": "", "pkg/train.py": TRAIN,
+                                  "test_train.py": UNREGISTERED_TEST},
+                           locks={"new.txt": DATA / "numpy-2.0.2.txt",
+                                  "old.txt": DATA / "numpy-1.26.4.txt"})
+    registration = project / "golden" / "trainings" / "pkg.train.make.toml"
+    pytester.runpytest_subprocess(*plugin_args()).assert_outcomes(failed=1)  # recorded
+    text = registration.read_text()
+    assert "test_train.py::test_our_training" in text
+    assert 'entry = "pkg.train:make"\nframework = "numpy"\nsteps = 5\n' in text
+    pytester.runpytest_subprocess(*plugin_args()).assert_outcomes(passed=1)
+    assert registration.read_text() == text  # a passing check rewrites nothing
+
+    assert cli(project, "record", "--env", "local", "--scenario", "numpy.mlp").exit_code == 0
+    checked = cli(project, "check", "--env", "local", "--format", "json")
+    assert checked.stdout.startswith("{"), checked.output
+    verdicts = {v["scenario"]: v["verdict"] for v in json.loads(checked.stdout)["verdicts"]}
+    assert verdicts.get("pkg.train.make") == "identical", checked.output
+    ab = cli(project, "check", "--baseline-lock", "old.txt", "--lock", "new.txt",
+             "--format", "json")
+    assert "pkg.train.make" in {v["scenario"] for v in json.loads(ab.stdout)["verdicts"]}, \
+        ab.output
+    # The team changes its training: the gate catches it, unasked.
+    (project / "pkg" / "train.py").write_text(TRAIN.replace("LR = 0.05", "LR = 0.06"))
+    drifted = cli(project, "check", "--env", "local", "--format", "json")
+    assert drifted.exit_code == 1, drifted.output
+    verdicts = {v["scenario"]: v["verdict"] for v in json.loads(drifted.stdout)["verdicts"]}
+    assert verdicts["pkg.train.make"] == "drift"
+
+
+def test_a_broken_registration_is_a_config_error_naming_its_file(tmp_path):
+    project = make_project(tmp_path / "p", 'lock = "new.txt"\n',
+                           files={"pkg/__init__.py": "", "pkg/train.py": TRAIN,
+                                  "golden/trainings/ours.toml": 'entry = "pkg.train:make"\n'
+                                                                'framework = "numpyy"\n'},
+                           locks={"new.txt": DATA / "numpy-2.0.2.txt"})
+    done = cli(project, "check", "--env", "local")
+    assert done.exit_code == 2 and "golden/trainings/ours.toml: key 'framework'" in done.output, \
+        done.output
+    (project / "golden/trainings/ours.toml").write_text('script = "pkg/train.py"\n'
+                                                        'framework = "numpy"\n')
+    done = cli(project, "check", "--env", "local")
+    assert done.exit_code == 2 and "names an entry" in done.output, done.output
