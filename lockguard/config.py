@@ -415,24 +415,46 @@ def registered_trainings(config: Config) -> dict[str, tuple[ScenarioConfig, str]
     records the training's golden): an entry scenario, validated as the config's own tables
     are (a ConfigError naming the file and key). An id the config's own tables name is left
     out: the config's table is that scenario."""
-    folder = config.resolve(config.golden_dir) / TRAININGS_DIR
     out: dict[str, tuple[ScenarioConfig, str]] = {}
-    for path in sorted(folder.glob("*.toml"))[:MAX_TRAININGS]:
+    for path in sorted(trainings_dir(config).glob("*.toml"))[:MAX_TRAININGS]:
         sid = path.name.removesuffix(".toml")
-        if sid in config.scenario:
-            continue
-        if not SCENARIO_ID.fullmatch(sid):
-            raise ConfigError(f"{path}: {one_line(repr(sid), 80)} is not a scenario id: "
-                              f"{SCENARIO_ID_RULE}")
-        try:
-            table = ScenarioConfig.model_validate(_read_toml(path))
-        except ValidationError as exc:
-            raise ConfigError(f"{path}: {_describe(exc.errors())}") from None
-        if table.entry is None:
-            raise ConfigError(f"{path}: key 'entry': a registered training names an entry "
-                              f"({ENTRY_RULE})")
-        out[sid] = (table, str(path))
+        if sid not in config.scenario:
+            out[sid] = (parse_training(_read_toml(path), sid, str(path)), str(path))
     return out
+
+
+def trainings_dir(config: Config) -> Path:
+    """Where the fixture registers trainings: golden_dir/trainings."""
+    return config.resolve(config.golden_dir) / TRAININGS_DIR
+
+
+def parse_training(data: dict[str, Any], sid: str, where: str) -> ScenarioConfig:
+    """A registered training's table (`where`: its file, for errors) validated as a scenario
+    table of the config, naming an entry; a ConfigError naming the file and key."""
+    if not SCENARIO_ID.fullmatch(sid):
+        raise ConfigError(f"{where}: {one_line(repr(sid), 80)} is not a scenario id: "
+                          f"{SCENARIO_ID_RULE}")
+    try:
+        table = ScenarioConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {_describe(exc.errors())}") from None
+    if table.entry is None:
+        raise ConfigError(f"{where}: key 'entry': a registered training names an entry "
+                          f"({ENTRY_RULE})")
+    return table
+
+
+def with_trainings(config: Config, trainings: dict[str, ScenarioConfig]) -> Config:
+    """`config` with `trainings` (registered ones, read elsewhere: the target's, for check
+    --base) as scenario tables of its own, selected beside its `scenarios` as registered
+    trainings are; its own tables win."""
+    new = {sid: t for sid, t in trainings.items() if sid not in config.scenario}
+    if not new:
+        return config
+    update: dict[str, Any] = {"scenario": {**config.scenario, **new}}
+    if config.scenarios:
+        update["scenarios"] = [*config.scenarios, *(s for s in new if s not in config.scenarios)]
+    return config.model_copy(update=update)
 
 
 def register_training(config: Config, sid: str, entry: str, framework: str, steps: int,
@@ -440,7 +462,7 @@ def register_training(config: Config, sid: str, entry: str, framework: str, step
     """Register the training `entry` the fixture judged in `test` (a pytest node id) as
     scenario `sid` for the gate (registered_trainings), atomically; the file, or None when
     it was there already with this text."""
-    path = config.resolve(config.golden_dir) / TRAININGS_DIR / f"{sid}.toml"
+    path = trainings_dir(config) / f"{sid}.toml"
     text = (toml.comment(f"Registered by the lockguard_training fixture in {test}: "
                          "`lockguard check` and the A/B gate train it too (docs/scenarios.md, "
                          "\"Goldens in pytest\").")

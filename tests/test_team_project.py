@@ -363,3 +363,30 @@ def test_a_broken_registration_is_a_config_error_naming_its_file(tmp_path):
                                                         'framework = "numpy"\n')
     done = cli(project, "check", "--env", "local")
     assert done.exit_code == 2 and "names an entry" in done.output, done.output
+
+
+def test_a_pull_request_that_deletes_a_registration_is_still_judged_by_it(tmp_path):
+    """check --base: the target's registered trainings are the judging set's, as its config's
+    scenarios are; the checkout's deletion of one does not take it out of the gate."""
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
+
+    project = make_project(tmp_path / "repo", 'lock = "requirements.txt"\n'
+                           'scenarios = ["numpy.mlp"]\n',
+                           files={"pkg/__init__.py": "", "pkg/train.py": TRAIN,
+                                  "golden/trainings/ours.toml": 'entry = "pkg.train:make"\n'
+                                                                'framework = "numpy"\n'
+                                                                'steps = 4\n'},
+                           locks={"requirements.txt": DATA / "numpy-1.26.4.txt"})
+    git("init", "-q", "-b", "main")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "main")
+    git("checkout", "-qb", "bump")
+    (project / "requirements.txt").write_bytes((DATA / "numpy-2.0.2.txt").read_bytes())
+    (project / "golden" / "trainings" / "ours.toml").unlink()
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "bump, unregister")
+    done = cli(project, "check", "--base", "main", "--format", "json")
+    assert done.stdout.startswith("{"), done.output
+    assert "ours" in {v["scenario"] for v in json.loads(done.stdout)["verdicts"]}, done.output
