@@ -7,6 +7,7 @@ shapes, the fixture) is tests/test_team_code.py, whose helpers these tests share
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -390,3 +391,35 @@ def test_a_pull_request_that_deletes_a_registration_is_still_judged_by_it(tmp_pa
     done = cli(project, "check", "--base", "main", "--format", "json")
     assert done.stdout.startswith("{"), done.output
     assert "ours" in {v["scenario"] for v in json.loads(done.stdout)["verdicts"]}, done.output
+
+
+def test_on_a_terminal_init_asks_about_the_training_first(tmp_path):
+    """Its answer changes the config the next question shows; no template is offered then."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    project = team_repo(tmp_path / "p")
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's lockguard
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "lockguard", "init"], cwd=project,
+                                env=env, stdin=follower, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        # The training: no; the config: yes; the template, recording, the workflow: no.
+        os.write(leader, b"n\ny\nn\nn\nn\n")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert proc.returncode == 0, out + err
+    # The prompts, in order (a pipe gets no echo of the answers: they share a line).
+    asked = re.findall(r"(?:^|: )([A-Z][^\n]*?\?) \[", out, re.M)
+    assert len(asked) >= 2, out + err
+    assert asked[0].startswith("Guard your own training, pkg.train:make (make(seed)"), out
+    assert "Write the config (lock requirements.txt; scenarios numpy.mlp) to" in asked[1], out
+    assert "Also write scenarios/my_model.py" in out  # declined the entry: the template offered
+    assert "entry" not in (project / "pyproject.toml").read_text()

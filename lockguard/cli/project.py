@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -345,14 +346,17 @@ def init(directory, locks, config_name, template, entry, record_goldens, workflo
     for line in setup.describe(found):
         click.echo(line)
     if not yes:
+        # First, as it changes the config the next question shows.
+        own = offered and ask(entry, f"Guard your own training, {found.training.entry} "
+                              f"({found.training.shape}), as scenario "
+                              f"{found.training.scenario_id}?", True)
+        if own != choices.entry:
+            plan = setup.prepare(found, replace(choices, entry=own))
         if plan.config_text is not None and not click.confirm(
                 f"Write the config ({plan.config_summary}) to {setup.config_place(found)}?",
                 default=True):
             click.echo("lockguard: nothing written", err=True)
             sys.exit(1)
-        own = offered and ask(entry, f"Guard your own training, {found.training.entry} "
-                              f"({found.training.shape}), as scenario "
-                              f"{found.training.scenario_id}?", True)
         new_template = not own and not os.path.lexists(found.project / found.template)
         choices = setup.Choices(
             template=ask(template, f"Also write {found.template.as_posix()}, a scenario that "
