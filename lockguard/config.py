@@ -458,7 +458,7 @@ def with_trainings(config: Config, trainings: dict[str, ScenarioConfig]) -> Conf
 
 
 def register_training(config: Config, sid: str, entry: str, framework: str, steps: int,
-                      test: str) -> Path | None:
+                      test: str, data: tuple[str, ...] = ()) -> Path | None:
     """Register the training `entry` the fixture judged in `test` (a pytest node id) as
     scenario `sid` for the gate (registered_trainings), atomically; the file, or None when
     it was there already with this text."""
@@ -466,7 +466,8 @@ def register_training(config: Config, sid: str, entry: str, framework: str, step
     text = (toml.comment(f"Registered by the lockguard_training fixture in {test}: "
                          "`lockguard check` and the A/B gate train it too (docs/scenarios.md, "
                          "\"Goldens in pytest\").")
-            + toml.dumps({"entry": entry, "framework": framework, "steps": steps}))
+            + toml.dumps({"entry": entry, "framework": framework, "steps": steps,
+                          **({"data": list(data)} if data else {})}))
     try:
         if path.read_text(encoding="utf-8") == text:
             return None

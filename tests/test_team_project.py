@@ -423,3 +423,31 @@ def test_on_a_terminal_init_asks_about_the_training_first(tmp_path):
     assert "Write the config (lock requirements.txt; scenarios numpy.mlp) to" in asked[1], out
     assert "Also write scenarios/my_model.py" in out  # declined the entry: the template offered
     assert "entry" not in (project / "pyproject.toml").read_text()
+
+
+def test_a_fixture_trainings_data_is_registered_and_digested_by_the_gate(pytester):
+    project = make_project(pytester.path, 'lock = "new.txt"\nscenarios = []\n',
+                           files={"pkg/__init__.py": "", "pkg/train.py": READS_DATA,
+                                  "data/slice.csv": SLICE + "\n", "test_train.py": """
+        def test_our_training(lockguard_training):
+            lockguard_training("pkg.train:make", framework="numpy", steps=5,
+                               data=["data/*.csv"])
+        """}, locks={"new.txt": DATA / "numpy-2.0.2.txt"})
+    pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv",
+                                  "--lockguard-update").assert_outcomes(passed=1)
+    registration = project / "golden" / "trainings" / "pkg.train.make.toml"
+    assert 'data = [\n    "data/*.csv",\n]' in registration.read_text() or \
+        'data = ["data/*.csv"]' in registration.read_text(), registration.read_text()
+    unrun = cli(project, "check", "--scenario", "pkg.train.make", "--format", "json")
+    assert "not re-run" in json.dumps(json.loads(unrun.stdout)["verdicts"][0]), unrun.output
+    (project / "data" / "slice.csv").write_text(SLICE.replace("-3.0", "-2.5", 1) + "\n")
+    rerun = cli(project, "check", "--scenario", "pkg.train.make", "--format", "json")
+    assert json.loads(rerun.stdout)["verdicts"][0]["verdict"] == "drift", rerun.output
+    # The test without data= now: the registration's data is kept, not dropped.
+    pytester.makepyfile(test_train="""
+        def test_our_training(lockguard_training):
+            lockguard_training("pkg.train:make", steps=5)
+        """)
+    pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv",
+                                  "--lockguard-update").assert_outcomes(passed=1)
+    assert "data/*.csv" in registration.read_text()
