@@ -406,7 +406,6 @@ def _entry_found(root: Path, entry: str) -> tuple[Path, Path] | None:
 # Below golden_dir: the trainings the pytest fixture registered for the gate, one a file
 # (<id>.toml, a scenario table), beside the goldens they are judged against.
 TRAININGS_DIR = "trainings"
-MAX_TRAININGS = 1000
 
 
 def registered_trainings(config: Config) -> dict[str, tuple[ScenarioConfig, str]]:
@@ -416,7 +415,7 @@ def registered_trainings(config: Config) -> dict[str, tuple[ScenarioConfig, str]
     are (a ConfigError naming the file and key). An id the config's own tables name is left
     out: the config's table is that scenario."""
     out: dict[str, tuple[ScenarioConfig, str]] = {}
-    for path in sorted(trainings_dir(config).glob("*.toml"))[:MAX_TRAININGS]:
+    for path in sorted(trainings_dir(config).glob("*.toml")):
         sid = path.name.removesuffix(".toml")
         if sid not in config.scenario:
             out[sid] = (parse_training(_read_toml(path), sid, str(path)), str(path))

@@ -267,18 +267,20 @@ def user_scenarios(config: Config) -> list[Scenario]:
                             described,
                             steps=sc.steps or 20, script=script, entry=sc.entry,
                             root=entry_root(config.root, sc.entry) if sc.entry else None,
-                            data=data_files(config, name, sc.data),
+                            data=data_files(config, name, sc.data, source),
                             data_root=config.root if sc.data else None,
                             tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
 
 
-def data_files(config: Config, name: str, patterns: list[str]) -> tuple[Path, ...]:
+def data_files(config: Config, name: str, patterns: list[str],
+               source: str | None = None) -> tuple[Path, ...]:
     """The files scenario `name`'s `data` patterns match below the config's folder, sorted,
-    each once; a ConfigError naming the key for a pattern that matches no file (a misspelt
-    slice would leave the data out of the digest) or a file that lies outside the folder
-    (through a link: runs and the digest read only the project)."""
-    key = f"{config.source}: key 'scenario.{name}.data'"
+    each once; a ConfigError naming the key (in `source`, the config's by default) for a
+    pattern that matches no file (a misspelt slice would leave the data out of the digest) or
+    a file that lies outside the folder (through a link: runs and the digest read only the
+    project)."""
+    key = f"{source or config.source}: key 'scenario.{name}.data'"
     root = os.path.realpath(config.root)
     found: dict[Path, None] = {}
     for pattern in patterns:
