@@ -77,6 +77,12 @@ ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*
 ENTRY_RULE = "module:function, e.g. pkg.train:make (the module importable from the config's folder)"
 
 
+def entry_id(entry: str) -> str:
+    """The id of an entry's scenario unless named otherwise (`scenario add`, init, the pytest
+    fixture): "pkg.train:make" -> "pkg.train.make"."""
+    return entry.replace(":", ".")
+
+
 DATA_RULE = ("a path or glob relative to the config's folder, inside it (data/slice.npz, "
              "data/*.csv)")
 MAX_DATA_PATTERNS = 64

@@ -56,7 +56,9 @@ class Asked:
     @property
     def id(self) -> str:
         """The scenario's id: `name`, else the entry's (as `scenario add` names it)."""
-        return self.name or self.entry.replace(":", ".")
+        from lockguard.config import entry_id
+
+        return self.name or entry_id(self.entry)
 
 
 @pytest.fixture

@@ -307,9 +307,8 @@ def init(directory, locks, config_name, template, entry, record_goldens, workflo
     goldens on this machine and write a GitHub workflow that runs the gate with the action.
     Your own training function, when your package has one (train.py's fit(steps, seed) or
     make(seed)), as a scenario; else, optionally, a scenario template that trains your own
-    model. Asks on a terminal; --yes takes
-    the defaults. What is there already (a config, a workflow, goldens) is left as it is: a
-    second run changes nothing.
+    model. Asks on a terminal; --yes takes the defaults. What is there already (a config, a
+    workflow, goldens) is left as it is: a second run changes nothing.
 
     Exits 0 when done (or nothing to do), 1 when a golden could not be recorded or the config
     was declined at the prompt, 2 when refused: no lock found, or no terminal to ask on and

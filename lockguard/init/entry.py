@@ -10,17 +10,11 @@ from pathlib import Path
 from lockguard import toml
 from lockguard.config import (
     ENTRY, ENTRY_RULE, MAX_CONFIG_BYTES, SCENARIO_ID, SCENARIO_ID_RULE, Config, ConfigError,
-    lockguard_table, parse_config,
+    entry_id, lockguard_table, parse_config,
 )
 from lockguard.errors import UsageError, one_line
 from lockguard.files import read_bytes, write_text
 from lockguard.scenarios import all_scenarios
-
-
-def entry_id(entry: str) -> str:
-    """The id of an entry's scenario unless named otherwise: "pkg.train:make" ->
-    "pkg.train.make"."""
-    return entry.replace(":", ".")
 
 
 def entry_lines(pyproject: bool, sid: str, entry: str, framework: str,

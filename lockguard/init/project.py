@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockguard.config import MAX_CONFIG_BYTES, load_config
+from lockguard.config import MAX_CONFIG_BYTES, entry_id, load_config
 from lockguard.errors import UsageError, one_line
 from lockguard.files import ReadError, display_path, read_bytes, repo_root
 from lockguard.gitref import default_branch
@@ -105,7 +105,7 @@ class Training:
     @property
     def scenario_id(self) -> str:
         """The scenario's id, as `lockguard scenario add` names it by default."""
-        return self.entry.replace(":", ".")
+        return entry_id(self.entry)
 
 
 @dataclass(frozen=True)
