@@ -132,8 +132,8 @@ def _train(start: Path, asked: Asked, update: bool, env: str) -> Any:
     if not report.passed or report.skipped or (update or first) and not gold.is_file():
         pytest.fail(text.render(report, width=100), pytrace=False)
     if first and not update:
-        pytest.fail(f"lockguard_training({asked.entry}): no golden yet: recorded {gold} (commit it; "
-                    "the next run compares with it)", pytrace=False)
+        pytest.fail(f"lockguard_training({asked.entry}): no golden yet: recorded {gold} "
+                    "(commit it; the next run compares with it)", pytrace=False)
     return report
 
 
@@ -142,7 +142,9 @@ def _scenario(config: Any, asked: Asked) -> tuple[Any, Asked]:
     (framework, steps and data the test's, else those it registered last): recorded, it is
     registered in the golden store, and `lockguard check` and the A/B gate train it too. With
     it, `asked` as it stands once what the test left out is taken from its registration."""
-    from lockguard.config import ENTRY, ENTRY_RULE, entry_module, entry_root, registered_trainings
+    from lockguard.config import (
+        ENTRY, ENTRY_RULE, entry_module, entry_root, registered_trainings,
+    )
     from lockguard.errors import UsageError
     from lockguard.scenarios import Scenario, data_files, user_scenarios
 

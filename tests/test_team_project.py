@@ -391,6 +391,9 @@ def test_a_pull_request_that_deletes_a_registration_is_still_judged_by_it(tmp_pa
     done = cli(project, "check", "--base", "main", "--format", "json")
     assert done.stdout.startswith("{"), done.output
     assert "ours" in {v["scenario"] for v in json.loads(done.stdout)["verdicts"]}, done.output
+    text = cli(project, "check", "--base", "main")
+    assert ("the test suite's training ours unregistered (golden/trainings/ours.toml removed): "
+            "main's registration still judges it") in " ".join(text.output.split()), text.output
 
 
 def test_on_a_terminal_init_asks_about_the_training_first(tmp_path):

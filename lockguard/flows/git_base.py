@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lockguard import gitref
 from lockguard.config import (
     CONFIG_NAMES, Config, ConfigError, ScenarioConfig, entry_module, lockguard_table,
-    parse_config, parse_training, trainings_dir, with_trainings,
+    parse_config, parse_training, registered_trainings, trainings_dir, with_trainings,
 )
 from lockguard.files import EscapeError, display_path, refuse_escape, scratch_dir
 from lockguard.flows.ab import check_ab
@@ -141,7 +141,8 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
         else:
             # The trainings the target's test suite registered are judged too: a pull request
             # that deletes a registration does not take its training out of its own gate.
-            judging, source = with_trainings(target, _tip_trainings(base, target)), "base"
+            registered = _tip_trainings(base, target)
+            judging, source = with_trainings(target, registered), "base"
             judged_by = f"{short}@{base.tip[:7]}:{target_file}"
         cli = [Path(p).absolute() for p in cli_locks]
         head_paths = cli or _configured(config)
@@ -162,6 +163,13 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
         if target is not None:
             gate.changes = _config_moved(base, short, target_file, config)
             gate.changes += config_changes(target, config)
+            if source == "base":
+                folder = base.rel(trainings_dir(config))
+                gate.changes += [
+                    f"the test suite's training {sid} unregistered ({folder}/{sid}.toml "
+                    f"removed): {short}'s registration still judges it"
+                    for sid in sorted(set(registered) - set(registered_trainings(config)))
+                    if sid not in config.scenario]
         gate.changes += _pair_changes(gate)
         if target is not None:
             gate.code_changes = _code_changed(base, judging, config)
