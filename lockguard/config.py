@@ -4,6 +4,7 @@ Unknown keys are errors, because a misspelt `tolerence` silently ignored would m
 looser than its owner believes. Paths in the config are relative to the file that holds it.
 """
 
+import glob
 import os
 import re
 import shutil
@@ -76,6 +77,17 @@ ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*
 ENTRY_RULE = "module:function, e.g. pkg.train:make (the module importable from the config's folder)"
 
 
+def entry_id(entry: str) -> str:
+    """The id of an entry's scenario unless named otherwise (`scenario add`, init, the pytest
+    fixture): "pkg.train:make" -> "pkg.train.make"."""
+    return entry.replace(":", ".")
+
+
+DATA_RULE = ("a path or glob relative to the config's folder, inside it (data/slice.npz, "
+             "data/*.csv)")
+MAX_DATA_PATTERNS = 64
+
+
 class ScenarioConfig(_Strict):
     """[tool.lockguard.scenario.<id>]: a user scenario, either a `script` defining
     `run(steps, seed)` (relative to the config's folder) or an `entry`, a function of the
@@ -89,6 +101,19 @@ class ScenarioConfig(_Strict):
     tolerance: ToleranceSetting | None = None
     device: Device | None = None
     description: str = ""
+    # Files the training reads from outside its code (a dataset's small fixed slice): paths or
+    # globs relative to the config's folder, inside it. Their bytes enter the inputs digest
+    # (scenarios.inputs_digest): a changed slice re-runs the scenario, never a stale PASS.
+    data: list[str] = Field(default_factory=list, max_length=MAX_DATA_PATTERNS)
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            parts = Path(pattern).parts
+            if not pattern or Path(pattern).is_absolute() or ".." in parts or "\\" in pattern:
+                raise ValueError(f"{one_line(repr(pattern), 80)}: {DATA_RULE}")
+        return value
 
     @field_validator("entry")
     @classmethod
@@ -352,21 +377,117 @@ def find_python(python: str, root: Path) -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
+# Where a project keeps the code an entry names, below the config's folder: the folder itself,
+# or src/ (the src layout: src/pkg/train.py, importable once src/ is on sys.path).
+IMPORT_ROOTS = (".", "src")
+
+
 def entry_module(root: Path, entry: str) -> Path | None:
     """The file of an entry's module ("pkg.train:make" -> root/pkg/train.py, or its package's
-    __init__.py), as the harness imports it with `root` first on sys.path; None if neither."""
-    base = Path(root, *entry.partition(":")[0].split("."))
-    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
+    __init__.py; else the same below root/src), as the harness imports it with its import
+    root (entry_root) first on sys.path; None if none."""
+    found = _entry_found(root, entry)
+    return found[1] if found is not None else None
+
+
+def entry_root(root: Path, entry: str) -> Path | None:
+    """The folder an entry's module is imported from: the config's folder `root`, or its src/
+    for a src layout (the first that holds the module, as entry_module finds it); None if
+    neither does."""
+    found = _entry_found(root, entry)
+    return found[0] if found is not None else None
+
+
+def _entry_found(root: Path, entry: str) -> tuple[Path, Path] | None:
+    parts = entry.partition(":")[0].split(".")
+    for below in IMPORT_ROOTS:
+        base = Path(root) if below == "." else Path(root, below)
+        module = Path(base, *parts)
+        for candidate in (module.with_name(module.name + ".py"), module / "__init__.py"):
+            if candidate.is_file():
+                return base, candidate
     return None
+
+
+# Below golden_dir: the trainings the pytest fixture registered for the gate, one a file
+# (<id>.toml, a scenario table), beside the goldens they are judged against.
+TRAININGS_DIR = "trainings"
+
+
+def registered_trainings(config: Config) -> dict[str, tuple[ScenarioConfig, str]]:
+    """id -> (scenario table, where it was read) of each training the lockguard_training
+    fixture registered in the golden store (golden_dir/trainings/<id>.toml, written when it
+    records the training's golden): an entry scenario, validated as the config's own tables
+    are (a ConfigError naming the file and key). An id the config's own tables name is left
+    out: the config's table is that scenario."""
+    out: dict[str, tuple[ScenarioConfig, str]] = {}
+    for path in sorted(trainings_dir(config).glob("*.toml")):
+        sid = path.name.removesuffix(".toml")
+        if sid not in config.scenario:
+            out[sid] = (parse_training(_read_toml(path), sid, str(path)), str(path))
+    return out
+
+
+def trainings_dir(config: Config) -> Path:
+    """Where the fixture registers trainings: golden_dir/trainings."""
+    return config.resolve(config.golden_dir) / TRAININGS_DIR
+
+
+def parse_training(data: dict[str, Any], sid: str, where: str) -> ScenarioConfig:
+    """A registered training's table (`where`: its file, for errors) validated as a scenario
+    table of the config, naming an entry; a ConfigError naming the file and key."""
+    if not SCENARIO_ID.fullmatch(sid):
+        raise ConfigError(f"{where}: {one_line(repr(sid), 80)} is not a scenario id: "
+                          f"{SCENARIO_ID_RULE}")
+    try:
+        table = ScenarioConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {_describe(exc.errors())}") from None
+    if table.entry is None:
+        raise ConfigError(f"{where}: key 'entry': a registered training names an entry "
+                          f"({ENTRY_RULE})")
+    return table
+
+
+def with_trainings(config: Config, trainings: dict[str, ScenarioConfig]) -> Config:
+    """`config` with `trainings` (registered ones, read elsewhere: the target's, for check
+    --base) as scenario tables of its own, selected beside its `scenarios` as registered
+    trainings are; its own tables win."""
+    new = {sid: t for sid, t in trainings.items() if sid not in config.scenario}
+    if not new:
+        return config
+    update: dict[str, Any] = {"scenario": {**config.scenario, **new}}
+    if config.scenarios:
+        update["scenarios"] = [*config.scenarios, *(s for s in new if s not in config.scenarios)]
+    return config.model_copy(update=update)
+
+
+def register_training(config: Config, sid: str, entry: str, framework: str, steps: int,
+                      test: str, data: tuple[str, ...] = ()) -> Path | None:
+    """Register the training `entry` the fixture judged in `test` (a pytest node id) as
+    scenario `sid` for the gate (registered_trainings), atomically; the file, or None when
+    it was there already with this text."""
+    path = trainings_dir(config) / f"{sid}.toml"
+    text = (toml.comment(f"Registered by the lockguard_training fixture in {test}: "
+                         "`lockguard check` and the A/B gate train it too (docs/scenarios.md, "
+                         "\"Goldens in pytest\").")
+            + toml.dumps({"entry": entry, "framework": framework, "steps": steps,
+                          **({"data": list(data)} if data else {})}))
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return None
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_text(path, text)
+    return path
 
 
 def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
                    ) -> list[tuple[Path, str, bool]]:
     """(path, what it is, whether everything below it counts too) of each file a run reads
     and a report must never replace: the config file, every lock (configured or given) and
-    its requirements input, every user scenario's script, and golden_dir."""
+    its requirements input, every user scenario's script (or entry module) and data, and
+    golden_dir."""
     found: list[tuple[Path, str, bool]] = []
     if config.file is not None:
         found.append((config.file, "the config file", False))
@@ -382,6 +503,10 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
         what = "script" if sc.script is not None else "entry module"
         if code is not None:
             found.append((code, f"the {what} of scenario {name}", False))
+        for pattern in sc.data:
+            paths = (sorted(config.root.glob(pattern)) if glob.has_magic(pattern)
+                     else [config.resolve(pattern)])
+            found += [(path, f"data of scenario {name}", False) for path in paths]
     found.append((config.resolve(config.golden_dir), "golden_dir", True))
     return found
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,14 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from lockguard.compare.tolerance import Tolerance
-from lockguard.config import Config, ConfigError, entry_module, tolerance_value
+from lockguard.config import (
+    DATA_RULE, Config, ConfigError, entry_module, entry_root, registered_trainings,
+    tolerance_value,
+)
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
 from lockguard.errors import did_you_mean, one_line
-from lockguard.files import MiB, listing, read_bytes
+from lockguard.files import MiB, listing, read_bytes, sha256_file
 from lockguard.locks.families import REACH_WORDS, reaches
 
 if TYPE_CHECKING:
@@ -39,9 +43,14 @@ class Scenario:
     family: str | None = None  # mlp | lm | cnn: one family's scenarios share data and weights
     script: Path | None = None  # user scenarios only; an entry's: its module's file
     # A user scenario that names a function of the project's code ("pkg.train:make") rather
-    # than a script: the harness imports it with `root` (the config's folder) on sys.path.
+    # than a script: the harness imports it with `root` on sys.path (the config's folder, or
+    # its src/ for a src layout: config.entry_root).
     entry: str | None = None
     root: Path | None = None
+    # The files a user scenario's `data` names (its globs expanded, config.ScenarioConfig):
+    # their bytes are in the inputs digest, relative to `data_root` (the config's folder).
+    data: tuple[Path, ...] = ()
+    data_root: Path | None = None
     tolerance: Tolerance | None = None  # the scenario's own (config: "exact" normalised)
     device: str | None = None  # overrides the lock's / config's expected device
     # How the bundled training executes ("eager", "torch.compile (inductor)", "jax.jit (XLA)"),
@@ -230,10 +239,14 @@ def libraries_of(scenario_id: str) -> frozenset[str]:
 
 
 def user_scenarios(config: Config) -> list[Scenario]:
-    """The config's own scenarios (20 steps unless set), in the config's order; a ConfigError
-    naming the key when a script is not a file or an entry's module is not in the project."""
+    """The config's own scenarios (20 steps unless set), in the config's order, then the
+    trainings the pytest fixture registered in the golden store (config.registered_trainings);
+    a ConfigError naming the key when a script is not a file or an entry's module is not in
+    the project."""
     out = []
-    for name, sc in config.scenario.items():
+    tables = [(name, sc, config.source) for name, sc in config.scenario.items()]
+    tables += [(name, sc, where) for name, (sc, where) in registered_trainings(config).items()]
+    for name, sc, source in tables:
         if sc.entry is not None:
             key, script = "entry", entry_module(config.root, sc.entry)
         else:
@@ -241,18 +254,47 @@ def user_scenarios(config: Config) -> list[Scenario]:
         try:
             found = script is not None and script.is_file()
         except OSError as exc:  # a name too long, a symlink loop
-            raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {script}: "
+            raise ConfigError(f"{source}: key 'scenario.{name}.{key}': {script}: "
                               f"{exc.strerror or exc}") from None
         if not found:
-            what = (f"{sc.entry}: no module {sc.entry.partition(':')[0]} in {config.root}"
+            what = (f"{sc.entry}: no module {sc.entry.partition(':')[0]} in {config.root} "
+                    "(nor in its src/)"
                     if sc.entry is not None else f"{script} not found")
-            raise ConfigError(f"{config.source}: key 'scenario.{name}.{key}': {what}")
+            raise ConfigError(f"{source}: key 'scenario.{name}.{key}': {what}")
+        described = (f"user script {sc.script}" if sc.entry is None else f"user entry {sc.entry}"
+                     if source == config.source else f"the test suite's training {sc.entry}")
         out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
-                            (f"user entry {sc.entry}" if sc.entry else f"user script {sc.script}"),
+                            described,
                             steps=sc.steps or 20, script=script, entry=sc.entry,
-                            root=config.root if sc.entry is not None else None,
+                            root=entry_root(config.root, sc.entry) if sc.entry else None,
+                            data=data_files(config, name, sc.data, source),
+                            data_root=config.root if sc.data else None,
                             tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
+
+
+def data_files(config: Config, name: str, patterns: list[str],
+               source: str | None = None) -> tuple[Path, ...]:
+    """The files scenario `name`'s `data` patterns match below the config's folder, sorted,
+    each once; a ConfigError naming the key (in `source`, the config's by default) for a
+    pattern that matches no file (a misspelt slice would leave the data out of the digest) or
+    a file that lies outside the folder (through a link: runs and the digest read only the
+    project)."""
+    key = f"{source or config.source}: key 'scenario.{name}.data'"
+    root = os.path.realpath(config.root)
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        try:
+            matches = [p for p in config.root.glob(pattern) if p.is_file()]
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{key}: {pattern!r}: {exc}") from None
+        if not matches:
+            raise ConfigError(f"{key}: {pattern!r} matches no file in {config.root}")
+        for path in sorted(matches):
+            if not os.path.realpath(path).startswith(root + os.sep):
+                raise ConfigError(f"{key}: {path} leads out of {config.root}: {DATA_RULE}")
+            found[path] = None
+    return tuple(found)
 
 
 def entry_files(root: Path, entry: str) -> list[Path]:
@@ -285,6 +327,10 @@ def select(config: Config, requested: list[str]) -> list[Scenario]:
     wanted = requested or config.scenarios or []
     if not wanted:
         return list(known.values())
+    if not requested:
+        # The trainings the team's test suite registered are the team's own: the gate runs
+        # them whatever the config's `scenarios` selects (docs/scenarios.md).
+        wanted = [*wanted, *(sid for sid in registered_trainings(config) if sid not in wanted)]
     where = "" if requested else f"{config.source}: key 'scenarios': "
     out = []
     for name in wanted:
@@ -331,7 +377,8 @@ def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, 
     `environment` names the backend and interpreter (a cp311 venv and a cp312 one install other
     wheels from one lock). A user script is hashed with every file beside it, which it may
     import (the harness puts its folder on sys.path) or read (a table, a config): a file up to
-    MAX_SCRIPT_BYTES by its content, a larger one by its size and modification time."""
+    MAX_SCRIPT_BYTES by its content, a larger one by its size and modification time. The files
+    a scenario's `data` names are hashed by every byte, whatever their size."""
     h = hashlib.sha256()
     parts = [lock_hash, harness, scenario.id, scenario.framework, str(steps), str(seed), device,
              str(threads), environment]
@@ -346,6 +393,14 @@ def inputs_digest(scenario: Scenario, *, lock_hash: str, steps: int, seed: int, 
             if sibling == scenario.script or not sibling.is_file():
                 continue
             _hash_file(h, sibling, sibling.name, "file beside a scenario script")
+    for path in scenario.data:
+        # Every byte, whatever the size: the team named these files (a small fixed slice).
+        name = path.relative_to(scenario.data_root) if scenario.data_root else path
+        h.update(b"\0data\0" + Path(name).as_posix().encode() + b"\0")
+        try:
+            h.update(sha256_file(path).encode())
+        except OSError:  # gone since the config was read: a digest no golden has
+            h.update(b"\0gone")
     return h.hexdigest()
 
 

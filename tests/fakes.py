@@ -63,11 +63,13 @@ def other_cpu() -> dict:
     return zen2 if same else zen3
 
 
-def _code_salt(script: Path) -> str:
+def _code_salt(script: Path, project: Path | None = None) -> str:
     """A salt of a user scenario's code: its script and the files beside it (what a real run
-    would import or read)."""
+    would import or read), and its project's data/ folder (a dataset it reads from outside its
+    code, named in its `data` or not: the run reads it either way)."""
     h = hashlib.sha256()
-    for path in sorted(p for p in Path(script).parent.iterdir() if p.is_file()):
+    data = sorted(Path(project, "data").glob("*")) if project is not None else []
+    for path in sorted(p for p in Path(script).parent.iterdir() if p.is_file()) + data:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return "+code-" + h.hexdigest()[:8]
 
@@ -143,7 +145,8 @@ class FakeEnv:
                              error="RuntimeError: boom" if behaviour == "crash" else
                              f"no result after {request.timeout}s")
         # A user scenario's numbers move with its code too, as a real run's would.
-        code = _code_salt(request.script) if request.script is not None else ""
+        code = (_code_salt(request.script, request.project) if request.script is not None
+                else "")
         # ...and with a variable that changes numerics, as XLA_FLAGS does a real run's.
         code += os.environ.get("XLA_FLAGS", "")
         if request.script is not None:

@@ -4,8 +4,9 @@ at the end of this file; docs/performance.md, "Shortcuts").
 
 `check` answers a scenario from its golden's provenance (`unchanged`, nothing run) while its
 inputs digest holds. A random walk mutates what a run depends on (the lock, the scenario's
-script, a helper module and a data file beside it, the steps, the harness code, a variable the
-training sees that changes its numbers) and after every
+script, a helper module and a data file beside it, a dataset slice outside its folder that its
+`data` names, the steps, the harness code, a variable the training sees that changes its
+numbers) and after every
 step asks both: the check with the shortcut, and the same check with it off (`--rerun`).
 Whenever the shortcut answers, the cold run must find the golden still true (identical); where
 it does not answer, both must agree. The fake backend's runs move with exactly those inputs
@@ -30,12 +31,13 @@ from lockguard.scenarios import all_scenarios
 from lockguard.settings import Settings
 
 SCRIPT = "import helper\n\n\ndef run(steps, seed):\n    return [helper.SCALE * 1.0] * steps\n"
-MUTATIONS = ("lock", "script", "helper", "data", "steps", "harness", "environment")
+MUTATIONS = ("lock", "script", "helper", "data", "slice", "steps", "harness", "environment")
 
 
 def project(root: Path, steps: int) -> Config:
     config = Config(root=root, golden_dir="golden", steps=steps,
-                    scenario={"mine": {"script": "sc/mine.py", "framework": "numpy"}})
+                    scenario={"mine": {"script": "sc/mine.py", "framework": "numpy",
+                                       "data": ["data/*.csv"]}})
     return config
 
 
@@ -50,6 +52,8 @@ def mutate(what: str, root: Path, state: dict, rng: random.Random) -> None:
         (root / "sc" / "helper.py").write_text(f"SCALE = {n % 7 + 1}\n")
     elif what == "data":
         (root / "sc" / "table.json").write_text(f'{{"rows": {n}}}\n')
+    elif what == "slice":  # outside the script's folder: in the digest through `data`
+        (root / "data" / "slice.csv").write_text(f"{n},{n % 13}\n")
     elif what == "steps":
         state["steps"] = 4 if state["steps"] == 5 else 5
     elif what == "harness":
@@ -66,6 +70,8 @@ def test_the_golden_shortcut_answers_only_what_a_cold_run_confirms(tmp_path, mon
     (root / "sc" / "mine.py").write_text(SCRIPT)
     (root / "sc" / "helper.py").write_text("SCALE = 1\n")
     (root / "sc" / "table.json").write_text('{"rows": 0}\n')
+    (root / "data").mkdir()
+    (root / "data" / "slice.csv").write_text("0,0\n")
     state = {"numpy": "1.26.4", "steps": 4, "harness": "harness-0", "xla": ""}
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     # The harness's code is part of a golden's inputs: a changed harness is another digest.

@@ -667,3 +667,26 @@ def test_cli_build_reuses_and_check_runs_in_the_image(engine, numpy_image, tmp_p
     dead = run_cli("check", "--rerun", cwd=project,
                    env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
     assert dead.returncode == 2 and "no-such.sock" in dead.stderr
+
+
+def test_a_src_layout_entry_runs_from_the_project_mounted_with_src_its_root(tmp_path,
+                                                                           monkeypatch):
+    """src/pkg/train.py: the project is mounted (its data beside src/ with it), the harness
+    imports from the mount's src/."""
+    from lockguard.config import load_config
+    from lockguard.scenarios import user_scenarios
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    project = tmp_path / "project"
+    (project / "src" / "pkg").mkdir(parents=True)
+    (project / "src" / "pkg" / "train.py").write_text("def make(seed): ...\n")
+    (project / "lockguard.toml").write_text('[scenario.ours]\nentry = "pkg.train:make"\n'
+                                            'framework = "numpy"\n')
+    [scenario] = user_scenarios(load_config(start=project))
+    assert scenario.root == project / "src"
+    request = scenario.request(steps=3, seed=0, device="cpu", threads=1, timeout=9,
+                               project=project)
+    argv = _env_for("cpu").docker_argv(request, tmp_path, "lockguard-x")
+    assert f"{project.resolve()}:{USER_MOUNT}:ro" in argv
+    harness = argv[argv.index("--entry"):]
+    assert harness[:4] == ["--entry", "pkg.train:make", "--root", f"{USER_MOUNT}/src"]

@@ -281,6 +281,14 @@ def definitions(pattern: str, exclude: tuple[str, ...] = ()) -> list[str]:
     ("the bytecode store's switch read", r"\.share_bytecode\b",
      # (envs: the registry's options and the venv backend)
      ["lockguard.settings", "lockguard.flows.pipeline", "lockguard.envs"]),
+    # The project's code runs only in the harness, sandboxed: lockguard imports by name only
+    # its own judge (pipeline's hold on it) and, in a probe's program (run by the target's
+    # interpreter), the framework it checks; init reads a team's train.py with `ast`.
+    ("a module imported by name or from a file",
+     r"import_module\(|__import__\(|\brunpy\b|exec_module\(|spec_from_file_location\(",
+     ["lockguard.flows.pipeline", "lockguard.probes"]),
+    # The trainings the pytest fixture registers for the gate: one folder, one reader.
+    ("the registered trainings' folder", r"\bTRAININGS_DIR\b", ["lockguard.config"]),
 ])
 def test_each_mechanism_is_defined_once(what, pattern, expected_in):
     found = definitions(pattern)

@@ -1,8 +1,11 @@
 """The factory shape (`make(seed) -> (step, batches, probe)`) drives a flax TrainState step and a
 Keras model's train_on_batch as it drives a torch step: each team's own training, registered with
 `lockguard scenario add`, recorded by the CLI and checked by the lockguard_training fixture on
-that golden (the lock's venv), bitwise. No upgrade here: tests/data holds no lock pair for flax
-or Keras whose change moves these numbers (TF 2.20.0 -> 2.21.0 leaves this model identical)."""
+that golden (the lock's venv), bitwise. The flax team's upgrade, jax 0.10.0 -> 0.10.2 under flax
+0.12.8 (tests/data/jax-0.10.0-flax-0.12.8.txt, compiled by uv from the 0.10.2 lock's pins), moves
+its numbers (1 ULP from step 3 on the machine it was written on): caught both ways, under
+`tolerance = "exact"`. Keras has no such pair here (TF 2.20.0 -> 2.21.0 leaves this model
+identical)."""
 
 from __future__ import annotations
 
@@ -106,3 +109,51 @@ def test_a_flax_and_a_keras_teams_trainings_share_one_golden_both_ways(pytester)
     assert flax["losses"][-1] < flax["losses"][0] and keras["losses"][-1] < keras["losses"][0]
     run = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv")
     run.assert_outcomes(passed=2)
+
+
+FLAX_TEST = """
+def test_our_training(lockguard_training):
+    lockguard_training("pkg.flax_train:make")
+"""
+
+
+def test_a_jax_upgrade_under_a_flax_teams_training_is_caught_both_ways(pytester):
+    """The gate's check and the fixture, on one golden recorded under jax 0.10.0, judge the
+    PR that moves jax to 0.10.2 alike: drift from the same step exactly when the new lock's
+    numbers differ from the golden's bit for bit (read here from the check's own evidence),
+    so that a machine whose XLA gives equal numbers on both is judged identical by both."""
+    project = make_project(pytester.path, 'lock = "requirements.txt"\n'
+                           'scenarios = ["ours"]\n' + NUMERICS_ONLY,
+                           files={"pkg/__init__.py": "", "pkg/flax_train.py": FLAX,
+                                  "tests/test_train.py": FLAX_TEST},
+                           locks={"requirements.txt": DATA / "jax-0.10.0-flax-0.12.8.txt"})
+    added = cli(project, "scenario", "add", "pkg.flax_train:make", "--framework", "jax",
+                "--name", "ours", "--steps", "8")
+    assert added.exit_code == 0, added.output
+    with (project / "pyproject.toml").open("a") as config:
+        config.write('tolerance = "exact"\n')  # the scenario's table is the file's last
+    recorded = cli(project, "record")
+    assert recorded.exit_code == 0, recorded.output
+    golden = json.loads(golden_file(project, "ours").read_text())["result"]
+    assert golden["status"] == "ok" and len(golden["losses"]) == 8
+    pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv").assert_outcomes(
+        passed=1)
+
+    # The upgrade: the PR moves jax and jaxlib to 0.10.2, flax and optax unchanged.
+    (project / "requirements.txt").write_text(
+        (DATA / "jax-0.10.2-flax-0.12.8.txt").read_text())
+    checked = cli(project, "check", "--format", "json")
+    report = json.loads(checked.stdout)
+    [verdict] = report["verdicts"]
+    [evidence] = report["evidence"]
+    new = evidence["candidate"]["result"]
+    moved = any(new[key] != golden[key] for key in ("losses", "grad_norms", "outputs"))
+    caught = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv")
+    if not moved:
+        assert (checked.exit_code, verdict["verdict"]) == (0, "identical"), checked.output
+        caught.assert_outcomes(passed=1)
+        return
+    assert (checked.exit_code, verdict["verdict"]) == (1, "drift"), checked.output
+    where = next(r for r in verdict["reasons"] if "differ" in r or "beyond" in r).split(":")[0]
+    caught.assert_outcomes(failed=1)
+    caught.stdout.fnmatch_lines(["*ours: drift*", f"*{where}*", "*ULP*"])

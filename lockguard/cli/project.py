@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -278,6 +279,10 @@ def fleet_probe(name: str | None, write: bool, config_path: Path | None) -> None
 @click.option("--scenario-template/--no-scenario-template", "template", default=None,
               help="Also write scenarios/my_model.py, a scenario that trains your own model, "
                    "to edit. Default: asked on a terminal; not written with --yes.")
+@click.option("--entry/--no-entry", "entry", default=None,
+              help="Guard your own training function, found in your package's train.py "
+                   "(fit(steps, seed) or make(seed)), as a scenario: no copied loop. Default: "
+                   "yes when one is found (asked on a terminal).")
 @click.option("--record/--no-record", "record_goldens", default=None,
               help="Record the goldens of the chosen scenarios on this machine (builds their "
                    "environments). Default: yes (asked on a terminal).")
@@ -295,14 +300,15 @@ def fleet_probe(name: str | None, write: bool, config_path: Path | None) -> None
               help="Ask nothing, take the defaults (required when stdin is not a terminal).")
 @click.option("-v", "--verbose", is_flag=True, help="Show more progress detail.")
 @handles_errors
-def init(directory, locks, config_name, template, record_goldens, workflow, action, budget,
-         yes, verbose) -> None:
+def init(directory, locks, config_name, template, entry, record_goldens, workflow, action,
+         budget, yes, verbose) -> None:
     """Add lockguard to the project in DIRECTORY (default: here): find its locks and the
     frameworks they pin, write the config with the bundled scenarios that apply, record their
     goldens on this machine and write a GitHub workflow that runs the gate with the action.
-    Optionally a scenario template that trains your own model. Asks on a terminal; --yes takes
-    the defaults. What is there already (a config, a workflow, goldens) is left as it is: a
-    second run changes nothing.
+    Your own training function, when your package has one (train.py's fit(steps, seed) or
+    make(seed)), as a scenario; else, optionally, a scenario template that trains your own
+    model. Asks on a terminal; --yes takes the defaults. What is there already (a config, a
+    workflow, goldens) is left as it is: a second run changes nothing.
 
     Exits 0 when done (or nothing to do), 1 when a golden could not be recorded or the config
     was declined at the prompt, 2 when refused: no lock found, or no terminal to ask on and
@@ -322,7 +328,9 @@ def init(directory, locks, config_name, template, record_goldens, workflow, acti
         return flag if flag is not None else click.confirm(question, default=default)
 
     found = setup.survey(directory, list(locks), config_name)
-    choices = setup.Choices(template=bool(template), record=record_goldens is not False,
+    offered = found.training is not None and found.config_file is None
+    choices = setup.Choices(template=bool(template), entry=offered and entry is not False,
+                            record=record_goldens is not False,
                             workflow=workflow is not False, action=action or ACTION,
                             budget_s=budget)
     plan = setup.prepare(found, choices)
@@ -337,16 +345,22 @@ def init(directory, locks, config_name, template, record_goldens, workflow, acti
     for line in setup.describe(found):
         click.echo(line)
     if not yes:
+        # First, as it changes the config the next question shows.
+        own = offered and ask(entry, f"Guard your own training, {found.training.entry} "
+                              f"({found.training.shape}), as scenario "
+                              f"{found.training.scenario_id}?", True)
+        if own != choices.entry:
+            plan = setup.prepare(found, replace(choices, entry=own))
         if plan.config_text is not None and not click.confirm(
                 f"Write the config ({plan.config_summary}) to {setup.config_place(found)}?",
                 default=True):
             click.echo("lockguard: nothing written", err=True)
             sys.exit(1)
-        new_template = not os.path.lexists(found.project / found.template)
+        new_template = not own and not os.path.lexists(found.project / found.template)
         choices = setup.Choices(
             template=ask(template, f"Also write {found.template.as_posix()}, a scenario that "
                          "trains your own model, to edit?", False) if new_template
-            else choices.template,
+            else choices.template, entry=own,
             record=ask(record_goldens, f"Record the goldens of {len(plan.unrecorded)} "
                        "scenario(s) now (builds the environments: minutes the first time)?",
                        True) if plan.unrecorded else choices.record,

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lockguard import gitref
 from lockguard.config import (
-    CONFIG_NAMES, Config, ConfigError, entry_module, lockguard_table, parse_config,
+    CONFIG_NAMES, Config, ConfigError, ScenarioConfig, entry_module, lockguard_table,
+    parse_config, parse_training, registered_trainings, trainings_dir, with_trainings,
 )
 from lockguard.files import EscapeError, display_path, refuse_escape, scratch_dir
 from lockguard.flows.ab import check_ab
@@ -138,7 +139,10 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
             judging, source = config, "pr"
             judged_by = f"this checkout's configuration ({_config_name(config)}; --policy pr)"
         else:
-            judging, source = target, "base"
+            # The trainings the target's test suite registered are judged too: a pull request
+            # that deletes a registration does not take its training out of its own gate.
+            registered = _tip_trainings(base, target)
+            judging, source = with_trainings(target, registered), "base"
             judged_by = f"{short}@{base.tip[:7]}:{target_file}"
         cli = [Path(p).absolute() for p in cli_locks]
         head_paths = cli or _configured(config)
@@ -159,6 +163,13 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
         if target is not None:
             gate.changes = _config_moved(base, short, target_file, config)
             gate.changes += config_changes(target, config)
+            if source == "base":
+                folder = base.rel(trainings_dir(config))
+                gate.changes += [
+                    f"the test suite's training {sid} unregistered ({folder}/{sid}.toml "
+                    f"removed): {short}'s registration still judges it"
+                    for sid in sorted(set(registered) - set(registered_trainings(config)))
+                    if sid not in config.scenario]
         gate.changes += _pair_changes(gate)
         if target is not None:
             gate.code_changes = _code_changed(base, judging, config)
@@ -523,6 +534,27 @@ def _refuse_a_gate_elsewhere(base: gitref.BaseTree, start: Path) -> None:
                           f"none on the way from {display_path(start)} up to the repository's "
                           "root: run the gate from the folder it configures (the action's "
                           "working-directory), or name it with --config")
+
+
+def _tip_trainings(base: gitref.BaseTree, target: Config) -> dict[str, ScenarioConfig]:
+    """The trainings registered in the target's golden store at its tip (config.
+    registered_trainings, read from git): none where golden_dir lies outside the
+    repository."""
+    try:
+        folder = base.rel(trainings_dir(target)).rstrip("/") + "/"
+    except gitref.GitRefError:
+        return {}
+    names = [n for n in base.files(at=base.tip) if n.startswith(folder)
+             and n.endswith(".toml") and "/" not in n[len(folder):]]
+    where = f"{short_ref(base.ref)}@{base.tip[:7]}"
+    out = {}
+    for name, text in zip(names, base.named(names, at=base.tip)):
+        if text is not None:
+            sid = name[len(folder):].removesuffix(".toml")
+            source = f"{where}:{name}"
+            out[sid] = parse_training(lockguard_table(text, "training.toml", source) or {},
+                                      sid, source)
+    return out
 
 
 def _scripts(config: Config) -> set[Path]:

@@ -70,12 +70,16 @@ class CodeTree:
         return self.root / Path(os.path.realpath(path)).relative_to(self.repo)
 
     def planned(self, p: Planned) -> Planned:
-        """`p` with its user script taken from this tree (what its inputs digest reads)."""
+        """`p` with its user script, project and data taken from this tree (what its inputs
+        digest reads)."""
         if p.scenario.script is None:
             return p
-        root = p.scenario.root
-        return replace(p, scenario=replace(p.scenario, script=self.place(p.scenario.script),
-                                           root=self.place(root) if root is not None else None))
+        sc = p.scenario
+        return replace(p, scenario=replace(
+            sc, script=self.place(sc.script),
+            root=self.place(sc.root) if sc.root is not None else None,
+            data=tuple(self.place(path) for path in sc.data),
+            data_root=self.place(sc.data_root) if sc.data_root is not None else None))
 
     def request(self, request: RunRequest) -> RunRequest:
         """`request` run from this tree: its script here, the whole tree its project (what

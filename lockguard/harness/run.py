@@ -128,6 +128,7 @@ def main(argv: list) -> int:
     pin_threads(args.threads)
     ctx = Context(args.scenario, framework, args.steps, args.seed, args.device, args.threads,
                   args.script or args.entry, args.time_block, args.locate_step)
+    network: list = []  # the hosts a user's training reached for
     try:
         start = time.perf_counter()
         module = importlib.import_module(f"{PACKAGE}.{MODULE_OF_FRAMEWORK[framework]}")
@@ -142,6 +143,10 @@ def main(argv: list) -> int:
         # Host memory counts from here: the framework's import and setup are the same whatever
         # the scenario does, and would drown its figure (common.TrainingMemory).
         ctx.start_training()
+        if ctx.script:
+            # A user's training reads no network here: its failure should say so (userscript).
+            from _lockguard_harness.userscript import watch_network
+            network = watch_network()
         if args.entry:
             module.run_user(ctx, load_entry(args.entry, args.root))
         elif args.script:
@@ -155,6 +160,9 @@ def main(argv: list) -> int:
             raise
         ctx.result["status"] = "crashed"
         ctx.result["error"] = error_tail(traceback.format_exc())
+        if network:
+            from _lockguard_harness.userscript import network_hint
+            ctx.result["error"] += "\n" + network_hint(network, exc)
     write_result(args.out, ctx.finish())
     return 0
 

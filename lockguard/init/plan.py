@@ -14,16 +14,17 @@ from pathlib import Path
 
 from lockguard import toml
 from lockguard.config import (
-    MAX_CONFIG_BYTES, Config, ConfigError, load_config, lockguard_table, parse_config,
+    Config, ConfigError, load_config, lockguard_table, parse_config,
 )
-from lockguard.files import read_bytes, refuse_escape
+from lockguard.files import refuse_escape
 from lockguard.flows import pipeline
 from lockguard.golden import golden_path
 from lockguard.hardware import host_class
-from lockguard.init.project import Survey, config_place, shown
+from lockguard.init.entry import appended_text, entry_lines, validate_entry
+from lockguard.init.project import Survey, Training, config_place, shown
 import lockguard.init.templates as templates
 from lockguard.locks.ref import LockRef, load_locks, lock_for
-from lockguard.scenarios import Scenario, bundled, select
+from lockguard.scenarios import Scenario, bundled, select, user_scenarios
 from lockguard.settings import Settings
 
 
@@ -33,6 +34,10 @@ class Choices:
     its questions); `prepare` takes them."""
 
     template: bool = False  # write the scenario template
+    # Guard the team's own training the survey found (Survey.training) as an entry scenario,
+    # selected and recorded with the bundled ones: the template's copied loop is then not
+    # offered.
+    entry: bool = False
     record: bool = True  # record the goldens that are missing on this machine
     workflow: bool = True  # write the GitHub workflow
     action: str = templates.ACTION
@@ -89,9 +94,13 @@ def prepare(s: Survey, choices: Choices) -> Plan:
         # What the locks can run: a library scenario only where its library is pinned too.
         ids = [sc.id for sc in bundled() if sc.framework in s.frameworks
                and lock_for(sc, locks) is not None]
-        text, summary = _config_text(s, ids, choices.template)
+        training = s.training if choices.entry else None
+        text, summary = _config_text(s, ids, choices.template, training)
         config = _validate(s, text)
         chosen = [sc for sc in bundled() if sc.id in ids]
+        if training is not None:
+            validate_entry(config, training.scenario_id)  # as `scenario add` validates it
+            chosen += [sc for sc in user_scenarios(config) if sc.id == training.scenario_id]
         out = Plan(s, choices, config, config_text=text, config_summary=summary)
     else:
         config = load_config(s.config_file)
@@ -100,6 +109,10 @@ def prepare(s: Survey, choices: Choices) -> Plan:
         locks = load_locks(config, [])
         if choices.template and templates.SCENARIO_ID not in config.scenario:
             out.notes.append(_register_by_hand(s))
+        if s.training is not None and not any(sc.entry == s.training.entry
+                                              for sc in config.scenario.values()):
+            out.notes.append(f"guard your own training with it: `lockguard scenario add "
+                             f"{s.training.entry} --framework {s.training.framework}`")
     out.locks = locks
     template = s.project / s.template
     if choices.template and not os.path.lexists(template):
@@ -136,12 +149,15 @@ def _refuse_escapes(p: Plan, config: Config) -> None:
         refuse_escape(path, s.repo or s.project, what)
 
 
-def _config_text(s: Survey, ids: list[str], template: bool) -> tuple[str, str]:
+def _config_text(s: Survey, ids: list[str], template: bool,
+                 training: Training | None = None) -> tuple[str, str]:
     """The settings as TOML text to append (pyproject.toml) or to write (lockguard.toml), and a
-    one-line summary of them."""
+    one-line summary of them: `training`, when given, as an entry scenario, selected."""
     pyproject = s.config_target.name == "pyproject.toml"
     prefix = "tool.lockguard." if pyproject else ""
     names = [found.name for found in s.locks]
+    if training is not None:
+        ids = ids + [training.scenario_id]
     lines = ["# lockguard: the gate on this project's ML dependency locks (written by "
              "`lockguard init`).",
              "# Every key: lockguard's docs/configuration.md; the scenarios: `lockguard "
@@ -170,6 +186,11 @@ def _config_text(s: Survey, ids: list[str], template: bool) -> tuple[str, str]:
                   f"script = {toml.string(s.template.as_posix())}",
                   f"framework = {toml.string(s.template_framework)}",
                   f"description = {toml.string('your own model: ' + (s.package or 'a template'))}"]
+    if training is not None:
+        lines += ["", f"# Your own training ({training.shape}), found by `lockguard init`: "
+                  "lockguard seeds it and runs it.",
+                  *entry_lines(pyproject, training.scenario_id, training.entry,
+                               training.framework)]
     summary = (f"lock{'s' if len(names) > 1 else ''} {', '.join(names)}; scenarios "
                f"{', '.join(ids)}" + (f"; scenario {templates.SCENARIO_ID} (not selected "
                                       "until you edit it)" if template else ""))
@@ -187,22 +208,6 @@ def new_config_text(s: Survey, block: str) -> str:
     """The config file's whole new text: a pyproject.toml's with the table appended (its own
     text untouched, its line endings kept), or a new lockguard.toml."""
     return appended_text(s.config_target, block)
-
-
-def appended_text(target: Path, block: str) -> str:
-    """`target`'s whole text with the TOML `block` appended after a blank line (its own text
-    untouched, its line endings kept); `block` alone when there is no such file."""
-    if not target.exists():
-        return block
-    raw = read_bytes(target, "config file", MAX_CONFIG_BYTES)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{target}: not UTF-8 text (byte {exc.start})") from None
-    newline = "\r\n" if "\r\n" in text else "\n"
-    if text and not text.endswith("\n"):
-        text += newline
-    return text + ("" if not text else newline) + block.replace("\n", newline)
 
 
 def _validate(s: Survey, block: str) -> Config:

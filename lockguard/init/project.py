@@ -9,12 +9,13 @@ Nothing is written here.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockguard.config import MAX_CONFIG_BYTES, load_config
+from lockguard.config import MAX_CONFIG_BYTES, entry_id, load_config
 from lockguard.errors import UsageError, one_line
 from lockguard.files import ReadError, display_path, read_bytes, repo_root
 from lockguard.gitref import default_branch
@@ -77,6 +78,36 @@ class PassedOver:
     reason: str
 
 
+# Where a team keeps its training, in its package: the modules init reads (never imports).
+TRAINING_MODULES = ("train", "training", "trainer")
+# The entry shapes init offers, by the names of the parameters a function requires (the
+# harness tells them apart by their count, userscript.entry_run; init asks for the names too,
+# so that an unrelated function of one parameter is not taken for a factory). The factory
+# first: lockguard then runs and times the steps itself.
+TRAINING_SHAPES = ((("seed",), "make(seed) -> (step, batches[, probe])"),
+                   (("steps", "seed"), "fit(steps, seed)"))
+# The framework a module's imports name (a top-level package), for the entry's `framework`.
+_IMPORTED_FRAMEWORK = {"torch": "torch", "lightning": "torch", "pytorch_lightning": "torch",
+                       "jax": "jax", "flax": "jax", "optax": "jax", "tensorflow": "tensorflow",
+                       "keras": "tensorflow", "tf_keras": "tensorflow", "numpy": "numpy"}
+MAX_TRAINING_BYTES = 1 << 20  # a larger train.py is not read for an entry
+
+
+@dataclass(frozen=True)
+class Training:
+    """The team's own training function init found (read as text, never run): the entry it
+    offers ("pkg.train:make"), its shape and the framework its module imports."""
+
+    entry: str
+    shape: str
+    framework: str
+
+    @property
+    def scenario_id(self) -> str:
+        """The scenario's id, as `lockguard scenario add` names it by default."""
+        return entry_id(self.entry)
+
+
 @dataclass(frozen=True)
 class Survey:
     """What `survey` found in the project: its locks and the files passed over, an existing
@@ -92,6 +123,7 @@ class Survey:
     uncompiled: tuple[str, ...] = ()  # requirements*.in without their lock
     package: str | None = None  # the project's own package, for the scenario template
     src_layout: bool = False
+    training: Training | None = None  # the team's training function in its package, if any
     repo: Path | None = None  # the repository's top folder; None: not in one
     branch: str = "main"  # where pushes warm the cache
     workflow: Path = Path(templates.WORKFLOW_PATH)
@@ -169,11 +201,15 @@ def survey(project: Path, cli_locks: list[str] | None = None,
     if existing is None and not found:
         raise UsageError(_no_lock(project, passed_over, unsupported, uncompiled))
     package, src = _package(project)
+    pinned = tuple(fw for fw in FRAMEWORKS if any(fw in f.frameworks for f in found))
+    training = (find_training(project / "src" if src else project, package, pinned)
+                if package else None)
     repo = repo_root(project)
     workflows = (repo or project) / ".github" / "workflows"
     return Survey(project=project, config_file=existing, config_target=target,
                   locks=tuple(found), passed_over=tuple(passed_over), unsupported=tuple(unsupported),
-                  uncompiled=tuple(uncompiled), package=package, src_layout=src, repo=repo,
+                  uncompiled=tuple(uncompiled), package=package, src_layout=src,
+                  training=training, repo=repo,
                   branch=default_branch(repo) if repo else "main",
                   workflow_found=_workflow_running_lockguard(workflows))
 
@@ -192,6 +228,9 @@ def describe(s: Survey) -> list[str]:
               for name in s.uncompiled]
     if s.package:
         lines.append(f"your code: {'src/' if s.src_layout else ''}{s.package}/")
+    if s.training:
+        lines.append(f"your training: {s.training.entry} ({s.training.shape}, "
+                     f"{s.training.framework})")
     if s.workflow_found:
         lines.append(f"a workflow already runs lockguard: {s.workflow_found}")
     return lines
@@ -294,3 +333,54 @@ def _workflow_running_lockguard(workflows: Path) -> str | None:
     return None
 
 
+
+
+def find_training(base: Path, package: str, pinned: tuple[str, ...]) -> Training | None:
+    """The team's training function in `package` (below `base`, the folder it is imported
+    from): the first top-level function of its train.py, training.py or trainer.py that
+    requires the parameters of an entry shape (TRAINING_SHAPES, the factory first), read with
+    `ast` and never imported (the project's code runs only sandboxed). Its framework: the
+    first of `pinned` (the locks' frameworks) the module imports, else the first pinned one
+    that is not numpy. None when there is no such function."""
+    found: list[tuple[int, Training]] = []
+    for name in TRAINING_MODULES:
+        path = base / package / f"{name}.py"
+        try:
+            tree = ast.parse(read_bytes(path, "training module", MAX_TRAINING_BYTES), str(path))
+        except (ReadError, SyntaxError, ValueError):
+            continue
+        imported = {_IMPORTED_FRAMEWORK.get(top) for top in _imports(tree)}
+        framework = next((fw for fw in pinned if fw in imported and fw != "numpy"),
+                         next((fw for fw in pinned if fw != "numpy"),
+                              "numpy" if "numpy" in pinned else None))
+        if framework is None:
+            continue
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            rank = next((i for i, (params, _) in enumerate(TRAINING_SHAPES)
+                         if _required(node) == params), None)
+            if rank is not None:
+                found.append((rank, Training(f"{package}.{name}:{node.name}",
+                                             TRAINING_SHAPES[rank][1], framework)))
+    return min(found, key=lambda f: f[0])[1] if found else None
+
+
+def _required(fn: ast.FunctionDef) -> tuple[str, ...]:
+    """The names of the parameters `fn` requires (positional, without a default)."""
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    required = positional[:len(positional) - len(args.defaults)]
+    keyword = [a for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    return tuple(a.arg for a in required + keyword)
+
+
+def _imports(tree: ast.Module) -> set[str]:
+    """The top-level packages a module imports, anywhere in it."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names

@@ -123,6 +123,9 @@ def _next_steps(p: Plan, report: Report | None) -> list[str]:
     if written:
         paths = " ".join(shown(path, s.project) for path in written)
         steps.append(f"commit them: git add {paths} && git commit -m \"Add lockguard\"")
+    if p.choices.entry and s.training is not None and p.config_text is not None:
+        steps.append(f"your tests can judge the same golden: `def test_training("
+                     f"lockguard_training): lockguard_training(\"{s.training.entry}\")`")
     if p.template_text is not None:
         steps.append(f"edit {s.template.as_posix()} to train your own model, add "
                      f"\"{templates.SCENARIO_ID}\" to `scenarios`, then `lockguard record "

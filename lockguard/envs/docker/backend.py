@@ -82,14 +82,18 @@ class DockerEnv:
                 "-v", f"{HARNESS_DIR.resolve()}:{HARNESS_MOUNT}:ro",
                 "-v", f"{out_dir.resolve()}:{OUT_MOUNT}:rw",
                 "-v", f"{compile_cache.resolve()}:{CACHE_MOUNT}:rw"]
-        script = None
+        script = root = None
         if request.script is not None:
             path = Path(request.script).resolve()
-            # An entry imports from its project's folder: that folder is mounted instead.
-            mounted = (Path(request.entry_root).resolve() if request.entry_root is not None
-                       else path.parent)
+            # The project is mounted (what a sandboxed venv run reads too): an entry imports
+            # from its folder or its src/, and a scenario's `data` lies in it.
+            mounted = Path(next(p for p in (request.project, request.entry_root, path.parent)
+                                if p is not None)).resolve()
             argv += ["-v", f"{mounted}:{USER_MOUNT}:ro"]
             script = f"{USER_MOUNT}/{path.relative_to(mounted).as_posix()}"
+            if request.entry_root is not None:
+                inside = Path(request.entry_root).resolve().relative_to(mounted).as_posix()
+                root = USER_MOUNT if inside == "." else f"{USER_MOUNT}/{inside}"
         for key, value in self.container_env().items():
             argv += ["-e", f"{key}={value}"]
         if request.memory_limit:
@@ -99,7 +103,7 @@ class DockerEnv:
         argv += self.device_args()
         argv += [self.tag, VENV_PYTHON,
                  *harness_args(request, HARNESS_MOUNT, f"{OUT_MOUNT}/{out_name}", script,
-                              USER_MOUNT)]
+                              root)]
         return argv
 
     def container_env(self) -> dict[str, str]:

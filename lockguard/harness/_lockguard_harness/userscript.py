@@ -439,3 +439,52 @@ def _required_params(fn: Callable[..., Any], name: str) -> List[str]:
         raise UserResultError(f"entry {name} has no readable signature") from None
     return [p.name for p in params if p.default is p.empty
             and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+# --------------------------------------------------------------------------- the network
+
+# Hosts a training may reach inside its sandbox (loopback: gloo's ranks, a local server).
+_LOCAL_HOSTS = ("", "localhost", "0.0.0.0", "::", "::1")
+NETWORK_HINT = ("{error} -- this training reached for the network ({hosts}); trainings run "
+                "without one (the sandbox). Point it at a small fixed slice of its data in the "
+                "project (opened relative to its module's file, `Path(__file__)`) and list "
+                "that file in the scenario's `data = [...]`, so that its bytes are in the "
+                "inputs digest (docs/scenarios.md, \"Data outside the package\")")
+
+
+def watch_network() -> List[str]:
+    """The hosts user code reaches for from now on ("host:port", the first few), seen through
+    the interpreter's audit events (`socket.getaddrinfo`, `socket.connect`): whatever the
+    library (urllib, requests, a dataset downloader), the run's error can then say why it
+    failed and what to do (NETWORK_HINT). Watching changes nothing the code sees."""
+    import sys
+
+    seen: List[str] = []
+
+    def hook(event: str, args: Tuple[Any, ...]) -> None:
+        if len(seen) >= 3 or not event.startswith("socket."):
+            return
+        if event == "socket.getaddrinfo":
+            host, port = args[0], args[1]
+        elif event == "socket.connect" and isinstance(args[1], tuple) and len(args[1]) >= 2:
+            host, port = args[1][0], args[1][1]
+        else:
+            return
+        host = host.decode("ascii", "replace") if isinstance(host, bytes) else str(host or "")
+        if host in _LOCAL_HOSTS or host.startswith("127."):
+            return
+        where = f"{host}:{port}" if port is not None else host
+        if where not in seen:
+            seen.append(where)
+
+    sys.addaudithook(hook)
+    return seen
+
+
+def network_hint(seen: Sequence[str], error: BaseException) -> str:
+    """The line a failed run's error ends with when its code reached for the network (the
+    error itself first, the last line being what a report shows); "" when it did not."""
+    if not seen:
+        return ""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return NETWORK_HINT.format(error=text[:200], hosts=", ".join(seen))
