@@ -1,7 +1,8 @@
 """The fleet: the machines a team trains on ([tool.lockguard.fleet.NAME]), this machine's own
 entry (`lockguard fleet probe`), and a lock change judged against them from what the changed
 wheels' files declare (lockguard/native.py): a GPU architecture left without code, a CUDA
-major newer than a driver runs, a glibc older than a manylinux tag needs.
+major newer than a driver runs, a glibc older than a manylinux tag needs, an x86-64 level
+above the machine's that a library's ISA note says it was compiled for.
 
 NVIDIA's facts (GPU names, drivers per CUDA release, PTX ISA versions) are nvidia.py's tables;
 the x86-64 micro-architecture levels are here, cited where defined.
@@ -194,10 +195,18 @@ def _jit(what: str, isa: tuple[int, int] | None, driver: tuple[int, ...] | None
 
 
 def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+    out = []
     if new.glibc and machine.glibc and machine.glibc < new.glibc:
-        return [(f"needs glibc >= {_dotted(new.glibc)} (its manylinux tag; "
-                 f"{machine.label('glibc ' + _dotted(machine.glibc))}): broken there", True)]
-    return []
+        out.append((f"needs glibc >= {_dotted(new.glibc)} (its manylinux tag; "
+                    f"{machine.label('glibc ' + _dotted(machine.glibc))}): broken there", True))
+    # An x86 level (native.x86_isa_needed: 2..4 are ISA_NAMES[1..3]) above the machine's own.
+    if new.x86_isa and machine.isa in ISA_NAMES[:4] \
+            and ISA_NAMES.index(machine.isa) < new.x86_isa[0] - 1:
+        need = ISA_NAMES[new.x86_isa[0] - 1]
+        out.append((f"needs {need} ({new.x86_isa[1]} was compiled for it: its ISA note; "
+                    f"{machine.label(machine.isa)}): broken there (an illegal instruction)",
+                    True))
+    return out
 
 
 def judge_changes(changes: Iterable[tuple[str, Facts | None, Facts | None]],

@@ -1,6 +1,7 @@
 """What a distribution's native files declare, read as bytes (no package code runs): the CUDA
-architectures compiled into its ELF libraries' fatbins, the glibc its manylinux tags require,
-and the CUDA major its requirements or local version name.
+architectures compiled into its ELF libraries' fatbins, the x86-64 level its libraries' GNU
+property notes say they need, the glibc its manylinux tags require, and the CUDA major its
+requirements or local version name.
 
 Why our own reader. PyPI has ELF readers (pyelftools, lief) but no reader of NVIDIA's fatbin
 container (nvidia-nvfatbin only creates them; cuobjdump is a toolkit binary that a laptop or a
@@ -19,6 +20,16 @@ in n-eiling/cuda-fatbin-decompression (fatbin-decompress.h: `fat_elf_header`,
                                  (the code version: a PTX entry's PTX ISA version, 9.0 in
                                  CUDA 13.0's cuBLAS; a cubin's ELF ABI) · u32 arch (90 for
                                  sm_90) · ...
+
+The x86 ISA level: the System V x86-64 psABI's GNU property GNU_PROPERTY_X86_ISA_1_NEEDED
+(0xc0008002; its value a bit set, bit 0 the baseline, bits 1-3 x86-64-v2..v4: binutils
+include/elf/common.h), in an NT_GNU_PROPERTY_TYPE_0 note ("GNU", type 5) of the
+.note.gnu.property section, which GCC 11+ writes with -mneeded from the -march the code was
+compiled for: the compiler may have used those instructions anywhere, so the library needs them.
+The note GNU_PROPERTY_X86_ISA_1_USED (what the assembler saw) is not read: a library that picks
+kernels at run time (numpy, torch) holds AVX-512 code it never runs on an older CPU, and no
+instruction scan can tell. A library without the NEEDED note says nothing; none of the real
+wheels read so far (numpy 2.4, torch 2.14, jaxlib's CUDA plugins) carries it.
 
 The next entry starts header size + payload size after one; a container ends header size +
 size after its start. Containers are found by their magic in every data section, not only in
@@ -81,7 +92,8 @@ class CudaCode:
 @dataclass(frozen=True)
 class Facts:
     """What one distribution's files declare (envs/installed.dist_facts reads them): its
-    CUDA code, the CUDA major it is built for, the glibc its manylinux tags need."""
+    CUDA code, the CUDA major it is built for, the glibc its manylinux tags need, the x86-64
+    level its libraries need."""
 
     name: str
     version: str
@@ -89,6 +101,9 @@ class Facts:
     cuda_major: int | None = None
     glibc: tuple[int, int] | None = None
     machine: str | None = None  # x86_64 or aarch64, from its platform tags; None: any or unsaid
+    # (level, library): the highest x86_isa_needed among its libraries (2 = x86-64-v2 ... 4)
+    # and the first library that needs it; None when none says more than the baseline
+    x86_isa: tuple[int, str] | None = None
 
 
 def wheel_machine(tags: Iterable[str]) -> str | None:
@@ -110,6 +125,13 @@ def data_sections(f: BinaryIO) -> list[tuple[bytes, int, int]]:
     """(name, offset, size) of every section of a 64-bit little-endian ELF file whose bytes are
     in the file and are not code (SHT_PROGBITS without SHF_EXECINSTR): where fatbins are.
     Empty when the file is not such an ELF file. Reads the header and the section table only."""
+    return [(name, offset, size) for name, sh_type, flags, offset, size in _sections(f)
+            if sh_type == 1 and not flags & 0x4]  # SHT_PROGBITS, not SHF_EXECINSTR
+
+
+def _sections(f: BinaryIO) -> list[tuple[bytes, int, int, int, int]]:
+    """(name, type, flags, offset, size) of every non-empty section of a 64-bit little-endian
+    ELF file; empty when it is not one."""
     f.seek(0)
     head = f.read(64)
     if len(head) < 64 or head[:4] != _ELF_MAGIC or head[4] != 2 or head[5] != 1:
@@ -128,10 +150,52 @@ def data_sections(f: BinaryIO) -> list[tuple[bytes, int, int]]:
     names = f.read(sections[shstrndx][5])
     out = []
     for sh_name, sh_type, flags, _, offset, size in sections:
-        if sh_type == 1 and not flags & 0x4 and size:  # SHT_PROGBITS, not SHF_EXECINSTR
+        if size:
             end = names.find(b"\0", sh_name)
-            out.append((names[sh_name:end if end >= 0 else None], offset, size))
+            out.append((names[sh_name:end if end >= 0 else None], sh_type, flags, offset, size))
     return out
+
+
+_SHT_NOTE, _NT_GNU_PROPERTY_TYPE_0 = 7, 5
+_X86_ISA_1_NEEDED = 0xC0008002
+MAX_NOTE_BYTES = 1 << 16  # a property note is tens of bytes; a larger one is not read
+
+
+def x86_isa_needed(path: Path) -> int:
+    """The x86-64 level (1 the baseline, 2-4 x86-64-v2..v4) the GNU property notes of one ELF
+    library say it needs (module docstring); 0 when it says nothing (no note, not ELF)."""
+    level = 0
+    with open(path, "rb") as f:
+        for name, sh_type, _, offset, size in _sections(f):
+            if sh_type != _SHT_NOTE or name != b".note.gnu.property" or size > MAX_NOTE_BYTES:
+                continue
+            f.seek(offset)
+            level = max(level, _isa_in_notes(f.read(size)))
+    return level
+
+
+def _isa_in_notes(data: bytes) -> int:
+    """The ISA_1_NEEDED level in a section of ELF notes (namesz, descsz, type, name, desc; each
+    padded to 4 bytes, a 64-bit property to 8), 0 without one."""
+    level, pos = 0, 0
+    while pos + 12 <= len(data):
+        namesz, descsz, kind = struct.unpack_from("<III", data, pos)
+        name_at = pos + 12
+        desc_at = name_at + (namesz + 3) // 4 * 4
+        desc_at = (desc_at + 7) // 8 * 8 if kind == _NT_GNU_PROPERTY_TYPE_0 else desc_at
+        end = desc_at + descsz
+        if end > len(data):
+            break
+        if kind == _NT_GNU_PROPERTY_TYPE_0 and data[name_at:name_at + namesz] == b"GNU\0":
+            prop = desc_at
+            while prop + 8 <= end:
+                pr_type, size = struct.unpack_from("<II", data, prop)
+                if pr_type == _X86_ISA_1_NEEDED and size >= 4 and prop + 12 <= end:
+                    bits, = struct.unpack_from("<I", data, prop + 8)
+                    level = max([level, *(i + 1 for i in range(4) if bits >> i & 1)])
+                prop += 8 + (size + 7) // 8 * 8
+        pos = (end + 3) // 4 * 4 if kind != _NT_GNU_PROPERTY_TYPE_0 else (end + 7) // 8 * 8
+    return level
 
 
 def _containers(data: mmap.mmap | bytes, start: int, end: int

@@ -629,3 +629,83 @@ def test_jax_cuda_plugin_cuda_12_to_13_judged_from_its_real_wheels(tmp_path, mon
     assert {50, 60, 70, 80, 90, 100, 120} <= old.cuda.sass and min(new.cuda.sass) == 75
     assert (old.cuda.ptx_isa, new.cuda.ptx_isa) == ((8, 8), (9, 0))
     assert (old.cuda_major, new.cuda_major, new.glibc) == (12, 13, (2, 27))
+
+
+# ---------------------------------------------------------------- the x86-64 level
+
+
+NOTE, ISA_NEEDED, ISA_USED = 7, 0xC0008002, 0xC0010002
+
+
+def property_note(*props: tuple[int, int]) -> bytes:
+    """An NT_GNU_PROPERTY_TYPE_0 note of (pr_type, u32 value) properties, each padded to 8."""
+    desc = b"".join(struct.pack("<III", kind, 4, value) + b"\0" * 4 for kind, value in props)
+    return struct.pack("<III", 4, len(desc), 5) + b"GNU\0" + desc
+
+
+def test_the_x86_level_a_library_needs_is_its_isa_needed_note_alone(tmp_path):
+    """GNU_PROPERTY_X86_ISA_1_NEEDED (bits 0-3: baseline, v2, v3, v4) says what the code was
+    compiled for; ISA_1_USED (what the assembler saw, AVX-512 kernels picked at run time
+    included) is not a need; a cut note or another file says nothing."""
+    def level(*sections) -> int:
+        path = tmp_path / "lib.so"
+        path.write_bytes(elf(*sections))
+        return native.x86_isa_needed(path)
+
+    gnu = ".note.gnu.property"
+    assert level((gnu, NOTE, 2, property_note((ISA_NEEDED, 0b0111)))) == 3
+    assert level((gnu, NOTE, 2, property_note((ISA_USED, 0b1111), (ISA_NEEDED, 0b0011)))) == 2
+    assert level((gnu, NOTE, 2, property_note((ISA_USED, 0b1111)))) == 0
+    assert level((gnu, NOTE, 2, property_note((ISA_NEEDED, 0b0111))[:-9])) == 0
+    assert level((".note.other", NOTE, 2, property_note((ISA_NEEDED, 0b1111)))) == 0
+    assert level((".text", PROGBITS, EXEC, b"\x90" * 16)) == 0
+    (tmp_path / "text.so").write_text("not an ELF file")
+    assert native.x86_isa_needed(tmp_path / "text.so") == 0
+
+
+def compiled(tmp_path: Path, *flags: str) -> bytes:
+    """A shared library GCC compiles here with `flags` (the machine's own compiler: GCC 11 or
+    later writes the ISA note with -mneeded)."""
+    import subprocess
+
+    source = tmp_path / "core.c"
+    source.write_text("double dot(const double *a, const double *b, int n) {\n"
+                      "  double s = 0; for (int i = 0; i < n; i++) s += a[i] * b[i];\n"
+                      "  return s;\n}\n")
+    out = tmp_path / f"core{len(flags)}.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", *flags, "-o", str(out), str(source)],
+                   check=True, capture_output=True)
+    return out.read_bytes()
+
+
+def test_a_wheel_compiled_for_x86_64_v3_breaks_the_fleets_v2_machines(tmp_path, monkeypatch):
+    """A real library compiled for x86-64-v3 (GCC, -march=x86-64-v3 -mneeded) in the new
+    lock's wheel: `diff` fails the fleet's x86-64-v2 nodes (an illegal instruction there) and
+    passes its v3 ones; going back to the library compiled for the baseline breaks nothing."""
+    from lockguard.cli import cli
+
+    v3 = compiled(tmp_path, "-march=x86-64-v3", "-mneeded")
+    baseline = compiled(tmp_path)
+    lib = tmp_path / "v3.so"
+    lib.write_bytes(v3)
+    assert native.x86_isa_needed(lib) == 3
+    (tmp_path / "old.txt").write_text("fastdot==1.0\n")
+    (tmp_path / "new.txt").write_text("fastdot==2.0\n")
+    cache = tmp_path / "cache"
+    installed(venv_of(cache, tmp_path / "old.txt"), "fastdot", "1.0", baseline)
+    installed(venv_of(cache, tmp_path / "new.txt"), "fastdot", "2.0", v3)
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.old-cpus]\ncpu = 'x86-64-v2'\ncount = 2\n"
+        "[tool.lockguard.fleet.new-cpus]\ncpu = 'x86-64-v3'\n")
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert ("fleet-old-cpus: fastdot 1.0 -> 2.0 needs x86-64-v3 (fastdot/libfastdot_2.0.so was "
+            "compiled for it: its ISA note; fleet: old-cpus, x86-64-v2 x 2): broken there") \
+        in text, text
+    assert "fleet-new-cpus" not in text
+    # Back to the build compiled for the baseline: the v2 nodes run it.
+    back = CliRunner().invoke(cli, ["diff", "new.txt", "old.txt"])
+    assert back.exit_code == 0 and "x86-64-v" not in back.output, back.output

@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from lockguard.files import scratch_dir
 from lockguard.native import (
-    CudaCode, Facts, cuda_code, cuda_major_needed, manylinux_glibc, wheel_machine,
+    CudaCode, Facts, cuda_code, cuda_major_needed, manylinux_glibc, wheel_machine, x86_isa_needed,
 )
 
 
@@ -88,26 +88,35 @@ def dist_facts(dist_info: Path) -> Facts:
     if dist_info.suffix == ".whl":
         return _wheel_facts(dist_info)
     name, _, version = dist_info.name.removesuffix(".dist-info").rpartition("-")
-    code = CudaCode()
+    code, isa = CudaCode(), None
     for library in _libraries(dist_info):
         try:
             code = code.union(cuda_code(library))
+            isa = _higher(isa, x86_isa_needed(library), library.relative_to(dist_info.parent))
         except OSError:
             continue  # unreadable: it declares nothing we can judge by
     try:
         wheel = (dist_info / "WHEEL").read_text(encoding="utf-8", errors="replace")
     except OSError:
         wheel = ""
-    return _facts(name, version, code, wheel, requires(dist_info / "METADATA") or ())
+    return _facts(name, version, code, wheel, requires(dist_info / "METADATA") or (), isa)
+
+
+def _higher(isa: tuple[int, str] | None, level: int, library: PurePosixPath | Path
+            ) -> tuple[int, str] | None:
+    """The x86-64 level a distribution needs so far, with the first library that needs it:
+    `isa`, or `level` (1 the baseline, said by most libraries built with -mneeded, is no
+    need)."""
+    return (level, str(library)) if level > max(1, isa[0] if isa else 0) else isa
 
 
 def _facts(name: str, version: str, code: CudaCode, wheel: str,
-           requirements: tuple[str, ...]) -> Facts:
+           requirements: tuple[str, ...], isa: tuple[int, str] | None) -> Facts:
     tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
             if line.startswith("Tag:")]
     return Facts(name=canonicalize_name(name), version=version, cuda=code,
                  cuda_major=cuda_major_needed(version, requirements, canonicalize_name(name)),
-                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags))
+                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags), x86_isa=isa)
 
 
 MAX_MEMBER_BYTES = 8 << 30  # a wheel's library larger than this is not unpacked to be read
@@ -117,7 +126,7 @@ def _wheel_facts(wheel: Path) -> Facts:
     """dist_facts of a wheel file (a docker wheelhouse's): its METADATA and WHEEL read from
     the archive, each shared library unpacked to a scratch file to be read, one at a time."""
     name, version = wheel.name.split("-")[:2]
-    code = CudaCode()
+    code, isa = CudaCode(), None
     with zipfile.ZipFile(wheel) as archive, scratch_dir("wheel") as scratch:
         info = f"{name}-{version}.dist-info/"
         text = {n: archive.read(info + n).decode("utf-8", "replace")
@@ -132,8 +141,9 @@ def _wheel_facts(wheel: Path) -> Facts:
             with archive.open(member) as source, open(target, "wb") as out:
                 shutil.copyfileobj(source, out, 1 << 20)
             code = code.union(cuda_code(target))
+            isa = _higher(isa, x86_isa_needed(target), path)
     return _facts(name, version, code, text.get("WHEEL", ""),
-                  tuple(meta.get_all("Requires-Dist") or ()))
+                  tuple(meta.get_all("Requires-Dist") or ()), isa)
 
 
 def _libraries(dist_info: Path) -> list[Path]:
