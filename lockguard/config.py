@@ -161,12 +161,14 @@ class RunnersConfig(_Strict):
 class FleetMachineConfig(_Strict):
     """[tool.lockguard.fleet.<name>]: one kind of machine the team trains on (lockguard/fleet.py
     judges a lock change against it). `gpus`: names (A100, H100, V100...) or sm_XX; `driver`:
-    the NVIDIA driver version; `cpu`: the x86-64 psABI level or aarch64; `glibc`: "2.31"."""
+    the NVIDIA driver version; `cpu`: the x86-64 psABI level or aarch64; `glibc`: "2.31";
+    `python`: the Python the trainings run on, "3.10"."""
 
     gpus: list[str] = Field(default_factory=list)
     driver: str | None = None
     cpu: Literal[ISA_NAMES] | None = None  # type: ignore[valid-type]
     glibc: str | None = None
+    python: str | None = None
     count: int = Field(default=1, gt=0)
 
     @field_validator("gpus")
@@ -192,6 +194,13 @@ class FleetMachineConfig(_Strict):
             raise ValueError(f"{one_line(repr(value), 40)} is not a glibc version: \"2.31\"")
         return value
 
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"3\.\d{1,2}", value):
+            raise ValueError(f"{one_line(repr(value), 40)} is not a Python version: \"3.10\"")
+        return value
+
     def machine(self, name: str) -> Machine:
         """The entry as fleet.judge takes it."""
         major, _, minor = (self.glibc or "").partition(".")
@@ -199,7 +208,8 @@ class FleetMachineConfig(_Strict):
                        gpu_names=tuple(self.gpus),
                        driver=parse_driver(self.driver) if self.driver else None,
                        isa=self.cpu, glibc=(int(major), int(minor)) if self.glibc else None,
-                       count=self.count)
+                       python=tuple(int(p) for p in self.python.split(".")) if self.python
+                       else None, count=self.count)
 
 
 class Config(_Strict):

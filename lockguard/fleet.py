@@ -2,7 +2,8 @@
 entry (`lockguard fleet probe`), and a lock change judged against them from what the changed
 wheels' files declare (lockguard/native.py): a GPU architecture left without code, a CUDA
 major newer than a driver runs, a glibc older than a manylinux tag needs, an x86-64 level
-above the machine's that a library's ISA note says it was compiled for.
+above the machine's that a library's ISA note says it was compiled for, a Requires-Python the
+machine's Python is outside of.
 
 NVIDIA's facts (GPU names, drivers per CUDA release, PTX ISA versions) are nvidia.py's tables;
 the x86-64 micro-architecture levels are here, cited where defined.
@@ -14,8 +15,11 @@ import os
 import platform
 import re
 import shutil
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from lockguard import toml
 from lockguard.harness._lockguard_harness.common import nvidia_info
@@ -77,7 +81,8 @@ def isa_level(flags: Iterable[str], machine: str = "x86_64") -> str:
 
 @dataclass(frozen=True)
 class Machine:
-    """One fleet entry: its name, GPU architectures, driver, CPU ISA level, glibc and count."""
+    """One fleet entry: its name, GPU architectures, driver, CPU ISA level, glibc, Python and
+    count."""
 
     name: str
     gpus: tuple[int, ...] = ()
@@ -86,6 +91,7 @@ class Machine:
     isa: str | None = None
     glibc: tuple[int, int] | None = None
     count: int = 1
+    python: tuple[int, int] | None = None
 
     def label(self, what: str) -> str:
         """"fleet: v100-nodes, V100 x 12": how a finding names this entry and its `what`."""
@@ -206,7 +212,25 @@ def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
         out.append((f"needs {need} ({new.x86_isa[1]} was compiled for it: its ISA note; "
                     f"{machine.label(machine.isa)}): broken there (an illegal instruction)",
                     True))
+    if machine.python and new.requires_python and not _admits(new.requires_python,
+                                                              machine.python):
+        here = _dotted(machine.python)
+        out.append((f"needs Python {new.requires_python} (its Requires-Python; "
+                    f"{machine.label('Python ' + here)}): broken there (no release of it "
+                    f"installs on {here})", True))
     return out
+
+
+def _admits(requires_python: str, python: tuple[int, int]) -> bool:
+    """Whether a Requires-Python admits the machine's Python (any of its patch releases: the
+    fleet names X.Y); one that packaging cannot read admits it (a note elsewhere would be all
+    it could say)."""
+    try:
+        spec = SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        return True
+    return any(spec.contains(f"{python[0]}.{python[1]}.{patch}", prereleases=True)
+               for patch in range(0, 30))
 
 
 def judge_changes(changes: Iterable[tuple[str, Facts | None, Facts | None]],
@@ -245,14 +269,16 @@ def stack_line(pins: Iterable[tuple[str, str]]) -> str | None:
 def this_machine(name: str) -> Machine:
     """This machine's fleet entry: the GPUs and driver from /proc/driver/nvidia (nvidia-smi where
     that is not visible), the ISA level
-    from /proc/cpuinfo's flags, glibc from the C library itself."""
+    from /proc/cpuinfo's flags, glibc from the C library itself, Python the one lockguard runs
+    on (the trainings' too, where lockguard is installed beside them)."""
     nvidia = nvidia_info() or _nvidia_smi() or {}
     archs = {n: gpu_arch(n, model=True) for n in nvidia.get("gpus") or []}
     known = {n: a for n, a in archs.items() if a is not None}  # one entry per model
     return Machine(name=name, gpus=tuple(known.values()),
                    gpu_names=tuple(_short(n) for n in known),
                    driver=parse_driver(nvidia.get("driver") or "") if nvidia else None,
-                   isa=isa_level(_cpu_flags(), platform.machine()), glibc=_glibc())
+                   isa=isa_level(_cpu_flags(), platform.machine()), glibc=_glibc(),
+                   python=sys.version_info[:2])
 
 
 def _nvidia_smi() -> dict | None:
@@ -309,6 +335,8 @@ def machine_toml(machine: Machine, table: str = "tool.lockguard.fleet") -> str:
         entry["cpu"] = machine.isa
     if machine.glibc:
         entry["glibc"] = _dotted(machine.glibc)
+    if machine.python:
+        entry["python"] = _dotted(machine.python)
     if machine.count > 1:
         entry["count"] = machine.count
     document: dict = {machine.name: entry}

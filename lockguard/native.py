@@ -93,7 +93,7 @@ class CudaCode:
 class Facts:
     """What one distribution's files declare (envs/installed.dist_facts reads them): its
     CUDA code, the CUDA major it is built for, the glibc its manylinux tags need, the x86-64
-    level its libraries need."""
+    level its libraries need, the Pythons its metadata admits."""
 
     name: str
     version: str
@@ -104,6 +104,7 @@ class Facts:
     # (level, library): the highest x86_isa_needed among its libraries (2 = x86-64-v2 ... 4)
     # and the first library that needs it; None when none says more than the baseline
     x86_isa: tuple[int, str] | None = None
+    requires_python: str | None = None  # its METADATA's Requires-Python, as written
 
 
 def wheel_machine(tags: Iterable[str]) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 from lockguard import native
 from lockguard.config import ConfigError, parse_config
 from lockguard.fleet import (
-    Machine, gpu_arch, grouped, isa_level, judge, judge_changes, machine_toml, parse_driver,
+    Finding, Machine, gpu_arch, grouped, isa_level, judge, judge_changes, machine_toml, parse_driver,
 )
 from lockguard.native import CudaCode, Facts
 
@@ -709,3 +710,34 @@ def test_a_wheel_compiled_for_x86_64_v3_breaks_the_fleets_v2_machines(tmp_path, 
     # Back to the build compiled for the baseline: the v2 nodes run it.
     back = CliRunner().invoke(cli, ["diff", "new.txt", "old.txt"])
     assert back.exit_code == 0 and "x86-64-v" not in back.output, back.output
+
+
+def test_a_release_whose_requires_python_leaves_out_a_machines_python_breaks_it(tmp_path):
+    """The new wheel's Requires-Python (its METADATA, read from the installed dist-info or the
+    .whl) against each machine's `python`: outside it, no release of that version installs."""
+    from lockguard.envs.installed import dist_facts
+
+    site = tmp_path / "site"
+    installed(site, "numpy", "2.3.0", b"", tag="manylinux_2_28")
+    meta = site / "numpy-2.3.0.dist-info" / "METADATA"
+    meta.write_text(meta.read_text() + "Requires-Python: >=3.11\n")
+    new = dist_facts(site / "numpy-2.3.0.dist-info")
+    assert new.requires_python == ">=3.11"
+    old_python = Machine("py310-nodes", python=(3, 10), count=4)
+    assert judge(None, new, [old_python, Machine("py312", python=(3, 12))],
+                 "numpy 2.2.6 -> 2.3.0") == [Finding(
+        "py310-nodes", True, "numpy 2.2.6 -> 2.3.0",
+        "needs Python >=3.11 (its Requires-Python; fleet: py310-nodes, Python 3.10 x 4): broken "
+        "there (no release of it installs on 3.10)")]
+    # A patch-level bound admits the minor release; an unreadable one judges nothing.
+    assert judge(None, replace(new, requires_python=">=3.10.2,<3.14"), [old_python]) == []
+    assert judge(None, replace(new, requires_python="3.11 or later"), [old_python]) == []
+
+
+def test_the_fleet_python_key_is_read_and_checked(tmp_path):
+    where = "pyproject.toml [tool.lockguard]"
+    [machine] = parse_config({"fleet": {"n": {"python": "3.10"}}}, where,
+                             tmp_path).fleet_machines()
+    assert machine.python == (3, 10)
+    with pytest.raises(ConfigError, match=r"fleet\.n\.python"):
+        parse_config({"fleet": {"n": {"python": "3"}}}, where, tmp_path)

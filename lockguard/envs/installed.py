@@ -99,7 +99,12 @@ def dist_facts(dist_info: Path) -> Facts:
         wheel = (dist_info / "WHEEL").read_text(encoding="utf-8", errors="replace")
     except OSError:
         wheel = ""
-    return _facts(name, version, code, wheel, requires(dist_info / "METADATA") or (), isa)
+    try:
+        python = PathDistribution(dist_info).metadata.get("Requires-Python")
+    except (OSError, UnicodeDecodeError):
+        python = None
+    return _facts(name, version, code, wheel, requires(dist_info / "METADATA") or (), isa,
+                  python)
 
 
 def _higher(isa: tuple[int, str] | None, level: int, library: PurePosixPath | Path
@@ -110,13 +115,16 @@ def _higher(isa: tuple[int, str] | None, level: int, library: PurePosixPath | Pa
     return (level, str(library)) if level > max(1, isa[0] if isa else 0) else isa
 
 
-def _facts(name: str, version: str, code: CudaCode, wheel: str,
-           requirements: tuple[str, ...], isa: tuple[int, str] | None) -> Facts:
+def _facts(name: str, version: str, code: CudaCode, wheel: str, requirements: tuple[str, ...],
+           isa: tuple[int, str] | None, requires_python: str | None) -> Facts:
     tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
             if line.startswith("Tag:")]
     return Facts(name=canonicalize_name(name), version=version, cuda=code,
                  cuda_major=cuda_major_needed(version, requirements, canonicalize_name(name)),
-                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags), x86_isa=isa)
+                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags), x86_isa=isa,
+                 # the lock's text: bounded, one line (a finding quotes it)
+                 requires_python=" ".join(str(requires_python).split())[:100]
+                 if requires_python else None)
 
 
 MAX_MEMBER_BYTES = 8 << 30  # a wheel's library larger than this is not unpacked to be read
@@ -143,7 +151,7 @@ def _wheel_facts(wheel: Path) -> Facts:
             code = code.union(cuda_code(target))
             isa = _higher(isa, x86_isa_needed(target), path)
     return _facts(name, version, code, text.get("WHEEL", ""),
-                  tuple(meta.get_all("Requires-Dist") or ()), isa)
+                  tuple(meta.get_all("Requires-Dist") or ()), isa, meta.get("Requires-Python"))
 
 
 def _libraries(dist_info: Path) -> list[Path]:
