@@ -4,7 +4,8 @@ release, which CUDA release writes which PTX ISA, and which CUDA libraries' whee
 toolkit's major in their version. Data only: native.py reads the wheels, fleet.py judges.
 
 When NVIDIA publishes a release, it is added here. A PTX ISA between two the table knows is
-judged by the older (a lower bound); one newer than the table knows fails closed (fleet.py).
+judged by the newer (its driver is at least the one that ISA needs: never understated); one
+newer than the table knows fails closed (fleet.py).
 """
 
 from __future__ import annotations
@@ -66,7 +67,11 @@ STACK_LIBRARIES = {"nvidia-cudnn": "cuDNN", "nvidia-cublas": "cuBLAS", "nvidia-n
 
 
 def ptx_release(isa: tuple[int, int]) -> tuple[int, int] | None:
-    """The CUDA release that writes PTX ISA `isa`, or the newest one the table knows below it
-    (a lower bound); None below the table (older than any driver the table knows)."""
-    known = [v for v in PTX_ISA if v <= isa]
-    return PTX_ISA[max(known)] if known else None
+    """The CUDA release that writes PTX ISA `isa`; for an ISA the table skips (8.6, written by
+    no release it lists), the oldest release it knows above it: the driver that release needs
+    is at least the one the ISA needs, never less. None below the table (older than any
+    driver the table knows) or above it (fleet.py fails that closed)."""
+    if isa < min(PTX_ISA):
+        return None
+    known = [v for v in PTX_ISA if v >= isa]
+    return PTX_ISA[min(known)] if known else None

@@ -286,8 +286,12 @@ def test_ptx_newer_than_the_driver_breaks_the_machines_that_must_jit_it():
     assert [f.broken for f in judge(None, ptx_only((8, 7)), [newer])] == [False]
     # CUDA 12.4's PTX (8.4) on 12.4's own driver, 550.54.14: JIT-compiled there.
     assert [f.broken for f in judge(None, ptx_only((8, 4)), [a100])] == [False, False]
-    # 8.6, which no table entry names, is judged as 8.5 (CUDA 12.5, driver >= 555.42.02).
-    assert [f.broken for f in judge(None, ptx_only((8, 6)), [a100])] == [True, True]
+    # 8.6, which no table entry names, is judged by the next release the table knows, 8.7's
+    # (CUDA 12.8, driver >= 570.26), never the older 8.5's: a 12.6 driver (560.28.03) breaks.
+    a100_126 = Machine("a100", (80,), ("A100",), (560, 28, 3))
+    assert [(f.broken, "CUDA 12.8" in f.problem)
+            for f in judge(None, ptx_only((8, 6)), [a100_126])] == [(True, True)]
+    assert [f.broken for f in judge(None, ptx_only((8, 6)), [newer])] == [False]
     assert "newer than lockguard's table knows" in judge(None, ptx_only((9, 9)), [newer])[0].problem
     assert judge(None, ptx_only((9, 9)), [H100]) == []  # sm_90 SASS: nothing JIT-compiled
 
