@@ -37,7 +37,7 @@ from lockguard.evidence import LEDGER, LAST_CHECK
 
 UNFINISHED = "unfinished build"  # the kind of a stage a killed build left
 # The folders whose entries are built through a stage beside them (cache.entry, not in place).
-STAGED = ("wheelhouses", "proposals", "tools")
+STAGED = ("wheelhouses", "proposals", "tools", "wheels/fleet")  # fleet: envs/wheels.py
 USED = "lockguard-used.json"  # in a venv: {"at": epoch seconds, "project": folder}
 IN_USE = ".use"  # beside a venv: the lock a check holds shared while it runs in it
 

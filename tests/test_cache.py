@@ -172,6 +172,17 @@ def test_cache_max_size_prunes_after_a_command_and_names_its_key(cache, monkeypa
     assert line.startswith("cache_max_size 1 B: removed ")
 
 
+def test_a_killed_fleet_download_leaves_a_stage_listed_as_unfinished(cache):
+    """The fleet's downloads (wheels/fleet, envs/wheels.py) are built through cache.entry's
+    stages too: one a killed diff left is listed as such (STAGED names the folder)."""
+    from lockguard.cache import stage_of
+
+    left = stage_of(cache / "wheels" / "fleet" / "f1")
+    blob(left / "wheels" / "half.whl", 64 << 10)
+    stage = by_name(entries(cache))["wheels/fleet/f1 (left by an interrupted build)"]
+    assert stage.kind == cache_entries.UNFINISHED
+
+
 def test_a_stage_a_killed_build_left_is_removed_by_every_prune_unless_a_build_holds_it(cache):
     """cache.entry builds a wheelhouse or a proposal in `.NAME.stage` beside it; a SIGKILL
     leaves the stage behind. `cache` lists it, any prune removes it (nothing will read it),
