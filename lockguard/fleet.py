@@ -133,10 +133,12 @@ def judge(old: Facts | None, new: Facts, machines: Iterable[Machine],
 def _findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:
     cpu = None if machine.isa is None else "aarch64" if machine.isa == "aarch64" else "x86_64"
     if new.machine and cpu and new.machine != cpu:
-        # The wheel read is another platform's (the one lockguard's caches hold): its code,
-        # tags and requirements say nothing certain of the machine's own wheel.
+        # The wheel read is another platform's: its code, tags and requirements say nothing
+        # certain of the machine's own wheel. The caller reads each machine's own
+        # (report_parts.platform_of): this is a wheel chosen wrongly, failed closed.
         return [(f"not judged ({machine.label(machine.isa or '')}): the wheel read is "
-                 f"{new.machine}'s", False)]
+                 f"{new.machine}'s, not the machine's own (a wheel lockguard cannot read fails "
+                 "closed)", True)]
     return _gpu_findings(old, new, machine) + _host_findings(new, machine)
 
 
@@ -234,14 +236,17 @@ def _admits(requires_python: str, python: tuple[int, int]) -> bool:
 
 
 def judge_changes(changes: Iterable[tuple[str, Facts | None, Facts | None]],
-                  machines: list[Machine]) -> tuple[list[Finding], list[str]]:
+                  machines: list[Machine]) -> tuple[list[Finding], list[tuple[str, str | None]]]:
     """Every lock change (what it is, "torch 2.8.0 -> 2.14.1"; the old wheel's facts, None
-    when added or not read; the new one's, None when its files could not be read) against the
-    fleet: the findings, and the changes not judged."""
-    findings, unread = [], []
+    when added or not read; the new one's, None when its files could not be had) against the
+    fleet: the findings, and the changes not judged with why (Facts.unread: some of its files
+    could not be read; None: its wheel could not be had). A change not judged fails closed
+    (the caller's rule failure): what its unread files hold is not known."""
+    findings: list[Finding] = []
+    unread: list[tuple[str, str | None]] = []
     for what, old, new in changes:
-        if new is None:
-            unread.append(what)
+        if new is None or new.unread:
+            unread.append((what, new.unread if new else None))
         else:
             findings += judge(old, new, machines, what)
     return findings, unread

@@ -93,7 +93,8 @@ class CudaCode:
 class Facts:
     """What one distribution's files declare (envs/installed.dist_facts reads them): its
     CUDA code, the CUDA major it is built for, the glibc its manylinux tags need, the x86-64
-    level its libraries need, the Pythons its metadata admits."""
+    level its libraries need, the Pythons its metadata admits; `unread` when some of them
+    could not be read."""
 
     name: str
     version: str
@@ -105,13 +106,17 @@ class Facts:
     # and the first library that needs it; None when none says more than the baseline
     x86_isa: tuple[int, str] | None = None
     requires_python: str | None = None  # its METADATA's Requires-Python, as written
+    # why some of its files could not be read (a library unreadable or too large, no RECORD):
+    # what they hold is not known, so the distribution is not judged (fleet.py fails closed)
+    unread: str | None = None
 
 
 def wheel_machine(tags: Iterable[str]) -> str | None:
     """The CPU architecture a wheel's Linux platform tags are for (x86_64, aarch64...); None
     for a pure wheel or one without a Linux tag."""
     for tag in tags:
-        m = re.search(r"(?:many|musl)linux[0-9_]*?_([a-z0-9]+_?[a-z0-9]*)$", tag)
+        # PEP 600's manylinux_X_Y_<arch> (musllinux_X_Y_<arch>) or a legacy alias's
+        m = re.search(r"(?:many|musl)linux(?:_\d+_\d+|1|2010|2014)_([a-z0-9_]+)$", tag)
         if m:
             return m.group(1)
     return None

@@ -121,6 +121,8 @@ def test_manylinux_tags_name_the_glibc_they_need():
 def test_the_platform_tags_name_the_wheels_cpu():
     assert native.wheel_machine(["cp311-cp311-manylinux_2_28_x86_64"]) == "x86_64"
     assert native.wheel_machine(["py3-none-manylinux2014_aarch64"]) == "aarch64"
+    assert native.wheel_machine(["cp312-cp312-manylinux_2_17_aarch64"]) == "aarch64"
+    assert native.wheel_machine(["cp312-abi3-musllinux_1_2_x86_64"]) == "x86_64"
     assert native.wheel_machine(["py3-none-any"]) is None
 
 
@@ -258,11 +260,13 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
     assert [(f.broken, f.problem) for f in still] == [
         (True, "still has no code for sm_70 (fleet: v100, V100 x 12): broken there")]
     assert judge(None, facts("2.10.0", sass={90}, major=12, glibc=(2, 17)), [H100]) == []
-    # A wheel read for x86_64 says nothing certain of an aarch64 machine's: a note, no verdict.
+    # A wheel read for x86_64 says nothing certain of an aarch64 machine's (the flows read
+    # each machine's own): given one, the judge fails closed, never passes it.
     arm = Machine("gh200", (90,), ("GH200",), (525, 60, 13), "aarch64", (2, 17), 4)
     cu13 = Facts("torch", "2.9.0", CudaCode(frozenset({75})), 13, (2, 28), "x86_64")
     assert [(f.broken, f.problem) for f in judge(None, cu13, [arm])] == [
-        (False, "not judged (fleet: gh200, aarch64 x 4): the wheel read is x86_64's")]
+        (True, "not judged (fleet: gh200, aarch64 x 4): the wheel read is x86_64's, not the "
+               "machine's own (a wheel lockguard cannot read fails closed)")]
     # A CPU-only wheel asks nothing of a GPU or its driver.
     assert judge(None, facts("2.10.0+cpu", glibc=(2, 17)), [V100, H100]) == []
 
@@ -318,7 +322,7 @@ def test_the_same_problem_of_many_changes_is_one_line():
         "(fleet: v100, V100 x 12): broken there",
         "nvidia-a 13, nvidia-b 13, nvidia-c 13, nvidia-d 13 and 2 more needs driver >= "
         "580.65.06 for CUDA 13 (fleet: v100, driver 550.54.15 x 12): broken there"]
-    assert unread == ["x 1"]
+    assert unread == [("x 1", None)]
 
 
 def installed(site: Path, name: str, version: str, lib: bytes, requires=(), tag="manylinux_2_28"
@@ -375,8 +379,9 @@ def test_diff_judges_the_change_against_the_fleet_from_the_cached_wheels(tmp_pat
     assert "fleet-v100: torch 2.8.0 -> 2.9.0 drops sm_70 (fleet: v100, V100 x 12): broken " \
            "there" in text
     assert "needs driver >= 580.65.06 for CUDA 13" in text
-    assert re.search(r"fleet: jax 0.7.0 not judged against the fleet: pip could not download "
-                     r"them: .*jax.*\(a wheel lockguard cannot read fails closed\)", text), text
+    assert re.search(r"fleet: jax 0.7.0 not judged against the fleet \(for v100\): pip could "
+                     r"not download them: .*jax.*\(a wheel lockguard cannot read fails closed\)",
+                     text), text
     as_json = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt", "--format", "json"])
     assert as_json.exit_code == 1 and '"rule": "fleet-v100"' in as_json.output
     assert '"rule": "fleet"' in as_json.output
@@ -745,3 +750,201 @@ def test_the_fleet_python_key_is_read_and_checked(tmp_path):
     assert machine.python == (3, 10)
     with pytest.raises(ConfigError, match=r"fleet\.n\.python"):
         parse_config({"fleet": {"n": {"python": "3"}}}, where, tmp_path)
+
+
+# ---------------------------------------------------------------- each machine's own wheel
+
+
+def other_arch() -> tuple[str, str, str, str]:
+    """This machine's architecture and another, each with the fleet `cpu` that names it:
+    the tests hold on an x86_64 runner and an aarch64 one alike."""
+    from lockguard.envs.wheels import host_arch
+
+    cpu = {"x86_64": "x86-64", "aarch64": "aarch64"}
+    here = host_arch()
+    there = "aarch64" if here == "x86_64" else "x86_64"
+    return here, cpu.get(here, "x86-64"), there, cpu[there]
+
+
+def test_a_machine_of_another_architecture_is_judged_by_its_own_wheel(tmp_path, monkeypatch):
+    """gpukit 1.0's wheel for this machine's architecture has sm_70 code, its wheel for the
+    other architecture has none (a lock pins both files' hashes). A V100 machine of each: the
+    one of the other architecture is judged by its own wheel, downloaded for its platform
+    (pip download --platform, hash-checked, from the lock's find-links), and breaks; the one
+    like this machine passes. Without that wheel (gone from the index), the change fails
+    closed naming the machine, never passes unjudged."""
+    from lockguard.cli import cli
+
+    here, here_cpu, there, there_cpu = other_arch()
+    links = tmp_path / "links"
+    links.mkdir()
+    own = wheel(links, "gpukit", "1.0", (SASS, 70), (SASS, 90),
+                tag=f"py3-none-manylinux_2_17_{here}")
+    theirs = wheel(links, "gpukit", "1.0", (SASS, 90), tag=f"py3-none-manylinux_2_17_{there}")
+    options = f"--no-index\n--find-links {links}\n"
+    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 --hash=sha256:{'0' * 64}\n")
+    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 --hash={own} --hash={theirs}\n")
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
+        f"[tool.lockguard.fleet.there]\ngpus = ['V100']\ncpu = '{there_cpu}'\n")
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, text
+    assert "fleet-there: gpukit 0.9 -> 1.0 has no code for sm_70 (fleet: there, V100): " \
+           "broken there" in text, text
+    assert "fleet-here" not in text and "not judged" not in text, text
+    fetched = sorted(p.name for p in (tmp_path / "cache").glob("wheels/fleet/*/wheels/*.whl"))
+    assert fetched == sorted([f"gpukit-1.0-py3-none-manylinux_2_17_{here}.whl",
+                              f"gpukit-1.0-py3-none-manylinux_2_17_{there}.whl"])
+    # Cached: the next diff reads each machine's wheel from there, the index gone.
+    for whl in links.iterdir():
+        whl.unlink()
+    again = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    assert again.exit_code == 1 and "fleet-there" in again.output
+    # Neither cached nor to be had: fails closed, naming the change and the machine.
+    for entry in (tmp_path / "cache" / "wheels" / "fleet").iterdir():
+        if there in " ".join(p.name for p in entry.glob("wheels/*")):
+            import shutil
+            shutil.rmtree(entry)
+    gone = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    text = " ".join(gone.output.split())
+    assert gone.exit_code == 1, text
+    assert re.search(r"fleet: gpukit 0.9 -> 1.0 not judged against the fleet \(for there\): pip "
+                     rf"could not download them for {there}, Python \d+\.\d+: .*\(a wheel "
+                     r"lockguard cannot read fails closed\)", text), text
+
+
+def test_a_pin_whose_marker_holds_only_on_another_machine_is_judged_there(tmp_path, monkeypatch):
+    """A changed pin under `platform_machine == '<other architecture>'`: this machine
+    installs nothing of it, the fleet's machine of that architecture does, so it is judged by
+    that machine's wheel (and breaks it), not left a note."""
+    from lockguard.cli import cli
+
+    _, here_cpu, there, there_cpu = other_arch()
+    links = tmp_path / "links"
+    links.mkdir()
+    theirs = wheel(links, "gpukit", "1.0", (SASS, 90), tag=f"py3-none-manylinux_2_17_{there}")
+    options = f"--no-index\n--find-links {links}\n"
+    marker = f"; platform_machine == '{there}'"
+    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 {marker} --hash=sha256:{'0' * 64}\n")
+    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 {marker} --hash={theirs}\n")
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
+        f"[tool.lockguard.fleet.there]\ngpus = ['V100']\ncpu = '{there_cpu}'\n")
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, text
+    assert "fleet-there: gpukit 0.9 -> 1.0 has no code for sm_70" in text, text
+    assert "fleet-here" not in text and "marker" not in text, text
+    # Only on the other machine's architecture, and no fleet machine of it: a note.
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n")
+    alone = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    assert alone.exit_code == 0, alone.output
+    assert "its marker holds on no fleet machine" in " ".join(alone.output.split())
+
+
+def test_a_cached_wheel_is_read_only_for_the_platform_its_tags_name(tmp_path, monkeypatch):
+    """A lock pins every platform's files; a wheelhouse holding the other architecture's
+    (its hash among the pin's) is not this machine's wheel, and is read only for a machine of
+    that architecture."""
+    from lockguard.envs.wheels import Platform, lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    _, _, there, _ = other_arch()
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
+    house.mkdir(parents=True)
+    (house.parent / "lockguard-ready.json").write_text('{"lock_hash": "another lock"}')
+    theirs = wheel(house, "gpukit", "1.0", (SASS, 90), tag=f"py3-none-manylinux_2_17_{there}")
+    (tmp_path / "new.txt").write_text(f"gpukit==1.0 --hash={theirs} --hash=sha256:{'1' * 64}\n")
+    lock = parse_lock(tmp_path / "new.txt")
+    assert lock_wheels(lock, lock.pins) == ({}, None)
+    assert lock_wheels(lock, lock.pins, platform=Platform(there, "3.11"))[0] == {
+        "gpukit": house / f"gpukit-1.0-py3-none-manylinux_2_17_{there}.whl"}
+    # A build's stage (.NAME.stage, unfinished) beside the entries is none of them.
+    stage = tmp_path / "cache" / "wheelhouses" / ".0a1c.stage"
+    (house.parent).rename(stage)
+    assert lock_wheels(lock, lock.pins, platform=Platform(there, "3.11")) == ({}, None)
+
+
+def test_a_fleet_downloads_marker_that_is_not_what_it_wrote_binds_nothing(tmp_path, monkeypatch):
+    """A ready marker of wheels/fleet that is JSON of another shape (written by hand, or by
+    another version) is ignored, as the marker reader promises: no crash (exit 3)."""
+    from lockguard.envs.wheels import lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "new.txt").write_text("gpukit==1.0\n")
+    lock = parse_lock(tmp_path / "new.txt")
+    entry = tmp_path / "cache" / "wheels" / "fleet" / "0a1b"
+    (entry / "wheels").mkdir(parents=True)
+    for text in ('{"wheels": ["gpukit-1.0-py3-none-any.whl"]}', '{"wheels": 3}', "[1]", "{"):
+        (entry / "lockguard-ready.json").write_text(text)
+        assert lock_wheels(lock, lock.pins) == ({}, None)
+
+
+def test_files_that_cannot_be_read_are_not_taken_for_no_cuda_code(tmp_path, monkeypatch):
+    """A library its RECORD lists but that cannot be read, a missing RECORD, a wheel's library
+    over MAX_MEMBER_BYTES or libraries over MAX_WHEEL_BYTES together, a file that is no zip:
+    each is Facts.unread, which judge_changes does not judge (the flows fail it closed)."""
+    from lockguard.envs import installed as installed_py
+    from lockguard.envs.installed import dist_facts
+
+    site = tmp_path / "site"
+    installed(site, "gpukit", "1.0", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 90)))))
+    info = site / "gpukit-1.0.dist-info"
+    assert dist_facts(info).unread is None
+    (site / "gpukit" / "libgpukit_1.0.so").unlink()
+    assert "gpukit/libgpukit_1.0.so could not be read" in dist_facts(info).unread
+    (info / "RECORD").unlink()
+    assert "RECORD" in dist_facts(info).unread
+    found, unread = judge_changes([("gpukit 0.9 -> 1.0", None, dist_facts(info))], [V100])
+    assert found == [] and unread == [("gpukit 0.9 -> 1.0", dist_facts(info).unread)]
+
+    wheel(tmp_path, "gpukit", "1.0", (SASS, 90))
+    whl = tmp_path / "gpukit-1.0-py3-none-any.whl"
+    assert dist_facts(whl).unread is None and dist_facts(whl).cuda.sass == {90}
+    monkeypatch.setattr(installed_py, "MAX_MEMBER_BYTES", 100)
+    assert "gpukit/libk.so is" in dist_facts(whl).unread
+    monkeypatch.setattr(installed_py, "MAX_MEMBER_BYTES", 8 << 30)
+    monkeypatch.setattr(installed_py, "MAX_WHEEL_BYTES", 100)
+    assert "its libraries unpack to" in dist_facts(whl).unread
+    whl.write_bytes(b"not a zip")
+    assert "could not be read as a wheel" in dist_facts(whl).unread
+
+
+def test_a_diff_whose_changed_wheel_has_an_unreadable_library_fails_closed(tmp_path, monkeypatch):
+    """`diff` against a fleet, the candidate's venv missing a library its RECORD lists: the
+    change is not judged, and the gate fails (rule fleet), not passes on "no CUDA code"."""
+    from lockguard.cli import cli
+
+    (tmp_path / "old.txt").write_text("gpukit==0.9\n")
+    (tmp_path / "new.txt").write_text("gpukit==1.0\n")
+    site = venv_of(tmp_path / "cache", tmp_path / "new.txt")
+    installed(site, "gpukit", "1.0", elf((".nv_fatbin", PROGBITS, 2, fatbin((SASS, 90)))))
+    (site / "gpukit" / "libgpukit_1.0.so").unlink()
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.lockguard.fleet.v100]\ngpus = ['V100']\n")
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, text
+    assert "fleet: gpukit 0.9 -> 1.0 not judged against the fleet (for v100): " \
+           "gpukit/libgpukit_1.0.so could not be read" in text, text
+
+
+def test_a_diff_of_a_lock_the_run_does_not_hold_is_an_internal_error():
+    """Every flow passes fleet_parts the LockRefs of the diffs it judges: one missing is a
+    bug (exit 3), not a change skipped unjudged."""
+    from lockguard.flows.report_parts import fleet_parts
+    from lockguard.locks.diff import LockDiff
+
+    diff = LockDiff.model_construct(new_lock_hash="0" * 12, old_lock_hash="1" * 12,
+                                    new_source="new.txt", changed=())
+    with pytest.raises(AssertionError, match="new.txt"):
+        fleet_parts([V100], [diff], [])

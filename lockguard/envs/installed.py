@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import email.parser
 import re
-import shutil
 import zipfile
 from importlib.metadata import PathDistribution
 from pathlib import Path, PurePosixPath
@@ -84,17 +83,23 @@ def dist_facts(dist_info: Path) -> Facts:
     its files, read as bytes (native.py): the CUDA code of the libraries its RECORD lists,
     the CUDA major its version or requirements name, the glibc its WHEEL tags need. A RECORD
     path that leaves its site-packages, or a link, is not followed: the files are the lock's,
-    not to be trusted."""
+    not to be trusted. What could not be read (no RECORD, a library unreadable or too large, a
+    wheel that is no zip or unpacks to more than MAX_WHEEL_BYTES) is Facts.unread, never taken
+    as "no code": the fleet's judge fails it closed."""
     if dist_info.suffix == ".whl":
         return _wheel_facts(dist_info)
     name, _, version = dist_info.name.removesuffix(".dist-info").rpartition("-")
-    code, isa = CudaCode(), None
-    for library in _libraries(dist_info):
+    code, isa, unread = CudaCode(), None, None
+    libraries = _libraries(dist_info)
+    if libraries is None:
+        unread = "its RECORD (the list of its files) could not be read"
+    for library in libraries or ():
         try:
             code = code.union(cuda_code(library))
             isa = _higher(isa, x86_isa_needed(library), library.relative_to(dist_info.parent))
-        except OSError:
-            continue  # unreadable: it declares nothing we can judge by
+        except OSError as exc:
+            unread = unread or (f"{library.relative_to(dist_info.parent)} could not be read "
+                                f"({exc.strerror or type(exc).__name__})")
     try:
         wheel = (dist_info / "WHEEL").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -104,7 +109,7 @@ def dist_facts(dist_info: Path) -> Facts:
     except (OSError, UnicodeDecodeError):
         python = None
     return _facts(name, version, code, wheel, requires(dist_info / "METADATA") or (), isa,
-                  python)
+                  python, unread)
 
 
 def _higher(isa: tuple[int, str] | None, level: int, library: PurePosixPath | Path
@@ -116,7 +121,8 @@ def _higher(isa: tuple[int, str] | None, level: int, library: PurePosixPath | Pa
 
 
 def _facts(name: str, version: str, code: CudaCode, wheel: str, requirements: tuple[str, ...],
-           isa: tuple[int, str] | None, requires_python: str | None) -> Facts:
+           isa: tuple[int, str] | None, requires_python: str | None, unread: str | None
+           ) -> Facts:
     tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
             if line.startswith("Tag:")]
     return Facts(name=canonicalize_name(name), version=version, cuda=code,
@@ -124,49 +130,89 @@ def _facts(name: str, version: str, code: CudaCode, wheel: str, requirements: tu
                  glibc=manylinux_glibc(tags), machine=wheel_machine(tags), x86_isa=isa,
                  # the lock's text: bounded, one line (a finding quotes it)
                  requires_python=" ".join(str(requires_python).split())[:100]
-                 if requires_python else None)
+                 if requires_python else None, unread=unread)
 
 
 MAX_MEMBER_BYTES = 8 << 30  # a wheel's library larger than this is not unpacked to be read
+# All of one wheel's libraries together: torch's CUDA build unpacks about 4 GiB of them; a
+# PR's index can serve a wheel whose few kilobytes say terabytes (a zip bomb).
+MAX_WHEEL_BYTES = 32 << 30
 
 
 def _wheel_facts(wheel: Path) -> Facts:
     """dist_facts of a wheel file (a docker wheelhouse's): its METADATA and WHEEL read from
     the archive, each shared library unpacked to a scratch file to be read, one at a time."""
     name, version = wheel.name.split("-")[:2]
-    code, isa = CudaCode(), None
-    with zipfile.ZipFile(wheel) as archive, scratch_dir("wheel") as scratch:
-        info = f"{name}-{version}.dist-info/"
-        text = {n: archive.read(info + n).decode("utf-8", "replace")
-                for n in ("WHEEL", "METADATA") if info + n in archive.NameToInfo}
-        meta = email.parser.Parser().parsestr(text.get("METADATA", ""), headersonly=True)
-        for member in archive.infolist():
-            path = PurePosixPath(member.filename)
-            if (".." in path.parts or path.is_absolute() or not _SHARED.search(path.name)
-                    or member.file_size > MAX_MEMBER_BYTES):
-                continue
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            info = f"{name}-{version}.dist-info/"
+            text = {n: archive.read(info + n).decode("utf-8", "replace")
+                    for n in ("WHEEL", "METADATA") if info + n in archive.NameToInfo}
+            code, isa, unread = _wheel_libraries(archive)
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+        return Facts(name=canonicalize_name(name), version=version,
+                     unread=f"{wheel.name} could not be read as a wheel ({exc})")
+    meta = email.parser.Parser().parsestr(text.get("METADATA", ""), headersonly=True)
+    return _facts(name, version, code, text.get("WHEEL", ""),
+                  tuple(meta.get_all("Requires-Dist") or ()), isa, meta.get("Requires-Python"),
+                  unread)
+
+
+def _wheel_libraries(archive: zipfile.ZipFile
+                     ) -> tuple[CudaCode, tuple[int, str] | None, str | None]:
+    """The CUDA code and x86-64 level of an archive's shared libraries, each unpacked to a
+    scratch file; why some were not read (too large, alone or together), None when all were."""
+    code, isa, unpacked = CudaCode(), None, 0
+    libraries = [m for m in archive.infolist() if _SHARED.search(PurePosixPath(m.filename).name)
+                 and ".." not in PurePosixPath(m.filename).parts
+                 and not PurePosixPath(m.filename).is_absolute()]
+    large = next((m for m in libraries if m.file_size > MAX_MEMBER_BYTES), None)
+    if large is not None:
+        return code, isa, (f"{large.filename} is {large.file_size} bytes, more than lockguard "
+                           f"unpacks to read ({MAX_MEMBER_BYTES})")
+    total = sum(m.file_size for m in libraries)
+    if total > MAX_WHEEL_BYTES:
+        return code, isa, (f"its libraries unpack to {total} bytes, more than lockguard "
+                           f"unpacks to read ({MAX_WHEEL_BYTES})")
+    with scratch_dir("wheel") as scratch:
+        for member in libraries:
             target = scratch / "library.so"
             with archive.open(member) as source, open(target, "wb") as out:
-                shutil.copyfileobj(source, out, 1 << 20)
+                # the sizes the archive declares bound what is written: zipfile reads no
+                # more of a member than its declared size (and checks its CRC at the end)
+                unpacked += _copy(source, out, MAX_WHEEL_BYTES - unpacked)
             code = code.union(cuda_code(target))
-            isa = _higher(isa, x86_isa_needed(target), path)
-    return _facts(name, version, code, text.get("WHEEL", ""),
-                  tuple(meta.get_all("Requires-Dist") or ()), isa, meta.get("Requires-Python"))
+            isa = _higher(isa, x86_isa_needed(target), PurePosixPath(member.filename))
+    return code, isa, None
 
 
-def _libraries(dist_info: Path) -> list[Path]:
+def _copy(source, out, limit: int) -> int:
+    """Copies `source` to `out` in blocks, at most `limit` bytes (ValueError past it); the
+    bytes copied."""
+    done = 0
+    while block := source.read(1 << 20):
+        done += len(block)
+        if done > limit:
+            raise ValueError(f"more than {MAX_WHEEL_BYTES} bytes unpacked")
+        out.write(block)
+    return done
+
+
+def _libraries(dist_info: Path) -> list[Path] | None:
+    """The shared libraries a dist-info's RECORD lists inside its site-packages (links and
+    paths that leave it not followed); None when the RECORD cannot be read."""
     site = dist_info.parent
     try:
         rows = (dist_info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
-        return []
+        return None
     found = []
     for row in csv.reader(rows):
         path = PurePosixPath(row[0]) if row else PurePosixPath(".")
         if path.is_absolute() or ".." in path.parts or not _SHARED.search(path.name):
             continue
         file = site / path
-        if not file.is_symlink() and file.is_file():
+        if not file.is_symlink():  # one missing or not a file fails to open: unread
             found.append(file)
     return found
 

@@ -27,6 +27,7 @@ import json
 import platform
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.markers import Marker
@@ -38,6 +39,7 @@ from lockguard.envs.installed import normal_version, site_packages
 from lockguard.files import sha256_file
 from lockguard.installers import run_logged, tool_reason
 from lockguard.locks.model import Lock, Pin
+from lockguard.locks.target import Target, host_target, linux_target, manylinux_platforms
 from lockguard.locks.writer import option_args, wheel_request
 from lockguard.progress import QUIET, Progress
 
@@ -45,6 +47,51 @@ from lockguard.progress import QUIET, Progress
 # contradict that, and a platform-restricted download refuses --no-binary.
 _FORMAT_CONTROL = ("--no-binary", "--only-binary", "--prefer-binary")
 FLEET_WHEELS = "fleet"  # the folder under $LOCKGUARD_CACHE/wheels the fleet's downloads go to
+
+
+# A fleet machine whose glibc the fleet does not say takes any manylinux wheel (pip picks the
+# newest tag a release has, as on a current distribution).
+ANY_GLIBC = (2, 50)
+_ARCH_NAMES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}  # as Linux names them
+
+
+def host_arch() -> str:
+    """This machine's CPU architecture as Linux's wheel tags name it (x86_64, aarch64)."""
+    machine = platform.machine().lower()
+    return _ARCH_NAMES.get(machine, machine)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A Linux machine a lock's wheel is chosen for, as pip download and environment markers
+    see it: its CPU architecture (x86_64, aarch64), its Python (X.Y) and glibc."""
+
+    arch: str
+    python: str
+    glibc: tuple[int, int] = ANY_GLIBC
+
+    def target(self) -> Target:
+        """Its markers and supported wheel tags (locks/target.py)."""
+        return linux_target(self.python, self.arch, self.glibc)
+
+    def pip_args(self) -> list[str]:
+        """pip download's options for it (platform_args)."""
+        return platform_args(self.python, manylinux_platforms(self.arch, self.glibc))
+
+    def describe(self) -> str:
+        """"aarch64, Python 3.11, glibc 2.28" (the glibc only where the fleet says it)."""
+        glibc = f", glibc {self.glibc[0]}.{self.glibc[1]}" if self.glibc != ANY_GLIBC else ""
+        return f"{self.arch}, Python {self.python}{glibc}"
+
+
+def platform_args(python: str, platforms: Sequence[str]) -> list[str]:
+    """pip download's options for CPython `python` (X.Y) on `platforms` (tags, most specific
+    first): another machine's wheels, not this interpreter's."""
+    args = ["--implementation", "cp", "--python-version", python,
+            "--abi", "cp" + python.replace(".", "")]
+    for tag in platforms:
+        args += ["--platform", tag]
+    return args
 
 
 def lock_options(lock: Lock) -> list[str]:
@@ -55,10 +102,13 @@ def lock_options(lock: Lock) -> list[str]:
 
 def pip_download(pins: Sequence[Pin], lock: Lock, stage: Path, step,
                  platform_args: Sequence[str] = ()) -> tuple[int, list[str]]:
-    """`pip download --no-deps --only-binary=:all:` of `pins` (their hashes required when the
-    lock has them) into stage/wheels, its request in stage/download.txt and its output in
-    stage/download.log; `platform_args`: another platform's (--platform, --python-version,
-    --abi), this interpreter's when empty. The exit code and the log's last lines."""
+    """`pip download --no-deps --only-binary=:all:` of `pins` into stage/wheels, its request
+    in stage/download.txt and its output in stage/download.log; `platform_args`: another
+    platform's (--platform, --python-version, --abi), this interpreter's when empty. A lock
+    with hashes is downloaded with --require-hashes (the request carries each pin's); a lock
+    without any cannot say which bytes are its own, so pip takes what the index serves (lock
+    rules and allow_unhashed decide whether such a lock is used at all). The exit code and the
+    log's last lines."""
     wheels = stage / "wheels"
     wheels.mkdir(exist_ok=True)
     request = stage / "download.txt"
@@ -92,20 +142,27 @@ def holds_here(pin: Pin) -> bool:
     return pin.marker is None or Marker(pin.marker).evaluate()
 
 
+def holds_on(pin: Pin, platform: Platform) -> bool:
+    """Whether the pin's marker holds on `platform` (a fleet machine installs it there)."""
+    return pin.marker is None or Marker(pin.marker).evaluate(platform.target().markers)
+
+
 def lock_wheels(lock: Lock, pins: Sequence[Pin], *, fetch: bool = False,
-                progress: Progress = QUIET) -> tuple[dict[str, Path], str | None]:
+                progress: Progress = QUIET, platform: Platform | None = None
+                ) -> tuple[dict[str, Path], str | None]:
     """The files of `pins` (of `lock`) to read: {canonical name: a dist-info folder or a .whl},
-    each provably the lock's (see the module's docstring); with `fetch`, the rest downloaded.
-    Also why some could not be had (a failed download's one line), None when all were."""
-    found = _from_venvs(lock, pins)
+    each provably the lock's (see the module's docstring) and one that installs on `platform`
+    (None: this interpreter); with `fetch`, the rest downloaded for it. Also why some could not
+    be had (a failed download's one line), None when all were."""
+    found = _from_venvs(lock, pins) if platform is None else {}
     rest = [p for p in pins if p.name not in found]
     if rest:
-        found.update(_from_wheel_files(lock, rest))
+        found.update(_from_wheel_files(lock, rest, platform))
         rest = [p for p in rest if p.name not in found]
     if not rest or not fetch:
         return found, None
     try:
-        found.update(_fetch(lock, rest, progress))
+        found.update(_fetch(lock, rest, progress, platform))
     except (EnvError, OSError) as exc:
         return found, str(exc)
     return found, None
@@ -115,7 +172,7 @@ def _from_venvs(lock: Lock, pins: Sequence[Pin]) -> dict[str, Path]:
     """The dist-info folders of `pins` in a venv lockguard built from `lock` itself."""
     found: dict[str, Path] = {}
     wanted = {(p.name, normal_version(p.version)): p.name for p in pins}
-    for marker in sorted(cache_root().glob(f"venvs/*/{READY}")):
+    for marker in _ready_markers("venvs"):
         if _marker(marker).get("lock_hash") != lock.lock_hash:
             continue
         site = site_packages(marker.parent)
@@ -127,9 +184,13 @@ def _from_venvs(lock: Lock, pins: Sequence[Pin]) -> dict[str, Path]:
     return found
 
 
-def _from_wheel_files(lock: Lock, pins: Sequence[Pin]) -> dict[str, Path]:
-    """The cached wheel files of `pins`: one whose sha256 the pin lists, or, for a pin without
-    hashes, one downloaded for the same request or held by a wheelhouse of this lock."""
+def _from_wheel_files(lock: Lock, pins: Sequence[Pin], platform: Platform | None
+                      ) -> dict[str, Path]:
+    """The cached wheel files of `pins` that install on `platform` (None: this interpreter),
+    by their tags: one whose sha256 the pin lists (a pin lists every platform's files, so the
+    hash alone does not say the wheel is this platform's), or, for a pin without hashes, one
+    downloaded for the same request or held by a wheelhouse of this lock."""
+    target = host_target() if platform is None else platform.target()
     by_pin = {(p.name, normal_version(p.version)): p for p in pins}
     found: dict[str, Path] = {}
     for wheel, bound in _cached_wheels(lock):
@@ -138,7 +199,7 @@ def _from_wheel_files(lock: Lock, pins: Sequence[Pin]) -> dict[str, Path]:
         except InvalidWheelFilename:
             continue
         pin = by_pin.get((canonicalize_name(dist), normal_version(str(version))))
-        if pin is None or pin.name in found:
+        if pin is None or pin.name in found or not target.wheel_fits(wheel.name):
             continue
         if pin.hashes and f"sha256:{_sha256(wheel)}" in pin.hashes:
             found[pin.name] = wheel
@@ -154,34 +215,48 @@ def _cached_wheels(lock: Lock) -> list[tuple[Path, set[str]]]:
     out = []
     every = {p.requirement for p in lock.pins if not p.hashes}
     options = lock_options(lock)
-    for marker in sorted(cache_root().glob(f"wheelhouses/*/{READY}")):
+    for marker in _ready_markers("wheelhouses"):
         bound = every if _marker(marker).get("lock_hash") == lock.lock_hash else set()
         out += [(w, bound) for w in sorted(marker.parent.glob("wheels/*.whl"))]
-    for marker in sorted(cache_root().glob(f"wheels/{FLEET_WHEELS}/*/{READY}")):
+    for marker in _ready_markers(f"wheels/{FLEET_WHEELS}"):
         record = _marker(marker)
         same = record.get("options") == options
-        for wheel in record.get("wheels", []):
+        for wheel in _listed(record):
             pin = wheel.get("pin") if same and not wheel.get("hashes") else None
             out.append((marker.parent / "wheels" / Path(str(wheel.get("file"))).name,
                         {pin} if isinstance(pin, str) else set()))
     return [(w, bound) for w, bound in out if w.is_file() and not w.is_symlink()]
 
 
-def _fetch(lock: Lock, pins: Sequence[Pin], progress: Progress) -> dict[str, Path]:
-    """`pins` downloaded into one cache entry, wheels/fleet/<key of the request>."""
+def _ready_markers(folder: str) -> list[Path]:
+    """The ready markers of the entries in the cache's `folder`; a stage beside them
+    (.<name>.stage, cache.entry's unfinished build) is no entry."""
+    return [m for m in sorted(cache_root().glob(f"{folder}/*/{READY}"))
+            if not m.parent.name.startswith(".")]
+
+
+def _fetch(lock: Lock, pins: Sequence[Pin], progress: Progress, target: Platform | None
+           ) -> dict[str, Path]:
+    """`pins` downloaded for `target` (None: this interpreter) into one cache entry,
+    wheels/fleet/<key of the request>."""
     options = lock_options(lock)
+    where = ([sys.implementation.cache_tag, platform.machine()] if target is None
+             else [target.arch, target.python, list(target.glibc)])
     request = json.dumps([[p.requirement, list(p.hashes)] for p in sorted(pins, key=_by_name)]
-                         + [options, sys.implementation.cache_tag, platform.machine()])
+                         + [options, *where])
     key = hashlib.sha256(request.encode()).hexdigest()[:20]
     path = cache_dir() / "wheels" / FLEET_WHEELS / key
-    what = f"{len(pins)} wheel(s) of {Path(lock.source).name}"
+    what = f"{len(pins)} wheel(s) of {Path(lock.source).name}" + (
+        f" for {target.describe()}" if target else "")
 
     def build(stage: Path) -> str:
         with progress.step(f"Downloading {what} to judge them against the fleet") as step:
-            code, tail = pip_download(pins, lock, stage, step)
+            code, tail = pip_download(pins, lock, stage, step,
+                                      target.pip_args() if target else ())
         if code != 0:
             reason = tool_reason("\n".join(tail), f"exit code {code}")
-            raise EnvError(f"pip could not download them: {reason}")
+            raise EnvError(f"pip could not download them"
+                           f"{' for ' + target.describe() if target else ''}: {reason}")
         files = match_wheels(stage / "wheels", pins, lock)
         wheels = [{"name": p.name, "pin": p.requirement, "hashes": list(p.hashes),
                    "file": files[p.name].name, "sha256": sha256_file(files[p.name])}
@@ -192,7 +267,7 @@ def _fetch(lock: Lock, pins: Sequence[Pin], progress: Progress) -> dict[str, Pat
     with entry(path, build, ready=lambda at: (at / READY).is_file(), marker=READY,
                what=f"the download of {what} ({path})", tell=progress.info):
         record = _marker(path / READY)
-    names = {w.get("name"): Path(str(w.get("file"))).name for w in record.get("wheels", [])}
+    names = {w.get("name"): Path(str(w.get("file"))).name for w in _listed(record)}
     return {p.name: path / "wheels" / names[p.name] for p in pins if p.name in names}
 
 
@@ -207,6 +282,13 @@ def _marker(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _listed(record: dict) -> list[dict]:
+    """The wheels a fleet download's ready marker lists; those that are not a JSON object (a
+    marker written by hand, or by another version) are none."""
+    wheels = record.get("wheels")
+    return [w for w in wheels if isinstance(w, dict)] if isinstance(wheels, list) else []
 
 
 # sha256 of a wheel file, by (path, size, mtime): a check asks each changed wheel a few times

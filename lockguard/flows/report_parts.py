@@ -4,6 +4,7 @@ a flow that ran scenarios turns its outcome into a Report."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -11,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 from lockguard import integrity
 from lockguard.compare.verdicts import gate_passes, is_failure
 from lockguard.envs.installed import dist_facts
-from lockguard.envs.wheels import holds_here, lock_wheels
+from lockguard.envs.wheels import (
+    ANY_GLIBC, Platform, holds_here, holds_on, host_arch, lock_wheels,
+)
 from lockguard.files import display_path
-from lockguard.fleet import Machine, grouped, judge_changes, stack_line
+from lockguard.fleet import Finding, Machine, grouped, judge_changes, stack_line
 from lockguard.locks.families import framework_version, package_families
 from lockguard.locks.diff import Change, LockDiff
 from lockguard.locks.rules import check_family_rules
@@ -78,9 +81,11 @@ def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
     """The lock changes of `diffs` judged against the fleet (fleet.py), the one way diff, check
     and propose judge it: each change that breaks a fleet entry is a rule failure of the
     candidate lock ("fleet-<entry>": it fails the gate whenever a fleet is configured), a
-    PTX-only coverage is a note. The changed wheels are read where they are provably the
-    lock's (envs/wheels.py: by its hashes, never by name and version alone) or downloaded,
-    hash-checked; a wheel that cannot be had fails closed (rule "fleet", naming it).
+    PTX-only coverage is a note. Each machine is judged by the wheels it installs: the pins
+    whose markers hold on its platform (platform_of), read where they are provably the lock's
+    (envs/wheels.py: by its hashes, never by name and version alone, and by the tags of the
+    machine's platform) or downloaded for that platform, hash-checked; a wheel that cannot be
+    had or read fails closed (rule "fleet", naming it and the machines).
     `locks`: both sides' LockRefs (a diff finds its locks by their hashes); a failure names
     its lock as the report does (a checkout's temporary path under check --base is not what
     the user knows)."""
@@ -89,45 +94,98 @@ def fleet_parts(machines: Sequence[Machine], diffs: Sequence[LockDiff],
     failures, notes = [], []
     shown = {ref.lock.source: display_path(ref.path) for ref in locks}
     by_hash = {ref.lock.lock_hash: ref.lock for ref in locks}
+    platforms = {m.name: platform_of(m) for m in machines}
     for diff in diffs:
         new_lock, old_lock = by_hash.get(diff.new_lock_hash), by_hash.get(diff.old_lock_hash)
-        if new_lock is None:
-            continue  # not a lock of this run (cannot happen: every flow passes its locks)
+        if new_lock is None:  # every flow passes the LockRefs of the diffs it judges
+            raise AssertionError(f"fleet_parts: the candidate of a lock diff "
+                                 f"({diff.new_source}) is not among the run's locks")
         where = shown.get(diff.new_source, diff.new_source)
         # The frameworks first: a line names torch before the dozen nvidia-* wheels it pulls.
         changes = sorted((c for c in diff.changed if c.new_version and c.kind in
                           ("added", "upgraded", "downgraded", "rehashed")),
                          key=lambda c: "cuda" in c.families)
         pairs = [(c, p) for c in changes if (p := _pin(new_lock, c.name, c.marker))]
-        elsewhere = [p for _, p in pairs if not holds_here(p)]
-        pairs = [(c, p) for c, p in pairs if holds_here(p)]
-        old_pins = [p for c, _ in pairs if old_lock and (p := _pin(old_lock, c.name, c.marker))]
-        new_files, why = lock_wheels(new_lock, [p for _, p in pairs], fetch=True,
-                                     progress=progress)
-        old_files, _ = lock_wheels(old_lock, old_pins) if old_lock else ({}, None)
-        findings, unread = judge_changes(
-            [(_what(c), dist_facts(old_files[c.name]) if c.name in old_files else None,
-              dist_facts(new_files[c.name]) if c.name in new_files else None)
-             for c, _ in pairs], list(machines))
+        findings, unread = _judge_on_each(pairs, new_lock, old_lock, machines, platforms,
+                                          progress)
         for f, message in grouped(findings):
             if f.broken:
                 failures.append(RuleFailure(lock=where, rule=f"fleet-{f.machine}",
                                             message=message))
             else:
                 notes.append(f"fleet: {message}")
-        if unread:
-            more = f" and {len(unread) - 4} more" if len(unread) > 4 else ""
-            failures.append(RuleFailure(
-                lock=where, rule="fleet",
-                message=f"{', '.join(unread[:4])}{more} not judged against the fleet: "
-                        f"{why or 'its wheel could not be had'} (a wheel lockguard cannot "
-                        "read fails closed)"))
+        failures += [RuleFailure(lock=where, rule="fleet", message=m) for m in unread]
         notes += [f"fleet: {p.display_name} {p.version} not judged against the fleet: its "
-                  "marker does not hold on this machine" for p in elsewhere]
-        stack = stack_line((p.name, p.version) for p in new_lock.pins if holds_here(p))
+                  "marker holds on no fleet machine" for _, p in pairs
+                  if not any(holds_on(p, platforms[m.name]) for m in machines)]
+        stack = stack_line((p.name, p.version) for p in new_lock.pins
+                           if any(holds_on(p, platforms[m.name]) for m in machines))
         if stack and any("cuda" in c.families for c in changes):
             notes.append(f"fleet: the CUDA stack of {where}: {stack}")
     return failures, notes
+
+
+def platform_of(machine: Machine) -> Platform:
+    """The platform a fleet machine installs wheels for: its `cpu`'s architecture (aarch64,
+    or x86_64 for an x86-64 level; this machine's where the fleet does not say), its `python`
+    (this interpreter's where not said), its `glibc` (any where not said)."""
+    arch = host_arch() if machine.isa is None else \
+        "aarch64" if machine.isa == "aarch64" else "x86_64"
+    python = machine.python or sys.version_info[:2]
+    return Platform(arch, f"{python[0]}.{python[1]}", machine.glibc or ANY_GLIBC)
+
+
+def _judge_on_each(pairs: Sequence[tuple[Change, Pin]], new_lock: Lock, old_lock: Lock | None,
+                   machines: Sequence[Machine], platforms: dict[str, Platform],
+                   progress: Progress) -> tuple[list[Finding], list[str]]:
+    """The changes (with the candidate's pins) judged on each machine by the files of the
+    wheels it installs; and a line per set of changes not judged (no wheel, unread files),
+    naming the machines. A machine of this machine's architecture reads the files found or
+    fetched for this interpreter (its Python's wheel says the same of the code); another
+    architecture, or a pin whose marker holds there and not here, reads that platform's."""
+    here = host_arch() if sys.platform == "linux" else None
+    wanted: dict[Platform | None, dict[str, tuple[Change, Pin]]] = {}
+    chosen: dict[str, list[tuple[Change, Platform | None]]] = {}
+    for machine in machines:
+        platform = platforms[machine.name]
+        for c, p in pairs:
+            if holds_on(p, platform):
+                source = None if platform.arch == here and holds_here(p) else platform
+                wanted.setdefault(source, {})[c.name] = (c, p)
+                chosen.setdefault(machine.name, []).append((c, source))
+    facts = {}  # (source, name) -> (old Facts | None, new Facts | None, why not had)
+    for source, changed in wanted.items():
+        pins = [p for _, p in changed.values()]
+        old_pins = [p for c, _ in changed.values()
+                    if old_lock and (p := _pin(old_lock, c.name, c.marker))]
+        new_files, why = lock_wheels(new_lock, pins, fetch=True, progress=progress,
+                                     platform=source)
+        old_files = lock_wheels(old_lock, old_pins, platform=source)[0] if old_lock else {}
+        for name in changed:
+            facts[source, name] = (dist_facts(old_files[name]) if name in old_files else None,
+                                   dist_facts(new_files[name]) if name in new_files else None,
+                                   why)
+    findings, missing = [], {}
+    for machine in machines:
+        on = chosen.get(machine.name, [])
+        found, unread = judge_changes([(_what(c), *facts[s, c.name][:2]) for c, s in on],
+                                      [machine])
+        findings += found
+        whys = {_what(c): facts[s, c.name][2] for c, s in on}
+        for what, why in unread:
+            missing.setdefault((why or whys[what] or "its wheel could not be had"), {}
+                               ).setdefault(what, []).append(machine.name)
+    return findings, [_unread_line(why, changes) for why, changes in missing.items()]
+
+
+def _unread_line(why: str, changes: dict[str, list[str]]) -> str:
+    """The rule failure's message for changes not judged for one reason: the changes (the
+    first four), the machines, the reason."""
+    names = list(changes)
+    more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+    machines = sorted({m for ms in changes.values() for m in ms})
+    return (f"{', '.join(names[:4])}{more} not judged against the fleet (for "
+            f"{', '.join(machines)}): {why} (a wheel lockguard cannot read fails closed)")
 
 
 def _what(change: Change) -> str:

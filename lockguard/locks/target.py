@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.markers import default_environment
-from packaging.tags import sys_tags
+from packaging.tags import compatible_tags, cpython_tags, sys_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from lockguard import process
@@ -70,6 +70,40 @@ def host_target() -> Target:
     """The interpreter running lockguard."""
     return Target(markers=dict(default_environment()),
                   tags=tuple(str(tag) for tag in sys_tags()))
+
+
+def manylinux_platforms(arch: str, glibc: tuple[int, int]) -> list[str]:
+    """Every Linux platform tag a glibc (major, minor) on `arch` accepts, most specific first
+    (PEP 600's manylinux_X_Y, then the legacy aliases, then linux_<arch>): what pip download's
+    --platform is given for another machine (a docker image's, a fleet machine's)."""
+    major, minor = glibc
+    tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 16, -1)]
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags += [f"{name}_{arch}" for m, name in legacy.items() if minor >= m]
+    return tags + [f"linux_{arch}"]
+
+
+def linux_markers(python: str, arch: str) -> dict[str, str]:
+    """The marker environment of CPython `python` (X.Y) on Linux on `arch`, as far as those
+    say it (the kernel's release and version are unknown: empty)."""
+    return {"implementation_name": "cpython", "implementation_version": python,
+            "os_name": "posix", "platform_machine": arch, "platform_release": "",
+            "platform_system": "Linux", "platform_version": "",
+            "python_full_version": python + ".0",
+            "platform_python_implementation": "CPython", "python_version": python,
+            "sys_platform": "linux"}
+
+
+@functools.lru_cache(maxsize=16)  # asked once a pin and machine: its tags are thousands
+def linux_target(python: str, arch: str, glibc: tuple[int, int]) -> Target:
+    """The Target of CPython `python` (X.Y) on a Linux machine of `arch` with `glibc`: its
+    markers and the wheel tags such an interpreter supports, most specific first."""
+    version = tuple(int(p) for p in python.split("."))
+    abi = "cp" + python.replace(".", "")
+    platforms = manylinux_platforms(arch, glibc)
+    tags = [*cpython_tags(version, [abi], platforms),
+            *compatible_tags(version, abi, platforms)]
+    return Target(markers=linux_markers(python, arch), tags=tuple(str(t) for t in tags))
 
 
 def target_for(python: str | None) -> Target:

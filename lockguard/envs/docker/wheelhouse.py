@@ -26,9 +26,10 @@ from lockguard.cache import cache_dir, entry
 from lockguard.envs.base import READY, EnvError
 from lockguard.envs.docker.recipe import Base
 from lockguard.files import sha256_file
-from lockguard.envs.wheels import match_wheels, pip_download
+from lockguard.envs.wheels import match_wheels, pip_download, platform_args
 from lockguard.installers import tool_reason
 from lockguard.locks.model import Lock, Pin
+from lockguard.locks.target import linux_markers, manylinux_platforms
 from lockguard.locks.writer import wheel_request
 from lockguard.progress import QUIET, Progress
 
@@ -57,12 +58,7 @@ class Target:
     @classmethod
     def declared(cls, base: Base) -> "Target":
         """For bases without Python yet: what bases.toml says it will be."""
-        markers = {"implementation_name": "cpython", "implementation_version": base.python,
-                   "os_name": "posix", "platform_machine": base.arch, "platform_release": "",
-                   "platform_system": "Linux", "platform_version": "",
-                   "python_full_version": base.python + ".0",
-                   "platform_python_implementation": "CPython", "python_version": base.python,
-                   "sys_platform": "linux"}
+        markers = linux_markers(base.python, base.arch)
         return cls(python=base.python, glibc=base.glibc, arch=base.arch, markers=markers)
 
     @property
@@ -73,10 +69,7 @@ class Target:
     def platforms(self) -> list[str]:
         """Every platform tag this glibc and arch accept, most specific first."""
         major, minor = (int(x) for x in self.glibc.split(".")[:2])
-        tags = [f"manylinux_{major}_{m}_{self.arch}" for m in range(minor, 16, -1)]
-        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-        tags += [f"{name}_{self.arch}" for m, name in legacy.items() if minor >= m]
-        return tags + [f"linux_{self.arch}"]
+        return manylinux_platforms(self.arch, (major, minor))
 
     def describe(self) -> str:
         """The target for people, in progress and error lines: "cp311, manylinux_2_36_x86_64"."""
@@ -142,9 +135,7 @@ def _download(tmp: Path, path: Path, lock: Lock, target: Target, progress: Progr
     """Download the lock's wheels for `target` into the stage `tmp` of the wheelhouse `path`;
     the ready marker's text (what it holds)."""
     pins = expected_pins(lock, target)
-    args = ["--implementation", "cp", "--python-version", target.python, "--abi", target.abi]
-    for platform_tag in target.platforms():
-        args += ["--platform", platform_tag]
+    args = platform_args(target.python, target.platforms())
     with progress.step(f"Downloading {len(pins)} wheel(s) of {Path(lock.source).name} "
                        f"for {target.describe()}") as step:
         code, tail = pip_download(pins, lock, tmp, step, args)
