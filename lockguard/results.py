@@ -123,6 +123,11 @@ class CompileMemory(BaseModel):
     eager_device: int | None = None
 
 
+# A name a report prints (a module's, its class): one line, no control characters or escape
+# sequences (the environment under test wrote it)
+ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+
+
 class BreakLocation(BaseModel):
     """Where one torch graph break is (harness break_layer.py): the frame Dynamo stopped in
     (file shown from site-packages down, line, function) and the layer, the module of the
@@ -132,13 +137,14 @@ class BreakLocation(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    reason: str = Field(max_length=400)  # the entry of break_reasons it places
-    file: str = Field(max_length=200)
+    # the entry of break_reasons it places (the harness cuts it to 400)
+    reason: str = Field(max_length=400, pattern=ONE_LINE)
+    file: str = Field(max_length=200, pattern=ONE_LINE)
     line: int | None = Field(default=None, ge=1, le=10_000_000)
-    function: str | None = Field(default=None, max_length=200)
-    module: str | None = Field(default=None, max_length=200)
-    module_class: str | None = Field(default=None, max_length=200)
-    method: str | None = Field(default=None, max_length=200)
+    function: str | None = Field(default=None, max_length=200, pattern=ONE_LINE)
+    module: str | None = Field(default=None, max_length=200, pattern=ONE_LINE)
+    module_class: str | None = Field(default=None, max_length=200, pattern=ONE_LINE)
+    method: str | None = Field(default=None, max_length=200, pattern=ONE_LINE)
     modules: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
@@ -176,9 +182,6 @@ class CompileDiagnostics(BaseModel):
 MAX_CAPTURE_CALLS = 2000
 MAX_CAPTURE_SAMPLE = 4096  # values of one tensor
 SHA256 = r"^[0-9a-f]{64}$"
-# A name a report prints (a module's, its class): one line, no control characters or escape
-# sequences (the environment under test wrote it)
-ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 
 class CapturedTensor(BaseModel):

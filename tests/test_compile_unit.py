@@ -91,7 +91,7 @@ def test_paths_lose_the_machine_but_keep_the_package() -> None:
 def test_graph_break_record_gives_site_and_short_reason() -> None:
     recorder = ct.Recorder()
     recorder.capture.breaks.append(BREAK_RECORD)
-    reasons = recorder._break_reasons({COUNTER_KEY: 1})
+    reasons = ct._reasons(recorder._located_breaks({COUNTER_KEY: 1}))
     assert reasons == ["lg_testlayer/__init__.py:forward: "
                        "Unsupported Tensor.item() call with capture_scalar_outputs=False"]
     # The same break on another machine, moved down by unrelated edits: the same reason.
@@ -99,12 +99,13 @@ def test_graph_break_record_gives_site_and_short_reason() -> None:
         SITE_PACKAGES, "/opt/venv/lib/python3.12/site-packages")
     other = ct.Recorder()
     other.capture.breaks.append(moved)
-    assert other._break_reasons({COUNTER_KEY: 1}) == reasons
+    assert ct._reasons(other._located_breaks({COUNTER_KEY: 1})) == reasons
 
 
 def test_counted_breaks_without_a_log_record_still_have_a_reason() -> None:
     # torch 2.0 has the counters but not the graph_breaks log artifact.
-    assert ct.Recorder()._break_reasons({"generic_jump TensorVariable()": 2}) == [
+    assert ct._reasons(ct.Recorder()._located_breaks(
+        {"generic_jump TensorVariable()": 2})) == [
         "generic_jump TensorVariable()"]
 
 
@@ -756,3 +757,20 @@ def test_requires_keeps_markers_and_extras_and_tells_an_unread_metadata(tmp_path
     assert requires(metadata) is None
     metadata.mkdir()
     assert requires(metadata) is None
+
+
+def test_a_break_location_is_one_printable_line_however_the_environment_names_things() -> None:
+    """A class or file name is the environment's to choose: the harness cuts each to one
+    printable line, and results.BreakLocation refuses anything else on arrival."""
+    import pydantic
+
+    from lockguard.harness._lockguard_harness import break_layer
+    from lockguard.results import BreakLocation
+
+    hostile = "Evil\n\x1b[2J" + "x" * 500
+    cut = break_layer.cut(hostile)
+    assert "\n" not in cut and "\x1b" not in cut and len(cut) == break_layer.MAX_TEXT
+    BreakLocation(reason=break_layer.cut("site: " + hostile, 400), file=cut, module_class=cut)
+    for field in ("reason", "file", "function", "module", "module_class", "method"):
+        with pytest.raises(pydantic.ValidationError):
+            BreakLocation.model_validate({"reason": "r", "file": "f", field: "a\nb"})

@@ -16,7 +16,8 @@ How a break is placed
     of that class, the first in named_modules() order is named and `modules` says how many there
     are (they run the same code, so each of them breaks).
 
-Bounded: every string is cut to a fixed length, and the results.py contract checks it again.
+Bounded: every string is one printable line cut to a fixed length, and the results.py contract
+checks it again.
 """
 
 from __future__ import annotations
@@ -121,16 +122,22 @@ def locate(stack: List[Frame], index: ModelIndex, short_path: Any,
     path, line, function = stack[-1]
     if function is None or function.startswith("<"):
         function = enclosing_function(path, line) or function
-    where: Dict[str, Any] = {"file": _cut(short_path(path)), "line": line,
-                             "function": _cut(function) if function else None}
+    where: Dict[str, Any] = {"file": cut(short_path(path)), "line": line,
+                             "function": cut(function) if function else None}
     for frame_path, frame_line, _ in reversed(stack):
         span = index.module_at(frame_path, frame_line)
         if span is not None:
-            where.update(module=_cut(span[2]), module_class=_cut(span[3]),
-                         method=_cut(span[4]), modules=span[5])
+            where.update(module=cut(span[2]), module_class=cut(span[3]),
+                         method=cut(span[4]), modules=span[5])
             break
     return where
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` as one printable line of at most `limit` characters (results.BreakLocation
+    refuses anything else: a class or file name is the environment's to choose)."""
+    text = _CONTROL.sub("?", text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"

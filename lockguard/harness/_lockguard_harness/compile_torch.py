@@ -401,7 +401,7 @@ class Recorder:
         unique = len({g["graph"] for g in self.graphs}) if counted else graphs
         # ------------------------------------------------------------ graph breaks
         located = self._located_breaks(breaks)
-        break_reasons = sorted({reason for reason, _ in located})
+        break_reasons = _reasons(located)
         locations = _first_location_per_reason(located)
         break_events = sum(breaks.values())
         if not breaks and self.capture.breaks:  # counters absent: count the log records
@@ -449,13 +449,9 @@ class Recorder:
                        "frames_total": frames.get("total"), "frames_ok": frames.get("ok")},
         }
         if locations:
-            out["break_locations"] = [dict(where, reason=reason) for reason, where
+            out["break_locations"] = [dict(where, reason=break_layer.cut(reason, 400)) for reason, where
                                       in locations if reason in out["break_reasons"]]
         return out
-
-    def _break_reasons(self, counter_reasons: Dict[str, int]) -> List[str]:
-        """'site: reason' per distinct break, sites from the log records where there are any."""
-        return sorted({reason for reason, _ in self._located_breaks(counter_reasons)})
 
     def _located_breaks(self, counter_reasons: Dict[str, int]
                         ) -> List[Tuple[str, Optional[Dict[str, Any]]]]:
@@ -477,6 +473,11 @@ class Recorder:
         named = {r.split(": ", 1)[-1] for r, _ in found}
         found += [(s, None) for s in short.values() if s not in named]  # counted, never logged
         return found
+
+
+def _reasons(located: List[Tuple[str, Optional[Dict[str, Any]]]]) -> List[str]:
+    """'site: reason' per distinct break (Recorder._located_breaks), sorted."""
+    return sorted({reason for reason, _ in located})
 
 
 def _first_location_per_reason(located: List[Tuple[str, Optional[Dict[str, Any]]]]
