@@ -454,3 +454,59 @@ def test_a_fixture_trainings_data_is_registered_and_digested_by_the_gate(pyteste
     pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv",
                                   "--lockguard-update").assert_outcomes(passed=1)
     assert "data/*.csv" in registration.read_text()
+
+
+def _registered_repo(root: Path, config: str = "") -> Path:
+    """A git repository (branch main, one commit) holding a numpy project whose golden store
+    registers the training `ours`; the branch `bump` checked out."""
+    import subprocess
+
+    project = make_project(root, 'lock = "requirements.txt"\nscenarios = ["numpy.mlp"]\n'
+                           + config,
+                           files={"pkg/__init__.py": "", "pkg/train.py": TRAIN,
+                                  "golden/trainings/ours.toml": 'entry = "pkg.train:make"\n'
+                                                                'framework = "numpy"\n'
+                                                                'steps = 4\n'},
+                           locks={"requirements.txt": DATA / "numpy-1.26.4.txt"})
+    for args in (("init", "-q", "-b", "main"), ("add", "."), ("commit", "-qm", "main"),
+                 ("checkout", "-qb", "bump")):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=project, check=True, capture_output=True)
+    return project
+
+
+def test_a_pull_request_that_edits_a_registration_is_told_the_targets_judges(tmp_path):
+    """An edited registration is overridden by the target's as a deleted one is, and says so;
+    one only the pull request has is its own new training, judged as it stands."""
+    from lockguard.config import load_config
+    from lockguard.flows.git_base import open_gate
+    from lockguard.scenarios import select, user_scenarios
+
+    project = _registered_repo(tmp_path / "repo")
+    trainings = project / "golden" / "trainings"
+    (trainings / "ours.toml").write_text('entry = "pkg.train:make"\nframework = "numpy"\n'
+                                         'steps = 6\n')
+    (trainings / "theirs.toml").write_text('entry = "pkg.train:make"\nframework = "numpy"\n')
+    gate = open_gate(load_config(start=project), "main", [])
+    assert ("the test suite's training ours's registration edited "
+            "(golden/trainings/ours.toml changed): main's registration still judges it"
+            in gate.changes), gate.changes
+    assert not [line for line in gate.changes if "theirs" in line], gate.changes
+    steps = {s.id: s.steps for s in user_scenarios(gate.judging)}
+    assert steps["ours"] == 4 and "theirs" in steps
+    assert {"ours", "theirs"} <= {s.id for s in select(gate.judging, [])}
+
+
+def test_check_base_opens_with_the_golden_store_outside_the_repository(tmp_path):
+    """golden_dir may lie outside the repository (a shared store): the gate opens, and the
+    registrations it reads are the checkout's."""
+    from lockguard.config import load_config, registered_trainings
+    from lockguard.flows.git_base import open_gate
+
+    project = _registered_repo(tmp_path / "repo", 'golden_dir = "../store"\n')
+    store = tmp_path / "store" / "trainings"
+    store.mkdir(parents=True)
+    (store / "shared.toml").write_text('entry = "pkg.train:make"\nframework = "numpy"\n')
+    gate = open_gate(load_config(start=project), "main", [])
+    assert not [line for line in gate.changes if "training" in line], gate.changes
+    assert "shared" in registered_trainings(gate.judging)

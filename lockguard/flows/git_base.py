@@ -164,12 +164,7 @@ def open_gate(config: Config, base_ref: str, cli_locks: list[str],
             gate.changes = _config_moved(base, short, target_file, config)
             gate.changes += config_changes(target, config)
             if source == "base":
-                folder = base.rel(trainings_dir(config))
-                gate.changes += [
-                    f"the test suite's training {sid} unregistered ({folder}/{sid}.toml "
-                    f"removed): {short}'s registration still judges it"
-                    for sid in sorted(set(registered) - set(registered_trainings(config)))
-                    if sid not in config.scenario]
+                gate.changes += _registration_changes(base, short, registered, config)
         gate.changes += _pair_changes(gate)
         if target is not None:
             gate.code_changes = _code_changed(base, judging, config)
@@ -555,6 +550,26 @@ def _tip_trainings(base: gitref.BaseTree, target: Config) -> dict[str, ScenarioC
             out[sid] = parse_training(lockguard_table(text, "training.toml", source) or {},
                                       sid, source)
     return out
+
+
+def _registration_changes(base: gitref.BaseTree, short: str,
+                          registered: dict[str, ScenarioConfig], config: Config) -> list[str]:
+    """What this checkout changed of the target's registered trainings (`registered`, read
+    at its tip), which judge under --policy base whatever the checkout's files say: one
+    deleted or edited. A registration only this checkout has is judged as it stands
+    (docs/scenarios.md): a new training is the pull request's own."""
+    mine = {sid: table for sid, (table, _) in registered_trainings(config).items()}
+    gone = [sid for sid in sorted(registered) if sid not in mine and sid not in config.scenario]
+    edited = [sid for sid in sorted(registered) if sid in mine and mine[sid] != registered[sid]]
+    if not gone and not edited:
+        return []
+    # Only now: the folder in git's spelling, which a golden_dir outside the repository has
+    # none of (and then the target registered nothing git holds).
+    folder = base.rel(trainings_dir(config))
+    return ([f"the test suite's training {sid} unregistered ({folder}/{sid}.toml removed): "
+             f"{short}'s registration still judges it" for sid in gone]
+            + [f"the test suite's training {sid}'s registration edited ({folder}/{sid}.toml "
+               f"changed): {short}'s registration still judges it" for sid in edited])
 
 
 def _scripts(config: Config) -> set[Path]:
