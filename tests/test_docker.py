@@ -544,6 +544,68 @@ def test_runs_are_sandboxed(engine, numpy_image, tmp_path):
     assert (tmp_path / f"user.{PROBE_SCRIPT.stem}.json").is_file()  # written through the mount
 
 
+GIT_PEEK = """\
+import os
+
+
+def run(steps, seed):
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def read(name):
+        try:
+            with open(os.path.join(here, name)) as f:
+                return float("secret" in f.read())
+        except OSError:
+            return -1.0
+
+    git = os.path.join(here, ".git")
+    listed = os.listdir(git) if os.path.isdir(git) else []
+    return {"losses": [float(seed)] * steps,
+            "metrics": {"git_config": read(".git/config"), "git_file": read(".git"),
+                        "git_entries": float(len(listed)), "data": read("data.txt")}}
+"""
+
+
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_the_projects_git_is_hidden_from_the_container(tmp_path, monkeypatch, kind):
+    """The project is mounted whole but for `.git` (a worktree's is a file), as the venv
+    sandbox leaves it out: its config holds a checkout's credentials."""
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "peek.py").write_text(GIT_PEEK)
+    if kind == "folder":
+        (project / ".git").mkdir()
+    else:
+        (project / ".git").write_text("gitdir: /elsewhere\n")
+    request = _user(project / "peek.py", steps=2).request(
+        steps=2, seed=0, device="cpu", threads=1, timeout=9, project=project)
+    argv = _env_for("cpu").docker_argv(request, tmp_path, "lockguard-x")
+    hidden = (["--tmpfs", f"{USER_MOUNT}/.git:ro,size=4k"] if kind == "folder"
+              else ["-v", f"/dev/null:{USER_MOUNT}/.git:ro"])
+    at = argv.index(f"{project.resolve()}:{USER_MOUNT}:ro")
+    assert argv[at + 1:at + 3] == hidden
+    (project / ".git").rename(project / "git")  # none: nothing to hide
+    argv = _env_for("cpu").docker_argv(request, tmp_path, "lockguard-x")
+    assert not [arg for arg in argv if f"{USER_MOUNT}/.git" in arg]
+
+
+@pytest.mark.docker
+def test_a_run_in_the_container_cannot_read_the_projects_git(engine, tmp_path):
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".git" / "config").write_text("[credential]\n\thelper = secret\n")
+    (project / "data.txt").write_text("secret\n")  # the rest of the project: readable
+    (project / "peek.py").write_text(GIT_PEEK)
+    request = _user(project / "peek.py", steps=2).request(
+        steps=2, seed=0, device="cpu", threads=1, timeout=300, project=project)
+    (tmp_path / "out").mkdir()
+    result = prepared_image(numpy_lock(), "numpy").run(request, tmp_path / "out")
+    assert result.status == Status.ok, result.error
+    seen = {k: v for k, v in result.metrics.items() if k != "run_s"}
+    assert seen == {"git_config": -1.0, "git_file": -1.0, "git_entries": 0.0, "data": 1.0}
+
+
 @pytest.mark.docker
 def test_timeout_stops_the_container(engine, numpy_image, tmp_path):
     env = prepared_image(numpy_lock(), "numpy")

@@ -89,7 +89,7 @@ class DockerEnv:
             # from its folder or its src/, and a scenario's `data` lies in it.
             mounted = Path(next(p for p in (request.project, request.entry_root, path.parent)
                                 if p is not None)).resolve()
-            argv += ["-v", f"{mounted}:{USER_MOUNT}:ro"]
+            argv += ["-v", f"{mounted}:{USER_MOUNT}:ro", *_hide_git(mounted)]
             script = f"{USER_MOUNT}/{path.relative_to(mounted).as_posix()}"
             if request.entry_root is not None:
                 inside = Path(request.entry_root).resolve().relative_to(mounted).as_posix()
@@ -172,6 +172,19 @@ class DockerEnv:
             client.containers.get(name).kill()
         except Exception:  # noqa: BLE001 - already gone, or no engine: nothing left to stop
             pass
+
+
+def _hide_git(mounted: Path) -> list[str]:
+    """The `docker run` options that hide the mounted project's `.git` (its config holds a
+    checkout's credentials), as the venv sandbox leaves it out (sandbox.project_access): an
+    empty read-only tmpfs over a folder, /dev/null over a file (a worktree's or submodule's
+    pointer). None when it has none."""
+    git = mounted / ".git"
+    if git.is_dir():
+        return ["--tmpfs", f"{USER_MOUNT}/.git:ro,size=4k"]
+    if git.exists():
+        return ["-v", f"/dev/null:{USER_MOUNT}/.git:ro"]
+    return []
 
 
 def image_framework(lock: Lock, framework: str) -> str:
