@@ -143,15 +143,21 @@ def _scenario(config: Any, asked: Asked) -> tuple[Any, Asked]:
     registered in the golden store, and `lockguard check` and the A/B gate train it too. With
     it, `asked` as it stands once what the test left out is taken from its registration."""
     from lockguard.config import (
-        ENTRY, ENTRY_RULE, entry_module, entry_root, registered_trainings,
+        ENTRY, ENTRY_RULE, SCENARIO_ID, SCENARIO_ID_RULE, entry_module, entry_root,
+        registered_trainings,
     )
-    from lockguard.errors import UsageError
+    from lockguard.errors import UsageError, one_line
     from lockguard.scenarios import Scenario, data_files, user_scenarios
 
     entry, framework, steps, name = asked.entry, asked.framework, asked.steps, asked.name
     data = asked.data
     if not ENTRY.fullmatch(entry):
         raise UsageError(f"{entry!r} is not an entry: {ENTRY_RULE}")
+    if name is not None and not SCENARIO_ID.fullmatch(name):
+        # Before anything is recorded: the id names its golden and its registration file,
+        # which every command reads as a scenario id (a bad one, a ConfigError everywhere).
+        raise UsageError(f"{asked.test}: name={one_line(repr(name), 80)} is not a scenario "
+                         f"id: {SCENARIO_ID_RULE}")
     found = [s for s in user_scenarios(config)
              if s.entry == entry and (name is None or s.id == name)]
     # What a test registered is that test's training: the one of the id it names.

@@ -353,3 +353,19 @@ def test_the_plugin_is_registered_with_pytest():
 
     project = toml.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["pytest11"] == {"lockguard": "lockguard.pytest_plugin"}
+
+
+@pytest.mark.parametrize("name", ["my model", "-x", "a/b", "x" * 101])
+def test_a_name_that_is_no_scenario_id_is_refused_before_anything_is_recorded(tmp_path, name):
+    """Its golden and registration file would carry it, and every command would then refuse
+    the registration: the test fails naming itself, and nothing is written."""
+    from lockguard.config import load_config
+    from lockguard.pytest_plugin import Asked, _train
+
+    project = team_project(tmp_path / "p")
+    asked = Asked("pkg.train:make", "numpy", 3, name, None, "tests/test_t.py::test_ours")
+    with pytest.raises(pytest.fail.Exception, match=r"tests/test_t.py::test_ours: name=.* is "
+                                                    r"not a scenario id"):
+        _train(project, asked, False, "local")
+    assert not (project / "golden").exists()
+    assert load_config(start=project).scenario == {}
