@@ -431,8 +431,15 @@ def registered_trainings(config: Config) -> dict[str, tuple[ScenarioConfig, str]
     are (a ConfigError naming the file and key). An id the config's own tables name is left
     out: the config's table is that scenario."""
     out: dict[str, tuple[ScenarioConfig, str]] = {}
-    for path in sorted(trainings_dir(config).glob("*.toml")):
+    folder = trainings_dir(config)
+    for path in sorted(folder.glob("*.toml")):
         sid = path.name.removesuffix(".toml")
+        # As `data` refuses links out: a registration is the golden store's own file, never
+        # one read through a link (to anywhere the gate was not meant to take scenarios from;
+        # a file of the folder that is no link cannot lead out of it).
+        if path.is_symlink():
+            raise ConfigError(f"{path}: a registration is a file of {folder}, not a "
+                              "symbolic link")
         if sid not in config.scenario:
             out[sid] = (parse_training(_read_toml(path), sid, str(path)), str(path))
     return out

@@ -510,3 +510,26 @@ def test_check_base_opens_with_the_golden_store_outside_the_repository(tmp_path)
     gate = open_gate(load_config(start=project), "main", [])
     assert not [line for line in gate.changes if "training" in line], gate.changes
     assert "shared" in registered_trainings(gate.judging)
+
+
+def test_a_registration_that_is_a_link_is_refused_naming_it(tmp_path):
+    """As `data` refuses links out: a link in golden/trainings, out of the folder or not, is a
+    config error naming the file, never a scenario read through it."""
+    import pytest
+
+    from lockguard.config import ConfigError, load_config, registered_trainings
+
+    outside = tmp_path / "elsewhere.toml"
+    outside.write_text('entry = "pkg.train:make"\nframework = "numpy"\n')
+    project = make_project(tmp_path / "p", 'lock = "new.txt"\n',
+                           files={"pkg/__init__.py": "", "pkg/train.py": TRAIN,
+                                  "golden/trainings/ours.toml": outside.read_text()},
+                           locks={"new.txt": DATA / "numpy-2.0.2.txt"})
+    folder = project / "golden" / "trainings"
+    assert set(registered_trainings(load_config(start=project))) == {"ours"}
+    for target in (outside, folder / "ours.toml"):
+        link = folder / "linked.toml"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        with pytest.raises(ConfigError, match=r"linked\.toml: a registration is a file of "):
+            registered_trainings(load_config(start=project))
