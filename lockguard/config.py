@@ -4,10 +4,10 @@ Unknown keys are errors, because a misspelt `tolerence` silently ignored would m
 looser than its owner believes. Paths in the config are relative to the file that holds it.
 """
 
-import glob
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -445,6 +445,45 @@ def registered_trainings(config: Config) -> dict[str, tuple[ScenarioConfig, str]
     return out
 
 
+def scenario_tables(config: Config) -> list[tuple[str, ScenarioConfig, str, str]]:
+    """(id, table, the file it was read from, its keys' prefix there) of each user scenario:
+    the config's own tables (keys "scenario.<id>.*" of config.source), then the trainings the
+    fixture registered (registered_trainings: keys at the top of their own files), so an
+    error names the file and key the team would edit."""
+    tables = [(name, sc, config.source, f"scenario.{name}.")
+              for name, sc in config.scenario.items()]
+    tables += [(name, sc, where, "") for name, (sc, where) in registered_trainings(config).items()]
+    return tables
+
+
+def data_matches(root: Path, pattern: str) -> list[Path]:
+    """The files a `data` pattern (a path or glob, config.DATA_RULE) matches below `root`,
+    sorted; OSError or ValueError for a pattern the file system cannot take."""
+    return sorted(p for p in root.glob(pattern) if p.is_file())
+
+
+def data_files(root: Path, patterns: Sequence[str], where: str) -> tuple[Path, ...]:
+    """The files a scenario's `data` patterns match below its config's folder `root`, sorted,
+    each once; a ConfigError starting with `where` (the file and key, or the test, that named
+    them) for a pattern that matches no file (a misspelt slice would leave the data out of the
+    digest) or a file that lies outside the folder (through a link: runs and the digest read
+    only the project)."""
+    real = os.path.realpath(root)
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        try:
+            matches = data_matches(root, pattern)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{where}: {pattern!r}: {exc}") from None
+        if not matches:
+            raise ConfigError(f"{where}: {pattern!r} matches no file in {root}")
+        for path in matches:
+            if not os.path.realpath(path).startswith(real + os.sep):
+                raise ConfigError(f"{where}: {path} leads out of {root}: {DATA_RULE}")
+            found[path] = None
+    return tuple(found)
+
+
 def trainings_dir(config: Config) -> Path:
     """Where the fixture registers trainings: golden_dir/trainings."""
     return config.resolve(config.golden_dir) / TRAININGS_DIR
@@ -503,8 +542,8 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
                    ) -> list[tuple[Path, str, bool]]:
     """(path, what it is, whether everything below it counts too) of each file a run reads
     and a report must never replace: the config file, every lock (configured or given) and
-    its requirements input, every user scenario's script (or entry module) and data, and
-    golden_dir."""
+    its requirements input, every user scenario's script (or entry module) and data (the
+    registered trainings' too), and golden_dir."""
     found: list[tuple[Path, str, bool]] = []
     if config.file is not None:
         found.append((config.file, "the config file", False))
@@ -514,15 +553,18 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
         inputs = config.resolve(entry.inputs) if entry.inputs else path.with_suffix(".in")
         found.append((inputs, "a lock's requirements input", False))
     found += [(Path(p), "a lock", False) for p in cli_locks]
-    for name, sc in config.scenario.items():
+    # The registered trainings' too: the gate trains them as it trains the config's own.
+    for name, sc, _, _ in scenario_tables(config):
         code = (config.resolve(sc.script) if sc.script is not None
                 else entry_module(config.root, sc.entry or ""))
         what = "script" if sc.script is not None else "entry module"
         if code is not None:
             found.append((code, f"the {what} of scenario {name}", False))
         for pattern in sc.data:
-            paths = (sorted(config.root.glob(pattern)) if glob.has_magic(pattern)
-                     else [config.resolve(pattern)])
+            try:  # matched as data_files matches; a pattern in error is the run's to report
+                paths = data_matches(config.root, pattern)
+            except (OSError, ValueError):
+                paths = []
             found += [(path, f"data of scenario {name}", False) for path in paths]
     found.append((config.resolve(config.golden_dir), "golden_dir", True))
     return found

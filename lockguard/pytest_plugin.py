@@ -143,11 +143,11 @@ def _scenario(config: Any, asked: Asked) -> tuple[Any, Asked]:
     registered in the golden store, and `lockguard check` and the A/B gate train it too. With
     it, `asked` as it stands once what the test left out is taken from its registration."""
     from lockguard.config import (
-        ENTRY, ENTRY_RULE, SCENARIO_ID, SCENARIO_ID_RULE, entry_module, entry_root,
-        registered_trainings,
+        ENTRY, ENTRY_RULE, SCENARIO_ID, SCENARIO_ID_RULE, data_files, entry_module,
+        entry_root, registered_trainings,
     )
     from lockguard.errors import UsageError, one_line
-    from lockguard.scenarios import Scenario, data_files, user_scenarios
+    from lockguard.scenarios import Scenario, user_scenarios
 
     entry, framework, steps, name = asked.entry, asked.framework, asked.steps, asked.name
     data = asked.data
@@ -191,5 +191,6 @@ def _scenario(config: Any, asked: Asked) -> tuple[Any, Asked]:
     return Scenario(id=sid, framework=framework,
                     description=f"the test suite's training {entry}", steps=steps or 20,
                     script=module, entry=entry, root=entry_root(config.root, entry),
-                    data=data_files(config, sid, list(data or ())),
+                    data=data_files(config.root, data or (), f"{asked.test}: data="),
+                    data_patterns=tuple(data or ()),
                     data_root=config.root if data else None), asked

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +12,8 @@ from packaging.utils import canonicalize_name
 
 from lockguard.compare.tolerance import Tolerance
 from lockguard.config import (
-    DATA_RULE, Config, ConfigError, entry_module, entry_root, registered_trainings,
-    tolerance_value,
+    Config, ConfigError, data_files, entry_module, entry_root, registered_trainings,
+    scenario_tables, tolerance_value,
 )
 from lockguard.envs.base import RunRequest
 from lockguard.envs.harness import harness_files, implements
@@ -51,6 +50,9 @@ class Scenario:
     # their bytes are in the inputs digest, relative to `data_root` (the config's folder).
     data: tuple[Path, ...] = ()
     data_root: Path | None = None
+    # The `data` patterns as written: check --base expands them anew in the target's tree
+    # (flows/pipeline.CodeTree), where other files may match.
+    data_patterns: tuple[str, ...] = ()
     tolerance: Tolerance | None = None  # the scenario's own (config: "exact" normalised)
     device: str | None = None  # overrides the lock's / config's expected device
     # How the bundled training executes ("eager", "torch.compile (inductor)", "jax.jit (XLA)"),
@@ -241,12 +243,10 @@ def libraries_of(scenario_id: str) -> frozenset[str]:
 def user_scenarios(config: Config) -> list[Scenario]:
     """The config's own scenarios (20 steps unless set), in the config's order, then the
     trainings the pytest fixture registered in the golden store (config.registered_trainings);
-    a ConfigError naming the key when a script is not a file or an entry's module is not in
-    the project."""
+    a ConfigError naming the file and key (config.scenario_tables) when a script is not a
+    file, an entry's module is not in the project or `data` names no file of it."""
     out = []
-    tables = [(name, sc, config.source) for name, sc in config.scenario.items()]
-    tables += [(name, sc, where) for name, (sc, where) in registered_trainings(config).items()]
-    for name, sc, source in tables:
+    for name, sc, source, prefix in scenario_tables(config):
         if sc.entry is not None:
             key, script = "entry", entry_module(config.root, sc.entry)
         else:
@@ -254,47 +254,25 @@ def user_scenarios(config: Config) -> list[Scenario]:
         try:
             found = script is not None and script.is_file()
         except OSError as exc:  # a name too long, a symlink loop
-            raise ConfigError(f"{source}: key 'scenario.{name}.{key}': {script}: "
+            raise ConfigError(f"{source}: key '{prefix}{key}': {script}: "
                               f"{exc.strerror or exc}") from None
         if not found:
             what = (f"{sc.entry}: no module {sc.entry.partition(':')[0]} in {config.root} "
                     "(nor in its src/)"
                     if sc.entry is not None else f"{script} not found")
-            raise ConfigError(f"{source}: key 'scenario.{name}.{key}': {what}")
+            raise ConfigError(f"{source}: key '{prefix}{key}': {what}")
         described = (f"user script {sc.script}" if sc.entry is None else f"user entry {sc.entry}"
-                     if source == config.source else f"the test suite's training {sc.entry}")
+                     if prefix else f"the test suite's training {sc.entry}")
         out.append(Scenario(id=name, framework=sc.framework, description=sc.description or
                             described,
                             steps=sc.steps or 20, script=script, entry=sc.entry,
                             root=entry_root(config.root, sc.entry) if sc.entry else None,
-                            data=data_files(config, name, sc.data, source),
+                            data=data_files(config.root, sc.data,
+                                            f"{source}: key '{prefix}data'"),
+                            data_patterns=tuple(sc.data),
                             data_root=config.root if sc.data else None,
                             tolerance=tolerance_value(sc.tolerance), device=sc.device))
     return out
-
-
-def data_files(config: Config, name: str, patterns: list[str],
-               source: str | None = None) -> tuple[Path, ...]:
-    """The files scenario `name`'s `data` patterns match below the config's folder, sorted,
-    each once; a ConfigError naming the key (in `source`, the config's by default) for a
-    pattern that matches no file (a misspelt slice would leave the data out of the digest) or
-    a file that lies outside the folder (through a link: runs and the digest read only the
-    project)."""
-    key = f"{source or config.source}: key 'scenario.{name}.data'"
-    root = os.path.realpath(config.root)
-    found: dict[Path, None] = {}
-    for pattern in patterns:
-        try:
-            matches = [p for p in config.root.glob(pattern) if p.is_file()]
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{key}: {pattern!r}: {exc}") from None
-        if not matches:
-            raise ConfigError(f"{key}: {pattern!r} matches no file in {config.root}")
-        for path in sorted(matches):
-            if not os.path.realpath(path).startswith(root + os.sep):
-                raise ConfigError(f"{key}: {path} leads out of {config.root}: {DATA_RULE}")
-            found[path] = None
-    return tuple(found)
 
 
 def entry_files(root: Path, entry: str) -> list[Path]:
@@ -313,12 +291,14 @@ def entry_files(root: Path, entry: str) -> list[Path]:
 def all_scenarios(config: Config) -> list[Scenario]:
     """The bundled scenarios, then the user's; a ConfigError when a user scenario takes a
     bundled one's id."""
-    scenarios = bundled() + user_scenarios(config)
-    ids = [s.id for s in bundled()]
-    for s in user_scenarios(config):
-        if s.id in ids:
-            raise ConfigError(f"{config.source}: scenario.{s.id}: name taken by a bundled scenario")
-    return scenarios
+    users = user_scenarios(config)
+    ids = {s.id for s in bundled()}
+    for name, _, source, prefix in scenario_tables(config):
+        if name in ids:
+            # A registration's id is its file's name.
+            where = f"scenario.{name}" if prefix else f"the id {name} (the file's name)"
+            raise ConfigError(f"{source}: {where}: name taken by a bundled scenario")
+    return bundled() + users
 
 
 def select(config: Config, requested: list[str]) -> list[Scenario]:

@@ -190,11 +190,18 @@ def test_a_merge_base_tree_places_the_data_too(tmp_path):
     from lockguard.scenarios import user_scenarios
 
     project = data_project(tmp_path / "repo" / "ml")
+    (project / "data" / "mine.csv").write_text("only in the checkout\n")
     [scenario] = user_scenarios(load_config(start=project))
+    tip = data_project(tmp_path / "tip" / "ml")
+    # What the target's run reads that the checkout has not: its digest holds it too (the
+    # patterns are matched anew there, not the checkout's files mapped over); a link out of
+    # the tree is left out (the sandboxed run cannot read it).
+    (tip / "data" / "theirs.csv").write_text("only in the target\n")
+    (tip / "data" / "out.csv").symlink_to(project / "data" / "slice.csv")
     tree = CodeTree(repo=tmp_path / "repo", root=tmp_path / "tip", label="main@1a2b3c4")
     placed = tree.planned(Planned(scenario, None, "cpu", 5)).scenario
-    assert placed.data == (tmp_path / "tip" / "ml" / "data" / "slice.csv",)
-    assert placed.data_root == tmp_path / "tip" / "ml"
+    assert placed.data == (tip / "data" / "slice.csv", tip / "data" / "theirs.csv")
+    assert placed.data_root == tip
 
 
 # ------------------------------------------------------------------------------ the network
@@ -533,3 +540,55 @@ def test_a_registration_that_is_a_link_is_refused_naming_it(tmp_path):
         link.symlink_to(target)
         with pytest.raises(ConfigError, match=r"linked\.toml: a registration is a file of "):
             registered_trainings(load_config(start=project))
+
+
+def _registering(root: Path, registration: str, name: str = "ours") -> Path:
+    """data_project's project with a registered training `name` (its file's text given)."""
+    project = data_project(root)
+    (project / "golden" / "trainings").mkdir(parents=True)
+    (project / "golden" / "trainings" / f"{name}.toml").write_text(registration)
+    return project
+
+
+def test_a_registrations_errors_name_its_file_and_its_key(tmp_path):
+    """A registration's keys are at the top of its own file: the exit-2 line names them
+    there, not as the config's scenario.<id>.* keys."""
+    import pytest
+
+    from lockguard.config import ConfigError, load_config
+    from lockguard.scenarios import all_scenarios, user_scenarios
+
+    entry = 'entry = "pkg.train:make"\nframework = "numpy"\n'
+    cases = [(entry + 'data = ["data/*.npz"]\n', "ours",
+              r"golden/trainings/theirs\.toml: key 'data': 'data/\*\.npz' matches no file"),
+             ('entry = "pkg.gone:make"\nframework = "numpy"\n', "ours",
+              r"golden/trainings/theirs\.toml: key 'entry': pkg\.gone:make: no module"),
+             (entry, "numpy.mlp", r"golden/trainings/numpy\.mlp\.toml: the id numpy\.mlp "
+                                  r"\(the file's name\): name taken by a bundled scenario")]
+    for i, (text, name, words) in enumerate(cases):
+        project = _registering(tmp_path / str(i), text, "theirs" if name == "ours" else name)
+        with pytest.raises(ConfigError, match=words):
+            all_scenarios(load_config(start=project))
+    # The config's own tables keep their keys.
+    project = data_project(tmp_path / "own", '["data/*.npz"]')
+    with pytest.raises(ConfigError, match=r"\[tool.lockguard\]: key 'scenario\.ours\.data'"):
+        user_scenarios(load_config(start=project))
+
+
+def test_a_report_never_replaces_a_registered_trainings_code_or_data(tmp_path):
+    """project_inputs holds the registered trainings' entry modules and data, matched as
+    the scenario's data is (one expansion: config.data_files)."""
+    from lockguard.config import data_files, load_config, project_inputs
+
+    project = _registering(tmp_path / "p", 'entry = "pkg.extra:make"\nframework = "numpy"\n'
+                           'data = ["extra/*.bin", "extra/[ab].txt"]\n', "theirs")
+    (project / "pkg" / "extra.py").write_text(TRAIN)
+    (project / "extra").mkdir()
+    for name in ("one.bin", "a.txt", "[ab].txt"):
+        (project / "extra" / name).write_text("x\n")
+    inputs = {path: what for path, what, _ in project_inputs(load_config(start=project))}
+    assert inputs[project / "pkg" / "extra.py"] == "the entry module of scenario theirs"
+    expected = data_files(project, ["extra/*.bin", "extra/[ab].txt"], "w")
+    assert expected == (project / "extra" / "one.bin", project / "extra" / "a.txt")
+    assert {p for p, what in inputs.items() if what == "data of scenario theirs"} == \
+        set(expected)

@@ -25,6 +25,7 @@ from lockguard import envvars, integrity, process
 from lockguard.compare.verdicts import skipped
 from lockguard.envs import Backend, backend_for
 from lockguard.envs.base import Env, RunRequest
+from lockguard.config import data_matches
 from lockguard.files import scratch_dir
 from lockguard.hardware import host_memory, visible_gpus
 # The locks of a run live in lockguard.locks.ref; imported here too, for the flows built on
@@ -71,15 +72,31 @@ class CodeTree:
 
     def planned(self, p: Planned) -> Planned:
         """`p` with its user script, project and data taken from this tree (what its inputs
-        digest reads)."""
+        digest reads): its `data` patterns matched anew here, where the run reads them."""
         if p.scenario.script is None:
             return p
         sc = p.scenario
+        data_root = self.place(sc.data_root) if sc.data_root is not None else None
         return replace(p, scenario=replace(
             sc, script=self.place(sc.script),
             root=self.place(sc.root) if sc.root is not None else None,
-            data=tuple(self.place(path) for path in sc.data),
-            data_root=self.place(sc.data_root) if sc.data_root is not None else None))
+            data=self._data(data_root, sc.data_patterns) if data_root is not None else (),
+            data_root=data_root))
+
+    def _data(self, root: Path, patterns: tuple[str, ...]) -> tuple[Path, ...]:
+        """The files of this tree below `root` the patterns match, each once: none where a
+        pattern matches nothing here (the checkout's scenario was validated; the target's
+        files are what they are), and none that leads out of the tree."""
+        tree = os.path.realpath(self.root)
+        found: dict[Path, None] = {}
+        for pattern in patterns:
+            try:
+                matches = data_matches(root, pattern)
+            except (OSError, ValueError):
+                matches = []
+            found.update((path, None) for path in matches
+                         if os.path.realpath(path).startswith(tree + os.sep))
+        return tuple(found)
 
     def request(self, request: RunRequest) -> RunRequest:
         """`request` run from this tree: its script here, the whole tree its project (what
