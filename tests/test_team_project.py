@@ -212,6 +212,26 @@ def download(seed):
     import socket
     # TEST-NET-1 (RFC 5737): never routed, so this fails on any machine, network or not.
     socket.create_connection(("192.0.2.1", 9), timeout=0.05)
+
+
+def _reach():
+    import socket
+    socket.create_connection(("192.0.2.1", 9), timeout=0.05)
+
+
+def falls_back(seed):
+    try:
+        _reach()
+    except OSError:
+        pass  # the team's code goes on without the network, then fails on its own
+    raise ValueError("a bug of the team's own")
+
+
+def wraps(seed):
+    try:
+        _reach()
+    except OSError as exc:
+        raise RuntimeError("could not fetch the dataset") from exc
 '''
 
 
@@ -225,6 +245,14 @@ def test_a_training_that_reads_the_network_is_told_what_to_do(tmp_path):
     # A failure that is not the network's is not blamed on it.
     other = harness(project, "pkg.train:not_a_pair", 3, tmp_path)
     assert other["status"] == "crashed" and "network" not in other["error"]
+    # Nor one after the network failed and the code went on without it; a downloader's own
+    # error raised from the network's is.
+    after = harness(project, "pkg.train:falls_back", 3, tmp_path)
+    assert after["status"] == "crashed" and "a bug of the team's own" in after["error"]
+    assert "network" not in after["error"], after["error"]
+    wrapped = harness(project, "pkg.train:wraps", 3, tmp_path)
+    assert "RuntimeError: could not fetch the dataset -- this training reached for the " \
+           "network (192.0.2.1:9)" in wrapped["error"], wrapped["error"]
 
 
 def test_the_sandbox_that_stops_it_reports_the_same_words(tmp_path):

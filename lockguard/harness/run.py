@@ -162,7 +162,9 @@ def main(argv: list) -> int:
         ctx.result["error"] = error_tail(traceback.format_exc())
         if network:
             from _lockguard_harness.userscript import network_hint
-            ctx.result["error"] += "\n" + network_hint(network, exc)
+            hint = network_hint(network, exc)
+            if hint:
+                ctx.result["error"] += "\n" + hint
     write_result(args.out, ctx.finish())
     return 0
 

@@ -482,9 +482,24 @@ def watch_network() -> List[str]:
 
 
 def network_hint(seen: Sequence[str], error: BaseException) -> str:
-    """The line a failed run's error ends with when its code reached for the network (the
-    error itself first, the last line being what a report shows); "" when it did not."""
-    if not seen:
+    """The line a failed run's error ends with when its code reached for the network and the
+    error is the network's: an OSError (socket errors, urllib's URLError, requests'
+    ConnectionError, ssl's), or one raised from or while handling one (a downloader's own
+    error wrapping it). The error itself first, the last line being what a report shows; ""
+    otherwise: a bug after a lookup that answered is not blamed on the network."""
+    if not seen or not _from_os_error(error):
         return ""
     text = " ".join(f"{type(error).__name__}: {error}".split())
     return NETWORK_HINT.format(error=text[:200], hosts=", ".join(seen))
+
+
+def _from_os_error(error: BaseException) -> bool:
+    """Whether `error` is an OSError, or was raised from or while handling one."""
+    seen = set()
+    at: Any = error
+    while at is not None and id(at) not in seen:  # a cycle of causes ends the walk
+        if isinstance(at, OSError):
+            return True
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return False
