@@ -11,6 +11,8 @@ import re
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conftest import DATA, golden_file, make_project
 from test_team_code import FIXTURE_TEST, TRAIN, cli, harness, plugin_args
 
@@ -297,6 +299,43 @@ def test_init_finds_the_teams_training_by_its_shape_never_importing_it(tmp_path)
     assert find_training(tmp_path, "pkg", ("numpy",)) is None
 
 
+SIGNATURES = ["seed", "steps, seed", "steps, seed, timed=iter", "seed, /", "seed, *, width=3",
+              "steps, *, seed", "seed, *, config", "*, seed", "steps, seed=0", "self, seed",
+              "seed, *args, **kwargs", "a, b, c", ""]
+
+
+@pytest.mark.parametrize("signature", SIGNATURES)
+def test_init_reads_a_functions_shape_as_the_harness_drives_it(signature):
+    """One rule: the parameters init reads from the source (ast, never importing) are those
+    the harness counts on the imported function (inspect), so what init offers as fit or
+    make is driven as that; a required keyword-only one, which neither shape's call passes,
+    leaves it no shape at all."""
+    import ast
+
+    from lockguard.harness._lockguard_harness.userscript import _required_params
+    from lockguard.init.project import TRAINING_SHAPES, _required
+
+    source = f"def train({signature}):\n    pass\n"
+    namespace: dict = {}
+    exec(compile(source, "train.py", "exec"), namespace)
+    harness = tuple(_required_params(namespace["train"], "pkg.train:train"))
+    init = _required(ast.parse(source).body[0])
+    keyword_only = "*" in init
+    assert init[:init.index("*")] == harness if keyword_only else init == harness
+    shapes = {params for params, _ in TRAINING_SHAPES}
+    assert (init in shapes) == (harness in shapes and not keyword_only)
+
+
+def test_init_never_offers_what_the_harness_would_call_otherwise(tmp_path):
+    """`def fit(steps, *, seed)`: the harness sees one positional parameter and would call it
+    as make(seed); init offers it as nothing."""
+    from lockguard.init.project import find_training
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text("def fit(steps, *, seed):\n    ...\n")
+    assert find_training(tmp_path, "pkg", ("numpy",)) is None
+
+
 def team_repo(root: Path, *, src: bool = False) -> Path:
     """A git repository with a numpy lock, a pyproject.toml and the team's package with its
     train.py (test_team_code's make(seed) and fit(steps, seed)), no lockguard config."""
@@ -550,7 +589,6 @@ def test_check_base_opens_with_the_golden_store_outside_the_repository(tmp_path)
 def test_a_registration_that_is_a_link_is_refused_naming_it(tmp_path):
     """As `data` refuses links out: a link in golden/trainings, out of the folder or not, is a
     config error naming the file, never a scenario read through it."""
-    import pytest
 
     from lockguard.config import ConfigError, load_config, registered_trainings
 
@@ -581,7 +619,6 @@ def _registering(root: Path, registration: str, name: str = "ours") -> Path:
 def test_a_registrations_errors_name_its_file_and_its_key(tmp_path):
     """A registration's keys are at the top of its own file: the exit-2 line names them
     there, not as the config's scenario.<id>.* keys."""
-    import pytest
 
     from lockguard.config import ConfigError, load_config
     from lockguard.scenarios import all_scenarios, user_scenarios

@@ -367,12 +367,15 @@ def find_training(base: Path, package: str, pinned: tuple[str, ...]) -> Training
 
 
 def _required(fn: ast.FunctionDef) -> tuple[str, ...]:
-    """The names of the parameters `fn` requires (positional, without a default)."""
+    """The names of the positional parameters `fn` requires (without a default): the shape
+    the harness drives it as (userscript._required_params; tests/test_init.py holds the two
+    equal). A required keyword-only parameter, which neither shape's call passes, follows
+    as "*", name: no shape matches, so init never offers what the harness cannot call."""
     args = fn.args
     positional = args.posonlyargs + args.args
     required = positional[:len(positional) - len(args.defaults)]
-    keyword = [a for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-    return tuple(a.arg for a in required + keyword)
+    keyword = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    return tuple(a.arg for a in required) + (("*", *keyword) if keyword else ())
 
 
 def _imports(tree: ast.Module) -> set[str]:
