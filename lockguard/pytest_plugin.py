@@ -191,6 +191,7 @@ def _scenario(config: Any, asked: Asked) -> tuple[Any, Asked]:
     return Scenario(id=sid, framework=framework,
                     description=f"the test suite's training {entry}", steps=steps or 20,
                     script=module, entry=entry, root=entry_root(config.root, entry),
-                    data=data_files(config.root, data or (), f"{asked.test}: data="),
+                    data=data_files(config.root, data or (),
+                                    f"{asked.test}: the fixture's data"),
                     data_patterns=tuple(data or ()),
                     data_root=config.root if data else None), asked
