@@ -5,7 +5,8 @@ that golden (the lock's venv), bitwise. The flax team's upgrade, jax 0.10.0 -> 0
 0.12.8 (tests/data/jax-0.10.0-flax-0.12.8.txt, compiled by uv from the 0.10.2 lock's pins), moves
 its numbers (1 ULP from step 3 on the machine it was written on): caught both ways, under
 `tolerance = "exact"`. Keras has no such pair here (TF 2.20.0 -> 2.21.0 leaves this model
-identical)."""
+identical). The Keras training is also driven through Model.fit (the factory returning the
+compiled model and fit's arguments), with train_on_batch's numbers."""
 
 from __future__ import annotations
 
@@ -77,11 +78,20 @@ def make(seed):
     return (lambda batch: model.train_on_batch(*batch)), data, lambda: model(x[:4])
 '''
 
+# The same Keras training in the Model.fit shape: the factory returns the compiled model and
+# fit's arguments; lockguard drives fit batch by batch (harness entry_shapes.drive_keras).
+KERAS_FIT = KERAS.replace(
+    "    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)\n"
+    "    return (lambda batch: model.train_on_batch(*batch)), data, lambda: model(x[:4])\n",
+    '    return {"model": model, "x": x, "y": y, "batch_size": 16, "shuffle": False, '
+    '"probe": x[:4]}\n')
+
 TEST = '''
 import pytest
 
 
-@pytest.mark.parametrize("entry", ["pkg.flax_train:make", "pkg.keras_train:make"])
+@pytest.mark.parametrize("entry", ["pkg.flax_train:make", "pkg.keras_train:make",
+                                   "pkg.keras_fit:make"])
 def test_our_training(lockguard_training, entry):
     report = lockguard_training(entry)
     assert [v.verdict for v in report.verdicts] == ["identical"]  # bitwise, on the CLI's golden
@@ -89,14 +99,18 @@ def test_our_training(lockguard_training, entry):
 
 
 def test_a_flax_and_a_keras_teams_trainings_share_one_golden_both_ways(pytester):
+    assert KERAS_FIT != KERAS
     project = make_project(pytester.path, 'locks = ["jax.txt", "tf.txt"]\n'
-                           'scenarios = ["flax-ours", "keras-ours"]\n' + NUMERICS_ONLY,
+                           'scenarios = ["flax-ours", "keras-ours", "keras-fit"]\n'
+                           + NUMERICS_ONLY,
                            files={"pkg/__init__.py": "", "pkg/flax_train.py": FLAX,
-                                  "pkg/keras_train.py": KERAS, "tests/test_train.py": TEST},
+                                  "pkg/keras_train.py": KERAS, "pkg/keras_fit.py": KERAS_FIT,
+                                  "tests/test_train.py": TEST},
                            locks={"jax.txt": DATA / "jax-0.10.2-flax-0.12.8.txt",
                                   "tf.txt": DATA / "tf-2.21.0.txt"})
     for entry, framework, name in (("pkg.flax_train:make", "jax", "flax-ours"),
-                                   ("pkg.keras_train:make", "tensorflow", "keras-ours")):
+                                   ("pkg.keras_train:make", "tensorflow", "keras-ours"),
+                                   ("pkg.keras_fit:make", "tensorflow", "keras-fit")):
         added = cli(project, "scenario", "add", entry, "--framework", framework, "--name", name,
                     "--steps", "6")
         assert added.exit_code == 0, added.output
@@ -107,8 +121,13 @@ def test_a_flax_and_a_keras_teams_trainings_share_one_golden_both_ways(pytester)
     assert len(flax["losses"]) == len(flax["grad_norms"]) == 6 and flax["output_shape"] == [4, 1]
     assert len(keras["losses"]) == 6 and keras["output_shape"] == [4, 1]
     assert flax["losses"][-1] < flax["losses"][0] and keras["losses"][-1] < keras["losses"][0]
+    # Model.fit, stopped after 6 batches of its second epoch, trains as train_on_batch does on
+    # the same batches: each batch's loss as Keras logs it, the probe, bit for bit.
+    fit = json.loads(golden_file(project, "keras-fit").read_text())["result"]
+    assert fit["losses"] == keras["losses"] and fit["outputs"] == keras["outputs"]
+    assert fit["grad_norms"] == [] and fit["timings"]["first_step_s"] is not None
     run = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv")
-    run.assert_outcomes(passed=2)
+    run.assert_outcomes(passed=3)
 
 
 FLAX_TEST = """
