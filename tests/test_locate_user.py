@@ -21,7 +21,8 @@ from fakes import FakeBackend, lock
 from lockguard.compare.locate import locate
 from lockguard.flows.ab import check_ab
 from lockguard.harness._lockguard_harness.locate_arrays import HostUserCapture, ulps
-from lockguard.harness._lockguard_harness.userscript import entry_run, run_script
+from lockguard.harness._lockguard_harness.entry_shapes import entry_run
+from lockguard.harness._lockguard_harness.userscript import run_script
 from lockguard.names import Verdict
 from lockguard.report import render
 from lockguard.results import parse_result

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import NUMERICS_ONLY, TORCH_LOCK, TORCH_OLD_LOCK, golden_file, make_project
+from conftest import DATA, NUMERICS_ONLY, TORCH_LOCK, TORCH_OLD_LOCK, golden_file, make_project
 from test_team_code import cli, plugin_args
 
 pytestmark = pytest.mark.slow
@@ -103,3 +103,108 @@ def test_a_numpy_upgrade_under_a_torch_teams_training_is_caught_both_ways(pytest
     caught = pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv")
     caught.assert_outcomes(failed=1)
     caught.stdout.fnmatch_lines(["*ours: drift*", f"*{where}*", "*ULP*"])
+
+
+# The same training as a Lightning-style module, driven by lockguard as Lightning's automatic
+# optimisation drives one, without a Trainer: a plain nn.Module with Lightning's three methods,
+# and a real lightning.LightningModule (the lock pins lightning 2.6.6 beside torch 2.13.0+cpu:
+# tests/data/torch-2.13.0-lightning-2.6.6.txt), each giving the numbers of the factory's loop
+# above, bit for bit.
+LIT = '''
+
+class Regressor(nn.Module):
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.seed = seed
+        self.x = torch.from_numpy(features(seed))
+        self.y = 2.0 * self.x[:, :1] - self.x[:, 1:2] + 0.1 * self.x[:, 2:3] ** 2
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        xb, yb = batch
+        return nn.functional.mse_loss(self(xb), yb)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-2, weight_decay=0.01)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(self.x, self.y), batch_size=16, shuffle=True,
+                          generator=torch.Generator().manual_seed(self.seed))
+
+
+def lit(seed):
+    module = Regressor(seed)
+    return module, module.x[:4]
+
+
+import lightning
+
+
+class RealRegressor(lightning.LightningModule):
+    """The same module as Lightning's own class: self.log without a Trainer only warns."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.seed = seed
+        self.x = torch.from_numpy(features(seed))
+        self.y = 2.0 * self.x[:, :1] - self.x[:, 1:2] + 0.1 * self.x[:, 2:3] ** 2
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def training_step(self, batch, batch_idx):
+        xb, yb = batch
+        loss = nn.functional.mse_loss(self.net(xb), yb)
+        self.log("train_loss", loss)
+        return {"loss": loss}
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=1e-2, weight_decay=0.01)
+        return {"optimizer": optimizer, "lr_scheduler": {
+            "scheduler": torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0),
+            "interval": "epoch"}}
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(self.x, self.y), batch_size=16, shuffle=True,
+                          generator=torch.Generator().manual_seed(self.seed))
+'''
+
+LIT_TEST = '''
+import pytest
+
+
+@pytest.mark.parametrize("entry", ["pkg.train:lit", "pkg.train:RealRegressor"])
+def test_our_module(lockguard_training, entry):
+    lockguard_training(entry)
+'''
+
+
+def test_a_lightning_style_torch_module_is_recorded_and_checked_both_ways(pytester):
+    project = make_project(pytester.path, 'lock = "requirements.txt"\n'
+                           'scenarios = ["ours", "lit", "real"]\n' + NUMERICS_ONLY,
+                           files={"pkg/__init__.py": "", "pkg/train.py": TRAIN + LIT,
+                                  "tests/test_train.py": LIT_TEST},
+                           locks={"requirements.txt": DATA / "torch-2.13.0-lightning-2.6.6.txt"})
+    for entry, name in (("pkg.train:make", "ours"), ("pkg.train:lit", "lit"),
+                        ("pkg.train:RealRegressor", "real")):
+        added = cli(project, "scenario", "add", entry, "--framework", "torch", "--name", name,
+                    "--steps", "6")
+        assert added.exit_code == 0, added.output
+    recorded = cli(project, "record")
+    assert recorded.exit_code == 0, recorded.output
+    factory, module, real = (json.loads(golden_file(project, name).read_text())["result"]
+                             for name in ("ours", "lit", "real"))
+    assert module["status"] == real["status"] == "ok", (module["error"], real["error"])
+    # 6 steps over 4 batches a pass: the DataLoader's second epoch reshuffled, as the
+    # factory's loop sees it; the probe in eval mode is the factory's no_grad probe.
+    assert module["losses"] == real["losses"] == factory["losses"] and len(real["losses"]) == 6
+    assert module["outputs"] == factory["outputs"]
+    # The norm in float64 (torch_.grad_norm_of) beside clip_grad_norm_'s float32 one.
+    assert module["grad_norms"] == real["grad_norms"]
+    assert module["grad_norms"] == pytest.approx(factory["grad_norms"], rel=1e-5)
+    assert real["timings"]["first_step_s"] is not None
+    pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv").assert_outcomes(
+        passed=2)

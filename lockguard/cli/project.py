@@ -63,7 +63,8 @@ def scenario() -> None:
 def scenario_add(entry: str, framework: str, name: str | None, steps: int | None,
                  config_path: Path | None) -> None:
     """Add a scenario that drives ENTRY, a function of your project's code (module:function,
-    imported from the config's folder): fit(steps, seed) or make(seed) -> (step, batches)
+    imported from the config's folder): fit(steps, seed), or make(seed) -> (step, batches),
+    a compiled Keras model with its data, or a Lightning-style module; or the module's class
     (docs/scenarios.md, "Your own code as the scenario").
 
     \b
@@ -281,7 +282,8 @@ def fleet_probe(name: str | None, write: bool, config_path: Path | None) -> None
                    "to edit. Default: asked on a terminal; not written with --yes.")
 @click.option("--entry/--no-entry", "entry", default=None,
               help="Guard your own training function, found in your package's train.py "
-                   "(fit(steps, seed) or make(seed)), as a scenario: no copied loop. Default: "
+                   "(make(seed), a Lightning-style module, fit(steps, seed)), as a scenario: no "
+                   "copied loop. Default: "
                    "yes when one is found (asked on a terminal).")
 @click.option("--record/--no-record", "record_goldens", default=None,
               help="Record the goldens of the chosen scenarios on this machine (builds their "

@@ -11,6 +11,8 @@ A framework module (in the package _lockguard_harness) exposes:
     setup(ctx)               determinism, threads, device; fills framework_version, device, fingerprint
     SCENARIOS                {scenario id: function(ctx)} for the bundled scenarios
     run_user(ctx, module)    runs a user script's run(steps, seed) with the framework's diagnostics
+    grad_norm_of(params)     optional: the global gradient norm of a Lightning-style module's
+                             step (an entry's shape, entry_shapes.py)
 A model library's scenarios (torchvision.resnet18, transformers.gpt2, flax.mlp, keras.cnn) live
 in lib_<library>.py, which exposes SCENARIOS only: it runs on its framework's module's setup.
 Always writes a result file, also when the scenario crashes (status "crashed" with the traceback's
@@ -59,7 +61,7 @@ def parse_args(argv: list) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--script", help="a user scenario script exposing run(steps, seed)")
     p.add_argument("--entry", help="a function of the project's own code, module:function "
-                                   "(userscript.entry_run: its shapes)")
+                                   "(entry_shapes.py: its shapes)")
     p.add_argument("--root", help="the folder --entry's module is imported from (sys.path)")
     p.add_argument("--framework", choices=sorted(MODULE_OF_FRAMEWORK))
     p.add_argument("--time-block", type=int, default=0,
@@ -103,10 +105,11 @@ def load_script(path: str):
     return module
 
 
-def load_entry(entry: str, root: str):
+def load_entry(entry: str, root: str, grad_norm=None):
     """The project's function `entry` ("pkg.train:make"), imported with `root` first on
-    sys.path (as a script's folder is), as the module-like value run_user takes."""
-    from _lockguard_harness.userscript import entry_run
+    sys.path (as a script's folder is), as the module-like value run_user takes; `grad_norm`:
+    the framework module's `grad_norm_of`, if it has one (a Lightning-style module's norms)."""
+    from _lockguard_harness.entry_shapes import entry_run
 
     module_name, _, attr = entry.partition(":")
     if module_name.split(".")[0] == PACKAGE:  # the project's code, never the harness's
@@ -119,7 +122,7 @@ def load_entry(entry: str, root: str):
         if target is None:
             raise AttributeError(f"{module_name} ({getattr(module, '__file__', '?')}) defines "
                                  f"no {attr}")
-    return entry_run(target, entry)
+    return entry_run(target, entry, grad_norm)
 
 
 def main(argv: list) -> int:
@@ -148,7 +151,8 @@ def main(argv: list) -> int:
             from _lockguard_harness.userscript import watch_network
             network = watch_network()
         if args.entry:
-            module.run_user(ctx, load_entry(args.entry, args.root))
+            module.run_user(ctx, load_entry(args.entry, args.root,
+                                                getattr(module, "grad_norm_of", None)))
         elif args.script:
             module.run_user(ctx, load_script(args.script))
         else:

@@ -81,11 +81,22 @@ class PassedOver:
 # Where a team keeps its training, in its package: the modules init reads (never imports).
 TRAINING_MODULES = ("train", "training", "trainer")
 # The entry shapes init offers, by the names of the parameters a function requires (the
-# harness tells them apart by their count, userscript.entry_run; init asks for the names too,
+# harness tells them apart by their count, entry_shapes.entry_run; init asks for the names too,
 # so that an unrelated function of one parameter is not taken for a factory). The factory
 # first: lockguard then runs and times the steps itself.
 TRAINING_SHAPES = ((("seed",), "make(seed) -> (step, batches[, probe])"),
                    (("steps", "seed"), "fit(steps, seed)"))
+# A factory whose body calls `.compile(...)` in a module that imports a Keras: the Keras shape
+# (make(seed) -> (model, data[, probe]), driven through Model.fit); the harness tells the shapes
+# apart by what make returns, this only names it.
+KERAS_FACTORY = "make(seed) -> (compiled Keras model, data[, probe])"
+# A class with a Lightning module's three methods (harness entry_shapes.is_lightning) whose
+# constructor requires nothing or only the seed: the entry names the class, lockguard builds
+# it. Ranked after the factory and before fit (lockguard runs and times its steps itself).
+LIGHTNING_SHAPE = "a Lightning-style module (training_step, configure_optimizers, " \
+                  "train_dataloader)"
+LIGHTNING_METHODS = frozenset({"training_step", "configure_optimizers", "train_dataloader"})
+_KERAS_IMPORTS = frozenset({"keras", "tf_keras", "tensorflow"})
 # The framework a module's imports name (a top-level package), for the entry's `framework`.
 _IMPORTED_FRAMEWORK = {"torch": "torch", "lightning": "torch", "pytorch_lightning": "torch",
                        "jax": "jax", "flax": "jax", "optax": "jax", "tensorflow": "tensorflow",
@@ -336,12 +347,13 @@ def _workflow_running_lockguard(workflows: Path) -> str | None:
 
 
 def find_training(base: Path, package: str, pinned: tuple[str, ...]) -> Training | None:
-    """The team's training function in `package` (below `base`, the folder it is imported
-    from): the first top-level function of its train.py, training.py or trainer.py that
-    requires the parameters of an entry shape (TRAINING_SHAPES, the factory first), read with
-    `ast` and never imported (the project's code runs only sandboxed). Its framework: the
-    first of `pinned` (the locks' frameworks) the module imports, else the first pinned one
-    that is not numpy. None when there is no such function."""
+    """The team's training in `package` (below `base`, the folder it is imported from): the
+    first top-level function of its train.py, training.py or trainer.py that requires the
+    parameters of an entry shape (TRAINING_SHAPES, the factory first), or a Lightning-style
+    class there (ranked between the two), read with `ast` and never imported (the project's
+    code runs only sandboxed). Its framework: the first of `pinned` (the locks' frameworks)
+    the module imports, else the first pinned one that is not numpy. None when there is no
+    such function."""
     found: list[tuple[int, Training]] = []
     for name in TRAINING_MODULES:
         path = base / package / f"{name}.py"
@@ -349,21 +361,50 @@ def find_training(base: Path, package: str, pinned: tuple[str, ...]) -> Training
             tree = ast.parse(read_bytes(path, "training module", MAX_TRAINING_BYTES), str(path))
         except (ReadError, SyntaxError, ValueError):
             continue
-        imported = {_IMPORTED_FRAMEWORK.get(top) for top in _imports(tree)}
+        imports = _imports(tree)
+        imported = {_IMPORTED_FRAMEWORK.get(top) for top in imports}
         framework = next((fw for fw in pinned if fw in imported and fw != "numpy"),
                          next((fw for fw in pinned if fw != "numpy"),
                               "numpy" if "numpy" in pinned else None))
         if framework is None:
             continue
-        for node in tree.body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            rank = next((i for i, (params, _) in enumerate(TRAINING_SHAPES)
-                         if _required(node) == params), None)
-            if rank is not None:
-                found.append((rank, Training(f"{package}.{name}:{node.name}",
-                                             TRAINING_SHAPES[rank][1], framework)))
+        found += [(rank, Training(f"{package}.{name}:{attr}", shape, framework))
+                  for rank, attr, shape in _shapes(tree, bool(imports & _KERAS_IMPORTS))]
     return min(found, key=lambda f: f[0])[1] if found else None
+
+
+def _shapes(tree: ast.Module, keras: bool) -> list[tuple[int, str, str]]:
+    """(rank, name, shape) of each top-level definition of `tree` that has an entry's shape:
+    functions by the parameters they require (TRAINING_SHAPES; a factory that compiles a model
+    in a module importing a Keras named as the Keras shape), Lightning-style classes ranked
+    after the factory and before fit."""
+    shapes: list[tuple[int, str, str]] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and _lightning_class(node):
+            shapes.append((1, node.name, LIGHTNING_SHAPE))
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        rank = next((i for i, (params, _) in enumerate(TRAINING_SHAPES)
+                     if _required(node) == params), None)
+        if rank is None:
+            continue
+        shape = TRAINING_SHAPES[rank][1]
+        if rank == 0 and keras and any(
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "compile" for call in ast.walk(node)):
+            shape = KERAS_FACTORY
+        shapes.append((2 * rank, node.name, shape))  # the factory 0, fit 2
+    return shapes
+
+
+def _lightning_class(node: ast.ClassDef) -> bool:
+    """Whether the class defines a Lightning module's three methods and its constructor (if it
+    defines one) requires nothing but the seed."""
+    methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
+    if not LIGHTNING_METHODS <= set(methods):
+        return False
+    init = methods.get("__init__")
+    return init is None or _required(init)[1:] in ((), ("seed",))
 
 
 def _required(fn: ast.FunctionDef) -> tuple[str, ...]:

@@ -340,105 +340,17 @@ def run_script(ctx: Any, module: Any, adapter: Adapter,
 
 
 def _takes_timed(run: Callable[..., Any]) -> bool:
+    return takes(run, "timed")
+
+
+def takes(fn: Callable[..., Any], parameter: str) -> bool:
+    """Whether fn's signature has a parameter of that name (False when it has none to read)."""
     import inspect
 
     try:
-        return "timed" in inspect.signature(run).parameters
-    except (TypeError, ValueError):  # a builtin or a C function: it takes no timer
+        return parameter in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or a C function: it takes no such parameter
         return False
-
-
-# --------------------------------------------------------------------------- the project's entry
-
-ENTRY_SHAPES = ("fit(steps, seed) returning what run() returns",
-                "make(seed) returning (step, batches) or (step, batches, probe)")
-
-
-class EntryRun(NamedTuple):
-    """A scenario's `entry` (a function of the team's own code) as the module-like value
-    run_user takes: `run(steps, seed, timed)` drives the entry's shape; `home` is the module
-    that defines the function (where UserCapture's globals go)."""
-    run: Callable[..., Any]
-    home: Any = None
-
-
-def entry_run(fn: Callable[..., Any], name: str) -> EntryRun:
-    """`fn` (the entry `name`, "pkg.train:make") as a run(steps, seed, timed).
-
-    Two shapes, told apart by the parameters fn requires (those without a default):
-      fit(steps, seed[, timed])  one that trains itself: called as a script's run() is
-      make(seed)                 a factory: the team's model, optimiser and data built from the
-                                 seed, returned as (step, batches[, probe]); lockguard loops:
-                                 step(batch) for `steps` batches of `batches` (iterated again
-                                 when it runs out: a DataLoader's next epoch), each step
-                                 returning its loss or {"loss": ..., "grad_norm": ...}; probe()
-                                 after the last step returns the outputs to record.
-    """
-    import sys
-
-    required = _required_params(fn, name)
-    home = sys.modules.get(getattr(fn, "__module__", None) or "")
-    if len(required) == 2:
-        return EntryRun(fn, home)
-    if len(required) != 1:
-        raise UserResultError(f"entry {name} requires {len(required)} parameters "
-                              f"{required}; expected {ENTRY_SHAPES[0]} or {ENTRY_SHAPES[1]}")
-
-    def run(steps: int, seed: int, timed: Callable[[Any], Any] = iter) -> Dict[str, Any]:
-        made = fn(seed)
-        if not isinstance(made, tuple) or len(made) not in (2, 3) or not callable(made[0]):
-            raise UserResultError(f"entry {name}(seed) must return (step, batches) or "
-                                  f"(step, batches, probe), got {describe(made)}")
-        step, batches = made[0], made[1]
-        losses: List[Any] = []
-        grad_norms: List[Any] = []
-        for i, batch in enumerate(timed(_cycled(batches, steps, name))):
-            loss = step(batch)
-            if isinstance(loss, dict):
-                if "loss" not in loss:
-                    raise UserResultError(f"step {i} returned a dict without 'loss': "
-                                          f"{describe(loss)}")
-                if "grad_norm" in loss:
-                    grad_norms.append(loss["grad_norm"])
-                loss = loss["loss"]
-            losses.append(loss)
-        if grad_norms and len(grad_norms) != len(losses):
-            raise UserResultError(f"{len(grad_norms)} of {len(losses)} steps returned a "
-                                  "grad_norm: every step or none")
-        out: Dict[str, Any] = {"losses": losses, "grad_norms": grad_norms or None}
-        if len(made) == 3 and made[2] is not None:
-            out["outputs"] = made[2]()
-        return out
-
-    return EntryRun(run, home)
-
-
-def _cycled(batches: Any, steps: int, name: str) -> Any:
-    """`steps` items of `batches`, iterated again from the start each time it is exhausted
-    (a DataLoader reshuffles per epoch, as the team's own training sees it)."""
-    given = 0
-    while given < steps:
-        before = given
-        for batch in batches:
-            yield batch
-            given += 1
-            if given == steps:
-                return
-        if given == before:
-            raise UserResultError(f"entry {name}: batches yielded no batch")
-
-
-def _required_params(fn: Callable[..., Any], name: str) -> List[str]:
-    import inspect
-
-    if not callable(fn):
-        raise UserResultError(f"entry {name} is not a function: {describe(fn)}")
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        raise UserResultError(f"entry {name} has no readable signature") from None
-    return [p.name for p in params if p.default is p.empty
-            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 # --------------------------------------------------------------------------- the network
