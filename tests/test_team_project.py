@@ -312,7 +312,7 @@ def test_init_reads_a_functions_shape_as_the_harness_drives_it(signature):
     leaves it no shape at all."""
     import ast
 
-    from lockguard.harness._lockguard_harness.userscript import _required_params
+    from lockguard.harness._lockguard_harness.entry_shapes import _required_params
     from lockguard.init.project import TRAINING_SHAPES, _required
 
     source = f"def train({signature}):\n    pass\n"
