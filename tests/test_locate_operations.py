@@ -69,13 +69,22 @@ def test_the_same_operation_with_another_output_on_equal_inputs_is_named_with_it
     found = operation(old, new)
     assert (found.kind, found.baseline_index, found.candidate_index) == ("output", 1, 1)
     assert (found.baseline_ops, found.max_ulp) == (["aten.addmm.default"], 3)
+    assert found.recorded == (3, 3) and not found.truncated
+    assert found.sentence() == ("the first operation whose output differs is aten.addmm.default "
+                                "(op 1), by max 3 ulp on equal inputs (its forward replayed)")
     # the same operation on inputs that differ is no output difference: the sides part there
     other = ops(*LINEAR, op("aten.addmm.default", [1.0, 2.0 + 3 * ULP2, 3.0], "xw'"),
                 op("aten.relu.default", [1.0, 2.0 + 3 * ULP2, 3.0], "h'"))
     assert operation(old, other).kind == "parted"
-    assert found.recorded == (3, 3) and not found.truncated
-    assert found.sentence() == ("the first operation whose output differs is aten.addmm.default "
-                                "(op 1), by max 3 ulp on equal inputs (its forward replayed)")
+    # an integer output (argmax's indices) has no ULPs: its values differ
+    index = {**op("aten.argmax.default", None, "h"), "out": {**tensor([1.0, 2.0]),
+                                                               "dtype": "int64"}}
+    moved = {**index, "out": {**tensor([1.0, 3.0]), "dtype": "int64"}}
+    found = operation(ops(index), ops(moved))
+    assert (found.kind, found.max_ulp, found.dtype) == ("output", None, "int64")
+    assert found.sentence() == ("the first operation whose output differs is "
+                                "aten.argmax.default (op 0), in int64 values (no ULPs) on equal "
+                                "inputs (its forward replayed)")
 
 
 def test_operations_that_part_name_each_sides_run_until_a_common_value():

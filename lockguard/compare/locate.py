@@ -101,6 +101,7 @@ class Operation(BaseModel):
     candidate_ops: list[str] = Field(default_factory=list)
     max_ulp: int | None = None  # `output`: over its sampled values, as Location's
     scaled_ulp: JsonFloat | None = None
+    dtype: str | None = None  # `output`: the output's dtype (ULPs only of a floating one)
     recorded: tuple[int, int] = (0, 0)  # operations recorded of the call, baseline, candidate
     truncated: bool = False  # a side stopped recording before the call's end
     error: str | None = None
@@ -118,7 +119,8 @@ class Operation(BaseModel):
         at = f"op {b}" if b == c else f"baseline op {b}, candidate op {c}"
         if self.kind == "output":
             by = (f"by max {self.max_ulp} ulp" if self.max_ulp is not None
-                  else "beyond its sampled values")
+                  else "beyond its sampled values" if _floating(self.dtype)
+                  else f"in {self.dtype} values (no ULPs)")
             if self.scaled_ulp is not None and self.max_ulp is not None \
                     and self.scaled_ulp < self.max_ulp:
                 by += f" ({self.scaled_ulp:.2g} ulp at the output's scale)"
@@ -134,6 +136,10 @@ class Operation(BaseModel):
                     "forward replayed)")
         return (f"its operations differ from {at}: baseline {_run(self.baseline_ops)}, "
                 f"candidate {_run(self.candidate_ops)} (its forward replayed)")
+
+
+def _floating(dtype: str | None) -> bool:
+    return dtype is not None and dtype.startswith(("float", "bfloat"))
 
 
 def _run(names: list[str]) -> str:
@@ -395,9 +401,11 @@ def operation(baseline: CallOperations | None, candidate: CallOperations | None
     common = dict(baseline_index=i, candidate_index=j, recorded=recorded, truncated=truncated)
     if i is not None and j is not None and (b[i].name, b[i].inputs) == (c[j].name, c[j].inputs):
         old, new = b[i].out, c[j].out
-        max_ulp, scaled, _, _ = _ulps(old, new) if old.dtype == new.dtype else (None, None, 0, 0)
+        # an integer or boolean output (indices, a mask) has no ULPs: its values differ
+        measured = old.dtype == new.dtype and _floating(old.dtype)
+        max_ulp, scaled, _, _ = _ulps(old, new) if measured else (None, None, 0, 0)
         return Operation(kind="output", baseline_ops=[b[i].name], candidate_ops=[c[j].name],
-                         max_ulp=max_ulp, scaled_ulp=scaled, **common)
+                         max_ulp=max_ulp, scaled_ulp=scaled, dtype=old.dtype, **common)
     return Operation(kind="parted", baseline_ops=_own_run(b, i, c),
                      candidate_ops=_own_run(c, j, b), **common)
 
