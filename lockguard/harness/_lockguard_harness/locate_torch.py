@@ -50,7 +50,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+
+try:  # torch's own (private) module: a torch without it runs, its operations unrecorded
+    from torch.utils._python_dispatch import TorchDispatchMode
+except ImportError:  # pragma: no cover - every torch 2 has it
+    TorchDispatchMode = object  # type: ignore[assignment,misc]
 
 from .locate_arrays import UserCapture, interleaved
 
@@ -302,6 +306,8 @@ class Capture:
         """The aten operations of the module's own code, replayed as the referee replays it
         (module docstring's `operations`)."""
         recorder = _Operations(min(MAX_OPS, MAX_CAPTURE_OPS - self._ops))
+        if TorchDispatchMode is object:
+            return {"ops": [], "truncated": True, "error": "this torch has no TorchDispatchMode"}
         if sum(p.numel() for p in module.parameters()) > REFEREE_MAX_PARAMS:
             return {"ops": [], "truncated": True, "error": "too large to replay"}
         self._busy = True
