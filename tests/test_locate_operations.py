@@ -251,6 +251,25 @@ def test_a_capture_holding_more_operations_than_its_budget_is_refused():
     assert parse_result(data, "result.json").capture is not None
 
 
+def test_the_harness_writes_within_the_bounds_the_host_reads():
+    """The harness (which cannot import lockguard) and results.py each hold the bounds: the
+    harness's may not exceed what the host accepts, or a real capture would be refused."""
+    import ast
+
+    from lockguard import results
+
+    source = REPO / "lockguard" / "harness" / "_lockguard_harness" / "locate_torch.py"
+    harness = {node.targets[0].id: ast.literal_eval(node.value)
+               for node in ast.parse(source.read_text()).body
+               if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+               and node.targets[0].id.isupper() and isinstance(node.value, ast.Constant)}
+    assert harness["MAX_OPS"] == results.MAX_CALL_OPS
+    assert harness["MAX_CAPTURE_OPS"] == results.MAX_CAPTURE_OPS
+    assert harness["OP_SAMPLE"] <= results.MAX_OP_SAMPLE
+    assert harness["MAX_CALLS"] == results.MAX_CAPTURE_CALLS
+    assert harness["SAMPLE"] <= results.MAX_CAPTURE_SAMPLE
+
+
 # ------------------------------------------------------------------- the real harness (slow)
 
 RECORDER = """
