@@ -161,6 +161,9 @@ def test_equal_operations_an_uninitialised_output_and_a_failed_replay():
     assert operation(same, failed).sentence() == ("its operations could not be recorded: "
                                                   "RuntimeError: boom")
     assert operation(same, None) is None and operation(None, None) is None
+    assert operation(ops(), ops()).sentence() == (
+        "its own code runs no operation on either side (a container: the difference comes "
+        "from a module inside it)")
 
 
 def with_operations(capture: dict, version_ulps: int) -> dict:

@@ -110,6 +110,9 @@ class Operation(BaseModel):
         """The operation in words (Location.sentences)."""
         if self.kind == "unavailable":
             return f"its operations could not be recorded: {self.error}"
+        if self.kind == "equal" and self.recorded == (0, 0):
+            return ("its own code runs no operation on either side (a container: the "
+                    "difference comes from a module inside it)")
         if self.kind == "equal":
             first = "first " if self.truncated else ""
             return (f"its own operations (the {first}{self.recorded[0]} recorded of its "
