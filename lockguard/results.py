@@ -181,6 +181,13 @@ class CompileDiagnostics(BaseModel):
 # that a hostile result cannot make the judge hold or compare more than this.
 MAX_CAPTURE_CALLS = 2000
 MAX_CAPTURE_SAMPLE = 4096  # values of one tensor
+# A module call's own aten operations (harness locate_torch.py's `operations`): at most this many
+# a call, and a capture, and values kept of each one's output
+MAX_CALL_OPS = 256
+MAX_CAPTURE_OPS = 20_000
+MAX_OP_SAMPLE = 64
+# An operation's name as torch prints it: aten.addmm.default, a library's mylib.fused.default
+OP_NAME = r"^[A-Za-z0-9_.:]+$"
 SHA256 = r"^[0-9a-f]{64}$"
 
 
@@ -226,6 +233,32 @@ class RefereeFigures(BaseModel):
     error: str | None = Field(default=None, max_length=400)
 
 
+class CapturedOp(BaseModel):
+    """One aten operation of a module call's own code, as its replay ran it: its name, the
+    digest of the tensors it was given, what it returned (None: an uninitialised allocation,
+    aten.empty and kin, whose bytes mean nothing), and whether it only moves or aliases values
+    (a view, a copy) rather than computing any."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    name: str = Field(max_length=200, pattern=OP_NAME)
+    inputs: str = Field(pattern=SHA256)
+    out: CapturedTensor | None = None
+    view: bool = False
+
+
+class CallOperations(BaseModel):
+    """The aten operations a module call's own code ran (not its children's), in order, in a
+    replay of the call without gradients (forward only); `truncated` when the harness stopped
+    recording (MAX_CALL_OPS, or the capture's budget), `error` when the replay failed."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    ops: list[CapturedOp] = Field(max_length=MAX_CALL_OPS)
+    truncated: bool = False
+    error: str | None = Field(default=None, max_length=400)
+
+
 class ModuleCall(BaseModel):
     """One module call of a captured step, in call order (harness locate_torch.py)."""
 
@@ -240,6 +273,12 @@ class ModuleCall(BaseModel):
     grad: CapturedTensor | None = None
     grad_order: int | None = Field(default=None, ge=0)  # when its gradient came, in the backward
     referee: RefereeFigures | None = None
+    operations: CallOperations | None = None  # torch's (compare/locate.py names the op)
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Captures written before operations were recorded keep their JSON.
+        return without_absent(self, handler(self), ("operations",))
 
 
 class Capture(BaseModel):
@@ -255,6 +294,7 @@ class Capture(BaseModel):
 
     @model_validator(mode="after")
     def _a_tree(self) -> "Capture":
+        ops = 0
         for index, call in enumerate(self.calls):
             if call.parent >= index:
                 raise ValueError(f"call {index} runs inside call {call.parent}, which is not "
@@ -262,6 +302,13 @@ class Capture(BaseModel):
             for tensor in (call.out, call.grad):
                 if tensor is not None and len(base64.b64decode(tensor.sample)) > 4 * self.sample:
                     raise ValueError(f"call {index} keeps more than {self.sample} values")
+            for op in call.operations.ops if call.operations is not None else ():
+                if op.out is not None and len(base64.b64decode(op.out.sample)) > 4 * MAX_OP_SAMPLE:
+                    raise ValueError(f"an operation of call {index} keeps more than "
+                                     f"{MAX_OP_SAMPLE} values")
+            ops += len(call.operations.ops) if call.operations is not None else 0
+            if ops > MAX_CAPTURE_OPS:
+                raise ValueError(f"the calls hold more than {MAX_CAPTURE_OPS} operations")
         return self
 
 

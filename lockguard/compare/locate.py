@@ -16,10 +16,19 @@ attention whose own code changed names the attention). With every forward output
 first gradient, in the order the backward produced them, that differs. A capture of the probe
 (`Capture.probe`: every training step equal, the eval-mode outputs not) is compared the same
 way, without gradients.
+
+The operation (torch: ModuleCall.operations, the aten operations of a call's own code in a
+replay of its forward). Inside the call named, each side's first operation that computes (not a
+view or a copy, nor a constant made from no tensor) a value the other side never computed
+there: the same operation on both sides, on equal inputs, is the first operation whose output
+differs; other operations mean the sides part there, each running its own (eager attention's
+bmm and softmax against sdpa's fused kernel). Values are matched by digest, not position, so a
+copy or a reshape one side adds does not count as a difference.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Literal
@@ -28,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lockguard.compare.numerics import bitwise_equal, first_difference, ulp_at, ulp_distance
 from lockguard.results import (
-    MAX_CAPTURE_CALLS, Capture, JsonFloat, ModuleCall, RefereeFigures, RunResult,
+    MAX_CAPTURE_CALLS, CallOperations, Capture, CapturedOp, JsonFloat, ModuleCall,
+    RefereeFigures, RunResult,
 )
 
 # Drift shapes (amplification): a first loss difference of at most this many ULPs is "tiny"; a
@@ -69,6 +79,78 @@ class DriftShape(BaseModel):
                 "by the last step (not amplified)")
 
 
+# Operations named of each side where they part
+PARTED_NAMES = 4
+
+
+class Operation(BaseModel):
+    """The operation inside the located call where the sides first differ (module docstring):
+    `output`, one operation on both sides, on equal inputs, whose output differs; `parted`, the
+    sides run other operations from there (each side's first few named; a side's index None:
+    it computes nothing the other does not); `equal`, every operation recorded of the call's
+    own code computes the same values (the difference came from a module inside it);
+    `unavailable`, a side's replay could not record them (`error`). Indices count the call's
+    own operations from 0. Forward only: a replay without gradients."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    kind: Literal["output", "parted", "equal", "unavailable"]
+    baseline_index: int | None = None
+    candidate_index: int | None = None
+    baseline_ops: list[str] = Field(default_factory=list)  # from the index on (`output`: one)
+    candidate_ops: list[str] = Field(default_factory=list)
+    max_ulp: int | None = None  # `output`: over its sampled values, as Location's
+    scaled_ulp: JsonFloat | None = None
+    dtype: str | None = None  # `output`: the output's dtype (ULPs only of a floating one)
+    recorded: tuple[int, int] = (0, 0)  # operations recorded of the call, baseline, candidate
+    truncated: bool = False  # a side stopped recording before the call's end
+    error: str | None = None
+
+    def sentence(self) -> str:
+        """The operation in words (Location.sentences)."""
+        if self.kind == "unavailable":
+            return f"its operations could not be recorded: {self.error}"
+        if self.kind == "equal" and self.recorded == (0, 0):
+            return ("its own code runs no operation on either side (a container: the "
+                    "difference comes from a module inside it)")
+        if self.kind == "equal":
+            first = "first " if self.truncated else ""
+            return (f"its own operations (the {first}{self.recorded[0]} recorded of its "
+                    "forward) compute the same values on both sides: the difference comes "
+                    "from a module inside it")
+        b, c = self.baseline_index, self.candidate_index
+        at = f"op {b}" if b == c else f"baseline op {b}, candidate op {c}"
+        if self.kind == "output":
+            by = (f"by max {self.max_ulp} ulp" if self.max_ulp is not None
+                  else "beyond its sampled values" if _floating(self.dtype)
+                  else f"in {self.dtype} values (no ULPs)")
+            if self.scaled_ulp is not None and self.max_ulp is not None \
+                    and self.scaled_ulp < self.max_ulp:
+                by += f" ({self.scaled_ulp:.2g} ulp at the output's scale)"
+            return (f"the first operation whose output differs is {self.baseline_ops[0]} "
+                    f"({at}), {by} on equal inputs (its forward replayed)")
+        if c is None:  # the candidate computes nothing the baseline does not
+            return (f"its operations differ from baseline op {b}: the baseline runs "
+                    f"{_run(self.baseline_ops)}, values the candidate never computes (its "
+                    "forward replayed)")
+        if b is None:
+            return (f"its operations differ from candidate op {c}: the candidate runs "
+                    f"{_run(self.candidate_ops)}, values the baseline never computes (its "
+                    "forward replayed)")
+        return (f"its operations differ from {at}: baseline {_run(self.baseline_ops)}, "
+                f"candidate {_run(self.candidate_ops)} (its forward replayed)")
+
+
+def _floating(dtype: str | None) -> bool:
+    return dtype is not None and dtype.startswith(("float", "bfloat"))
+
+
+def _run(names: list[str]) -> str:
+    more = " …" if len(names) > PARTED_NAMES else ""
+    return names[0] + (f" (then {', '.join(names[1:PARTED_NAMES])}{more})"
+                       if len(names) > 1 else "")
+
+
 class Location(BaseModel):
     """Where two sides' captured step first differs (module docstring's rule)."""
 
@@ -95,11 +177,16 @@ class Location(BaseModel):
     same_inputs: bool | None = None  # both sides' referees ran on equal inputs
     truncated: bool = False
     probe: bool = False  # found in the probe's eval-mode forward after training (`step` = steps)
+    # inside a forward location, the operation where the sides differ (torch's captures)
+    operation: Operation | None = None
     shape: DriftShape | None = None
 
     def sentences(self) -> list[str]:
-        """The location in words: where, how much, what follows, the referee's word."""
+        """The location in words: where, the operation, how much, what follows, the referee's
+        word."""
         out = [self._where()]
+        if self.operation is not None:
+            out.append(self.operation.sentence())
         referee = self._referee()
         if referee:
             out.append(referee)
@@ -272,6 +359,7 @@ def locate(baseline: Capture, candidate: Capture) -> Location:
         loc = _found("forward", origin, pairs[origin], b, c, pairs, common, tensor="out")
         if origin != first:
             loc.first_output = b[first].name
+        loc.operation = operation(b[origin].operations, c[pairs[origin]].operations)
         return loc
     by_grad = sorted((i for i in pairs if b[i].grad_order is not None),
                      key=lambda i: b[i].grad_order)
@@ -296,6 +384,74 @@ def _found(kind: str, i: int, j: int, b: Sequence[ModuleCall], c: Sequence[Modul
                     later_differing=later, baseline_referee=b[i].referee,
                     candidate_referee=c[j].referee, same_inputs=b[i].inputs == c[j].inputs,
                     **figures, **common)
+
+
+def operation(baseline: CallOperations | None, candidate: CallOperations | None
+              ) -> Operation | None:
+    """Where two sides' operations of one call first differ (module docstring); None when a
+    side recorded none (not torch, or a harness before them)."""
+    if baseline is None or candidate is None:
+        return None
+    error = baseline.error or candidate.error
+    recorded = (len(baseline.ops), len(candidate.ops))
+    truncated = baseline.truncated or candidate.truncated
+    if error is not None:
+        return Operation(kind="unavailable", error=error, recorded=recorded, truncated=truncated)
+    b, c = baseline.ops, candidate.ops
+    i, j = _first_own(b, c), _first_own(c, b)
+    if i is None and j is None:
+        return Operation(kind="equal", recorded=recorded, truncated=truncated)
+    common = dict(baseline_index=i, candidate_index=j, recorded=recorded, truncated=truncated)
+    if i is not None and j is not None and (b[i].name, b[i].inputs) == (c[j].name, c[j].inputs):
+        old, new = b[i].out, c[j].out
+        # an integer or boolean output (indices, a mask) has no ULPs: its values differ
+        measured = old.dtype == new.dtype and _floating(old.dtype)
+        max_ulp, scaled, _, _ = _ulps(old, new) if measured else (None, None, 0, 0)
+        return Operation(kind="output", baseline_ops=[b[i].name], candidate_ops=[c[j].name],
+                         max_ulp=max_ulp, scaled_ulp=scaled, dtype=old.dtype, **common)
+    return Operation(kind="parted", baseline_ops=_own_run(b, i, c),
+                     candidate_ops=_own_run(c, j, b), **common)
+
+
+# The inputs digest of an operation given no tensor (sha256 of nothing): a factory, aten.full or
+# aten.arange, that makes a constant rather than computing from values
+NO_TENSORS = hashlib.sha256(b"").hexdigest()
+
+
+def _values(ops: Sequence[CapturedOp]) -> set[str]:
+    return {op.out.digest for op in ops if op.out is not None}
+
+
+def _computes(op: CapturedOp) -> bool:
+    """Whether `op` computes values from values: not a view or a copy, not a factory."""
+    return op.out is not None and not op.view and op.inputs != NO_TENSORS
+
+
+def _first_own(ops: Sequence[CapturedOp], other: Sequence[CapturedOp]) -> int | None:
+    """The index of the first of `ops` that computes (_computes) a value none of `other`
+    computed."""
+    theirs = _values(other)
+    return next((k for k, op in enumerate(ops) if _computes(op)
+                 and op.out.digest not in theirs), None)
+
+
+def _own_run(ops: Sequence[CapturedOp], start: int | None, other: Sequence[CapturedOp]
+             ) -> list[str]:
+    """The computing operations (_computes) of `ops` from `start` until the sides meet again
+    (one computes a value both computed), at most PARTED_NAMES + 1 (one more says there are
+    more)."""
+    if start is None:
+        return []
+    theirs, names = _values(other), []
+    for op in ops[start:]:
+        if not _computes(op):  # a view of a common value (attention's v) is no meeting
+            continue
+        if op.out.digest in theirs:
+            break
+        names.append(op.name)
+        if len(names) > PARTED_NAMES:
+            break
+    return names
 
 
 def _ancestors(calls: Sequence[ModuleCall], index: int) -> set[int]:

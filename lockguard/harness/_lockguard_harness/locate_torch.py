@@ -20,13 +20,22 @@ so no gradients). For every module call of the step it records, in call order:
                      float64): the output's distance from the float64 answer in units of the
                      output dtype's ULP at that answer, max and mean. Under the RNG state the
                      call started with, so that a dropout draws the same mask.
+    operations       the module run once more on a copy of its inputs (its own dtype, no
+                     gradients, the same RNG state) under a TorchDispatchMode: each aten operation
+                     its own code runs (not its children's: each child's are its own call's), in
+                     order, with the digest of the tensors it was given and a description of
+                     what it returned (`out`, OP_SAMPLE values; none for an uninitialised
+                     allocation, aten.empty and kin), `view` for an operation that only moves
+                     or aliases values (the host names the first that computes). Forward only.
 
 A user script's nn.Module, given to lockguard_locate(step, model) (userscript.py), is hooked
 the same way for its step (TorchUserCapture), its lockguard_capture values recorded beside it.
 
 The host (lockguard/compare/locate.py) compares two sides' captures. Bounded: at most MAX_CALLS
-calls (then `truncated`), SAMPLE values a tensor; the referee is skipped for a call holding more
-than REFEREE_MAX_PARAMS parameters (its float64 copy would cost more than the step).
+calls (then `truncated`), SAMPLE values a tensor; the referee (and the operations) is skipped for
+a call holding more than REFEREE_MAX_PARAMS parameters (its float64 copy would cost more than the
+step); at most MAX_OPS operations a call and MAX_CAPTURE_OPS a capture (then the call's
+operations say `truncated`), OP_SAMPLE values an operation's output.
 """
 
 from __future__ import annotations
@@ -42,23 +51,40 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+try:  # torch's own (private) module: a torch without it runs, its operations unrecorded
+    from torch.utils._python_dispatch import TorchDispatchMode
+except ImportError:  # pragma: no cover - every torch 2 has it
+    TorchDispatchMode = object  # type: ignore[assignment,misc]
+
 from .locate_arrays import UserCapture, interleaved
 
 SAMPLE = 512  # values kept of each captured tensor (its digest covers all of them)
 MAX_CALLS = 2000  # module calls recorded in one step
 REFEREE_MAX_PARAMS = 20_000_000
+MAX_OPS = 256  # operations recorded of one call's own code
+MAX_CAPTURE_OPS = 20_000  # operations recorded in one step, all calls together
+OP_SAMPLE = 16  # values kept of an operation's output (its digest covers all of them)
+# Operations whose output is memory never written (its bytes are whatever was there)
+UNINITIALISED = ("empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
+                 "new_empty_strided", "resize_")
+# Operations that move or alias values without computing any (beside those whose schema says
+# they return a view: transpose, expand, view, ...)
+MOVES = ("clone", "_unsafe_view", "copy_", "contiguous", "lift_fresh", "detach", "alias",
+         "_reshape_alias")
 
 
-def _float_tensors(value: Any) -> List[torch.Tensor]:
+def _float_tensors(value: Any, floating: bool = True) -> List[torch.Tensor]:
     """The floating-point tensors in a module's inputs or outputs, depth first (tuples, lists,
-    dicts and transformers' ModelOutput, which is a dict), in a fixed order."""
+    dicts and transformers' ModelOutput, which is a dict), in a fixed order; not `floating`:
+    every dense real tensor (an operation's integer indices and boolean masks too)."""
     found: List[torch.Tensor] = []
 
     def walk(v: Any, depth: int) -> None:
         if depth > 4:
             return
         if isinstance(v, torch.Tensor):
-            if v.is_floating_point():
+            if v.is_floating_point() or (not floating and v.layout == torch.strided
+                                         and not v.is_complex() and v.device.type != "meta"):
                 found.append(v)
         elif isinstance(v, (tuple, list)):
             for item in v:
@@ -85,16 +111,18 @@ def _digest(tensors: List[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _describe(tensors: List[torch.Tensor]) -> Optional[Dict[str, Any]]:
-    """What the host compares of tensors: digest, dtype, shapes, the first SAMPLE values."""
+def _describe(tensors: List[torch.Tensor], sample: int = SAMPLE) -> Optional[Dict[str, Any]]:
+    """What the host compares of tensors: digest, dtype, shapes, the first `sample` values."""
     if not tensors:
         return None
-    flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in tensors])
-    head = flat[:SAMPLE]
+    head: List[float] = []
+    for t in tensors:  # only the values kept are converted (an operation's output is large)
+        if len(head) < sample:
+            head += t.detach().reshape(-1)[:sample - len(head)].float().cpu().tolist()
     return {"digest": _digest(tensors), "dtype": str(tensors[0].dtype).replace("torch.", ""),
-            "shapes": [list(t.shape) for t in tensors], "numel": int(flat.numel()),
-            "sample": base64.b64encode(struct.pack(f"<{head.numel()}f", *head.tolist())
-                                       ).decode("ascii")}
+            "shapes": [list(t.shape) for t in tensors],
+            "numel": int(sum(t.numel() for t in tensors)),
+            "sample": base64.b64encode(struct.pack(f"<{len(head)}f", *head)).decode("ascii")}
 
 
 def _to(value: Any, dtype: Optional[torch.dtype], clone: bool) -> Any:
@@ -133,6 +161,47 @@ def _ulps(out: torch.Tensor, exact: torch.Tensor) -> Tuple[float, float]:
     return float(d.max().item()), float(d.mean().item())
 
 
+class _Operations(TorchDispatchMode):
+    """The aten operations a module's own code runs (module docstring's `operations`): those
+    run while no child module is running (`depth` counts the children running), at most
+    `budget` of them."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__()
+        self.ops: List[Dict[str, Any]] = []
+        self.depth = 0
+        self.budget = budget
+        self.truncated = False
+
+    def enter(self, *_: Any, **__: Any) -> None:
+        """A child module's forward begins (a forward pre-hook)."""
+        self.depth += 1
+
+    def leave(self, *_: Any, **__: Any) -> None:
+        """A child module's forward ended (a forward hook)."""
+        self.depth -= 1
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        # Inside this method the mode is off: the digests' own torch calls are not recorded.
+        kwargs = kwargs or {}
+        if self.depth or self.truncated:
+            return func(*args, **kwargs)
+        if len(self.ops) >= self.budget:
+            self.truncated = True
+            return func(*args, **kwargs)
+        given = _digest(_float_tensors((args, kwargs), floating=False))  # before it writes
+        out = func(*args, **kwargs)
+        packet = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else ""
+        op: Dict[str, Any] = {"name": str(func)[:200], "inputs": given}
+        if packet not in UNINITIALISED:
+            op["out"] = _describe(_float_tensors(out, floating=False), OP_SAMPLE)
+        if getattr(func, "is_view", False) or packet in MOVES:
+            op["view"] = True
+        self.ops.append(op)
+        return out
+
+
 class Capture:
     """The per-module record of one training step (module docstring)."""
 
@@ -146,6 +215,7 @@ class Capture:
         self._pending: Dict[int, Tuple[Any, Any, Any]] = {}  # call -> (args, kwargs, rng)
         self._busy = False  # the referee's own module calls are not recorded
         self._grads = 0
+        self._ops = 0  # operations recorded so far (MAX_CAPTURE_OPS)
 
     def attach(self, model: nn.Module) -> None:
         """Hook every module of `model` (itself included) for this step."""
@@ -187,6 +257,8 @@ class Capture:
         entry["out"] = _describe(tensors)
         args, kwargs, rng = self._pending.pop(index)
         entry["referee"] = self._referee(module, args, kwargs, rng, tensors)
+        if tensors:
+            entry["operations"] = self._operations(module, args, kwargs, rng)
         first = next((t for t in tensors if t.requires_grad), None)
         if first is not None:
             first.register_hook(lambda g, entry=entry: self._grad(entry, g))
@@ -228,6 +300,36 @@ class Capture:
             return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         finally:
             self._busy = False
+
+    def _operations(self, module: nn.Module, args: Any, kwargs: Any, rng: Any
+                    ) -> Dict[str, Any]:
+        """The aten operations of the module's own code, replayed as the referee replays it
+        (module docstring's `operations`)."""
+        recorder = _Operations(min(MAX_OPS, MAX_CAPTURE_OPS - self._ops))
+        if TorchDispatchMode is object:
+            return {"ops": [], "truncated": True, "error": "this torch has no TorchDispatchMode"}
+        if sum(p.numel() for p in module.parameters()) > REFEREE_MAX_PARAMS:
+            return {"ops": [], "truncated": True, "error": "too large to replay"}
+        self._busy = True
+        try:
+            copied = copy.deepcopy(module)
+            for child in copied.modules():
+                if child is not copied:
+                    child.register_forward_pre_hook(recorder.enter)
+                    child.register_forward_hook(recorder.leave)
+            given, named = _to(args, _same, True), _to(kwargs, _same, True)  # not recorded
+            with torch.no_grad(), torch.random.fork_rng(devices=_devices()):
+                _set_rng(rng)
+                with recorder:
+                    copied(*given, **named)
+            found: Dict[str, Any] = {"ops": recorder.ops, "truncated": recorder.truncated}
+        except Exception as exc:  # noqa: BLE001 - a module that cannot be replayed says why
+            found = {"ops": recorder.ops, "truncated": True,
+                     "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        finally:
+            self._busy = False
+        self._ops += len(recorder.ops)
+        return found
 
     def finish(self) -> Dict[str, Any]:
         """Remove the hooks; the capture as the result's `capture`."""
