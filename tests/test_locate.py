@@ -144,6 +144,13 @@ def test_a_located_amplified_drift_says_everything_after_is_that_difference_ampl
                           "difference amplified")
     assert rest[-1].startswith("one first difference amplified by training: 1 ulp of loss at "
                                "step 1")
+    # Where the call's inputs already differed, the first difference came in with them: no
+    # "that difference amplified"; and a difference within tolerance is no drift.
+    loc.same_inputs = False
+    assert "on inputs that differ" in loc.sentences()[0]
+    assert "everything after" not in loc.sentences()[0]
+    loc.same_inputs = None
+    assert loc.sentences(drift=False)[0].startswith("the difference starts in fc2 (Linear)")
     loc.shape = drift_shape(old_losses, [2.0] + [2.0 + ULP2] * 4, "float32")
     assert loc.shape.kind == "steady" and "amplified" not in loc.sentences()[0]
     old, new = sides(tmp_path)
@@ -260,8 +267,9 @@ def test_a_difference_in_the_probe_alone_is_located_in_the_probe(project, tmp_pa
     assert where is not None and where.probe and where.shape is None, mlp.reasons
     assert (where.kind, where.module, where.step) == ("forward", "fc2", 6)
     assert any(r.startswith("the drift starts in fc2 (Linear) in the probe (the eval-mode forward "
-                            "after the 6 training steps, which are equal on both sides): its "
-                            "forward output differs by max") for r in mlp.reasons), mlp.reasons
+                            "after the 6 training steps, whose losses and gradient norms are "
+                            "equal on both sides): its forward output differs by max")
+               for r in mlp.reasons), mlp.reasons
     assert sorted(fake.steps) == [6] * 6  # the localisation runs train all 6 steps
     for fmt in FORMATS:  # the text format wraps its lines
         assert "fc2 (Linear) in the probe (the eval-mode forward" in " ".join(

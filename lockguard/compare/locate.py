@@ -181,10 +181,11 @@ class Location(BaseModel):
     operation: Operation | None = None
     shape: DriftShape | None = None
 
-    def sentences(self) -> list[str]:
+    def sentences(self, drift: bool = True) -> list[str]:
         """The location in words: where, the operation, how much, what follows, the referee's
-        word."""
-        out = [self._where()]
+        word. `drift`: whether the verdict it explains is a drift (under --locate a difference
+        within tolerance is located too, and is no drift)."""
+        out = [self._where(drift)]
         if self.operation is not None:
             out.append(self.operation.sentence())
         referee = self._referee()
@@ -200,7 +201,7 @@ class Location(BaseModel):
             out.append(self.shape.sentence())
         return out
 
-    def _where(self) -> str:
+    def _where(self, drift: bool = True) -> str:
         if self.kind == "none" and self.probe:
             return ("the probe re-run with every module captured: no module's weights or output "
                     "differs")
@@ -235,7 +236,7 @@ class Location(BaseModel):
         when = f"at step {self.step}"
         if self.probe:
             when = (f"in the probe (the eval-mode forward after the {self.step} training steps, "
-                    "which are equal on both sides)")
+                    "whose losses and gradient norms are equal on both sides)")
         inside = (f"; it shows first at {self.first_output}, inside it, whose inputs already "
                   "differ" if self.first_output else "")
         # the walk out of the first differing call stops at a root (or a call paired on one
@@ -243,9 +244,11 @@ class Location(BaseModel):
         on = "on equal inputs" if self.same_inputs is not False else "on inputs that differ"
         # issue 46's reading of a located amplified drift: this one call, then training
         # amplifying it (the shape's own sentence follows with its figures)
+        # (not where the call's inputs already differ: the first difference came in with them)
         after = (", and everything after is that difference amplified"
-                 if self.shape is not None and self.shape.kind == "amplified" else "")
-        return (f"the drift starts in {head} {when}: its {where} differs {by} "
+                 if self.shape is not None and self.shape.kind == "amplified"
+                 and self.same_inputs is not False else "")
+        return (f"the {'drift' if drift else 'difference'} starts in {head} {when}: its {where} differs {by} "
                 f"{on}{inside}; {self.later_differing} other module call(s) of "
                 f"the {self.compared} compared differ too (downstream){after}")
 

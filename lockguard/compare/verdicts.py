@@ -119,8 +119,9 @@ def with_location(verdict: ScenarioVerdict, location: Location | None) -> Scenar
     reasons (the first still explains the verdict)."""
     if location is None:
         return verdict
-    return verdict.model_copy(update={"location": location,
-                                      "reasons": [*verdict.reasons, *location.sentences()]})
+    drift = verdict.verdict == Verdict.drift
+    return verdict.model_copy(update={"location": location, "reasons": [
+        *verdict.reasons, *location.sentences(drift=drift)]})
 
 
 class _Findings:
