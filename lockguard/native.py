@@ -135,25 +135,34 @@ def data_sections(f: BinaryIO) -> list[tuple[bytes, int, int]]:
             if sh_type == 1 and not flags & 0x4]  # SHT_PROGBITS, not SHF_EXECINSTR
 
 
+MAX_SECTION_NAMES = 1 << 20  # a section name table is kilobytes; a larger one is corrupt
+
+
 def _sections(f: BinaryIO) -> list[tuple[bytes, int, int, int, int]]:
     """(name, type, flags, offset, size) of every non-empty section of a 64-bit little-endian
-    ELF file; empty when it is not one."""
+    ELF file; empty when it is not one, or has no section table. An ELF file whose table or
+    name table lies outside it is an OSError: the wheel is the lock's (possibly a hostile
+    index's), and what cannot be read is never taken for "declares nothing"."""
     f.seek(0)
     head = f.read(64)
     if len(head) < 64 or head[:4] != _ELF_MAGIC or head[4] != 2 or head[5] != 1:
         return []  # not ELF, not 64-bit (EI_CLASS 2) or not little-endian (EI_DATA 1)
     shoff, = struct.unpack_from("<Q", head, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-    if not shoff or shentsize < 64 or shnum == 0 or shstrndx >= shnum:
-        return []
+    if not shoff or shnum == 0:
+        return []  # no section table: nothing declared in sections
+    size = os.fstat(f.fileno()).st_size
+    if shentsize != 64 or shstrndx >= shnum or shoff + 64 * shnum > size:
+        raise OSError("its ELF section table is corrupt (outside the file or malformed)")
     f.seek(shoff)
-    table = f.read(shentsize * shnum)
-    if len(table) < shentsize * shnum:
-        return []
-    sections = [struct.unpack_from("<IIQQQQ", table, i * shentsize)
+    table = f.read(64 * shnum)
+    sections = [struct.unpack_from("<IIQQQQ", table, i * 64)
                 for i in range(shnum)]  # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size
-    f.seek(sections[shstrndx][4])
-    names = f.read(sections[shstrndx][5])
+    names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
+    if names_size > MAX_SECTION_NAMES or names_at + names_size > size:
+        raise OSError("its ELF section name table is corrupt (outside the file or too large)")
+    f.seek(names_at)
+    names = f.read(names_size)
     out = []
     for sh_name, sh_type, flags, _, offset, size in sections:
         if size:
@@ -164,7 +173,7 @@ def _sections(f: BinaryIO) -> list[tuple[bytes, int, int, int, int]]:
 
 _SHT_NOTE, _NT_GNU_PROPERTY_TYPE_0 = 7, 5
 _X86_ISA_1_NEEDED = 0xC0008002
-MAX_NOTE_BYTES = 1 << 16  # a property note is tens of bytes; a larger one is not read
+MAX_NOTE_BYTES = 1 << 16  # a property note is tens of bytes; a larger one is corrupt
 
 
 def x86_isa_needed(path: Path) -> int:
@@ -173,8 +182,10 @@ def x86_isa_needed(path: Path) -> int:
     level = 0
     with open(path, "rb") as f:
         for name, sh_type, _, offset, size in _sections(f):
-            if sh_type != _SHT_NOTE or name != b".note.gnu.property" or size > MAX_NOTE_BYTES:
+            if sh_type != _SHT_NOTE or name != b".note.gnu.property":
                 continue
+            if size > MAX_NOTE_BYTES:  # unread, never "needs nothing"
+                raise OSError(f"its .note.gnu.property section of {size} bytes is too large")
             f.seek(offset)
             level = max(level, _isa_in_notes(f.read(size)))
     return level

@@ -948,3 +948,35 @@ def test_a_diff_of_a_lock_the_run_does_not_hold_is_an_internal_error():
                                     new_source="new.txt", changed=())
     with pytest.raises(AssertionError, match="new.txt"):
         fleet_parts([V100], [diff], [])
+
+
+def test_an_elf_whose_tables_lie_outside_it_is_unread_never_read_as_declaring_nothing(tmp_path):
+    """A library from a pull request's index is the lock's, not to be trusted: a section table
+    or name table pointing past the file's end (or 2**63 bytes in), or an oversized ISA note,
+    is an OSError, which dist_facts turns into Facts.unread (the fleet's fail-closed rule)."""
+    good = elf((".note.gnu.property", NOTE, 2, property_note((ISA_NEEDED, 0b0111))))
+    path = tmp_path / "lib.so"
+    for where, value in ((0x28, 2 ** 63), (0x28, len(good) - 8)):  # e_shoff
+        bad = bytearray(good)
+        struct.pack_into("<Q", bad, where, value)
+        path.write_bytes(bytes(bad))
+        for read in (native.x86_isa_needed, native.cuda_code):
+            with pytest.raises(OSError, match="section table is corrupt"):
+                read(path)
+    # the name table (.shstrtab, the last entry) claiming a size past the file's end
+    bad = bytearray(good)
+    shoff, = struct.unpack_from("<Q", bad, 0x28)
+    shnum, = struct.unpack_from("<H", bad, 0x3C)
+    struct.pack_into("<Q", bad, shoff + 64 * (shnum - 1) + 32, 2 ** 40)  # its sh_size
+    path.write_bytes(bytes(bad))
+    with pytest.raises(OSError, match="name table is corrupt"):
+        native.x86_isa_needed(path)
+    path.write_bytes(elf((".note.gnu.property", NOTE, 2, b"\0" * (native.MAX_NOTE_BYTES + 8))))
+    with pytest.raises(OSError, match="too large"):
+        native.x86_isa_needed(path)
+    from lockguard.envs.installed import dist_facts
+
+    site = tmp_path / "site"
+    installed(site, "evil", "1.0", bytes(bad))
+    facts = dist_facts(site / "evil-1.0.dist-info")
+    assert facts.unread and "name table is corrupt" in facts.unread

@@ -99,7 +99,7 @@ def dist_facts(dist_info: Path) -> Facts:
             isa = _higher(isa, x86_isa_needed(library), library.relative_to(dist_info.parent))
         except OSError as exc:
             unread = unread or (f"{library.relative_to(dist_info.parent)} could not be read "
-                                f"({exc.strerror or type(exc).__name__})")
+                                f"({exc.strerror or exc})")
     try:
         wheel = (dist_info / "WHEEL").read_text(encoding="utf-8", errors="replace")
     except OSError:
