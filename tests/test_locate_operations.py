@@ -156,7 +156,8 @@ def test_equal_operations_an_uninitialised_output_and_a_failed_replay():
                                 "same values on both sides: the difference comes from a module "
                                 "inside it")
     cut = ops(*same.model_dump()["ops"], truncated=True)
-    assert "(the first 3 recorded of its forward)" in operation(cut, same).sentence()
+    # all recorded equal, but one side stopped recording: nothing said of the rest
+    assert "budget was spent" in operation(cut, same).sentence()
     failed = ops(error="RuntimeError: boom", truncated=True)
     assert operation(same, failed).sentence() == ("its operations could not be recorded: "
                                                   "RuntimeError: boom")
@@ -383,3 +384,30 @@ def test_gpt2_eager_and_sdpa_attention_part_at_the_fused_kernel(tmp_path):
     assert not any("scaled_dot_product" in name for name in found.baseline_ops), found
     assert found.baseline_ops and found.baseline_ops[0].startswith("aten."), found
     assert loc.sentences()[1].startswith("its operations differ from "), loc.sentences()
+
+
+def test_an_operation_is_evidence_only_on_equal_inputs_a_faithful_replay_and_whole_records():
+    """On a call whose inputs differ every operation differs (none is named); a replay that did
+    not reproduce the call's output is no evidence; a side whose budget ran out cannot say the
+    rest is equal nor that the other computes what it never recorded; a changed dtype is
+    named as such."""
+    same = ops(*LINEAR, op("aten.addmm.default", [1.0, 2.0]))
+    moved = ops(*LINEAR, op("aten.addmm.default", [1.0, 2.0 + 3 * ULP2]))
+    assert operation(same, moved).kind == "output"
+    unfaithful = operation(same, moved, reproduced=False)
+    assert unfaithful.kind == "unavailable" and "no evidence" in unfaithful.sentence()
+    cut = ops(*LINEAR, truncated=True)  # the candidate stopped before its addmm
+    for found in (operation(same, cut), operation(cut, ops(*LINEAR, truncated=True))):
+        assert found.kind == "unavailable" and "budget was spent" in found.sentence()
+        assert "inside it" not in found.sentence()
+    as_double = op("aten.addmm.default", [1.0, 2.0])
+    as_double["out"].update(dtype="float64", digest=hashlib.sha256(b"as float64").hexdigest())
+    changed = operation(same, ops(*LINEAR, as_double))
+    assert "in its dtype (float32 → float64)" in changed.sentence(), changed.sentence()
+    # located on inputs that differ (the walk out stopped at a root): no operation attached
+    old = with_operations(capture_for("2.13.0", 3), 0)
+    new = with_operations(capture_for("2.14.1", 3), 5)
+    for call in new["calls"]:
+        call["inputs"] = hashlib.sha256(b"other inputs").hexdigest()
+    loc = locate(Capture.model_validate(old), Capture.model_validate(new))
+    assert loc.same_inputs is False and loc.operation is None, loc.sentences()

@@ -102,6 +102,7 @@ class Operation(BaseModel):
     max_ulp: int | None = None  # `output`: over its sampled values, as Location's
     scaled_ulp: JsonFloat | None = None
     dtype: str | None = None  # `output`: the output's dtype (ULPs only of a floating one)
+    candidate_dtype: str | None = None  # `output`: the candidate's, where it is another
     recorded: tuple[int, int] = (0, 0)  # operations recorded of the call, baseline, candidate
     truncated: bool = False  # a side stopped recording before the call's end
     error: str | None = None
@@ -113,15 +114,16 @@ class Operation(BaseModel):
         if self.kind == "equal" and self.recorded == (0, 0):
             return ("its own code runs no operation on either side (a container: the "
                     "difference comes from a module inside it)")
-        if self.kind == "equal":
-            first = "first " if self.truncated else ""
-            return (f"its own operations (the {first}{self.recorded[0]} recorded of its "
-                    "forward) compute the same values on both sides: the difference comes "
-                    "from a module inside it")
+        if self.kind == "equal":  # every operation recorded on both sides (never truncated)
+            return (f"its own operations (the {self.recorded[0]} recorded of its forward) "
+                    "compute the same values on both sides: the difference comes from a "
+                    "module inside it")
         b, c = self.baseline_index, self.candidate_index
         at = f"op {b}" if b == c else f"baseline op {b}, candidate op {c}"
         if self.kind == "output":
-            by = (f"by max {self.max_ulp} ulp" if self.max_ulp is not None
+            by = (f"in its dtype ({self.dtype} → {self.candidate_dtype})"
+                  if self.candidate_dtype is not None
+                  else f"by max {self.max_ulp} ulp" if self.max_ulp is not None
                   else "beyond its sampled values" if _floating(self.dtype)
                   else f"in {self.dtype} values (no ULPs)")
             if self.scaled_ulp is not None and self.max_ulp is not None \
@@ -362,7 +364,9 @@ def locate(baseline: Capture, candidate: Capture) -> Location:
         loc = _found("forward", origin, pairs[origin], b, c, pairs, common, tensor="out")
         if origin != first:
             loc.first_output = b[first].name
-        loc.operation = operation(b[origin].operations, c[pairs[origin]].operations)
+        if loc.same_inputs is not False:  # on differing inputs every operation differs
+            loc.operation = operation(b[origin].operations, c[pairs[origin]].operations,
+                                      reproduced=_reproduced(b[origin], c[pairs[origin]]))
         return loc
     by_grad = sorted((i for i in pairs if b[i].grad_order is not None),
                      key=lambda i: b[i].grad_order)
@@ -389,19 +393,36 @@ def _found(kind: str, i: int, j: int, b: Sequence[ModuleCall], c: Sequence[Modul
                     **figures, **common)
 
 
-def operation(baseline: CallOperations | None, candidate: CallOperations | None
-              ) -> Operation | None:
+def _reproduced(b: ModuleCall, c: ModuleCall) -> bool:
+    """Whether neither side's referee found the call's replay unfaithful (its output again, bit
+    for bit): the operations come from a replay too, so one that did not reproduce is no
+    evidence. A side with no referee figures says nothing against it."""
+    return all(r is None or r.replay_exact is not False for r in (b.referee, c.referee))
+
+
+def operation(baseline: CallOperations | None, candidate: CallOperations | None,
+              reproduced: bool = True) -> Operation | None:
     """Where two sides' operations of one call first differ (module docstring); None when a
-    side recorded none (not torch, or a harness before them)."""
+    side recorded none (not torch, or a harness before them). `reproduced`: whether the call's
+    replay reproduced its output on both sides (else its operations are no evidence). A side
+    that stopped recording (the capture's budget spent) cannot say the rest is equal, nor that
+    the other computes what it never did."""
     if baseline is None or candidate is None:
         return None
     error = baseline.error or candidate.error
     recorded = (len(baseline.ops), len(candidate.ops))
     truncated = baseline.truncated or candidate.truncated
+    if error is None and not reproduced:
+        error = ("the module's replay did not reproduce its output on a side, so its "
+                 "replayed operations are no evidence")
     if error is not None:
         return Operation(kind="unavailable", error=error, recorded=recorded, truncated=truncated)
     b, c = baseline.ops, candidate.ops
     i, j = _first_own(b, c), _first_own(c, b)
+    if truncated and (i is None or j is None):
+        return Operation(kind="unavailable", recorded=recorded, truncated=True, error=(
+            "the capture's operation budget was spent before this call's end on a side, so "
+            "what was not recorded cannot be compared"))
     if i is None and j is None:
         return Operation(kind="equal", recorded=recorded, truncated=truncated)
     common = dict(baseline_index=i, candidate_index=j, recorded=recorded, truncated=truncated)
@@ -411,7 +432,8 @@ def operation(baseline: CallOperations | None, candidate: CallOperations | None
         measured = old.dtype == new.dtype and _floating(old.dtype)
         max_ulp, scaled, _, _ = _ulps(old, new) if measured else (None, None, 0, 0)
         return Operation(kind="output", baseline_ops=[b[i].name], candidate_ops=[c[j].name],
-                         max_ulp=max_ulp, scaled_ulp=scaled, dtype=old.dtype, **common)
+                         max_ulp=max_ulp, scaled_ulp=scaled, dtype=old.dtype,
+                         candidate_dtype=new.dtype if new.dtype != old.dtype else None, **common)
     return Operation(kind="parted", baseline_ops=_own_run(b, i, c),
                      candidate_ops=_own_run(c, j, b), **common)
 
