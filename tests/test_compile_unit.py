@@ -774,3 +774,19 @@ def test_a_break_location_is_one_printable_line_however_the_environment_names_th
     for field in ("reason", "file", "function", "module", "module_class", "method"):
         with pytest.raises(pydantic.ValidationError):
             BreakLocation.model_validate({"reason": "r", "file": "f", field: "a\nb"})
+
+
+def test_a_long_break_reason_is_cut_alike_where_it_is_listed_and_where_it_is_placed(
+        monkeypatch) -> None:
+    """break_locations are matched to break_reasons by their text (compare.compile): a
+    'site: reason' past the contract's 400 characters (a deep site path) is cut the same way in
+    both, so its place is kept."""
+    monkeypatch.setattr(ct, "_break_site", lambda text: "deep/" * 80 + "layer.py:forward")
+    recorder = ct.Recorder()
+    recorder.capture.breaks.append(BREAK_RECORD)
+    recorder.capture.break_places.append({"file": "lg_testlayer/__init__.py", "line": 14})
+    located = recorder._located_breaks({COUNTER_KEY: 1})
+    reasons = ct._reasons(located)
+    assert reasons and all(len(r) == 400 and r.endswith("…") for r in reasons), reasons
+    placed = [r for r, place in located if place]
+    assert placed and all(r in reasons for r in placed)

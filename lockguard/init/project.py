@@ -409,8 +409,8 @@ def _lightning_class(node: ast.ClassDef) -> bool:
 
 def _required(fn: ast.FunctionDef) -> tuple[str, ...]:
     """The names of the positional parameters `fn` requires (without a default): the shape
-    the harness drives it as (userscript._required_params; tests/test_init.py holds the two
-    equal). A required keyword-only parameter, which neither shape's call passes, follows
+    the harness drives it as (entry_shapes._required_params; tests/test_team_project.py holds
+    the two equal). A required keyword-only parameter, which neither shape's call passes, follows
     as "*", name: no shape matches, so init never offers what the harness cannot call."""
     args = fn.args
     positional = args.posonlyargs + args.args

@@ -449,7 +449,7 @@ class Recorder:
                        "frames_total": frames.get("total"), "frames_ok": frames.get("ok")},
         }
         if locations:
-            out["break_locations"] = [dict(where, reason=break_layer.cut(reason, 400)) for reason, where
+            out["break_locations"] = [dict(where, reason=reason) for reason, where
                                       in locations if reason in out["break_reasons"]]
         return out
 
@@ -472,12 +472,18 @@ class Recorder:
             found.append((f"{where}: {reason}" if where else reason, place))
         named = {r.split(": ", 1)[-1] for r, _ in found}
         found += [(s, None) for s in short.values() if s not in named]  # counted, never logged
-        return found
+        return [(_reason_text(reason), place) for reason, place in found]
 
 
 def _reasons(located: List[Tuple[str, Optional[Dict[str, Any]]]]) -> List[str]:
     """'site: reason' per distinct break (Recorder._located_breaks), sorted."""
     return sorted({reason for reason, _ in located})
+
+
+# A break reason as results.BreakLocation takes it (one line, at most 400 characters), the
+# same in break_reasons and in break_locations, which are matched by it.
+def _reason_text(reason: str) -> str:
+    return break_layer.cut(reason, 400)
 
 
 def _first_location_per_reason(located: List[Tuple[str, Optional[Dict[str, Any]]]]
