@@ -404,6 +404,11 @@ def test_an_operation_is_evidence_only_on_equal_inputs_a_faithful_replay_and_who
     as_double["out"].update(dtype="float64", digest=hashlib.sha256(b"as float64").hexdigest())
     changed = operation(same, ops(*LINEAR, as_double))
     assert "in its dtype (float32 → float64)" in changed.sentence(), changed.sentence()
+    # a float8 output is not measured as float32: its values differ, no ULPs
+    eight = [ops(*LINEAR, op("aten.addmm.default", values)) for values in ([1.0], [2.0])]
+    for side in eight:
+        side.ops[-1].out.dtype = "float8_e4m3fn"
+    assert "in float8_e4m3fn values (no ULPs)" in operation(*eight).sentence()
     # located on inputs that differ (the walk out stopped at a root): no operation attached
     old = with_operations(capture_for("2.13.0", 3), 0)
     new = with_operations(capture_for("2.14.1", 3), 5)
