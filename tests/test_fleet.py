@@ -980,3 +980,27 @@ def test_an_elf_whose_tables_lie_outside_it_is_unread_never_read_as_declaring_no
     installed(site, "evil", "1.0", bytes(bad))
     facts = dist_facts(site / "evil-1.0.dist-info")
     assert facts.unread and "name table is corrupt" in facts.unread
+
+
+def test_of_a_releases_cached_files_that_fit_the_one_an_installer_prefers_is_read(
+        tmp_path, monkeypatch):
+    """A release with a manylinux2014 and a manylinux_2_28 file for one architecture: a
+    machine whose glibc takes both installs the 2_28 one (the more specific tag, first in
+    packaging.tags' order), so that is the one judged, whatever order the cache lists them in;
+    a machine on glibc 2.17 gets the 2014 one."""
+    from lockguard.envs.wheels import Platform, lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    here, _, _, _ = other_arch()
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    house = tmp_path / "cache" / "wheelhouses" / "0a1b" / "wheels"
+    house.mkdir(parents=True)
+    (house.parent / "lockguard-ready.json").write_text('{"lock_hash": "another lock"}')
+    old = wheel(house, "gpukit", "1.0", (SASS, 70), tag=f"py3-none-manylinux2014_{here}")
+    new = wheel(house, "gpukit", "1.0", (SASS, 90), tag=f"py3-none-manylinux_2_28_{here}")
+    (tmp_path / "new.txt").write_text(f"gpukit==1.0 --hash={old} --hash={new}\n")
+    lock = parse_lock(tmp_path / "new.txt")
+    found = lock_wheels(lock, lock.pins, platform=Platform(here, "3.11", glibc=(2, 31)))[0]
+    assert found == {"gpukit": house / f"gpukit-1.0-py3-none-manylinux_2_28_{here}.whl"}
+    older = lock_wheels(lock, lock.pins, platform=Platform(here, "3.11", glibc=(2, 17)))[0]
+    assert older == {"gpukit": house / f"gpukit-1.0-py3-none-manylinux2014_{here}.whl"}

@@ -192,20 +192,25 @@ def _from_wheel_files(lock: Lock, pins: Sequence[Pin], platform: Platform | None
     downloaded for the same request or held by a wheelhouse of this lock."""
     target = host_target() if platform is None else platform.target()
     by_pin = {(p.name, normal_version(p.version)): p for p in pins}
-    found: dict[str, Path] = {}
+    # the rank of each tag the platform supports, most preferred first (packaging.tags' order:
+    # what an installer picks among a release's files that all fit)
+    rank = {tag: i for i, tag in enumerate(target.tags or ())}
+    best: dict[str, tuple[int, Path]] = {}
     for wheel, bound in _cached_wheels(lock):
         try:
-            dist, version, _, _ = parse_wheel_filename(wheel.name)
+            dist, version, _, tags = parse_wheel_filename(wheel.name)
         except InvalidWheelFilename:
             continue
         pin = by_pin.get((canonicalize_name(dist), normal_version(str(version))))
-        if pin is None or pin.name in found or not target.wheel_fits(wheel.name):
+        if pin is None or not target.wheel_fits(wheel.name):
             continue
-        if pin.hashes and f"sha256:{_sha256(wheel)}" in pin.hashes:
-            found[pin.name] = wheel
-        elif not pin.hashes and pin.requirement in bound:
-            found[pin.name] = wheel
-    return found
+        order = min((rank.get(str(tag), len(rank)) for tag in tags), default=len(rank))
+        if pin.name in best and best[pin.name][0] <= order:
+            continue
+        if (pin.hashes and f"sha256:{_sha256(wheel)}" in pin.hashes) or (
+                not pin.hashes and pin.requirement in bound):
+            best[pin.name] = (order, wheel)
+    return {name: wheel for name, (_, wheel) in best.items()}
 
 
 def _cached_wheels(lock: Lock) -> list[tuple[Path, set[str]]]:
