@@ -1004,3 +1004,18 @@ def test_of_a_releases_cached_files_that_fit_the_one_an_installer_prefers_is_rea
     assert found == {"gpukit": house / f"gpukit-1.0-py3-none-manylinux_2_28_{here}.whl"}
     older = lock_wheels(lock, lock.pins, platform=Platform(here, "3.11", glibc=(2, 17)))[0]
     assert older == {"gpukit": house / f"gpukit-1.0-py3-none-manylinux2014_{here}.whl"}
+
+
+def test_a_marker_on_the_patch_release_holds_for_a_machine_known_to_x_y():
+    """A fleet machine's python is X.Y: a pin under python_full_version >= "3.11.4" may be
+    installed there, so it is judged there (before: asked of 3.11.0 only, never)."""
+    from lockguard.envs.wheels import Platform, holds_on
+    from lockguard.locks.model import Pin
+
+    machine = Platform("x86_64", "3.11")
+    for marker, holds in (('python_full_version >= "3.11.4"', True),
+                          ('python_full_version < "3.11.2"', True),
+                          ('python_full_version >= "3.12"', False),
+                          ('platform_machine == "aarch64"', False)):
+        pin = Pin(name="gpukit", display_name="gpukit", version="1.0", marker=marker, line=1)
+        assert holds_on(pin, machine) is holds, marker

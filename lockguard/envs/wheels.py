@@ -143,8 +143,15 @@ def holds_here(pin: Pin) -> bool:
 
 
 def holds_on(pin: Pin, platform: Platform) -> bool:
-    """Whether the pin's marker holds on `platform` (a fleet machine installs it there)."""
-    return pin.marker is None or Marker(pin.marker).evaluate(platform.target().markers)
+    """Whether the pin's marker may hold on `platform` (a fleet machine installs it there).
+    The machine's Python is known to X.Y only: a marker on python_full_version is asked of
+    its first and a late patch release, and holding on either is holding (judging a pin more
+    is the safe side of a gate)."""
+    if pin.marker is None:
+        return True
+    marker, markers = Marker(pin.marker), platform.target().markers
+    return any(marker.evaluate({**markers, "python_full_version": f"{platform.python}.{patch}"})
+               for patch in (0, 99))
 
 
 def lock_wheels(lock: Lock, pins: Sequence[Pin], *, fetch: bool = False,
