@@ -657,3 +657,26 @@ def test_a_report_never_replaces_a_registered_trainings_code_or_data(tmp_path):
     assert expected == (project / "extra" / "one.bin", project / "extra" / "a.txt")
     assert {p for p, what in inputs.items() if what == "data of scenario theirs"} == \
         set(expected)
+
+
+def test_a_data_file_of_the_judged_tree_that_leads_out_of_it_is_a_config_error(tmp_path):
+    """check --base matches a scenario's `data` patterns anew in the target's tree: a match
+    that is a link out of that tree would be read by the run but not digested, so it is a
+    ConfigError (exit 2), not a silent omission; a pattern matching nothing there adds
+    nothing (a run reading it fails)."""
+    import os
+
+    from lockguard.config import ConfigError
+    from lockguard.flows.pipeline import CodeTree
+
+    repo, root, outside = tmp_path / "repo", tmp_path / "target", tmp_path / "outside"
+    for folder in (repo, root / "data", outside):
+        folder.mkdir(parents=True)
+    (outside / "secret.npz").write_bytes(b"x")
+    (root / "data" / "slice.npz").write_bytes(b"slice")
+    tree = CodeTree(repo=repo, root=root, label="main@1a2b3c4")
+    assert tree._data(root, ("data/*.npz",)) == (root / "data" / "slice.npz",)
+    assert tree._data(root, ("data/none*.npz",)) == ()
+    os.symlink(outside / "secret.npz", root / "data" / "leak.npz")
+    with pytest.raises(ConfigError, match="leads out of it"):
+        tree._data(root, ("data/*.npz",))

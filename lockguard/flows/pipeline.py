@@ -25,7 +25,7 @@ from lockguard import envvars, integrity, process
 from lockguard.compare.verdicts import skipped
 from lockguard.envs import Backend, backend_for
 from lockguard.envs.base import Env, RunRequest
-from lockguard.config import data_matches
+from lockguard.config import DATA_RULE, ConfigError, data_matches
 from lockguard.files import scratch_dir
 from lockguard.hardware import host_memory, visible_gpus
 # The locks of a run live in lockguard.locks.ref; imported here too, for the flows built on
@@ -86,7 +86,8 @@ class CodeTree:
     def _data(self, root: Path, patterns: tuple[str, ...]) -> tuple[Path, ...]:
         """The files of this tree below `root` the patterns match, each once: none where a
         pattern matches nothing here (the checkout's scenario was validated; the target's
-        files are what they are), and none that leads out of the tree."""
+        files are what they are: a run that reads a missing one fails). A match that leads out
+        of the tree is a ConfigError: the run could read it, the digest would not cover it."""
         tree = os.path.realpath(self.root)
         found: dict[Path, None] = {}
         for pattern in patterns:
@@ -94,8 +95,11 @@ class CodeTree:
                 matches = data_matches(root, pattern)
             except (OSError, ValueError):
                 matches = []
-            found.update((path, None) for path in matches
-                         if os.path.realpath(path).startswith(tree + os.sep))
+            for path in matches:
+                if not os.path.realpath(path).startswith(tree + os.sep):
+                    raise ConfigError(f"{path}: a `data` file of the judged tree leads out of "
+                                      f"it ({pattern!r}): {DATA_RULE}")
+                found[path] = None
         return tuple(found)
 
     def request(self, request: RunRequest) -> RunRequest:
