@@ -197,9 +197,8 @@ def test_a_merge_base_tree_places_the_data_too(tmp_path):
     tip = data_project(tmp_path / "tip" / "ml")
     # What the target's run reads that the checkout has not: its digest holds it too (the
     # patterns are matched anew there, not the checkout's files mapped over); a link out of
-    # the tree is left out (the sandboxed run cannot read it).
+    # the tree is a config error, as in the checkout (test below).
     (tip / "data" / "theirs.csv").write_text("only in the target\n")
-    (tip / "data" / "out.csv").symlink_to(project / "data" / "slice.csv")
     tree = CodeTree(repo=tmp_path / "repo", root=tmp_path / "tip", label="main@1a2b3c4")
     placed = tree.planned(Planned(scenario, None, "cpu", 5)).scenario
     assert placed.data == (tip / "data" / "slice.csv", tip / "data" / "theirs.csv")
