@@ -28,7 +28,7 @@ from lockguard.flows.ab import check_ab
 from lockguard.names import FORMATS
 from lockguard.report import render
 from lockguard.results import (
-    MAX_CALL_OPS, MAX_CAPTURE_OPS, SCHEMA_VERSION, CallOperations, Capture, ResultError,
+    MAX_CALL_OPS, MAX_CAPTURE_OPS, OP_NAME, SCHEMA_VERSION, CallOperations, Capture, ResultError,
     parse_result,
 )
 from lockguard.scenarios import bundled
@@ -272,6 +272,14 @@ def test_the_harness_writes_within_the_bounds_the_host_reads():
     assert harness["OP_SAMPLE"] <= results.MAX_OP_SAMPLE
     assert harness["MAX_CALLS"] == results.MAX_CAPTURE_CALLS
     assert harness["SAMPLE"] <= results.MAX_CAPTURE_SAMPLE
+    fields = {"shapes": results.CapturedTensor.model_fields["shapes"],
+              "name": results.CapturedOp.model_fields["name"]}
+    limit = {k: next(m.max_length for m in f.metadata if hasattr(m, "max_length"))
+             for k, f in fields.items()}
+    assert harness["MAX_SHAPES"] <= limit["shapes"]
+    assert harness["MAX_OP_NAME"] <= limit["name"]
+    # the harness cleans an operation's name to the characters the host's pattern accepts
+    assert results.OP_NAME == f"^[{harness['OP_NAME_CHARS']}]+$"
 
 
 # ------------------------------------------------------------------- the real harness (slow)
@@ -350,6 +358,86 @@ def test_the_harness_records_each_calls_own_operations_views_marked_and_bounded(
     assert (found.baseline_index, found.candidate_index) == (2, 2), found
     assert found.baseline_ops == ["aten.add.Tensor", "aten._softmax.default"], found
     assert found.candidate_ops == ["aten._softmax.default"], found
+
+
+EDGES = """
+import copy, json, sys
+import torch
+from _lockguard_harness import locate_torch
+
+class Rows(torch.nn.Module):  # aten.unbind: one output tensor a row, 100 of them
+    def forward(self, x):
+        return torch.stack([r * 2 for r in x.unbind(0)])
+
+class Out(torch.nn.Module):  # an out= buffer of whatever bytes, then an operation on it
+    def __init__(self, fill):
+        super().__init__()
+        self.fill = fill
+
+    def forward(self, x):
+        buf = torch.full_like(x, self.fill)
+        torch.mul(x, 3.0, out=buf)
+        return buf + 1
+
+class Top(torch.nn.Module):  # (values, indices): the values' dtype and values only
+    def forward(self, x):
+        return x.max(dim=1).values * 1.0
+
+def ops(model, x, spent=False):
+    capture = locate_torch.Capture(0, probe=True)
+    capture.attach(model)
+    if spent:
+        capture._ops = locate_torch.MAX_CAPTURE_OPS
+    with torch.no_grad():
+        model(x)
+    return capture.finish()["calls"][0]["operations"]
+
+out = {"rows": ops(Rows(), torch.randn(100, 3)),
+       "out": [ops(Out(fill), torch.ones(4)) for fill in (0.0, 7.0)],
+       "top": ops(Top(), torch.randn(4, 5))}
+copies = []
+real = copy.deepcopy
+copy.deepcopy = lambda *a, **k: copies.append(1) or real(*a, **k)
+out["spent"] = ops(Rows(), torch.randn(2, 3), spent=True)
+copy.deepcopy = real
+out["spent_copies"] = len(copies)  # the referee's two, not the operations' replay
+out["name"] = locate_torch.op_name("mylib.fused\x1b[31m op.default" + "x" * 300)
+out["float8"] = locate_torch._describe([torch.ones(4).to(torch.float8_e4m3fn)])
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.slow
+def test_the_harness_keeps_an_operations_capture_within_the_hosts_bounds(tmp_path):
+    """torch 2.13.0, the harness in process: an unbind's 100 outputs list 64 shapes (numel
+    counts all), an operation's name is cleaned to results.OP_NAME, an out= buffer's bytes are
+    not in the inputs digest, max.dim's sample is its float values (not its indices), a float8
+    output is not sampled, and a capture whose budget is spent replays nothing."""
+    script, out = tmp_path / "edges.py", tmp_path / "edges.json"
+    script.write_text(EDGES)
+    proc = subprocess.run([str(lockguard_python(FRAMEWORK_LOCKS["torch"])), str(script),
+                           str(out)], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin",
+                               "PYTHONPATH": str(REPO / "lockguard" / "harness")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())
+    rows = CallOperations.model_validate(got["rows"])  # within the host's bounds
+    unbind = next(o for o in rows.ops if o.name.startswith("aten.unbind"))
+    assert unbind.out is not None and len(unbind.out.shapes) == 64 and unbind.out.numel == 300
+    first, second = (CallOperations.model_validate(o).ops for o in got["out"])
+    assert [o.name for o in first] == [o.name for o in second]
+    after = [o.inputs for o in first if o.name == "aten.add.Tensor"]
+    assert after and after == [o.inputs for o in second if o.name == "aten.add.Tensor"]
+    muls = [(a.inputs, b.inputs) for a, b in zip(first, second) if a.name.startswith("aten.mul")]
+    assert muls and all(a == b for a, b in muls)  # the buffer's fill is not an input
+    top = CallOperations.model_validate(got["top"]).ops
+    found = next(o for o in top if o.name == "aten.max.dim")
+    assert found.out is not None and found.out.dtype == "float32"
+    assert len(found.out.values()) == 4 and found.out.numel == 8
+    assert got["spent"] == {"ops": [], "truncated": True} and got["spent_copies"] == 2
+    assert re.fullmatch(OP_NAME, got["name"]) and len(got["name"]) == 200
+    assert got["name"].startswith("mylib.fused__31m_op.default")
+    assert got["float8"]["sample"] == "" and got["float8"]["dtype"] == "float8_e4m3fn"
 
 
 EAGER_SDPA = {v: DATA / f"torch-2.13.0-transformers-{v}.txt" for v in ("4.40.2", "4.46.3")}

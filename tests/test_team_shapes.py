@@ -215,3 +215,84 @@ def test_init_names_a_lightning_module_and_a_keras_factory_never_importing_them(
                                   "    return model, data\n")
     found = find_training(tmp_path, "pkg", ("tensorflow",))
     assert (found.entry, found.shape) == ("pkg.train:make", KERAS_FACTORY)
+
+
+class FakeTensor:
+    """A tensor as entry_shapes sees one: `to(device)` and a `device`."""
+
+    def __init__(self, device="cpu"):
+        self.device = device
+
+    def to(self, device):
+        return FakeTensor(device)
+
+
+_LIGHT: dict = {}
+exec(LIGHT, _LIGHT)  # the numpy Lightning-style module above, in this process
+
+
+class Placed(_LIGHT["Linear"]):
+    """A Lightning-style module whose parameters live on a device (torch's Module.to)."""
+
+    def __init__(self, seed=0, moves=True):
+        super().__init__(seed)
+        self.params, self.moves, self.seen = [FakeTensor()], moves, []
+
+    def to(self, device):
+        if self.moves:
+            self.params = [p.to(device) for p in self.params]
+        return self
+
+    def parameters(self):
+        return self.params
+
+    def configure_optimizers(self):
+        self.seen.append(("configure_optimizers", self.params[0].device))
+        return super().configure_optimizers()
+
+    def training_step(self, batch, batch_idx):
+        xb, yb = batch
+        self.seen.append(("batch", xb[1].device, yb["t"][0].device))
+        return super().training_step((xb[0], yb["y"]), batch_idx)
+
+    def train_dataloader(self):
+        return [((x, FakeTensor()), {"y": y, "t": [FakeTensor()]})
+                for x, y in super().train_dataloader()]
+
+
+def test_a_lightning_module_trains_on_the_device_the_result_reports():
+    """A module and its batches are moved to the run's device before configure_optimizers, as
+    a Trainer moves them: one left on a GPU runner's CPU would report the GPU's kernels it
+    never ran (a stale PASS). A module whose `to` does not move it is refused."""
+    from lockguard.harness._lockguard_harness.entry_shapes import (
+        UserResultError, drive_lightning)
+
+    module = Placed()
+    drive_lightning(module, None, 4, iter, "e", device="fake:3")
+    assert module.seen[0] == ("configure_optimizers", "fake:3")
+    assert module.seen[1:] == [("batch", "fake:3", "fake:3")] * 4
+    with pytest.raises(UserResultError, match="a parameter is on cpu after module.to"):
+        drive_lightning(Placed(moves=False), None, 4, iter, "e", device="fake:3")
+    kept = Placed()  # no device given (a framework that reports none): nothing moves
+    drive_lightning(kept, None, 1, iter, "e")
+    assert kept.seen == [("configure_optimizers", "cpu"), ("batch", "cpu", "cpu")]
+
+
+def test_steps_per_execution_is_read_from_keras_3_and_tf_keras():
+    """keras 3 keeps an int; tf_keras a tf.Variable under `_steps_per_execution`."""
+    from lockguard.harness._lockguard_harness.entry_shapes import steps_per_execution
+
+    class Variable:
+        def numpy(self):
+            import numpy as np
+            return np.int64(4)
+
+    class Keras3:
+        steps_per_execution = 2
+
+    class TfKeras:
+        _steps_per_execution = Variable()
+
+    assert steps_per_execution(Keras3()) == 2
+    assert steps_per_execution(TfKeras()) == 4
+    assert steps_per_execution(object()) == 1

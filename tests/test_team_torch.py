@@ -124,7 +124,13 @@ class Regressor(nn.Module):
     def forward(self, x):
         return self.net(x)
 
+    def to(self, *args, **kwargs):
+        self.moved = args  # lockguard moves it to the run's device, as a Trainer does
+        return super().to(*args, **kwargs)
+
     def training_step(self, batch, batch_idx):
+        if getattr(self, "moved", None) != ("cpu",):  # the device the result reports
+            raise AssertionError(f"moved to {getattr(self, 'moved', None)}, not cpu")
         xb, yb = batch
         return nn.functional.mse_loss(self(xb), yb)
 

@@ -105,10 +105,11 @@ def load_script(path: str):
     return module
 
 
-def load_entry(entry: str, root: str, grad_norm=None):
+def load_entry(entry: str, root: str, grad_norm=None, device=None):
     """The project's function `entry` ("pkg.train:make"), imported with `root` first on
     sys.path (as a script's folder is), as the module-like value run_user takes; `grad_norm`:
-    the framework module's `grad_norm_of`, if it has one (a Lightning-style module's norms)."""
+    the framework module's `grad_norm_of`, if it has one (a Lightning-style module's norms);
+    `device`: the device the result reports, where a Lightning-style module is moved."""
     from _lockguard_harness.entry_shapes import entry_run
 
     module_name, _, attr = entry.partition(":")
@@ -122,7 +123,7 @@ def load_entry(entry: str, root: str, grad_norm=None):
         if target is None:
             raise AttributeError(f"{module_name} ({getattr(module, '__file__', '?')}) defines "
                                  f"no {attr}")
-    return entry_run(target, entry, grad_norm)
+    return entry_run(target, entry, grad_norm, device)
 
 
 def main(argv: list) -> int:
@@ -152,7 +153,8 @@ def main(argv: list) -> int:
             network = watch_network()
         if args.entry:
             module.run_user(ctx, load_entry(args.entry, args.root,
-                                                getattr(module, "grad_norm_of", None)))
+                                                getattr(module, "grad_norm_of", None),
+                                                ctx.result.get("device")))
         elif args.script:
             module.run_user(ctx, load_script(args.script))
         else:

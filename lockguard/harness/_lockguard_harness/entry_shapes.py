@@ -45,7 +45,8 @@ class EntryRun(NamedTuple):
 
 
 def entry_run(fn: Callable[..., Any], name: str,
-              grad_norm: Optional[Callable[[List[Any]], Any]] = None) -> EntryRun:
+              grad_norm: Optional[Callable[[List[Any]], Any]] = None,
+              device: Optional[str] = None) -> EntryRun:
     """`fn` (the entry `name`, "pkg.train:make") as a run(steps, seed, timed).
 
     Its shape is told apart by the parameters fn requires (those without a default):
@@ -58,7 +59,8 @@ def entry_run(fn: Callable[..., Any], name: str,
                                  arguments all have defaults): called after lockguard seeded
                                  the framework (with seed=seed when it has a parameter named
                                  seed), its return trained as make's
-    `grad_norm(params)`: the framework's global gradient norm, for a Lightning module's steps.
+    `grad_norm(params)`: the framework's global gradient norm, for a Lightning module's steps;
+    `device`: the device the result reports ("cuda:0"), where a Lightning module trains.
     """
     required = _required_params(fn, name)
     home = sys.modules.get(getattr(fn, "__module__", None) or "")
@@ -72,7 +74,7 @@ def entry_run(fn: Callable[..., Any], name: str,
 
     def run(steps: int, seed: int, timed: Callable[[Any], Any] = iter) -> Dict[str, Any]:
         made = fn(seed) if required else fn(seed=seed) if seeded else fn()
-        return drive(made, steps, timed, name, grad_norm)
+        return drive(made, steps, timed, name, grad_norm, device)
 
     return EntryRun(run, home)
 
@@ -101,10 +103,12 @@ SHAPES = ("(step, batches) or (step, batches, probe)",
 
 
 def drive(made: Any, steps: int, timed: Callable[[Any], Any], name: str,
-          grad_norm: Optional[Callable[[List[Any]], Any]] = None) -> Dict[str, Any]:
+          grad_norm: Optional[Callable[[List[Any]], Any]] = None,
+          device: Optional[str] = None) -> Dict[str, Any]:
     """Train what the entry `name` returned for `steps` steps, each through `timed` (the
     harness's StepTimer, `iter` by hand); what a script's run() returns. `grad_norm(params)`:
-    the framework's global gradient norm (None: a Lightning module's is not recorded)."""
+    the framework's global gradient norm (None: a Lightning module's is not recorded);
+    `device`: where a Lightning module trains (drive_lightning)."""
     first = made.get("model") if isinstance(made, dict) else (
         made[0] if isinstance(made, tuple) and made else made)
     if is_lightning(first):
@@ -112,7 +116,8 @@ def drive(made: Any, steps: int, timed: Callable[[Any], Any], name: str,
         if isinstance(made, dict) or len(rest) > 1:
             raise UserResultError(f"entry {name}: a Lightning-style module is returned alone or "
                                   f"as (module, probe), got {describe(made)}")
-        return drive_lightning(first, rest[0] if rest else None, steps, timed, name, grad_norm)
+        return drive_lightning(first, rest[0] if rest else None, steps, timed, name, grad_norm,
+                               device)
     if is_keras_model(first):
         if isinstance(made, dict):
             unknown = sorted(str(k) for k in made if k not in KERAS_FIT_KEYS)
@@ -214,8 +219,8 @@ def drive_keras(fit: Dict[str, Any], steps: int, timed: Callable[[Any], Any],
     model, probe = fit.pop("model"), fit.pop("probe", None)
     if fit.get("x") is None:
         raise UserResultError(f"entry {name}: a Keras model needs its data (x)")
-    per_call = getattr(model, "steps_per_execution", 1)
-    if isinstance(per_call, int) and per_call != 1:
+    per_call = steps_per_execution(model)
+    if per_call != 1:
         raise UserResultError(f"entry {name}: the model is compiled with steps_per_execution="
                               f"{per_call}; lockguard records each batch (compile it with 1)")
     ticks = timed(range(steps))
@@ -248,6 +253,22 @@ def drive_keras(fit: Dict[str, Any], steps: int, timed: Callable[[Any], Any],
     return out
 
 
+def steps_per_execution(model: Any) -> int:
+    """The batches a compiled Keras model runs per call: keras 3's `steps_per_execution` (an
+    int), tf_keras's `_steps_per_execution` (a tf.Variable, which has no public name); 1 where
+    neither holds a number."""
+    for attr in ("steps_per_execution", "_steps_per_execution"):
+        value = getattr(model, attr, None)
+        if value is None:
+            continue
+        value = value.numpy() if callable(getattr(value, "numpy", None)) else value
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            continue
+    return 1
+
+
 def _keras_callback(model: Any, name: str) -> type:
     """keras.callbacks.Callback of the Keras the model is built with (keras 3, tf_keras or
     TensorFlow's own), found among the loaded modules: nothing is imported here."""
@@ -264,18 +285,24 @@ def _keras_callback(model: Any, name: str) -> type:
 # --------------------------------------------------------------------------- a Lightning module
 
 def drive_lightning(module: Any, probe: Any, steps: int, timed: Callable[[Any], Any], name: str,
-                    grad_norm: Optional[Callable[[List[Any]], Any]] = None) -> Dict[str, Any]:
+                    grad_norm: Optional[Callable[[List[Any]], Any]] = None,
+                    device: Optional[str] = None) -> Dict[str, Any]:
     """A Lightning-style module trained as Lightning's automatic optimisation does, without a
     Trainer: module.train(); per batch of train_dataloader() (batch_idx counted per pass,
     iterated again when it runs out): optimizer.zero_grad(), loss = training_step(batch,
     batch_idx) (a tensor or a dict with "loss"), loss.backward(), the gradient norm, then
     optimizer.step() and the schedulers whose interval is "step"; an "epoch" one steps when a
     pass ends. The probe, after the last step: probe() if callable, else module(probe) in eval
-    mode. Hooks (on_train_epoch_start, ...) and a Trainer's settings (gradient clipping,
-    precision, devices) are not applied: the factory shape runs a training that needs them."""
+    mode. As a Trainer does, the module is moved to `device` (the one the result reports: a
+    module left on the CPU of a GPU runner would pass without the GPU's kernels ever running)
+    before configure_optimizers, and each batch (and a probe) with it: its tensors, in tuples,
+    lists and dicts; a module without `to` (not torch) trains where it is. Hooks
+    (on_train_epoch_start, ...) and a Trainer's other settings (gradient clipping, precision)
+    are not applied: the factory shape runs a training that needs them."""
     if getattr(module, "automatic_optimization", True) is False:
         raise UserResultError(f"entry {name}: automatic_optimization is off (the module steps its "
                               "optimizers through a Trainer); return (step, batches) instead")
+    module = to_device(module, device, name)
     optimizer, schedulers = lightning_optimizers(module.configure_optimizers(), name)
     if hasattr(module, "train"):
         module.train()
@@ -287,7 +314,7 @@ def drive_lightning(module: Any, probe: Any, steps: int, timed: Callable[[Any], 
                 if interval == "epoch":
                     scheduler.step()
         optimizer.zero_grad()
-        out = module.training_step(batch, index)
+        out = module.training_step(_batch_to(batch, device), index)
         loss = out.get("loss") if isinstance(out, dict) else out
         if not callable(getattr(loss, "backward", None)):
             raise UserResultError(f"entry {name}: training_step returned no loss at step "
@@ -309,8 +336,42 @@ def drive_lightning(module: Any, probe: Any, steps: int, timed: Callable[[Any], 
         else:
             if hasattr(module, "eval"):
                 module.eval()
-            result["outputs"] = module(probe)
+            result["outputs"] = module(_batch_to(probe, device))
     return result
+
+
+def to_device(module: Any, device: Optional[str], name: str) -> Any:
+    """`module` moved to `device` (torch's Module.to), its parameters checked to be there: a
+    module whose `to` does not move it (an override) would report a device it never ran on."""
+    if device is None or not callable(getattr(module, "to", None)):
+        return module
+    moved = module.to(device)
+    module = moved if moved is not None else module
+    params = getattr(module, "parameters", None)
+    wanted = device.split(":")[0]
+    for param in params() if callable(params) else ():
+        where = str(getattr(param, "device", wanted))
+        if where.split(":")[0] != wanted:
+            raise UserResultError(f"entry {name}: a parameter is on {where} after "
+                                  f"module.to({device!r}); the run reports {device}")
+    return module
+
+
+def _batch_to(value: Any, device: Optional[str]) -> Any:
+    """`value` with each tensor (what has `to` and a `device`) moved to `device`, in tuples
+    (named ones too), lists and dicts, as Lightning moves a batch."""
+    if device is None:
+        return value
+    if callable(getattr(value, "to", None)) and hasattr(value, "device"):
+        return value.to(device)
+    if isinstance(value, tuple):
+        items = [_batch_to(v, device) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_batch_to(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: _batch_to(v, device) for k, v in value.items()}
+    return value
 
 
 def lightning_optimizers(returned: Any, name: str) -> Tuple[Any, List[Tuple[Any, str]]]:

@@ -14,7 +14,8 @@ so no gradients). For every module call of the step it records, in call order:
     inputs           sha256 of the floating tensors it was given (positional and keyword)
     out, grad        its output and the gradient that reached that output in the backward:
                      sha256 of the bytes, the dtype, the shapes, and the first SAMPLE values as
-                     float32 little-endian bytes in base64 (exact for float32, bfloat16, float16)
+                     float32 little-endian bytes in base64 (exact for float32, bfloat16, float16;
+                     float8 values are not sampled), of the first floating tensor's dtype
     referee          the module run again on a copy of its own inputs, in its own dtype (does the
                      replay reproduce the output bit for bit?) and in float64 (a deep copy cast to
                      float64): the output's distance from the float64 answer in units of the
@@ -45,6 +46,7 @@ import copy
 import ctypes
 import hashlib
 import math
+import re
 import struct
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -64,6 +66,13 @@ REFEREE_MAX_PARAMS = 20_000_000
 MAX_OPS = 256  # operations recorded of one call's own code
 MAX_CAPTURE_OPS = 20_000  # operations recorded in one step, all calls together
 OP_SAMPLE = 16  # values kept of an operation's output (its digest covers all of them)
+# Shapes listed of one output (aten.unbind returns one tensor a row); its numel counts them all
+MAX_SHAPES = 64
+MAX_OP_NAME = 200
+# What results.OP_NAME accepts of an operation's name: any other character becomes "_" (a custom
+# op's name is the library's to choose; one refused name would refuse the whole capture)
+OP_NAME_CHARS = "A-Za-z0-9_.:"
+OP_NAME_REFUSED = re.compile(f"[^{OP_NAME_CHARS}]")
 # Operations whose output is memory never written (its bytes are whatever was there)
 UNINITIALISED = ("empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
                  "new_empty_strided", "resize_")
@@ -112,15 +121,23 @@ def _digest(tensors: List[torch.Tensor]) -> str:
 
 
 def _describe(tensors: List[torch.Tensor], sample: int = SAMPLE) -> Optional[Dict[str, Any]]:
-    """What the host compares of tensors: digest, dtype, shapes, the first `sample` values."""
+    """What the host compares of tensors: digest, dtype, shapes (the first MAX_SHAPES; numel
+    counts every tensor's values, so a shorter list shows the cut), the first `sample` values.
+    The dtype and the values are those of the first floating tensor (an operation's output may
+    be (values, indices): the host measures ULPs of the dtype it is told, and integer indices
+    read as floats would be measured so), else of the first: the values of the tensors of that
+    dtype, in order; a float8 tensor's values are not
+    sampled (the host would measure them in ULPs of a float32)."""
     if not tensors:
         return None
+    first = next((t for t in tensors if t.is_floating_point()), tensors[0])
+    same = [t for t in tensors if t.dtype == first.dtype]
     head: List[float] = []
-    for t in tensors:  # only the values kept are converted (an operation's output is large)
-        if len(head) < sample:
+    for t in same if first.element_size() > 1 or not first.is_floating_point() else []:
+        if len(head) < sample:  # only the values kept are converted (an output is large)
             head += t.detach().reshape(-1)[:sample - len(head)].float().cpu().tolist()
-    return {"digest": _digest(tensors), "dtype": str(tensors[0].dtype).replace("torch.", ""),
-            "shapes": [list(t.shape) for t in tensors],
+    return {"digest": _digest(tensors), "dtype": str(first.dtype).replace("torch.", ""),
+            "shapes": [list(t.shape) for t in tensors[:MAX_SHAPES]],
             "numel": int(sum(t.numel() for t in tensors)),
             "sample": base64.b64encode(struct.pack(f"<{len(head)}f", *head)).decode("ascii")}
 
@@ -161,6 +178,20 @@ def _ulps(out: torch.Tensor, exact: torch.Tensor) -> Tuple[float, float]:
     return float(d.max().item()), float(d.mean().item())
 
 
+def op_name(func: Any) -> str:
+    """`func`'s name as results.OP_NAME accepts it (torch's own are: aten.addmm.default)."""
+    return OP_NAME_REFUSED.sub("_", str(func))[:MAX_OP_NAME] or "unnamed"
+
+
+def _out_arguments(func: Any) -> Tuple[str, ...]:
+    """The names of `func`'s out= arguments (its schema's; "out" where it has none)."""
+    try:
+        return tuple(a.name for a in func._schema.arguments if getattr(a, "is_out", False)) \
+            or ("out",)
+    except AttributeError:
+        return ("out",)
+
+
 class _Operations(TorchDispatchMode):
     """The aten operations a module's own code runs (module docstring's `operations`): those
     run while no child module is running (`depth` counts the children running), at most
@@ -190,10 +221,14 @@ class _Operations(TorchDispatchMode):
         if len(self.ops) >= self.budget:
             self.truncated = True
             return func(*args, **kwargs)
-        given = _digest(_float_tensors((args, kwargs), floating=False))  # before it writes
+        # The tensors it was given, before it writes; not an out= buffer (its bytes are what
+        # was there, and would make the next operation's equal inputs differ)
+        outs = _out_arguments(func)
+        given = _digest(_float_tensors((args, {k: v for k, v in kwargs.items() if k not in outs}),
+                                       floating=False))
         out = func(*args, **kwargs)
         packet = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else ""
-        op: Dict[str, Any] = {"name": str(func)[:200], "inputs": given}
+        op: Dict[str, Any] = {"name": op_name(func), "inputs": given}
         if packet not in UNINITIALISED:
             op["out"] = _describe(_float_tensors(out, floating=False), OP_SAMPLE)
         if getattr(func, "is_view", False) or packet in MOVES:
@@ -305,7 +340,10 @@ class Capture:
                     ) -> Dict[str, Any]:
         """The aten operations of the module's own code, replayed as the referee replays it
         (module docstring's `operations`)."""
-        recorder = _Operations(min(MAX_OPS, MAX_CAPTURE_OPS - self._ops))
+        budget = min(MAX_OPS, MAX_CAPTURE_OPS - self._ops)
+        if budget <= 0:  # the capture's budget is spent: no replay to record nothing
+            return {"ops": [], "truncated": True}
+        recorder = _Operations(budget)
         if TorchDispatchMode is object:
             return {"ops": [], "truncated": True, "error": "this torch has no TorchDispatchMode"}
         if sum(p.numel() for p in module.parameters()) > REFEREE_MAX_PARAMS:
