@@ -462,6 +462,19 @@ def data_matches(root: Path, pattern: str) -> list[Path]:
     return sorted(p for p in root.glob(pattern) if p.is_file())
 
 
+def data_found(root: Path, patterns: Sequence[str]) -> tuple[Path, ...]:
+    """What `patterns` match below `root`, each file once, leniently: a pattern the file
+    system cannot take matches nothing (where the scenario was already validated by
+    data_files, and the run reports what it cannot read)."""
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        try:
+            found.update((path, None) for path in data_matches(root, pattern))
+        except (OSError, ValueError):
+            continue
+    return tuple(found)
+
+
 def data_files(root: Path, patterns: Sequence[str], where: str) -> tuple[Path, ...]:
     """The files a scenario's `data` patterns match below its config's folder `root`, sorted,
     each once; a ConfigError starting with `where` (the file and key, or the test, that named
@@ -560,12 +573,8 @@ def project_inputs(config: Config, cli_locks: list[str] | tuple[str, ...] = ()
         what = "script" if sc.script is not None else "entry module"
         if code is not None:
             found.append((code, f"the {what} of scenario {name}", False))
-        for pattern in sc.data:
-            try:  # matched as data_files matches; a pattern in error is the run's to report
-                paths = data_matches(config.root, pattern)
-            except (OSError, ValueError):
-                paths = []
-            found += [(path, f"data of scenario {name}", False) for path in paths]
+        found += [(path, f"data of scenario {name}", False)
+                  for path in data_found(config.root, sc.data)]
     found.append((config.resolve(config.golden_dir), "golden_dir", True))
     return found
 

@@ -25,7 +25,7 @@ from lockguard import envvars, integrity, process
 from lockguard.compare.verdicts import skipped
 from lockguard.envs import Backend, backend_for
 from lockguard.envs.base import Env, RunRequest
-from lockguard.config import DATA_RULE, ConfigError, data_matches
+from lockguard.config import DATA_RULE, ConfigError, data_found
 from lockguard.files import scratch_dir
 from lockguard.hardware import host_memory, visible_gpus
 # The locks of a run live in lockguard.locks.ref; imported here too, for the flows built on
@@ -89,18 +89,12 @@ class CodeTree:
         files are what they are: a run that reads a missing one fails). A match that leads out
         of the tree is a ConfigError: the run could read it, the digest would not cover it."""
         tree = os.path.realpath(self.root)
-        found: dict[Path, None] = {}
-        for pattern in patterns:
-            try:
-                matches = data_matches(root, pattern)
-            except (OSError, ValueError):
-                matches = []
-            for path in matches:
-                if not os.path.realpath(path).startswith(tree + os.sep):
-                    raise ConfigError(f"{path}: a `data` file of the judged tree leads out of "
-                                      f"it ({pattern!r}): {DATA_RULE}")
-                found[path] = None
-        return tuple(found)
+        found = data_found(root, patterns)
+        for path in found:
+            if not os.path.realpath(path).startswith(tree + os.sep):
+                raise ConfigError(f"{path}: a `data` file of the judged tree leads out of it: "
+                                  f"{DATA_RULE}")
+        return found
 
     def request(self, request: RunRequest) -> RunRequest:
         """`request` run from this tree: its script here, the whole tree its project (what
