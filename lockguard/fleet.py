@@ -16,7 +16,7 @@ import platform
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -93,6 +93,12 @@ class Machine:
     count: int = 1
     python: tuple[int, int] | None = None
 
+    @property
+    def arch(self) -> str | None:
+        """The CPU architecture its `cpu` says, as wheel tags name it: aarch64, x86_64 for an
+        x86-64 level; None where the fleet does not say."""
+        return None if self.isa is None else "aarch64" if self.isa == "aarch64" else "x86_64"
+
     def label(self, what: str) -> str:
         """"fleet: v100-nodes, V100 x 12": how a finding names this entry and its `what`."""
         return f"fleet: {self.name}, {what}" + (f" x {self.count}" if self.count > 1 else "")
@@ -123,16 +129,27 @@ def judge(old: Facts | None, new: Facts, machines: Iterable[Machine],
           change: str | None = None) -> list[Finding]:
     """What the change from `old` (None: added, or not read) to `new` does to each fleet
     machine; `change` names it ("torch 2.8.0 -> 2.9.0"; default: from the two)."""
-    change = change or (f"{new.name} {new.version}" if old is None
-              else f"{new.name} {new.version} (another build: other hashes)"
-              if old.version == new.version else f"{new.name} {old.version} -> {new.version}")
+    change = change or change_text(new.name, old.version if old else None, new.version,
+                                   rehashed=old is not None and old.version == new.version)
     return [Finding(machine.name, broken, change, problem) for machine in machines
             for problem, broken in _findings(old, new, machine)]
 
 
+def change_text(name: str, old: str | None, new: str, rehashed: bool) -> str:
+    """A lock change as a finding names it: "torch 2.8.0 -> 2.9.0", "jax 0.7.0" (added, `old`
+    None), "torch 2.9.0 (another build: other hashes)" (`rehashed`: the same version)."""
+    return (f"{name} {new}" if old is None else f"{name} {new} (another build: other hashes)"
+            if rehashed else f"{name} {old} -> {new}")
+
+
+def listed(names: Sequence[str], shown: int = 4) -> str:
+    """The first `shown` of `names`, then how many more: "a, b, c, d and 8 more"."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{', '.join(names[:shown])}{more}"
+
+
 def _findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:
-    cpu = None if machine.isa is None else "aarch64" if machine.isa == "aarch64" else "x86_64"
-    if new.machine and cpu and new.machine != cpu:
+    if new.machine and machine.arch and new.machine != machine.arch:
         # The wheel read is another platform's: its code, tags and requirements say nothing
         # certain of the machine's own wheel. The caller reads each machine's own
         # (report_parts.platform_of): this is a wheel chosen wrongly, failed closed.
@@ -148,12 +165,8 @@ def grouped(findings: Iterable[Finding], shown: int = 4) -> list[tuple[Finding, 
     groups: dict[tuple[str, str, bool], list[Finding]] = {}
     for f in findings:
         groups.setdefault((f.machine, f.problem, f.broken), []).append(f)
-    out = []
-    for same in groups.values():
-        names = [f.change for f in same]
-        more = f" and {len(names) - shown} more" if len(names) > shown else ""
-        out.append((same[0], f"{', '.join(names[:shown])}{more} {same[0].problem}"))
-    return out
+    return [(same[0], f"{listed([f.change for f in same], shown)} {same[0].problem}")
+            for same in groups.values()]
 
 
 def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:

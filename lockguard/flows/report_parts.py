@@ -16,7 +16,9 @@ from lockguard.envs.wheels import (
     ANY_GLIBC, Platform, holds_here, holds_on, host_arch, lock_wheels,
 )
 from lockguard.files import display_path
-from lockguard.fleet import Finding, Machine, grouped, judge_changes, stack_line
+from lockguard.fleet import (
+    Finding, Machine, change_text, grouped, judge_changes, listed, stack_line,
+)
 from lockguard.locks.families import framework_version, package_families
 from lockguard.locks.diff import Change, LockDiff
 from lockguard.locks.rules import check_family_rules
@@ -129,8 +131,7 @@ def platform_of(machine: Machine) -> Platform:
     """The platform a fleet machine installs wheels for: its `cpu`'s architecture (aarch64,
     or x86_64 for an x86-64 level; this machine's where the fleet does not say), its `python`
     (this interpreter's where not said), its `glibc` (any where not said)."""
-    arch = host_arch() if machine.isa is None else \
-        "aarch64" if machine.isa == "aarch64" else "x86_64"
+    arch = machine.arch or host_arch()
     python = machine.python or sys.version_info[:2]
     return Platform(arch, f"{python[0]}.{python[1]}", machine.glibc or ANY_GLIBC)
 
@@ -181,19 +182,15 @@ def _judge_on_each(pairs: Sequence[tuple[Change, Pin]], new_lock: Lock, old_lock
 def _unread_line(why: str, changes: dict[str, list[str]]) -> str:
     """The rule failure's message for changes not judged for one reason: the changes (the
     first four), the machines, the reason."""
-    names = list(changes)
-    more = f" and {len(names) - 4} more" if len(names) > 4 else ""
     machines = sorted({m for ms in changes.values() for m in ms})
-    return (f"{', '.join(names[:4])}{more} not judged against the fleet (for "
+    return (f"{listed(list(changes))} not judged against the fleet (for "
             f"{', '.join(machines)}): {why} (a wheel lockguard cannot read fails closed)")
 
 
 def _what(change: Change) -> str:
-    """A change as a fleet finding names it: "torch 2.8.0 -> 2.9.0", "jax 0.7.0" (added),
-    "torch 2.9.0 (another build: other hashes)"."""
-    name, old, new = change.display_name, change.old_version, change.new_version
-    return (f"{name} {new}" if old is None else f"{name} {new} (another build: other hashes)"
-            if change.kind == "rehashed" else f"{name} {old} -> {new}")
+    """A change as a fleet finding names it (fleet.change_text)."""
+    return change_text(change.display_name, change.old_version, change.new_version or "",
+                       rehashed=change.kind == "rehashed")
 
 
 def _pin(lock: Lock, name: str, marker: str | None) -> Pin | None:
