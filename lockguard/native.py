@@ -127,18 +127,28 @@ def sm(arch: int) -> str:
     return f"sm_{arch}"
 
 
-def data_sections(f: BinaryIO) -> list[tuple[bytes, int, int]]:
-    """(name, offset, size) of every section of a 64-bit little-endian ELF file whose bytes are
-    in the file and are not code (SHT_PROGBITS without SHF_EXECINSTR): where fatbins are.
-    Empty when the file is not such an ELF file. Reads the header and the section table only."""
-    return [(name, offset, size) for name, sh_type, flags, offset, size in _sections(f)
+Section = tuple[bytes, int, int, int, int]  # name, sh_type, sh_flags, offset, size
+
+
+def library_facts(path: Path) -> tuple[CudaCode, int]:
+    """One ELF library's CUDA code (cuda_code) and x86-64 level (x86_isa_needed), its file
+    opened and its section table read once."""
+    with open(path, "rb") as f:
+        sections = _sections(f)
+        return _code_in(f, sections), _level_in(f, sections)
+
+
+def data_sections(sections: list[Section]) -> list[tuple[bytes, int, int]]:
+    """(name, offset, size) of the sections whose bytes are in the file and are not code
+    (SHT_PROGBITS without SHF_EXECINSTR): where fatbins are."""
+    return [(name, offset, size) for name, sh_type, flags, offset, size in sections
             if sh_type == 1 and not flags & 0x4]  # SHT_PROGBITS, not SHF_EXECINSTR
 
 
 MAX_SECTION_NAMES = 1 << 20  # a section name table is kilobytes; a larger one is corrupt
 
 
-def _sections(f: BinaryIO) -> list[tuple[bytes, int, int, int, int]]:
+def _sections(f: BinaryIO) -> list[Section]:
     """(name, type, flags, offset, size) of every non-empty section of a 64-bit little-endian
     ELF file; empty when it is not one, or has no section table. An ELF file whose table or
     name table lies outside it is an OSError: the wheel is the lock's (possibly a hostile
@@ -179,15 +189,19 @@ MAX_NOTE_BYTES = 1 << 16  # a property note is tens of bytes; a larger one is co
 def x86_isa_needed(path: Path) -> int:
     """The x86-64 level (1 the baseline, 2-4 x86-64-v2..v4) the GNU property notes of one ELF
     library say it needs (module docstring); 0 when it says nothing (no note, not ELF)."""
-    level = 0
     with open(path, "rb") as f:
-        for name, sh_type, _, offset, size in _sections(f):
-            if sh_type != _SHT_NOTE or name != b".note.gnu.property":
-                continue
-            if size > MAX_NOTE_BYTES:  # unread, never "needs nothing"
-                raise OSError(f"its .note.gnu.property section of {size} bytes is too large")
-            f.seek(offset)
-            level = max(level, _isa_in_notes(f.read(size)))
+        return _level_in(f, _sections(f))
+
+
+def _level_in(f: BinaryIO, sections: list[Section]) -> int:
+    level = 0
+    for name, sh_type, _, offset, size in sections:
+        if sh_type != _SHT_NOTE or name != b".note.gnu.property":
+            continue
+        if size > MAX_NOTE_BYTES:  # unread, never "needs nothing"
+            raise OSError(f"its .note.gnu.property section of {size} bytes is too large")
+        f.seek(offset)
+        level = max(level, _isa_in_notes(f.read(size)))
     return level
 
 
@@ -246,20 +260,23 @@ def cuda_code(path: Path) -> CudaCode:
     section and those a library keeps as data (cuFFT's are in .ldata); an empty CudaCode when
     it is not 64-bit little-endian ELF or holds none. The data sections are mapped, not read:
     a scan for the magic touches each page once."""
+    with open(path, "rb") as f:
+        return _code_in(f, _sections(f))
+
+
+def _code_in(f: BinaryIO, sections: list[Section]) -> CudaCode:
     sass: set[int] = set()
     ptx: set[int] = set()
     isa: tuple[int, int] | None = None
-    with open(path, "rb") as f:
-        sections = data_sections(f)
-        if not sections or os.fstat(f.fileno()).st_size == 0:
-            return CudaCode()
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            for _, offset, size in sections:
-                for kind, arch, version in _containers(data, offset,
-                                                       min(offset + size, len(data))):
-                    (sass if kind == _KIND_SASS else ptx).add(arch)
-                    if kind == _KIND_PTX:
-                        isa = max(isa or version, version)
+    data_only = data_sections(sections)
+    if not data_only or os.fstat(f.fileno()).st_size == 0:
+        return CudaCode()
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for _, offset, size in data_only:
+            for kind, arch, version in _containers(data, offset, min(offset + size, len(data))):
+                (sass if kind == _KIND_SASS else ptx).add(arch)
+                if kind == _KIND_PTX:
+                    isa = max(isa or version, version)
     return CudaCode(frozenset(sass), frozenset(ptx), isa)
 
 

@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from lockguard.files import scratch_dir
 from lockguard.native import (
-    CudaCode, Facts, cuda_code, cuda_major_needed, manylinux_glibc, wheel_machine, x86_isa_needed,
+    CudaCode, Facts, cuda_major_needed, library_facts, manylinux_glibc, wheel_machine,
 )
 
 
@@ -95,8 +95,7 @@ def dist_facts(dist_info: Path) -> Facts:
         unread = "its RECORD (the list of its files) could not be read"
     for library in libraries or ():
         try:
-            code = code.union(cuda_code(library))
-            isa = _higher(isa, x86_isa_needed(library), library.relative_to(dist_info.parent))
+            code, isa = _with(code, isa, library, library.relative_to(dist_info.parent))
         except OSError as exc:
             unread = unread or (f"{library.relative_to(dist_info.parent)} could not be read "
                                 f"({exc.strerror or exc})")
@@ -112,12 +111,16 @@ def dist_facts(dist_info: Path) -> Facts:
                   python, unread)
 
 
-def _higher(isa: tuple[int, str] | None, level: int, library: PurePosixPath | Path
-            ) -> tuple[int, str] | None:
-    """The x86-64 level a distribution needs so far, with the first library that needs it:
-    `isa`, or `level` (1 the baseline, said by most libraries built with -mneeded, is no
-    need)."""
-    return (level, str(library)) if level > max(1, isa[0] if isa else 0) else isa
+def _with(code: CudaCode, isa: tuple[int, str] | None, path: Path, name: PurePosixPath | Path
+          ) -> tuple[CudaCode, tuple[int, str] | None]:
+    """A distribution's CUDA code and x86-64 level so far, with the library at `path` (named
+    `name` in the distribution) read (native.library_facts): the union of the code; the
+    higher level with the first library that needs it (1, the baseline said by most libraries
+    built with -mneeded, is no need)."""
+    more, level = library_facts(path)
+    if level > max(1, isa[0] if isa else 0):
+        isa = (level, str(name))
+    return code.union(more), isa
 
 
 def _facts(name: str, version: str, code: CudaCode, wheel: str, requirements: tuple[str, ...],
@@ -181,8 +184,7 @@ def _wheel_libraries(archive: zipfile.ZipFile
                 # the sizes the archive declares bound what is written: zipfile reads no
                 # more of a member than its declared size (and checks its CRC at the end)
                 unpacked += _copy(source, out, MAX_WHEEL_BYTES - unpacked)
-            code = code.union(cuda_code(target))
-            isa = _higher(isa, x86_isa_needed(target), PurePosixPath(member.filename))
+            code, isa = _with(code, isa, target, PurePosixPath(member.filename))
     return code, isa, None
 
 
