@@ -207,6 +207,21 @@ def cli(project: Path, *args: str):
         os.chdir(cwd)
 
 
+def add_exact_and_record(project: Path, entry: str, framework: str, steps: int) -> dict:
+    """`scenario add` of `entry` as scenario "ours" (judged exactly), then `record`: the
+    golden's result (the CLI in-process, so the checkout's code runs)."""
+    added = cli(project, "scenario", "add", entry, "--framework", framework,
+                "--name", "ours", "--steps", str(steps))
+    assert added.exit_code == 0, added.output
+    with (project / "pyproject.toml").open("a") as config:
+        config.write('tolerance = "exact"\n')  # the scenario's table is the file's last
+    recorded = cli(project, "record")
+    assert recorded.exit_code == 0, recorded.output
+    golden = json.loads(golden_file(project, "ours").read_text())["result"]
+    assert golden["status"] == "ok" and len(golden["losses"]) == steps
+    return golden
+
+
 def test_scenario_add_writes_the_entry_the_loader_reads(tmp_path):
     from lockguard.config import load_config
     from lockguard.scenarios import user_scenarios

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from conftest import DATA, NUMERICS_ONLY, golden_file, make_project
-from test_team_code import plugin_args
+from test_team_code import add_exact_and_record, plugin_args
 from test_team_torch import cli
 
 pytestmark = pytest.mark.slow
@@ -146,15 +146,7 @@ def caught_both_ways(pytester, module: str, source: str, framework: str, old: st
                            files={"pkg/__init__.py": "", f"pkg/{module}.py": source,
                                   "tests/test_train.py": test},
                            locks={"requirements.txt": DATA / old})
-    added = cli(project, "scenario", "add", f"pkg.{module}:make", "--framework", framework,
-                "--name", "ours", "--steps", "8")
-    assert added.exit_code == 0, added.output
-    with (project / "pyproject.toml").open("a") as config:
-        config.write('tolerance = "exact"\n')  # the scenario's table is the file's last
-    recorded = cli(project, "record")
-    assert recorded.exit_code == 0, recorded.output
-    golden = json.loads(golden_file(project, "ours").read_text())["result"]
-    assert golden["status"] == "ok" and len(golden["losses"]) == 8
+    golden = add_exact_and_record(project, f"pkg.{module}:make", framework, 8)
     pytester.runpytest_subprocess(*plugin_args(), "--lockguard-env", "venv").assert_outcomes(
         passed=1)
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from conftest import DATA, NUMERICS_ONLY, TORCH_LOCK, TORCH_OLD_LOCK, golden_file, make_project
-from test_team_code import cli, plugin_args
+from test_team_code import add_exact_and_record, cli, plugin_args
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -76,16 +76,7 @@ def test_a_numpy_upgrade_under_a_torch_teams_training_is_caught_both_ways(pytest
                            files={"pkg/__init__.py": "", "pkg/train.py": TRAIN,
                                   "tests/test_train.py": TEST},
                            locks={"requirements.txt": TORCH_OLD_LOCK})  # numpy 1.26.4
-    added = cli(project, "scenario", "add", "pkg.train:make", "--framework", "torch",
-                "--name", "ours", "--steps", "10")
-    assert added.exit_code == 0, added.output
-    with (project / "pyproject.toml").open("a") as config:
-        config.write('tolerance = "exact"\n')  # the scenario's table is the file's last
-
-    recorded = cli(project, "record")
-    assert recorded.exit_code == 0, recorded.output
-    golden = json.loads(golden_file(project, "ours").read_text())["result"]
-    assert golden["status"] == "ok" and len(golden["losses"]) == 10
+    golden = add_exact_and_record(project, "pkg.train:make", "torch", 10)
     assert len(golden["grad_norms"]) == 10 and golden["output_shape"] == [4, 1]
     assert golden["losses"][-1] < golden["losses"][0]  # it trained
     # The fixture, run as the gate runs (the lock's venv), passes on the CLI's golden.
