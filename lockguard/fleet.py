@@ -185,7 +185,8 @@ def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple
                                 new.cuda.ptx_isa, machine.driver))
     need = MIN_DRIVER.get(new.cuda_major or 0)
     if need and machine.driver is not None and machine.gpus and machine.driver < need:
-        out.append((f"needs driver >= {driver_text(need)} for CUDA {new.cuda_major} "
+        links = f", it links {new.cuda_linked[1]}" if new.cuda_linked else ""
+        out.append((f"needs driver >= {driver_text(need)} for CUDA {new.cuda_major}{links} "
                     f"({machine.label('driver ' + driver_text(machine.driver))}): broken there",
                     True))
     return out

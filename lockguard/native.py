@@ -31,6 +31,13 @@ kernels at run time (numpy, torch) holds AVX-512 code it never runs on an older 
 instruction scan can tell. A library without the NEEDED note says nothing; none of the real
 wheels read so far (numpy 2.4, torch 2.14, jaxlib's CUDA plugins) carries it.
 
+The libraries it links: the DT_NEEDED entries of its dynamic section (gABI "Dynamic Section":
+.dynamic holds (d_tag, d_val) pairs of 8 bytes each, DT_NEEDED = 1 its d_val an offset into the
+string table .dynstr). The soname of a CUDA toolkit library carries the toolkit's major
+(libcudart.so.12, libcublas.so.13: nvidia.CUDA_SONAMES), so a wheel that names no CUDA wheel
+among its requirements (a CUDA extension that requires torch alone) still says which CUDA
+runtime it needs; cuDNN's and NCCL's sonames (libcudnn.so.9) carry their own majors.
+
 The next entry starts header size + payload size after one; a container ends header size +
 size after its start. Containers are found by their magic in every data section, not only in
 `.nv_fatbin`: cuFFT keeps its kernels' fatbins in `.ldata`, and its .nv_fatbin holds one
@@ -49,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from lockguard.nvidia import TOOLKIT_VERSIONED
+from lockguard.nvidia import CUDA_SONAMES, TOOLKIT_VERSIONED
 
 FATBIN_MAGIC = 0xBA55ED50
 _MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
@@ -105,6 +112,10 @@ class Facts:
     # (level, library): the highest x86_isa_needed among its libraries (2 = x86-64-v2 ... 4)
     # and the first library that needs it; None when none says more than the baseline
     x86_isa: tuple[int, str] | None = None
+    # (major, soname): the newest CUDA major among the toolkit libraries its libraries link
+    # (cuda_linked), when that is newer than what its name and requirements say (cuda_major
+    # is then that major: the runtime it loads decides the driver it needs)
+    cuda_linked: tuple[int, str] | None = None
     requires_python: str | None = None  # its METADATA's Requires-Python, as written
     # why some of its files could not be read (a library unreadable or too large, no RECORD):
     # what they hold is not known, so the distribution is not judged (fleet.py fails closed)
@@ -130,12 +141,22 @@ def sm(arch: int) -> str:
 Section = tuple[bytes, int, int, int, int]  # name, sh_type, sh_flags, offset, size
 
 
-def library_facts(path: Path) -> tuple[CudaCode, int]:
-    """One ELF library's CUDA code (cuda_code) and x86-64 level (x86_isa_needed), its file
-    opened and its section table read once."""
+@dataclass(frozen=True)
+class Library:
+    """What one ELF library declares: its CUDA code (cuda_code), its x86-64 level
+    (x86_isa_needed: 0 unsaid, 1-4) and the sonames it links (needed)."""
+
+    code: CudaCode
+    level: int
+    needed: tuple[str, ...]
+
+
+def library_facts(path: Path) -> Library:
+    """One ELF library's CUDA code, x86-64 level and linked sonames, its file opened and its
+    section table read once."""
     with open(path, "rb") as f:
         sections = _sections(f)
-        return _code_in(f, sections), _level_in(f, sections)
+        return Library(_code_in(f, sections), _level_in(f, sections), _needed_in(f, sections))
 
 
 def data_sections(sections: list[Section]) -> list[tuple[bytes, int, int]]:
@@ -227,6 +248,61 @@ def _isa_in_notes(data: bytes) -> int:
                 prop += 8 + (size + 7) // 8 * 8
         pos = (end + 3) // 4 * 4 if kind != _NT_GNU_PROPERTY_TYPE_0 else (end + 7) // 8 * 8
     return level
+
+
+_SHT_DYNAMIC, _SHT_STRTAB, _DT_NEEDED, _DT_NULL = 6, 3, 1, 0
+MAX_DYNAMIC_BYTES = 1 << 20  # 65,536 entries; a real .dynamic holds tens
+_MAX_SONAME = 255
+
+
+def needed(path: Path) -> tuple[str, ...]:
+    """The sonames one ELF library links (its DT_NEEDED entries, in order); () when it links
+    none or is not ELF."""
+    with open(path, "rb") as f:
+        return _needed_in(f, _sections(f))
+
+
+def _needed_in(f: BinaryIO, sections: list[Section]) -> tuple[str, ...]:
+    dynamic = next(((o, s) for n, t, _, o, s in sections
+                    if t == _SHT_DYNAMIC and n == b".dynamic"), None)
+    strings = next(((o, s) for n, t, _, o, s in sections
+                    if t == _SHT_STRTAB and n == b".dynstr"), None)
+    if dynamic is None:
+        return ()
+    if strings is None or dynamic[1] > MAX_DYNAMIC_BYTES:
+        raise OSError("its ELF dynamic section is corrupt (no .dynstr, or too large)")
+    size = os.fstat(f.fileno()).st_size
+    if dynamic[0] + dynamic[1] > size or strings[0] + strings[1] > size:
+        raise OSError("its ELF dynamic section lies outside the file")
+    f.seek(dynamic[0])
+    table = f.read(dynamic[1])
+    out = []
+    for at in range(0, len(table) - 15, 16):
+        tag, value = struct.unpack_from("<qQ", table, at)
+        if tag == _DT_NULL:
+            break
+        if tag != _DT_NEEDED:
+            continue
+        if value >= strings[1]:
+            raise OSError("a DT_NEEDED entry of its dynamic section points outside .dynstr")
+        f.seek(strings[0] + value)
+        raw = f.read(min(_MAX_SONAME + 1, strings[1] - value))
+        # a soname is one printable word: a report quotes it
+        name = raw.split(b"\0", 1)[0].decode("ascii", "replace")
+        out.append("".join(c if c.isprintable() and not c.isspace() else "?"
+                           for c in name[:_MAX_SONAME]))
+    return tuple(out)
+
+
+_SONAME = re.compile(r"^(lib[A-Za-z_]+)\.so\.(\d+)")
+
+
+def cuda_linked(sonames: Iterable[str]) -> tuple[int, str] | None:
+    """(major, soname) of the newest CUDA toolkit major among `sonames` (libcudart.so.12: 12;
+    nvidia.CUDA_SONAMES); None when none of them is a CUDA toolkit library."""
+    found = [(int(m.group(2)), name) for name in sonames
+             if (m := _SONAME.match(name)) and m.group(1) in CUDA_SONAMES]
+    return max(found) if found else None
 
 
 def _containers(data: mmap.mmap | bytes, start: int, end: int

@@ -61,6 +61,14 @@ TOOLKIT_VERSIONED = frozenset({
     "nvidia-cuda-nvcc", "nvidia-nvjitlink",
 })
 
+# The CUDA toolkit libraries whose soname's major is the toolkit's (libcudart.so.12 in every
+# CUDA 12.x, libcublas.so.13 in 13.x: the CUDA Toolkit Release Notes' component versions, and
+# the files of the nvidia-*-cu12 and CUDA 13 wheels). cuFFT (libcufft.so.11 in CUDA 12,
+# .so.12 in 13), cuRAND, cuSPARSE and cuSOLVER number their sonames on their own.
+CUDA_SONAMES = frozenset({
+    "libcudart", "libcublas", "libcublasLt", "libnvrtc", "libnvJitLink", "libcupti",
+})
+
 # The CUDA libraries a lock's stack is described by in a fleet note, by distribution name
 # without its -cuNN suffix.
 STACK_LIBRARIES = {"nvidia-cudnn": "cuDNN", "nvidia-cublas": "cuBLAS", "nvidia-nccl": "NCCL"}

@@ -9,7 +9,9 @@ layout and the fatbin header layout native.py documents; the real-wheel test rea
 from __future__ import annotations
 
 import re
+import shutil
 import struct
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -639,6 +641,91 @@ def test_jax_cuda_plugin_cuda_12_to_13_judged_from_its_real_wheels(tmp_path, mon
     assert {50, 60, 70, 80, 90, 100, 120} <= old.cuda.sass and min(new.cuda.sass) == 75
     assert (old.cuda.ptx_isa, new.cuda.ptx_isa) == ((8, 8), (9, 0))
     assert (old.cuda_major, new.cuda_major, new.glibc) == (12, 13, (2, 27))
+
+
+# ---------------------------------------------------------------- the libraries it links
+
+
+DYNAMIC, STRTAB = 6, 3
+
+
+def linking(*sonames: str, code: bytes = b"", dangling: bool = False) -> bytes:
+    """An ELF library whose dynamic section links `sonames` (DT_NEEDED entries, then
+    DT_NULL), with `code` in .nv_fatbin; `dangling`: one more entry pointing past .dynstr."""
+    strings, entries = b"\0", b""
+    for name in sonames:
+        entries += struct.pack("<qQ", 1, len(strings))
+        strings += name.encode() + b"\0"
+    if dangling:
+        entries += struct.pack("<qQ", 1, len(strings) + 40)
+    entries += struct.pack("<qQ", 14, 1) + struct.pack("<qQ", 0, 0)  # DT_SONAME, DT_NULL
+    return elf((".nv_fatbin", PROGBITS, 2, code), (".dynstr", STRTAB, 2, strings),
+               (".dynamic", DYNAMIC, 3, entries))
+
+
+def test_the_libraries_a_library_links_are_its_dt_needed_entries(tmp_path):
+    """DT_NEEDED entries name the sonames a library loads; the CUDA toolkit's carry its major
+    (libcudart.so.13), others their own (libcufft.so.12 is CUDA 13's cuFFT, libcudnn.so.9);
+    an entry outside .dynstr is unread (an OSError, never "links nothing")."""
+    lib = tmp_path / "libext.so"
+    lib.write_bytes(linking("libc10_cuda.so", "libcudart.so.12", "libcufft.so.12",
+                            "libcublasLt.so.13", "libm.so.6"))
+    assert native.needed(lib) == ("libc10_cuda.so", "libcudart.so.12", "libcufft.so.12",
+                                  "libcublasLt.so.13", "libm.so.6")
+    assert native.cuda_linked(native.needed(lib)) == (13, "libcublasLt.so.13")
+    assert native.cuda_linked(["libcufft.so.12", "libcudnn.so.9", "libnccl.so.2"]) is None
+    assert native.cuda_linked(["libcudart.so.11.0"]) == (11, "libcudart.so.11.0")
+    (tmp_path / "plain.so").write_bytes(elf((".data", PROGBITS, 0x3, b"\0" * 64)))
+    (tmp_path / "text.so").write_text("not ELF")
+    assert native.needed(tmp_path / "plain.so") == native.needed(tmp_path / "text.so") == ()
+    (tmp_path / "bad.so").write_bytes(linking("libcudart.so.12", dangling=True))
+    with pytest.raises(OSError, match="outside .dynstr"):
+        native.needed(tmp_path / "bad.so")
+    odd = tmp_path / "odd.so"
+    odd.write_bytes(linking("libcudart.so.13\nfleet-x: passed"))
+    assert native.needed(odd) == ("libcudart.so.13?fleet-x:?passed",)  # one printable word
+
+
+def test_a_cuda_extension_that_links_a_newer_runtime_than_it_names_needs_its_driver(
+        tmp_path, monkeypatch):
+    """A CUDA extension wheel names torch alone (or an older CUDA wheel) among its
+    requirements; the runtime its library links (libcudart.so.13) decides the driver it
+    needs, and the finding says why."""
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts
+
+    (tmp_path / "old.txt").write_text("flashkit==1.0\n")
+    (tmp_path / "new.txt").write_text("flashkit==2.0\n")
+    cache = tmp_path / "cache"
+    installed(venv_of(cache, tmp_path / "old.txt"), "flashkit", "1.0",
+              linking("libcudart.so.12", code=fatbin((SASS, 80), (SASS, 90))),
+              requires=["torch"])
+    new = venv_of(cache, tmp_path / "new.txt")
+    installed(new, "flashkit", "2.0",
+              linking("libcudart.so.13", "libc10.so", code=fatbin((SASS, 80), (SASS, 90))),
+              requires=["torch", "nvidia-cuda-runtime-cu12"])
+    facts = dist_facts(new / "flashkit-2.0.dist-info")
+    assert (facts.cuda_major, facts.cuda_linked) == (13, (13, "libcudart.so.13"))
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(cache))
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.a100]\ngpus = ['A100']\ndriver = '550.54.15'\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, text
+    assert ("fleet-a100: flashkit 1.0 -> 2.0 needs driver >= 580.65.06 for CUDA 13, it links "
+            "libcudart.so.13 (fleet: a100, driver 550.54.15): broken there") in text, text
+    # A driver new enough for 13 passes; what its requirements say, where the linked runtime
+    # is not newer, is said alone (no soname), and a CPU library links no CUDA.
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.a100]\ngpus = ['A100']\ndriver = '580.82.07'\n")
+    assert CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"]).exit_code == 0
+    site = tmp_path / "site"
+    installed(site, "kit", "1.0", linking("libcudart.so.13"), requires=["nvidia-cublas==13.1"])
+    installed(site, "cpukit", "1.0", linking("libm.so.6", "libgomp.so.1"))
+    assert (dist_facts(site / "kit-1.0.dist-info").cuda_major,
+            dist_facts(site / "kit-1.0.dist-info").cuda_linked) == (13, None)
+    assert dist_facts(site / "cpukit-1.0.dist-info").cuda_major is None
 
 
 # ---------------------------------------------------------------- the x86-64 level

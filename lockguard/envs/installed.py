@@ -15,6 +15,7 @@ import csv
 import email.parser
 import re
 import zipfile
+from dataclasses import dataclass, field
 from importlib.metadata import PathDistribution
 from pathlib import Path, PurePosixPath
 
@@ -25,7 +26,8 @@ from packaging.version import InvalidVersion, Version
 
 from lockguard.files import scratch_dir
 from lockguard.native import (
-    CudaCode, Facts, cuda_major_needed, library_facts, manylinux_glibc, wheel_machine,
+    CudaCode, Facts, cuda_linked, cuda_major_needed, library_facts, manylinux_glibc,
+    wheel_machine,
 )
 
 
@@ -81,7 +83,8 @@ def requires(metadata: Path) -> tuple[str, ...] | None:
 def dist_facts(dist_info: Path) -> Facts:
     """What the distribution of `dist_info` (a dist-info folder, or a .whl file) declares in
     its files, read as bytes (native.py): the CUDA code of the libraries its RECORD lists,
-    the CUDA major its version or requirements name, the glibc its WHEEL tags need. A RECORD
+    the CUDA major its version or requirements name (or the CUDA runtime those libraries link,
+    where newer), the glibc its WHEEL tags need. A RECORD
     path that leaves its site-packages, or a link, is not followed: the files are the lock's,
     not to be trusted. What could not be read (no RECORD, a library unreadable or too large, a
     wheel that is no zip or unpacks to more than MAX_WHEEL_BYTES) is Facts.unread, never taken
@@ -89,13 +92,13 @@ def dist_facts(dist_info: Path) -> Facts:
     if dist_info.suffix == ".whl":
         return _wheel_facts(dist_info)
     name, _, version = dist_info.name.removesuffix(".dist-info").rpartition("-")
-    code, isa, unread = CudaCode(), None, None
+    read, unread = Libraries(), None
     libraries = _libraries(dist_info)
     if libraries is None:
         unread = "its RECORD (the list of its files) could not be read"
     for library in libraries or ():
         try:
-            code, isa = _with(code, isa, library, library.relative_to(dist_info.parent))
+            read = read.with_library(library, library.relative_to(dist_info.parent))
         except OSError as exc:
             unread = unread or (f"{library.relative_to(dist_info.parent)} could not be read "
                                 f"({exc.strerror or exc})")
@@ -107,30 +110,41 @@ def dist_facts(dist_info: Path) -> Facts:
         python = PathDistribution(dist_info).metadata.get("Requires-Python")
     except (OSError, UnicodeDecodeError):
         python = None
-    return _facts(name, version, code, wheel, requires(dist_info / "METADATA") or (), isa,
-                  python, unread)
+    return _facts(name, version, read, wheel, requires(dist_info / "METADATA") or (), python,
+                  unread)
 
 
-def _with(code: CudaCode, isa: tuple[int, str] | None, path: Path, name: PurePosixPath | Path
-          ) -> tuple[CudaCode, tuple[int, str] | None]:
-    """A distribution's CUDA code and x86-64 level so far, with the library at `path` (named
-    `name` in the distribution) read (native.library_facts): the union of the code; the
-    higher level with the first library that needs it (1, the baseline said by most libraries
-    built with -mneeded, is no need)."""
-    more, level = library_facts(path)
-    if level > max(1, isa[0] if isa else 0):
-        isa = (level, str(name))
-    return code.union(more), isa
+@dataclass(frozen=True)
+class Libraries:
+    """What a distribution's libraries declare, read one library at a time: the union of their
+    CUDA code; the highest x86-64 level with the first library that needs it (1, the baseline
+    said by most libraries built with -mneeded, is no need); the newest CUDA toolkit major
+    they link, with its soname (native.cuda_linked)."""
+
+    code: CudaCode = field(default_factory=CudaCode)
+    isa: tuple[int, str] | None = None
+    linked: tuple[int, str] | None = None
+
+    def with_library(self, path: Path, name: PurePosixPath | Path) -> Libraries:
+        """These with the library at `path` (named `name` in the distribution) read
+        (native.library_facts)."""
+        more = library_facts(path)
+        isa = (more.level, str(name)) if more.level > max(1, self.isa[0] if self.isa else 0) \
+            else self.isa
+        linked = max((v for v in (self.linked, cuda_linked(more.needed)) if v), default=None)
+        return Libraries(self.code.union(more.code), isa, linked)
 
 
-def _facts(name: str, version: str, code: CudaCode, wheel: str, requirements: tuple[str, ...],
-           isa: tuple[int, str] | None, requires_python: str | None, unread: str | None
-           ) -> Facts:
+def _facts(name: str, version: str, read: Libraries, wheel: str, requirements: tuple[str, ...],
+           requires_python: str | None, unread: str | None) -> Facts:
     tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
             if line.startswith("Tag:")]
-    return Facts(name=canonicalize_name(name), version=version, cuda=code,
-                 cuda_major=cuda_major_needed(version, requirements, canonicalize_name(name)),
-                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags), x86_isa=isa,
+    declared = cuda_major_needed(version, requirements, canonicalize_name(name))
+    # the runtime its libraries load decides the driver, when newer than what it declares
+    linked = read.linked if read.linked and read.linked[0] > (declared or 0) else None
+    return Facts(name=canonicalize_name(name), version=version, cuda=read.code,
+                 cuda_major=linked[0] if linked else declared, cuda_linked=linked,
+                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags), x86_isa=read.isa,
                  # the lock's text: bounded, one line (a finding quotes it)
                  requires_python=" ".join(str(requires_python).split())[:100]
                  if requires_python else None, unread=unread)
@@ -151,31 +165,30 @@ def _wheel_facts(wheel: Path) -> Facts:
             info = f"{name}-{version}.dist-info/"
             text = {n: archive.read(info + n).decode("utf-8", "replace")
                     for n in ("WHEEL", "METADATA") if info + n in archive.NameToInfo}
-            code, isa, unread = _wheel_libraries(archive)
+            read, unread = _wheel_libraries(archive)
     except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
         return Facts(name=canonicalize_name(name), version=version,
                      unread=f"{wheel.name} could not be read as a wheel ({exc})")
     meta = email.parser.Parser().parsestr(text.get("METADATA", ""), headersonly=True)
-    return _facts(name, version, code, text.get("WHEEL", ""),
-                  tuple(meta.get_all("Requires-Dist") or ()), isa, meta.get("Requires-Python"),
+    return _facts(name, version, read, text.get("WHEEL", ""),
+                  tuple(meta.get_all("Requires-Dist") or ()), meta.get("Requires-Python"),
                   unread)
 
 
-def _wheel_libraries(archive: zipfile.ZipFile
-                     ) -> tuple[CudaCode, tuple[int, str] | None, str | None]:
-    """The CUDA code and x86-64 level of an archive's shared libraries, each unpacked to a
-    scratch file; why some were not read (too large, alone or together), None when all were."""
-    code, isa, unpacked = CudaCode(), None, 0
+def _wheel_libraries(archive: zipfile.ZipFile) -> tuple[Libraries, str | None]:
+    """What an archive's shared libraries declare, each unpacked to a scratch file to be read;
+    why some were not read (too large, alone or together), None when all were."""
+    read, unpacked = Libraries(), 0
     libraries = [m for m in archive.infolist() if _SHARED.search(PurePosixPath(m.filename).name)
                  and ".." not in PurePosixPath(m.filename).parts
                  and not PurePosixPath(m.filename).is_absolute()]
     large = next((m for m in libraries if m.file_size > MAX_MEMBER_BYTES), None)
     if large is not None:
-        return code, isa, (f"{large.filename} is {large.file_size} bytes, more than lockguard "
+        return read, (f"{large.filename} is {large.file_size} bytes, more than lockguard "
                            f"unpacks to read ({MAX_MEMBER_BYTES})")
     total = sum(m.file_size for m in libraries)
     if total > MAX_WHEEL_BYTES:
-        return code, isa, (f"its libraries unpack to {total} bytes, more than lockguard "
+        return read, (f"its libraries unpack to {total} bytes, more than lockguard "
                            f"unpacks to read ({MAX_WHEEL_BYTES})")
     with scratch_dir("wheel") as scratch:
         for member in libraries:
@@ -184,8 +197,8 @@ def _wheel_libraries(archive: zipfile.ZipFile
                 # the sizes the archive declares bound what is written: zipfile reads no
                 # more of a member than its declared size (and checks its CRC at the end)
                 unpacked += _copy(source, out, MAX_WHEEL_BYTES - unpacked)
-            code, isa = _with(code, isa, target, PurePosixPath(member.filename))
-    return code, isa, None
+            read = read.with_library(target, PurePosixPath(member.filename))
+    return read, None
 
 
 def _copy(source, out, limit: int) -> int:
