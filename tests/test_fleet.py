@@ -903,6 +903,51 @@ def test_a_machine_of_another_architecture_is_judged_by_its_own_wheel(tmp_path, 
                      r"lockguard cannot read fails closed\)", text), text
 
 
+def test_a_machine_of_another_python_is_judged_by_its_own_wheel(tmp_path, monkeypatch):
+    """gpukit 1.0 ships a wheel per CPython: this interpreter's has sm_70 code, the other
+    Python's none. A V100 machine on each Python, both of this architecture: the one on the
+    other Python is judged by its own wheel (downloaded for it) and breaks; this one passes.
+    A release with no wheel for a machine's Python fails closed naming it."""
+    from lockguard.cli import cli
+
+    here, here_cpu, _, _ = other_arch()
+    ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    other = "3.12" if ours != "3.12" else "3.11"
+    links = tmp_path / "links"
+    links.mkdir()
+
+    def tag(python: str) -> str:
+        cp = "cp" + python.replace(".", "")
+        return f"{cp}-{cp}-manylinux_2_17_{here}"
+
+    own = wheel(links, "gpukit", "1.0", (SASS, 70), (SASS, 90), tag=tag(ours))
+    theirs = wheel(links, "gpukit", "1.0", (SASS, 90), tag=tag(other))
+    options = f"--no-index\n--find-links {links}\n"
+    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 --hash=sha256:{'0' * 64}\n")
+    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 --hash={own} --hash={theirs}\n")
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.lockguard.fleet.ours]\ngpus = ['V100']\ncpu = '{here_cpu}'\npython = '{ours}'\n"
+        f"[tool.lockguard.fleet.theirs]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
+        f"python = '{other}'\n")
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, text
+    assert "fleet-theirs: gpukit 0.9 -> 1.0 has no code for sm_70 (fleet: theirs, V100): " \
+           "broken there" in text, text
+    assert "fleet-ours" not in text and "not judged" not in text, text
+    # No wheel for the other Python at all: not judged by this one's, fails closed.
+    (links / f"gpukit-1.0-{tag(other)}.whl").unlink()
+    shutil.rmtree(tmp_path / "cache" / "wheels")
+    gone = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    text = " ".join(gone.output.split())
+    assert gone.exit_code == 1, text
+    assert re.search(r"fleet: gpukit 0.9 -> 1.0 not judged against the fleet \(for theirs\): "
+                     rf"pip could not download them for {here}, Python {other}: ", text), text
+    assert "fleet-ours" not in text, text
+
+
 def test_a_pin_whose_marker_holds_only_on_another_machine_is_judged_there(tmp_path, monkeypatch):
     """A changed pin under `platform_machine == '<other architecture>'`: this machine
     installs nothing of it, the fleet's machine of that architecture does, so it is judged by

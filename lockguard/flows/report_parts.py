@@ -141,17 +141,20 @@ def _judge_on_each(pairs: Sequence[tuple[Change, Pin]], new_lock: Lock, old_lock
                    progress: Progress) -> tuple[list[Finding], list[str]]:
     """The changes (with the candidate's pins) judged on each machine by the files of the
     wheels it installs; and a line per set of changes not judged (no wheel, unread files),
-    naming the machines. A machine of this machine's architecture reads the files found or
-    fetched for this interpreter (its Python's wheel says the same of the code); another
-    architecture, or a pin whose marker holds there and not here, reads that platform's."""
-    here = host_arch() if sys.platform == "linux" else None
+    naming the machines. A machine of this machine's architecture and Python reads the files
+    found or fetched for this interpreter; another architecture or Python (a release may ship
+    no wheel for it, or one built otherwise), or a pin whose marker holds there and not here,
+    reads that platform's."""
+    here = (host_arch(), f"{sys.version_info[0]}.{sys.version_info[1]}") \
+        if sys.platform == "linux" else None
     wanted: dict[Platform | None, dict[str, tuple[Change, Pin]]] = {}
     chosen: dict[str, list[tuple[Change, Platform | None]]] = {}
     for machine in machines:
         platform = platforms[machine.name]
         for c, p in pairs:
             if holds_on(p, platform):
-                source = None if platform.arch == here and holds_here(p) else platform
+                source = None if (platform.arch, platform.python) == here and holds_here(p) \
+                    else platform
                 wanted.setdefault(source, {})[c.name] = (c, p)
                 chosen.setdefault(machine.name, []).append((c, source))
     facts = {}  # (source, name) -> (old Facts | None, new Facts | None, why not had)
