@@ -372,38 +372,42 @@ def manylinux_glibc(tags: Iterable[str]) -> tuple[int, int] | None:
     return min(floors) if floors else None
 
 
-_CU_NAME = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d{2})$|^jax-cuda(\d{2})-(?:plugin|pjrt)$")
-_CU_LOCAL = re.compile(r"\+cu(\d{2})(\d)")
-_TOOLKIT = re.compile(r"^cuda-toolkit\b.*?==\s*(\d+)\.")
+_CU_NAME = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)$|^jax-cuda(\d+)-(?:plugin|pjrt)$")
+_CU_LOCAL = re.compile(r"\+cu(\d+)(\d)(?![0-9])")  # +cu130 -> 13, +cu121 -> 12, +cu92 -> 9
+
+
+def named_cuda_major(name: str, version: str) -> int | None:
+    """The CUDA major a distribution's own name and version say: a -cuNN or jax-cudaNN name
+    (nvidia-cudnn-cu13, jax-cuda12-plugin), a +cuXYZ local version (torch 2.9.0+cu130: 13),
+    or the version of a toolkit component versioned as the toolkit (nvidia-cublas 13.1.1.3:
+    nvidia.TOOLKIT_VERSIONED; not the 0.0.1 placeholders some of these names carry); None
+    when they say nothing (a CPU build, cuFFT's own numbering)."""
+    found = _CU_NAME.match(name)
+    if found:
+        return int(found.group(1) or found.group(2))
+    local = _CU_LOCAL.search(version)
+    if local:
+        return int(local.group(1))
+    major = re.match(r"\s*(\d+)\.", version)
+    if name in TOOLKIT_VERSIONED and major and int(major.group(1)) >= 9:
+        return int(major.group(1))
+    return None
 
 
 def cuda_major_needed(version: str, requires: Iterable[str], name: str = "") -> int | None:
     """The CUDA major a distribution is built for: its +cuXYZ local version (torch 2.9.0+cu130:
-    13), else the newest CUDA major its own name (nvidia-cudnn-cu13; nvidia-cublas 13.1.1.3, a
-    toolkit component whose version's major is CUDA's: nvidia.TOOLKIT_VERSIONED) or its
-    requirements name (nvidia-cudnn-cu13, cuda-toolkit==13.0.3, jax-cuda12-plugin,
-    nvidia-cublas==12.9.1.4); None for a CPU build or nothing said."""
-    m = _CU_LOCAL.search(version)
-    if m:
-        return int(m.group(1))
-    majors = [major for major in (_named_major(name.lower(), f"=={version}"),) if major]
+    13), else the newest CUDA major its own name and version (named_cuda_major) or its
+    requirements' (nvidia-cudnn-cu13, cuda-toolkit==13.0.3, jax-cuda12-plugin,
+    nvidia-cublas==12.9.1.4) say; None for a CPU build or nothing said."""
+    local = _CU_LOCAL.search(version)
+    if local:
+        return int(local.group(1))
+    majors = [major for major in (named_cuda_major(name.lower(), version),) if major]
     for req in requires:
         text = req.split(";")[0].strip().lower()
-        named = _named_major(re.split(r"[\[<>=!~ ]", text, maxsplit=1)[0], text)
+        pinned = re.search(r"==\s*([0-9][^,\s]*)", text)
+        named = named_cuda_major(re.split(r"[\[<>=!~ (]", text, maxsplit=1)[0],
+                                 pinned.group(1) if pinned else "")
         if named:
             majors.append(named)
-        toolkit = _TOOLKIT.match(text.replace(" ", ""))
-        if toolkit:
-            majors.append(int(toolkit.group(1)))
     return max(majors) if majors else None
-
-
-def _named_major(name: str, requirement: str) -> int | None:
-    """The CUDA major a distribution's name says (-cuNN, jax-cudaNN-*), or, for a toolkit
-    component versioned as the toolkit, its pinned version's major (`requirement`: its
-    requirement text, "==13.1.1.3"...)."""
-    found = _CU_NAME.match(name)
-    if found:
-        return int(found.group(1) or found.group(2))
-    pinned = re.search(r"==\s*(\d+)\.", requirement)
-    return int(pinned.group(1)) if name in TOOLKIT_VERSIONED and pinned else None

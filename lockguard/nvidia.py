@@ -52,13 +52,14 @@ PTX_ISA: dict[tuple[int, int], tuple[int, int]] = {
 }
 
 # The CUDA toolkit components whose PyPI wheels are named without a -cuNN suffix since CUDA 13
-# (nvidia-cublas 13.1.1.3, nvidia-cuda-runtime 13.0.96) and whose version's major is the
-# toolkit's major (the CUDA Toolkit Release Notes' "CUDA Toolkit Major Component Versions").
-# Others are versioned on their own (cuFFT 12.0 and cuRAND 10.4 ship with CUDA 13.0): their
-# major says nothing of CUDA's.
+# (nvidia-cublas 13.1.1.3, nvidia-cuda-runtime 13.0.96, cuda-toolkit 13.0.3) and whose
+# version's major is the toolkit's major (the CUDA Toolkit Release Notes' "CUDA Toolkit Major
+# Component Versions"). Others are versioned on their own (cuFFT 12.0, cuSPARSE 12.x and
+# cuRAND 10.4 ship with CUDA 13.0): their major says nothing of CUDA's.
 TOOLKIT_VERSIONED = frozenset({
     "nvidia-cublas", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-cuda-cupti",
-    "nvidia-cuda-nvcc", "nvidia-nvjitlink",
+    "nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvjitlink", "nvidia-nvtx", "nvidia-nvvm",
+    "cuda-toolkit", "cuda-bindings",
 })
 
 # The CUDA toolkit libraries whose soname's major is the toolkit's (libcudart.so.12 in every

@@ -141,6 +141,26 @@ def test_the_cuda_major_comes_from_the_local_version_or_the_requirements():
     assert native.cuda_major_needed("13.1.1.3", [], "nvidia-cublas") == 13
     assert native.cuda_major_needed("2.9", ["nvidia-cublas==12.9.1.4"], "jaxlib-x") == 12
     assert native.cuda_major_needed("12.0.0.61", [], "nvidia-cufft") is None  # CUDA 13's
+    assert native.cuda_major_needed("0.0.1", [], "nvidia-nvtx") is None  # a placeholder
+    assert native.cuda_major_needed("1.0", ["nvidia-nvtx>=13"]) is None  # no version pinned
+
+
+@pytest.mark.parametrize("requirement, major", [
+    ("torch==2.9.0+cu130", 13), ("torch==1.13.1+cu117", 11), ("torch==1.4.0+cu92", 9),
+    ("torch==2.9.0+cpu", None), ("jaxlib==0.4.20+cuda12.cudnn89", None),
+    ("nvidia-cudnn-cu12==9.1.0.70", 12), ("jax-cuda13-plugin==0.10.2", 13),
+    ("nvidia-cublas==13.1.1.3", 13), ("cuda-toolkit==13.0.3", 13), ("nvidia-nvtx==0.0.1", None),
+    ("nvidia-cufft==12.0.0.61", None), ("numpy==2.4.6", None),
+])
+def test_a_pins_cuda_major_is_read_once_for_the_lock_rules_and_the_fleet(requirement, major):
+    """The lock's family rules (locks/families.cuda_major) and the fleet's judge
+    (native.cuda_major_needed) read a CUDA wheel's name and version by one reader."""
+    from lockguard.locks.families import cuda_major
+    from lockguard.locks.parser import parse_lock_text
+
+    pin = parse_lock_text(requirement + "\n", "t.lock").pins[0]
+    assert cuda_major(pin) == major
+    assert native.cuda_major_needed(pin.version, [], pin.name) == major
 
 
 # ---------------------------------------------------------------- the fleet's own facts

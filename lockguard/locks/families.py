@@ -9,6 +9,7 @@ import re
 from packaging.utils import canonicalize_name
 
 from lockguard.locks.model import FRAMEWORK_DISTS, Lock, LockError, Pin, ambiguous
+from lockguard.native import named_cuda_major
 
 _TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "triton"}
 _JAX_FAMILY = {"jax", "jaxlib", "libtpu", "libtpu-nightly", "ml-dtypes"}
@@ -67,33 +68,10 @@ def framework_version(lock: Lock, framework: str) -> str | None:
 
 
 
-# CUDA builds: the major is in the wheel name (nvidia-*-cuNN, jax-cudaNN-*) or the local tag.
-_NVIDIA_CUDA_WHEEL = re.compile(r"^nvidia-.+-cu(\d+)$")
-_JAX_CUDA_WHEEL = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
-_TORCH_CUDA_TAG = re.compile(r"^cu(\d+)\d\b")  # +cu121 → 12, +cu118 → 11, +cu92 → 9
-# From CUDA 13 the toolkit's own wheels carry no -cuNN suffix: their version is CUDA's
-# (nvidia-cuda-runtime 13.0.96, nvidia-cublas 13.1.1.3). Libraries numbered on their own
-# (cuFFT 12.x, cuSPARSE 12.x, cuRAND 10.x within CUDA 13) say nothing about it.
-_CUDA_VERSIONED_WHEELS = frozenset({
-    "nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-cuda-cupti", "nvidia-cuda-nvcc",
-    "nvidia-cuda-crt", "nvidia-cublas", "nvidia-nvjitlink", "nvidia-nvtx", "nvidia-nvvm",
-    "cuda-toolkit", "cuda-bindings",
-})
-
-
 def cuda_major(pin: Pin) -> int | None:
-    """The CUDA major a pin is built for, when its name, version or local tag says so."""
-    for pattern in (_NVIDIA_CUDA_WHEEL, _JAX_CUDA_WHEEL):
-        match = pattern.match(pin.name)
-        if match:
-            return int(match.group(1))
-    if pin.name in _CUDA_VERSIONED_WHEELS and pin.parsed_version.release[0] >= 9:
-        return pin.parsed_version.release[0]  # (not the 0.0.1 placeholders of these names)
-    if pin.name in ("torch", "torchvision", "torchaudio"):
-        match = _TORCH_CUDA_TAG.match(pin.parsed_version.local or "")
-        if match:
-            return int(match.group(1))
-    return None
+    """The CUDA major a pin is built for, when its name, version or local tag says so
+    (native.named_cuda_major: the one reading of a CUDA wheel's name)."""
+    return named_cuda_major(pin.name, pin.version)
 
 
 
