@@ -182,7 +182,7 @@ def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple
             elif how == "ptx":
                 ptx = max(a for a in new.cuda.ptx if a <= arch)
                 out.append(_jit(f"has PTX only for {sm(ptx)} on {sm(arch)} ({where})",
-                                new.cuda.ptx_isa, machine.driver))
+                                new.cuda.ptx_isa, machine.driver, new.cuda.ptx_size(ptx)))
     need = MIN_DRIVER.get(new.cuda_major or 0)
     if need and machine.driver is not None and machine.gpus and machine.driver < need:
         links = f", it links {new.cuda_linked[1]}" if new.cuda_linked else ""
@@ -192,14 +192,16 @@ def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple
     return out
 
 
-def _jit(what: str, isa: tuple[int, int] | None, driver: tuple[int, ...] | None
-         ) -> tuple[str, bool]:
-    """A GPU that runs a wheel's PTX: a note (JIT-compiled on first use), or broken where the
-    driver is older than the CUDA release that wrote that PTX ISA (minor version compatibility
-    does not JIT a newer minor's PTX), or where the ISA is newer than nvidia.PTX_ISA knows
-    (whether the driver takes it is not known: fails closed)."""
-    note = (f"{what}: JIT-compiled on first use (each kernel compiled by the driver at a cold "
-            "start, then kept in its compute cache)")
+def _jit(what: str, isa: tuple[int, int] | None, driver: tuple[int, ...] | None,
+         size: int = 0) -> tuple[str, bool]:
+    """A GPU that runs a wheel's PTX: a note (JIT-compiled on first use, with how much PTX:
+    `size` bytes of text), or broken where the driver is older than the CUDA release that wrote
+    that PTX ISA (minor version compatibility does not JIT a newer minor's PTX), or where the
+    ISA is newer than nvidia.PTX_ISA knows (whether the driver takes it is not known: fails
+    closed)."""
+    much = f"{_megabytes(size)} of PTX, " if size else ""
+    note = (f"{what}: JIT-compiled on first use ({much}each kernel compiled by the driver at a "
+            "cold start, then kept in its compute cache, CUDA_CACHE_MAXSIZE permitting)")
     if isa is None or driver is None:
         return note, False
     version = f"PTX ISA {isa[0]}.{isa[1]}"
@@ -214,6 +216,12 @@ def _jit(what: str, isa: tuple[int, int] | None, driver: tuple[int, ...] | None
     return (f"{what}: its {version} (CUDA {release[0]}.{release[1]}) needs driver >= "
             f"{driver_text(need)} to JIT-compile (driver {driver_text(driver)}): broken there",
             True)
+
+
+def _megabytes(size: int) -> str:
+    """A size as a finding says it: "237 MB", "40 kB", "120 bytes"."""
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB" if size >= 1e3 \
+        else f"{size} bytes"
 
 
 def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:

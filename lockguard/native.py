@@ -20,7 +20,10 @@ in n-eiling/cuda-fatbin-decompression (fatbin-decompress.h: `fat_elf_header`,
                                  u64 payload size · u64 compressed size · u16 minor · u16 major
                                  (the code version: a PTX entry's PTX ISA version, 9.0 in
                                  CUDA 13.0's cuBLAS; a cubin's ELF ABI) · u32 arch (90 for
-                                 sm_90) · ...
+                                 sm_90) · u32 name offset · u32 name size · u64 flags · u64 ·
+                                 u64 decompressed size (at 56: the payload's size once
+                                 decompressed; read on CUDA 13.0's cuBLAS, whose PTX for
+                                 sm_120 is 26 MB in the file and 237 MB as text)
 
 The x86 ISA level: the System V x86-64 psABI's GNU property GNU_PROPERTY_X86_ISA_1_NEEDED
 (0xc0008002; its value a bit set, bit 0 the baseline, bits 1-3 x86-64-v2..v4: binutils
@@ -77,6 +80,10 @@ class CudaCode:
     # The newest PTX ISA version (major, minor) among its PTX: the driver that JIT-compiles it
     # must know it (nvidia.PTX_ISA). None without PTX.
     ptx_isa: tuple[int, int] | None = None
+    # (arch, bytes) of PTX text per architecture, sorted: what a GPU that runs it JIT-compiles
+    # at its first use (the cost a PTX-only finding names). An annotation of the code, not
+    # part of its identity: two reads of the same architectures compare equal.
+    ptx_bytes: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.sass or self.ptx)
@@ -84,7 +91,15 @@ class CudaCode:
     def union(self, other: CudaCode) -> CudaCode:
         """Both libraries' code together."""
         isa = max((v for v in (self.ptx_isa, other.ptx_isa) if v is not None), default=None)
-        return CudaCode(self.sass | other.sass, self.ptx | other.ptx, isa)
+        sizes = dict(self.ptx_bytes)
+        for arch, size in other.ptx_bytes:
+            sizes[arch] = sizes.get(arch, 0) + size
+        return CudaCode(self.sass | other.sass, self.ptx | other.ptx, isa,
+                        tuple(sorted(sizes.items())))
+
+    def ptx_size(self, arch: int) -> int:
+        """The bytes of PTX text for `arch` (0 when none was measured)."""
+        return dict(self.ptx_bytes).get(arch, 0)
 
     def runs_on(self, arch: int) -> str | None:
         """How code for `arch` is found: "sass" (a cubin of the same major and no newer minor:
@@ -307,9 +322,10 @@ def cuda_linked(sonames: Iterable[str]) -> tuple[int, str] | None:
 
 
 def _containers(data: mmap.mmap | bytes, start: int, end: int
-                ) -> Iterator[tuple[int, int, tuple[int, int]]]:
-    """(kind, arch, code version) of every entry of the fatbin containers found by their magic in
-    [start, end): a container whose header or first entry is not plausible is not one."""
+                ) -> Iterator[tuple[int, int, tuple[int, int], int]]:
+    """(kind, arch, code version, size) of every entry of the fatbin containers found by their
+    magic in [start, end), its size the larger of its payload's and its decompressed size: a
+    container whose header or first entry is not plausible is not one."""
     pos, seen = start, 0
     while seen < MAX_ENTRIES:
         pos = data.find(_MAGIC_BYTES, pos, end)
@@ -327,7 +343,9 @@ def _containers(data: mmap.mmap | bytes, start: int, end: int
             if ehead < 64 or kind not in (_KIND_PTX, _KIND_SASS) or not 10 <= arch < 1000:
                 break  # not an entry header: the rest of this container is not read
             seen += 1
-            yield kind, arch, (major, minor)
+            inflated = struct.unpack_from("<Q", data, entry + 56)[0] if entry + 64 <= stop else 0
+            # (a decompressed size past the whole file is no size: the header is not trusted)
+            yield kind, arch, (major, minor), max(esize, inflated if inflated < 1 << 40 else 0)
             entry += ehead + esize
         pos = max(stop, pos + 4)
 
@@ -343,18 +361,21 @@ def cuda_code(path: Path) -> CudaCode:
 
 def _code_in(f: BinaryIO, sections: list[Section]) -> CudaCode:
     sass: set[int] = set()
-    ptx: set[int] = set()
+    ptx: dict[int, int] = {}
     isa: tuple[int, int] | None = None
     data_only = data_sections(sections)
     if not data_only or os.fstat(f.fileno()).st_size == 0:
         return CudaCode()
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         for _, offset, size in data_only:
-            for kind, arch, version in _containers(data, offset, min(offset + size, len(data))):
-                (sass if kind == _KIND_SASS else ptx).add(arch)
-                if kind == _KIND_PTX:
+            for kind, arch, version, bytes_ in _containers(data, offset,
+                                                           min(offset + size, len(data))):
+                if kind == _KIND_SASS:
+                    sass.add(arch)
+                else:
+                    ptx[arch] = ptx.get(arch, 0) + bytes_
                     isa = max(isa or version, version)
-    return CudaCode(frozenset(sass), frozenset(ptx), isa)
+    return CudaCode(frozenset(sass), frozenset(ptx), isa, tuple(sorted(ptx.items())))
 
 
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_|manylinux(1|2010|2014)_")

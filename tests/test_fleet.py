@@ -80,6 +80,13 @@ def test_fatbins_in_nv_fatbin_and_in_data_sections_are_read_and_code_is_not(tmp_
                                              (9, 0))
     newer = library(tmp_path / "libn.so", fatbin((PTX, 80), isa=(8, 7)) + fatbin((PTX, 90)))
     assert native.cuda_code(newer).ptx_isa == (9, 0)  # the newest PTX ISA among its PTX
+    # each PTX entry's size: its payload's (40 bytes here), or its decompressed size where
+    # the header records a larger one (at offset 56 of the entry header)
+    assert native.cuda_code(newer).ptx_bytes == ((80, 40), (90, 40))
+    packed = bytearray(fatbin((PTX, 80), (PTX, 80)))
+    struct.pack_into("<Q", packed, 16 + 56, 1_000_000)
+    assert native.cuda_code(library(tmp_path / "libz.so", bytes(packed))).ptx_bytes == (
+        (80, 1_000_040),)
 
 
 def test_what_is_not_a_64_bit_elf_with_fatbins_declares_no_cuda_code(tmp_path):
@@ -276,7 +283,14 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
     assert [(f.broken, f.problem) for f in found] == [
         (False, "has PTX only for sm_80 on sm_90 (fleet: h100, H100): JIT-compiled on first "
                 "use (each kernel compiled by the driver at a cold start, then kept in its "
-                "compute cache)")]
+                "compute cache, CUDA_CACHE_MAXSIZE permitting)")]
+    # How much PTX that is, where the read measured it (the libraries' sizes summed).
+    code = CudaCode(frozenset({80}), frozenset({80}), None, ((80, 200_000_000),)).union(
+        CudaCode(frozenset(), frozenset({75, 80}), None, ((75, 5), (80, 37_400_000))))
+    assert code.ptx_bytes == ((75, 5), (80, 237_400_000)) and code.ptx_size(86) == 0
+    sized = judge(None, replace(new, cuda=code), [H100])
+    assert [f.problem.split("): ", 1)[1][:60] for f in sized] == [
+        "JIT-compiled on first use (237 MB of PTX, each kernel compil"]
     # An upgrade that was already broken there says so, and still fails.
     still = judge(facts("2.9.0", sass={75}), facts("2.10.0", sass={75}), [V100])
     assert [(f.broken, f.problem) for f in still] == [
@@ -512,6 +526,9 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
     # cuBLAS 13 carries PTX, of CUDA 13.0's ISA (9.0); cuDNN's own name says CUDA 13.
     cublas = dist_facts(next(site.glob("nvidia_cublas-13*.dist-info")))
     assert (cublas.cuda.ptx_isa, cublas.cuda_major) == ((9, 0), 13)
+    # its PTX for sm_120 as text: about 320 MB that a newer GPU JIT-compiles (26 and 8 MB
+    # compressed in libcublasLt and libcublas of 13.1.1.3)
+    assert 200e6 < cublas.cuda.ptx_size(120) < 1e9
     assert dist_facts(next(site.glob("nvidia_cudnn_cu13-*.dist-info"))).cuda_major == 13
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
