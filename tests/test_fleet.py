@@ -918,6 +918,30 @@ def test_files_that_cannot_be_read_are_not_taken_for_no_cuda_code(tmp_path, monk
     assert "could not be read as a wheel" in dist_facts(whl).unread
 
 
+def test_a_wheel_files_platform_is_its_names_tags_where_its_wheel_file_says_less(tmp_path):
+    """An installer picks a wheel file by the tags of its name (PEP 427); its WHEEL's Tag lines
+    may say less: PyPI's torch 2.6.0 is cp311-cp311-manylinux1_x86_64 by its name and says
+    `Tag: cp311-cp311-linux_x86_64` inside (no glibc, no CPU read from it: a manylinux_2_28
+    wheel of that kind passed a glibc 2.17 machine). A dist-info has only its WHEEL."""
+    import zipfile
+
+    from lockguard.envs.installed import dist_facts
+
+    whl = tmp_path / "gpukit-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as archive:
+        archive.writestr("gpukit-1.0.dist-info/METADATA", "Metadata-Version: 2.1\n"
+                         "Name: gpukit\nVersion: 1.0\n")
+        archive.writestr("gpukit-1.0.dist-info/WHEEL",
+                         "Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n")
+    facts = dist_facts(whl)
+    assert (facts.glibc, facts.machine) == ((2, 28), "x86_64")
+    centos = Machine("centos", glibc=(2, 17))
+    assert [f.problem for f in judge(None, facts, [centos])] == [
+        "needs glibc >= 2.28 (its manylinux tag; fleet: centos, glibc 2.17): broken there"]
+    odd = whl.rename(tmp_path / "gpukit-1.0.whl")  # not a wheel's name: its WHEEL's tags
+    assert (dist_facts(odd).glibc, dist_facts(odd).machine) == (None, None)
+
+
 def test_a_diff_whose_changed_wheel_has_an_unreadable_library_fails_closed(tmp_path, monkeypatch):
     """`diff` against a fleet, the candidate's venv missing a library its RECORD lists: the
     change is not judged, and the gate fails (rule fleet), not passes on "no CUDA code"."""
