@@ -656,9 +656,10 @@ def test_torch_cuda_12_and_13_wheels_judged_from_their_real_files(tmp_path, monk
     CUDA 12 -> 13 upgrade drops sm_70 (V100) and needs driver 580.65.06. An H100 on 580.82
     passes both ways.
 
-    Cost, on 2 busy cores (another test run beside them): cold (the download) 75 s, warm 35 s;
-    each reading of the 2.6.0 wheel unpacks its 1.5 GB of libraries (about 12 s), so the
-    facts asserted are those the diffs read."""
+    Cost, measured on 2 cores shared with another test run (load 4 to 6): cold (with the
+    download) 41 to 75 s, warm (the wheel cached) 20 to 36 s. Each reading of the 2.6.0 wheel
+    unpacks its 1.5 GB of libraries (about 12 s), so the facts asserted are those the diffs
+    read."""
     import json
     import zipfile
 
