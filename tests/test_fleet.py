@@ -3,8 +3,9 @@ glibc floor read from a wheel's files (lockguard/native.py), and a lock change j
 the fleet (`lockguard diff`; check and propose through report_parts.fleet_parts).
 
 The ELF files here are built in the test, byte by byte, after the System V gABI's ELF64
-layout and the fatbin header layout native.py documents; the real-wheel test reads torch
-2.14.1's CUDA build and compares with the architecture list torch was compiled with."""
+layout and the fatbin header layout native.py documents; the real-wheel tests read torch
+2.14.1's CUDA 13 build and 2.6.0's CUDA 12 one and compare with the architecture lists torch
+was compiled with."""
 
 from __future__ import annotations
 
@@ -680,6 +681,90 @@ def test_jax_cuda_plugin_cuda_12_to_13_judged_from_its_real_wheels(tmp_path, mon
     assert (old.cuda_major, new.cuda_major, new.glibc) == (12, 13, (2, 27))
 
 
+@pytest.mark.slow
+def test_torch_cuda_12_and_13_wheels_judged_from_their_real_files(tmp_path, monkeypatch):
+    """torch 2.6.0 as PyPI serves it to Linux x86_64 (its CUDA 12.4 build: METADATA requires
+    nvidia-*-cu12 12.4 wheels; tests/data/torch-2.6.0-cu124.txt, every file's hash) against
+    2.14.1's CUDA 13 build, both read from their real files. The 2.6.0 wheel (767 MB) is
+    downloaded hash-checked by the first `diff` into lockguard's cache, and is the old side
+    the second one reads from there; 2.14.1 from the venv of its lock. What the 2.6.0 wheel
+    holds: SASS for sm_50 to sm_90 (sm_70 among them), exactly its libtorch_python.so's
+    CUDA_ARCH_FLAGS, no PTX; CUDA 12; manylinux1 (glibc 2.5) by its file's name, though its
+    WHEEL says linux_x86_64. Back to CUDA 12 breaks only the machines whose driver is older
+    than CUDA 12's (525.60.13), and a K80 (sm_37: neither build has code for it); the
+    CUDA 12 -> 13 upgrade drops sm_70 (V100) and needs driver 580.65.06. An H100 on 580.82
+    passes both ways.
+
+    Cost, measured on 2 cores shared with another test run (load 4 to 6): cold (with the
+    download) 41 to 75 s, warm (the wheel cached) 20 to 36 s. Each reading of the 2.6.0 wheel
+    unpacks its 1.5 GB of libraries (about 12 s), so the facts asserted are those the diffs
+    read."""
+    import json
+    import zipfile
+
+    from conftest import DATA, prepared_venv
+
+    import lockguard.flows.report_parts as report_parts
+    from lockguard.cli import cli
+    from lockguard.envs.installed import dist_facts
+    from lockguard.envs.wheels import lock_wheels
+    from lockguard.locks.parser import parse_lock
+
+    cu12, cu13 = DATA / "torch-2.6.0-cu124.txt", DATA / "torch-2.14.1-cuda.txt"
+    prepared_venv(parse_lock(cu13))  # 2.14.1 is read from its venv
+    read: dict[str, native.Facts] = {}  # what the diffs read, by file: each read costs seconds
+
+    def reading(path: Path) -> native.Facts:
+        read[path.name] = dist_facts(path)
+        return read[path.name]
+
+    monkeypatch.setattr(report_parts, "dist_facts", reading)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
+        "[tool.lockguard.fleet.h100]\ngpus = ['H100']\ndriver = '580.82.07'\n"
+        "[tool.lockguard.fleet.t4]\ngpus = ['T4']\ndriver = '520.61.05'\n"
+        "[tool.lockguard.fleet.k80]\ngpus = ['K80']\ndriver = '470.82.01'\n")
+
+    def failures(old: Path, new: Path) -> list[tuple[str, str]]:
+        result = CliRunner().invoke(cli, ["diff", str(old), str(new), "--format", "json"])
+        assert result.exit_code == 1, result.output
+        return [(f["rule"], f["message"]) for f in json.loads(result.output)["rule_failures"]]
+
+    assert failures(cu13, cu12) == [
+        ("fleet-t4", "torch 2.14.1 -> 2.6.0 needs driver >= 525.60.13 for CUDA 12 (fleet: t4, "
+                     "driver 520.61.05): broken there"),
+        ("fleet-k80", "torch 2.14.1 -> 2.6.0 still has no code for sm_37 (fleet: k80, K80): "
+                      "broken there"),
+        ("fleet-k80", "torch 2.14.1 -> 2.6.0 needs driver >= 525.60.13 for CUDA 12 (fleet: "
+                      "k80, driver 470.82.01): broken there")]
+    upgrade = failures(cu12, cu13)
+    assert {rule for rule, _ in upgrade} == {"fleet-v100", "fleet-t4", "fleet-k80"}
+    assert ("fleet-v100", "torch 2.6.0 -> 2.14.1 drops sm_70 (fleet: v100, V100 x 12): broken "
+                          "there") in upgrade
+    assert ("fleet-k80", "torch 2.6.0 -> 2.14.1 still has no code for sm_37 (fleet: k80, K80): "
+                         "broken there") in upgrade
+    driver = [(rule, m) for rule, m in upgrade if m.startswith("torch 2.6.0 -> 2.14.1, ")
+              and "needs driver >= 580.65.06 for CUDA 13" in m]
+    assert [rule for rule, _ in driver] == ["fleet-v100", "fleet-t4", "fleet-k80"], upgrade
+
+    lock = parse_lock(cu12)
+    # the first diff downloaded it into the cache; found there only by a sha256 the lock pins
+    files, why = lock_wheels(lock, lock.pins)
+    assert why is None and files["torch"].name == "torch-2.6.0-cp311-cp311-manylinux1_x86_64.whl"
+    with zipfile.ZipFile(files["torch"]) as whl:
+        flags = re.search(rb"\0((?:sm|compute)_\d+[a-z]?(?: (?:sm|compute)_\d+[a-z]?)+)\0",
+                          whl.read("torch/lib/libtorch_python.so"))
+    assert flags, "no CUDA_ARCH_FLAGS string in libtorch_python.so"
+    listed = flags.group(1).decode().split()
+    assert listed == ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    old = read[files["torch"].name]  # as the diffs read it
+    assert old.cuda == CudaCode(frozenset(int(a[3:]) for a in listed))  # no PTX: no compute_XX
+    assert (old.cuda_major, old.glibc, old.machine, old.unread) == (12, (2, 5), "x86_64", None)
+    new = read["torch-2.14.1.dist-info"]
+    assert min(new.cuda.sass) == 75 and 70 not in new.cuda.sass and new.cuda_major == 13
+
+
 # ---------------------------------------------------------------- the libraries it links
 
 
@@ -1085,6 +1170,30 @@ def test_files_that_cannot_be_read_are_not_taken_for_no_cuda_code(tmp_path, monk
     assert "its libraries unpack to" in dist_facts(whl).unread
     whl.write_bytes(b"not a zip")
     assert "could not be read as a wheel" in dist_facts(whl).unread
+
+
+def test_a_wheel_files_platform_is_its_names_tags_where_its_wheel_file_says_less(tmp_path):
+    """An installer picks a wheel file by the tags of its name (PEP 427); its WHEEL's Tag lines
+    may say less: PyPI's torch 2.6.0 is cp311-cp311-manylinux1_x86_64 by its name and says
+    `Tag: cp311-cp311-linux_x86_64` inside (no glibc, no CPU read from it: a manylinux_2_28
+    wheel of that kind passed a glibc 2.17 machine). A dist-info has only its WHEEL."""
+    import zipfile
+
+    from lockguard.envs.installed import dist_facts
+
+    whl = tmp_path / "gpukit-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as archive:
+        archive.writestr("gpukit-1.0.dist-info/METADATA", "Metadata-Version: 2.1\n"
+                         "Name: gpukit\nVersion: 1.0\n")
+        archive.writestr("gpukit-1.0.dist-info/WHEEL",
+                         "Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n")
+    facts = dist_facts(whl)
+    assert (facts.glibc, facts.machine) == ((2, 28), "x86_64")
+    centos = Machine("centos", glibc=(2, 17))
+    assert [f.problem for f in judge(None, facts, [centos])] == [
+        "needs glibc >= 2.28 (its manylinux tag; fleet: centos, glibc 2.17): broken there"]
+    odd = whl.rename(tmp_path / "gpukit-1.0.whl")  # not a wheel's name: its WHEEL's tags
+    assert (dist_facts(odd).glibc, dist_facts(odd).machine) == (None, None)
 
 
 def test_a_diff_whose_changed_wheel_has_an_unreadable_library_fails_closed(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from lockguard.files import scratch_dir
@@ -84,11 +84,12 @@ def dist_facts(dist_info: Path) -> Facts:
     """What the distribution of `dist_info` (a dist-info folder, or a .whl file) declares in
     its files, read as bytes (native.py): the CUDA code of the libraries its RECORD lists,
     the CUDA major its version or requirements name (or the CUDA runtime those libraries link,
-    where newer), the glibc its WHEEL tags need. A RECORD
-    path that leaves its site-packages, or a link, is not followed: the files are the lock's,
-    not to be trusted. What could not be read (no RECORD, a library unreadable or too large, a
-    wheel that is no zip or unpacks to more than MAX_WHEEL_BYTES) is Facts.unread, never taken
-    as "no code": the fleet's judge fails it closed."""
+    where newer), the glibc its tags need (a wheel file's name's, _file_tags; a dist-info's
+    WHEEL's Tag lines). A RECORD path that leaves its site-packages, or a link, is not
+    followed: the files are the lock's, not to be trusted. What could not be read (no RECORD, a
+    library unreadable or too large, a wheel that is no zip or unpacks to more than
+    MAX_WHEEL_BYTES) is Facts.unread, never taken as "no code": the fleet's judge fails it
+    closed."""
     if dist_info.suffix == ".whl":
         return _wheel_facts(dist_info)
     name, _, version = dist_info.name.removesuffix(".dist-info").rpartition("-")
@@ -110,8 +111,8 @@ def dist_facts(dist_info: Path) -> Facts:
         python = PathDistribution(dist_info).metadata.get("Requires-Python")
     except (OSError, UnicodeDecodeError):
         python = None
-    return _facts(name, version, read, wheel, requires(dist_info / "METADATA") or (), python,
-                  unread)
+    return _facts(name, version, read, _tags(wheel), requires(dist_info / "METADATA") or (),
+                  python, unread)
 
 
 @dataclass(frozen=True)
@@ -135,10 +136,15 @@ class Libraries:
         return Libraries(self.code.union(more.code), isa, linked)
 
 
-def _facts(name: str, version: str, read: Libraries, wheel: str, requirements: tuple[str, ...],
-           requires_python: str | None, unread: str | None) -> Facts:
-    tags = [line.partition(":")[2].strip() for line in wheel.splitlines()
+def _tags(wheel: str) -> list[str]:
+    """The Tag lines of a WHEEL file's text."""
+    return [line.partition(":")[2].strip() for line in wheel.splitlines()
             if line.startswith("Tag:")]
+
+
+def _facts(name: str, version: str, read: Libraries, tags: list[str],
+           requirements: tuple[str, ...], requires_python: str | None, unread: str | None
+           ) -> Facts:
     declared = cuda_major_needed(version, requirements, canonicalize_name(name))
     # the runtime its libraries load decides the driver, when newer than what it declares
     linked = read.linked if read.linked and read.linked[0] > (declared or 0) else None
@@ -170,9 +176,20 @@ def _wheel_facts(wheel: Path) -> Facts:
         return Facts(name=canonicalize_name(name), version=version,
                      unread=f"{wheel.name} could not be read as a wheel ({exc})")
     meta = email.parser.Parser().parsestr(text.get("METADATA", ""), headersonly=True)
-    return _facts(name, version, read, text.get("WHEEL", ""),
+    return _facts(name, version, read, _file_tags(wheel) or _tags(text.get("WHEEL", "")),
                   tuple(meta.get_all("Requires-Dist") or ()), meta.get("Requires-Python"),
                   unread)
+
+
+def _file_tags(wheel: Path) -> list[str]:
+    """The tags a wheel file's name carries (empty when it is not a wheel's name): what an
+    installer picks the file by (PEP 427), and so the platform it installs on. Its WHEEL's
+    Tag lines may say less: torch 2.6.0's cp311-cp311-manylinux1_x86_64 wheel on PyPI has
+    `Tag: cp311-cp311-linux_x86_64` there (the name was made manylinux after the build)."""
+    try:
+        return sorted(str(tag) for tag in parse_wheel_filename(wheel.name)[3])
+    except InvalidWheelFilename:
+        return []
 
 
 def _wheel_libraries(archive: zipfile.ZipFile) -> tuple[Libraries, str | None]:
