@@ -227,7 +227,9 @@ def _megabytes(size: int) -> str:
 def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
     out = []
     if new.glibc and machine.glibc and machine.glibc < new.glibc:
-        out.append((f"needs glibc >= {_dotted(new.glibc)} (its manylinux tag; "
+        why = (f"{new.glibc_from} requires GLIBC_{_dotted(new.glibc)} symbols"
+               if new.glibc_from else "its manylinux tag")
+        out.append((f"needs glibc >= {_dotted(new.glibc)} ({why}; "
                     f"{machine.label('glibc ' + _dotted(machine.glibc))}): broken there", True))
     # An x86 level (native.x86_isa_needed: 2..4 are ISA_NAMES[1..3]) above the machine's own.
     if new.x86_isa and machine.isa in ISA_NAMES[:4] \

@@ -1,7 +1,7 @@
 """What a distribution's native files declare, read as bytes (no package code runs): the CUDA
 architectures compiled into its ELF libraries' fatbins, the x86-64 level its libraries' GNU
 property notes say they need, the libraries they link (and so the CUDA runtime they load), the
-glibc its manylinux tags require, and the CUDA major its name, requirements or local version
+glibc its manylinux tags and its libraries' symbol versions require, and the CUDA major its name, requirements or local version
 say.
 
 Why our own reader. PyPI has ELF readers (pyelftools, lief) but no reader of NVIDIA's fatbin
@@ -41,6 +41,14 @@ string table .dynstr). The soname of a CUDA toolkit library carries the toolkit'
 (libcudart.so.12, libcublas.so.13: nvidia.CUDA_SONAMES), so a wheel that names no CUDA wheel
 among its requirements (a CUDA extension that requires torch alone) still says which CUDA
 runtime it needs; cuDNN's and NCCL's sonames (libcudnn.so.9) carry their own majors.
+
+The glibc a library needs: the symbol versions it requires (gABI's GNU extension "Symbol
+Versioning": .gnu.version_r, SHT_GNU_verneed, holds Elf64_Verneed records (u16 version, u16
+count, u32 file, u32 aux, u32 next) each followed by `count` Elf64_Vernaux (u32 hash, u16
+flags, u16 other, u32 name, u32 next), names in .dynstr). The newest GLIBC_X.Y among them is
+the oldest glibc the dynamic loader accepts it on, whatever the wheel's tag says: PyPI's torch
+2.6.0 is tagged manylinux1 (glibc 2.5) and its libtorch_cpu.so requires GLIBC_2.16 symbols
+(auditwheel checks the same records when it tags a wheel).
 
 The next entry starts header size + payload size after one; a container ends header size +
 size after its start. Containers are found by their magic in every data section, not only in
@@ -128,6 +136,9 @@ class Facts:
     # (level, library): the highest x86_isa_needed among its libraries (2 = x86-64-v2 ... 4)
     # and the first library that needs it; None when none says more than the baseline
     x86_isa: tuple[int, str] | None = None
+    # the library whose GLIBC_X.Y symbol versions need a newer glibc than its tag says (glibc
+    # is then that version): "torch/lib/libtorch_cpu.so"; None when the tag says enough
+    glibc_from: str | None = None
     # (major, soname): the newest CUDA major among the toolkit libraries its libraries link
     # (cuda_linked), when that is newer than what its name and requirements say (cuda_major
     # is then that major: the runtime it loads decides the driver it needs)
@@ -165,14 +176,16 @@ class Library:
     code: CudaCode
     level: int
     needed: tuple[str, ...]
+    glibc: tuple[int, int] | None = None  # the newest GLIBC_X.Y symbol version it requires
 
 
 def library_facts(path: Path) -> Library:
-    """One ELF library's CUDA code, x86-64 level and linked sonames, its file opened and its
-    section table read once."""
+    """One ELF library's CUDA code, x86-64 level, linked sonames and glibc symbol versions, its
+    file opened and its section table read once."""
     with open(path, "rb") as f:
         sections = _sections(f)
-        return Library(_code_in(f, sections), _level_in(f, sections), _needed_in(f, sections))
+        return Library(_code_in(f, sections), _level_in(f, sections), _needed_in(f, sections),
+                       _glibc_in(f, sections))
 
 
 def data_sections(sections: list[Section]) -> list[tuple[bytes, int, int]]:
@@ -267,7 +280,7 @@ def _isa_in_notes(data: bytes) -> int:
 
 
 _SHT_DYNAMIC, _SHT_STRTAB, _DT_NEEDED, _DT_NULL = 6, 3, 1, 0
-MAX_DYNAMIC_BYTES = 1 << 20  # 65,536 entries; a real .dynamic holds tens
+MAX_DYNAMIC_BYTES = 1 << 20  # .dynamic, .gnu.version_r: a real one holds tens of records
 _MAX_SONAME = 255
 
 
@@ -279,35 +292,90 @@ def needed(path: Path) -> tuple[str, ...]:
 
 
 def _needed_in(f: BinaryIO, sections: list[Section]) -> tuple[str, ...]:
-    dynamic = next(((o, s) for n, t, _, o, s in sections
-                    if t == _SHT_DYNAMIC and n == b".dynamic"), None)
-    strings = next(((o, s) for n, t, _, o, s in sections
-                    if t == _SHT_STRTAB and n == b".dynstr"), None)
+    dynamic = _section(f, sections, _SHT_DYNAMIC, b".dynamic")
     if dynamic is None:
         return ()
-    if strings is None or dynamic[1] > MAX_DYNAMIC_BYTES:
-        raise OSError("its ELF dynamic section is corrupt (no .dynstr, or too large)")
-    size = os.fstat(f.fileno()).st_size
-    if dynamic[0] + dynamic[1] > size or strings[0] + strings[1] > size:
-        raise OSError("its ELF dynamic section lies outside the file")
-    f.seek(dynamic[0])
-    table = f.read(dynamic[1])
+    strings = _dynstr(f, sections)
     out = []
-    for at in range(0, len(table) - 15, 16):
-        tag, value = struct.unpack_from("<qQ", table, at)
+    for at in range(0, len(dynamic) - 15, 16):
+        tag, value = struct.unpack_from("<qQ", dynamic, at)
         if tag == _DT_NULL:
             break
-        if tag != _DT_NEEDED:
-            continue
-        if value >= strings[1]:
-            raise OSError("a DT_NEEDED entry of its dynamic section points outside .dynstr")
-        f.seek(strings[0] + value)
-        raw = f.read(min(_MAX_SONAME + 1, strings[1] - value))
-        # a soname is one printable word: a report quotes it
-        name = raw.split(b"\0", 1)[0].decode("ascii", "replace")
-        out.append("".join(c if c.isprintable() and not c.isspace() else "?"
-                           for c in name[:_MAX_SONAME]))
+        if tag == _DT_NEEDED:
+            out.append(_string(f, strings, value, "a DT_NEEDED entry"))
     return tuple(out)
+
+
+_SHT_GNU_VERNEED = 0x6FFFFFFE
+MAX_VERSION_RECORDS = 1 << 16  # a real library requires tens of versions
+_GLIBC_VERSION = re.compile(r"^GLIBC_(\d+)\.(\d+)")
+
+
+def glibc_needed(path: Path) -> tuple[int, int] | None:
+    """The newest glibc symbol version (GLIBC_X.Y) one ELF library requires; None when it
+    requires none (or is not ELF)."""
+    with open(path, "rb") as f:
+        return _glibc_in(f, _sections(f))
+
+
+def _glibc_in(f: BinaryIO, sections: list[Section]) -> tuple[int, int] | None:
+    records = _section(f, sections, _SHT_GNU_VERNEED, b".gnu.version_r")
+    if records is None:
+        return None
+    strings = _dynstr(f, sections)
+    newest, at, seen = None, 0, 0
+    while True:
+        if at + 16 > len(records):
+            raise OSError("its .gnu.version_r records run past the section")
+        _, count, _, aux, following = struct.unpack_from("<HHIII", records, at)
+        there = at + aux
+        for _ in range(count):
+            seen += 1
+            if there + 16 > len(records) or seen > MAX_VERSION_RECORDS:
+                raise OSError("its .gnu.version_r records run past the section")
+            _, _, _, name_at, next_aux = struct.unpack_from("<IHHII", records, there)
+            version = _GLIBC_VERSION.match(_string(f, strings, name_at, "a symbol version"))
+            if version:
+                newest = max(newest or (0, 0), (int(version.group(1)), int(version.group(2))))
+            if not next_aux:
+                break
+            there += next_aux
+        if not following:
+            return newest
+        at += following
+
+
+def _section(f: BinaryIO, sections: list[Section], sh_type: int, name: bytes) -> bytes | None:
+    """The bytes of the section of that type and name (None when there is none): read whole,
+    so it must lie inside the file and within MAX_DYNAMIC_BYTES (else an OSError: unread)."""
+    found = next(((o, s) for n, t, _, o, s in sections if t == sh_type and n == name), None)
+    if found is None:
+        return None
+    offset, size = found
+    if size > MAX_DYNAMIC_BYTES or offset + size > os.fstat(f.fileno()).st_size:
+        raise OSError(f"its ELF {name.decode()} section is corrupt (outside the file or too "
+                      "large)")
+    f.seek(offset)
+    return f.read(size)
+
+
+def _dynstr(f: BinaryIO, sections: list[Section]) -> tuple[int, int]:
+    """(offset, size) of the .dynstr string table the dynamic records name into."""
+    strings = next(((o, s) for n, t, _, o, s in sections
+                    if t == _SHT_STRTAB and n == b".dynstr"), None)
+    if strings is None or strings[0] + strings[1] > os.fstat(f.fileno()).st_size:
+        raise OSError("its ELF .dynstr is missing or lies outside the file")
+    return strings
+
+
+def _string(f: BinaryIO, strings: tuple[int, int], at: int, what: str) -> str:
+    """The string at offset `at` of .dynstr, as one printable word (a report quotes it)."""
+    if at >= strings[1]:
+        raise OSError(f"{what} of its dynamic section points outside .dynstr")
+    f.seek(strings[0] + at)
+    raw = f.read(min(_MAX_SONAME + 1, strings[1] - at))
+    name = raw.split(b"\0", 1)[0].decode("ascii", "replace")
+    return "".join(c if c.isprintable() and not c.isspace() else "?" for c in name[:_MAX_SONAME])
 
 
 _SONAME = re.compile(r"^(lib[A-Za-z_]+)\.so\.(\d+)")

@@ -457,6 +457,10 @@ def test_torch_cuda_wheel_code_is_the_arch_list_torch_was_built_with():
     assert (facts.cuda_major, facts.glibc) == (13, (2, 28))
     assert CudaCode(facts.cuda.sass, facts.cuda.ptx).runs_on(70) is None
     assert facts.cuda.runs_on(90) == "sass"
+    # what libtorch_cuda.so links (readelf -d's NEEDED): CUDA 13's runtime, cuDNN 9, NCCL 2
+    linked = native.needed(lib / "libtorch_cuda.so")
+    assert {"libcudart.so.13", "libcudnn.so.9", "libnccl.so.2"} <= set(linked), linked
+    assert native.cuda_linked(linked)[0] == 13 and facts.glibc <= (2, 28)
 
 
 def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pass(
@@ -760,9 +764,14 @@ def test_torch_cuda_12_and_13_wheels_judged_from_their_real_files(tmp_path, monk
     assert listed == ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
     old = read[files["torch"].name]  # as the diffs read it
     assert old.cuda == CudaCode(frozenset(int(a[3:]) for a in listed))  # no PTX: no compute_XX
-    assert (old.cuda_major, old.glibc, old.machine, old.unread) == (12, (2, 5), "x86_64", None)
+    # Tagged manylinux1 (glibc 2.5), but the libgomp it bundles requires GLIBC_2.17 symbols:
+    # the glibc it needs is its libraries', which the tag understates.
+    assert (old.cuda_major, old.glibc, old.glibc_from, old.machine, old.unread) == (
+        12, (2, 17), "torch/lib/libgomp-a34b3233.so.1", "x86_64", None)
     new = read["torch-2.14.1.dist-info"]
     assert min(new.cuda.sass) == 75 and 70 not in new.cuda.sass and new.cuda_major == 13
+    # the CUDA runtime each build's libtorch_cuda.so links: its own CUDA major, said already
+    assert (old.cuda_linked, new.cuda_linked) == (None, None)
 
 
 # ---------------------------------------------------------------- the libraries it links
@@ -771,18 +780,39 @@ def test_torch_cuda_12_and_13_wheels_judged_from_their_real_files(tmp_path, monk
 DYNAMIC, STRTAB = 6, 3
 
 
-def linking(*sonames: str, code: bytes = b"", dangling: bool = False) -> bytes:
+VERNEED = 0x6FFFFFFE
+
+
+def linking(*sonames: str, code: bytes = b"", dangling: bool = False,
+            versions: dict[str, list[str]] | None = None) -> bytes:
     """An ELF library whose dynamic section links `sonames` (DT_NEEDED entries, then
-    DT_NULL), with `code` in .nv_fatbin; `dangling`: one more entry pointing past .dynstr."""
+    DT_NULL), with `code` in .nv_fatbin; `dangling`: one more entry pointing past .dynstr;
+    `versions`: the symbol versions it requires of each library ({"libc.so.6": ["GLIBC_2.2.5",
+    ...]}), as .gnu.version_r's Elf64_Verneed records, each followed by its Elf64_Vernaux."""
     strings, entries = b"\0", b""
+
+    def string(text: str) -> int:
+        nonlocal strings
+        at = len(strings)
+        strings += text.encode() + b"\0"
+        return at
+
     for name in sonames:
-        entries += struct.pack("<qQ", 1, len(strings))
-        strings += name.encode() + b"\0"
+        entries += struct.pack("<qQ", 1, string(name))
     if dangling:
         entries += struct.pack("<qQ", 1, len(strings) + 40)
     entries += struct.pack("<qQ", 14, 1) + struct.pack("<qQ", 0, 0)  # DT_SONAME, DT_NULL
+    records = b""
+    for i, (file, names) in enumerate((versions or {}).items()):
+        last = i == len(versions) - 1
+        records += struct.pack("<HHIII", 1, len(names), string(file), 16,
+                               0 if last else 16 + 16 * len(names))
+        for j, version in enumerate(names):
+            records += struct.pack("<IHHII", 0, 0, 2 + j, string(version),
+                                   0 if j == len(names) - 1 else 16)
+    more = [(".gnu.version_r", VERNEED, 2, records)] if versions else []
     return elf((".nv_fatbin", PROGBITS, 2, code), (".dynstr", STRTAB, 2, strings),
-               (".dynamic", DYNAMIC, 3, entries))
+               (".dynamic", DYNAMIC, 3, entries), *more)
 
 
 def test_the_libraries_a_library_links_are_its_dt_needed_entries(tmp_path):
@@ -806,6 +836,52 @@ def test_the_libraries_a_library_links_are_its_dt_needed_entries(tmp_path):
     odd = tmp_path / "odd.so"
     odd.write_bytes(linking("libcudart.so.13\nfleet-x: passed"))
     assert native.needed(odd) == ("libcudart.so.13?fleet-x:?passed",)  # one printable word
+
+
+def test_the_glibc_a_library_needs_is_its_newest_glibc_symbol_version(tmp_path):
+    """.gnu.version_r names the symbol versions a library requires of each library it links:
+    the newest GLIBC_X.Y is the oldest glibc it loads on (GLIBCXX_, GCC_ and GLIBC_PRIVATE are
+    not glibc's releases); a record pointing outside its section is unread."""
+    lib = tmp_path / "libk.so"
+    lib.write_bytes(linking("libc.so.6", "libstdc++.so.6", versions={
+        "libc.so.6": ["GLIBC_2.2.5", "GLIBC_2.28", "GLIBC_2.17", "GLIBC_PRIVATE"],
+        "libstdc++.so.6": ["GLIBCXX_3.4.29", "CXXABI_1.3"]}))
+    assert native.glibc_needed(lib) == (2, 28)
+    assert native.library_facts(lib).glibc == (2, 28)
+    (tmp_path / "plain.so").write_bytes(linking("libm.so.6"))
+    assert native.glibc_needed(tmp_path / "plain.so") is None
+    cut = bytearray(lib.read_bytes())
+    records = cut.find(struct.pack("<HHI", 1, 4, 1 + len("libc.so.6") + 1 + len(
+        "libstdc++.so.6") + 1))  # the first Verneed record: its aux offset follows
+    assert records > 0
+    struct.pack_into("<I", cut, records + 8, 1 << 20)  # vn_aux far past the section
+    (tmp_path / "cut.so").write_bytes(bytes(cut))
+    with pytest.raises(OSError, match="run past the section"):
+        native.glibc_needed(tmp_path / "cut.so")
+
+
+def test_a_library_that_needs_a_newer_glibc_than_its_tag_says_is_judged_by_the_library(
+        tmp_path):
+    """A wheel tagged manylinux_2_17 (or, as PyPI's torch 2.6.0, manylinux1) whose library
+    requires GLIBC_2.28 symbols does not load on glibc 2.17: the finding names the library.
+    Where the tag says as much or more, the tag is the reason given."""
+    from lockguard.envs.installed import dist_facts
+
+    site = tmp_path / "site"
+    installed(site, "kit", "1.0", linking("libc.so.6", versions={
+        "libc.so.6": ["GLIBC_2.2.5", "GLIBC_2.28"]}), tag="manylinux_2_17")
+    installed(site, "tagged", "1.0", linking("libc.so.6", versions={
+        "libc.so.6": ["GLIBC_2.17"]}), tag="manylinux_2_28")
+    kit = dist_facts(site / "kit-1.0.dist-info")
+    assert (kit.glibc, kit.glibc_from) == ((2, 28), "kit/libkit_1.0.so")
+    centos = Machine("centos", (), (), None, "x86-64", (2, 17), 3)
+    assert [(f.broken, f.problem) for f in judge(None, kit, [centos])] == [
+        (True, "needs glibc >= 2.28 (kit/libkit_1.0.so requires GLIBC_2.28 symbols; fleet: "
+               "centos, glibc 2.17 x 3): broken there")]
+    tagged = dist_facts(site / "tagged-1.0.dist-info")
+    assert (tagged.glibc, tagged.glibc_from) == ((2, 28), None)
+    assert [f.problem for f in judge(None, tagged, [centos])] == [
+        "needs glibc >= 2.28 (its manylinux tag; fleet: centos, glibc 2.17 x 3): broken there"]
 
 
 def test_a_cuda_extension_that_links_a_newer_runtime_than_it_names_needs_its_driver(

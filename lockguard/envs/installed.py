@@ -85,7 +85,7 @@ def dist_facts(dist_info: Path) -> Facts:
     its files, read as bytes (native.py): the CUDA code of the libraries its RECORD lists,
     the CUDA major its version or requirements name (or the CUDA runtime those libraries link,
     where newer), the glibc its tags need (a wheel file's name's, _file_tags; a dist-info's
-    WHEEL's Tag lines). A RECORD path that leaves its site-packages, or a link, is not
+    WHEEL's Tag lines) or its libraries' symbol versions require, where newer. A RECORD path that leaves its site-packages, or a link, is not
     followed: the files are the lock's, not to be trusted. What could not be read (no RECORD, a
     library unreadable or too large, a wheel that is no zip or unpacks to more than
     MAX_WHEEL_BYTES) is Facts.unread, never taken as "no code": the fleet's judge fails it
@@ -120,11 +120,13 @@ class Libraries:
     """What a distribution's libraries declare, read one library at a time: the union of their
     CUDA code; the highest x86-64 level with the first library that needs it (1, the baseline
     said by most libraries built with -mneeded, is no need); the newest CUDA toolkit major
-    they link, with its soname (native.cuda_linked)."""
+    they link, with its soname (native.cuda_linked); the newest glibc their symbol versions
+    require, with the first library that requires it."""
 
     code: CudaCode = field(default_factory=CudaCode)
     isa: tuple[int, str] | None = None
     linked: tuple[int, str] | None = None
+    glibc: tuple[tuple[int, int], str] | None = None
 
     def with_library(self, path: Path, name: PurePosixPath | Path) -> Libraries:
         """These with the library at `path` (named `name` in the distribution) read
@@ -133,7 +135,9 @@ class Libraries:
         isa = (more.level, str(name)) if more.level > max(1, self.isa[0] if self.isa else 0) \
             else self.isa
         linked = max((v for v in (self.linked, cuda_linked(more.needed)) if v), default=None)
-        return Libraries(self.code.union(more.code), isa, linked)
+        glibc = (more.glibc, str(name)) if more.glibc and (
+            not self.glibc or more.glibc > self.glibc[0]) else self.glibc
+        return Libraries(self.code.union(more.code), isa, linked, glibc)
 
 
 def _tags(wheel: str) -> list[str]:
@@ -148,9 +152,13 @@ def _facts(name: str, version: str, read: Libraries, tags: list[str],
     declared = cuda_major_needed(version, requirements, canonicalize_name(name))
     # the runtime its libraries load decides the driver, when newer than what it declares
     linked = read.linked if read.linked and read.linked[0] > (declared or 0) else None
+    # and the glibc its libraries' symbol versions require, when newer than its tag says
+    tagged = manylinux_glibc(tags)
+    symbols = read.glibc if read.glibc and read.glibc[0] > (tagged or (0, 0)) else None
     return Facts(name=canonicalize_name(name), version=version, cuda=read.code,
                  cuda_major=linked[0] if linked else declared, cuda_linked=linked,
-                 glibc=manylinux_glibc(tags), machine=wheel_machine(tags), x86_isa=read.isa,
+                 glibc=symbols[0] if symbols else tagged, glibc_from=symbols[1] if symbols
+                 else None, machine=wheel_machine(tags), x86_isa=read.isa,
                  # the lock's text: bounded, one line (a finding quotes it)
                  requires_python=" ".join(str(requires_python).split())[:100]
                  if requires_python else None, unread=unread)
