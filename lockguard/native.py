@@ -74,6 +74,7 @@ FATBIN_MAGIC = 0xBA55ED50
 _MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
 _KIND_PTX, _KIND_SASS = 1, 2
 _ELF_MAGIC = b"\x7fELF"
+_ET_EXEC, _ET_DYN, _SHN_XINDEX = 2, 3, 0xFFFF
 MAX_ENTRIES = 1_000_000  # a corrupt size loop stops here rather than running forever
 
 
@@ -165,7 +166,9 @@ def sm(arch: int) -> str:
     return f"sm_{arch}"
 
 
-Section = tuple[bytes, int, int, int, int]  # name, sh_type, sh_flags, offset, size
+# name, sh_type, sh_flags, offset, size, and the (sh_type, offset, size) of the section its
+# sh_link names (a dynamic section's string table), None where it names none
+Section = tuple[bytes, int, int, int, int, "tuple[int, int, int] | None"]
 
 
 @dataclass(frozen=True)
@@ -191,43 +194,58 @@ def library_facts(path: Path) -> Library:
 def data_sections(sections: list[Section]) -> list[tuple[bytes, int, int]]:
     """(name, offset, size) of the sections whose bytes are in the file and are not code
     (SHT_PROGBITS without SHF_EXECINSTR): where fatbins are."""
-    return [(name, offset, size) for name, sh_type, flags, offset, size in sections
-            if sh_type == 1 and not flags & 0x4]  # SHT_PROGBITS, not SHF_EXECINSTR
+    return [(name, offset, size) for name, sh_type, flags, offset, size, _ in sections
+            if sh_type == 1 and not flags & 0x4 and size]  # SHT_PROGBITS, not SHF_EXECINSTR
 
 
 MAX_SECTION_NAMES = 1 << 20  # a section name table is kilobytes; a larger one is corrupt
 
 
 def _sections(f: BinaryIO) -> list[Section]:
-    """(name, type, flags, offset, size) of every non-empty section of a 64-bit little-endian
-    ELF file; empty when it is not one, or has no section table. An ELF file whose table or
-    name table lies outside it is an OSError: the wheel is the lock's (possibly a hostile
-    index's), and what cannot be read is never taken for "declares nothing"."""
+    """(name, type, flags, offset, size, link) of every section of a 64-bit little-endian ELF
+    file, in the table's order; empty when it is not one. A library or executable without a
+    section table, or an ELF file whose table or name table lies outside it, is an OSError:
+    the wheel is the lock's (possibly a hostile index's), and what cannot be read is never
+    taken for "declares nothing". More than 65,279 sections are counted in the first entry's
+    sh_size (and the name table's index in its sh_link), as the gABI's extended numbering
+    says."""
     f.seek(0)
     head = f.read(64)
     if len(head) < 64 or head[:4] != _ELF_MAGIC or head[4] != 2 or head[5] != 1:
         return []  # not ELF, not 64-bit (EI_CLASS 2) or not little-endian (EI_DATA 1)
+    e_type, = struct.unpack_from("<H", head, 0x10)
     shoff, = struct.unpack_from("<Q", head, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-    if not shoff or shnum == 0:
-        return []  # no section table: nothing declared in sections
     size = os.fstat(f.fileno()).st_size
-    if shentsize != 64 or shstrndx >= shnum or shoff + 64 * shnum > size:
+    if not shoff:
+        if e_type in (_ET_EXEC, _ET_DYN):  # the loader needs none; we cannot read without
+            raise OSError("it has no ELF section table (stripped of it): its code cannot be "
+                          "read")
+        return []
+    if shentsize != 64 or shoff + 64 > size:
+        raise OSError("its ELF section table is corrupt (outside the file or malformed)")
+    if shnum == 0 or shstrndx == _SHN_XINDEX:  # extended numbering: in section 0's header
+        f.seek(shoff)
+        first = struct.unpack_from("<IIQQQQII", f.read(64))
+        shnum = shnum or first[5]
+        shstrndx = first[6] if shstrndx == _SHN_XINDEX else shstrndx
+    if shnum == 0 or shstrndx >= shnum or shoff + 64 * shnum > size:
         raise OSError("its ELF section table is corrupt (outside the file or malformed)")
     f.seek(shoff)
     table = f.read(64 * shnum)
-    sections = [struct.unpack_from("<IIQQQQ", table, i * 64)
-                for i in range(shnum)]  # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size
+    # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, sh_link
+    sections = [struct.unpack_from("<IIQQQQI", table, i * 64) for i in range(shnum)]
     names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
     if names_size > MAX_SECTION_NAMES or names_at + names_size > size:
         raise OSError("its ELF section name table is corrupt (outside the file or too large)")
     f.seek(names_at)
     names = f.read(names_size)
     out = []
-    for sh_name, sh_type, flags, _, offset, size in sections:
-        if size:
-            end = names.find(b"\0", sh_name)
-            out.append((names[sh_name:end if end >= 0 else None], sh_type, flags, offset, size))
+    for sh_name, sh_type, flags, _, offset, length, link in sections:
+        end = names.find(b"\0", sh_name)
+        linked = sections[link] if 0 < link < shnum else None
+        out.append((names[sh_name:end if end >= 0 else None], sh_type, flags, offset, length,
+                    (linked[1], linked[4], linked[5]) if linked else None))
     return out
 
 
@@ -245,7 +263,7 @@ def x86_isa_needed(path: Path) -> int:
 
 def _level_in(f: BinaryIO, sections: list[Section]) -> int:
     level = 0
-    for name, sh_type, _, offset, size in sections:
+    for name, sh_type, _, offset, size, _ in sections:
         if sh_type != _SHT_NOTE or name != b".note.gnu.property":
             continue
         if size > MAX_NOTE_BYTES:  # unread, never "needs nothing"
@@ -292,10 +310,10 @@ def needed(path: Path) -> tuple[str, ...]:
 
 
 def _needed_in(f: BinaryIO, sections: list[Section]) -> tuple[str, ...]:
-    dynamic = _section(f, sections, _SHT_DYNAMIC, b".dynamic")
-    if dynamic is None:
+    found = _section(f, sections, _SHT_DYNAMIC, b".dynamic")
+    if found is None:
         return ()
-    strings = _dynstr(f, sections)
+    dynamic, strings = found
     out = []
     for at in range(0, len(dynamic) - 15, 16):
         tag, value = struct.unpack_from("<qQ", dynamic, at)
@@ -319,10 +337,10 @@ def glibc_needed(path: Path) -> tuple[int, int] | None:
 
 
 def _glibc_in(f: BinaryIO, sections: list[Section]) -> tuple[int, int] | None:
-    records = _section(f, sections, _SHT_GNU_VERNEED, b".gnu.version_r")
-    if records is None:
+    found = _section(f, sections, _SHT_GNU_VERNEED, b".gnu.version_r")
+    if found is None:
         return None
-    strings = _dynstr(f, sections)
+    records, strings = found
     newest, at, seen = None, 0, 0
     while True:
         if at + 16 > len(records):
@@ -345,27 +363,29 @@ def _glibc_in(f: BinaryIO, sections: list[Section]) -> tuple[int, int] | None:
         at += following
 
 
-def _section(f: BinaryIO, sections: list[Section], sh_type: int, name: bytes) -> bytes | None:
-    """The bytes of the section of that type and name (None when there is none): read whole,
-    so it must lie inside the file and within MAX_DYNAMIC_BYTES (else an OSError: unread)."""
-    found = next(((o, s) for n, t, _, o, s in sections if t == sh_type and n == name), None)
-    if found is None:
+def _section(f: BinaryIO, sections: list[Section], sh_type: int, name: bytes
+             ) -> tuple[bytes, tuple[int, int]] | None:
+    """The bytes of the one section of `sh_type` (its usual `name`), read whole, and the
+    (offset, size) of the string table its sh_link names, as the loader's DT_STRTAB does: not
+    a section found by its name. None when the file has no section of that type or name; an
+    OSError (unread) for two of that type, one of that name and another type, one outside the
+    file or over MAX_DYNAMIC_BYTES, or a link that is no string table inside the file."""
+    typed = [x for x in sections if x[1] == sh_type]
+    named = [x for x in sections if x[0] == name]
+    if not typed and not named:
         return None
-    offset, size = found
-    if size > MAX_DYNAMIC_BYTES or offset + size > os.fstat(f.fileno()).st_size:
-        raise OSError(f"its ELF {name.decode()} section is corrupt (outside the file or too "
-                      "large)")
+    label = name.decode()
+    if len(typed) != 1 or any(x[1] != sh_type for x in named):
+        raise OSError(f"its ELF {label} section is ambiguous ({len(typed)} of its type, "
+                      f"{len(named)} of its name)")
+    _, _, _, offset, size, link = typed[0]
+    end = os.fstat(f.fileno()).st_size
+    if size > MAX_DYNAMIC_BYTES or offset + size > end:
+        raise OSError(f"its ELF {label} section is corrupt (outside the file or too large)")
+    if link is None or link[0] != _SHT_STRTAB or link[1] + link[2] > end:
+        raise OSError(f"its ELF {label} section links no string table inside the file")
     f.seek(offset)
-    return f.read(size)
-
-
-def _dynstr(f: BinaryIO, sections: list[Section]) -> tuple[int, int]:
-    """(offset, size) of the .dynstr string table the dynamic records name into."""
-    strings = next(((o, s) for n, t, _, o, s in sections
-                    if t == _SHT_STRTAB and n == b".dynstr"), None)
-    if strings is None or strings[0] + strings[1] > os.fstat(f.fileno()).st_size:
-        raise OSError("its ELF .dynstr is missing or lies outside the file")
-    return strings
+    return f.read(size), (link[1], link[2])
 
 
 def _string(f: BinaryIO, strings: tuple[int, int], at: int, what: str) -> str:

@@ -41,15 +41,18 @@ def fatbin(*entries: tuple[int, int], payload: int = 40, isa: tuple[int, int] = 
     return struct.pack("<IHHQ", native.FATBIN_MAGIC, 1, 16, len(body)) + body
 
 
-def elf(*sections: tuple[str, int, int, bytes], bits: int = 64) -> bytes:
-    """A little-endian ELF file of `sections` (name, sh_type, sh_flags, bytes) and its
-    .shstrtab: header, the sections' bytes, then the section header table."""
+def elf(*sections: tuple, bits: int = 64) -> bytes:
+    """A little-endian ELF shared library (ET_DYN) of `sections` (name, sh_type, sh_flags,
+    bytes[, the name of the section its sh_link names]) and its .shstrtab: header, the
+    sections' bytes, then the section header table."""
     names = b"\0" + b"".join(s[0].encode() + b"\0" for s in sections) + b".shstrtab\0"
     blobs, offset, table = b"", 64, [struct.pack("<IIQQQQIIQQ", *([0] * 10))]
     name_at = 1
-    for name, sh_type, flags, data in [*sections, (".shstrtab", 3, 0, names)]:
+    every = [*sections, (".shstrtab", 3, 0, names)]
+    index = {s[0]: i + 1 for i, s in enumerate(every)}
+    for name, sh_type, flags, data, *link in every:
         table.append(struct.pack("<IIQQQQIIQQ", name_at, sh_type, flags, 0, offset + len(blobs),
-                                 len(data), 0, 0, 8, 0))
+                                 len(data), index[link[0]] if link else 0, 0, 8, 0))
         name_at += len(name) + 1
         blobs += data + b"\0" * (-len(data) % 8)
     shoff = 64 + len(blobs)
@@ -535,6 +538,13 @@ def test_diff_of_the_real_cuda_13_upgrade_breaks_a_v100_fleet(tmp_path, monkeypa
     # compressed in libcublasLt and libcublas of 13.1.1.3)
     assert 200e6 < cublas.cuda.ptx_size(120) < 1e9
     assert dist_facts(next(site.glob("nvidia_cudnn_cu13-*.dist-info"))).cuda_major == 13
+    # What only the libraries say: cuSOLVER 12.0 (numbered on its own) loads CUDA 13's
+    # nvJitLink; cuSPARSELt 0.8.1, tagged manylinux2014 (glibc 2.17), requires GLIBC_2.27.
+    cusolver = dist_facts(next(site.glob("nvidia_cusolver-*.dist-info")))
+    assert (cusolver.cuda_major, cusolver.cuda_linked) == (13, (13, "libnvJitLink.so.13"))
+    sparselt = dist_facts(next(site.glob("nvidia_cusparselt_cu13-*.dist-info")))
+    assert (sparselt.glibc, sparselt.glibc_from) == (
+        (2, 27), "nvidia/cusparselt/lib/libcusparseLt.so.0")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
         "[tool.lockguard.fleet.v100]\ngpus = ['V100']\ndriver = '550.54.15'\ncount = 12\n"
@@ -810,9 +820,9 @@ def linking(*sonames: str, code: bytes = b"", dangling: bool = False,
         for j, version in enumerate(names):
             records += struct.pack("<IHHII", 0, 0, 2 + j, string(version),
                                    0 if j == len(names) - 1 else 16)
-    more = [(".gnu.version_r", VERNEED, 2, records)] if versions else []
+    more = [(".gnu.version_r", VERNEED, 2, records, ".dynstr")] if versions else []
     return elf((".nv_fatbin", PROGBITS, 2, code), (".dynstr", STRTAB, 2, strings),
-               (".dynamic", DYNAMIC, 3, entries), *more)
+               (".dynamic", DYNAMIC, 3, entries, ".dynstr"), *more)
 
 
 def test_the_libraries_a_library_links_are_its_dt_needed_entries(tmp_path):
