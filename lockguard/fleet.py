@@ -128,11 +128,13 @@ def driver_text(version: tuple[int, ...]) -> str:
 def judge(old: Facts | None, new: Facts, machines: Iterable[Machine],
           change: str | None = None) -> list[Finding]:
     """What the change from `old` (None: added, or not read) to `new` does to each fleet
-    machine; `change` names it ("torch 2.8.0 -> 2.9.0"; default: from the two)."""
+    machine; `change` names it ("torch 2.8.0 -> 2.9.0"; default: from the two). What is
+    particular to this wheel (the runtime it links, how much PTX) is said beside the change,
+    so that the problem it shares with others groups with theirs (grouped)."""
     change = change or change_text(new.name, old.version if old else None, new.version,
                                    rehashed=old is not None and old.version == new.version)
-    return [Finding(machine.name, broken, change, problem) for machine in machines
-            for problem, broken in _findings(old, new, machine)]
+    return [Finding(machine.name, broken, f"{change} ({detail})" if detail else change, problem)
+            for machine in machines for problem, broken, detail in _findings(old, new, machine)]
 
 
 def change_text(name: str, old: str | None, new: str, rehashed: bool) -> str:
@@ -148,14 +150,17 @@ def listed(names: Sequence[str], shown: int = 4) -> str:
     return f"{', '.join(names[:shown])}{more}"
 
 
-def _findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+Found = tuple[str, bool, str]  # a problem, whether it breaks the machine, the wheel's detail
+
+
+def _findings(old: Facts | None, new: Facts, machine: Machine) -> list[Found]:
     if new.machine and machine.arch and new.machine != machine.arch:
         # The wheel read is another platform's: its code, tags and requirements say nothing
         # certain of the machine's own wheel. The caller reads each machine's own
         # (report_parts.platform_of): this is a wheel chosen wrongly, failed closed.
         return [(f"not judged ({machine.label(machine.isa or '')}): the wheel read is "
                  f"{new.machine}'s, not the machine's own (a wheel lockguard cannot read fails "
-                 "closed)", True)]
+                 "closed)", True, "")]
     return _gpu_findings(old, new, machine) + _host_findings(new, machine)
 
 
@@ -169,7 +174,7 @@ def grouped(findings: Iterable[Finding], shown: int = 4) -> list[tuple[Finding, 
             for same in groups.values()]
 
 
-def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[Found]:
     out = []
     if new.cuda:
         for arch, name in zip(machine.gpus, machine.gpu_names):
@@ -178,30 +183,36 @@ def _gpu_findings(old: Facts | None, new: Facts, machine: Machine) -> list[tuple
             if how is None:
                 verb = ("has no code for" if old is None or not old.cuda
                         else "drops" if old.cuda.runs_on(arch) else "still has no code for")
-                out.append((f"{verb} {sm(arch)} ({where}): broken there", True))
+                out.append((f"{verb} {sm(arch)} ({where}): broken there", True, ""))
             elif how == "ptx":
                 ptx = max(a for a in new.cuda.ptx if a <= arch)
-                out.append(_jit(f"has PTX only for {sm(ptx)} on {sm(arch)} ({where})",
-                                new.cuda.ptx_isa, machine.driver, new.cuda.ptx_size(ptx)))
-    need = MIN_DRIVER.get(new.cuda_major or 0)
-    if need and machine.driver is not None and machine.gpus and machine.driver < need:
-        links = f", it links {new.cuda_linked[1]}" if new.cuda_linked else ""
-        out.append((f"needs driver >= {driver_text(need)} for CUDA {new.cuda_major}{links} "
-                    f"({machine.label('driver ' + driver_text(machine.driver))}): broken there",
-                    True))
+                size = new.cuda.ptx_size(ptx)
+                out.append((*_jit(f"has PTX only for {sm(ptx)} on {sm(arch)} ({where})",
+                                  new.cuda.ptx_isa, machine.driver),
+                            f"{_megabytes(size)} of PTX" if size else ""))
+    if machine.driver is None or not machine.gpus or not new.cuda_major:
+        return out
+    links = f"it links {new.cuda_linked[1]}" if new.cuda_linked else ""
+    driver = machine.label("driver " + driver_text(machine.driver))
+    need = MIN_DRIVER.get(new.cuda_major)
+    if new.cuda_major > max(MIN_DRIVER):
+        out.append((f"is built for CUDA {new.cuda_major}, newer than lockguard's table knows "
+                    f"(lockguard/nvidia.py): whether the driver runs it is not known ({driver}): "
+                    "broken there until it is", True, links))
+    elif need and machine.driver < need:
+        out.append((f"needs driver >= {driver_text(need)} for CUDA {new.cuda_major} ({driver}): "
+                    "broken there", True, links))
     return out
 
 
-def _jit(what: str, isa: tuple[int, int] | None, driver: tuple[int, ...] | None,
-         size: int = 0) -> tuple[str, bool]:
-    """A GPU that runs a wheel's PTX: a note (JIT-compiled on first use, with how much PTX:
-    `size` bytes of text), or broken where the driver is older than the CUDA release that wrote
-    that PTX ISA (minor version compatibility does not JIT a newer minor's PTX), or where the
-    ISA is newer than nvidia.PTX_ISA knows (whether the driver takes it is not known: fails
-    closed)."""
-    much = f"{_megabytes(size)} of PTX, " if size else ""
-    note = (f"{what}: JIT-compiled on first use ({much}each kernel compiled by the driver at a "
-            "cold start, then kept in its compute cache, CUDA_CACHE_MAXSIZE permitting)")
+def _jit(what: str, isa: tuple[int, int] | None, driver: tuple[int, ...] | None
+         ) -> tuple[str, bool]:
+    """A GPU that runs a wheel's PTX: a note (JIT-compiled on first use), or broken where the
+    driver is older than the CUDA release that wrote that PTX ISA (minor version compatibility
+    does not JIT a newer minor's PTX), or where the ISA is newer than nvidia.PTX_ISA knows
+    (whether the driver takes it is not known: fails closed)."""
+    note = (f"{what}: JIT-compiled on first use (each kernel compiled by the driver at a cold "
+            "start, then kept in its compute cache, CUDA_CACHE_MAXSIZE permitting)")
     if isa is None or driver is None:
         return note, False
     version = f"PTX ISA {isa[0]}.{isa[1]}"
@@ -224,26 +235,27 @@ def _megabytes(size: int) -> str:
         else f"{size} bytes"
 
 
-def _host_findings(new: Facts, machine: Machine) -> list[tuple[str, bool]]:
+def _host_findings(new: Facts, machine: Machine) -> list[Found]:
     out = []
     if new.glibc and machine.glibc and machine.glibc < new.glibc:
-        why = (f"{new.glibc_from} requires GLIBC_{_dotted(new.glibc)} symbols"
-               if new.glibc_from else "its manylinux tag")
+        why = "its libraries' symbol versions" if new.glibc_from else "its manylinux tag"
         out.append((f"needs glibc >= {_dotted(new.glibc)} ({why}; "
-                    f"{machine.label('glibc ' + _dotted(machine.glibc))}): broken there", True))
+                    f"{machine.label('glibc ' + _dotted(machine.glibc))}): broken there", True,
+                    f"{new.glibc_from} requires GLIBC_{_dotted(new.glibc)}"
+                    if new.glibc_from else ""))
     # An x86 level (native.x86_isa_needed: 2..4 are ISA_NAMES[1..3]) above the machine's own.
     if new.x86_isa and machine.isa in ISA_NAMES[:4] \
             and ISA_NAMES.index(machine.isa) < new.x86_isa[0] - 1:
         need = ISA_NAMES[new.x86_isa[0] - 1]
         out.append((f"needs {need} ({new.x86_isa[1]} was compiled for it: its ISA note; "
                     f"{machine.label(machine.isa)}): broken there (an illegal instruction)",
-                    True))
+                    True, ""))
     if machine.python and new.requires_python and not _admits(new.requires_python,
                                                               machine.python):
         here = _dotted(machine.python)
         out.append((f"needs Python {new.requires_python} (its Requires-Python; "
                     f"{machine.label('Python ' + here)}): broken there (no release of it "
-                    f"installs on {here})", True))
+                    f"installs on {here})", True, ""))
     return out
 
 

@@ -22,8 +22,12 @@ in n-eiling/cuda-fatbin-decompression (fatbin-decompress.h: `fat_elf_header`,
                                  CUDA 13.0's cuBLAS; a cubin's ELF ABI) · u32 arch (90 for
                                  sm_90) · u32 name offset · u32 name size · u64 flags · u64 ·
                                  u64 decompressed size (at 56: the payload's size once
-                                 decompressed; read on CUDA 13.0's cuBLAS, whose PTX for
-                                 sm_120 is 26 MB in the file and 237 MB as text)
+                                 decompressed. The reference's compression flag, 0x2000, is
+                                 not set on CUDA 13.0's cuBLAS, whose entries' flags read
+                                 0x8011 with payloads a tenth of that size: so the larger of
+                                 the two sizes is taken, not the flag. libcublasLt.so.13 of
+                                 nvidia-cublas 13.1.1.3 holds 26 MB of PTX for sm_120 that is
+                                 237 MB as text)
 
 The x86 ISA level: the System V x86-64 psABI's GNU property GNU_PROPERTY_X86_ISA_1_NEEDED
 (0xc0008002; its value a bit set, bit 0 the baseline, bits 1-3 x86-64-v2..v4: binutils
@@ -36,11 +40,14 @@ instruction scan can tell. A library without the NEEDED note says nothing; none 
 wheels read so far (numpy 2.4, torch 2.14, jaxlib's CUDA plugins) carries it.
 
 The libraries it links: the DT_NEEDED entries of its dynamic section (gABI "Dynamic Section":
-.dynamic holds (d_tag, d_val) pairs of 8 bytes each, DT_NEEDED = 1 its d_val an offset into the
-string table .dynstr). The soname of a CUDA toolkit library carries the toolkit's major
-(libcudart.so.12, libcublas.so.13: nvidia.CUDA_SONAMES), so a wheel that names no CUDA wheel
-among its requirements (a CUDA extension that requires torch alone) still says which CUDA
-runtime it needs; cuDNN's and NCCL's sonames (libcudnn.so.9) carry their own majors.
+SHT_DYNAMIC holds 16-byte entries of two 8-byte fields, d_tag and d_val; DT_NEEDED = 1, its
+d_val an offset into the string table the section's sh_link names). The soname of a CUDA
+toolkit library carries the toolkit's major (libcudart.so.12, libcublas.so.13, auditwheel's
+vendored libcudart-1a2b3c4d.so.13: nvidia.CUDA_SONAMES), so a wheel that names no CUDA wheel
+among its requirements (torchvision requires torch alone) still says which CUDA runtime it
+loads; cuDNN's and NCCL's sonames (libcudnn.so.9) carry their own majors. A linked runtime is
+evidence where present, never proof of none where absent: nvcc links cudart statically by
+default.
 
 The glibc a library needs: the symbol versions it requires (gABI's GNU extension "Symbol
 Versioning": .gnu.version_r, SHT_GNU_verneed, holds Elf64_Verneed records (u16 version, u16
@@ -398,12 +405,14 @@ def _string(f: BinaryIO, strings: tuple[int, int], at: int, what: str) -> str:
     return "".join(c if c.isprintable() and not c.isspace() else "?" for c in name[:_MAX_SONAME])
 
 
-_SONAME = re.compile(r"^(lib[A-Za-z_]+)\.so\.(\d+)")
+# lib<name>.so.<major>, or auditwheel's vendored copy lib<name>-<8 hex>.so.<major>
+_SONAME = re.compile(r"^(lib[A-Za-z_]+)(?:-[0-9a-f]{8})?\.so\.(\d+)")
 
 
 def cuda_linked(sonames: Iterable[str]) -> tuple[int, str] | None:
-    """(major, soname) of the newest CUDA toolkit major among `sonames` (libcudart.so.12: 12;
-    nvidia.CUDA_SONAMES); None when none of them is a CUDA toolkit library."""
+    """(major, soname) of the newest CUDA toolkit major among one library's `sonames`
+    (libcudart.so.12: 12; nvidia.CUDA_SONAMES); None when none of them is a CUDA toolkit
+    library."""
     found = [(int(m.group(2)), name) for name in sonames
              if (m := _SONAME.match(name)) and m.group(1) in CUDA_SONAMES]
     return max(found) if found else None
@@ -432,7 +441,8 @@ def _containers(data: mmap.mmap | bytes, start: int, end: int
                 break  # not an entry header: the rest of this container is not read
             seen += 1
             inflated = struct.unpack_from("<Q", data, entry + 56)[0] if entry + 64 <= stop else 0
-            # (a decompressed size past the whole file is no size: the header is not trusted)
+            # a decompressed size over a terabyte is no size (the header is the lock's): only
+            # a note quotes it, never a verdict
             yield kind, arch, (major, minor), max(esize, inflated if inflated < 1 << 40 else 0)
             entry += ehead + esize
         pos = max(stop, pos + 4)

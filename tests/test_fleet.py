@@ -293,8 +293,14 @@ def test_ptx_only_coverage_is_a_note_and_full_coverage_says_nothing():
         CudaCode(frozenset(), frozenset({75, 80}), None, ((75, 5), (80, 37_400_000))))
     assert code.ptx_bytes == ((75, 5), (80, 237_400_000)) and code.ptx_size(86) == 0
     sized = judge(None, replace(new, cuda=code), [H100])
-    assert [f.problem.split("): ", 1)[1][:60] for f in sized] == [
-        "JIT-compiled on first use (237 MB of PTX, each kernel compil"]
+    assert [f.change for f in sized] == ["torch 2.10.0 (237 MB of PTX)"]
+    # Beside the change, not in the problem: a dozen wheels' PTX still make one line.
+    other = judge(None, replace(new, name="nvidia-x", cuda=replace(
+        code, ptx_bytes=((80, 3_000_000),))), [H100])
+    assert [line for _, line in grouped(sized + other)] == [
+        "torch 2.10.0 (237 MB of PTX), nvidia-x 2.10.0 (3 MB of PTX) has PTX only for sm_80 on "
+        "sm_90 (fleet: h100, H100): JIT-compiled on first use (each kernel compiled by the "
+        "driver at a cold start, then kept in its compute cache, CUDA_CACHE_MAXSIZE permitting)"]
     # An upgrade that was already broken there says so, and still fails.
     still = judge(facts("2.9.0", sass={75}), facts("2.10.0", sass={75}), [V100])
     assert [(f.broken, f.problem) for f in still] == [
@@ -848,6 +854,88 @@ def test_the_libraries_a_library_links_are_its_dt_needed_entries(tmp_path):
     assert native.needed(odd) == ("libcudart.so.13?fleet-x:?passed",)  # one printable word
 
 
+def test_a_wheel_of_one_library_per_cuda_major_is_judged_by_its_oldest(tmp_path):
+    """bitsandbytes ships a library per CUDA major in one wheel and loads the one that
+    matches torch's: its libraries disagreeing, the oldest runtime is what it needs (torch's
+    own wheels say the newer), never the newest (which failed every 5xx-driver fleet); where
+    they agree, that one. An auditwheel-vendored soname (libcudart-<8 hex>.so.13) counts."""
+    from lockguard.envs.installed import Libraries, dist_facts
+
+    site = tmp_path / "site"
+    installed(site, "bnb", "1.0", linking("libcudart.so.13", "libcublas.so.13"),
+              requires=["torch"])
+    (site / "bnb" / "libbnb_cuda121.so").write_bytes(linking("libcudart.so.12"))
+    record = site / "bnb-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + "bnb/libbnb_cuda121.so,,\n")
+    bnb = dist_facts(site / "bnb-1.0.dist-info")
+    assert (bnb.cuda_major, bnb.cuda_linked) == (12, (12, "libcudart.so.12"))
+    one = Libraries()
+    for name in ("a.so", "b.so"):
+        (tmp_path / name).write_bytes(linking("libcudart-1a2b3c4d.so.13", "libm.so.6"))
+        one = one.with_library(tmp_path / name, name)
+    assert one.linked == ((13, "libcudart-1a2b3c4d.so.13"),) * 2
+
+
+def test_a_cuda_major_newer_than_the_table_knows_breaks_until_it_is_known(tmp_path):
+    """A wheel built for (or linking) a CUDA major lockguard's driver table does not know
+    cannot be judged against a machine's driver: it fails closed, as an unknown PTX ISA does."""
+    from lockguard.envs.installed import dist_facts
+
+    site = tmp_path / "site"
+    installed(site, "kit", "1.0", linking("libcudart.so.14"), requires=["torch"],
+              tag="manylinux_2_17")
+    kit = dist_facts(site / "kit-1.0.dist-info")
+    assert [(f.broken, f.change, f.problem) for f in judge(None, kit, [H100])] == [
+        (True, "kit 1.0 (it links libcudart.so.14)", "is built for CUDA 14, newer than "
+         "lockguard's table knows (lockguard/nvidia.py): whether the driver runs it is not "
+         "known (fleet: h100, driver 580.82.07): broken there until it is")]
+    assert judge(None, replace(kit, cuda_major=13, cuda_linked=None), [H100]) == []
+
+
+def test_a_dynamic_section_that_cannot_be_read_is_unread(tmp_path):
+    """No string table linked, one outside the file, two dynamic sections, a .dynamic of
+    another type, a library without a section table: unread (OSError), never "links
+    nothing"; what follows DT_NULL is not an entry."""
+    def lib(*sections, strip=False) -> Path:
+        path = tmp_path / "lib.so"
+        data = bytearray(elf(*sections))
+        if strip:
+            data[0x28:0x30] = b"\0" * 8  # e_shoff 0: no section table
+        path.write_bytes(bytes(data))
+        return path
+
+    strings = b"\0libcudart.so.13\0"
+    entries = struct.pack("<qQ", 1, 1) + struct.pack("<qQ", 0, 0)
+    after_null = entries + struct.pack("<qQ", 1, 99)  # past DT_NULL: garbage, not read
+    assert native.needed(lib((".dynstr", STRTAB, 2, strings),
+                             (".dynamic", DYNAMIC, 3, after_null, ".dynstr"))) == (
+        "libcudart.so.13",)
+    for sections, why in [
+        (((".dynstr", STRTAB, 2, strings), (".dynamic", DYNAMIC, 3, entries)),
+         "links no string table"),
+        (((".dynstr", PROGBITS, 2, strings), (".dynamic", DYNAMIC, 3, entries, ".dynstr")),
+         "links no string table"),
+        (((".dynstr", STRTAB, 2, strings), (".dynamic", DYNAMIC, 3, entries, ".dynstr"),
+          (".dyn2", DYNAMIC, 3, entries, ".dynstr")), "ambiguous"),
+        (((".dynstr", STRTAB, 2, strings), (".dynamic", PROGBITS, 3, entries, ".dynstr")),
+         "ambiguous"),
+    ]:
+        with pytest.raises(OSError, match=why):
+            native.needed(lib(*sections))
+    stripped = lib((".dynstr", STRTAB, 2, strings), (".dynamic", DYNAMIC, 3, entries, ".dynstr"),
+                   strip=True)
+    for read in (native.needed, native.cuda_code, native.library_facts):
+        with pytest.raises(OSError, match="no ELF section table"):
+            read(stripped)
+    outside = bytearray(elf((".dynstr", STRTAB, 2, strings),
+                            (".dynamic", DYNAMIC, 3, entries, ".dynstr")))
+    table = struct.unpack_from("<Q", outside, 0x28)[0]
+    struct.pack_into("<Q", outside, table + 2 * 64 + 24, 1 << 30)  # .dynamic's sh_offset
+    (tmp_path / "outside.so").write_bytes(bytes(outside))
+    with pytest.raises(OSError, match="outside the file"):
+        native.needed(tmp_path / "outside.so")
+
+
 def test_the_glibc_a_library_needs_is_its_newest_glibc_symbol_version(tmp_path):
     """.gnu.version_r names the symbol versions a library requires of each library it links:
     the newest GLIBC_X.Y is the oldest glibc it loads on (GLIBCXX_, GCC_ and GLIBC_PRIVATE are
@@ -885,9 +973,9 @@ def test_a_library_that_needs_a_newer_glibc_than_its_tag_says_is_judged_by_the_l
     kit = dist_facts(site / "kit-1.0.dist-info")
     assert (kit.glibc, kit.glibc_from) == ((2, 28), "kit/libkit_1.0.so")
     centos = Machine("centos", (), (), None, "x86-64", (2, 17), 3)
-    assert [(f.broken, f.problem) for f in judge(None, kit, [centos])] == [
-        (True, "needs glibc >= 2.28 (kit/libkit_1.0.so requires GLIBC_2.28 symbols; fleet: "
-               "centos, glibc 2.17 x 3): broken there")]
+    assert [(f.broken, f.change, f.problem) for f in judge(None, kit, [centos])] == [
+        (True, "kit 1.0 (kit/libkit_1.0.so requires GLIBC_2.28)", "needs glibc >= 2.28 (its "
+               "libraries' symbol versions; fleet: centos, glibc 2.17 x 3): broken there")]
     tagged = dist_facts(site / "tagged-1.0.dist-info")
     assert (tagged.glibc, tagged.glibc_from) == ((2, 28), None)
     assert [f.problem for f in judge(None, tagged, [centos])] == [
@@ -921,8 +1009,8 @@ def test_a_cuda_extension_that_links_a_newer_runtime_than_it_names_needs_its_dri
     result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
     text = " ".join(result.output.split())
     assert result.exit_code == 1, text
-    assert ("fleet-a100: flashkit 1.0 -> 2.0 needs driver >= 580.65.06 for CUDA 13, it links "
-            "libcudart.so.13 (fleet: a100, driver 550.54.15): broken there") in text, text
+    assert ("fleet-a100: flashkit 1.0 -> 2.0 (it links libcudart.so.13) needs driver >= "
+            "580.65.06 for CUDA 13 (fleet: a100, driver 550.54.15): broken there") in text, text
     # A driver new enough for 13 passes; what its requirements say, where the linked runtime
     # is not newer, is said alone (no soname), and a CPU library links no CUDA.
     (tmp_path / "pyproject.toml").write_text(

@@ -119,13 +119,13 @@ def dist_facts(dist_info: Path) -> Facts:
 class Libraries:
     """What a distribution's libraries declare, read one library at a time: the union of their
     CUDA code; the highest x86-64 level with the first library that needs it (1, the baseline
-    said by most libraries built with -mneeded, is no need); the newest CUDA toolkit major
-    they link, with its soname (native.cuda_linked); the newest glibc their symbol versions
-    require, with the first library that requires it."""
+    said by most libraries built with -mneeded, is no need); the CUDA toolkit major each
+    library that links one links, with its soname (native.cuda_linked); the newest glibc their
+    symbol versions require, with the first library that requires it."""
 
     code: CudaCode = field(default_factory=CudaCode)
     isa: tuple[int, str] | None = None
-    linked: tuple[int, str] | None = None
+    linked: tuple[tuple[int, str], ...] = ()
     glibc: tuple[tuple[int, int], str] | None = None
 
     def with_library(self, path: Path, name: PurePosixPath | Path) -> Libraries:
@@ -134,7 +134,8 @@ class Libraries:
         more = library_facts(path)
         isa = (more.level, str(name)) if more.level > max(1, self.isa[0] if self.isa else 0) \
             else self.isa
-        linked = max((v for v in (self.linked, cuda_linked(more.needed)) if v), default=None)
+        runtime = cuda_linked(more.needed)
+        linked = (*self.linked, runtime) if runtime else self.linked
         glibc = (more.glibc, str(name)) if more.glibc and (
             not self.glibc or more.glibc > self.glibc[0]) else self.glibc
         return Libraries(self.code.union(more.code), isa, linked, glibc)
@@ -150,8 +151,12 @@ def _facts(name: str, version: str, read: Libraries, tags: list[str],
            requirements: tuple[str, ...], requires_python: str | None, unread: str | None
            ) -> Facts:
     declared = cuda_major_needed(version, requirements, canonicalize_name(name))
-    # the runtime its libraries load decides the driver, when newer than what it declares
-    linked = read.linked if read.linked and read.linked[0] > (declared or 0) else None
+    # The runtime its libraries load decides the driver, when newer than what it declares.
+    # Libraries that disagree are one per CUDA major (bitsandbytes), of which the one that
+    # matches torch's runtime is loaded: the oldest is what it needs (torch says the rest).
+    runtime = min(read.linked) if len({major for major, _ in read.linked}) > 1 \
+        else read.linked[0] if read.linked else None
+    linked = runtime if runtime and runtime[0] > (declared or 0) else None
     # and the glibc its libraries' symbol versions require, when newer than its tag says
     tagged = manylinux_glibc(tags)
     symbols = read.glibc if read.glibc and read.glibc[0] > (tagged or (0, 0)) else None
