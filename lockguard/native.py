@@ -75,6 +75,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 from lockguard.nvidia import CUDA_SONAMES, TOOLKIT_VERSIONED
 
 FATBIN_MAGIC = 0xBA55ED50
@@ -493,36 +496,44 @@ def manylinux_glibc(tags: Iterable[str]) -> tuple[int, int] | None:
 
 
 _CU_NAME = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)$|^jax-cuda(\d+)-(?:plugin|pjrt)$")
-_CU_LOCAL = re.compile(r"\+cu(\d+)(\d)(?![0-9])")  # +cu130 -> 13, +cu121 -> 12, +cu92 -> 9
+_CU_LOCAL = re.compile(r"^cu(\d+)(\d)(?![0-9])")  # cu130 -> 13, cu121 -> 12, cu92 -> 9
 
 
 def named_cuda_major(name: str, version: str) -> int | None:
     """The CUDA major a distribution's own name and version say: a -cuNN or jax-cudaNN name
-    (nvidia-cudnn-cu13, jax-cuda12-plugin), a +cuXYZ local version (torch 2.9.0+cu130: 13),
-    or the version of a toolkit component versioned as the toolkit (nvidia-cublas 13.1.1.3:
-    nvidia.TOOLKIT_VERSIONED; not the 0.0.1 placeholders some of these names carry); None
-    when they say nothing (a CPU build, cuFFT's own numbering)."""
+    (nvidia-cudnn-cu13, jax-cuda12-plugin), a +cuXYZ local version (torch 2.9.0+cu130: 13,
+    mmcv 2.1.0+cu121: 12; a major under 9 is no CUDA's), or the version of a toolkit component
+    versioned as the toolkit (nvidia-cublas 13.1.1.3: nvidia.TOOLKIT_VERSIONED; not the 0.0.1
+    placeholders some of these names carry); None when they say nothing (a CPU build, cuFFT's
+    own numbering). The name is canonicalised and the version read as packaging reads it
+    (+CU130, 1!13.0.0, v13.0.96, 13), as written where it is not PEP 440."""
+    name = canonicalize_name(name)
     found = _CU_NAME.match(name)
     if found:
         return int(found.group(1) or found.group(2))
-    local = _CU_LOCAL.search(version)
-    if local:
-        return int(local.group(1))
-    major = re.match(r"\s*(\d+)\.", version)
-    if name in TOOLKIT_VERSIONED and major and int(major.group(1)) >= 9:
-        return int(major.group(1))
+    try:
+        parsed = Version(version)
+        local, major = parsed.local or "", parsed.release[0]
+    except InvalidVersion:
+        text = version.strip().lower()
+        local = text.partition("+")[2]
+        first = re.match(r"v?(\d+)", text)
+        major = int(first.group(1)) if first else None
+    cuda = _CU_LOCAL.match(local)
+    if cuda and int(cuda.group(1)) >= 9:
+        return int(cuda.group(1))
+    if name in TOOLKIT_VERSIONED and major is not None and major >= 9:
+        return major
     return None
 
 
 def cuda_major_needed(version: str, requires: Iterable[str], name: str = "") -> int | None:
-    """The CUDA major a distribution is built for: its +cuXYZ local version (torch 2.9.0+cu130:
-    13), else the newest CUDA major its own name and version (named_cuda_major) or its
-    requirements' (nvidia-cudnn-cu13, cuda-toolkit==13.0.3, jax-cuda12-plugin,
+    """The CUDA major a distribution is built for: the newest its own name and version
+    (named_cuda_major: torch 2.9.0+cu130, nvidia-cudnn-cu13, nvidia-cublas 13.1.1.3) or its
+    requirements (nvidia-cudnn-cu13, cuda-toolkit==13.0.3, jax-cuda12-plugin,
     nvidia-cublas==12.9.1.4) say; None for a CPU build or nothing said."""
-    local = _CU_LOCAL.search(version)
-    if local:
-        return int(local.group(1))
-    majors = [major for major in (named_cuda_major(name.lower(), version),) if major]
+    own = named_cuda_major(name, version)
+    majors = [own] if own else []
     for req in requires:
         text = req.split(";")[0].strip().lower()
         pinned = re.search(r"==\s*([0-9][^,\s]*)", text)

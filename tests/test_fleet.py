@@ -154,6 +154,8 @@ def test_the_cuda_major_comes_from_the_local_version_or_the_requirements():
     assert native.cuda_major_needed("12.0.0.61", [], "nvidia-cufft") is None  # CUDA 13's
     assert native.cuda_major_needed("0.0.1", [], "nvidia-nvtx") is None  # a placeholder
     assert native.cuda_major_needed("1.0", ["nvidia-nvtx>=13"]) is None  # no version pinned
+    assert native.cuda_major_needed("1.0", ["nvidia_cublas_cu12==12.4.5.8"]) == 12  # a name
+    assert native.named_cuda_major("nvidia-cuda-runtime", "v13.0.96") == 13  # as pip reads it
 
 
 @pytest.mark.parametrize("requirement, major", [
@@ -162,6 +164,10 @@ def test_the_cuda_major_comes_from_the_local_version_or_the_requirements():
     ("nvidia-cudnn-cu12==9.1.0.70", 12), ("jax-cuda13-plugin==0.10.2", 13),
     ("nvidia-cublas==13.1.1.3", 13), ("cuda-toolkit==13.0.3", 13), ("nvidia-nvtx==0.0.1", None),
     ("nvidia-cufft==12.0.0.61", None), ("numpy==2.4.6", None),
+    # as packaging reads a version, not as it is written
+    ("torch==2.9.0+CU130", 13), ("nvidia-cublas==13", 13), ("nvidia-cublas==1!13.0.0", 13),
+    # a +cuXYZ build of any package; +cu12 is no CUDA (1.2)
+    ("mmcv==2.1.0+cu121", 12), ("kit==1.0+cu12", None),
 ])
 def test_a_pins_cuda_major_is_read_once_for_the_lock_rules_and_the_fleet(requirement, major):
     """The lock's family rules (locks/families.cuda_major) and the fleet's judge
