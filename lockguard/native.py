@@ -1,8 +1,8 @@
 """What a distribution's native files declare, read as bytes (no package code runs): the CUDA
 architectures compiled into its ELF libraries' fatbins, the x86-64 level its libraries' GNU
 property notes say they need, the libraries they link (and so the CUDA runtime they load), the
-glibc its manylinux tags and its libraries' symbol versions require, and the CUDA major its name, requirements or local version
-say.
+glibc its manylinux tags and its libraries' symbol versions require, and the CUDA major its
+name, requirements or local version say.
 
 Why our own reader. PyPI has ELF readers (pyelftools, lief) but no reader of NVIDIA's fatbin
 container (nvidia-nvfatbin only creates them; cuobjdump is a toolkit binary that a laptop or a

@@ -22,7 +22,8 @@ from click.testing import CliRunner
 from lockguard import native
 from lockguard.config import ConfigError, parse_config
 from lockguard.fleet import (
-    Finding, Machine, gpu_arch, grouped, isa_level, judge, judge_changes, machine_toml, parse_driver,
+    Finding, Machine, gpu_arch, grouped, isa_level, judge, judge_changes, machine_toml,
+    parse_driver,
 )
 from lockguard.native import CudaCode, Facts
 
@@ -503,7 +504,8 @@ def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pas
         assert [v.verdict for v in report.verdicts] == ["identical"]
         assert report.passed is passes
     assert [(f.lock, f.rule, f.message) for f in report.rule_failures] == [
-        ("new.txt", "fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; fleet: centos, "
+        ("new.txt", "fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; "
+                                    "fleet: centos, "
                          "glibc 2.17 x 3): broken there")]
 
 
@@ -1155,6 +1157,24 @@ def other_arch() -> tuple[str, str, str, str]:
     return here, cpu.get(here, "x86-64"), there, cpu[there]
 
 
+def gpukit_diff(tmp_path: Path, monkeypatch, links: Path, new: str, fleet: str,
+                marker: str = "") -> tuple[int, str]:
+    """`lockguard diff` of gpukit 0.9 -> 1.0 (`new`: the 1.0 pin's hashes) from the wheels
+    in `links` (no index), against `fleet` ([tool.lockguard.fleet.*] tables), in tmp_path
+    with a cache of its own: the exit code and the output on one line. Called again, the
+    same diff (the cache as the last one left it)."""
+    from lockguard.cli import cli
+
+    options = f"--no-index\n--find-links {links}\n"
+    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 {marker} --hash=sha256:{'0' * 64}\n")
+    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 {marker} {new}\n")
+    (tmp_path / "pyproject.toml").write_text(fleet)
+    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
+    return result.exit_code, " ".join(result.output.split())
+
+
 def test_a_machine_of_another_architecture_is_judged_by_its_own_wheel(tmp_path, monkeypatch):
     """gpukit 1.0's wheel for this machine's architecture has sm_70 code, its wheel for the
     other architecture has none (a lock pins both files' hashes). A V100 machine of each: the
@@ -1162,25 +1182,16 @@ def test_a_machine_of_another_architecture_is_judged_by_its_own_wheel(tmp_path, 
     (pip download --platform, hash-checked, from the lock's find-links), and breaks; the one
     like this machine passes. Without that wheel (gone from the index), the change fails
     closed naming the machine, never passes unjudged."""
-    from lockguard.cli import cli
-
     here, here_cpu, there, there_cpu = other_arch()
     links = tmp_path / "links"
     links.mkdir()
     own = wheel(links, "gpukit", "1.0", (SASS, 70), (SASS, 90),
                 tag=f"py3-none-manylinux_2_17_{here}")
     theirs = wheel(links, "gpukit", "1.0", (SASS, 90), tag=f"py3-none-manylinux_2_17_{there}")
-    options = f"--no-index\n--find-links {links}\n"
-    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 --hash=sha256:{'0' * 64}\n")
-    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 --hash={own} --hash={theirs}\n")
-    (tmp_path / "pyproject.toml").write_text(
-        f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
-        f"[tool.lockguard.fleet.there]\ngpus = ['V100']\ncpu = '{there_cpu}'\n")
-    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
-    text = " ".join(result.output.split())
-    assert result.exit_code == 1, text
+    fleet = (f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
+             f"[tool.lockguard.fleet.there]\ngpus = ['V100']\ncpu = '{there_cpu}'\n")
+    code, text = gpukit_diff(tmp_path, monkeypatch, links, f"--hash={own} --hash={theirs}", fleet)
+    assert code == 1, text
     assert "fleet-there: gpukit 0.9 -> 1.0 has no code for sm_70 (fleet: there, V100): " \
            "broken there" in text, text
     assert "fleet-here" not in text and "not judged" not in text, text
@@ -1190,16 +1201,14 @@ def test_a_machine_of_another_architecture_is_judged_by_its_own_wheel(tmp_path, 
     # Cached: the next diff reads each machine's wheel from there, the index gone.
     for whl in links.iterdir():
         whl.unlink()
-    again = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
-    assert again.exit_code == 1 and "fleet-there" in again.output
+    code, text = gpukit_diff(tmp_path, monkeypatch, links, f"--hash={own} --hash={theirs}", fleet)
+    assert code == 1 and "fleet-there" in text
     # Neither cached nor to be had: fails closed, naming the change and the machine.
     for entry in (tmp_path / "cache" / "wheels" / "fleet").iterdir():
         if there in " ".join(p.name for p in entry.glob("wheels/*")):
-            import shutil
             shutil.rmtree(entry)
-    gone = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
-    text = " ".join(gone.output.split())
-    assert gone.exit_code == 1, text
+    code, text = gpukit_diff(tmp_path, monkeypatch, links, f"--hash={own} --hash={theirs}", fleet)
+    assert code == 1, text
     assert re.search(r"fleet: gpukit 0.9 -> 1.0 not judged against the fleet \(for there\): pip "
                      rf"could not download them for {there}, Python \d+\.\d+: .*\(a wheel "
                      r"lockguard cannot read fails closed\)", text), text
@@ -1210,8 +1219,6 @@ def test_a_machine_of_another_python_is_judged_by_its_own_wheel(tmp_path, monkey
     Python's none. A V100 machine on each Python, both of this architecture: the one on the
     other Python is judged by its own wheel (downloaded for it) and breaks; this one passes.
     A release with no wheel for a machine's Python fails closed naming it."""
-    from lockguard.cli import cli
-
     here, here_cpu, _, _ = other_arch()
     ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
     other = "3.12" if ours != "3.12" else "3.11"
@@ -1224,27 +1231,19 @@ def test_a_machine_of_another_python_is_judged_by_its_own_wheel(tmp_path, monkey
 
     own = wheel(links, "gpukit", "1.0", (SASS, 70), (SASS, 90), tag=tag(ours))
     theirs = wheel(links, "gpukit", "1.0", (SASS, 90), tag=tag(other))
-    options = f"--no-index\n--find-links {links}\n"
-    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 --hash=sha256:{'0' * 64}\n")
-    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 --hash={own} --hash={theirs}\n")
-    (tmp_path / "pyproject.toml").write_text(
-        f"[tool.lockguard.fleet.ours]\ngpus = ['V100']\ncpu = '{here_cpu}'\npython = '{ours}'\n"
-        f"[tool.lockguard.fleet.theirs]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
-        f"python = '{other}'\n")
-    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
-    text = " ".join(result.output.split())
-    assert result.exit_code == 1, text
+    fleet = (f"[tool.lockguard.fleet.ours]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
+             f"python = '{ours}'\n[tool.lockguard.fleet.theirs]\ngpus = ['V100']\n"
+             f"cpu = '{here_cpu}'\npython = '{other}'\n")
+    code, text = gpukit_diff(tmp_path, monkeypatch, links, f"--hash={own} --hash={theirs}", fleet)
+    assert code == 1, text
     assert "fleet-theirs: gpukit 0.9 -> 1.0 has no code for sm_70 (fleet: theirs, V100): " \
            "broken there" in text, text
     assert "fleet-ours" not in text and "not judged" not in text, text
     # No wheel for the other Python at all: not judged by this one's, fails closed.
     (links / f"gpukit-1.0-{tag(other)}.whl").unlink()
     shutil.rmtree(tmp_path / "cache" / "wheels")
-    gone = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
-    text = " ".join(gone.output.split())
-    assert gone.exit_code == 1, text
+    code, text = gpukit_diff(tmp_path, monkeypatch, links, f"--hash={own} --hash={theirs}", fleet)
+    assert code == 1, text
     assert re.search(r"fleet: gpukit 0.9 -> 1.0 not judged against the fleet \(for theirs\): "
                      rf"pip could not download them for {here}, Python {other}: ", text), text
     assert "fleet-ours" not in text, text
@@ -1254,32 +1253,21 @@ def test_a_pin_whose_marker_holds_only_on_another_machine_is_judged_there(tmp_pa
     """A changed pin under `platform_machine == '<other architecture>'`: this machine
     installs nothing of it, the fleet's machine of that architecture does, so it is judged by
     that machine's wheel (and breaks it), not left a note."""
-    from lockguard.cli import cli
-
     _, here_cpu, there, there_cpu = other_arch()
     links = tmp_path / "links"
     links.mkdir()
     theirs = wheel(links, "gpukit", "1.0", (SASS, 90), tag=f"py3-none-manylinux_2_17_{there}")
-    options = f"--no-index\n--find-links {links}\n"
     marker = f"; platform_machine == '{there}'"
-    (tmp_path / "old.txt").write_text(f"{options}gpukit==0.9 {marker} --hash=sha256:{'0' * 64}\n")
-    (tmp_path / "new.txt").write_text(f"{options}gpukit==1.0 {marker} --hash={theirs}\n")
-    (tmp_path / "pyproject.toml").write_text(
-        f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
-        f"[tool.lockguard.fleet.there]\ngpus = ['V100']\ncpu = '{there_cpu}'\n")
-    monkeypatch.setenv("LOCKGUARD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
-    text = " ".join(result.output.split())
-    assert result.exit_code == 1, text
+    here_only = f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n"
+    fleet = here_only + f"[tool.lockguard.fleet.there]\ngpus = ['V100']\ncpu = '{there_cpu}'\n"
+    code, text = gpukit_diff(tmp_path, monkeypatch, links, f"--hash={theirs}", fleet, marker)
+    assert code == 1, text
     assert "fleet-there: gpukit 0.9 -> 1.0 has no code for sm_70" in text, text
     assert "fleet-here" not in text and "marker" not in text, text
     # Only on the other machine's architecture, and no fleet machine of it: a note.
-    (tmp_path / "pyproject.toml").write_text(
-        f"[tool.lockguard.fleet.here]\ngpus = ['V100']\ncpu = '{here_cpu}'\n")
-    alone = CliRunner().invoke(cli, ["diff", "old.txt", "new.txt"])
-    assert alone.exit_code == 0, alone.output
-    assert "its marker holds on no fleet machine" in " ".join(alone.output.split())
+    code, text = gpukit_diff(tmp_path, monkeypatch, links, f"--hash={theirs}", here_only, marker)
+    assert code == 0, text
+    assert "its marker holds on no fleet machine" in text, text
 
 
 def test_a_cached_wheel_is_read_only_for_the_platform_its_tags_name(tmp_path, monkeypatch):

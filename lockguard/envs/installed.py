@@ -85,8 +85,9 @@ def dist_facts(dist_info: Path) -> Facts:
     its files, read as bytes (native.py): the CUDA code of the libraries its RECORD lists,
     the CUDA major its version or requirements name (or the CUDA runtime those libraries link,
     where newer), the glibc its tags need (a wheel file's name's, _file_tags; a dist-info's
-    WHEEL's Tag lines) or its libraries' symbol versions require, where newer. A RECORD path that leaves its site-packages, or a link, is not
-    followed: the files are the lock's, not to be trusted. What could not be read (no RECORD, a
+    WHEEL's Tag lines) or its libraries' symbol versions require, where newer. A RECORD path
+    that leaves its site-packages, or a link, is not followed: the files are the lock's, not
+    to be trusted. What could not be read (no RECORD, a
     library unreadable or too large, a wheel that is no zip or unpacks to more than
     MAX_WHEEL_BYTES) is Facts.unread, never taken as "no code": the fleet's judge fails it
     closed."""
