@@ -505,8 +505,7 @@ def test_an_ab_check_fails_on_a_change_that_breaks_the_fleet_though_its_runs_pas
         assert report.passed is passes
     assert [(f.lock, f.rule, f.message) for f in report.rule_failures] == [
         ("new.txt", "fleet-centos", "fastmath 1.0 needs glibc >= 2.28 (its manylinux tag; "
-                                    "fleet: centos, "
-                         "glibc 2.17 x 3): broken there")]
+                                    "fleet: centos, glibc 2.17 x 3): broken there")]
 
 
 def test_probe_reads_nvidia_smi_where_proc_has_no_driver(tmp_path, monkeypatch):
