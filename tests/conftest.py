@@ -56,6 +56,12 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
 NUMERICS_ONLY = "slower_ratio = 1000.0\nheavier_ratio = 1000.0\n"
 
 
+# The one environment the project's own goldens (golden/cpu/) are recorded and checked in
+# (tests/test_spine.py; docs/development.md's command): a training's variables are part of a
+# golden's inputs digest, and no two shells' PATH agree. HOME, where the cache is, is not.
+GOLDEN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
 def scenario_args(scenarios) -> list[str]:
     """`--scenario ID` for each of `scenarios`, as a command line takes them."""
     return [a for sid in scenarios for a in ("--scenario", sid)]

@@ -395,17 +395,34 @@ def test_the_projects_own_goldens_reproduce():
     """golden/cpu/<class>/ holds the project's references for each hardware class they were
     recorded on. On a machine of a recorded class every scenario reproduces bit for bit; on any
     other x86-64 machine the check compares with another class's golden and must not fail: the
-    verdict is identical or other_hardware, never a dependency verdict (drift)."""
-    from conftest import REPO
+    verdict is identical or other_hardware, never a dependency verdict (drift).
+
+    That needs the goldens recorded from today's inputs: the harness, the scenarios and the
+    variables a training sees (PATH among them: the compiler torch.compile finds), which no
+    two machines' shells share. So they are recorded, and checked here, in one environment,
+    GOLDEN_ENV (docs/development.md gives the command), and every golden's inputs digest must
+    be today's, on every machine: a harness change not followed by a re-record fails here,
+    not only on a machine of a class the goldens were not recorded on."""
+    from conftest import GOLDEN_ENV, REPO
+    from forked_cli import run
     from lockguard.hardware import host_class
 
     here = host_class("cpu")
     chosen = ["torch.mlp", "numpy.mlp", "jax.mlp", "tf.keras"]
     ours = {sid for sid in chosen if (REPO / "golden" / "cpu" / here.id / f"{sid}.json").is_file()}
-    proc = run_cli("check", "--rerun", *scenario_args(chosen),
-                   "--format", "json", cwd=REPO)
+    env = {k: os.environ[k] for k in ("HOME", "LOCKGUARD_CACHE", "TMPDIR") if k in os.environ}
+    proc = run(["check", "--rerun", *scenario_args(chosen), "--format", "json"], REPO,
+               {**env, **GOLDEN_ENV}, 900)
+    report = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
+    today = {e["scenario"]: e["candidate"]["inputs_digest"] for e in report.get("evidence", [])}
+    stale = [f"{path.parent.name}/{path.name}" for sid in chosen
+             for path in sorted((REPO / "golden" / "cpu").glob(f"*/{sid}.json"))
+             if json.loads(path.read_text())["provenance"]["inputs_digest"] != today.get(sid)]
+    assert not stale, (f"the project's goldens {stale} were recorded from other inputs than "
+                       "today's (harness, scenario, settings or environment): re-record them "
+                       "as docs/development.md says")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    verdicts = {v["scenario"]: v for v in json.loads(proc.stdout)["verdicts"]}
+    verdicts = {v["scenario"]: v for v in report["verdicts"]}
     for sid, v in verdicts.items():
         if sid in ours:  # same hardware class: bitwise identity, the golden of this class
             assert v["verdict"] == "identical" and v["hardware"] is None, (sid, v["reasons"])
