@@ -54,7 +54,7 @@ Versioning": .gnu.version_r, SHT_GNU_verneed, holds Elf64_Verneed records (u16 v
 count, u32 file, u32 aux, u32 next) each followed by `count` Elf64_Vernaux (u32 hash, u16
 flags, u16 other, u32 name, u32 next), names in .dynstr). The newest GLIBC_X.Y among them is
 the oldest glibc the dynamic loader accepts it on, whatever the wheel's tag says: PyPI's torch
-2.6.0 is tagged manylinux1 (glibc 2.5) and its libtorch_cpu.so requires GLIBC_2.16 symbols
+2.6.0 is tagged manylinux1 (glibc 2.5) and the libgomp it bundles requires GLIBC_2.17
 (auditwheel checks the same records when it tags a wheel).
 
 The next entry starts header size + payload size after one; a container ends header size +
@@ -73,7 +73,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -150,9 +150,9 @@ class Facts:
     # the library whose GLIBC_X.Y symbol versions need a newer glibc than its tag says (glibc
     # is then that version): "torch/lib/libtorch_cpu.so"; None when the tag says enough
     glibc_from: str | None = None
-    # (major, soname): the newest CUDA major among the toolkit libraries its libraries link
-    # (cuda_linked), when that is newer than what its name and requirements say (cuda_major
-    # is then that major: the runtime it loads decides the driver it needs)
+    # (major, soname): the CUDA major of the toolkit libraries its libraries link (cuda_linked;
+    # the oldest where they disagree, a library per major), when newer than what its name and
+    # requirements say (cuda_major is then that major: the runtime it loads decides the driver)
     cuda_linked: tuple[int, str] | None = None
     requires_python: str | None = None  # its METADATA's Requires-Python, as written
     # why some of its files could not be read (a library unreadable or too large, no RECORD):
@@ -176,20 +176,29 @@ def sm(arch: int) -> str:
     return f"sm_{arch}"
 
 
-# name, sh_type, sh_flags, offset, size, and the (sh_type, offset, size) of the section its
-# sh_link names (a dynamic section's string table), None where it names none
-Section = tuple[bytes, int, int, int, int, "tuple[int, int, int] | None"]
+class Section(NamedTuple):
+    """One entry of an ELF file's section header table, as native.py reads it."""
+
+    name: bytes
+    sh_type: int
+    flags: int
+    offset: int
+    size: int
+    # (sh_type, offset, size) of the section its sh_link names (a dynamic section's string
+    # table); None where it names none
+    link: tuple[int, int, int] | None
 
 
 @dataclass(frozen=True)
 class Library:
     """What one ELF library declares: its CUDA code (cuda_code), its x86-64 level
-    (x86_isa_needed: 0 unsaid, 1-4) and the sonames it links (needed)."""
+    (x86_isa_needed: 0 unsaid, 1-4), the sonames it links (needed) and the newest glibc its
+    symbol versions require (glibc_needed)."""
 
     code: CudaCode
     level: int
     needed: tuple[str, ...]
-    glibc: tuple[int, int] | None = None  # the newest GLIBC_X.Y symbol version it requires
+    glibc: tuple[int, int] | None = None
 
 
 def library_facts(path: Path) -> Library:
@@ -254,8 +263,8 @@ def _sections(f: BinaryIO) -> list[Section]:
     for sh_name, sh_type, flags, _, offset, length, link in sections:
         end = names.find(b"\0", sh_name)
         linked = sections[link] if 0 < link < shnum else None
-        out.append((names[sh_name:end if end >= 0 else None], sh_type, flags, offset, length,
-                    (linked[1], linked[4], linked[5]) if linked else None))
+        out.append(Section(names[sh_name:end if end >= 0 else None], sh_type, flags, offset,
+                           length, (linked[1], linked[4], linked[5]) if linked else None))
     return out
 
 
@@ -380,15 +389,15 @@ def _section(f: BinaryIO, sections: list[Section], sh_type: int, name: bytes
     a section found by its name. None when the file has no section of that type or name; an
     OSError (unread) for two of that type, one of that name and another type, one outside the
     file or over MAX_DYNAMIC_BYTES, or a link that is no string table inside the file."""
-    typed = [x for x in sections if x[1] == sh_type]
-    named = [x for x in sections if x[0] == name]
+    typed = [x for x in sections if x.sh_type == sh_type]
+    named = [x for x in sections if x.name == name]
     if not typed and not named:
         return None
     label = name.decode()
-    if len(typed) != 1 or any(x[1] != sh_type for x in named):
+    if len(typed) != 1 or any(x.sh_type != sh_type for x in named):
         raise OSError(f"its ELF {label} section is ambiguous ({len(typed)} of its type, "
                       f"{len(named)} of its name)")
-    _, _, _, offset, size, link = typed[0]
+    offset, size, link = typed[0].offset, typed[0].size, typed[0].link
     end = os.fstat(f.fileno()).st_size
     if size > MAX_DYNAMIC_BYTES or offset + size > end:
         raise OSError(f"its ELF {label} section is corrupt (outside the file or too large)")
