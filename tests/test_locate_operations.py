@@ -322,21 +322,27 @@ json.dump(out, open(sys.argv[1], "w"))
 """
 
 
+def in_harness(tmp_path, source: str) -> dict:
+    """`source`, a script that writes JSON to the path it is given, run in the suite's torch
+    venv with the harness's package importable (as the harness's process has it): the JSON."""
+    script, out = tmp_path / "script.py", tmp_path / "out.json"
+    script.write_text(source)
+    proc = subprocess.run([str(lockguard_python(FRAMEWORK_LOCKS["torch"])), str(script),
+                           str(out)], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin",
+                               "PYTHONPATH": str(REPO / "lockguard" / "harness")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
 @pytest.mark.slow
 def test_the_harness_records_each_calls_own_operations_views_marked_and_bounded(tmp_path):
     """torch 2.13.0 (the suite's torch venv), the harness's Capture in process: two versions
     of a module, one adding an offset before its softmax; each call's own operations only (the
     Sequential runs none of its own, the Linear's addmm is the Linear's, not its parent's), the
     views marked, 300 additions cut at 256; compared, the sides part at the offset."""
-    script, out = tmp_path / "recorder.py", tmp_path / "ops.json"
-    script.write_text(RECORDER)
-    proc = subprocess.run([str(lockguard_python(FRAMEWORK_LOCKS["torch"])), str(script),
-                           str(out)], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin",
-                               "PYTHONPATH": str(REPO / "lockguard" / "harness")})
-    assert proc.returncode == 0, proc.stderr[-2000:]
     sides = {side: Capture.model_validate(capture) for side, capture
-             in json.loads(out.read_text()).items()}
+             in in_harness(tmp_path, RECORDER).items()}
     calls = {c.name: c for c in sides["eager"].calls}
     assert list(calls) == ["(model)", "0", "0.proj", "1"]
     assert calls["(model)"].operations.ops == [] and not calls["(model)"].operations.truncated
@@ -413,14 +419,7 @@ def test_the_harness_keeps_an_operations_capture_within_the_hosts_bounds(tmp_pat
     counts all), an operation's name is cleaned to results.OP_NAME, an out= buffer's bytes are
     not in the inputs digest, max.dim's sample is its float values (not its indices), a float8
     output is not sampled, and a capture whose budget is spent replays nothing."""
-    script, out = tmp_path / "edges.py", tmp_path / "edges.json"
-    script.write_text(EDGES)
-    proc = subprocess.run([str(lockguard_python(FRAMEWORK_LOCKS["torch"])), str(script),
-                           str(out)], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin",
-                               "PYTHONPATH": str(REPO / "lockguard" / "harness")})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(out.read_text())
+    got = in_harness(tmp_path, EDGES)
     rows = CallOperations.model_validate(got["rows"])  # within the host's bounds
     unbind = next(o for o in rows.ops if o.name.startswith("aten.unbind"))
     assert unbind.out is not None and len(unbind.out.shapes) == 64 and unbind.out.numel == 300
